@@ -1,0 +1,1 @@
+"""shardq: delayed jobs over the partitions of a Redis Cluster."""
