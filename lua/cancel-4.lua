@@ -1,0 +1,29 @@
+--[[ cancel: remove a job that has not started.
+
+A job still in the due set is removed outright.  A job already promoted but not yet fetched has
+its envelope removed, so the worker that reads its ready entry drops it without running it.
+
+KEYS[1] jobs     hash    job id -> envelope
+KEYS[2] due      zset    job id scored by due ms
+KEYS[3] errors   hash    job id -> last error
+KEYS[4] stats    hash    counters
+
+ARGV[1] job id
+
+Returns
+  {1, 1}       cancelled while waiting in the due set
+  {1, 0}       cancelled after promotion, before any worker started it
+  {-6, id}     E_JOB_NOT_FOUND
+  {-7, id}     E_JOB_RUNNING: a worker holds it
+  {-9, id}     E_JOB_DEAD: it is in the dead-letter stream
+]]
+local v = redis.call('HGET', KEYS[1], ARGV[1])
+if not v then return {-6, ARGV[1]} end
+local state = string.sub(v, 1, 1)
+if state == 'A' then return {-7, ARGV[1]} end
+if state == 'D' then return {-9, ARGV[1]} end
+local was_due = redis.call('ZREM', KEYS[2], ARGV[1])
+redis.call('HDEL', KEYS[1], ARGV[1])
+redis.call('HDEL', KEYS[3], ARGV[1])
+redis.call('HINCRBY', KEYS[4], 'cancelled', 1)
+return {1, was_due}

@@ -1,0 +1,78 @@
+--[[ enqueue: store one job and put it in the due set, or straight into the ready stream.
+
+KEYS[1] jobs     hash    job id -> envelope
+KEYS[2] due      zset    job id scored by due ms
+KEYS[3] ready    stream  due jobs
+KEYS[4] idem     string  idempotency key -> job id (placeholder key when ARGV[8] == '0')
+KEYS[5] stats    hash    counters
+
+ARGV[1] job id
+ARGV[2] body (JSON, opaque to the script)
+ARGV[3] 'at' (ARGV[4] is an absolute ms time) or 'in' (ARGV[4] is a delay in ms from Redis now)
+ARGV[4] ms value
+ARGV[5] past tolerance ms: an 'at' time older than now - tolerance is rejected
+ARGV[6] horizon ms: a due time later than now + horizon is rejected
+ARGV[7] idempotency retention ms, counted from the due time
+ARGV[8] '1' when KEYS[4] is a real idempotency key
+ARGV[9] due-hint channel (sharded pub/sub, same slot): dispatcher wake-up when the head moves
+ARGV[10] ready-hint channel: worker wake-up when a job lands in the ready stream
+
+Returns
+  {1, job id, due ms, now ms}         created
+  {2, job id, 0, now ms}              this exact job was already stored (a resent call)
+  {0, existing job id, 0, now ms}     idempotency key already used: nothing written
+  {-2, at, now, tolerance}            E_DUE_IN_PAST
+  {-3, due, now, horizon}             E_BEYOND_HORIZON
+  {-4, job id}                        E_DUPLICATE_JOB_ID
+]]
+--@include now.lua
+
+local now = now_ms()
+local due
+if ARGV[3] == 'in' then
+  due = now + tonumber(ARGV[4])
+else
+  due = tonumber(ARGV[4])
+  if due < now - tonumber(ARGV[5]) then
+    return {-2, ARGV[4], tostring(now), ARGV[5]}
+  end
+end
+if due > now + tonumber(ARGV[6]) then
+  return {-3, tostring(due), tostring(now), ARGV[6]}
+end
+
+local id = ARGV[1]
+if ARGV[8] == '1' then
+  local existing = redis.call('GET', KEYS[4])
+  if existing then
+    return {0, existing, 0, now}
+  end
+end
+if redis.call('HSETNX', KEYS[1], id, 'S0|' .. ARGV[2]) == 0 then
+  -- The same body under the same id is this very call sent again (a retry after a lost
+  -- reply): report it as done.  The body holds the creation time, so another job differs.
+  local stored = redis.call('HGET', KEYS[1], id)
+  local bar = string.find(stored, '|', 1, true)
+  if bar and string.sub(stored, bar + 1) == ARGV[2] then
+    return {2, id, 0, now}
+  end
+  return {-4, id}
+end
+if ARGV[8] == '1' then
+  local keep = math.max(due - now, 0) + tonumber(ARGV[7])
+  redis.call('SET', KEYS[4], id, 'PX', keep)
+end
+
+if due <= now then
+  redis.call('XADD', KEYS[3], '*', 'j', id, 'd', due)
+  redis.call('SPUBLISH', ARGV[10], '1')
+else
+  redis.call('ZADD', KEYS[2], due, id)
+  -- Wake the dispatcher only when this job is now the earliest: it sleeps until the head.
+  local head = redis.call('ZRANGE', KEYS[2], 0, 0)
+  if head[1] == id then
+    redis.call('SPUBLISH', ARGV[9], due)
+  end
+end
+redis.call('HINCRBY', KEYS[5], 'enqueued', 1)
+return {1, id, due, now}

@@ -1,0 +1,58 @@
+--[[ fetch: hand up to ARGV[3] new ready jobs of one partition to a worker, with their envelopes.
+
+Reads the ready stream through the consumer group and marks each job active, so a cancel that
+comes later reports it running instead of pretending to stop it.  A ready entry whose job was
+cancelled is acknowledged and dropped; a malformed entry or envelope goes to the dead stream.
+
+KEYS[1] ready    stream  due jobs
+KEYS[2] jobs     hash    job id -> envelope
+KEYS[3] dead     stream  dead letters
+KEYS[4] errors   hash    job id -> last error
+KEYS[5] stats    hash    counters
+
+ARGV[1] consumer group
+ARGV[2] consumer (worker) name
+ARGV[3] max entries to read
+
+Returns {now ms, entry id, job id, due ms, attempt, body, ...} (5 fields per job)
+]]
+--@include now.lua
+--@include envelope.lua
+
+local now = now_ms()
+local out = {now}
+local r = redis.call('XREADGROUP', 'GROUP', ARGV[1], ARGV[2], 'COUNT', tonumber(ARGV[3]),
+  'STREAMS', KEYS[1], '>')
+if not r then return out end
+local dead_keys = {KEYS[2], KEYS[3], KEYS[4], KEYS[5]}
+
+for _, entry in ipairs(r[1][2]) do
+  local eid, f = entry[1], entry[2]
+  local id, due = ready_fields(f)
+  local v = id and redis.call('HGET', KEYS[2], id)
+  local state, attempt, body
+  if v then state, attempt, body = split_envelope(v) end
+  if not id then
+    dead_letter_raw(dead_keys, f, 'malformed ready entry: no job id field', now)
+    redis.call('XACK', KEYS[1], ARGV[1], eid)
+    redis.call('XDEL', KEYS[1], eid)
+  elseif not v then
+    -- Cancelled after promotion: nothing to run.
+    redis.call('XACK', KEYS[1], ARGV[1], eid)
+    redis.call('XDEL', KEYS[1], eid)
+  elseif not state then
+    dead_letter_raw(dead_keys, f, 'malformed envelope for job ' .. id, now)
+    redis.call('HDEL', KEYS[2], id)
+    redis.call('XACK', KEYS[1], ARGV[1], eid)
+    redis.call('XDEL', KEYS[1], eid)
+  else
+    attempt = attempt + 1
+    redis.call('HSET', KEYS[2], id, 'A' .. attempt .. '|' .. body)
+    out[#out + 1] = eid
+    out[#out + 1] = id
+    out[#out + 1] = due or ''
+    out[#out + 1] = attempt
+    out[#out + 1] = body
+  end
+end
+return out

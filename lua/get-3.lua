@@ -1,0 +1,13 @@
+--[[ get: a consistent snapshot of one job.
+
+KEYS[1] jobs     hash    job id -> envelope
+KEYS[2] due      zset    job id scored by due ms
+KEYS[3] errors   hash    job id -> last error
+
+ARGV[1] job id
+
+Returns {envelope or nil, due ms or nil, last error or nil}
+]]
+local v = redis.call('HGET', KEYS[1], ARGV[1])
+if not v then return {false, false, false} end
+return {v, redis.call('ZSCORE', KEYS[2], ARGV[1]), redis.call('HGET', KEYS[3], ARGV[1])}

@@ -1,0 +1,37 @@
+-- A job envelope in the jobs hash is '<state><attempt>|<json body>'.
+--   state: S = waiting (due set or ready stream, not started), A = active (held by a worker),
+--          D = dead (in the dead-letter stream)
+--   attempt: how many times a worker has started it.
+-- Scripts rewrite the short header and never parse the body, so payloads pass through untouched.
+-- split_envelope(v) returns state, attempt, body; or nil when v is not an envelope.
+local function split_envelope(v)
+  local bar = string.find(v, '|', 1, true)
+  if not bar then return nil end
+  local attempt = tonumber(string.sub(v, 2, bar - 1))
+  if not attempt then return nil end
+  return string.sub(v, 1, 1), attempt, string.sub(v, bar + 1)
+end
+
+-- ready_fields(f): the job id and due ms of a ready-stream entry's field list, or nil.
+local function ready_fields(f)
+  local id, due
+  for i = 1, #f, 2 do
+    if f[i] == 'j' then id = f[i + 1] elseif f[i] == 'd' then due = f[i + 1] end
+  end
+  return id, due
+end
+
+-- dead_letter(keys, id, attempt, body, reason, now): mark the envelope dead and record why.
+-- keys = {jobs, dead, errors, stats}
+local function dead_letter(keys, id, attempt, body, reason, now)
+  redis.call('HSET', keys[1], id, 'D' .. attempt .. '|' .. body)
+  redis.call('HSET', keys[3], id, reason)
+  redis.call('XADD', keys[2], '*', 'j', id, 'a', attempt, 'e', reason, 't', now)
+  redis.call('HINCRBY', keys[4], 'dead', 1)
+end
+
+-- dead_letter_raw(keys, fields, reason, now): record a ready entry that is not a job at all.
+local function dead_letter_raw(keys, fields, reason, now)
+  redis.call('XADD', keys[2], '*', 'e', reason, 'raw', cjson.encode(fields), 't', now)
+  redis.call('HINCRBY', keys[4], 'dead', 1)
+end

@@ -1,0 +1,14 @@
+--[[ lease-release: give a lease back at once (shutdown, rebalance), only if it is still ours.
+
+KEYS[1] lease    string  '<token>:<owner>' with expiry
+
+ARGV[1] fencing token
+
+Returns 1 released, 0 not ours (already expired or taken over: nothing to do)
+]]
+--@include lease.lua
+if lease_token(redis.call('GET', KEYS[1])) == ARGV[1] then
+  redis.call('DEL', KEYS[1])
+  return 1
+end
+return 0

@@ -1,0 +1,18 @@
+--[[ lease-renew: extend a lease, only while the caller's token is still the current one.
+
+KEYS[1] lease    string  '<token>:<owner>' with expiry
+
+ARGV[1] fencing token
+ARGV[2] lease time ms
+
+Returns
+  1                   renewed
+  {-1, token, lease}  E_FENCED: the lease expired or another owner holds it
+]]
+--@include lease.lua
+local v = redis.call('GET', KEYS[1])
+if lease_token(v) ~= ARGV[1] then
+  return {-1, ARGV[1], v or ''}
+end
+redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[2]))
+return 1

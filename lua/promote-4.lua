@@ -1,0 +1,44 @@
+--[[ promote: move due jobs of one partition from the due set to the ready stream.
+
+One job at a time, at most ARGV[2] per call so a call stays well under a millisecond of Redis
+time; due is judged on the Redis clock.  The payload is never read.
+
+KEYS[1] due      zset    job id scored by due ms
+KEYS[2] ready    stream  due jobs
+KEYS[3] lease    string  '<token>:<owner>' of the partition's dispatcher
+KEYS[4] stats    hash    counters
+
+ARGV[1] fencing token of the caller
+ARGV[2] max jobs to move in this call (K)
+ARGV[3] ready-hint channel (sharded pub/sub) to wake workers when jobs moved
+
+Returns
+  {moved, next due ms or -1, now ms}   next due is the earliest remaining job's due time
+  {-1, token, lease}                    E_FENCED: the caller's token is not current
+]]
+--@include now.lua
+--@include lease.lua
+
+local lease = redis.call('GET', KEYS[3])
+if lease_token(lease) ~= ARGV[1] then
+  return {-1, ARGV[1], lease or ''}
+end
+
+local now = now_ms()
+local batch = redis.call('ZRANGE', KEYS[1], '-inf', now, 'BYSCORE', 'LIMIT', 0, tonumber(ARGV[2]),
+  'WITHSCORES')
+local moved = 0
+for i = 1, #batch, 2 do
+  redis.call('XADD', KEYS[2], '*', 'j', batch[i], 'd', batch[i + 1])
+  redis.call('ZREM', KEYS[1], batch[i])
+  moved = moved + 1
+end
+if moved > 0 then
+  redis.call('HINCRBY', KEYS[4], 'promoted', moved)
+  redis.call('SPUBLISH', ARGV[3], '1')
+end
+
+local head = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+local next_due = -1
+if head[2] then next_due = tonumber(head[2]) end
+return {moved, next_due, now}

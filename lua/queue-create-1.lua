@@ -1,0 +1,20 @@
+--[[ queue-create: record a queue's partition count once; later calls must agree with it.
+
+KEYS[1] meta     hash    partitions, layout, created_ms
+
+ARGV[1] partition count
+ARGV[2] key layout version
+
+Returns
+  {1, partitions}            created
+  {0, partitions}            already existed with the same count
+  {-8, existing, requested}  E_QUEUE_CONFLICT
+]]
+--@include now.lua
+local existing = redis.call('HGET', KEYS[1], 'partitions')
+if existing then
+  if existing ~= ARGV[1] then return {-8, existing, ARGV[1]} end
+  return {0, existing}
+end
+redis.call('HSET', KEYS[1], 'partitions', ARGV[1], 'layout', ARGV[2], 'created_ms', now_ms())
+return {1, ARGV[1]}

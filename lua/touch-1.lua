@@ -1,0 +1,24 @@
+--[[ touch: a live worker's heartbeat on the deliveries it is running.
+
+Resets each delivery's idle time, so reclaim leaves it alone however long the handler runs,
+but only while the delivery still belongs to this worker: one that was reclaimed meanwhile (the
+worker was paused past the visibility timeout) is reported lost and left with its new owner.
+
+KEYS[1] ready    stream  due jobs
+
+ARGV[1] consumer group
+ARGV[2] consumer (worker) name
+ARGV[3..] entry ids
+
+Returns the entry ids that are no longer this worker's.
+]]
+local lost = {}
+for i = 3, #ARGV do
+  local mine = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[i], ARGV[i], 1, ARGV[2])
+  if mine[1] then
+    redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, ARGV[i], 'JUSTID')
+  else
+    lost[#lost + 1] = ARGV[i]
+  end
+end
+return lost

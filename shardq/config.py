@@ -1,0 +1,195 @@
+"""Settings as frozen dataclasses: from code, from a URL, or from SHARDQ_* environment variables.
+
+Secrets (the Redis password) never appear in repr() or logs.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass, field, fields, replace
+from typing import Any, Self
+from urllib.parse import parse_qs, unquote, urlparse
+
+from shardq.errors import ConfigError
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off"}
+
+
+def _parse_bool(name: str, value: str) -> bool:
+    low = value.strip().lower()
+    if low in _TRUE:
+        return True
+    if low in _FALSE:
+        return False
+    raise ConfigError(f"{name}={value!r}: use one of true/false, 1/0, yes/no")
+
+
+@dataclass(frozen=True, slots=True)
+class RedisSettings:
+    """How to reach Redis.  ``cluster=None`` asks the server whether it runs in cluster mode."""
+
+    url: str = "redis://127.0.0.1:7000"
+    username: str | None = None
+    password: str | None = field(default=None, repr=False)
+    cluster: bool | None = None
+    ssl: bool = False
+    ssl_ca_certs: str | None = None
+    socket_timeout: float = 5.0
+    socket_connect_timeout: float = 5.0
+    max_connections: int = 64
+    client_name: str | None = None
+
+    @classmethod
+    def from_url(cls, url: str, **overrides: Any) -> Self:
+        """Parse ``redis://[user:password@]host:port[?cluster=true]`` (``rediss://`` for TLS).
+
+        The credentials move out of the stored URL, so ``repr`` never shows them.
+        """
+        parsed = urlparse(url)
+        if parsed.scheme not in ("redis", "rediss"):
+            raise ConfigError(f"Redis URL must start with redis:// or rediss://, got {url!r}")
+        if not parsed.hostname:
+            raise ConfigError(f"Redis URL {url!r} has no host: use redis://host:port")
+        try:
+            port = parsed.port or 6379
+        except ValueError as exc:
+            raise ConfigError(f"Redis URL {url!r} has a bad port: {exc}") from None
+        query = parse_qs(parsed.query)
+        cluster: bool | None = None
+        if "cluster" in query:
+            cluster = _parse_bool("cluster", query["cluster"][-1])
+        host = parsed.hostname if ":" not in parsed.hostname else f"[{parsed.hostname}]"
+        clean = f"{parsed.scheme}://{host}:{port}"
+        values: dict[str, Any] = {
+            "url": clean,
+            "username": unquote(parsed.username) if parsed.username else None,
+            "password": unquote(parsed.password) if parsed.password else None,
+            "cluster": cluster,
+            "ssl": parsed.scheme == "rediss",
+        }
+        values.update(overrides)
+        return cls(**values)
+
+    @classmethod
+    def from_env(cls, prefix: str = "SHARDQ_REDIS_") -> Self:
+        """Read ``SHARDQ_REDIS_URL``, ``_USERNAME``, ``_PASSWORD``, ``_CLUSTER``, ``_SSL_CA_CERTS``."""
+        env = os.environ
+        settings = cls.from_url(env.get(prefix + "URL", cls.url))
+        overrides: dict[str, Any] = {}
+        if prefix + "USERNAME" in env:
+            overrides["username"] = env[prefix + "USERNAME"]
+        if prefix + "PASSWORD" in env:
+            overrides["password"] = env[prefix + "PASSWORD"]
+        if prefix + "CLUSTER" in env:
+            overrides["cluster"] = _parse_bool(prefix + "CLUSTER", env[prefix + "CLUSTER"])
+        if prefix + "SSL_CA_CERTS" in env:
+            overrides["ssl_ca_certs"] = env[prefix + "SSL_CA_CERTS"]
+        return replace(settings, **overrides)
+
+    def host_port(self) -> tuple[str, int]:
+        """The seed node's host and port."""
+        parsed = urlparse(self.url)
+        return parsed.hostname or "127.0.0.1", parsed.port or 6379
+
+    def connection_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments common to redis-py's standalone and cluster clients."""
+        host, port = self.host_port()
+        kwargs: dict[str, Any] = {
+            "host": host,
+            "port": port,
+            "username": self.username,
+            "password": self.password,
+            "socket_timeout": self.socket_timeout,
+            "socket_connect_timeout": self.socket_connect_timeout,
+            "max_connections": self.max_connections,
+            "client_name": self.client_name,
+        }
+        if self.ssl:
+            kwargs["ssl"] = True
+            kwargs["ssl_ca_certs"] = self.ssl_ca_certs
+        return kwargs
+
+
+def _check_seconds(name: str, value: float, *, positive: bool = True) -> None:
+    if not isinstance(value, int | float) or math.isnan(value) or math.isinf(value):
+        raise ConfigError(f"{name} must be a finite number of seconds, got {value!r}")
+    if positive and value <= 0:
+        raise ConfigError(f"{name} must be > 0, got {value!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerSettings:
+    """Limits the producer enforces before anything is written."""
+
+    max_payload_bytes: int = 64 * 1024
+    past_tolerance: float = 300.0
+    """A run time this many seconds before the Redis clock runs now; older is an error."""
+    max_horizon: float = 366 * 24 * 3600.0
+    """A run time more than this many seconds after the Redis clock is an error."""
+    idempotency_retention: float = 24 * 3600.0
+    """How long after a job's due time its idempotency key keeps returning the same job."""
+
+    def __post_init__(self) -> None:
+        if self.max_payload_bytes <= 0:
+            raise ConfigError("max_payload_bytes must be > 0")
+        _check_seconds("past_tolerance", self.past_tolerance, positive=False)
+        _check_seconds("max_horizon", self.max_horizon)
+        _check_seconds("idempotency_retention", self.idempotency_retention)
+
+
+@dataclass(frozen=True, slots=True)
+class DispatcherSettings:
+    """How a dispatcher drains its partitions."""
+
+    batch: int = 100
+    """K: most jobs one promote call moves (about 3-5 us of Redis time per job)."""
+    max_sleep: float = 1.0
+    """Longest sleep with no due job in sight; wake-up hints usually come first."""
+    lease_time: float = 10.0
+    renew_interval: float = 3.0
+    max_inflight_calls: int = 256
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.batch <= 1000:
+            raise ConfigError(f"batch must be 1..1000 (a call must stay short), got {self.batch}")
+        _check_seconds("max_sleep", self.max_sleep)
+        _check_seconds("lease_time", self.lease_time)
+        _check_seconds("renew_interval", self.renew_interval)
+        if self.renew_interval * 2 > self.lease_time:
+            raise ConfigError("renew_interval must be at most half of lease_time")
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerSettings:
+    """How a worker reads, runs and settles jobs."""
+
+    concurrency: int = 64
+    """Jobs running at once in this process."""
+    fetch_batch: int = 100
+    """Most entries one fetch call reads from one partition."""
+    visibility_timeout: float = 30.0
+    """A delivery idle this long (no heartbeat) is taken over by another worker."""
+    heartbeat_interval: float = 5.0
+    reclaim_interval: float = 5.0
+    max_deliveries: int = 5
+    """Deliveries without an ack after which a job is a poison job and goes dead."""
+    default_max_attempts: int = 5
+    shutdown_grace: float = 25.0
+    idle_poll: float = 1.0
+    """Longest wait between reads of an idle partition; wake-up hints usually come first."""
+    max_error_bytes: int = 4096
+
+    def __post_init__(self) -> None:
+        if self.concurrency < 1:
+            raise ConfigError("concurrency must be >= 1")
+        if not 1 <= self.fetch_batch <= 1000:
+            raise ConfigError("fetch_batch must be 1..1000")
+        for f in fields(self):
+            if isinstance(getattr(self, f.name), float):
+                _check_seconds(f.name, getattr(self, f.name))
+        if self.heartbeat_interval * 2 > self.visibility_timeout:
+            raise ConfigError("heartbeat_interval must be at most half of visibility_timeout")
+        if self.max_deliveries < 1 or self.default_max_attempts < 1:
+            raise ConfigError("max_deliveries and default_max_attempts must be >= 1")

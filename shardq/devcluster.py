@@ -1,0 +1,681 @@
+"""Local Redis servers for development, tests, the demo and benchmarks.
+
+Two shapes are supported:
+
+* a 6-node Redis Cluster (3 primaries, 3 replicas) on ``base_port .. base_port+5``,
+  kept in ``root / f"cluster-{base_port}" / f"node-{port}"``;
+* a single non-cluster node on ``port``, kept in ``root / f"standalone-{port}"``.
+
+``root`` defaults to ``$SHARDQ_DEV_DIR`` or ``/tmp/shardq-dev``.
+
+Every server is started from the ``redis-server`` on ``PATH``, daemonized, with a pidfile,
+a logfile and its config in its directory. The pidfiles are the only record of what this
+module owns: it signals a process only if an own pidfile names it *and* it still is a
+``redis-server`` for that node (so a reused pid or somebody else's Redis on the machine is
+never touched).
+
+``cluster_up``/``standalone_up`` are idempotent: a healthy deployment is returned as is;
+anything stale (dead pidfiles, a half-created cluster, leftover ``nodes.conf``) is
+stopped, wiped and recreated. Data is disposable by design: ``save ""`` and, unless asked,
+no AOF.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+from shardq.errors import ShardqError
+
+__all__ = [
+    "CLUSTER_SIZE",
+    "DevClusterError",
+    "NodeStatus",
+    "PortInUseError",
+    "RedisServerMissingError",
+    "cluster_down",
+    "cluster_status",
+    "cluster_up",
+    "default_root",
+    "standalone_down",
+    "standalone_status",
+    "standalone_up",
+]
+
+CLUSTER_SIZE = 6
+"""Nodes per dev cluster: 3 primaries, each with one replica."""
+
+_PRIMARIES = 3
+_SLOTS = 16384
+_INSTALL_HINT = "apt-get update && apt-get install -y redis-server"
+_STOP_GRACE = 10.0
+"""Seconds a node gets to exit after SIGTERM before it is sent SIGKILL."""
+_RESYNC_GRACE = 10.0
+"""How long `up` waits for replica links of an otherwise healthy cluster before rebuilding."""
+
+Progress = Callable[[str], None]
+"""Receives human-readable progress lines (the CLI prints them to stderr)."""
+
+
+class DevClusterError(ShardqError):
+    """A local dev Redis deployment could not be started, checked or stopped."""
+
+
+class RedisServerMissingError(DevClusterError):
+    """``redis-server`` or ``redis-cli`` is not on PATH."""
+
+
+class PortInUseError(DevClusterError):
+    """A port we need is held by a process this module did not start."""
+
+
+@dataclass(frozen=True)
+class NodeStatus:
+    """What one dev node looks like right now.
+
+    ``role`` is ``"primary"``, ``"replica"`` or ``"?"`` (not reachable).
+    ``cluster_state`` is the node's ``cluster_state`` (``"ok"``/``"fail"``), ``"disabled"``
+    for a standalone node, or ``"?"`` when the node is not reachable.
+    ``slots`` is set for cluster primaries (how many slots they serve); ``master_link`` is
+    set for replicas (their ``master_link_status``, e.g. ``"up"``).
+    """
+
+    port: int
+    pid: int | None
+    alive: bool
+    role: str
+    cluster_state: str
+    slots: int | None = None
+    master_link: str | None = None
+
+    def describe(self) -> str:
+        """One human-readable line, as printed by ``shardq dev ... status``."""
+        pid = str(self.pid) if self.pid is not None else "-"
+        if not self.alive:
+            return f"{self.port:<6} pid={pid:<8} DOWN"
+        line = f"{self.port:<6} pid={pid:<8} {self.role:<8} cluster_state={self.cluster_state}"
+        if self.slots is not None:
+            line += f" slots={self.slots}"
+        if self.master_link is not None:
+            line += f" master_link={self.master_link}"
+        return line
+
+
+# --------------------------------------------------------------------------- layout
+
+
+def default_root() -> Path:
+    """``$SHARDQ_DEV_DIR`` if set, else ``/tmp/shardq-dev`` (read at call time)."""
+    return Path(os.environ.get("SHARDQ_DEV_DIR") or "/tmp/shardq-dev")
+
+
+def _root(root: Path | None) -> Path:
+    # Absolute, because redis-server resolves pidfile/logfile/dir against its own cwd.
+    return (root if root is not None else default_root()).absolute()
+
+
+@dataclass(frozen=True)
+class _Node:
+    """One server we manage: its port and the directory holding its files."""
+
+    port: int
+    dir: Path
+
+    @property
+    def pidfile(self) -> Path:
+        return self.dir / "redis.pid"
+
+    @property
+    def logfile(self) -> Path:
+        return self.dir / "redis.log"
+
+    @property
+    def conffile(self) -> Path:
+        return self.dir / "redis.conf"
+
+
+def _cluster_layout(base_port: int, root: Path | None) -> tuple[Path, list[_Node]]:
+    directory = _root(root) / f"cluster-{base_port}"
+    ports = range(base_port, base_port + CLUSTER_SIZE)
+    return directory, [_Node(port, directory / f"node-{port}") for port in ports]
+
+
+def _standalone_node(port: int, root: Path | None) -> _Node:
+    return _Node(port, _root(root) / f"standalone-{port}")
+
+
+def _url(host: str, port: int) -> str:
+    return f"redis://{host}:{port}"
+
+
+def _say(progress: Progress | None, message: str) -> None:
+    if progress is not None:
+        progress(message)
+
+
+# --------------------------------------------------------------------------- binaries
+
+
+def _require_binaries() -> tuple[str, str]:
+    """Paths of ``redis-server`` and ``redis-cli`` on PATH, or RedisServerMissingError."""
+    server = shutil.which("redis-server")
+    cli = shutil.which("redis-cli")
+    if server is None or cli is None:
+        missing = " and ".join(
+            name for name, path in (("redis-server", server), ("redis-cli", cli)) if not path
+        )
+        raise RedisServerMissingError(
+            f"{missing} not found on PATH; install Redis with: {_INSTALL_HINT}"
+        )
+    return server, cli
+
+
+# --------------------------------------------------------------------------- processes
+
+
+def _cmdline(pid: int) -> str | None:
+    """Command line of a live process, or None if it is gone (or a zombie).
+
+    A zombie's /proc cmdline is empty, so a killed node counts as gone even when nobody
+    reaps it (containers whose init does not reap are common).
+    """
+    proc = Path("/proc")
+    if proc.is_dir():
+        try:
+            raw = (proc / str(pid) / "cmdline").read_bytes()
+        except OSError:
+            return None
+        return raw.replace(b"\0", b" ").decode(errors="replace").strip() or None
+    # No /proc (macOS, BSD): ask ps instead.
+    try:
+        out = subprocess.run(
+            ["ps", "-p", str(pid), "-o", "command="],
+            capture_output=True,
+            text=True,
+            timeout=5,
+            check=False,
+        ).stdout.strip()
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out if out and "<defunct>" not in out else None
+
+
+def _is_redis_server(pid: int) -> bool:
+    cmdline = _cmdline(pid)
+    return cmdline is not None and "redis-server" in cmdline
+
+
+def _owned_pid(node: _Node) -> int | None:
+    """The pid in ``node``'s pidfile if that process is still this node's redis-server.
+
+    Redis retitles itself ``redis-server <host>:<port> [cluster]``; where it cannot, the
+    command line still holds our config path. Requiring either guards against the pidfile's
+    pid having been reused, even by another redis-server.
+    """
+    try:
+        pid = int(node.pidfile.read_text().strip())
+    except (OSError, ValueError):
+        return None
+    cmdline = _cmdline(pid) if pid > 0 else None
+    if cmdline is None or "redis-server" not in cmdline:
+        return None
+    if f":{node.port}" in cmdline or str(node.conffile) in cmdline:
+        return pid
+    return None
+
+
+def _stop_pids(pids: list[int], grace: float = _STOP_GRACE) -> list[int]:
+    """SIGTERM ``pids`` (already verified as ours), SIGKILL any still alive after ``grace``.
+
+    Waits until all of them are gone and returns the pids that were signalled.
+    """
+    signalled: list[int] = []
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
+            signalled.append(pid)
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline and any(_is_redis_server(p) for p in signalled):
+        time.sleep(0.05)
+    survivors = [pid for pid in signalled if _is_redis_server(pid)]
+    for pid in survivors:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 5.0
+    while any(_is_redis_server(p) for p in survivors):
+        if time.monotonic() > deadline:
+            raise DevClusterError(f"redis-server pids {survivors} survived SIGKILL")
+        time.sleep(0.05)
+    return signalled
+
+
+def _stop_nodes(nodes: list[_Node]) -> list[int]:
+    """Stop every node whose pidfile names a live redis-server of ours."""
+    return _stop_pids([pid for pid in map(_owned_pid, nodes) if pid is not None])
+
+
+def _stop_and_wipe(directory: Path, nodes: list[_Node]) -> list[int]:
+    stopped = _stop_nodes(nodes)
+    shutil.rmtree(directory, ignore_errors=True)
+    return sorted(stopped)
+
+
+# --------------------------------------------------------------------------- probing nodes
+
+
+@contextlib.contextmanager
+def _client(host: str, port: int) -> Iterator[redis.Redis]:
+    """A plain (non-cluster) client for one node.
+
+    Short timeouts and no retries: these are probes polled in loops, and redis-py's default
+    retries would turn one silent non-Redis listener into half a minute of waiting.
+    """
+    client = redis.Redis(
+        host=host,
+        port=port,
+        socket_timeout=2.0,
+        socket_connect_timeout=1.0,
+        retry=Retry(NoBackoff(), 0),
+        decode_responses=True,
+    )
+    try:
+        yield client
+    finally:
+        client.close()
+
+
+def _info(host: str, port: int, section: str) -> dict[str, Any] | None:
+    """``INFO <section>`` of a node, or None if it does not answer like Redis."""
+    try:
+        with _client(host, port) as client:
+            info: dict[str, Any] = client.info(section)
+            return info
+    except (redis.RedisError, OSError):
+        return None
+
+
+def _cluster_info(host: str, port: int) -> dict[str, str] | None:
+    """``CLUSTER INFO`` of a node as strings, or None if unavailable."""
+    try:
+        with _client(host, port) as client:
+            raw: Any = client.cluster("INFO")
+    except (redis.RedisError, OSError):
+        return None
+    if isinstance(raw, dict):  # redis-py parses it; be tolerant of raw text too
+        return {str(k): str(v) for k, v in raw.items()}
+    out: dict[str, str] = {}
+    for line in str(raw).splitlines():
+        key, sep, value = line.partition(":")
+        if sep:
+            out[key.strip()] = value.strip()
+    return out
+
+
+def _served_slots(host: str, port: int) -> int | None:
+    """How many slots the node serves, from its own ``CLUSTER NODES`` line."""
+    try:
+        with _client(host, port) as client:
+            raw: Any = client.cluster("NODES")
+    except (redis.RedisError, OSError):
+        return None
+    if isinstance(raw, dict):  # redis-py parses it into {addr: {"flags": ..., "slots": ...}}
+        for node in raw.values():
+            if "myself" in str(node.get("flags", "")):
+                return sum(_slot_range_size(r) for r in node.get("slots", []))
+        return None
+    for line in str(raw).splitlines():
+        fields = line.split()
+        if len(fields) >= 8 and "myself" in fields[2]:
+            return sum(_slot_range_size(r) for r in fields[8:])
+    return None
+
+
+def _slot_range_size(spec: Any) -> int:
+    """Size of one slot range: ``"0-5460"``, ``"42"`` or ``["0", "5460"]``."""
+    if isinstance(spec, list | tuple):
+        return int(spec[-1]) - int(spec[0]) + 1 if spec else 0
+    text = str(spec)
+    if text.startswith("["):  # "[slot->-node]": a migration marker, not a served slot
+        return 0
+    start, _, end = text.partition("-")
+    return int(end or start) - int(start) + 1
+
+
+def _serving_pid(host: str, node: _Node) -> int | None:
+    """Our pid for ``node`` if it is the process answering on the node's port."""
+    pid = _owned_pid(node)
+    if pid is None:
+        return None
+    info = _info(host, node.port, "server")
+    return pid if info is not None and info.get("process_id") == pid else None
+
+
+def _ensure_port_free(host: str, port: int, option_hint: str) -> None:
+    """Raise PortInUseError if anything listens on ``port``.
+
+    Called only after our own processes were stopped, so any listener left is not ours and
+    must not be touched.
+    """
+    try:
+        with socket.create_connection((host, port), timeout=0.5):
+            pass
+    except OSError:
+        return  # nobody listening
+    info = _info(host, port, "server")
+    who = "another process"
+    if info is not None:
+        config = info.get("config_file")
+        who = f"another redis-server (pid {info.get('process_id')}"
+        who += f", config {config})" if config else ")"
+    raise PortInUseError(
+        f"port {port} on {host} is in use by {who} that shardq dev did not start; "
+        f"stop it or choose other ports with {option_hint}"
+    )
+
+
+def _log_tail(node: _Node, lines: int = 15) -> str:
+    try:
+        text = node.logfile.read_text(errors="replace")
+    except OSError:
+        return "(no log)"
+    return "\n".join(text.splitlines()[-lines:])
+
+
+def _read_bind(node: _Node, fallback: str = "127.0.0.1") -> str:
+    """The host a node was started with (from its redis.conf), so status needs no host."""
+    with contextlib.suppress(OSError):
+        for line in node.conffile.read_text().splitlines():
+            parts = line.split()
+            if len(parts) >= 2 and parts[0] == "bind":
+                return parts[1]
+    return fallback
+
+
+# --------------------------------------------------------------------------- starting nodes
+
+
+def _quote(value: str) -> str:
+    """Quote a value for redis.conf so paths with spaces or quotes survive."""
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _write_conf(node: _Node, host: str, *, cluster: bool, appendonly: bool) -> None:
+    lines = [
+        f"port {node.port}",
+        f"bind {host}",
+        "protected-mode no",
+        "daemonize yes",
+        f"pidfile {_quote(str(node.pidfile))}",
+        f"logfile {_quote(str(node.logfile))}",
+        f"dir {_quote(str(node.dir))}",
+        'save ""',
+        f"appendonly {'yes' if appendonly else 'no'}",
+        # Redis 7 waits 5 s before a diskless full sync, to batch replicas; each primary
+        # here has exactly one replica, so the wait would only slow down `up`.
+        "repl-diskless-sync-delay 0",
+        # Lets chaos tests use DEBUG SLEEP and friends, from localhost only.
+        "enable-debug-command local",
+    ]
+    if cluster:
+        lines += [
+            "cluster-enabled yes",
+            "cluster-config-file nodes.conf",
+            "cluster-node-timeout 2000",
+        ]
+    node.conffile.write_text("\n".join(lines) + "\n")
+
+
+def _start_node(server: str, node: _Node, host: str, *, cluster: bool, appendonly: bool) -> None:
+    """Launch one daemonized redis-server; returns once the daemon has forked."""
+    node.dir.mkdir(parents=True, exist_ok=True)
+    _write_conf(node, host, cluster=cluster, appendonly=appendonly)
+    # With `daemonize yes` the child reopens stdio on /dev/null, so capturing output cannot
+    # block on the daemon; it only catches errors printed before the fork (bad config).
+    result = subprocess.run(
+        [server, str(node.conffile)], capture_output=True, text=True, timeout=30, check=False
+    )
+    if result.returncode != 0:
+        output = (result.stdout + result.stderr).strip()
+        raise DevClusterError(
+            f"redis-server on port {node.port} failed to start (exit {result.returncode}): "
+            f"{output or _log_tail(node)}"
+        )
+
+
+def _wait_started(host: str, node: _Node, deadline: float) -> None:
+    """Wait until the node wrote its pidfile and answers on its port as that pid."""
+    while _serving_pid(host, node) is None:
+        if time.monotonic() > deadline:
+            raise DevClusterError(
+                f"redis-server on port {node.port} did not come up in time; "
+                f"log {node.logfile}:\n{_log_tail(node)}"
+            )
+        time.sleep(0.05)
+
+
+# --------------------------------------------------------------------------- cluster checks
+
+
+def _cluster_problem(host: str, nodes: list[_Node], *, check_links: bool = True) -> str | None:
+    """Why the cluster is not (yet) fully usable, or None if it is.
+
+    Usable: every node is our process, reports ``cluster_state:ok``, knows exactly 6 nodes
+    and sees all 16384 slots assigned; there are 3 primaries; and (``check_links``) every
+    replica's link to its primary is up with no sync in progress.
+    """
+    primaries = 0
+    for node in nodes:
+        port = node.port
+        if _serving_pid(host, node) is None:
+            return f"node {port} is not running (or not ours)"
+        info = _cluster_info(host, port)
+        if info is None:
+            return f"node {port} does not answer CLUSTER INFO"
+        if info.get("cluster_state") != "ok":
+            return f"node {port} has cluster_state={info.get('cluster_state')}"
+        if info.get("cluster_known_nodes") != str(CLUSTER_SIZE):
+            return f"node {port} knows {info.get('cluster_known_nodes')} nodes"
+        if info.get("cluster_slots_assigned") != str(_SLOTS):
+            return f"node {port} sees {info.get('cluster_slots_assigned')} slots assigned"
+        repl = _info(host, port, "replication")
+        if repl is None:
+            return f"node {port} does not answer INFO replication"
+        if repl.get("role") == "master":
+            primaries += 1
+        elif check_links and repl.get("master_link_status") != "up":
+            return f"replica {port} has master_link_status={repl.get('master_link_status')}"
+        elif check_links and repl.get("master_sync_in_progress") not in (0, None):
+            return f"replica {port} is still syncing"
+    if primaries != _PRIMARIES:
+        return f"{primaries} primaries instead of {_PRIMARIES}"
+    return None
+
+
+def _wait_cluster_ready(host: str, nodes: list[_Node], deadline: float) -> None:
+    while (problem := _cluster_problem(host, nodes)) is not None:
+        if time.monotonic() > deadline:
+            raise DevClusterError(
+                f"cluster on ports {nodes[0].port}-{nodes[-1].port} not ready in time: "
+                f"{problem}; logs in {nodes[0].dir.parent}"
+            )
+        time.sleep(0.1)
+
+
+def _create_cluster(cli: str, host: str, nodes: list[_Node], deadline: float) -> None:
+    remaining = max(deadline - time.monotonic(), 1.0)
+    addresses = [f"{host}:{node.port}" for node in nodes]
+    command = [cli, "--cluster", "create", *addresses, "--cluster-replicas", "1", "--cluster-yes"]
+    try:
+        result = subprocess.run(
+            command, capture_output=True, text=True, timeout=remaining, check=False
+        )
+    except subprocess.TimeoutExpired as exc:
+        raise DevClusterError(
+            f"redis-cli --cluster create timed out after {remaining:.0f}s"
+        ) from exc
+    if result.returncode != 0:
+        output = (result.stdout + result.stderr).strip()
+        raise DevClusterError(f"redis-cli --cluster create failed:\n{output}")
+
+
+def _node_status(host: str, node: _Node, *, cluster: bool) -> NodeStatus:
+    pid = _owned_pid(node)
+    if pid is None or _serving_pid(host, node) is None:
+        # Either nothing runs, or our process runs but does not answer (yet).
+        recorded = pid
+        if recorded is None:
+            with contextlib.suppress(OSError, ValueError):
+                recorded = int(node.pidfile.read_text().strip())
+        return NodeStatus(node.port, recorded, pid is not None, role="?", cluster_state="?")
+    repl = _info(host, node.port, "replication") or {}
+    role = {"master": "primary", "slave": "replica"}.get(str(repl.get("role")), "?")
+    state = "disabled"
+    if cluster:
+        state = (_cluster_info(host, node.port) or {}).get("cluster_state", "?")
+    slots = _served_slots(host, node.port) if cluster and role == "primary" else None
+    link = str(repl.get("master_link_status", "?")) if role == "replica" else None
+    return NodeStatus(node.port, pid, True, role, state, slots=slots, master_link=link)
+
+
+# --------------------------------------------------------------------------- cluster API
+
+
+def cluster_up(
+    base_port: int = 7000,
+    *,
+    host: str = "127.0.0.1",
+    root: Path | None = None,
+    timeout: float = 60.0,
+    appendonly: bool = False,
+    progress: Progress | None = None,
+) -> str:
+    """Make sure a healthy 6-node cluster runs on ``base_port .. base_port+5``; return its URL.
+
+    A healthy cluster started earlier by this module is returned untouched (same pids; if
+    only a replica link is down it gets a few seconds to resync). Anything else in our
+    directory is stopped (only pids from our pidfiles), wiped and rebuilt with
+    ``redis-cli --cluster create``. ``progress`` receives human-readable steps.
+
+    Raises RedisServerMissingError, PortInUseError (a port is held by a process we did not
+    start) or DevClusterError (start-up failed or timed out; nothing is left running).
+    """
+    server, cli = _require_binaries()
+    directory, nodes = _cluster_layout(base_port, root)
+    url = _url(host, base_port)
+    span = f"{nodes[0].port}-{nodes[-1].port}"
+
+    if _cluster_problem(host, nodes, check_links=False) is None:
+        try:
+            _wait_cluster_ready(host, nodes, time.monotonic() + min(timeout, _RESYNC_GRACE))
+        except DevClusterError as exc:
+            _say(progress, f"existing cluster is unhealthy ({exc}); rebuilding")
+        else:
+            _say(progress, f"cluster on ports {span} already running")
+            return url
+
+    deadline = time.monotonic() + timeout
+    if directory.exists():
+        _say(progress, f"cleaning up stale cluster state in {directory}")
+        _stop_and_wipe(directory, nodes)
+    for node in nodes:
+        _ensure_port_free(host, node.port, "--base-port")
+
+    _say(progress, f"starting {CLUSTER_SIZE} redis-server nodes on ports {span} in {directory}")
+    try:
+        for node in nodes:
+            _start_node(server, node, host, cluster=True, appendonly=appendonly)
+        for node in nodes:
+            _wait_started(host, node, deadline)
+        _say(progress, "creating the cluster (3 primaries, 3 replicas)")
+        _create_cluster(cli, host, nodes, deadline)
+        _say(progress, "waiting for cluster_state:ok and replicas in sync")
+        _wait_cluster_ready(host, nodes, deadline)
+    except BaseException:
+        # A failed `up` must not leave servers running. The directory stays for the logs
+        # the error points to; the next `up` wipes it.
+        _stop_nodes(nodes)
+        raise
+    _say(progress, f"cluster ready at {url}")
+    return url
+
+
+def cluster_down(base_port: int = 7000, *, root: Path | None = None) -> list[int]:
+    """Stop the nodes recorded in our pidfiles for ``base_port`` and remove their directory.
+
+    Only processes that still are this node's ``redis-server`` are signalled (SIGTERM, then
+    SIGKILL after a grace period). Returns the sorted pids stopped; empty if none ran.
+    """
+    directory, nodes = _cluster_layout(base_port, root)
+    return _stop_and_wipe(directory, nodes)
+
+
+def cluster_status(base_port: int = 7000, *, root: Path | None = None) -> list[NodeStatus]:
+    """Status of each of the 6 nodes of the cluster on ``base_port`` (DOWN if not running)."""
+    _, nodes = _cluster_layout(base_port, root)
+    return [_node_status(_read_bind(node), node, cluster=True) for node in nodes]
+
+
+# --------------------------------------------------------------------------- standalone API
+
+
+def standalone_up(
+    port: int = 6390,
+    *,
+    host: str = "127.0.0.1",
+    root: Path | None = None,
+    timeout: float = 30.0,
+    appendonly: bool = False,
+    progress: Progress | None = None,
+) -> str:
+    """Make sure one non-cluster redis-server runs on ``port``; return its URL.
+
+    Same idempotency, ownership and error rules as :func:`cluster_up`.
+    """
+    server, _ = _require_binaries()
+    node = _standalone_node(port, root)
+    url = _url(host, port)
+
+    if _serving_pid(host, node) is not None:
+        _say(progress, f"standalone redis-server on port {port} already running")
+        return url
+
+    deadline = time.monotonic() + timeout
+    if node.dir.exists():
+        _say(progress, f"cleaning up stale state in {node.dir}")
+        _stop_and_wipe(node.dir, [node])
+    _ensure_port_free(host, port, "--port")
+
+    _say(progress, f"starting redis-server on port {port} in {node.dir}")
+    try:
+        _start_node(server, node, host, cluster=False, appendonly=appendonly)
+        _wait_started(host, node, deadline)
+    except BaseException:
+        _stop_nodes([node])  # keep the directory: its log explains the failure
+        raise
+    _say(progress, f"standalone ready at {url}")
+    return url
+
+
+def standalone_down(port: int = 6390, *, root: Path | None = None) -> list[int]:
+    """Stop our standalone node on ``port`` (if running), remove its directory; return pids."""
+    node = _standalone_node(port, root)
+    return _stop_and_wipe(node.dir, [node])
+
+
+def standalone_status(port: int = 6390, *, root: Path | None = None) -> NodeStatus:
+    """Status of our standalone node on ``port``."""
+    node = _standalone_node(port, root)
+    return _node_status(_read_bind(node), node, cluster=False)

@@ -1,0 +1,262 @@
+"""Jobs as users see them: validation, the JSON body stored in Redis, and backoff policies.
+
+The body is written once at enqueue and never parsed by Lua; short keys and omitted defaults
+keep a job with a 20-byte payload well under 250 bytes of Redis memory in all.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import re
+import secrets
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any, Literal
+
+import orjson
+
+from shardq.config import ProducerSettings
+from shardq.errors import (
+    InvalidJobError,
+    InvalidScheduleError,
+    PayloadNotSerializableError,
+    PayloadTooLargeError,
+    UnknownQueueError,
+)
+from shardq.keys import QUEUE_NAME_RE
+
+JOB_TYPE_RE = re.compile(r"^[A-Za-z0-9_.:/\-]{1,128}$")
+JOB_ID_RE = re.compile(r"^[\x21-\x7e]{1,128}$")
+MAX_IDEMPOTENCY_KEY = 256
+MAX_ATTEMPTS_LIMIT = 1000
+
+BackoffKind = Literal["fixed", "exponential", "jitter"]
+
+
+@dataclass(frozen=True, slots=True)
+class Backoff:
+    """Delay before retry ``attempt`` (1-based count of failures so far).
+
+    ``fixed``: always ``base``.  ``exponential``: ``base * 2**(attempt-1)``, capped at ``cap``.
+    ``jitter``: a uniform random delay in [0, exponential], which spreads retries of a burst.
+    """
+
+    kind: BackoffKind = "jitter"
+    base: float = 1.0
+    cap: float = 3600.0
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("fixed", "exponential", "jitter"):
+            raise InvalidJobError(f"backoff kind {self.kind!r}: use fixed, exponential or jitter")
+        for name in ("base", "cap"):
+            value = getattr(self, name)
+            if not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
+                raise InvalidJobError(f"backoff {name} must be a finite number >= 0 seconds")
+
+    def delay(self, attempt: int, rng: random.Random | None = None) -> float:
+        """Seconds to wait after failed attempt number ``attempt``."""
+        if self.kind == "fixed":
+            return min(self.base, self.cap)
+        exp = min(self.cap, self.base * (2 ** min(max(attempt - 1, 0), 62)))
+        if self.kind == "exponential":
+            return exp
+        return (rng or random).uniform(0.0, exp)
+
+    def encode(self) -> list[Any]:
+        return [self.kind[0], round(self.base * 1000), round(self.cap * 1000)]
+
+    @classmethod
+    def decode(cls, raw: list[Any]) -> Backoff:
+        kinds: dict[str, BackoffKind] = {"f": "fixed", "e": "exponential", "j": "jitter"}
+        return cls(kinds[raw[0]], raw[1] / 1000, raw[2] / 1000)
+
+
+DEFAULT_BACKOFF = Backoff()
+
+
+def new_job_id() -> str:
+    """A random job id (96 bits, URL-safe)."""
+    return secrets.token_urlsafe(12)
+
+
+def check_queue_name(queue: str) -> None:
+    if not isinstance(queue, str) or not QUEUE_NAME_RE.match(queue):
+        raise UnknownQueueError(
+            f"queue name {queue!r} is invalid: use 1-64 characters of letters, digits, '_', '.' "
+            "or '-'"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Schedule:
+    """When a job is due, as the scripts take it: absolute ms ('at') or a delay in ms ('in')."""
+
+    mode: Literal["at", "in"]
+    ms: int
+
+
+def make_schedule(
+    run_at: datetime | float | None, delay: timedelta | float | None, settings: ProducerSettings
+) -> Schedule:
+    """Validate ``run_at``/``delay``.  A delay is applied on the Redis clock, not this one."""
+    if run_at is not None and delay is not None:
+        raise InvalidScheduleError("pass run_at or delay, not both")
+    if run_at is None:
+        seconds = delay.total_seconds() if isinstance(delay, timedelta) else delay
+        if seconds is None:
+            return Schedule("in", 0)
+        if isinstance(seconds, bool) or not isinstance(seconds, int | float):
+            raise InvalidScheduleError(f"delay must be seconds or a timedelta, got {delay!r}")
+        if not math.isfinite(seconds):
+            raise InvalidScheduleError(f"delay must be a finite number of seconds, got {seconds}")
+        if seconds < -settings.past_tolerance:
+            raise InvalidScheduleError(
+                f"delay {seconds} s is further in the past than past_tolerance "
+                f"({settings.past_tolerance} s): use delay=0 to run now"
+            )
+        if seconds > settings.max_horizon:
+            raise InvalidScheduleError(
+                f"delay {seconds} s is beyond max_horizon ({settings.max_horizon} s): schedule "
+                "closer to now or raise max_horizon"
+            )
+        return Schedule("in", max(0, round(seconds * 1000)))
+    if isinstance(run_at, datetime):
+        if run_at.tzinfo is None:
+            raise InvalidScheduleError(
+                "run_at is a naive datetime: pass a timezone-aware one, e.g. "
+                "datetime.now(timezone.utc) + timedelta(minutes=5)"
+            )
+        epoch = run_at.timestamp()
+    elif isinstance(run_at, int | float) and not isinstance(run_at, bool):
+        epoch = float(run_at)
+    else:
+        raise InvalidScheduleError(f"run_at must be a datetime or epoch seconds, got {run_at!r}")
+    if not math.isfinite(epoch):
+        raise InvalidScheduleError(f"run_at must be a finite time, got {epoch}")
+    if epoch <= 0:
+        raise InvalidScheduleError(f"run_at {epoch} is not a time after 1970: pass epoch seconds")
+    return Schedule("at", round(epoch * 1000))
+
+
+def encode_body(
+    job_type: str,
+    payload: Any,
+    *,
+    max_attempts: int | None,
+    backoff: Backoff | None,
+    idempotency_key: str | None,
+    headers: dict[str, str] | None,
+    created_ms: int,
+    settings: ProducerSettings,
+) -> bytes:
+    """Validate a job and build its stored JSON body.  Raises before anything is written."""
+    if not isinstance(job_type, str) or not JOB_TYPE_RE.match(job_type):
+        raise InvalidJobError(
+            f"job type {job_type!r} is invalid: use 1-128 characters of letters, digits and '_.:/-'"
+        )
+    body: dict[str, Any] = {"t": job_type, "p": payload, "c": created_ms}
+    if max_attempts is not None:
+        if (
+            isinstance(max_attempts, bool)
+            or not isinstance(max_attempts, int)
+            or not 1 <= max_attempts <= MAX_ATTEMPTS_LIMIT
+        ):
+            raise InvalidJobError(
+                f"max_attempts must be an integer 1..{MAX_ATTEMPTS_LIMIT}, got {max_attempts!r}"
+            )
+        body["m"] = max_attempts
+    if backoff is not None:
+        if not isinstance(backoff, Backoff):
+            raise InvalidJobError("backoff must be a shardq.Backoff")
+        body["b"] = backoff.encode()
+    if idempotency_key is not None:
+        body["k"] = idempotency_key
+    if headers:
+        if not all(isinstance(k, str) and isinstance(v, str) for k, v in headers.items()):
+            raise InvalidJobError("headers must map str to str (e.g. W3C traceparent)")
+        body["h"] = headers
+    try:
+        data = orjson.dumps(body)
+    except (TypeError, orjson.JSONEncodeError) as exc:
+        raise PayloadNotSerializableError(
+            f"payload of {job_type!r} cannot be encoded as JSON ({exc}): pass dicts, lists, str, "
+            "int, float, bool or None (convert datetimes, sets and objects first)"
+        ) from None
+    if len(data) > settings.max_payload_bytes:
+        raise PayloadTooLargeError(
+            f"job {job_type!r} encodes to {len(data)} bytes, over max_payload_bytes "
+            f"({settings.max_payload_bytes}): store large data elsewhere and pass a reference, "
+            "or raise the limit"
+        )
+    return data
+
+
+def check_job_id(job_id: str) -> None:
+    if not isinstance(job_id, str) or not JOB_ID_RE.match(job_id):
+        raise InvalidJobError(
+            f"job_id {job_id!r} is invalid: use 1-128 printable ASCII characters, no spaces"
+        )
+
+
+def check_idempotency_key(key: str) -> None:
+    if not isinstance(key, str) or not 1 <= len(key) <= MAX_IDEMPOTENCY_KEY:
+        raise InvalidJobError(
+            f"idempotency_key must be a str of 1..{MAX_IDEMPOTENCY_KEY} characters, got {key!r}"
+        )
+
+
+@dataclass(slots=True)
+class Job:
+    """A job as a handler receives it."""
+
+    id: str
+    queue: str
+    partition: int
+    type: str
+    payload: Any
+    attempt: int
+    """1 on the first run; higher when retried or taken over from a dead worker."""
+    max_attempts: int
+    due_ms: int | None
+    idempotency_key: str | None = None
+    headers: dict[str, str] = field(default_factory=dict)
+    created_ms: int | None = None
+    deliveries: int = 1
+    """Deliveries of this ready entry; above 1 means a worker died or overran its timeout."""
+    backoff: Backoff | None = None
+    fetched_redis_ms: int = 0
+    fetched_monotonic: float = 0.0
+
+    def redis_now_ms(self, monotonic_now: float) -> float:
+        """The Redis clock now, extrapolated from when this job was fetched."""
+        return self.fetched_redis_ms + (monotonic_now - self.fetched_monotonic) * 1000.0
+
+
+JobState = Literal["scheduled", "ready", "active", "dead"]
+
+
+@dataclass(frozen=True, slots=True)
+class JobInfo:
+    """A snapshot of one job, from :meth:`Client.get`."""
+
+    id: str
+    queue: str
+    partition: int
+    state: JobState
+    type: str
+    payload: Any
+    attempt: int
+    max_attempts: int | None
+    due_ms: int | None
+    last_error: str | None
+    idempotency_key: str | None
+    created_ms: int | None
+
+
+def decode_body(raw: bytes | str) -> dict[str, Any]:
+    """Parse a stored body; raises ValueError when it is not one."""
+    body = orjson.loads(raw)
+    if not isinstance(body, dict) or not isinstance(body.get("t"), str):
+        raise ValueError("job body is not an object with a type")
+    return body

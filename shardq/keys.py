@@ -1,0 +1,152 @@
+"""Every Redis key name shardq uses, and the hash-tag rule that places partitions on slots.
+
+Nothing else in the package builds a key string: scripts receive all their keys from here in
+KEYS, so a script never reaches a key that a reshard could move away from it.
+
+Each partition's keys share one hash tag.  A plain ``{sq:q:0..P-1}`` would let CRC16 scatter P
+tags unevenly over the 16,384 slots, giving one primary of a fresh cluster noticeably more
+partitions than another.  Instead partition ``p`` of ``P`` gets the tag ``sq:<queue>:<p>.<s>``
+with the smallest suffix ``s`` whose slot falls inside the p-th of P equal slot ranges.  The rule
+is deterministic, so every process derives the same tags without a lookup, and "which node holds
+partition p" is simply "which node holds slot range p".
+"""
+
+from __future__ import annotations
+
+import binascii
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+
+SLOTS = 16384
+MAX_PARTITIONS = 1024
+# Bump when the key layout changes; stored with the queue so old data is never misread.
+LAYOUT_VERSION = 1
+
+QUEUE_NAME_RE = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
+
+# Cross-queue keys (each on its own slot; touched only outside scripts).
+QUEUES_KEY = "sq:queues"
+
+# The consumer group every worker reads a ready stream through.
+WORKER_GROUP = "workers"
+
+
+def slot_of(key: str | bytes) -> int:
+    """Redis Cluster slot of a key (CRC16/XMODEM of the hash tag, as the server computes it)."""
+    data = key.encode() if isinstance(key, str) else key
+    start = data.find(b"{")
+    if start != -1:
+        end = data.find(b"}", start + 1)
+        if end > start + 1:
+            data = data[start + 1 : end]
+    return binascii.crc_hqx(data, 0) % SLOTS
+
+
+def slot_range(partition: int, partitions: int) -> tuple[int, int]:
+    """The half-open slot range [lo, hi) that partition ``partition`` of ``partitions`` lives in."""
+    return partition * SLOTS // partitions, (partition + 1) * SLOTS // partitions
+
+
+@lru_cache(maxsize=65536)
+def partition_tag(queue: str, partition: int, partitions: int) -> str:
+    """The hash tag of one partition: its slot lies in the partition's own slot range."""
+    lo, hi = slot_range(partition, partitions)
+    prefix = f"sq:{queue}:{partition}.".encode()
+    suffix = 0
+    while True:
+        slot = binascii.crc_hqx(prefix + str(suffix).encode(), 0) % SLOTS
+        if lo <= slot < hi:
+            return f"sq:{queue}:{partition}.{suffix}"
+        suffix += 1
+
+
+def queue_meta_key(queue: str) -> str:
+    """Hash holding a queue's partition count, layout version and creation time."""
+    return f"{{sq:{queue}}}:meta"
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionKeys:
+    """The keys of one partition of one queue; all share one hash tag, hence one slot."""
+
+    queue: str
+    partition: int
+    tag: str
+
+    def _key(self, kind: str) -> str:
+        return f"{{{self.tag}}}:{kind}"
+
+    @property
+    def due(self) -> str:
+        """Sorted set: job id scored by due time in ms (Redis clock)."""
+        return self._key("due")
+
+    @property
+    def jobs(self) -> str:
+        """Hash: job id -> envelope (header + JSON body)."""
+        return self._key("jobs")
+
+    @property
+    def ready(self) -> str:
+        """Stream of due jobs, read by workers through the WORKER_GROUP consumer group."""
+        return self._key("ready")
+
+    @property
+    def dead(self) -> str:
+        """Stream of dead-lettered jobs with the reason."""
+        return self._key("dead")
+
+    @property
+    def lease(self) -> str:
+        """String with expiry: '<token>:<owner>' of the dispatcher draining this partition."""
+        return self._key("lease")
+
+    @property
+    def fence(self) -> str:
+        """Counter that only grows: the source of fencing tokens.  Never expires."""
+        return self._key("fence")
+
+    @property
+    def stats(self) -> str:
+        """Hash of per-partition counters kept by the scripts."""
+        return self._key("stats")
+
+    @property
+    def errors(self) -> str:
+        """Hash: job id -> last error text, only for jobs that have failed at least once."""
+        return self._key("errors")
+
+    @property
+    def due_hint(self) -> str:
+        """Sharded pub/sub channel: the due head moved earlier (wakes the dispatcher)."""
+        return self._key("hint:due")
+
+    @property
+    def ready_hint(self) -> str:
+        """Sharded pub/sub channel: jobs landed in the ready stream (wakes workers)."""
+        return self._key("hint:ready")
+
+    def idem(self, idempotency_key: str) -> str:
+        """String: idempotency key -> job id, expiring after the retention window."""
+        return self._key("idem:" + idempotency_key)
+
+    @property
+    def idem_placeholder(self) -> str:
+        """Passed in KEYS when an enqueue has no idempotency key (the script does not touch it)."""
+        return self._key("idem:")
+
+
+def partition_keys(queue: str, partition: int, partitions: int) -> PartitionKeys:
+    """Keys of one partition; see the module docstring for the tag rule."""
+    return PartitionKeys(queue, partition, partition_tag(queue, partition, partitions))
+
+
+def all_partition_keys(queue: str, partitions: int) -> list[PartitionKeys]:
+    """Keys of every partition of a queue, in partition order."""
+    return [partition_keys(queue, p, partitions) for p in range(partitions)]
+
+
+def partition_for(routing_key: str, partitions: int) -> int:
+    """The partition a job id or idempotency key belongs to (stable across processes)."""
+    return binascii.crc32(routing_key.encode()) % partitions

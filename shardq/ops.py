@@ -1,0 +1,243 @@
+"""Producer operations as data: each builds one script call and parses its reply.
+
+The sync :class:`shardq.client.Client` and the asyncio :class:`shardq.aio.AsyncClient` run the
+same calls, so both have the same semantics by construction.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from shardq import jobs as jobmod
+from shardq import keys
+from shardq.config import ProducerSettings
+from shardq.errors import InvalidJobError, ScriptError, error_from_reply
+from shardq.scripts import Call, script
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def check_reply(reply: Any) -> list[Any]:
+    """Raise the typed error for a negative script code; return the reply as a list."""
+    if isinstance(reply, list) and reply and isinstance(reply[0], int) and reply[0] < 0:
+        raise error_from_reply(reply[0], [_text(x) for x in reply[1:]])
+    if isinstance(reply, Exception):
+        raise reply
+    if not isinstance(reply, list):
+        return [reply]
+    return reply
+
+
+@dataclass(frozen=True, slots=True)
+class EnqueueResult:
+    """What enqueue did: the job id, whether it was new, and its due time on the Redis clock."""
+
+    job_id: str
+    created: bool
+    due_ms: int | None
+    partition: int
+
+
+@dataclass(frozen=True, slots=True)
+class JobRequest:
+    """One job to enqueue, as given to :meth:`Client.enqueue_many`."""
+
+    job_type: str
+    payload: Any = None
+    run_at: datetime | float | None = None
+    delay: timedelta | float | None = None
+    job_id: str | None = None
+    idempotency_key: str | None = None
+    max_attempts: int | None = None
+    backoff: jobmod.Backoff | None = None
+    headers: dict[str, str] | None = None
+
+
+def route(partitions: int, job_id: str | None, idempotency_key: str | None) -> tuple[str, int]:
+    """Pick the job id and partition.
+
+    A job's partition is a hash of its id, so cancel/get/reschedule find it from the id alone.
+    With an idempotency key the partition is a hash of the key, so duplicates meet in one
+    script; the generated id is drawn until it hashes to that same partition (P tries on
+    average, a few microseconds).
+    """
+    if idempotency_key is not None:
+        jobmod.check_idempotency_key(idempotency_key)
+        partition = keys.partition_for(idempotency_key, partitions)
+        if job_id is not None:
+            jobmod.check_job_id(job_id)
+            if keys.partition_for(job_id, partitions) != partition:
+                raise InvalidJobError(
+                    "job_id and idempotency_key map to different partitions: pass only one "
+                    "(a custom job_id is itself deduplicated)"
+                )
+            return job_id, partition
+        base = jobmod.new_job_id()
+        n = 0
+        while True:
+            candidate = f"{base}{n:x}" if n else base
+            if keys.partition_for(candidate, partitions) == partition:
+                return candidate, partition
+            n += 1
+    if job_id is None:
+        job_id = jobmod.new_job_id()
+    else:
+        jobmod.check_job_id(job_id)
+    return job_id, keys.partition_for(job_id, partitions)
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedEnqueue:
+    call: Call
+    job_id: str
+    partition: int
+
+    def parse(self, reply: Any) -> EnqueueResult:
+        r = check_reply(reply)
+        created = r[0] in (1, 2)
+        due = int(r[2]) if r[0] == 1 else None
+        return EnqueueResult(_text(r[1]), created, due, self.partition)
+
+
+def prepare_enqueue(
+    queue: str, partitions: int, req: JobRequest, settings: ProducerSettings
+) -> PreparedEnqueue:
+    """Validate one job fully and build its enqueue call; raises before anything is sent."""
+    schedule = jobmod.make_schedule(req.run_at, req.delay, settings)
+    job_id, partition = route(partitions, req.job_id, req.idempotency_key)
+    body = jobmod.encode_body(
+        req.job_type,
+        req.payload,
+        max_attempts=req.max_attempts,
+        backoff=req.backoff,
+        idempotency_key=req.idempotency_key,
+        headers=req.headers,
+        created_ms=int(time.time() * 1000),
+        settings=settings,
+    )
+    pk = keys.partition_keys(queue, partition, partitions)
+    idem_key = pk.idem(req.idempotency_key) if req.idempotency_key else pk.idem_placeholder
+    call: Call = (
+        script("enqueue"),
+        [pk.jobs, pk.due, pk.ready, idem_key, pk.stats],
+        [
+            job_id,
+            body,
+            schedule.mode,
+            schedule.ms,
+            round(settings.past_tolerance * 1000),
+            round(settings.max_horizon * 1000),
+            round(settings.idempotency_retention * 1000),
+            "1" if req.idempotency_key else "0",
+            pk.due_hint,
+            pk.ready_hint,
+        ],
+    )
+    return PreparedEnqueue(call, job_id, partition)
+
+
+def cancel_call(queue: str, partitions: int, job_id: str) -> Call:
+    jobmod.check_job_id(job_id)
+    pk = keys.partition_keys(queue, keys.partition_for(job_id, partitions), partitions)
+    return script("cancel"), [pk.jobs, pk.due, pk.errors, pk.stats], [job_id]
+
+
+def parse_cancel(reply: Any) -> bool:
+    """True when cancelled; False when there was no such job.  Running/dead jobs raise."""
+    if isinstance(reply, list) and reply and reply[0] == -6:
+        return False
+    check_reply(reply)
+    return True
+
+
+def reschedule_call(
+    queue: str,
+    partitions: int,
+    job_id: str,
+    run_at: datetime | float | None,
+    delay: timedelta | float | None,
+    settings: ProducerSettings,
+) -> Call:
+    jobmod.check_job_id(job_id)
+    schedule = jobmod.make_schedule(run_at, delay, settings)
+    pk = keys.partition_keys(queue, keys.partition_for(job_id, partitions), partitions)
+    return (
+        script("reschedule"),
+        [pk.due, pk.jobs],
+        [
+            job_id,
+            schedule.mode,
+            schedule.ms,
+            round(settings.past_tolerance * 1000),
+            round(settings.max_horizon * 1000),
+            pk.due_hint,
+        ],
+    )
+
+
+def parse_reschedule(reply: Any) -> int:
+    """The new due time (ms, Redis clock)."""
+    return int(check_reply(reply)[1])
+
+
+def get_call(queue: str, partitions: int, job_id: str) -> Call:
+    jobmod.check_job_id(job_id)
+    pk = keys.partition_keys(queue, keys.partition_for(job_id, partitions), partitions)
+    return script("get"), [pk.jobs, pk.due, pk.errors], [job_id]
+
+
+def parse_get(queue: str, partitions: int, job_id: str, reply: Any) -> jobmod.JobInfo | None:
+    envelope, due, error = check_reply(reply)
+    if envelope is None:
+        return None
+    raw = envelope if isinstance(envelope, bytes) else str(envelope).encode()
+    bar = raw.index(b"|")
+    state_char, attempt = raw[:1], int(raw[1:bar])
+    try:
+        body = jobmod.decode_body(raw[bar + 1 :])
+    except ValueError as exc:
+        raise ScriptError(f"job {job_id!r} has a malformed body: {exc}") from None
+    if due is not None:
+        state: jobmod.JobState = "scheduled"
+    elif state_char == b"A":
+        state = "active"
+    elif state_char == b"D":
+        state = "dead"
+    else:
+        state = "ready"
+    return jobmod.JobInfo(
+        id=job_id,
+        queue=queue,
+        partition=keys.partition_for(job_id, partitions),
+        state=state,
+        type=body["t"],
+        payload=body.get("p"),
+        attempt=attempt,
+        max_attempts=body.get("m"),
+        due_ms=int(float(due)) if due is not None else None,
+        last_error=_text(error) if error is not None else None,
+        idempotency_key=body.get("k"),
+        created_ms=body.get("c"),
+    )
+
+
+def queue_create_call(queue: str, partitions: int) -> Call:
+    jobmod.check_queue_name(queue)
+    if (
+        isinstance(partitions, bool)
+        or not isinstance(partitions, int)
+        or not (1 <= partitions <= keys.MAX_PARTITIONS)
+    ):
+        raise InvalidJobError(
+            f"partitions must be an integer 1..{keys.MAX_PARTITIONS}, got {partitions!r}"
+        )
+    return (
+        script("queue-create"),
+        [keys.queue_meta_key(queue)],
+        [partitions, keys.LAYOUT_VERSION],
+    )
