@@ -13,6 +13,7 @@ from urllib.parse import parse_qs, unquote, urlparse
 
 from shardq.errors import ConfigError
 
+DEFAULT_URL = "redis://127.0.0.1:7000"
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
 
@@ -30,7 +31,7 @@ def _parse_bool(name: str, value: str) -> bool:
 class RedisSettings:
     """How to reach Redis.  ``cluster=None`` asks the server whether it runs in cluster mode."""
 
-    url: str = "redis://127.0.0.1:7000"
+    url: str = DEFAULT_URL
     username: str | None = None
     password: str | None = field(default=None, repr=False)
     cluster: bool | None = None
@@ -76,7 +77,7 @@ class RedisSettings:
     def from_env(cls, prefix: str = "SHARDQ_REDIS_") -> Self:
         """Read ``SHARDQ_REDIS_URL``, ``_USERNAME``, ``_PASSWORD``, ``_CLUSTER``, ``_SSL_CA_CERTS``."""
         env = os.environ
-        settings = cls.from_url(env.get(prefix + "URL", cls.url))
+        settings = cls.from_url(env.get(prefix + "URL", DEFAULT_URL))
         overrides: dict[str, Any] = {}
         if prefix + "USERNAME" in env:
             overrides["username"] = env[prefix + "USERNAME"]

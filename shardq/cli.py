@@ -1,0 +1,459 @@
+"""The ``shardq`` command line: run dispatchers and workers, manage queues and jobs, benchmark."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import functools
+import importlib
+import json
+import signal
+import sys
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any, TypeVar
+
+import click
+
+from shardq.cli_dev import dev
+from shardq.client import Client
+from shardq.config import DispatcherSettings, RedisSettings, WorkerSettings
+from shardq.errors import ShardqError
+from shardq.logs import setup_logging
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def redis_options(fn: F) -> F:
+    """Connection options shared by every command that talks to Redis (env vars too)."""
+    fn = click.option(
+        "--password",
+        envvar="SHARDQ_REDIS_PASSWORD",
+        default=None,
+        help="Redis password (or ACL password). Env: SHARDQ_REDIS_PASSWORD.",
+    )(fn)
+    fn = click.option(
+        "--username", envvar="SHARDQ_REDIS_USERNAME", default=None, help="Redis ACL user."
+    )(fn)
+    fn = click.option(
+        "--url",
+        envvar="SHARDQ_REDIS_URL",
+        default="redis://127.0.0.1:7000",
+        show_default=True,
+        help="Redis URL, cluster or standalone (detected). Env: SHARDQ_REDIS_URL.",
+    )(fn)
+    return fn
+
+
+def settings_from(url: str, username: str | None, password: str | None) -> RedisSettings:
+    overrides: dict[str, Any] = {}
+    if username:
+        overrides["username"] = username
+    if password:
+        overrides["password"] = password
+    return RedisSettings.from_url(url, **overrides)
+
+
+def friendly_errors(fn: F) -> F:
+    """Show shardq's typed errors as one clear line instead of a traceback."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except ShardqError as exc:
+            raise click.ClickException(f"{type(exc).__name__}: {exc}") from None
+
+    return wrapper  # type: ignore[return-value]
+
+
+@click.group()
+@click.option("--log-level", default="INFO", show_default=True, envvar="SHARDQ_LOG_LEVEL")
+def main(log_level: str) -> None:
+    """shardq: delayed jobs over the partitions of a Redis Cluster."""
+    setup_logging(log_level)
+
+
+main.add_command(dev)
+
+
+# queues ------------------------------------------------------------------------------------
+
+
+@main.group()
+def queue() -> None:
+    """Create and list queues."""
+
+
+@queue.command("create")
+@click.argument("name")
+@click.option("--partitions", default=64, show_default=True, help="Partition count (fixed).")
+@redis_options
+@friendly_errors
+def queue_create(
+    name: str, partitions: int, url: str, username: str | None, password: str | None
+) -> None:
+    """Create queue NAME (safe to repeat with the same partition count)."""
+    with Client(settings_from(url, username, password)) as client:
+        created = client.create_queue(name, partitions)
+    click.echo(f"queue {name}: {'created' if created else 'exists'} with {partitions} partitions")
+
+
+@queue.command("list")
+@redis_options
+@friendly_errors
+def queue_list(url: str, username: str | None, password: str | None) -> None:
+    """List queues with their partition counts."""
+    with Client(settings_from(url, username, password)) as client:
+        for name in client.queues():
+            click.echo(f"{name}\t{client.partitions(name)}")
+
+
+# jobs --------------------------------------------------------------------------------------
+
+
+@main.command()
+@click.argument("queue_name", metavar="QUEUE")
+@click.argument("job_type")
+@click.option("--payload", default="null", help="JSON payload.")
+@click.option("--delay", type=float, default=None, help="Seconds from now (Redis clock).")
+@click.option(
+    "--at", "run_at", default=None, help="ISO-8601 time with zone, e.g. 2030-01-01T00:00:00+00:00."
+)
+@click.option("--job-id", default=None)
+@click.option("--idempotency-key", default=None)
+@click.option("--max-attempts", type=int, default=None)
+@redis_options
+@friendly_errors
+def enqueue(
+    queue_name: str,
+    job_type: str,
+    payload: str,
+    delay: float | None,
+    run_at: str | None,
+    job_id: str | None,
+    idempotency_key: str | None,
+    max_attempts: int | None,
+    url: str,
+    username: str | None,
+    password: str | None,
+) -> None:
+    """Enqueue one job and print its id."""
+    try:
+        data = json.loads(payload)
+    except json.JSONDecodeError as exc:
+        raise click.BadParameter(f"not JSON: {exc}", param_hint="--payload") from None
+    when: datetime | None = None
+    if run_at is not None:
+        try:
+            when = datetime.fromisoformat(run_at)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="--at") from None
+    with Client(settings_from(url, username, password)) as client:
+        click.echo(
+            client.enqueue(
+                queue_name,
+                job_type,
+                data,
+                run_at=when,
+                delay=delay,
+                job_id=job_id,
+                idempotency_key=idempotency_key,
+                max_attempts=max_attempts,
+            )
+        )
+
+
+@main.group()
+def job() -> None:
+    """Inspect, cancel or reschedule a job by id."""
+
+
+@job.command("get")
+@click.argument("queue_name", metavar="QUEUE")
+@click.argument("job_id")
+@redis_options
+@friendly_errors
+def job_get(
+    queue_name: str, job_id: str, url: str, username: str | None, password: str | None
+) -> None:
+    """Show a job as JSON."""
+    with Client(settings_from(url, username, password)) as client:
+        info = client.get(queue_name, job_id)
+    if info is None:
+        raise click.ClickException(f"job {job_id!r} not found (completed, cancelled or unknown)")
+    click.echo(json.dumps(dataclasses.asdict(info), indent=2, default=str))
+
+
+@job.command("cancel")
+@click.argument("queue_name", metavar="QUEUE")
+@click.argument("job_id")
+@redis_options
+@friendly_errors
+def job_cancel(
+    queue_name: str, job_id: str, url: str, username: str | None, password: str | None
+) -> None:
+    """Cancel a job that has not started."""
+    with Client(settings_from(url, username, password)) as client:
+        if not client.cancel(queue_name, job_id):
+            raise click.ClickException(f"job {job_id!r} not found")
+    click.echo(f"cancelled {job_id}")
+
+
+@job.command("reschedule")
+@click.argument("queue_name", metavar="QUEUE")
+@click.argument("job_id")
+@click.option("--delay", type=float, required=True, help="Seconds from now (Redis clock).")
+@redis_options
+@friendly_errors
+def job_reschedule(
+    queue_name: str, job_id: str, delay: float, url: str, username: str | None, password: str | None
+) -> None:
+    """Move a waiting job to a new due time."""
+    with Client(settings_from(url, username, password)) as client:
+        due = client.reschedule(queue_name, job_id, delay=delay)
+    click.echo(f"{job_id} due at {due} ms")
+
+
+# processes ---------------------------------------------------------------------------------
+
+
+def _parse_partitions(value: str | None) -> list[int] | None:
+    if not value:
+        return None
+    out: list[int] = []
+    for part in value.split(","):
+        if "-" in part:
+            lo, hi = part.split("-", 1)
+            out.extend(range(int(lo), int(hi) + 1))
+        else:
+            out.append(int(part))
+    return out
+
+
+async def _run_until_signal(runner: Any) -> None:
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, runner.stop)
+    await runner.run()
+
+
+@main.group()
+def dispatcher() -> None:
+    """Run a dispatcher (promotes due jobs)."""
+
+
+@dispatcher.command("run")
+@click.option("--queue", "queue_name", required=True)
+@click.option("--partitions", default=None, help="Only these partitions, e.g. 0-15,32.")
+@click.option("--batch", default=100, show_default=True, help="Most jobs moved per call (K).")
+@click.option("--lease-time", default=10.0, show_default=True)
+@click.option("--renew-interval", default=3.0, show_default=True)
+@click.option("--max-sleep", default=1.0, show_default=True)
+@redis_options
+@friendly_errors
+def dispatcher_run(
+    queue_name: str,
+    partitions: str | None,
+    batch: int,
+    lease_time: float,
+    renew_interval: float,
+    max_sleep: float,
+    url: str,
+    username: str | None,
+    password: str | None,
+) -> None:
+    """Promote due jobs of QUEUE until SIGTERM/SIGINT (leases are released on the way out)."""
+    from shardq.connection import connect_async
+    from shardq.dispatcher import Dispatcher
+
+    settings = DispatcherSettings(
+        batch=batch, lease_time=lease_time, renew_interval=renew_interval, max_sleep=max_sleep
+    )
+
+    async def go() -> None:
+        redis = await connect_async(settings_from(url, username, password))
+        try:
+            await _run_until_signal(
+                Dispatcher(
+                    redis, queue_name, settings=settings, partitions=_parse_partitions(partitions)
+                )
+            )
+        finally:
+            await redis.aclose()
+
+    asyncio.run(go())
+
+
+def load_handlers(spec: str) -> Any:
+    """Import ``module:attribute``: a dict of job type -> handler, or a callable(worker)."""
+    module_name, _, attr = spec.partition(":")
+    if not attr:
+        raise click.BadParameter(
+            "use module:attribute, e.g. myapp.jobs:handlers", param_hint="--handlers"
+        )
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise click.BadParameter(
+            f"cannot import {module_name}: {exc}", param_hint="--handlers"
+        ) from None
+    try:
+        return getattr(module, attr)
+    except AttributeError:
+        raise click.BadParameter(f"{module_name} has no {attr}", param_hint="--handlers") from None
+
+
+@main.group()
+def worker() -> None:
+    """Run a worker (runs job handlers)."""
+
+
+@worker.command("run")
+@click.option("--queue", "queue_name", required=True)
+@click.option(
+    "--handlers",
+    "handlers_spec",
+    required=True,
+    help="module:attribute holding a dict {job type: handler} or a callable(worker).",
+)
+@click.option("--partitions", default=None, help="Only these partitions, e.g. 0-15,32.")
+@click.option("--concurrency", default=64, show_default=True)
+@click.option("--visibility-timeout", default=30.0, show_default=True)
+@click.option("--shutdown-grace", default=25.0, show_default=True)
+@click.option("--max-deliveries", default=5, show_default=True)
+@redis_options
+@friendly_errors
+def worker_run(
+    queue_name: str,
+    handlers_spec: str,
+    partitions: str | None,
+    concurrency: int,
+    visibility_timeout: float,
+    shutdown_grace: float,
+    max_deliveries: int,
+    url: str,
+    username: str | None,
+    password: str | None,
+) -> None:
+    """Run jobs of QUEUE until SIGTERM/SIGINT, then finish in-flight jobs within the grace."""
+    from shardq.connection import connect_async
+    from shardq.worker import Worker
+
+    handlers = load_handlers(handlers_spec)
+    settings = WorkerSettings(
+        concurrency=concurrency,
+        visibility_timeout=visibility_timeout,
+        heartbeat_interval=min(5.0, visibility_timeout / 3),
+        shutdown_grace=shutdown_grace,
+        max_deliveries=max_deliveries,
+    )
+
+    async def go() -> None:
+        redis = await connect_async(settings_from(url, username, password))
+        try:
+            w = Worker(
+                redis, queue_name, settings=settings, partitions=_parse_partitions(partitions)
+            )
+            if isinstance(handlers, dict):
+                for job_type, fn in handlers.items():
+                    w.register(job_type, fn)
+            elif callable(handlers):
+                handlers(w)
+            else:
+                raise click.BadParameter("must be a dict or a callable", param_hint="--handlers")
+            await _run_until_signal(w)
+        finally:
+            await redis.aclose()
+
+    asyncio.run(go())
+
+
+# benchmarks and demo -----------------------------------------------------------------------
+
+
+@main.group()
+def bench() -> None:
+    """Benchmarks that print figures."""
+
+
+@bench.command("e2e")
+@click.option("--jobs", default=100_000, show_default=True)
+@click.option("--spread", default=10.0, show_default=True, help="Seconds over which jobs come due.")
+@click.option("--dispatchers", default=1, show_default=True)
+@click.option("--workers", default=1, show_default=True)
+@click.option("--partitions", default=64, show_default=True)
+@click.option("--payload-bytes", default=20, show_default=True)
+@click.option("--backlog", is_flag=True, help="Enqueue all jobs overdue before the fleet starts.")
+@click.option("--timeout", default=300.0, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@redis_options
+@friendly_errors
+def bench_e2e(
+    jobs: int,
+    spread: float,
+    dispatchers: int,
+    workers: int,
+    partitions: int,
+    payload_bytes: int,
+    backlog: bool,
+    timeout: float,
+    as_json: bool,
+    url: str,
+    username: str | None,
+    password: str | None,
+) -> None:
+    """Run a fresh queue end to end in subprocesses and report throughput, lateness, memory."""
+    from shardq.bench import E2EConfig, format_summary, run_e2e
+
+    cfg = E2EConfig(
+        url=url,
+        jobs=jobs,
+        spread=spread,
+        dispatchers=dispatchers,
+        workers=workers,
+        partitions=partitions,
+        payload_bytes=payload_bytes,
+        backlog=backlog,
+        timeout=timeout,
+        password=password,
+        username=username,
+    )
+    result = run_e2e(cfg, progress=None if as_json else sys.stderr)
+    click.echo(json.dumps(result) if as_json else format_summary(result))
+
+
+@main.command()
+@click.option("--base-port", default=7200, show_default=True, help="Ports of the demo cluster.")
+@click.option("--jobs", default=100_000, show_default=True)
+@click.option("--spread", default=10.0, show_default=True)
+@click.option("--workers", default=2, show_default=True)
+@click.option("--keep", is_flag=True, help="Leave the demo cluster running afterwards.")
+@friendly_errors
+def demo(base_port: int, jobs: int, spread: float, workers: int, keep: bool) -> None:
+    """Start a local cluster, schedule JOBS due over SPREAD seconds, run a fleet, summarise."""
+    from shardq.bench import E2EConfig, format_summary, run_e2e
+    from shardq.devcluster import cluster_down, cluster_up
+
+    url = cluster_up(base_port, progress=lambda m: click.echo(m, err=True))
+    try:
+        cfg = E2EConfig(
+            url=url,
+            jobs=jobs,
+            spread=spread,
+            dispatchers=1,
+            workers=workers,
+            partitions=64,
+            payload_bytes=20,
+            backlog=False,
+            timeout=300.0,
+        )
+        result = run_e2e(cfg, progress=sys.stdout)
+        click.echo(format_summary(result))
+    finally:
+        if not keep:
+            cluster_down(base_port)
+
+
+if __name__ == "__main__":
+    main()
