@@ -42,7 +42,7 @@ class AsyncClient:
     async def create_queue(self, queue: str, partitions: int = 64) -> bool:
         """See :meth:`shardq.Client.create_queue`."""
         reply = await scripts.arun(self.redis, *ops.queue_create_call(queue, partitions))
-        created = ops.check_reply(reply)[0] == 1
+        created = bool(ops.check_reply(reply)[0] == 1)
         pipe = self.redis.pipeline(transaction=False)
         for args in group_create_args(queue, partitions):
             pipe.execute_command(*args)

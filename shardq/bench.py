@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import bisect
 import os
 import secrets
 import signal
@@ -70,12 +71,17 @@ def percentile(sorted_values: list[float], q: float) -> float:
     return sorted_values[index]
 
 
-def completed_count(redis: SyncRedis, queue: str, partitions: int) -> int:
-    """Jobs acknowledged so far, from the per-partition counters the scripts keep."""
+def queue_counters(redis: SyncRedis, queue: str, partitions: int) -> dict[str, int]:
+    """Counters summed over partitions (enqueued, promoted, completed, ...), kept by scripts."""
     pipe = redis.pipeline(transaction=False)
     for pk in keys.all_partition_keys(queue, partitions):
-        pipe.hget(pk.stats, "completed")
-    return sum(int(v or 0) for v in pipe.execute())
+        pipe.hgetall(pk.stats)
+    totals: dict[str, int] = {}
+    for stats in pipe.execute():
+        for name, value in stats.items():
+            key = name.decode() if isinstance(name, bytes) else str(name)
+            totals[key] = totals.get(key, 0) + int(value)
+    return totals
 
 
 def delete_queue(redis: SyncRedis, queue: str, partitions: int) -> None:
@@ -208,16 +214,17 @@ def run_e2e(cfg: E2EConfig, progress: TextIO | None = None) -> dict[str, Any]:
         last_report = 0.0
         done = 0
         while time.monotonic() < deadline:
-            done = completed_count(client.redis, queue, cfg.partitions)
+            counters = queue_counters(client.redis, queue, cfg.partitions)
+            done = counters.get("completed", 0)
             for proc in dispatchers + workers:
                 peak[proc.pid] = max(peak[proc.pid], peak_rss_mb(proc.pid))
             if time.monotonic() - last_report >= 1.0:
                 last_report = time.monotonic()
-                due_now = sum(1 for _ in ()) if cfg.backlog else None
-                elapsed = time.time() - start
+                due_so_far = bisect.bisect_right(due_at, time.time())
                 say(
-                    f"  t={elapsed:5.1f}s  completed {done:>9,} / {cfg.jobs:,}"
-                    + ("" if due_now is None else "")
+                    f"  t={time.time() - start:5.1f}s  due {due_so_far:>9,}  "
+                    f"promoted {counters.get('promoted', 0):>9,}  completed {done:>9,} "
+                    f"/ {cfg.jobs:,}"
                 )
             if done >= cfg.jobs or any(p.poll() is not None for p in dispatchers + workers):
                 break

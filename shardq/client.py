@@ -69,7 +69,7 @@ class Client:
         Raises QueueConfigConflictError when the queue exists with another partition count.
         """
         reply = scripts.run(self.redis, *ops.queue_create_call(queue, partitions))
-        created = ops.check_reply(reply)[0] == 1
+        created = bool(ops.check_reply(reply)[0] == 1)
         # Groups and the registry are idempotent follow-ups: re-running create_queue finishes a
         # creation that was interrupted between steps.
         pipe = self.redis.pipeline(transaction=False)
@@ -96,7 +96,8 @@ class Client:
 
     def queues(self) -> list[str]:
         """Names of every queue created on this Redis."""
-        return sorted(q.decode() for q in self.redis.smembers(keys.QUEUES_KEY))
+        members = self.redis.smembers(keys.QUEUES_KEY)
+        return sorted(q.decode() if isinstance(q, bytes) else str(q) for q in members)
 
     # jobs ---------------------------------------------------------------------------------
 

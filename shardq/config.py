@@ -75,7 +75,7 @@ class RedisSettings:
 
     @classmethod
     def from_env(cls, prefix: str = "SHARDQ_REDIS_") -> Self:
-        """Read ``SHARDQ_REDIS_URL``, ``_USERNAME``, ``_PASSWORD``, ``_CLUSTER``, ``_SSL_CA_CERTS``."""
+        """Read SHARDQ_REDIS_URL, _USERNAME, _PASSWORD, _CLUSTER and _SSL_CA_CERTS."""
         env = os.environ
         settings = cls.from_url(env.get(prefix + "URL", DEFAULT_URL))
         overrides: dict[str, Any] = {}

@@ -10,6 +10,7 @@ few numbers per partition, so its memory does not depend on the backlog.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import secrets
@@ -130,10 +131,8 @@ class Dispatcher:
                 await self._maintain_leases(wanted)
             except RedisError as exc:
                 log.warning("lease maintenance failed (%s); retrying", exc)
-            try:
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._stop.wait(), self.settings.renew_interval)
-            except TimeoutError:
-                pass
 
     async def _maintain_leases(self, wanted: list[int]) -> None:
         ttl = round(self.settings.lease_time * 1000)
@@ -199,10 +198,8 @@ class Dispatcher:
             wake_at = min((self._next_wake.get(p, 0.0) for p in self.tokens), default=None)
             timeout = s.max_sleep if wake_at is None else max(0.0, wake_at - now)
             self._wake.clear()
-            try:
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), min(timeout, s.max_sleep))
-            except TimeoutError:
-                pass
 
     async def _promote(self, partitions: list[int]) -> None:
         s = self.settings

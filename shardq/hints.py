@@ -8,6 +8,7 @@ latency up to the sleeper's bounded fallback interval, never a job.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -49,7 +50,5 @@ async def listen(
             log.warning("hint subscription failed (%s); retrying in 1 s", exc)
             await asyncio.sleep(1.0)
         finally:
-            try:
+            with contextlib.suppress(Exception):
                 await pubsub.aclose()
-            except Exception:
-                pass

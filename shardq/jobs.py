@@ -58,10 +58,10 @@ class Backoff:
         """Seconds to wait after failed attempt number ``attempt``."""
         if self.kind == "fixed":
             return min(self.base, self.cap)
-        exp = min(self.cap, self.base * (2 ** min(max(attempt - 1, 0), 62)))
+        exp = min(self.cap, self.base * float(2 ** min(max(attempt - 1, 0), 62)))
         if self.kind == "exponential":
             return exp
-        return (rng or random).uniform(0.0, exp)
+        return float((rng or random).uniform(0.0, exp))
 
     def encode(self) -> list[Any]:
         return [self.kind[0], round(self.base * 1000), round(self.cap * 1000)]

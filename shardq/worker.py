@@ -11,6 +11,7 @@ timeout can be short; deliveries of a worker that died are reclaimed by the othe
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import logging
 import time
@@ -167,10 +168,8 @@ class Worker:
                 self._wake.clear()
                 if self._acks:
                     continue
-                try:
+                with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._wake.wait(), min(timeout, s.idle_poll))
-                except TimeoutError:
-                    pass
                 continue
             # Share the free room among due partitions, rotating who goes first for fairness.
             self._rotate = (self._rotate + 1) % len(due)
