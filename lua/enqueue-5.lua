@@ -50,7 +50,7 @@ if ARGV[8] == '1' then
 end
 if redis.call('HSETNX', KEYS[1], id, 'S0|' .. ARGV[2]) == 0 then
   -- The same body under the same id is this very call sent again (a retry after a lost
-  -- reply): report it as done.  The body holds the creation time, so another job differs.
+  -- reply), or an identical job under the same id: either way it is stored, so report it.
   local stored = redis.call('HGET', KEYS[1], id)
   local bar = string.find(stored, '|', 1, true)
   if bar and string.sub(stored, bar + 1) == ARGV[2] then

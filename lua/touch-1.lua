@@ -10,15 +10,18 @@ ARGV[1] consumer group
 ARGV[2] consumer (worker) name
 ARGV[3..] entry ids
 
-Returns the entry ids that are no longer this worker's.
+Returns the entry ids now pending under another consumer.  An entry no longer pending at all
+was settled meanwhile (its ack raced this heartbeat) and is not reported.
 ]]
 local lost = {}
 for i = 3, #ARGV do
-  local mine = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[i], ARGV[i], 1, ARGV[2])
-  if mine[1] then
-    redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, ARGV[i], 'JUSTID')
-  else
-    lost[#lost + 1] = ARGV[i]
+  local p = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[i], ARGV[i], 1)[1]
+  if p then
+    if p[2] == ARGV[2] then
+      redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, ARGV[i], 'JUSTID')
+    else
+      lost[#lost + 1] = ARGV[i]
+    end
   end
 end
 return lost

@@ -88,6 +88,9 @@ class Dispatcher:
         self._stop = asyncio.Event()
         self._wake = asyncio.Event()
         self._pk: list[keys.PartitionKeys] = []
+        # Hints seen per partition: one that lands while a promote is in flight must not be
+        # overwritten by that promote's "next due later" result.
+        self._hints: dict[int, int] = {}
 
     def stop(self) -> None:
         """Ask the dispatcher to stop: it releases its leases and returns from :meth:`run`."""
@@ -97,6 +100,7 @@ class Dispatcher:
     def _hint(self, partition: int) -> None:
         if partition in self.tokens:
             self._next_wake[partition] = 0.0
+            self._hints[partition] = self._hints.get(partition, 0) + 1
             self._wake.set()
 
     async def run(self) -> None:
@@ -212,13 +216,14 @@ class Dispatcher:
             )
             for p, token in zip(partitions, tokens, strict=True)
         ]
+        hints_before = [self._hints.get(p, 0) for p in partitions]
         try:
             replies = await scripts.arun_many(self.redis, calls)
         except RedisError as exc:
             replies = [exc] * len(calls)
         now = time.monotonic()
         self.stats.promote_calls += len(calls)
-        for p, reply in zip(partitions, replies, strict=True):
+        for p, reply, seen in zip(partitions, replies, hints_before, strict=True):
             if p not in self.tokens:
                 continue
             try:
@@ -234,8 +239,8 @@ class Dispatcher:
                 continue
             self.stats.promoted += moved
             self.stats.by_partition[p] = self.stats.by_partition.get(p, 0) + moved
-            if moved >= s.batch:
-                self._next_wake[p] = now  # more are due: go again at once
+            if moved >= s.batch or self._hints.get(p, 0) != seen:
+                self._next_wake[p] = now  # more are due, or a hint came meanwhile: go again
             elif next_due < 0:
                 self._next_wake[p] = now + s.max_sleep
             else:

@@ -3,6 +3,11 @@
 Scripts publish a hint on a partition's channel (same slot as its keys) when the due head moves
 earlier or jobs land in the ready stream.  Hints only make sleepers wake early: a lost hint costs
 latency up to the sleeper's bounded fallback interval, never a job.
+
+In cluster mode each primary gets its own subscriber connection and listening task: redis-py's
+cluster pub/sub polls nodes one after another, which would add up to one timeout per node to
+every hint.  Subscriptions are regrouped when a slot moves (the server sends ``sunsubscribe``),
+after any error, and periodically.
 """
 
 from __future__ import annotations
@@ -13,42 +18,97 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+import redis.asyncio
+
 from shardq.connection import AsyncRedis, is_cluster
+from shardq.keys import slot_of
 
 log = logging.getLogger("shardq.hints")
 
+REGROUP_INTERVAL = 30.0
+_CONNECTION_KEYS = (
+    "username",
+    "password",
+    "ssl",
+    "ssl_ca_certs",
+    "ssl_certfile",
+    "ssl_keyfile",
+    "ssl_cert_reqs",
+    "socket_connect_timeout",
+    "credential_provider",
+)
+
+
+async def _listen_one(
+    client: Any, channels: dict[str, int], on_hint: Callable[[int], None], stop: asyncio.Event
+) -> None:
+    """Listen on one connection until stop, a slot move (sunsubscribe) or an error."""
+    by_name = {name.encode(): partition for name, partition in channels.items()}
+    pubsub = client.pubsub()
+    try:
+        for name in channels:  # one per call: SSUBSCRIBE takes channels of one slot only
+            await pubsub.ssubscribe(name)
+        while not stop.is_set():
+            msg = await pubsub.get_message(ignore_subscribe_messages=False, timeout=0.5)
+            if not msg:
+                continue
+            kind = msg.get("type")
+            kind = kind.decode() if isinstance(kind, bytes) else kind
+            if kind == "smessage":
+                channel = msg["channel"]
+                name: bytes = channel if isinstance(channel, bytes) else str(channel).encode()
+                partition = by_name.get(name)
+                if partition is not None:
+                    on_hint(partition)
+            elif kind == "sunsubscribe":
+                return  # a slot moved away from this node: regroup
+    finally:
+        with contextlib.suppress(Exception):
+            await pubsub.aclose()
+
+
+def _node_groups(cluster: Any, channels: dict[str, int]) -> list[tuple[Any, dict[str, int]]]:
+    groups: dict[str, tuple[Any, dict[str, int]]] = {}
+    for name, partition in channels.items():
+        node = cluster.nodes_manager.get_node_from_slot(slot_of(name))
+        if node.name not in groups:
+            kwargs = {k: v for k, v in node.connection_kwargs.items() if k in _CONNECTION_KEYS}
+            groups[node.name] = (redis.asyncio.Redis(host=node.host, port=node.port, **kwargs), {})
+        groups[node.name][1][name] = partition
+    return list(groups.values())
+
 
 async def listen(
-    redis: AsyncRedis,
+    client: AsyncRedis,
     channels: dict[str, int],
     on_hint: Callable[[int], None],
     stop: asyncio.Event,
 ) -> None:
     """Call ``on_hint(partition)`` for each hint until ``stop`` is set; reconnects on errors."""
-    by_name = {name.encode(): partition for name, partition in channels.items()}
-    cluster = is_cluster(redis)
+    cluster = is_cluster(client)
     while not stop.is_set():
-        pubsub: Any = redis.pubsub()
+        groups: list[tuple[Any, dict[str, int]]] = []
         try:
-            await pubsub.ssubscribe(*channels)
-            while not stop.is_set():
-                if cluster:
-                    msg = await pubsub.get_sharded_message(
-                        ignore_subscribe_messages=True, timeout=0.5
-                    )
-                else:
-                    msg = await pubsub.get_message(ignore_subscribe_messages=True, timeout=0.5)
-                if msg and msg.get("type") in (b"smessage", "smessage"):
-                    channel = msg["channel"]
-                    key = channel if isinstance(channel, bytes) else str(channel).encode()
-                    partition = by_name.get(key)
-                    if partition is not None:
-                        on_hint(partition)
+            groups = _node_groups(client, channels) if cluster else [(client, channels)]
+            tasks = [
+                asyncio.create_task(_listen_one(c, chans, on_hint, stop)) for c, chans in groups
+            ]
+            _, pending = await asyncio.wait(
+                tasks, timeout=REGROUP_INTERVAL, return_when=asyncio.FIRST_COMPLETED
+            )
+            for task in pending:
+                task.cancel()
+            results = await asyncio.gather(*tasks, return_exceptions=True)
+            errors = [r for r in results if isinstance(r, Exception)]
+            if errors and not stop.is_set():
+                raise errors[0]
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # hints are best effort; the fallback poll covers the gap
             log.warning("hint subscription failed (%s); retrying in 1 s", exc)
             await asyncio.sleep(1.0)
         finally:
-            with contextlib.suppress(Exception):
-                await pubsub.aclose()
+            if cluster:
+                for node_client, _ in groups:
+                    with contextlib.suppress(Exception):
+                        await node_client.aclose()

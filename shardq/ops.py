@@ -6,7 +6,6 @@ same calls, so both have the same semantics by construction.
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -117,7 +116,6 @@ def prepare_enqueue(
         backoff=req.backoff,
         idempotency_key=req.idempotency_key,
         headers=req.headers,
-        created_ms=int(time.time() * 1000),
         settings=settings,
     )
     pk = keys.partition_keys(queue, partition, partitions)
@@ -222,7 +220,6 @@ def parse_get(queue: str, partitions: int, job_id: str, reply: Any) -> jobmod.Jo
         due_ms=int(float(due)) if due is not None else None,
         last_error=_text(error) if error is not None else None,
         idempotency_key=body.get("k"),
-        created_ms=body.get("c"),
     )
 
 

@@ -96,6 +96,9 @@ class Worker:
         self._wake = asyncio.Event()
         self._executor: ThreadPoolExecutor | None = None
         self._rotate = 0
+        # Hints seen per partition: a hint that lands while a fetch is in flight must not be
+        # overwritten by that fetch's "nothing more here" result.
+        self._hints: dict[int, int] = {}
 
     # registration --------------------------------------------------------------------------
 
@@ -153,6 +156,7 @@ class Worker:
 
     def _hint(self, partition: int) -> None:
         self._poll_at[partition] = 0.0
+        self._hints[partition] = self._hints.get(partition, 0) + 1
         self._wake.set()
 
     async def _fetch_loop(self) -> None:
@@ -187,18 +191,20 @@ class Worker:
             )
             for pk in (self._pk[p] for p in partitions)
         ]
+        hints_before = [self._hints.get(p, 0) for p in partitions]
         try:
             replies = await scripts.arun_many(self.redis, calls)
         except RedisError as exc:
             replies = [exc] * len(calls)
         now = time.monotonic()
-        for p, reply in zip(partitions, replies, strict=True):
+        for p, reply, seen in zip(partitions, replies, hints_before, strict=True):
             if isinstance(reply, Exception):
                 await self._fetch_failed(p, reply)
                 self._poll_at[p] = now + ERROR_BACKOFF
                 continue
             n = (len(reply) - 1) // 5
-            self._poll_at[p] = now if n >= count else now + self.settings.idle_poll
+            more = n >= count or self._hints.get(p, 0) != seen
+            self._poll_at[p] = now if more else now + self.settings.idle_poll
             redis_now = int(reply[0])
             for i in range(n):
                 eid, job_id, due, attempt, body = reply[1 + 5 * i : 6 + 5 * i]
@@ -251,7 +257,6 @@ class Worker:
             due_ms=int(due) if due else None,
             idempotency_key=body.get("k"),
             headers=body.get("h") or {},
-            created_ms=body.get("c"),
             deliveries=deliveries,
             backoff=Backoff.decode(body["b"]) if "b" in body else None,
             fetched_redis_ms=redis_now,
