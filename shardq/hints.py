@@ -56,8 +56,8 @@ async def _listen_one(
             kind = kind.decode() if isinstance(kind, bytes) else kind
             if kind == "smessage":
                 channel = msg["channel"]
-                name: bytes = channel if isinstance(channel, bytes) else str(channel).encode()
-                partition = by_name.get(name)
+                raw = channel if isinstance(channel, bytes) else str(channel).encode()
+                partition = by_name.get(raw)
                 if partition is not None:
                     on_hint(partition)
             elif kind == "sunsubscribe":
