@@ -1,1 +1,33 @@
 """shardq: delayed jobs over the partitions of a Redis Cluster."""
+
+from shardq.aio import AsyncClient
+from shardq.client import Client
+from shardq.config import DispatcherSettings, ProducerSettings, RedisSettings, WorkerSettings
+from shardq.connection import connect, connect_async
+from shardq.dispatcher import Dispatcher
+from shardq.errors import PermanentError, RetryAfter, ShardqError
+from shardq.jobs import Backoff, Job, JobInfo
+from shardq.ops import EnqueueResult, JobRequest
+from shardq.worker import Worker
+
+__all__ = [
+    "AsyncClient",
+    "Backoff",
+    "Client",
+    "Dispatcher",
+    "DispatcherSettings",
+    "EnqueueResult",
+    "Job",
+    "JobInfo",
+    "JobRequest",
+    "PermanentError",
+    "ProducerSettings",
+    "RedisSettings",
+    "RetryAfter",
+    "ShardqError",
+    "Worker",
+    "WorkerSettings",
+    "connect",
+    "connect_async",
+]
+__version__ = "0.1.0"
