@@ -182,12 +182,14 @@ def run_e2e(cfg: E2EConfig, progress: TextIO | None = None) -> dict[str, Any]:
         if not cfg.backlog:
             dispatchers, workers = _start_fleet(cfg, queue, outdir)
             time.sleep(1.5)  # let them connect and take their leases
-        # Due times: overdue for --backlog, else spread over the next cfg.spread seconds after
-        # a lead long enough for the enqueue itself to finish first.
+        # Due times are spread over the next cfg.spread seconds after a lead long enough for the
+        # enqueue itself to finish first.  --backlog makes them all due at the end of the lead
+        # and starts the fleet only once they are overdue, so the dispatcher promotes the whole
+        # backlog (jobs enqueued already overdue would skip the due set).
         lead = 1.0 + cfg.jobs / 25_000
         start = time.time()
         if cfg.backlog:
-            due_at = [start - 1.0] * cfg.jobs
+            due_at = [start + lead] * cfg.jobs
         else:
             step = cfg.spread / max(cfg.jobs, 1)
             due_at = [start + lead + i * step for i in range(cfg.jobs)]
@@ -211,6 +213,7 @@ def run_e2e(cfg: E2EConfig, progress: TextIO | None = None) -> dict[str, Any]:
         if not cfg.backlog and enqueue_done > start + lead:
             say("warning: enqueue outlasted the lead time; the first jobs were already due")
         if cfg.backlog:
+            time.sleep(max(0.0, start + lead + 0.2 - time.time()))
             dispatchers, workers = _start_fleet(cfg, queue, outdir)
 
         peak = {p.pid: 0.0 for p in dispatchers + workers}

@@ -25,6 +25,7 @@ from shardq import hints, keys, ops, scripts
 from shardq.config import DispatcherSettings
 from shardq.connection import AsyncRedis
 from shardq.errors import FencedError, UnknownQueueError
+from shardq.hints import stop_tasks
 
 log = logging.getLogger("shardq.dispatcher")
 
@@ -121,9 +122,7 @@ class Dispatcher:
             await self._promote_loop()
         finally:
             self._stop.set()
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+            await stop_tasks(tasks)
             await self._release_all()
             log.info("dispatcher %s stopped (promoted %d)", self.owner, self.stats.promoted)
 

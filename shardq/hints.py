@@ -40,15 +40,24 @@ _CONNECTION_KEYS = (
 
 
 async def _listen_one(
-    client: Any, channels: dict[str, int], on_hint: Callable[[int], None], stop: asyncio.Event
+    client: Any,
+    channels: dict[str, int],
+    on_hint: Callable[[int], None],
+    stop: asyncio.Event,
+    regroup: asyncio.Event,
 ) -> None:
-    """Listen on one connection until stop, a slot move (sunsubscribe) or an error."""
+    """Listen on one connection until stop, regroup, a slot move (sunsubscribe) or an error.
+
+    Loops end by checking the events rather than by cancellation: redis-py drops a connection
+    whose read was cancelled and, on reconnecting, resubscribes every channel in one SSUBSCRIBE,
+    which a cluster rejects as cross-slot.
+    """
     by_name = {name.encode(): partition for name, partition in channels.items()}
     pubsub = client.pubsub()
     try:
         for name in channels:  # one per call: SSUBSCRIBE takes channels of one slot only
             await pubsub.ssubscribe(name)
-        while not stop.is_set():
+        while not stop.is_set() and not regroup.is_set():
             msg = await pubsub.get_message(ignore_subscribe_messages=False, timeout=0.5)
             if not msg:
                 continue
@@ -63,6 +72,7 @@ async def _listen_one(
             elif kind == "sunsubscribe":
                 return  # a slot moved away from this node: regroup
     finally:
+        regroup.set()  # one listener ending makes all of them regroup together
         with contextlib.suppress(Exception):
             await pubsub.aclose()
 
@@ -73,7 +83,10 @@ def _node_groups(cluster: Any, channels: dict[str, int]) -> list[tuple[Any, dict
         node = cluster.nodes_manager.get_node_from_slot(slot_of(name))
         if node.name not in groups:
             kwargs = {k: v for k, v in node.connection_kwargs.items() if k in _CONNECTION_KEYS}
-            groups[node.name] = (redis.asyncio.Redis(host=node.host, port=node.port, **kwargs), {})
+            groups[node.name] = (
+                redis.asyncio.Redis(host=node.host, port=node.port, **kwargs),
+                {},
+            )
         groups[node.name][1][name] = partition
     return list(groups.values())
 
@@ -84,20 +97,24 @@ async def listen(
     on_hint: Callable[[int], None],
     stop: asyncio.Event,
 ) -> None:
-    """Call ``on_hint(partition)`` for each hint until ``stop`` is set; reconnects on errors."""
+    """Call ``on_hint(partition)`` for each hint until ``stop`` is set; reconnects on errors.
+
+    Set ``stop`` and give it a second to return; cancelling it also works but is abrupt.
+    """
     cluster = is_cluster(client)
     while not stop.is_set():
         groups: list[tuple[Any, dict[str, int]]] = []
+        tasks: list[asyncio.Task[None]] = []
+        regroup = asyncio.Event()
         try:
             groups = _node_groups(client, channels) if cluster else [(client, channels)]
             tasks = [
-                asyncio.create_task(_listen_one(c, chans, on_hint, stop)) for c, chans in groups
+                asyncio.create_task(_listen_one(c, chans, on_hint, stop, regroup))
+                for c, chans in groups
             ]
-            _, pending = await asyncio.wait(
-                tasks, timeout=REGROUP_INTERVAL, return_when=asyncio.FIRST_COMPLETED
-            )
-            for task in pending:
-                task.cancel()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(regroup.wait(), REGROUP_INTERVAL)
+            regroup.set()
             results = await asyncio.gather(*tasks, return_exceptions=True)
             errors = [r for r in results if isinstance(r, Exception)]
             if errors and not stop.is_set():
@@ -108,7 +125,20 @@ async def listen(
             log.warning("hint subscription failed (%s); retrying in 1 s", exc)
             await asyncio.sleep(1.0)
         finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
             if cluster:
                 for node_client, _ in groups:
                     with contextlib.suppress(Exception):
                         await node_client.aclose()
+
+
+async def stop_tasks(tasks: list[asyncio.Task[None]], grace: float = 1.5) -> None:
+    """Let background loops see their stop event and return, then cancel the stragglers."""
+    if not tasks:
+        return
+    _, pending = await asyncio.wait(tasks, timeout=grace)
+    for task in pending:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)

@@ -16,7 +16,7 @@ import inspect
 import logging
 import time
 import traceback
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -28,6 +28,7 @@ from shardq.config import WorkerSettings
 from shardq.connection import AsyncRedis
 from shardq.dispatcher import process_id, queue_partitions
 from shardq.errors import PermanentError, RetryAfter, UnknownJobTypeError, UnknownQueueError
+from shardq.hints import stop_tasks
 from shardq.jobs import DEFAULT_BACKOFF, Backoff, Job, decode_body
 from shardq.logs import log_event
 
@@ -36,6 +37,7 @@ log = logging.getLogger("shardq.worker")
 Handler = Callable[[Job], Any]
 H = TypeVar("H", bound=Handler)
 ERROR_BACKOFF = 0.25
+MIN_FETCH = 32
 
 
 @dataclass(slots=True)
@@ -96,6 +98,7 @@ class Worker:
         self._wake = asyncio.Event()
         self._executor: ThreadPoolExecutor | None = None
         self._rotate = 0
+        self._async_handlers: dict[Handler, bool] = {}
         # Hints seen per partition: a hint that lands while a fetch is in flight must not be
         # overwritten by that fetch's "nothing more here" result.
         self._hints: dict[int, int] = {}
@@ -114,6 +117,12 @@ class Worker:
             return fn
 
         return deco
+
+    def _is_async(self, handler: Handler) -> bool:
+        known = self._async_handlers.get(handler)
+        if known is None:
+            known = self._async_handlers[handler] = inspect.iscoroutinefunction(handler)
+        return known
 
     def stop(self) -> None:
         """Stop reading; running jobs get ``shutdown_grace`` seconds to finish."""
@@ -146,9 +155,7 @@ class Worker:
             await self._fetch_loop()
             await self._drain()
         finally:
-            for task in background:
-                task.cancel()
-            await asyncio.gather(*background, return_exceptions=True)
+            await stop_tasks(background)
             await self._retire()
             if self._executor is not None:
                 self._executor.shutdown(wait=False, cancel_futures=True)
@@ -178,8 +185,10 @@ class Worker:
             # Share the free room among due partitions, rotating who goes first for fairness.
             self._rotate = (self._rotate + 1) % len(due)
             due = due[self._rotate :] + due[: self._rotate]
-            due = due[:room]
-            count = max(1, min(s.fetch_batch, room // len(due)))
+            # Fewer, fuller reads beat many thin ones: at least MIN_FETCH entries per partition
+            # read while there is room for them.
+            count = max(1, min(s.fetch_batch, max(room // len(due), MIN_FETCH), room))
+            due = due[: max(1, room // count)]
             await self._fetch(due, count)
 
     async def _fetch(self, partitions: list[int], count: int) -> None:
@@ -267,8 +276,8 @@ class Worker:
         self.stats.started += 1
         self._spawn(self._execute(delivery))
 
-    def _spawn(self, coro: Awaitable[None]) -> None:
-        task: asyncio.Task[None] = asyncio.ensure_future(coro)
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        task: asyncio.Task[None] = asyncio.get_running_loop().create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
@@ -281,7 +290,7 @@ class Worker:
                     f"no handler for job type {job.type!r} on this worker: register one with "
                     f"worker.register({job.type!r}, fn) (known: {sorted(self.handlers)})"
                 )
-            if inspect.iscoroutinefunction(handler):
+            if self._is_async(handler):
                 await handler(job)
             else:
                 if self._executor is None:

@@ -1,0 +1,143 @@
+"""The Lua loader, the scripts' headers, and transparent recovery from NOSCRIPT."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from pathlib import Path
+
+import pytest
+
+from helpers import Runner, primaries, total, wait_for
+from shardq import keys, ops, scripts
+from shardq.client import Client
+from shardq.errors import ConfigError
+from shardq.jobs import Job
+
+REPO_LUA = Path(__file__).resolve().parent.parent / "lua"
+
+
+def lua_files() -> list[Path]:
+    return sorted(REPO_LUA.glob("*.lua"))
+
+
+def header(path: Path) -> str:
+    text = path.read_text()
+    match = re.match(r"--\[\[(.*?)\]\]", text, re.DOTALL)
+    assert match, f"{path.name} has no --[[ header ]]"
+    return match.group(1)
+
+
+def test_checkout_loads_the_repo_scripts() -> None:
+    assert scripts.lua_dir().resolve() == REPO_LUA
+    loaded = scripts.scripts()
+    assert set(loaded) == {re.sub(r"-\d+\.lua$", "", p.name) for p in lua_files()}
+    assert len(loaded) == len(lua_files())
+
+
+@pytest.mark.parametrize("path", lua_files(), ids=lambda p: p.name)
+def test_name_and_key_count_match_the_file_name_and_header(path: Path) -> None:
+    name, num_keys = re.fullmatch(r"([a-z][a-z-]*)-(\d+)\.lua", path.name).groups()  # type: ignore[union-attr]
+    lua = scripts.script(name)
+    assert lua.name == name
+    assert lua.num_keys == int(num_keys)
+    head = header(path)
+    declared = [int(i) for i in re.findall(r"^KEYS\[(\d+)\]", head, re.MULTILINE)]
+    assert declared == list(range(1, int(num_keys) + 1)), f"{path.name} header lists {declared}"
+    assert re.search(r"^Returns", head, re.MULTILINE), f"{path.name} header has no Returns"
+    used = {int(i) for i in re.findall(r"KEYS\[(\d+)\]", lua.source)}
+    assert used and max(used) <= int(num_keys), f"{path.name} uses KEYS{sorted(used)}"
+    argv_used = {int(i) for i in re.findall(r"ARGV\[(\d+)\]", lua.source)}
+    argv_listed = {int(i) for i in re.findall(r"^ARGV\[(\d+)\]", head, re.MULTILINE)}
+    assert argv_used <= argv_listed | {1, 2}, f"{path.name} ARGV not in header"
+
+
+@pytest.mark.parametrize("path", lua_files(), ids=lambda p: p.name)
+def test_includes_are_expanded(path: Path) -> None:
+    lua = scripts.script(re.sub(r"-\d+\.lua$", "", path.name))
+    raw = path.read_text()
+    assert "--@include" not in lua.source
+    for included in re.findall(r"^--@include\s+(\S+)", raw, re.MULTILINE):
+        body = (REPO_LUA / "includes" / included).read_text()
+        assert body in lua.source
+    assert lua.sha == hashlib.sha1(lua.source.encode()).hexdigest()
+    with pytest.raises(ValueError, match=f"{lua.name} takes {lua.num_keys} keys"):
+        lua.args(["k"] * (lua.num_keys + 1), [])
+
+
+def test_loader_rejects_bad_layouts(tmp_path: Path) -> None:
+    (tmp_path / "includes").mkdir()
+    (tmp_path / "includes" / "a.lua").write_text("--@include b.lua\nlocal a = 1\n")
+    (tmp_path / "includes" / "b.lua").write_text("--@include a.lua\n")
+    (tmp_path / "ok-1.lua").write_text("return 1\n")
+    assert set(scripts.load_dir(tmp_path)) == {"ok"}
+
+    (tmp_path / "cycle-1.lua").write_text("--@include a.lua\nreturn 1\n")
+    with pytest.raises(ConfigError, match="include cycle"):
+        scripts.load_dir(tmp_path)
+    (tmp_path / "cycle-1.lua").unlink()
+
+    (tmp_path / "missing-1.lua").write_text("--@include nope.lua\nreturn 1\n")
+    with pytest.raises(ConfigError, match="missing Lua include"):
+        scripts.load_dir(tmp_path)
+    (tmp_path / "missing-1.lua").unlink()
+
+    (tmp_path / "NoKeyCount.lua").write_text("return 1\n")
+    with pytest.raises(ConfigError, match="<operation>-<numkeys>.lua"):
+        scripts.load_dir(tmp_path)
+
+
+def test_nested_include_is_expanded_once(tmp_path: Path) -> None:
+    (tmp_path / "includes").mkdir()
+    (tmp_path / "includes" / "inner.lua").write_text("local inner = 1\n")
+    (tmp_path / "includes" / "outer.lua").write_text("--@include inner.lua\nlocal outer = 2\n")
+    (tmp_path / "x-0.lua").write_text("--@include outer.lua\nreturn inner + outer\n")
+    source = scripts.load_dir(tmp_path)["x"].source
+    assert source == "local inner = 1\n\nlocal outer = 2\n\nreturn inner + outer\n"
+
+
+def test_server_agrees_with_the_sha(client: Client) -> None:
+    node = primaries(client.redis)[0]
+    for lua in scripts.scripts().values():
+        assert node.script_load(lua.source) == lua.sha
+
+
+def _flush_scripts(client: Client) -> None:
+    for node in primaries(client.redis):
+        node.script_flush()
+        assert not any(node.script_exists(*[s.sha for s in scripts.scripts().values()]))
+
+
+def test_noscript_is_recovered_by_run_and_run_many(url: str, client: Client, queue: str) -> None:
+    partitions = 8
+    client.create_queue(queue, partitions)
+    ran: list[str] = []
+
+    def handler(job: Job) -> None:
+        ran.append(job.id)
+
+    with Runner(url, queue, {"t": handler}):
+        first = client.enqueue(queue, "t", {"n": 0})
+        wait_for(lambda: first in ran, 10, "warm-up job did not run")
+
+        # The dispatcher and worker have their scripts cached; the cache goes away under them.
+        _flush_scripts(client)
+        single = client.enqueue(queue, "t", {"n": 1}, delay=0.2)  # scripts.run
+        assert client.get(queue, single) is not None
+
+        _flush_scripts(client)
+        bulk = client.enqueue_many(  # scripts.run_many, one pipeline per node
+            queue, [ops.JobRequest("t", {"n": i}, delay=0.2) for i in range(40)]
+        )
+        assert all(r.created for r in bulk)
+        assert total(client.redis, queue, partitions, "due") + len(ran) >= 41
+
+        expected = {single, *(r.job_id for r in bulk)}
+        wait_for(lambda: expected <= set(ran), 15, lambda: f"{len(expected - set(ran))} not run")
+
+        _flush_scripts(client)  # and once more while the worker is idle and the queue empty
+        last = client.enqueue(queue, "t", delay=0.1)
+        wait_for(lambda: last in ran, 10, "job after the last flush did not run")
+    assert sorted(ran) == sorted({first, last, *expected})
+    for pk in keys.all_partition_keys(queue, partitions):
+        assert client.redis.hlen(pk.jobs) == 0
