@@ -94,7 +94,7 @@ class AsyncClient:
 
     async def enqueue_detailed(self, queue: str, request: ops.JobRequest) -> ops.EnqueueResult:
         prepared = ops.prepare_enqueue(queue, await self.partitions(queue), request, self.settings)
-        return prepared.parse(await scripts.arun(self.redis, *prepared.call))
+        return prepared.parse(await scripts.arun(self.redis, *prepared.call()))
 
     async def enqueue_many(
         self, queue: str, requests: Iterable[ops.JobRequest], *, chunk: int = 1000
@@ -105,8 +105,9 @@ class AsyncClient:
         results: list[ops.EnqueueResult] = []
         for start in range(0, len(prepared), chunk):
             part = prepared[start : start + chunk]
-            replies = await scripts.arun_many(self.redis, [p.call for p in part])
-            results.extend(p.parse(r) for p, r in zip(part, replies, strict=True))
+            plan = ops.plan_bulk(part)
+            replies = await scripts.arun_many(self.redis, plan.calls)
+            results.extend(plan.results(part, replies))
         return results
 
     async def cancel(self, queue: str, job_id: str) -> bool:

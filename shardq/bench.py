@@ -288,6 +288,43 @@ def run_e2e(cfg: E2EConfig, progress: TextIO | None = None) -> dict[str, Any]:
             client.close()
 
 
+def run_enqueue_bench(
+    url: str,
+    jobs: int = 20_000,
+    single_jobs: int = 2_000,
+    partitions: int = 64,
+    payload_bytes: int = 20,
+    username: str | None = None,
+    password: str | None = None,
+) -> dict[str, Any]:
+    """Single enqueues in a loop against bulk enqueue_many, side by side on one fresh queue."""
+    client = Client(RedisSettings.from_url(url, username=username, password=password))
+    queue = f"bench-enq-{int(time.time())}-{secrets.token_hex(3)}"
+    client.create_queue(queue, partitions)
+    payload = "x" * payload_bytes
+    try:
+        t0 = time.perf_counter()
+        for _ in range(single_jobs):
+            client.enqueue(queue, "bench", payload, delay=3600)
+        single = single_jobs / (time.perf_counter() - t0)
+        requests = [ops.JobRequest("bench", payload, delay=3600) for _ in range(jobs)]
+        t0 = time.perf_counter()
+        client.enqueue_many(queue, requests)
+        bulk = jobs / (time.perf_counter() - t0)
+        return {
+            "single_jobs": single_jobs,
+            "single_jobs_per_s": round(single, 1),
+            "bulk_jobs": jobs,
+            "bulk_jobs_per_s": round(bulk, 1),
+            "bulk_over_single": round(bulk / single, 2),
+            "partitions": partitions,
+            "cluster": is_cluster(client.redis),
+        }
+    finally:
+        delete_queue(client.redis, queue, partitions)
+        client.close()
+
+
 def format_summary(r: dict[str, Any]) -> str:
     """A human summary of :func:`run_e2e`'s result."""
     lat = r["lateness_ms"]

@@ -423,6 +423,32 @@ def bench_e2e(
     click.echo(json.dumps(result) if as_json else format_summary(result))
 
 
+@bench.command("enqueue")
+@click.option("--jobs", default=50_000, show_default=True, help="Jobs for enqueue_many.")
+@click.option("--single-jobs", default=3_000, show_default=True, help="Jobs for the single loop.")
+@click.option("--partitions", default=64, show_default=True)
+@redis_options
+@friendly_errors
+def bench_enqueue(
+    jobs: int,
+    single_jobs: int,
+    partitions: int,
+    url: str,
+    username: str | None,
+    password: str | None,
+) -> None:
+    """Enqueue rate: a loop of single enqueues against bulk enqueue_many, in one run (JSON)."""
+    from shardq.bench import run_enqueue_bench
+
+    click.echo(
+        json.dumps(
+            run_enqueue_bench(
+                url, jobs, single_jobs, partitions, username=username, password=password
+            )
+        )
+    )
+
+
 @main.command()
 @click.option("--base-port", default=7200, show_default=True, help="Ports of the demo cluster.")
 @click.option("--jobs", default=100_000, show_default=True)

@@ -137,7 +137,7 @@ class Client:
     def enqueue_detailed(self, queue: str, request: ops.JobRequest) -> ops.EnqueueResult:
         """Enqueue one job and say whether it was new and when it is due."""
         prepared = ops.prepare_enqueue(queue, self.partitions(queue), request, self.settings)
-        return prepared.parse(scripts.run(self.redis, *prepared.call))
+        return prepared.parse(scripts.run(self.redis, *prepared.call()))
 
     def enqueue_many(
         self, queue: str, requests: Iterable[ops.JobRequest], *, chunk: int = 1000
@@ -153,8 +153,9 @@ class Client:
         results: list[ops.EnqueueResult] = []
         for start in range(0, len(prepared), chunk):
             part = prepared[start : start + chunk]
-            replies = scripts.run_many(self.redis, [p.call for p in part])
-            results.extend(p.parse(r) for p, r in zip(part, replies, strict=True))
+            plan = ops.plan_bulk(part)
+            replies = scripts.run_many(self.redis, plan.calls)
+            results.extend(plan.results(part, replies))
         return results
 
     def cancel(self, queue: str, job_id: str) -> bool:

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import binascii
 import re
-from dataclasses import dataclass
 from functools import lru_cache
 
 SLOTS = 16384
@@ -77,77 +76,75 @@ def queue_meta_key(queue: str) -> str:
     return f"{{sq:{queue}}}:meta"
 
 
-@dataclass(frozen=True, slots=True)
 class PartitionKeys:
-    """The keys of one partition of one queue; all share one hash tag, hence one slot."""
+    """The keys of one partition of one queue; all share one hash tag, hence one slot.
 
-    queue: str
-    partition: int
-    tag: str
+    Names are built once per partition (instances are cached), since enqueue, promote and
+    fetch use them for every call.
+    """
 
-    def _key(self, kind: str) -> str:
-        return f"{{{self.tag}}}:{kind}"
+    __slots__ = (
+        "dead",
+        "due",
+        "due_hint",
+        "errors",
+        "fence",
+        "jobs",
+        "lease",
+        "partition",
+        "queue",
+        "ready",
+        "ready_hint",
+        "stats",
+        "tag",
+    )
 
-    @property
-    def due(self) -> str:
-        """Sorted set: job id scored by due time in ms (Redis clock)."""
-        return self._key("due")
-
-    @property
-    def jobs(self) -> str:
-        """Hash: job id -> envelope (header + JSON body)."""
-        return self._key("jobs")
-
-    @property
-    def ready(self) -> str:
-        """Stream of due jobs, read by workers through the WORKER_GROUP consumer group."""
-        return self._key("ready")
-
-    @property
-    def dead(self) -> str:
-        """Stream of dead-lettered jobs with the reason."""
-        return self._key("dead")
-
-    @property
-    def lease(self) -> str:
-        """String with expiry: '<token>:<owner>' of the dispatcher draining this partition."""
-        return self._key("lease")
-
-    @property
-    def fence(self) -> str:
-        """Counter that only grows: the source of fencing tokens.  Never expires."""
-        return self._key("fence")
-
-    @property
-    def stats(self) -> str:
-        """Hash of per-partition counters kept by the scripts."""
-        return self._key("stats")
-
-    @property
-    def errors(self) -> str:
-        """Hash: job id -> last error text, only for jobs that have failed at least once."""
-        return self._key("errors")
-
-    @property
-    def due_hint(self) -> str:
-        """Sharded pub/sub channel: the due head moved earlier (wakes the dispatcher)."""
-        return self._key("hint:due")
-
-    @property
-    def ready_hint(self) -> str:
-        """Sharded pub/sub channel: jobs landed in the ready stream (wakes workers)."""
-        return self._key("hint:ready")
+    def __init__(self, queue: str, partition: int, tag: str) -> None:
+        self.queue = queue
+        self.partition = partition
+        self.tag = tag
+        base = "{" + tag + "}:"
+        #: Sorted set: job id scored by due time in ms (Redis clock).
+        self.due = base + "due"
+        #: Hash: job id -> envelope (header + JSON body).
+        self.jobs = base + "jobs"
+        #: Stream of due jobs, read by workers through the WORKER_GROUP consumer group.
+        self.ready = base + "ready"
+        #: Stream of dead-lettered jobs with the reason.
+        self.dead = base + "dead"
+        #: String with expiry: '<token>:<owner>' of the dispatcher draining this partition.
+        self.lease = base + "lease"
+        #: Counter that only grows: the source of fencing tokens.  Never expires.
+        self.fence = base + "fence"
+        #: Hash of per-partition counters kept by the scripts.
+        self.stats = base + "stats"
+        #: Hash: job id -> last error text, only for jobs that have failed at least once.
+        self.errors = base + "errors"
+        #: Sharded pub/sub channel: the due head moved earlier (wakes the dispatcher).
+        self.due_hint = base + "hint:due"
+        #: Sharded pub/sub channel: jobs landed in the ready stream (wakes workers).
+        self.ready_hint = base + "hint:ready"
 
     def idem(self, idempotency_key: str) -> str:
         """String: idempotency key -> job id, expiring after the retention window."""
-        return self._key("idem:" + idempotency_key)
+        return "{" + self.tag + "}:idem:" + idempotency_key
 
     @property
     def idem_placeholder(self) -> str:
         """Passed in KEYS when an enqueue has no idempotency key (the script does not touch it)."""
-        return self._key("idem:")
+        return "{" + self.tag + "}:idem:"
+
+    def __repr__(self) -> str:
+        return f"PartitionKeys({self.queue!r}, {self.partition}, {self.tag!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, PartitionKeys) and other.tag == self.tag
+
+    def __hash__(self) -> int:
+        return hash(self.tag)
 
 
+@lru_cache(maxsize=65536)
 def partition_keys(queue: str, partition: int, partitions: int) -> PartitionKeys:
     """Keys of one partition; see the module docstring for the tag rule."""
     return PartitionKeys(queue, partition, partition_tag(queue, partition, partitions))

@@ -20,6 +20,12 @@ from redis.exceptions import ConnectionError, NoScriptError, ResponseError, Time
 from shardq.errors import ConfigError
 from shardq.keys import slot_of
 
+_hiredis_pack: Any
+try:
+    from hiredis import pack_command as _hiredis_pack
+except ImportError:  # pragma: no cover - hiredis is a dependency, but stay usable without it
+    _hiredis_pack = None
+
 _FILE_RE = re.compile(r"^(?P<name>[a-z][a-z-]*)-(?P<keys>\d+)\.lua$")
 _INCLUDE_RE = re.compile(r"^--@include\s+(?P<file>[\w.-]+)\s*$", re.MULTILINE)
 
@@ -150,12 +156,8 @@ def run_many(client: Any, calls: list[Call]) -> list[Any]:
     for node_client, indexes in _by_node(client, calls):
         pool = node_client.connection_pool
         conn = pool.get_connection()
-        commands = []
-        for i in indexes:
-            lua, keys, argv = calls[i]
-            commands.append(("EVALSHA", lua.sha, *lua.args(keys, argv)))
         try:
-            conn.send_packed_command(conn.pack_commands(commands))
+            conn.send_packed_command(_pack([calls[i] for i in indexes], conn))
         except (ConnectionError, TimeoutError, OSError) as exc:
             conn.disconnect()
             pool.release(conn)
@@ -184,6 +186,22 @@ def run_many(client: Any, calls: list[Call]) -> list[Any]:
             except Exception as exc:  # reported per call, like a pipeline does
                 results[i] = exc
     return results
+
+
+def _pack(calls: list[Call], conn: Any) -> list[bytes]:
+    """EVALSHA commands in wire format; hiredis' C packer when present (the hot path of bulk
+    enqueue), else redis-py's."""
+    if _hiredis_pack is not None:
+        return [
+            b"".join(
+                _hiredis_pack(("EVALSHA", lua.sha, *lua.args(keys, argv)))
+                for lua, keys, argv in calls
+            )
+        ]
+    packed: list[bytes] = conn.pack_commands(
+        [("EVALSHA", lua.sha, *lua.args(keys, argv)) for lua, keys, argv in calls]
+    )
+    return packed
 
 
 def _needs_single_retry(reply: Any) -> bool:

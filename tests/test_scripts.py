@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import Runner, primaries, total, wait_for
+from helpers import Runner, primaries, wait_for
 from shardq import keys, ops, scripts
 from shardq.client import Client
 from shardq.errors import ConfigError
@@ -48,8 +48,8 @@ def test_name_and_key_count_match_the_file_name_and_header(path: Path) -> None:
     used = {int(i) for i in re.findall(r"KEYS\[(\d+)\]", lua.source)}
     assert used and max(used) <= int(num_keys), f"{path.name} uses KEYS{sorted(used)}"
     argv_used = {int(i) for i in re.findall(r"ARGV\[(\d+)\]", lua.source)}
-    argv_listed = {int(i) for i in re.findall(r"^ARGV\[(\d+)\]", head, re.MULTILINE)}
-    assert argv_used <= argv_listed | {1, 2}, f"{path.name} ARGV not in header"
+    argv_listed = {int(i) for i in re.findall(r"^ARGV\[(\d+)", head, re.MULTILINE)}
+    assert argv_used <= argv_listed, f"{path.name} uses ARGV{sorted(argv_used - argv_listed)}"
 
 
 @pytest.mark.parametrize("path", lua_files(), ids=lambda p: p.name)
@@ -104,8 +104,7 @@ def test_server_agrees_with_the_sha(client: Client) -> None:
 
 def _flush_scripts(client: Client) -> None:
     for node in primaries(client.redis):
-        node.script_flush()
-        assert not any(node.script_exists(*[s.sha for s in scripts.scripts().values()]))
+        node.script_flush()  # a running dispatcher/worker may reload some at once
 
 
 def test_noscript_is_recovered_by_run_and_run_many(url: str, client: Client, queue: str) -> None:
@@ -130,7 +129,7 @@ def test_noscript_is_recovered_by_run_and_run_many(url: str, client: Client, que
             queue, [ops.JobRequest("t", {"n": i}, delay=0.2) for i in range(40)]
         )
         assert all(r.created for r in bulk)
-        assert total(client.redis, queue, partitions, "due") + len(ran) >= 41
+        assert all(client.get(queue, r.job_id) is not None or r.job_id in ran for r in bulk)
 
         expected = {single, *(r.job_id for r in bulk)}
         wait_for(lambda: expected <= set(ran), 15, lambda: f"{len(expected - set(ran))} not run")

@@ -1,0 +1,71 @@
+--[[ enqueue-batch: store many jobs of ONE partition in one call (bulk enqueue).
+
+Each job is validated and stored on its own, exactly as enqueue-5 does for a job without an
+idempotency key (jobs with one go through enqueue-5, which owns the key's dedupe): a rejected
+job writes nothing and does not stop the others.  Callers keep batches small (<= 100 jobs) so a
+call stays well under a millisecond.
+
+KEYS[1] jobs     hash    job id -> envelope
+KEYS[2] due      zset    job id scored by due ms
+KEYS[3] ready    stream  due jobs
+KEYS[4] stats    hash    counters
+
+ARGV[1] past tolerance ms
+ARGV[2] horizon ms
+ARGV[3] due-hint channel (sharded pub/sub): dispatcher wake-up when the head moves earlier
+ARGV[4] ready-hint channel: worker wake-up when jobs land in the ready stream
+ARGV[5..] 4 per job: job id, body (JSON), 'at' or 'in', ms value
+
+Returns {now ms, then 2 per job: status, detail}
+  status 1: created, detail = due ms
+  status 2: this exact job was already stored (a resent call), detail = 0
+  status -2 E_DUE_IN_PAST, -3 E_BEYOND_HORIZON (detail = due ms), -4 E_DUPLICATE_JOB_ID
+]]
+--@include now.lua
+
+local now = now_ms()
+local tolerance, horizon = tonumber(ARGV[1]), tonumber(ARGV[2])
+local out = {now}
+local created, earliest, readied = 0, nil, 0
+
+for i = 5, #ARGV, 4 do
+  local id, body, mode, value = ARGV[i], ARGV[i + 1], ARGV[i + 2], tonumber(ARGV[i + 3])
+  local due = value
+  if mode == 'in' then due = now + value end
+  local status = 1
+  if mode ~= 'in' and due < now - tolerance then
+    status = -2
+  elseif due > now + horizon then
+    status = -3
+  elseif redis.call('HSETNX', KEYS[1], id, 'S0|' .. body) == 0 then
+    local stored = redis.call('HGET', KEYS[1], id)
+    local bar = string.find(stored, '|', 1, true)
+    if bar and string.sub(stored, bar + 1) == body then status = 2 else status = -4 end
+  end
+  if status == 1 then
+    if due <= now then
+      redis.call('XADD', KEYS[3], '*', 'j', id, 'd', due)
+      readied = readied + 1
+    else
+      redis.call('ZADD', KEYS[2], due, id)
+      if not earliest or due < earliest then earliest = due end
+    end
+    created = created + 1
+  end
+  out[#out + 1] = status
+  out[#out + 1] = (status == 2 or status == -4) and 0 or due
+end
+
+if created > 0 then
+  redis.call('HINCRBY', KEYS[4], 'enqueued', created)
+end
+if readied > 0 then
+  redis.call('SPUBLISH', ARGV[4], '1')
+end
+if earliest then
+  local head = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
+  if head[2] and tonumber(head[2]) >= earliest then
+    redis.call('SPUBLISH', ARGV[3], earliest)
+  end
+end
+return out

@@ -1,0 +1,73 @@
+"""The wheel ships the Lua scripts: build it, install it into a fresh venv, load every script."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+PROBE = """
+import json, shardq, shardq.scripts as s
+loaded = s.scripts()
+print(json.dumps({
+    "package": shardq.__file__,
+    "lua_dir": str(s.lua_dir()),
+    "names": sorted(loaded),
+    "keys": {n: l.num_keys for n, l in loaded.items()},
+    "shas": {n: l.sha for n, l in loaded.items()},
+    "includes_left": [n for n, l in loaded.items() if "--@include" in l.source],
+}))
+"""
+
+
+def _run(cmd: list[str], cwd: Path) -> str:
+    result = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=180)
+    assert result.returncode == 0, f"{cmd} failed:\n{result.stdout}\n{result.stderr}"
+    return result.stdout
+
+
+def test_installed_wheel_loads_every_script(tmp_path: Path) -> None:
+    dist = tmp_path / "dist"
+    _run(
+        [sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(dist)],
+        ROOT,
+    )
+    [wheel] = dist.glob("shardq-*.whl")
+
+    venv = tmp_path / "venv"
+    _run([sys.executable, "-m", "venv", "--without-pip", str(venv)], tmp_path)
+    python = venv / "bin" / "python"
+    _run(
+        [sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps",
+         "--no-index", "--quiet", str(wheel)],
+        tmp_path,
+    )  # fmt: skip
+    # Dependencies come from the main venv, after the fresh venv's own site-packages (a .pth
+    # line appends), so the shardq that imports is the one the wheel installed.
+    site = Path(
+        _run([str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"], tmp_path)
+        .strip()
+    )
+    (site / "main_venv_deps.pth").write_text(sysconfig.get_path("purelib") + "\n")
+
+    out = json.loads(_run([str(python), "-c", PROBE], tmp_path))
+
+    installed = site / "shardq"
+    assert Path(out["package"]).parent == installed
+    assert Path(out["lua_dir"]) == installed / "lua"
+    assert Path(out["lua_dir"]).is_relative_to(venv)
+    repo_scripts = sorted(p.name for p in (ROOT / "lua").glob("*.lua"))
+    assert out["names"] == sorted(name.rsplit("-", 1)[0] for name in repo_scripts)
+    assert {f"{n}-{k}.lua" for n, k in out["keys"].items()} == set(repo_scripts)
+    assert out["includes_left"] == []
+    assert sorted(p.name for p in (installed / "lua").glob("*.lua")) == repo_scripts
+    assert sorted(p.name for p in (installed / "lua" / "includes").glob("*.lua")) == sorted(
+        p.name for p in (ROOT / "lua" / "includes").glob("*.lua")
+    )
+    from shardq import scripts
+
+    assert out["shas"] == {n: lua.sha for n, lua in scripts.scripts().items()}
