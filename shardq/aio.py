@@ -97,7 +97,7 @@ class AsyncClient:
         return prepared.parse(await scripts.arun(self.redis, *prepared.call()))
 
     async def enqueue_many(
-        self, queue: str, requests: Iterable[ops.JobRequest], *, chunk: int = 1000
+        self, queue: str, requests: Iterable[ops.JobRequest], *, chunk: int = 5000
     ) -> list[ops.EnqueueResult]:
         """See :meth:`shardq.Client.enqueue_many`."""
         partitions = await self.partitions(queue)

@@ -140,7 +140,7 @@ class Client:
         return prepared.parse(scripts.run(self.redis, *prepared.call()))
 
     def enqueue_many(
-        self, queue: str, requests: Iterable[ops.JobRequest], *, chunk: int = 1000
+        self, queue: str, requests: Iterable[ops.JobRequest], *, chunk: int = 5000
     ) -> list[ops.EnqueueResult]:
         """Enqueue many jobs in pipelines grouped by node; results in request order.
 
