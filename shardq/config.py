@@ -181,6 +181,10 @@ class WorkerSettings:
     idle_poll: float = 1.0
     """Longest wait between reads of an idle partition; wake-up hints usually come first."""
     max_error_bytes: int = 4096
+    handler_timeout: float | None = 600.0
+    """A handler running longer fails with HandlerTimeoutError (and is retried); None: no limit.
+    The heartbeat keeps a running job claimed however long it takes, so this is what stops a
+    handler that never returns from holding its job forever."""
 
     def __post_init__(self) -> None:
         if self.concurrency < 1:
@@ -188,8 +192,9 @@ class WorkerSettings:
         if not 1 <= self.fetch_batch <= 1000:
             raise ConfigError("fetch_batch must be 1..1000")
         for f in fields(self):
-            if isinstance(getattr(self, f.name), float):
-                _check_seconds(f.name, getattr(self, f.name))
+            value = getattr(self, f.name)
+            if isinstance(value, float) and not isinstance(value, bool):
+                _check_seconds(f.name, value)
         if self.heartbeat_interval * 2 > self.visibility_timeout:
             raise ConfigError("heartbeat_interval must be at most half of visibility_timeout")
         if self.max_deliveries < 1 or self.default_max_attempts < 1:

@@ -81,6 +81,10 @@ class PermanentError(HandlerError):
     """Raise from a handler for a failure that retrying cannot fix: the job goes dead at once."""
 
 
+class HandlerTimeoutError(ShardqError):
+    """A handler ran longer than ``WorkerSettings.handler_timeout``; the job is retried."""
+
+
 class UnknownJobTypeError(PermanentError):
     """The worker has no handler registered for the job's type."""
 

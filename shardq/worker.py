@@ -27,7 +27,13 @@ from shardq import hints, keys, scripts
 from shardq.config import WorkerSettings
 from shardq.connection import AsyncRedis
 from shardq.dispatcher import process_id, queue_partitions
-from shardq.errors import PermanentError, RetryAfter, UnknownJobTypeError, UnknownQueueError
+from shardq.errors import (
+    HandlerTimeoutError,
+    PermanentError,
+    RetryAfter,
+    UnknownJobTypeError,
+    UnknownQueueError,
+)
 from shardq.hints import stop_tasks
 from shardq.jobs import DEFAULT_BACKOFF, Backoff, Job, decode_body
 from shardq.logs import log_event
@@ -290,17 +296,17 @@ class Worker:
                     f"no handler for job type {job.type!r} on this worker: register one with "
                     f"worker.register({job.type!r}, fn) (known: {sorted(self.handlers)})"
                 )
-            if self._is_async(handler):
-                await handler(job)
+            timeout = self.settings.handler_timeout
+            if timeout is None:
+                await self._call(handler, job)
             else:
-                if self._executor is None:
-                    self._executor = ThreadPoolExecutor(
-                        self.settings.concurrency, thread_name_prefix="shardq-job"
-                    )
-                loop = asyncio.get_running_loop()
-                result = await loop.run_in_executor(self._executor, handler, job)
-                if inspect.isawaitable(result):
-                    await result
+                try:
+                    await asyncio.wait_for(self._call(handler, job), timeout)
+                except TimeoutError:
+                    raise HandlerTimeoutError(
+                        f"handler for {job.type!r} ran over handler_timeout ({timeout} s): "
+                        "make it faster, split the job, or raise handler_timeout"
+                    ) from None
         except asyncio.CancelledError:
             # Shutdown grace ran out: leave the delivery pending; another worker reclaims it.
             self._inflight[delivery.partition].pop(delivery.entry_id, None)
@@ -312,6 +318,20 @@ class Worker:
         if self.on_complete is not None:
             self.on_complete(job)
         self._wake.set()
+
+    async def _call(self, handler: Handler, job: Job) -> None:
+        if self._is_async(handler):
+            await handler(job)
+            return
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(
+                self.settings.concurrency, thread_name_prefix="shardq-job"
+            )
+        # A sync handler that overruns handler_timeout keeps its thread until it returns
+        # (threads cannot be killed); the job itself is settled as failed at the timeout.
+        result = await asyncio.get_running_loop().run_in_executor(self._executor, handler, job)
+        if inspect.isawaitable(result):
+            await result
 
     async def _settle_failure(self, delivery: _Delivery, exc: BaseException) -> None:
         job = delivery.job
