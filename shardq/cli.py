@@ -215,6 +215,27 @@ def job_reschedule(
     click.echo(f"{job_id} due at {due} ms")
 
 
+@main.command()
+@click.option("--queue", "queue_name", default=None, help="Also check that this queue exists.")
+@redis_options
+@friendly_errors
+def health(queue_name: str | None, url: str, username: str | None, password: str | None) -> None:
+    """Exit 0 when Redis answers (every primary, in cluster mode) and the queue exists.
+
+    Meant for container health checks and readiness probes; prints one line either way.
+    """
+    from redis.exceptions import RedisError
+
+    try:
+        with Client(settings_from(url, username, password)) as client:
+            client.redis.ping()
+            if queue_name is not None:
+                client.partitions(queue_name)
+    except RedisError as exc:
+        raise click.ClickException(f"unhealthy: Redis at {url}: {exc}") from None
+    click.echo("ok" + (f": queue {queue_name} reachable" if queue_name else ""))
+
+
 # processes ---------------------------------------------------------------------------------
 
 
@@ -250,6 +271,13 @@ def dispatcher() -> None:
 @click.option("--lease-time", default=10.0, show_default=True)
 @click.option("--renew-interval", default=3.0, show_default=True)
 @click.option("--max-sleep", default=1.0, show_default=True)
+@click.option(
+    "--metrics-port",
+    type=int,
+    default=None,
+    envvar="SHARDQ_METRICS_PORT",
+    help="Serve Prometheus metrics on this port (0.0.0.0).",
+)
 @redis_options
 @friendly_errors
 def dispatcher_run(
@@ -322,6 +350,13 @@ def worker() -> None:
 @click.option("--visibility-timeout", default=30.0, show_default=True)
 @click.option("--shutdown-grace", default=25.0, show_default=True)
 @click.option("--max-deliveries", default=5, show_default=True)
+@click.option(
+    "--metrics-port",
+    type=int,
+    default=None,
+    envvar="SHARDQ_METRICS_PORT",
+    help="Serve Prometheus metrics on this port (0.0.0.0).",
+)
 @redis_options
 @friendly_errors
 def worker_run(
