@@ -4,25 +4,32 @@ A new grant takes the next fencing token from a counter that never goes back, so
 holding an older token is rejected by every script that checks the lease.
 
 KEYS[1] lease    string  '<token>:<owner>' with expiry
-KEYS[2] fence    counter fencing tokens (never expires)
+KEYS[2] fence    hash    token (only grows), released ('1' when the last owner let go),
+                         granted (ms of the last grant); never expires
 
 ARGV[1] owner (dispatcher id)
 ARGV[2] lease time ms
 
 Returns
-  {1, token, 1}              newly granted
-  {1, token, 0}              already ours: extended
+  {1, token, 1, takeover}    newly granted; takeover 1 when the previous owner's lease expired
+                             instead of being released (it died or was paused)
+  {1, token, 0, 0}           already ours: extended
   {0, token, owner, ttl ms}  held by another owner
 ]]
+--@include now.lua
+
 local v = redis.call('GET', KEYS[1])
 if v then
   local token, owner = string.match(v, '^(%d+):(.*)$')
   if owner == ARGV[1] then
     redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[2]))
-    return {1, token, 0}
+    return {1, token, 0, 0}
   end
   return {0, token or '', owner or v, redis.call('PTTL', KEYS[1])}
 end
-local token = redis.call('INCR', KEYS[2])
+local token = redis.call('HINCRBY', KEYS[2], 'token', 1)
+local takeover = 0
+if token > 1 and redis.call('HGET', KEYS[2], 'released') ~= '1' then takeover = 1 end
+redis.call('HSET', KEYS[2], 'released', '0', 'granted', now_ms())
 redis.call('SET', KEYS[1], token .. ':' .. ARGV[1], 'PX', tonumber(ARGV[2]))
-return {1, tostring(token), 1}
+return {1, tostring(token), 1, takeover}

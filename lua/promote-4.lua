@@ -11,6 +11,8 @@ KEYS[4] stats    hash    counters
 ARGV[1] fencing token of the caller
 ARGV[2] max jobs to move in this call (K)
 ARGV[3] ready-hint channel (sharded pub/sub) to wake workers when jobs moved
+ARGV[4] lease time ms: a successful promote also extends the caller's lease, so a busy or
+        regularly woken partition needs no separate renewal call
 
 Returns
   {moved, next due ms or -1, now ms}   next due is the earliest remaining job's due time
@@ -24,6 +26,7 @@ if lease_token(lease) ~= ARGV[1] then
   return {-1, ARGV[1], lease or ''}
 end
 
+redis.call('PEXPIRE', KEYS[3], tonumber(ARGV[4]))
 local now = now_ms()
 local batch = redis.call('ZRANGE', KEYS[1], '-inf', now, 'BYSCORE', 'LIMIT', 0, tonumber(ARGV[2]),
   'WITHSCORES')

@@ -147,17 +147,32 @@ class DispatcherSettings:
     batch: int = 100
     """K: most jobs one promote call moves (about 3-5 us of Redis time per job)."""
     max_sleep: float = 1.0
-    """Longest sleep with no due job in sight; wake-up hints usually come first."""
+    """Longest sleep with no due job in sight; wake-up hints usually come first.  Each wake-up
+    also renews the partition's lease, so keep it under renew_interval."""
     lease_time: float = 10.0
+    """A partition whose owner stops renewing is free after this long."""
     renew_interval: float = 3.0
+    """How often the lease loop runs: heartbeat, renew, balance to the fair share."""
+    membership_timeout: float = 10.0
+    """A dispatcher that has not heartbeated for this long counts as dead."""
     max_inflight_calls: int = 256
+    metrics_interval: float = 5.0
+    """How often owned partitions are sampled for the Prometheus endpoint."""
+    hot_multiple: float = 3.0
+    """Log a warning when a partition's rate passes this multiple of the mean."""
 
     def __post_init__(self) -> None:
         if not 1 <= self.batch <= 1000:
             raise ConfigError(f"batch must be 1..1000 (a call must stay short), got {self.batch}")
-        _check_seconds("max_sleep", self.max_sleep)
-        _check_seconds("lease_time", self.lease_time)
-        _check_seconds("renew_interval", self.renew_interval)
+        for name in (
+            "max_sleep",
+            "lease_time",
+            "renew_interval",
+            "membership_timeout",
+            "metrics_interval",
+            "hot_multiple",
+        ):
+            _check_seconds(name, getattr(self, name))
         if self.renew_interval * 2 > self.lease_time:
             raise ConfigError("renew_interval must be at most half of lease_time")
 

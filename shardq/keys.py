@@ -76,6 +76,27 @@ def queue_meta_key(queue: str) -> str:
     return f"{{sq:{queue}}}:meta"
 
 
+def dispatchers_key(queue: str) -> str:
+    """Sorted set of live dispatchers, scored by heartbeat expiry (ms, Redis clock)."""
+    return f"{{sq:{queue}}}:dispatchers"
+
+
+def workers_key(queue: str) -> str:
+    """Sorted set of live workers, scored by heartbeat expiry (ms, Redis clock)."""
+    return f"{{sq:{queue}}}:workers"
+
+
+def drain_key(queue: str) -> str:
+    """Set of dispatcher ids an operator asked to hand back every partition."""
+    return f"{{sq:{queue}}}:drain"
+
+
+def owners_key(queue: str) -> str:
+    """Hash partition -> '<owner> <token>': who holds each lease.  Advisory (the lease itself
+    decides); it lets a dispatcher find free partitions without reading every lease."""
+    return f"{{sq:{queue}}}:owners"
+
+
 class PartitionKeys:
     """The keys of one partition of one queue; all share one hash tag, hence one slot.
 
@@ -114,7 +135,7 @@ class PartitionKeys:
         self.dead = base + "dead"
         #: String with expiry: '<token>:<owner>' of the dispatcher draining this partition.
         self.lease = base + "lease"
-        #: Counter that only grows: the source of fencing tokens.  Never expires.
+        #: Hash: token (only grows: the fencing tokens), released, granted.  Never expires.
         self.fence = base + "fence"
         #: Hash of per-partition counters kept by the scripts.
         self.stats = base + "stats"

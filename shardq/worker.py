@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 
 from redis.exceptions import RedisError, ResponseError
 
-from shardq import hints, keys, scripts
+from shardq import hints, keys, metrics, scripts
 from shardq.config import WorkerSettings
 from shardq.connection import AsyncRedis
 from shardq.dispatcher import process_id, queue_partitions
@@ -64,6 +64,9 @@ class _Delivery:
     partition: int
     entry_id: bytes
     job: Job
+    started: float = 0.0
+    task: asyncio.Task[None] | None = None
+    timed_out: bool = False
 
 
 class Worker:
@@ -105,6 +108,13 @@ class Worker:
         self._executor: ThreadPoolExecutor | None = None
         self._rotate = 0
         self._async_handlers: dict[Handler, bool] = {}
+        self._m_lateness = metrics.JOB_LATENESS.labels(queue)
+        self._m_duration: dict[str, Any] = {}
+        self._m_jobs = {
+            outcome: metrics.WORKER_JOBS.labels(queue, outcome)
+            for outcome in ("completed", "retried", "dead")
+        }
+        self._m_inflight = metrics.WORKER_INFLIGHT.labels(queue)
         # Hints seen per partition: a hint that lands while a fetch is in flight must not be
         # overwritten by that fetch's "nothing more here" result.
         self._hints: dict[int, int] = {}
@@ -277,47 +287,72 @@ class Worker:
             fetched_redis_ms=redis_now,
             fetched_monotonic=monotonic_now,
         )
-        delivery = _Delivery(partition, eid, job)
+        delivery = _Delivery(partition, eid, job, monotonic_now)
         self._inflight[partition][eid] = delivery
         self.stats.started += 1
-        self._spawn(self._execute(delivery))
+        delivery.task = self._spawn(self._execute(delivery))
 
-    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
         task: asyncio.Task[None] = asyncio.get_running_loop().create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        return task
 
     async def _execute(self, delivery: _Delivery) -> None:
         job = delivery.job
         handler = self.handlers.get(job.type)
+        started = time.monotonic()
+        if job.due_ms is not None:
+            self._m_lateness.observe(max(0.0, (job.redis_now_ms(started) - job.due_ms) / 1000.0))
         try:
             if handler is None:
                 raise UnknownJobTypeError(
                     f"no handler for job type {job.type!r} on this worker: register one with "
                     f"worker.register({job.type!r}, fn) (known: {sorted(self.handlers)})"
                 )
-            timeout = self.settings.handler_timeout
-            if timeout is None:
-                await self._call(handler, job)
-            else:
-                try:
-                    await asyncio.wait_for(self._call(handler, job), timeout)
-                except TimeoutError:
-                    raise HandlerTimeoutError(
-                        f"handler for {job.type!r} ran over handler_timeout ({timeout} s): "
-                        "make it faster, split the job, or raise handler_timeout"
-                    ) from None
+            await self._call(handler, job)
         except asyncio.CancelledError:
+            if delivery.timed_out:
+                # The watchdog stopped a handler that ran over handler_timeout: retry it.
+                await self._settle_failure(
+                    delivery,
+                    HandlerTimeoutError(
+                        f"handler for {job.type!r} ran over handler_timeout "
+                        f"({self.settings.handler_timeout} s): make it faster, split the job, "
+                        "or raise handler_timeout"
+                    ),
+                )
+                return
             # Shutdown grace ran out: leave the delivery pending; another worker reclaims it.
             self._inflight[delivery.partition].pop(delivery.entry_id, None)
             raise
         except Exception as exc:
+            self._duration(job.type).observe(time.monotonic() - started)
             await self._settle_failure(delivery, exc)
             return
+        self._duration(job.type).observe(time.monotonic() - started)
         self._acks.setdefault(delivery.partition, []).append((delivery.entry_id, job.id))
         if self.on_complete is not None:
             self.on_complete(job)
         self._wake.set()
+
+    def _duration(self, job_type: str) -> Any:
+        child = self._m_duration.get(job_type)
+        if child is None:
+            child = self._m_duration[job_type] = metrics.JOB_DURATION.labels(self.queue, job_type)
+        return child
+
+    def _watchdog(self) -> None:
+        """Cancel handlers running longer than handler_timeout (checked with the heartbeat)."""
+        timeout = self.settings.handler_timeout
+        if timeout is None:
+            return
+        deadline = time.monotonic() - timeout
+        for deliveries in self._inflight.values():
+            for d in deliveries.values():
+                if d.started < deadline and not d.timed_out and d.task is not None:
+                    d.timed_out = True
+                    d.task.cancel()
 
     async def _call(self, handler: Handler, job: Job) -> None:
         if self._is_async(handler):
@@ -366,6 +401,7 @@ class Worker:
             self.stats.dead += 1
         else:
             self.stats.retried += 1
+        self._m_jobs["dead" if dead else "retried"].inc()
         log_event(
             log,
             "job.dead" if dead else "job.retry",
@@ -406,6 +442,7 @@ class Worker:
             for eid, _ in pending[p]:
                 self._inflight[p].pop(eid, None)
             self.stats.completed += len(pending[p])
+            self._m_jobs["completed"].inc(len(pending[p]))
 
     async def _drain(self) -> None:
         """Give running jobs the grace period, settle what finished, abandon the rest."""
@@ -438,6 +475,8 @@ class Worker:
 
     async def _heartbeat(self) -> None:
         """Reset the idle time of every delivery this worker is running."""
+        self._watchdog()
+        self._m_inflight.set(self.inflight)
         parts = [p for p, d in self._inflight.items() if d]
         calls = [
             (
@@ -450,6 +489,7 @@ class Worker:
         for p, reply in zip(parts, await scripts.arun_many(self.redis, calls), strict=True):
             if isinstance(reply, list) and reply:
                 self.stats.lost_deliveries += len(reply)
+                metrics.WORKER_LOST.labels(self.queue).inc(len(reply))
                 log.warning(
                     "partition %d: %d deliveries were reclaimed by another worker while running "
                     "(paused past visibility_timeout?); they may run twice",
@@ -487,6 +527,7 @@ class Worker:
             for i in range(n):
                 eid, job_id, due, attempt, body, deliveries = reply[1 + 6 * i : 7 + 6 * i]
                 self.stats.reclaimed += 1
+                metrics.WORKER_RECLAIMED.labels(self.queue).inc()
                 self._start(
                     p,
                     eid,

@@ -1,6 +1,7 @@
 --[[ lease-release: give a lease back at once (shutdown, rebalance), only if it is still ours.
 
 KEYS[1] lease    string  '<token>:<owner>' with expiry
+KEYS[2] fence    hash    token, released, granted
 
 ARGV[1] fencing token
 
@@ -9,6 +10,7 @@ Returns 1 released, 0 not ours (already expired or taken over: nothing to do)
 --@include lease.lua
 if lease_token(redis.call('GET', KEYS[1])) == ARGV[1] then
   redis.call('DEL', KEYS[1])
+  redis.call('HSET', KEYS[2], 'released', '1')
   return 1
 end
 return 0

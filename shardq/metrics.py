@@ -1,0 +1,374 @@
+"""Prometheus metrics and per-partition snapshots.
+
+Per-partition figures (backlog, lag, pending, dead letters and the counters the scripts keep in
+each partition's ``stats`` hash) are read by the dispatcher that owns the partition, so the
+fleet shares the scraping work and each partition is exported once.  The dispatcher that owns
+partition 0 also samples every partition's counters for the hot-shard figures.  Labels are
+bounded: queue, partition, node, dispatcher id, job type, outcome; never a job id.
+
+Names are ``shardq_*`` in base units (seconds), counters end in ``_total``.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from prometheus_client import REGISTRY, Counter, Gauge, Histogram, start_http_server
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from shardq import keys, scripts
+from shardq.logs import log_event
+
+log = logging.getLogger("shardq.metrics")
+
+COUNTERS = (
+    "enqueued",
+    "promoted",
+    "completed",
+    "failed",
+    "retried",
+    "dead",
+    "cancelled",
+    "reclaimed",
+)
+LATENESS_BUCKETS = (
+    0.001,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    30.0,
+    60.0,
+    300.0,
+)
+
+# worker ----------------------------------------------------------------------------------------
+JOB_LATENESS = Histogram(
+    "shardq_job_lateness_seconds",
+    "Handler start minus due time, on the Redis clock.",
+    ["queue"],
+    buckets=LATENESS_BUCKETS,
+)
+JOB_DURATION = Histogram(
+    "shardq_job_duration_seconds",
+    "Handler run time.",
+    ["queue", "job_type"],
+    buckets=(0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 30.0, 120.0, 600.0),
+)
+WORKER_JOBS = Counter(
+    "shardq_worker_jobs_total",
+    "Jobs this worker settled, by outcome (completed, retried, dead).",
+    ["queue", "outcome"],
+)
+WORKER_RECLAIMED = Counter(
+    "shardq_worker_reclaimed_total", "Deliveries taken over from dead workers.", ["queue"]
+)
+WORKER_LOST = Counter(
+    "shardq_worker_lost_deliveries_total",
+    "Running deliveries another worker reclaimed (this worker was paused too long).",
+    ["queue"],
+)
+WORKER_INFLIGHT = Gauge("shardq_worker_inflight_jobs", "Jobs running now.", ["queue"])
+
+# dispatcher ------------------------------------------------------------------------------------
+LEASES_HELD = Gauge(
+    "shardq_dispatcher_leases_held", "Partitions this dispatcher owns.", ["queue", "dispatcher"]
+)
+LEASE_EVENTS = Counter(
+    "shardq_dispatcher_lease_events_total",
+    "Lease changes: acquired, lost, released, takeover (acquired after a peer's lease "
+    "expired), fenced (a write rejected for a stale token).",
+    ["queue", "dispatcher", "event"],
+)
+PROMOTED = Counter(
+    "shardq_dispatcher_promoted_total", "Jobs this dispatcher promoted.", ["queue", "dispatcher"]
+)
+PROMOTE_CALLS = Counter(
+    "shardq_dispatcher_promote_calls_total", "Promote script calls.", ["queue", "dispatcher"]
+)
+SCRIPT_ERRORS = Counter(
+    "shardq_script_errors_total",
+    "Script calls that failed, by operation and error.",
+    ["queue", "op", "error"],
+)
+
+
+def serve(port: int, addr: str = "0.0.0.0") -> None:
+    """Serve /metrics on ``port`` from a background thread."""
+    start_http_server(port, addr)
+    log.info("metrics on http://%s:%d/metrics", addr, port)
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionSnapshot:
+    """One partition at one instant (from the partition-stats script)."""
+
+    queue: str
+    partition: int
+    node: str
+    now_ms: int
+    due: int
+    overdue: int
+    oldest_due_ms: int | None
+    ready: int
+    pending: int
+    oldest_pending_idle_ms: int | None
+    dead: int
+    consumers: int
+    counters: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def lag_seconds(self) -> float:
+        """Age of the oldest overdue job (promotion lag); 0 when nothing is overdue."""
+        if not self.overdue or self.oldest_due_ms is None:
+            return 0.0
+        return max(0.0, (self.now_ms - self.oldest_due_ms) / 1000.0)
+
+    @property
+    def oldest_pending_seconds(self) -> float:
+        return (self.oldest_pending_idle_ms or 0) / 1000.0
+
+
+def node_of(redis: Any, pk: keys.PartitionKeys) -> str:
+    """The host:port serving a partition (``standalone`` when not a cluster)."""
+    manager = getattr(redis, "nodes_manager", None)
+    if manager is None:
+        return "standalone"
+    return str(manager.get_node_from_slot(keys.slot_of(pk.due)).name)
+
+
+def stats_calls(pks: Iterable[keys.PartitionKeys]) -> list[scripts.Call]:
+    lua = scripts.script("partition-stats")
+    return [(lua, [pk.due, pk.ready, pk.dead, pk.stats], [keys.WORKER_GROUP]) for pk in pks]
+
+
+def parse_snapshot(redis: Any, pk: keys.PartitionKeys, reply: list[Any]) -> PartitionSnapshot:
+    raw = reply[9]
+    counters = {
+        (raw[i].decode() if isinstance(raw[i], bytes) else str(raw[i])): int(raw[i + 1])
+        for i in range(0, len(raw), 2)
+    }
+    return PartitionSnapshot(
+        queue=pk.queue,
+        partition=pk.partition,
+        node=node_of(redis, pk),
+        now_ms=int(reply[0]),
+        due=int(reply[1]),
+        overdue=int(reply[2]),
+        oldest_due_ms=None if int(reply[3]) < 0 else int(reply[3]),
+        ready=int(reply[4]),
+        pending=int(reply[5]),
+        oldest_pending_idle_ms=None if int(reply[6]) < 0 else int(reply[6]),
+        dead=int(reply[7]),
+        consumers=int(reply[8]),
+        counters=counters,
+    )
+
+
+def snapshot_sync(redis: Any, pks: list[keys.PartitionKeys]) -> list[PartitionSnapshot]:
+    """Snapshots of partitions with a sync client (one pipelined round trip per node)."""
+    replies = scripts.run_many(redis, stats_calls(pks))
+    out = []
+    for pk, reply in zip(pks, replies, strict=True):
+        if isinstance(reply, Exception):
+            raise reply
+        out.append(parse_snapshot(redis, pk, reply))
+    return out
+
+
+async def snapshot_async(redis: Any, pks: list[keys.PartitionKeys]) -> list[PartitionSnapshot]:
+    """Snapshots with an asyncio client; partitions whose call failed are left out."""
+    replies = await scripts.arun_many(redis, stats_calls(pks))
+    return [
+        parse_snapshot(redis, pk, reply)
+        for pk, reply in zip(pks, replies, strict=True)
+        if not isinstance(reply, Exception)
+    ]
+
+
+@dataclass(frozen=True, slots=True)
+class HotShardReport:
+    """Where the load goes, over a sliding window."""
+
+    window_seconds: float
+    partition_rates: dict[int, float]  # enqueued + promoted jobs/s per partition
+    node_rates: dict[str, float]
+    hot_partition_ratio: float  # busiest partition over the mean
+    hot_node_ratio: float
+
+    @property
+    def total_rate(self) -> float:
+        return sum(self.partition_rates.values())
+
+    def node_share(self) -> dict[str, float]:
+        total = self.total_rate
+        return {n: (r / total if total else 0.0) for n, r in self.node_rates.items()}
+
+    def hottest(self, n: int = 5) -> list[tuple[int, float]]:
+        return sorted(self.partition_rates.items(), key=lambda kv: -kv[1])[:n]
+
+
+class RateWindow:
+    """Keeps recent counter samples per partition and turns them into rates."""
+
+    def __init__(self, window_seconds: float = 60.0) -> None:
+        self.window = window_seconds
+        self._samples: deque[tuple[float, dict[int, int], dict[int, str]]] = deque()
+
+    def add(self, snapshots: list[PartitionSnapshot]) -> None:
+        now = time.monotonic()
+        load = {
+            s.partition: s.counters.get("enqueued", 0) + s.counters.get("promoted", 0)
+            for s in snapshots
+        }
+        self._samples.append((now, load, {s.partition: s.node for s in snapshots}))
+        while len(self._samples) > 2 and now - self._samples[1][0] >= self.window:
+            self._samples.popleft()
+
+    def report(self) -> HotShardReport | None:
+        if len(self._samples) < 2:
+            return None
+        (t0, first, _), (t1, last, nodes) = self._samples[0], self._samples[-1]
+        span = max(t1 - t0, 1e-9)
+        rates = {p: max(0, last[p] - first.get(p, 0)) / span for p in last}
+        node_rates: dict[str, float] = {}
+        for p, rate in rates.items():
+            node_rates[nodes[p]] = node_rates.get(nodes[p], 0.0) + rate
+        return HotShardReport(
+            span, rates, node_rates, _ratio(rates.values()), _ratio(node_rates.values())
+        )
+
+
+def _ratio(values: Iterable[float]) -> float:
+    items = list(values)
+    mean = sum(items) / len(items) if items else 0.0
+    return max(items) / mean if mean > 0 else 0.0
+
+
+class PartitionCollector(Collector):
+    """Renders the latest snapshots of the partitions this process owns, at scrape time.
+
+    Scrapes never touch Redis: the owning loop refreshes the snapshots in the background.
+    """
+
+    def __init__(self) -> None:
+        self.snapshots: dict[tuple[str, int], PartitionSnapshot] = {}
+        self.hot: dict[str, HotShardReport] = {}
+
+    def update(self, queue: str, snapshots: list[PartitionSnapshot], owned: set[int]) -> None:
+        for key in [k for k in self.snapshots if k[0] == queue and k[1] not in owned]:
+            del self.snapshots[key]
+        for s in snapshots:
+            if s.partition in owned:
+                self.snapshots[(queue, s.partition)] = s
+
+    def forget(self, queue: str) -> None:
+        for key in [k for k in self.snapshots if k[0] == queue]:
+            del self.snapshots[key]
+        self.hot.pop(queue, None)
+
+    def collect(self) -> Iterator[Any]:
+        labels = ["queue", "partition", "node"]
+        gauges: dict[str, tuple[str, Callable[[PartitionSnapshot], float]]] = {
+            "due_jobs": ("Jobs waiting in the due set (backlog).", lambda s: s.due),
+            "overdue_jobs": ("Jobs past their due time, not yet promoted.", lambda s: s.overdue),
+            "promotion_lag_seconds": ("Age of the oldest overdue job.", lambda s: s.lag_seconds),
+            "ready_entries": ("Ready entries not yet delivered to a worker.", lambda s: s.ready),
+            "pending_deliveries": (
+                "Deliveries held by workers, not yet acked.",
+                lambda s: s.pending,
+            ),
+            "oldest_pending_seconds": (
+                "Idle time of the oldest pending delivery.",
+                lambda s: s.oldest_pending_seconds,
+            ),
+            "dead_letters": ("Entries in the dead-letter stream.", lambda s: s.dead),
+        }
+        snaps = list(self.snapshots.values())
+        for name, (doc, get) in gauges.items():
+            family = GaugeMetricFamily(f"shardq_partition_{name}", doc, labels=labels)
+            for s in snaps:
+                family.add_metric([s.queue, str(s.partition), s.node], float(get(s)))
+            yield family
+        for counter in COUNTERS:
+            counts = CounterMetricFamily(
+                f"shardq_jobs_{counter}",
+                f"Jobs {counter}, counted by the scripts in Redis.",
+                labels=["queue", "partition"],
+            )
+            for s in snaps:
+                counts.add_metric([s.queue, str(s.partition)], float(s.counters.get(counter, 0)))
+            yield counts
+        ratio = GaugeMetricFamily(
+            "shardq_hot_partition_ratio",
+            "Busiest partition's enqueue+promote rate over the mean, over the window.",
+            labels=["queue"],
+        )
+        node_ratio = GaugeMetricFamily(
+            "shardq_hot_node_ratio", "Busiest primary's rate over the mean.", labels=["queue"]
+        )
+        share = GaugeMetricFamily(
+            "shardq_node_load_share",
+            "Share of the queue's rate on each primary.",
+            labels=["queue", "node"],
+        )
+        for queue, report in self.hot.items():
+            ratio.add_metric([queue], report.hot_partition_ratio)
+            node_ratio.add_metric([queue], report.hot_node_ratio)
+            for node, value in report.node_share().items():
+                share.add_metric([queue, node], value)
+        yield ratio
+        yield node_ratio
+        yield share
+
+
+PARTITIONS = PartitionCollector()
+REGISTRY.register(PARTITIONS)
+
+
+class HotShardWatch:
+    """Logs a warning when a partition runs hotter than ``multiple`` x the mean (rate-limited)."""
+
+    def __init__(self, queue: str, multiple: float = 3.0, every: float = 60.0) -> None:
+        self.queue = queue
+        self.multiple = multiple
+        self.every = every
+        self.window = RateWindow()
+        self._last_warned: dict[int, float] = {}
+
+    def observe(self, snapshots: list[PartitionSnapshot]) -> HotShardReport | None:
+        self.window.add(snapshots)
+        report = self.window.report()
+        if report is None:
+            return None
+        PARTITIONS.hot[self.queue] = report
+        rates = report.partition_rates
+        mean = report.total_rate / len(rates) if rates else 0.0
+        now = time.monotonic()
+        for p, rate in rates.items():
+            hot = mean > 0 and rate > self.multiple * mean and rate > 1.0
+            if hot and now - self._last_warned.get(p, -1e9) >= self.every:
+                self._last_warned[p] = now
+                log_event(
+                    log,
+                    "partition.hot",
+                    queue=self.queue,
+                    partition=p,
+                    rate_per_s=round(rate, 1),
+                    mean_per_s=round(mean, 1),
+                    ratio=round(rate / mean, 2),
+                )
+        return report
