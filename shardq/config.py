@@ -194,7 +194,12 @@ class WorkerSettings:
     default_max_attempts: int = 5
     shutdown_grace: float = 25.0
     idle_poll: float = 1.0
-    """Longest wait between reads of an idle partition; wake-up hints usually come first."""
+    """Longest wait between reads of an idle assigned partition; hints usually come first."""
+    sweep_interval: float = 5.0
+    """The fleet reads each partition at least this often even when it is not assigned to the
+    reader (its worker died or is overloaded); see Worker._membership."""
+    membership_timeout: float = 15.0
+    """A worker that has not heartbeated for this long loses its assigned partitions."""
     max_error_bytes: int = 4096
     handler_timeout: float | None = 600.0
     """A handler running longer fails with HandlerTimeoutError (and is retried); None: no limit.

@@ -107,6 +107,8 @@ class Worker:
         self._wake = asyncio.Event()
         self._executor: ThreadPoolExecutor | None = None
         self._rotate = 0
+        self._assigned: set[int] = set()
+        self._fleet_size = 1
         self._async_handlers: dict[Handler, bool] = {}
         self._m_lateness = metrics.JOB_LATENESS.labels(queue)
         self._m_duration: dict[str, Any] = {}
@@ -160,6 +162,10 @@ class Worker:
             raise UnknownQueueError(f"queue {self.queue!r} has partitions 0..{total - 1}")
         self._poll_at = dict.fromkeys(self._partitions, 0.0)
         self._inflight = {p: {} for p in self._partitions}
+        self._assigned = set(self._partitions)
+        if self._wanted is None:
+            with contextlib.suppress(RedisError):
+                await self._membership()
         channels = {self._pk[p].ready_hint: p for p in self._partitions}
         background = [
             asyncio.create_task(hints.listen(self.redis, channels, self._hint, self._stop)),
@@ -173,11 +179,49 @@ class Worker:
         finally:
             await stop_tasks(background)
             await self._retire()
+            if self._wanted is None:
+                with contextlib.suppress(RedisError):
+                    await self._membership(leaving=True)
             if self._executor is not None:
                 self._executor.shutdown(wait=False, cancel_futures=True)
             log.info("worker %s stopped (%s)", self.name, self.stats)
 
+    async def _membership(self, leaving: bool = False) -> None:
+        """Heartbeat into the worker set and recompute which partitions are ours to read.
+
+        Worker i of N (sorted ids) is assigned the partitions p with p mod N == i and reads
+        them eagerly (hints, idle_poll).  Every other partition it sweeps rarely, every
+        sweep_interval x (N - 1), so the fleet looks at each partition about once per
+        sweep_interval whatever N is: a partition whose worker died, or a backlog bigger than
+        its worker can take, is still read (a sweep that finds a full batch keeps reading).
+        """
+        reply = await scripts.arun(
+            self.redis,
+            scripts.script("members"),
+            [keys.workers_key(self.queue), keys.workers_key(self.queue) + ":drain"],
+            [self.name, round(self.settings.membership_timeout * 1000), "1" if leaving else "0"],
+        )
+        if leaving:
+            return
+        live = sorted(m.decode() if isinstance(m, bytes) else str(m) for m in reply[1])
+        if self.name not in live:
+            live.append(self.name)
+            live.sort()
+        index, n = live.index(self.name), len(live)
+        assigned = {p for p in self._partitions if p % n == index}
+        newly = assigned - self._assigned
+        self._assigned, self._fleet_size = assigned, n
+        for p in newly:
+            self._poll_at[p] = 0.0
+
+    def _idle_interval(self, partition: int) -> float:
+        if partition in self._assigned:
+            return self.settings.idle_poll
+        return self.settings.sweep_interval * max(1, self._fleet_size - 1)
+
     def _hint(self, partition: int) -> None:
+        if partition not in self._assigned:
+            return
         self._poll_at[partition] = 0.0
         self._hints[partition] = self._hints.get(partition, 0) + 1
         self._wake.set()
@@ -229,7 +273,7 @@ class Worker:
                 continue
             n = (len(reply) - 1) // 5
             more = n >= count or self._hints.get(p, 0) != seen
-            self._poll_at[p] = now if more else now + self.settings.idle_poll
+            self._poll_at[p] = now if more else now + self._idle_interval(p)
             redis_now = int(reply[0])
             for i in range(n):
                 eid, job_id, due, attempt, body = reply[1 + 5 * i : 6 + 5 * i]
@@ -477,6 +521,8 @@ class Worker:
         """Reset the idle time of every delivery this worker is running."""
         self._watchdog()
         self._m_inflight.set(self.inflight)
+        if self._wanted is None:
+            await self._membership()
         parts = [p for p, d in self._inflight.items() if d]
         calls = [
             (
@@ -504,6 +550,7 @@ class Worker:
         if room <= 0:
             return
         count = max(1, min(s.fetch_batch, room))
+        mine = sorted(self._assigned)  # each partition is reclaimed by its assigned worker
         calls = [
             (
                 scripts.script("reclaim"),
@@ -516,11 +563,11 @@ class Worker:
                     s.max_deliveries,
                 ],
             )
-            for pk in (self._pk[p] for p in self._partitions)
+            for pk in (self._pk[p] for p in mine)
         ]
         replies = await scripts.arun_many(self.redis, calls)
         now = time.monotonic()
-        for p, reply in zip(self._partitions, replies, strict=True):
+        for p, reply in zip(mine, replies, strict=True):
             if isinstance(reply, Exception):
                 continue
             n = (len(reply) - 1) // 6
