@@ -88,8 +88,23 @@ def delete_queue(redis: SyncRedis, queue: str, partitions: int) -> None:
     """Remove every key of a benchmark queue."""
     for pk in keys.all_partition_keys(queue, partitions):
         redis.delete(pk.due, pk.jobs, pk.ready, pk.dead, pk.lease, pk.fence, pk.stats, pk.errors)
-    redis.delete(keys.queue_meta_key(queue))
+    for key in (
+        keys.queue_meta_key(queue),
+        keys.dispatchers_key(queue),
+        keys.workers_key(queue),
+        keys.drain_key(queue),
+        keys.owners_key(queue),
+    ):
+        redis.delete(key)
     redis.srem(keys.QUEUES_KEY, queue)
+
+
+async def _noop(job: Any) -> None:
+    """A handler that does nothing (benchmarks, demos, deployment smoke tests)."""
+
+
+handlers = {"bench": _noop, "demo": _noop}
+"""Demo handlers for ``shardq worker run --handlers shardq.bench:handlers``."""
 
 
 def _env(cfg: E2EConfig) -> dict[str, str]:

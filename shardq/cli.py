@@ -272,6 +272,12 @@ def dispatcher() -> None:
 @click.option("--renew-interval", default=3.0, show_default=True)
 @click.option("--max-sleep", default=1.0, show_default=True)
 @click.option(
+    "--membership-timeout",
+    default=10.0,
+    show_default=True,
+    help="Seconds without a heartbeat before a dispatcher counts as dead.",
+)
+@click.option(
     "--metrics-port",
     type=int,
     default=None,
@@ -287,6 +293,8 @@ def dispatcher_run(
     lease_time: float,
     renew_interval: float,
     max_sleep: float,
+    membership_timeout: float,
+    metrics_port: int | None,
     url: str,
     username: str | None,
     password: str | None,
@@ -296,8 +304,16 @@ def dispatcher_run(
     from shardq.dispatcher import Dispatcher
 
     settings = DispatcherSettings(
-        batch=batch, lease_time=lease_time, renew_interval=renew_interval, max_sleep=max_sleep
+        batch=batch,
+        lease_time=lease_time,
+        renew_interval=renew_interval,
+        max_sleep=max_sleep,
+        membership_timeout=membership_timeout,
     )
+    if metrics_port is not None:
+        from shardq.metrics import serve
+
+        serve(metrics_port)
 
     async def go() -> None:
         redis = await connect_async(settings_from(url, username, password))
@@ -367,6 +383,7 @@ def worker_run(
     visibility_timeout: float,
     shutdown_grace: float,
     max_deliveries: int,
+    metrics_port: int | None,
     url: str,
     username: str | None,
     password: str | None,
@@ -383,6 +400,10 @@ def worker_run(
         shutdown_grace=shutdown_grace,
         max_deliveries=max_deliveries,
     )
+    if metrics_port is not None:
+        from shardq.metrics import serve
+
+        serve(metrics_port)
 
     async def go() -> None:
         redis = await connect_async(settings_from(url, username, password))
@@ -479,6 +500,45 @@ def bench_enqueue(
         json.dumps(
             run_enqueue_bench(
                 url, jobs, single_jobs, partitions, username=username, password=password
+            )
+        )
+    )
+
+
+@bench.command("fleet")
+@click.option("--dispatchers", default=8, show_default=True)
+@click.option("--partitions", default=256, show_default=True)
+@click.option("--workers", default=4, show_default=True)
+@click.option("--lease-time", default=4.0, show_default=True)
+@click.option("--renew-interval", default=1.0, show_default=True)
+@click.option("--idle-seconds", default=10.0, show_default=True)
+@redis_options
+@friendly_errors
+def bench_fleet(
+    dispatchers: int,
+    partitions: int,
+    workers: int,
+    lease_time: float,
+    renew_interval: float,
+    idle_seconds: float,
+    url: str,
+    username: str | None,
+    password: str | None,
+) -> None:
+    """Lease convergence after start, SIGKILL and SIGTERM, and the idle fleet's Redis calls/s."""
+    from shardq.bench_fleet import run_fleet
+
+    click.echo(
+        json.dumps(
+            run_fleet(
+                url,
+                dispatchers,
+                partitions,
+                workers,
+                lease_time,
+                renew_interval,
+                idle_seconds,
+                password=password,
             )
         )
     )

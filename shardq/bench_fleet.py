@@ -1,0 +1,210 @@
+"""Fleet benchmark (``shardq bench fleet``): how fast leases converge, and what an idle fleet costs.
+
+Starts D dispatcher processes on a fresh queue of P partitions, measures how long until every
+partition is owned and every dispatcher holds the floor or ceiling of P / D; kills one with
+SIGKILL and measures again; stops one with SIGTERM and measures again.  Then it starts W workers
+and counts the Redis commands per second the idle fleet sends (INFO total_commands_processed
+over the primaries).
+"""
+
+from __future__ import annotations
+
+import secrets
+import select
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections import Counter
+from typing import Any
+
+from shardq import keys
+from shardq.bench import delete_queue
+from shardq.client import Client
+from shardq.config import RedisSettings
+from shardq.connection import SyncRedis, is_cluster
+
+
+def lease_owners(redis: SyncRedis, queue: str, partitions: int) -> list[str | None]:
+    """The owner named in each partition's lease (None when free)."""
+    pipe = redis.pipeline(transaction=False)
+    for pk in keys.all_partition_keys(queue, partitions):
+        pipe.get(pk.lease)
+    owners: list[str | None] = []
+    for value in pipe.execute():
+        if value is None:
+            owners.append(None)
+        else:
+            text = value.decode() if isinstance(value, bytes) else str(value)
+            owners.append(text.split(":", 1)[1])
+    return owners
+
+
+def spread_ok(owners: list[str | None], expected_dispatchers: int) -> bool:
+    """Every partition owned by one of exactly N owners, each with floor or ceil of P / N."""
+    if any(o is None for o in owners):
+        return False
+    counts = Counter(owners)
+    if len(counts) != expected_dispatchers:
+        return False
+    lo = len(owners) // expected_dispatchers
+    hi = lo + (1 if len(owners) % expected_dispatchers else 0)
+    return all(lo <= c <= hi for c in counts.values())
+
+
+def primary_addresses(redis: SyncRedis, url: str) -> list[tuple[str, int]]:
+    if is_cluster(redis):
+        return [(n.host, n.port) for n in redis.get_primaries()]  # type: ignore[union-attr]
+    return [RedisSettings.from_url(url).host_port()]
+
+
+def count_client_commands(
+    nodes: list[tuple[str, int]], seconds: float, password: str | None = None
+) -> dict[str, int]:
+    """Commands clients send to each node over ``seconds``, by MONITOR.
+
+    INFO's counters also count the commands scripts run inside Redis; MONITOR marks those
+    "lua", so only what clients sent is counted.  Calls we make ourselves are not included.
+    """
+    socks: dict[socket.socket, tuple[str, bytearray]] = {}
+    for host, port in nodes:
+        sock = socket.create_connection((host, port), timeout=5)
+        if password:
+            sock.sendall(f"AUTH {password}\r\n".encode())
+            sock.recv(64)
+        sock.sendall(b"MONITOR\r\n")
+        sock.setblocking(False)
+        socks[sock] = (f"{host}:{port}", bytearray())
+    counts = {name: 0 for name, _ in socks.values()}
+    deadline = time.monotonic() + seconds
+    try:
+        while (left := deadline - time.monotonic()) > 0:
+            readable, _, _ = select.select(list(socks), [], [], left)
+            for sock in readable:
+                name, buf = socks[sock]
+                buf.extend(sock.recv(1 << 16))
+                *lines, rest = bytes(buf).split(b"\r\n")
+                buf[:] = rest
+                counts[name] += sum(
+                    1
+                    for line in lines
+                    if line.startswith(b"+")
+                    and b" lua] " not in line
+                    and b'"MONITOR"' not in line
+                    and line != b"+OK"
+                )
+    finally:
+        for sock in socks:
+            sock.close()
+    return counts
+
+
+def _wait_spread(redis: SyncRedis, queue: str, partitions: int, n: int, timeout: float) -> float:
+    start = time.monotonic()
+    while time.monotonic() - start < timeout:
+        if spread_ok(lease_owners(redis, queue, partitions), n):
+            return round(time.monotonic() - start, 2)
+        time.sleep(0.1)
+    return float("nan")
+
+
+def run_fleet(
+    url: str,
+    dispatchers: int = 8,
+    partitions: int = 256,
+    workers: int = 4,
+    lease_time: float = 4.0,
+    renew_interval: float = 1.0,
+    idle_seconds: float = 10.0,
+    password: str | None = None,
+) -> dict[str, Any]:
+    client = Client(RedisSettings.from_url(url, password=password))
+    queue = f"fleet-{int(time.time())}-{secrets.token_hex(3)}"
+    client.create_queue(queue, partitions)
+    procs: list[subprocess.Popen[bytes]] = []
+
+    def dispatcher() -> subprocess.Popen[bytes]:
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "shardq.cli",
+                "--log-level",
+                "WARNING",
+                "dispatcher",
+                "run",
+                "--queue",
+                queue,
+                "--url",
+                url,
+                "--lease-time",
+                str(lease_time),
+                "--renew-interval",
+                str(renew_interval),
+                "--membership-timeout",
+                str(lease_time),
+            ],
+        )
+        procs.append(proc)
+        return proc
+
+    limit = 10 * lease_time
+    try:
+        fleet = [dispatcher() for _ in range(dispatchers)]
+        converge_start = _wait_spread(client.redis, queue, partitions, dispatchers, limit)
+        victim = fleet.pop()
+        victim.send_signal(signal.SIGKILL)
+        victim.wait()
+        converge_kill = _wait_spread(client.redis, queue, partitions, dispatchers - 1, limit)
+        leaver = fleet.pop()
+        leaver.send_signal(signal.SIGTERM)
+        leaver.wait()
+        converge_term = _wait_spread(client.redis, queue, partitions, dispatchers - 2, limit)
+        for _ in range(workers):
+            procs.append(
+                subprocess.Popen(
+                    [
+                        sys.executable,
+                        "-m",
+                        "shardq.cli",
+                        "--log-level",
+                        "WARNING",
+                        "worker",
+                        "run",
+                        "--queue",
+                        queue,
+                        "--url",
+                        url,
+                        "--handlers",
+                        "shardq.bench:handlers",
+                    ],
+                )
+            )
+        time.sleep(3.0)  # let workers register and settle
+        counts = count_client_commands(primary_addresses(client.redis, url), idle_seconds, password)
+        idle_rate = sum(counts.values()) / idle_seconds
+        return {
+            "partitions": partitions,
+            "dispatchers": dispatchers,
+            "workers": workers,
+            "lease_time_s": lease_time,
+            "renew_interval_s": renew_interval,
+            "converge_after_start_s": converge_start,
+            "converge_after_sigkill_s": converge_kill,
+            "converge_after_sigterm_s": converge_term,
+            "idle_fleet_dispatchers": dispatchers - 2,
+            "idle_fleet_redis_calls_per_s": round(idle_rate, 1),
+        }
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        for proc in procs:
+            try:
+                proc.wait(15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        delete_queue(client.redis, queue, partitions)
+        client.close()
