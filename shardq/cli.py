@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import functools
 import importlib
 import json
 import signal
@@ -15,56 +14,14 @@ from typing import Any, TypeVar
 
 import click
 
+from shardq.cli_common import friendly_errors, redis_options, settings_from
 from shardq.cli_dev import dev
+from shardq.cli_ops import dlq, owners, rebalance, stats
 from shardq.client import Client
-from shardq.config import DispatcherSettings, RedisSettings, WorkerSettings
-from shardq.errors import ShardqError
+from shardq.config import DispatcherSettings, WorkerSettings
 from shardq.logs import setup_logging
 
 F = TypeVar("F", bound=Callable[..., Any])
-
-
-def redis_options(fn: F) -> F:
-    """Connection options shared by every command that talks to Redis (env vars too)."""
-    fn = click.option(
-        "--password",
-        envvar="SHARDQ_REDIS_PASSWORD",
-        default=None,
-        help="Redis password (or ACL password). Env: SHARDQ_REDIS_PASSWORD.",
-    )(fn)
-    fn = click.option(
-        "--username", envvar="SHARDQ_REDIS_USERNAME", default=None, help="Redis ACL user."
-    )(fn)
-    fn = click.option(
-        "--url",
-        envvar="SHARDQ_REDIS_URL",
-        default="redis://127.0.0.1:7000",
-        show_default=True,
-        help="Redis URL, cluster or standalone (detected). Env: SHARDQ_REDIS_URL.",
-    )(fn)
-    return fn
-
-
-def settings_from(url: str, username: str | None, password: str | None) -> RedisSettings:
-    overrides: dict[str, Any] = {}
-    if username:
-        overrides["username"] = username
-    if password:
-        overrides["password"] = password
-    return RedisSettings.from_url(url, **overrides)
-
-
-def friendly_errors(fn: F) -> F:
-    """Show shardq's typed errors as one clear line instead of a traceback."""
-
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return fn(*args, **kwargs)
-        except ShardqError as exc:
-            raise click.ClickException(f"{type(exc).__name__}: {exc}") from None
-
-    return wrapper  # type: ignore[return-value]
 
 
 @click.group()
@@ -75,6 +32,8 @@ def main(log_level: str) -> None:
 
 
 main.add_command(dev)
+for _command in (owners, rebalance, stats, dlq):
+    main.add_command(_command)
 
 
 # queues ------------------------------------------------------------------------------------

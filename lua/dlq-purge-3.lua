@@ -1,0 +1,26 @@
+--[[ dlq-purge: delete dead-lettered entries and the dead jobs they name.
+
+KEYS[1] dead     stream  dead letters
+KEYS[2] jobs     hash    job id -> envelope
+KEYS[3] errors   hash    job id -> last error
+
+ARGV[1..] dead entry ids (bounded by the caller)
+
+Returns the number of entries deleted.  A job is deleted only while it is still dead (a job
+replayed meanwhile is left alone).
+]]
+--@include envelope.lua
+local deleted = 0
+for i = 1, #ARGV do
+  local entry = redis.call('XRANGE', KEYS[1], ARGV[i], ARGV[i])[1]
+  if entry then
+    local id = ready_fields(entry[2])
+    local v = id and redis.call('HGET', KEYS[2], id)
+    if v and string.sub(v, 1, 1) == 'D' then
+      redis.call('HDEL', KEYS[2], id)
+      redis.call('HDEL', KEYS[3], id)
+    end
+    deleted = deleted + redis.call('XDEL', KEYS[1], ARGV[i])
+  end
+end
+return deleted

@@ -1,0 +1,41 @@
+--[[ dlq-replay: put dead-lettered jobs back in the due set, attempts reset, due now.
+
+KEYS[1] dead     stream  dead letters
+KEYS[2] jobs     hash    job id -> envelope
+KEYS[3] due      zset    job id scored by due ms
+KEYS[4] errors   hash    job id -> last error
+KEYS[5] stats    hash    counters
+
+ARGV[1] due-hint channel (sharded pub/sub) to wake the dispatcher
+ARGV[2..] dead entry ids (bounded by the caller)
+
+Returns {replayed, skipped}: an entry is skipped (and left in place) when it holds no job
+(a malformed ready entry: purge it) or its job is no longer dead (already replayed/cancelled).
+]]
+--@include now.lua
+--@include envelope.lua
+
+local now = now_ms()
+local replayed, skipped = 0, 0
+for i = 2, #ARGV do
+  local entry = redis.call('XRANGE', KEYS[1], ARGV[i], ARGV[i])[1]
+  local id
+  if entry then id = ready_fields(entry[2]) end
+  local v = id and redis.call('HGET', KEYS[2], id)
+  local state, _, body
+  if v then state, _, body = split_envelope(v) end
+  if state == 'D' then
+    redis.call('HSET', KEYS[2], id, 'S0|' .. body)
+    redis.call('ZADD', KEYS[3], now, id)
+    redis.call('HDEL', KEYS[4], id)
+    redis.call('XDEL', KEYS[1], ARGV[i])
+    replayed = replayed + 1
+  else
+    skipped = skipped + 1
+  end
+end
+if replayed > 0 then
+  redis.call('HINCRBY', KEYS[5], 'replayed', replayed)
+  redis.call('SPUBLISH', ARGV[1], now)
+end
+return {replayed, skipped}
