@@ -223,7 +223,14 @@ class Dispatcher:
                 and (owners.get(p) is None or owners[p] not in live_set or owners[p] == self.owner)
             ]
             random.shuffle(free)  # peers starting together should not all try the same ones
-            await self._acquire(free[: need + 2])
+            # Peers race for the same free partitions: go on down the list until the share is
+            # met or every candidate was tried, rather than waiting a whole interval per loss.
+            while free and len(self.tokens) < self.target and not self._stop.is_set():
+                batch, free = (
+                    free[: self.target - len(self.tokens) + 2],
+                    free[self.target - len(self.tokens) + 2 :],
+                )
+                await self._acquire(batch)
         self._m_held.set(len(self.tokens))
 
     async def _renew(self) -> None:
