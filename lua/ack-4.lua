@@ -6,20 +6,23 @@ KEYS[3] errors   hash    job id -> last error
 KEYS[4] stats    hash    counters
 
 ARGV[1] consumer group
-ARGV[2..] pairs of (entry id, job id)
+ARGV[2] '1': delete the acknowledged entries now; '0': keep them for the queue's retention
+        (the dispatcher's trim removes them later)
+ARGV[3..] pairs of (entry id, job id)
 
 Returns the number of jobs settled.  An entry no longer pending (reclaimed and settled by
 another worker, or dead-lettered as poison meanwhile) is not counted and its envelope is kept.
 ]]
 local settled = 0
-for i = 2, #ARGV, 2 do
+local delete = ARGV[2] == '1'
+for i = 3, #ARGV, 2 do
   local eid, id = ARGV[i], ARGV[i + 1]
   if redis.call('XACK', KEYS[1], ARGV[1], eid) == 1 then
     redis.call('HDEL', KEYS[2], id)
     redis.call('HDEL', KEYS[3], id)
     settled = settled + 1
   end
-  redis.call('XDEL', KEYS[1], eid)
+  if delete then redis.call('XDEL', KEYS[1], eid) end
 end
 if settled > 0 then
   redis.call('HINCRBY', KEYS[4], 'completed', settled)

@@ -4,6 +4,8 @@ KEYS[1] meta     hash    partitions, layout, created_ms
 
 ARGV[1] partition count
 ARGV[2] key layout version
+ARGV[3] retention of acknowledged ready entries, ms (0: delete at once)
+ARGV[4] dead-letter cap per partition (entries)
 
 Returns
   {1, partitions}            created
@@ -16,5 +18,6 @@ if existing then
   if existing ~= ARGV[1] then return {-8, existing, ARGV[1]} end
   return {0, existing}
 end
-redis.call('HSET', KEYS[1], 'partitions', ARGV[1], 'layout', ARGV[2], 'created_ms', now_ms())
+redis.call('HSET', KEYS[1], 'partitions', ARGV[1], 'layout', ARGV[2], 'created_ms', now_ms(),
+  'ack_retention_ms', ARGV[3], 'dead_cap', ARGV[4])
 return {1, ARGV[1]}

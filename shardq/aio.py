@@ -39,9 +39,18 @@ class AsyncClient:
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
-    async def create_queue(self, queue: str, partitions: int = 64) -> bool:
+    async def create_queue(
+        self,
+        queue: str,
+        partitions: int = 64,
+        *,
+        ack_retention: float = 0.0,
+        dead_letter_cap: int = ops.DEFAULT_DEAD_CAP,
+    ) -> bool:
         """See :meth:`shardq.Client.create_queue`."""
-        reply = await scripts.arun(self.redis, *ops.queue_create_call(queue, partitions))
+        reply = await scripts.arun(
+            self.redis, *ops.queue_create_call(queue, partitions, ack_retention, dead_letter_cap)
+        )
         created = bool(ops.check_reply(reply)[0] == 1)
         pipe = self.redis.pipeline(transaction=False)
         for args in group_create_args(queue, partitions):

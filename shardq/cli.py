@@ -47,14 +47,34 @@ def queue() -> None:
 @queue.command("create")
 @click.argument("name")
 @click.option("--partitions", default=64, show_default=True, help="Partition count (fixed).")
+@click.option(
+    "--ack-retention",
+    default=0.0,
+    show_default=True,
+    help="Seconds to keep acknowledged ready entries before trimming.",
+)
+@click.option(
+    "--dead-letter-cap",
+    default=100_000,
+    show_default=True,
+    help="Most dead letters kept per partition; older ones are dropped and counted.",
+)
 @redis_options
 @friendly_errors
 def queue_create(
-    name: str, partitions: int, url: str, username: str | None, password: str | None
+    name: str,
+    partitions: int,
+    ack_retention: float,
+    dead_letter_cap: int,
+    url: str,
+    username: str | None,
+    password: str | None,
 ) -> None:
     """Create queue NAME (safe to repeat with the same partition count)."""
     with Client(settings_from(url, username, password)) as client:
-        created = client.create_queue(name, partitions)
+        created = client.create_queue(
+            name, partitions, ack_retention=ack_retention, dead_letter_cap=dead_letter_cap
+        )
     click.echo(f"queue {name}: {'created' if created else 'exists'} with {partitions} partitions")
 
 

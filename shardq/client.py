@@ -63,12 +63,25 @@ class Client:
 
     # queues -------------------------------------------------------------------------------
 
-    def create_queue(self, queue: str, partitions: int = 64) -> bool:
+    def create_queue(
+        self,
+        queue: str,
+        partitions: int = 64,
+        *,
+        ack_retention: float = 0.0,
+        dead_letter_cap: int = ops.DEFAULT_DEAD_CAP,
+    ) -> bool:
         """Create a queue with ``partitions`` partitions; True if new.  Safe to repeat.
+
+        ``ack_retention`` keeps acknowledged ready entries this many seconds (for inspection)
+        before trimming; ``dead_letter_cap`` bounds each partition's dead-letter stream (the
+        oldest are dropped and counted in ``dead_dropped``).  Both are fixed at creation.
 
         Raises QueueConfigConflictError when the queue exists with another partition count.
         """
-        reply = scripts.run(self.redis, *ops.queue_create_call(queue, partitions))
+        reply = scripts.run(
+            self.redis, *ops.queue_create_call(queue, partitions, ack_retention, dead_letter_cap)
+        )
         created = bool(ops.check_reply(reply)[0] == 1)
         # Groups and the registry are idempotent follow-ups: re-running create_queue finishes a
         # creation that was interrupted between steps.

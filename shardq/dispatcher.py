@@ -39,6 +39,8 @@ log = logging.getLogger("shardq.dispatcher")
 
 # After a Redis error a partition is retried this much later; others keep being served.
 ERROR_BACKOFF = 0.25
+# Most entries one trim call removes from a stream: keeps the call short.
+TRIM_LIMIT = 1000
 
 
 def process_id(role: str) -> str:
@@ -119,6 +121,8 @@ class Dispatcher:
         # Hints seen per partition: one that lands while a promote is in flight must not be
         # overwritten by that promote's "next due later" result.
         self._hints: dict[int, int] = {}
+        self._ack_retention_ms = 0
+        self._dead_cap = ops.DEFAULT_DEAD_CAP
         self._m_held = metrics.LEASES_HELD.labels(queue, self.owner)
         self._m_promoted = metrics.PROMOTED.labels(queue, self.owner)
         self._m_calls = metrics.PROMOTE_CALLS.labels(queue, self.owner)
@@ -144,6 +148,11 @@ class Dispatcher:
     async def run(self) -> None:
         """Run until :meth:`stop`; leases are released and membership left on the way out."""
         self._total = await queue_partitions(self.redis, self.queue)
+        retention, cap = await self.redis.hmget(  # type: ignore[misc]
+            keys.queue_meta_key(self.queue), ["ack_retention_ms", "dead_cap"]
+        )
+        self._ack_retention_ms = int(retention or 0)
+        self._dead_cap = int(cap or ops.DEFAULT_DEAD_CAP)
         self._pk = keys.all_partition_keys(self.queue, self._total)
         if self._pinned is not None:
             bad = [p for p in self._pinned if not 0 <= p < self._total]
@@ -420,14 +429,55 @@ class Dispatcher:
 
     # metrics -------------------------------------------------------------------------------
 
+    async def _trim(self) -> None:
+        """Bound the streams of owned partitions (see lua/trim-6.lua); fenced like promote."""
+        held = list(self.tokens)
+        calls = [
+            (
+                scripts.script("trim"),
+                [pk.ready, pk.dead, pk.jobs, pk.errors, pk.stats, pk.lease],
+                [
+                    self.tokens[p],
+                    keys.WORKER_GROUP,
+                    self._ack_retention_ms,
+                    self._dead_cap,
+                    TRIM_LIMIT,
+                ],
+            )
+            for p, pk in ((p, self._pk[p]) for p in held)
+        ]
+        try:
+            replies = await scripts.arun_many(self.redis, calls)
+        except RedisError as exc:
+            log.warning("trimming failed: %s", exc)
+            return
+        for p, reply in zip(held, replies, strict=True):
+            if isinstance(reply, list) and reply and reply[0] == -1 and p in self.tokens:
+                self.stats.fenced += 1
+                metrics.LEASE_EVENTS.labels(self.queue, self.owner, "fenced").inc()
+                self._drop(p)
+            elif isinstance(reply, Exception):
+                metrics.SCRIPT_ERRORS.labels(self.queue, "trim", type(reply).__name__).inc()
+            elif isinstance(reply, list) and len(reply) == 2 and int(reply[1]) > 0:
+                log_event(
+                    log,
+                    "dead.dropped",
+                    queue=self.queue,
+                    partition=p,
+                    dropped=int(reply[1]),
+                    cap=self._dead_cap,
+                )
+
     async def _metrics_loop(self) -> None:
-        """Sample owned partitions for Prometheus; the owner of partition 0 samples them all for
-        the hot-shard figures, so the fleet reads each partition about once per interval."""
+        """Trim and sample owned partitions for Prometheus; the owner of partition 0 samples
+        them all for the hot-shard figures, so the fleet reads each partition about once per
+        interval."""
         while not self._stop.is_set():
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._stop.wait(), self.settings.metrics_interval)
             if self._stop.is_set():
                 return
+            await self._trim()
             owned = set(self.tokens)
             sample_all = 0 in owned
             wanted = range(self._total) if sample_all else sorted(owned)

@@ -298,7 +298,15 @@ def parse_get(queue: str, partitions: int, job_id: str, reply: Any) -> jobmod.Jo
     )
 
 
-def queue_create_call(queue: str, partitions: int) -> Call:
+DEFAULT_DEAD_CAP = 100_000
+
+
+def queue_create_call(
+    queue: str,
+    partitions: int,
+    ack_retention: float = 0.0,
+    dead_letter_cap: int = DEFAULT_DEAD_CAP,
+) -> Call:
     jobmod.check_queue_name(queue)
     if (
         isinstance(partitions, bool)
@@ -308,8 +316,16 @@ def queue_create_call(queue: str, partitions: int) -> Call:
         raise InvalidJobError(
             f"partitions must be an integer 1..{keys.MAX_PARTITIONS}, got {partitions!r}"
         )
+    if not isinstance(ack_retention, int | float) or not 0 <= ack_retention <= 7 * 86400:
+        raise InvalidJobError("ack_retention must be 0..604800 seconds")
+    if (
+        isinstance(dead_letter_cap, bool)
+        or not isinstance(dead_letter_cap, int)
+        or (dead_letter_cap < 1)
+    ):
+        raise InvalidJobError("dead_letter_cap must be an integer >= 1")
     return (
         script("queue-create"),
         [keys.queue_meta_key(queue)],
-        [partitions, keys.LAYOUT_VERSION],
+        [partitions, keys.LAYOUT_VERSION, round(ack_retention * 1000), dead_letter_cap],
     )

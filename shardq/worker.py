@@ -109,6 +109,7 @@ class Worker:
         self._rotate = 0
         self._assigned: set[int] = set()
         self._fleet_size = 1
+        self._delete_acked = "1"
         self._async_handlers: dict[Handler, bool] = {}
         self._m_lateness = metrics.JOB_LATENESS.labels(queue)
         self._m_duration: dict[str, Any] = {}
@@ -156,6 +157,10 @@ class Worker:
     async def run(self) -> None:
         """Run until :meth:`stop`, then drain in-flight jobs within the grace period."""
         total = await queue_partitions(self.redis, self.queue)
+        retention = await self.redis.hget(  # type: ignore[misc]
+            keys.queue_meta_key(self.queue), "ack_retention_ms"
+        )
+        self._delete_acked = "1" if int(retention or 0) == 0 else "0"
         self._pk = keys.all_partition_keys(self.queue, total)
         self._partitions = self._wanted if self._wanted is not None else list(range(total))
         if any(not 0 <= p < total for p in self._partitions):
@@ -469,7 +474,7 @@ class Worker:
         calls = []
         for p in parts:
             pk = self._pk[p]
-            argv: list[Any] = [keys.WORKER_GROUP]
+            argv: list[Any] = [keys.WORKER_GROUP, self._delete_acked]
             for eid, job_id in pending[p]:
                 argv += (eid, job_id)
             calls.append((scripts.script("ack"), [pk.ready, pk.jobs, pk.errors, pk.stats], argv))
