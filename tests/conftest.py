@@ -15,8 +15,8 @@ import pytest
 
 from shardq import devcluster
 from shardq.client import Client
-from shardq.connection import connect
 from shardq.config import RedisSettings
+from shardq.connection import connect
 
 CLUSTER_PORT = 7100
 STANDALONE_PORT = 7110

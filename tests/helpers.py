@@ -17,12 +17,16 @@ from shardq.dispatcher import Dispatcher
 from shardq.jobs import Job
 from shardq.worker import Handler, Worker
 
-FAST_DISPATCHER = DispatcherSettings(lease_time=2.0, renew_interval=0.5, max_sleep=0.2)
+FAST_DISPATCHER = DispatcherSettings(
+    lease_time=2.0, renew_interval=0.5, max_sleep=0.2, membership_timeout=2.0
+)
 FAST_WORKER = WorkerSettings(
     visibility_timeout=2.0,
     heartbeat_interval=0.5,
     reclaim_interval=0.5,
     idle_poll=0.2,
+    sweep_interval=0.5,
+    membership_timeout=2.0,
     shutdown_grace=2.0,
 )
 

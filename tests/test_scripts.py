@@ -7,8 +7,8 @@ import re
 from pathlib import Path
 
 import pytest
-
 from helpers import Runner, primaries, wait_for
+
 from shardq import keys, ops, scripts
 from shardq.client import Client
 from shardq.errors import ConfigError
@@ -83,7 +83,7 @@ def test_loader_rejects_bad_layouts(tmp_path: Path) -> None:
     (tmp_path / "missing-1.lua").unlink()
 
     (tmp_path / "NoKeyCount.lua").write_text("return 1\n")
-    with pytest.raises(ConfigError, match="<operation>-<numkeys>.lua"):
+    with pytest.raises(ConfigError, match=r"<operation>-<numkeys>\.lua"):
         scripts.load_dir(tmp_path)
 
 

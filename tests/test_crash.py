@@ -1,0 +1,339 @@
+"""Crashes: kill -9 of workers and dispatchers, hung handlers, poison jobs, stale lease owners."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from helpers import (
+    FAST_WORKER,
+    Runner,
+    Runs,
+    dead_entries,
+    job_id_in,
+    pending_total,
+    ready_job_ids,
+    text,
+    total,
+    wait_for,
+)
+
+from shardq import keys, ops, scripts
+from shardq.client import Client
+from shardq.errors import FencedError
+from shardq.jobs import Job
+from shardq.ops import JobRequest
+
+HELPER = Path(__file__).with_name("proc_helper.py")
+
+
+class Proc:
+    """A helper process this test started; killed (by its own pid) if the test leaves it."""
+
+    def __init__(self, *args: str) -> None:
+        self.popen = subprocess.Popen(
+            [sys.executable, str(HELPER), *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+
+    def kill9(self) -> None:
+        os.kill(self.popen.pid, signal.SIGKILL)
+        self.popen.wait(10)
+
+    def check_alive(self) -> None:
+        if self.popen.poll() is not None:
+            out, err = self.popen.communicate()
+            raise AssertionError(f"helper exited with {self.popen.returncode}:\n{out}\n{err}")
+
+    def cleanup(self) -> None:
+        if self.popen.poll() is None:
+            self.kill9()
+        self.popen.communicate()
+
+
+@pytest.fixture
+def procs() -> Iterator[list[Proc]]:
+    started: list[Proc] = []
+    try:
+        yield started
+    finally:
+        for proc in started:
+            proc.cleanup()
+
+
+def redis_now_ms(client: Client) -> int:
+    seconds, micros = client.redis.time()
+    return seconds * 1000 + micros // 1000
+
+
+# workers ---------------------------------------------------------------------------------------
+
+
+def test_worker_killed_mid_handler_is_reclaimed_by_another(
+    cluster_url: str, cluster_client: Client, queue: str, procs: list[Proc]
+) -> None:
+    client, r = cluster_client, cluster_client.redis
+    partitions = 4
+    client.create_queue(queue, partitions)
+    record = f"rec:{queue}"
+    running = [client.enqueue(queue, "t", {"i": i}) for i in range(20)]  # due now: ready
+    later = [client.enqueue(queue, "t", {"i": i}, delay=1.0) for i in range(10)]
+
+    doomed = Proc("worker", cluster_url, queue, record, "60")
+    procs.append(doomed)
+    wait_for(lambda: r.hlen(f"{record}:starts") == 20 or doomed.check_alive(), 20, "not started")
+    doomed.kill9()
+    killed_at = time.monotonic()
+
+    assert r.hlen(f"{record}:finishes") == 0
+    starts = {text(k): text(v) for k, v in r.hgetall(f"{record}:starts").items()}
+    assert set(starts) == set(running)
+    assert all(v.startswith("1:1:") for v in starts.values())
+    assert pending_total(r, queue, partitions) == 20  # held by the dead consumer
+    for job_id in running:
+        pk = keys.partition_keys(queue, keys.partition_for(job_id, partitions), partitions)
+        assert r.hget(pk.jobs, job_id).startswith(b"A1|")
+
+    runs = Runs()
+    with Runner(cluster_url, queue, {"t": runs.add}) as runner:
+        everything = set(running) | set(later)
+        wait_for(lambda: set(runs.count()) == everything, 20, lambda: f"{len(runs.count())} ran")
+        time.sleep(0.5)
+        runner.check()
+        assert runner.workers[0].stats.reclaimed == 20
+
+    assert runs.count() == Counter(dict.fromkeys(everything, 1))
+    for job, started in zip(runs.jobs, runs.times, strict=True):
+        if job.id in running:
+            assert job.attempt == 2 and job.deliveries >= 2, job
+            # reclaimed only once idle past the visibility timeout (2 s, counted from the
+            # dead worker's last heartbeat, 0.5 s or so before the kill)
+            assert started - killed_at >= 1.0
+        else:
+            assert job.attempt == 1 and job.deliveries == 1, job
+    assert total(r, queue, partitions, "jobs") == 0
+    assert pending_total(r, queue, partitions) == 0
+    assert total(r, queue, partitions, "dead") == 0
+
+
+def test_live_worker_with_long_handler_is_not_reclaimed(
+    cluster_url: str, cluster_client: Client, queue: str
+) -> None:
+    client, r = cluster_client, cluster_client.redis
+    partitions = 2
+    client.create_queue(queue, partitions)
+    runs = Runs()
+    finished: list[str] = []
+
+    async def long_handler(job: Job) -> None:
+        runs.add(job)
+        await asyncio.sleep(6.0)  # three visibility timeouts
+        finished.append(job.id)
+
+    settings = replace(FAST_WORKER, visibility_timeout=2.0, shutdown_grace=8.0)
+    with Runner(cluster_url, queue, {"t": long_handler}, workers=2, worker_settings=settings) as rn:
+        ids = [client.enqueue(queue, "t", {"i": i}) for i in range(4)]
+        wait_for(lambda: len(runs.jobs) == 4, 10, "handlers did not start")
+        time.sleep(4.0)  # past the visibility timeout, with both workers reclaiming every 0.5 s
+        for pk in keys.all_partition_keys(queue, partitions):
+            for entry in r.xpending_range(pk.ready, keys.WORKER_GROUP, "-", "+", 10):
+                assert entry["times_delivered"] == 1, entry
+                assert entry["time_since_delivered"] < 2000, entry
+        wait_for(lambda: len(finished) == 4, 10, "handlers did not finish")
+        time.sleep(0.5)
+        for worker in rn.workers:
+            assert worker.stats.reclaimed == 0 and worker.stats.lost_deliveries == 0
+
+    assert runs.count() == Counter(dict.fromkeys(ids, 1))
+    assert all(j.attempt == 1 and j.deliveries == 1 for j in runs.jobs)
+    assert total(r, queue, partitions, "jobs") == 0
+    assert pending_total(r, queue, partitions) == 0
+
+
+def test_poison_job_goes_dead_after_max_deliveries(
+    cluster_url: str, cluster_client: Client, queue: str
+) -> None:
+    """Each crashed delivery is simulated by a throwaway consumer that takes the job with the
+    real fetch/reclaim scripts (as a worker would) and then never acknowledges it."""
+    client, r = cluster_client, cluster_client.redis
+    client.create_queue(queue, 1)
+    pk = keys.partition_keys(queue, 0, 1)
+    poison = client.enqueue(queue, "t", {"boom": True})
+    worker_keys = [pk.ready, pk.jobs, pk.dead, pk.errors, pk.stats]
+    fetched = scripts.run(
+        r, scripts.script("fetch"), worker_keys, [keys.WORKER_GROUP, "crash-1", 10]
+    )
+    assert text(fetched[2]) == poison
+    for n in (2, 3):
+        reply = scripts.run(
+            r,
+            scripts.script("reclaim"),
+            worker_keys,
+            [keys.WORKER_GROUP, f"crash-{n}", 0, 10, 100],
+        )
+        assert text(reply[2]) == poison and int(reply[6]) == n
+    assert r.hget(pk.jobs, poison).startswith(b"A3|")
+
+    runs = Runs()
+    settings = replace(FAST_WORKER, max_deliveries=3)
+    with Runner(cluster_url, queue, {"t": runs.add}, worker_settings=settings) as runner:
+        healthy = client.enqueue(queue, "t", {"boom": False})
+        wait_for(lambda: (i := client.get(queue, poison)) and i.state == "dead", 10, "not dead")
+        wait_for(lambda: healthy in runs.count(), 5, "healthy job did not run")
+        runner.check()
+    assert list(runs.count()) == [healthy]
+    info = client.get(queue, poison)
+    assert info is not None and info.attempt == 3
+    assert "delivery limit: delivered 3 times without an ack" in (info.last_error or "")
+    [entry] = dead_entries(r, pk)
+    assert entry["j"] == poison and entry["a"] == "3" and "delivery limit" in entry["e"]
+    assert r.xpending(pk.ready, keys.WORKER_GROUP)["pending"] == 0
+    assert r.xlen(pk.ready) == 0
+
+
+# dispatchers -----------------------------------------------------------------------------------
+
+
+def test_dispatcher_killed_mid_drain_loses_and_repeats_nothing(
+    cluster_url: str, cluster_client: Client, queue: str, procs: list[Proc]
+) -> None:
+    client, r = cluster_client, cluster_client.redis
+    partitions = 4
+    n = 20_000
+    client.create_queue(queue, partitions)
+    results = client.enqueue_many(queue, [JobRequest("t", delay=0.5) for _ in range(n)])
+    ids = {res.job_id for res in results}
+    last_due = max(res.due_ms or 0 for res in results)
+    wait_for(lambda: redis_now_ms(client) > last_due, 10, "backlog never became overdue")
+    assert total(r, queue, partitions, "due") == n
+
+    def moved() -> int:
+        return total(r, queue, partitions, "ready")
+
+    doomed = Proc("dispatcher", cluster_url, queue, "100", "2.0", "0.5")
+    procs.append(doomed)
+    wait_for(lambda: moved() > 0 or doomed.check_alive(), 20, "dispatcher never promoted")
+    doomed.kill9()
+    at_kill = moved()
+    assert 0 < at_kill < n, f"killed after {at_kill} of {n}: not mid-drain"
+    assert total(r, queue, partitions, "due") == n - at_kill  # every move was whole
+    leases = [r.get(pk.lease) for pk in keys.all_partition_keys(queue, partitions)]
+    assert all(lease and b":doomed:" in lease for lease in leases), leases
+
+    with Runner(cluster_url, queue, workers=0, wait_leases=False) as runner:
+        wait_for(lambda: moved() == n, 30, lambda: f"{moved()} of {n} promoted")
+        d = runner.dispatcher
+        assert d is not None
+        assert d.stats.promoted == n - at_kill
+        assert d.stats.leases_acquired == partitions and d.stats.fenced == 0
+    assert total(r, queue, partitions, "due") == 0
+    in_ready = ready_job_ids(r, queue, partitions)
+    assert set(in_ready) == ids, f"lost {len(ids - set(in_ready))}"
+    assert max(in_ready.values()) == 1, "promoted twice"
+
+    counts: Counter[str] = Counter()
+
+    async def handler(job: Job) -> None:
+        counts[job.id] += 1
+
+    with Runner(cluster_url, queue, {"t": handler}):
+        wait_for(lambda: len(counts) == n, 60, lambda: f"{len(counts)} of {n} ran")
+        time.sleep(0.5)
+    assert set(counts) == ids and max(counts.values()) == 1
+    assert total(r, queue, partitions, "jobs") == 0
+
+
+def test_promote_with_a_stale_fencing_token_is_rejected(cluster_client: Client, queue: str) -> None:
+    client, r = cluster_client, cluster_client.redis
+    partitions = 2
+    client.create_queue(queue, partitions)
+    pk = keys.partition_keys(queue, 0, partitions)
+    ids = [
+        client.enqueue(queue, "t", job_id=job_id_in(0, partitions, f"f{i}"), delay=0.05)
+        for i in range(5)
+    ]
+    wait_for(lambda: redis_now_ms(client) > max(r.zscore(pk.due, j) for j in ids), 5, "due")
+
+    def acquire(owner: str, ttl_ms: int) -> str:
+        reply = scripts.run(
+            r, scripts.script("lease-acquire"), [pk.lease, pk.fence], [owner, ttl_ms]
+        )
+        assert reply[0] == 1, reply
+        return text(reply[1])
+
+    def promote(token: str) -> object:
+        return scripts.run(
+            r,
+            scripts.script("promote"),
+            [pk.due, pk.ready, pk.lease, pk.stats],
+            [token, 100, pk.ready_hint, 10_000],
+        )
+
+    old = acquire("paused-dispatcher", 100)
+    wait_for(lambda: r.get(pk.lease) is None, 5, "lease did not expire")
+    new = acquire("new-owner", 10_000)
+    assert int(new) > int(old)
+    before = (r.zrange(pk.due, 0, -1, withscores=True), r.xlen(pk.ready), r.hgetall(pk.stats))
+
+    reply = promote(old)
+    assert isinstance(reply, list) and reply[0] == -1
+    with pytest.raises(FencedError, match=f"fencing token {old} is stale"):
+        ops.check_reply(reply)
+    assert (
+        r.zrange(pk.due, 0, -1, withscores=True),
+        r.xlen(pk.ready),
+        r.hgetall(pk.stats),
+    ) == before
+    renew = scripts.run(r, scripts.script("lease-renew"), [pk.lease], [old, 10_000])
+    assert renew[0] == -1
+    assert scripts.run(r, scripts.script("lease-release"), [pk.lease, pk.fence], [old]) == 0
+    assert text(r.get(pk.lease)).startswith(f"{new}:new-owner")
+
+    moved = ops.check_reply(promote(new))
+    assert moved[0] == 5 and r.zcard(pk.due) == 0 and r.xlen(pk.ready) == 5
+
+
+def test_paused_dispatcher_whose_leases_were_taken_moves_nothing(
+    cluster_url: str, cluster_client: Client, queue: str
+) -> None:
+    """A dispatcher frozen past its lease time (a GC pause, SIGSTOP) wakes up fenced."""
+    client, r = cluster_client, cluster_client.redis
+    partitions = 4
+    client.create_queue(queue, partitions)
+    pks = keys.all_partition_keys(queue, partitions)
+    with Runner(cluster_url, queue, workers=0) as runner:
+        d, loop = runner.dispatcher, runner.loop
+        assert d is not None and loop is not None
+        held = dict(d.tokens)
+        frozen = threading.Event()
+        loop.call_soon_threadsafe(lambda: (frozen.set(), time.sleep(4.0)))  # freeze its loop
+        wait_for(frozen.is_set, 5, "dispatcher loop did not freeze")
+        ids = [client.enqueue(queue, "t", delay=1.0) for _ in range(20)]
+        # Its leases expire while it is frozen, and another owner takes every partition.
+        wait_for(lambda: not any(r.exists(pk.lease) for pk in pks), 5, "leases did not expire")
+        for pk in pks:
+            reply = scripts.run(
+                r, scripts.script("lease-acquire"), [pk.lease, pk.fence], ["intruder", 60_000]
+            )
+            assert reply[0] == 1 and int(reply[1]) > int(held[pk.partition])
+        wait_for(lambda: d.stats.leases_lost == partitions, 10, "stale leases were kept")
+        time.sleep(0.5)
+        assert not d.tokens
+        assert d.stats.promoted == 0
+        runner.check()
+    assert total(r, queue, partitions, "due") == len(ids)  # all overdue, none moved
+    assert total(r, queue, partitions, "ready") == 0
+    for pk in pks:
+        assert text(r.get(pk.lease)).endswith(":intruder")

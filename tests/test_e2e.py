@@ -1,0 +1,228 @@
+"""End to end: enqueue, promote, run, retry and dead-letter through a real dispatcher and worker."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from dataclasses import replace
+
+from helpers import FAST_WORKER, Runner, Runs, dead_entries, pending_total, total, wait_for
+
+from shardq import keys
+from shardq.client import Client
+from shardq.config import DispatcherSettings
+from shardq.errors import PermanentError, RetryAfter
+from shardq.jobs import Backoff, Job
+from shardq.ops import JobRequest
+
+
+def test_ten_thousand_jobs_none_lost_none_twice(
+    cluster_url: str, cluster_client: Client, queue: str
+) -> None:
+    partitions = 16
+    n = 10_000
+    client = cluster_client
+    client.create_queue(queue, partitions)
+    counts: Counter[str] = Counter()
+    late_ms: list[float] = []
+
+    async def handler(job: Job) -> None:
+        counts[job.id] += 1
+        late_ms.append(job.fetched_redis_ms - (job.due_ms or 0))
+
+    with Runner(cluster_url, queue, {"t": handler}) as runner:
+        start = time.monotonic()
+        results = client.enqueue_many(
+            queue, [JobRequest("t", {"i": i}, delay=2.0 * i / n) for i in range(n)]
+        )
+        ids = {r.job_id for r in results}
+        assert len(ids) == n
+        wait_for(lambda: len(counts) >= n, 60, lambda: f"{len(counts)} of {n} ran")
+        elapsed = time.monotonic() - start
+        time.sleep(1.0)  # duplicates, if any, would arrive now
+        runner.check()
+        worker = runner.workers[0]
+        assert worker.stats.completed == n
+        assert worker.stats.reclaimed == 0 and worker.stats.lost_deliveries == 0
+        assert runner.dispatcher is not None and runner.dispatcher.stats.promoted <= n
+
+    assert set(counts) == ids, f"lost: {len(ids - set(counts))}"
+    assert max(counts.values()) == 1, f"ran twice: {[j for j, c in counts.items() if c > 1]}"
+    assert elapsed < 30
+    assert max(late_ms) >= 0 and min(late_ms) >= 0  # never fetched before due (Redis clock)
+    r = client.redis
+    assert total(r, queue, partitions, "jobs") == 0
+    assert total(r, queue, partitions, "due") == 0
+    assert total(r, queue, partitions, "ready") == 0
+    assert pending_total(r, queue, partitions) == 0
+    completed = sum(
+        int(r.hget(pk.stats, "completed") or 0) for pk in keys.all_partition_keys(queue, partitions)
+    )
+    assert completed == n
+
+
+def test_round_trip_on_standalone(
+    standalone_url: str, standalone_client: Client, queue: str
+) -> None:
+    client = standalone_client
+    client.create_queue(queue, 8)
+    runs = Runs()
+    with Runner(standalone_url, queue, {"t": runs.add}):
+        ids = [client.enqueue(queue, "t", {"i": i}, delay=0.1 * (i % 5)) for i in range(200)]
+        ids += [r.job_id for r in client.enqueue_many(queue, [JobRequest("t")] * 100)]
+        wait_for(lambda: len(runs.count()) == 300, 20, lambda: f"{len(runs.count())} ran")
+        time.sleep(0.3)
+    assert runs.count() == Counter(dict.fromkeys(ids, 1))
+    assert total(client.redis, queue, 8, "jobs") == 0
+    assert pending_total(client.redis, queue, 8) == 0
+
+
+def test_retry_with_fixed_backoff(cluster_url: str, cluster_client: Client, queue: str) -> None:
+    client = cluster_client
+    client.create_queue(queue, 4)
+    runs = Runs()
+
+    def flaky(job: Job) -> None:
+        runs.add(job)
+        time.sleep(0.01)
+        if job.attempt < 3:
+            raise ConnectionError(f"upstream down (attempt {job.attempt})")
+
+    with Runner(cluster_url, queue, {"flaky": flaky}):
+        job_id = client.enqueue(queue, "flaky", {"x": 1}, backoff=Backoff("fixed", base=0.3))
+        # between attempts the job waits in the due set, its last error visible
+        waiting = wait_for(
+            lambda: (i := client.get(queue, job_id)) and i.state == "scheduled" and i,
+            5,
+            "job never waited for a retry",
+            interval=0.005,
+        )
+        assert waiting.attempt == 1
+        assert "ConnectionError: upstream down (attempt 1)" in (waiting.last_error or "")
+        assert "flaky" in (waiting.last_error or "")  # traceback names the handler
+        wait_for(lambda: len(runs.jobs) == 3, 10, "did not run 3 times")
+        wait_for(lambda: client.get(queue, job_id) is None, 5, "did not complete")
+        time.sleep(0.5)
+
+    assert [j.attempt for j in runs.jobs] == [1, 2, 3]
+    gaps = [b - a for a, b in zip(runs.times, runs.times[1:], strict=False)]
+    assert all(0.3 <= g < 1.5 for g in gaps), gaps
+    assert all(j.deliveries == 1 for j in runs.jobs)
+    pk = keys.partition_keys(queue, keys.partition_for(job_id, 4), 4)
+    stats = client.redis.hgetall(pk.stats)
+    assert stats[b"retried"] == b"2" and stats[b"completed"] == b"1"
+    assert not client.redis.hexists(pk.errors, job_id)  # cleared on success
+
+
+def test_retry_after_overrides_the_backoff(
+    cluster_url: str, cluster_client: Client, queue: str
+) -> None:
+    client = cluster_client
+    client.create_queue(queue, 4)
+    runs = Runs()
+
+    def throttled(job: Job) -> None:
+        runs.add(job)
+        if job.attempt == 1:
+            raise RetryAfter(0.5, "rate limited")
+
+    with Runner(cluster_url, queue, {"t": throttled}):
+        job_id = client.enqueue(queue, "t", backoff=Backoff("fixed", base=30))
+        wait_for(lambda: len(runs.jobs) == 2, 10, "RetryAfter was not honoured")
+        wait_for(lambda: client.get(queue, job_id) is None, 5, "did not complete")
+    [gap] = [b - a for a, b in zip(runs.times, runs.times[1:], strict=False)]
+    assert 0.5 <= gap < 1.5
+    assert [j.attempt for j in runs.jobs] == [1, 2]
+
+
+def test_permanent_error_goes_dead_at_once(
+    cluster_url: str, cluster_client: Client, queue: str
+) -> None:
+    client = cluster_client
+    client.create_queue(queue, 4)
+    runs = Runs()
+
+    def broken(job: Job) -> None:
+        runs.add(job)
+        raise PermanentError("card declined")
+
+    with Runner(cluster_url, queue, {"t": broken}) as runner:
+        job_id = client.enqueue(queue, "t", {"order": 9}, max_attempts=5)
+        wait_for(lambda: (i := client.get(queue, job_id)) and i.state == "dead", 10, "not dead")
+        time.sleep(0.3)
+        assert runner.workers[0].stats.dead == 1
+    assert len(runs.jobs) == 1
+    info = client.get(queue, job_id)
+    assert info is not None and info.attempt == 1 and info.payload == {"order": 9}
+    assert info.last_error == "PermanentError: card declined"
+    pk = keys.partition_keys(queue, keys.partition_for(job_id, 4), 4)
+    [entry] = dead_entries(client.redis, pk)
+    assert (entry["j"], entry["a"], entry["e"]) == (job_id, "1", "PermanentError: card declined")
+    assert client.redis.hget(pk.jobs, job_id).startswith(b"D1|")
+    assert client.redis.zscore(pk.due, job_id) is None
+    assert client.redis.xlen(pk.ready) == 0
+    assert client.redis.xpending(pk.ready, keys.WORKER_GROUP)["pending"] == 0
+
+
+def test_exhausted_attempts_go_dead(cluster_url: str, cluster_client: Client, queue: str) -> None:
+    client = cluster_client
+    client.create_queue(queue, 4)
+    runs = Runs()
+
+    def always_fails(job: Job) -> None:
+        runs.add(job)
+        raise ValueError(f"bad data on attempt {job.attempt}")
+
+    settings = replace(FAST_WORKER, default_max_attempts=3)
+    with Runner(cluster_url, queue, {"t": always_fails}, worker_settings=settings):
+        two = client.enqueue(queue, "t", max_attempts=2, backoff=Backoff("fixed", 0.1))
+        default = client.enqueue(queue, "t", backoff=Backoff("fixed", 0.1))
+        for job_id in (two, default):
+            wait_for(
+                lambda j=job_id: (i := client.get(queue, j)) and i.state == "dead", 10, "not dead"
+            )
+    assert Counter(j.id for j in runs.jobs) == {two: 2, default: 3}
+    for job_id, attempts in ((two, 2), (default, 3)):
+        info = client.get(queue, job_id)
+        assert info is not None and info.state == "dead" and info.attempt == attempts
+        assert f"ValueError: bad data on attempt {attempts}" in (info.last_error or "")
+        pk = keys.partition_keys(queue, keys.partition_for(job_id, 4), 4)
+        [entry] = [e for e in dead_entries(client.redis, pk) if e["j"] == job_id]
+        assert entry["a"] == str(attempts)
+        assert entry["e"].startswith(f"ValueError: bad data on attempt {attempts}")
+    # a dead job can be neither cancelled nor rescheduled; the message says what to do
+    from shardq.errors import JobNotScheduledError
+
+    for call in (lambda: client.cancel(queue, two), lambda: client.reschedule(queue, two, delay=1)):
+        try:
+            call()
+        except JobNotScheduledError as exc:
+            assert "dead-letter" in str(exc) and "replay" in str(exc)
+        else:
+            raise AssertionError("dead job was accepted")
+
+
+def test_due_jobs_are_handed_out_promptly(
+    cluster_url: str, cluster_client: Client, queue: str
+) -> None:
+    """Punctuality on an unloaded system, on the Redis clock: hints wake the dispatcher and
+    the worker, so lateness is far below their fallback poll intervals (1 s by default)."""
+    client = cluster_client
+    client.create_queue(queue, 16)
+    runs = Runs()
+    slow_polls = replace(FAST_WORKER, idle_poll=1.0)
+    slow_sleep = DispatcherSettings(lease_time=6.0, renew_interval=2.0, max_sleep=1.0)
+    with Runner(
+        cluster_url,
+        queue,
+        {"t": runs.add},
+        worker_settings=slow_polls,
+        dispatcher_settings=slow_sleep,
+    ):
+        time.sleep(0.5)  # subscriptions in place
+        for i in range(40):
+            client.enqueue(queue, "t", delay=0.3 + 0.025 * i)
+        wait_for(lambda: len(runs.jobs) == 40, 10, lambda: f"{len(runs.jobs)} ran")
+    late = sorted(j.fetched_redis_ms - (j.due_ms or 0) for j in runs.jobs)
+    assert late[0] >= 0, late
+    assert late[len(late) * 9 // 10] < 100, late  # p90 well under the 1 s fallback
