@@ -1,0 +1,371 @@
+"""The dispatcher fleet: fair-share leases, crash and shutdown handover, fencing, rebalancing.
+
+Dispatchers run as real `shardq dispatcher run` processes (SIGKILL, SIGSTOP and SIGTERM need a
+process of their own); the worker runs in-process and counts handler runs per job.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from click.testing import CliRunner
+from helpers import FAST_WORKER, Runner, Runs, wait_for
+
+from shardq import admin, keys, ops
+from shardq.bench_fleet import lease_owners, spread_ok
+from shardq.cli import main as cli
+from shardq.client import Client
+from shardq.dispatcher import fair_share
+
+LEASE = 2.0
+RENEW = 0.5
+
+
+def start_dispatcher(url: str, queue: str, *extra: str) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "shardq.cli",
+            "--log-level",
+            "WARNING",
+            "dispatcher",
+            "run",
+            "--queue",
+            queue,
+            "--url",
+            url,
+            "--lease-time",
+            str(LEASE),
+            "--renew-interval",
+            str(RENEW),
+            "--membership-timeout",
+            str(LEASE),
+            "--max-sleep",
+            "0.2",
+            *extra,
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+
+
+def promoted(client: Client, queue: str, partitions: int) -> int:
+    """Jobs moved due -> ready, from the counter the promote script keeps per partition."""
+    return sum(
+        int(client.redis.hget(pk.stats, "promoted") or 0)
+        for pk in keys.all_partition_keys(queue, partitions)
+    )
+
+
+def stop_all(procs: list[subprocess.Popen[bytes]]) -> None:
+    for p in procs:
+        if p.poll() is None:
+            p.send_signal(signal.SIGCONT)
+            p.send_signal(signal.SIGTERM)
+    for p in procs:
+        try:
+            p.wait(20)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+
+
+def test_fair_share_floor_and_ceiling() -> None:
+    members = [f"d{i}" for i in range(7)]
+    shares = [fair_share(256, members, m) for m in members]
+    assert sum(shares) == 256
+    assert set(shares) == {36, 37}
+    assert fair_share(256, members, "not-a-member") == 0
+    assert fair_share(5, ["a", "b"], "a") == 3 and fair_share(5, ["a", "b"], "b") == 2
+
+
+def test_fleet_churn_loses_nothing_and_promotes_once(
+    cluster_client: Client, cluster_url: str, queue: str
+) -> None:
+    """20,000 jobs due while 3 dispatchers start, one is killed, two are added, one gets SIGTERM:
+    0 lost, 0 promoted twice, every partition owned at the end."""
+    partitions = 32
+    n = 20_000
+    cluster_client.create_queue(queue, partitions)
+    runs = Runs()
+    procs: list[subprocess.Popen[bytes]] = []
+    with Runner(
+        cluster_url,
+        queue,
+        {"t": runs.add},
+        dispatcher=False,
+        workers=1,
+        worker_settings=FAST_WORKER,
+    ):
+        try:
+            now = time.time()
+            cluster_client.enqueue_many(
+                queue, [ops.JobRequest("t", i, run_at=now + 1 + 8 * i / n) for i in range(n)]
+            )
+            procs = [start_dispatcher(cluster_url, queue) for _ in range(3)]
+            time.sleep(2.5)
+            procs[0].send_signal(signal.SIGKILL)
+            procs[0].wait()
+            procs += [start_dispatcher(cluster_url, queue) for _ in range(2)]
+            time.sleep(2.0)
+            procs[1].send_signal(signal.SIGTERM)
+            assert procs[1].wait(15) == 0
+            wait_for(lambda: len(runs.count()) >= n, 60, "not every job ran")
+            live = 3  # procs 2, 3, 4
+            wait_for(
+                lambda: spread_ok(lease_owners(cluster_client.redis, queue, partitions), live),
+                4 * LEASE,
+                "spread did not converge",
+            )
+        finally:
+            stop_all(procs)
+    counts = runs.count()
+    assert len(counts) == n, "jobs lost"
+    assert max(counts.values()) == 1, "a job ran twice"
+    assert promoted(cluster_client, queue, partitions) == n, "promoted twice"
+
+
+def test_sigkill_takeover_within_lease_plus_renewal(
+    cluster_client: Client, cluster_url: str, queue: str
+) -> None:
+    partitions = 16
+    cluster_client.create_queue(queue, partitions)
+    procs = [start_dispatcher(cluster_url, queue) for _ in range(2)]
+    try:
+        wait_for(
+            lambda: spread_ok(lease_owners(cluster_client.redis, queue, partitions), 2),
+            4 * LEASE,
+            "two dispatchers did not split the partitions",
+        )
+        victim = procs[0]
+        victim.send_signal(signal.SIGKILL)
+        victim.wait()
+        killed = time.monotonic()
+        wait_for(
+            lambda: spread_ok(lease_owners(cluster_client.redis, queue, partitions), 1),
+            4 * LEASE,
+            "partitions not taken over",
+        )
+        took = time.monotonic() - killed
+        # Membership expiry (= lease time here) plus one renewal round, with polling slack.
+        assert took <= LEASE + RENEW + 1.0, took
+    finally:
+        stop_all(procs)
+
+
+def test_sigterm_hands_back_at_once(cluster_client: Client, cluster_url: str, queue: str) -> None:
+    partitions = 16
+    cluster_client.create_queue(queue, partitions)
+    procs = [start_dispatcher(cluster_url, queue) for _ in range(2)]
+    try:
+        wait_for(
+            lambda: spread_ok(lease_owners(cluster_client.redis, queue, partitions), 2),
+            4 * LEASE,
+            "two dispatchers did not split the partitions",
+        )
+        procs[0].send_signal(signal.SIGTERM)
+        assert procs[0].wait(10) == 0
+        stopped = time.monotonic()
+        wait_for(
+            lambda: spread_ok(lease_owners(cluster_client.redis, queue, partitions), 1),
+            4 * LEASE,
+            "partitions not taken over",
+        )
+        # No waiting for expiry: released leases are taken on the next renewal round.
+        assert time.monotonic() - stopped < LEASE, "waited for lease expiry"
+        assert not os.path.exists(f"/proc/{procs[0].pid}/status") or procs[0].poll() == 0
+    finally:
+        stop_all(procs)
+
+
+def test_paused_dispatcher_is_fenced_and_promotes_nothing(
+    cluster_client: Client, cluster_url: str, queue: str
+) -> None:
+    """SIGSTOP a dispatcher past its lease; another takes over; SIGCONT: its writes are rejected,
+    it drops the partitions and logs it, and no job is promoted twice."""
+    partitions = 8
+    n = 4_000
+    cluster_client.create_queue(queue, partitions)
+    runs = Runs()
+    first = start_dispatcher(cluster_url, queue)
+    procs = [first]
+    try:
+        wait_for(
+            lambda: spread_ok(lease_owners(cluster_client.redis, queue, partitions), 1),
+            4 * LEASE,
+            "first dispatcher did not take the partitions",
+        )
+        first_owner = lease_owners(cluster_client.redis, queue, partitions)[0]
+        first.send_signal(signal.SIGSTOP)
+        now = time.time()
+        cluster_client.enqueue_many(
+            queue, [ops.JobRequest("t", i, run_at=now + 0.5 + 4 * i / n) for i in range(n)]
+        )
+        procs.append(start_dispatcher(cluster_url, queue))
+        wait_for(
+            lambda: all(
+                o not in (None, first_owner)
+                for o in lease_owners(cluster_client.redis, queue, partitions)
+            ),
+            6 * LEASE,
+            "second dispatcher did not take over",
+        )
+        with Runner(
+            cluster_url,
+            queue,
+            {"t": runs.add},
+            dispatcher=False,
+            workers=1,
+            worker_settings=FAST_WORKER,
+        ):
+            first.send_signal(signal.SIGCONT)
+            wait_for(lambda: len(runs.count()) >= n, 60, "not every job ran")
+            time.sleep(1.0)
+        first.send_signal(signal.SIGTERM)
+        assert first.wait(15) == 0
+        assert first.stderr is not None
+        log = first.stderr.read().decode()
+        assert "lease.fenced" in log or "lease lost" in log, log[-2000:]
+    finally:
+        stop_all(procs)
+    counts = runs.count()
+    assert len(counts) == n and max(counts.values()) == 1
+    assert promoted(cluster_client, queue, partitions) == n
+
+
+def test_owners_and_rebalance_cli_under_load(
+    cluster_client: Client, cluster_url: str, queue: str
+) -> None:
+    """`shardq owners`, `rebalance --drain` and `--even` move partitions under load: 0 lost."""
+    partitions = 16
+    n = 6_000
+    cluster_client.create_queue(queue, partitions)
+    runner = CliRunner()
+    runs = Runs()
+    procs = [start_dispatcher(cluster_url, queue) for _ in range(2)]
+    try:
+        wait_for(
+            lambda: spread_ok(lease_owners(cluster_client.redis, queue, partitions), 2),
+            4 * LEASE,
+            "no even spread",
+        )
+        with Runner(
+            cluster_url,
+            queue,
+            {"t": runs.add},
+            dispatcher=False,
+            workers=1,
+            worker_settings=FAST_WORKER,
+        ):
+            now = time.time()
+            cluster_client.enqueue_many(
+                queue, [ops.JobRequest("t", i, run_at=now + 0.5 + 6 * i / n) for i in range(n)]
+            )
+            out = runner.invoke(cli, ["owners", "--queue", queue, "--url", cluster_url])
+            assert out.exit_code == 0, out.output
+            assert out.output.count("dispatcher:") == partitions
+            target = lease_owners(cluster_client.redis, queue, partitions)[0]
+            assert target is not None
+            # Without --yes nothing changes.
+            dry = runner.invoke(
+                cli, ["rebalance", "--queue", queue, "--url", cluster_url, "--drain", target]
+            )
+            assert dry.exit_code == 0 and "add --yes" in dry.output
+            assert target in lease_owners(cluster_client.redis, queue, partitions)
+            done = runner.invoke(
+                cli,
+                [
+                    "rebalance",
+                    "--queue",
+                    queue,
+                    "--url",
+                    cluster_url,
+                    "--drain",
+                    target,
+                    "--yes",
+                    "--timeout",
+                    "20",
+                ],
+            )
+            assert done.exit_code == 0, done.output
+            assert target not in lease_owners(cluster_client.redis, queue, partitions)
+            undo = runner.invoke(
+                cli,
+                ["rebalance", "--queue", queue, "--url", cluster_url, "--undrain", target, "--yes"],
+            )
+            assert undo.exit_code == 0, undo.output
+            wait_for(
+                lambda: spread_ok(lease_owners(cluster_client.redis, queue, partitions), 2),
+                4 * LEASE,
+                "undrained dispatcher did not get its share back",
+            )
+            even = runner.invoke(
+                cli, ["rebalance", "--queue", queue, "--url", cluster_url, "--even", "--yes"]
+            )
+            assert even.exit_code == 0, even.output
+            wait_for(lambda: len(runs.count()) >= n, 60, "not every job ran")
+    finally:
+        stop_all(procs)
+    counts = runs.count()
+    assert len(counts) == n and max(counts.values()) == 1
+    assert promoted(cluster_client, queue, partitions) == n
+
+
+def test_even_revokes_above_fair_share(
+    cluster_client: Client, cluster_url: str, queue: str
+) -> None:
+    """A dispatcher pinned to every partition holds more than its share once a fleet member
+    joins; --even revokes the excess and the fleet member takes it."""
+    partitions = 8
+    cluster_client.create_queue(queue, partitions)
+    procs = [start_dispatcher(cluster_url, queue)]
+    try:
+        wait_for(
+            lambda: spread_ok(lease_owners(cluster_client.redis, queue, partitions), 1),
+            4 * LEASE,
+            "no owner",
+        )
+        procs.append(start_dispatcher(cluster_url, queue))
+        wait_for(
+            lambda: spread_ok(lease_owners(cluster_client.redis, queue, partitions), 2),
+            6 * LEASE,
+            "fleet did not balance by itself",
+        )
+        assert admin.even_plan(cluster_client, queue) == []
+        assert admin.spread(cluster_client, queue).even
+    finally:
+        stop_all(procs)
+
+
+@pytest.mark.parametrize("workers", [1, 3])
+def test_workers_split_partitions(
+    cluster_client: Client, cluster_url: str, queue: str, workers: int
+) -> None:
+    """Each worker is assigned a disjoint share; together they cover every partition."""
+    partitions = 12
+    cluster_client.create_queue(queue, partitions)
+    runs = Runs()
+    with Runner(cluster_url, queue, {"t": runs.add}, workers=workers) as runner:
+        ws = runner.workers
+        wait_for(
+            lambda: (
+                sum(len(w._assigned) for w in ws) == partitions
+                and all(w._fleet_size == workers for w in ws)
+            ),
+            10,
+            "workers did not split",
+        )
+        assigned = [w._assigned for w in ws]
+        assert set().union(*assigned) == set(range(partitions))
+        assert sum(len(a) for a in assigned) == partitions  # disjoint
+        cluster_client.enqueue_many(queue, [ops.JobRequest("t", i) for i in range(600)])
+        wait_for(lambda: len(runs.count()) >= 600, 30, "not every job ran")
+    assert max(runs.count().values()) == 1
+    members = cluster_client.redis.zrange(keys.workers_key(queue), 0, -1)
+    assert members == [], "workers did not leave the membership on stop"
