@@ -1,0 +1,374 @@
+"""Metrics, stream trimming, `shardq stats` and the dead-letter commands, against real Redis."""
+
+from __future__ import annotations
+
+import json
+import logging
+import socket
+import time
+import urllib.request
+
+import orjson
+import pytest
+from click.testing import CliRunner
+from helpers import FAST_DISPATCHER, FAST_WORKER, Runner, Runs, wait_for
+
+from shardq import PermanentError, keys, metrics, ops, scripts
+from shardq.cli import main as cli
+from shardq.client import Client
+from shardq.config import DispatcherSettings
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def scrape(port: int) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
+        return resp.read().decode()
+
+
+def sample(text: str, name: str, **labels: str) -> float | None:
+    """The value of one series in Prometheus text format."""
+    for line in text.splitlines():
+        if not line.startswith(name + "{") and not line.startswith(name + " "):
+            continue
+        if all(f'{k}="{v}"' in line for k, v in labels.items()):
+            return float(line.rsplit(" ", 1)[1])
+    return None
+
+
+METRIC_DISPATCHER = DispatcherSettings(
+    batch=FAST_DISPATCHER.batch,
+    lease_time=FAST_DISPATCHER.lease_time,
+    renew_interval=FAST_DISPATCHER.renew_interval,
+    max_sleep=FAST_DISPATCHER.max_sleep,
+    membership_timeout=FAST_DISPATCHER.membership_timeout,
+    metrics_interval=0.5,
+)
+
+
+def test_prometheus_endpoint(cluster_client: Client, cluster_url: str, queue: str) -> None:
+    partitions = 8
+    cluster_client.create_queue(queue, partitions)
+    port = free_port()
+    metrics.serve(port, "127.0.0.1")
+    runs = Runs()
+
+    def fail(job: object) -> None:
+        raise PermanentError("nope")
+
+    with Runner(
+        cluster_url, queue, {"t": runs.add, "bad": fail}, dispatcher_settings=METRIC_DISPATCHER
+    ) as runner:
+        cluster_client.enqueue_many(queue, [ops.JobRequest("t", i, delay=0.2) for i in range(200)])
+        cluster_client.enqueue(queue, "bad", None)
+        cluster_client.enqueue_many(queue, [ops.JobRequest("t", i, delay=3600) for i in range(30)])
+        wait_for(lambda: len(runs.count()) >= 200, 20, "jobs did not run")
+
+        def ready() -> bool:
+            text = scrape(port)
+            due = [
+                sample(text, "shardq_partition_due_jobs", queue=queue, partition=str(p))
+                for p in range(partitions)
+            ]
+            completed = sum(
+                sample(text, "shardq_jobs_completed_total", queue=queue, partition=str(p)) or 0
+                for p in range(partitions)
+            )
+            hot = sample(text, "shardq_hot_partition_ratio", queue=queue)
+            return (
+                None not in due
+                and sum(d or 0 for d in due) == 30
+                and completed >= 200
+                and (hot is not None)
+            )
+
+        wait_for(ready, 10, "partition metrics did not show up")
+        text = scrape(port)
+        assert runner.dispatcher is not None
+        owner = runner.dispatcher.owner
+    held = sample(text, "shardq_dispatcher_leases_held", queue=queue, dispatcher=owner)
+    assert held == partitions
+    acquired = sample(
+        text,
+        "shardq_dispatcher_lease_events_total",
+        queue=queue,
+        dispatcher=owner,
+        event="acquired",
+    )
+    assert acquired is not None and acquired >= partitions
+    assert (sample(text, "shardq_job_lateness_seconds_count", queue=queue) or 0) >= 200
+    assert sample(text, "shardq_job_duration_seconds_count", queue=queue, job_type="t") == 200
+    assert (sample(text, "shardq_worker_jobs_total", queue=queue, outcome="dead") or 0) == 1
+    dead = sum(
+        sample(text, "shardq_partition_dead_letters", queue=queue, partition=str(p)) or 0
+        for p in range(partitions)
+    )
+    assert dead == 1
+    assert sample(text, "shardq_hot_partition_ratio", queue=queue) is not None
+    # Bounded labels: never a job id.
+    for line in text.splitlines():
+        if line.startswith("shardq_"):
+            assert "job_id" not in line
+
+
+def test_hot_partition_is_reported(cluster_client: Client, queue: str) -> None:
+    partitions = 8
+    cluster_client.create_queue(queue, partitions)
+    pks = keys.all_partition_keys(queue, partitions)
+    watch = metrics.HotShardWatch(queue, multiple=3.0)
+    watch.observe(metrics.snapshot_sync(cluster_client.redis, pks))
+    # 400 jobs whose ids all hash to partition 5, 80 spread over every partition.
+    hot = []
+    for i in range(400):
+        jid = next(
+            f"h{i}-{j}" for j in range(10_000) if keys.partition_for(f"h{i}-{j}", partitions) == 5
+        )
+        hot.append(ops.JobRequest("t", i, job_id=jid, delay=60))
+    cluster_client.enqueue_many(queue, hot)
+    cluster_client.enqueue_many(queue, [ops.JobRequest("t", i, delay=60) for i in range(80)])
+    time.sleep(0.2)
+    report = watch.observe(metrics.snapshot_sync(cluster_client.redis, pks))
+    assert report is not None
+    assert report.hottest(1)[0][0] == 5
+    assert report.hot_partition_ratio > 3.0
+    assert abs(sum(report.node_share().values()) - 1.0) < 1e-6
+    assert metrics.PARTITIONS.hot[queue] is report
+
+
+def test_trim_never_drops_a_pending_or_undelivered_entry(
+    cluster_client: Client, cluster_url: str, queue: str
+) -> None:
+    """A worker paused mid-job while trimming runs still has its job reclaimable afterwards."""
+    partitions = 1
+    cluster_client.create_queue(queue, partitions)
+    r = cluster_client.redis
+    pk = keys.partition_keys(queue, 0, partitions)
+    ids = [cluster_client.enqueue(queue, "t", i) for i in range(5)]
+    # A "paused" worker takes two deliveries and never acks them.
+    fetched = scripts.run(
+        r,
+        scripts.script("fetch"),
+        [pk.ready, pk.jobs, pk.dead, pk.errors, pk.stats],
+        [keys.WORKER_GROUP, "paused", 2],
+    )
+    assert (len(fetched) - 1) // 5 == 2
+    token = scripts.run(
+        r, scripts.script("lease-acquire"), [pk.lease, pk.fence], ["trimmer", 60_000]
+    )[1]
+    for _ in range(3):
+        reply = scripts.run(
+            r,
+            scripts.script("trim"),
+            [pk.ready, pk.dead, pk.jobs, pk.errors, pk.stats, pk.lease],
+            [token, keys.WORKER_GROUP, 0, 100, 1000],
+        )
+        assert reply[0] >= 0
+    assert r.xlen(pk.ready) == 5  # 2 pending + 3 undelivered: nothing trimmed
+    scripts.run(r, scripts.script("lease-release"), [pk.lease, pk.fence], [token])
+    # Another worker reclaims the paused one's deliveries and runs everything.
+    runs = Runs()
+    fast = FAST_WORKER
+    with Runner(cluster_url, queue, {"t": runs.add}, worker_settings=fast):
+        wait_for(
+            lambda: len(runs.count()) == 5,
+            fast.visibility_timeout + 15,
+            "paused deliveries were not reclaimed",
+        )
+    assert set(runs.count()) == set(ids)
+
+
+def test_ready_streams_stay_bounded(cluster_client: Client, cluster_url: str, queue: str) -> None:
+    """During a run every ready stream holds only what is undelivered or pending (the CI-sized
+    version of the 1,000,000-job check; `-m slow` runs the full one)."""
+    run_bounded(cluster_client, cluster_url, queue, jobs=20_000, partitions=8)
+
+
+def run_bounded(client: Client, url: str, queue: str, jobs: int, partitions: int) -> None:
+    client.create_queue(queue, partitions)
+    runs = Runs()
+    pks = keys.all_partition_keys(queue, partitions)
+    worst = 0
+    with Runner(url, queue, {"t": runs.add}, dispatcher_settings=METRIC_DISPATCHER):
+        now = time.time()
+        for start in range(0, jobs, 50_000):
+            client.enqueue_many(
+                queue,
+                [
+                    ops.JobRequest("t", None, run_at=now + 1 + 5 * i / jobs)
+                    for i in range(start, min(jobs, start + 50_000))
+                ],
+            )
+        deadline = time.monotonic() + 120 + jobs / 5000
+        while len(runs.jobs) < jobs and time.monotonic() < deadline:
+            for s in metrics.snapshot_sync(client.redis, pks):
+                length = int(
+                    client.redis.xlen(keys.partition_keys(queue, s.partition, partitions).ready)
+                )
+                # Entries are either undelivered, pending, or already deleted.
+                worst = max(worst, length - (s.ready + s.pending))
+            time.sleep(0.2)
+    assert len(runs.count()) == jobs
+    assert worst <= 200, f"ready streams kept {worst} settled entries"
+    assert sum(int(client.redis.xlen(pk.ready)) for pk in pks) == 0
+
+
+def test_stats_cli(cluster_client: Client, cluster_url: str, queue: str) -> None:
+    cluster_client.create_queue(queue, 4)
+    cluster_client.enqueue_many(queue, [ops.JobRequest("t", i, delay=60) for i in range(40)])
+    cluster_client.enqueue_many(queue, [ops.JobRequest("t", i, delay=0) for i in range(7)])
+    runner = CliRunner()
+    out = runner.invoke(
+        cli, ["stats", "--queue", queue, "--url", cluster_url, "--json", "--window", "0.2"]
+    )
+    assert out.exit_code == 0, out.output
+    data = json.loads(out.output)
+    assert data["queue"]["due"] == 40
+    assert data["queue"]["ready"] == 7
+    assert len(data["partitions"]) == 4
+    assert sum(n["due"] for n in data["nodes"]) == 40
+    text = runner.invoke(cli, ["stats", "--queue", queue, "--url", cluster_url, "--window", "0.1"])
+    assert text.exit_code == 0 and f"queue {queue}" in text.output and "hottest" in text.output
+
+
+def test_dlq_commands(cluster_client: Client, cluster_url: str, queue: str) -> None:
+    partitions = 4
+    cluster_client.create_queue(queue, partitions)
+    attempts: list[int] = []
+
+    def flaky(job: object) -> None:
+        attempts.append(1)
+        if len(attempts) <= 3:
+            raise PermanentError("first time fails")
+
+    ids = [cluster_client.enqueue(queue, "t", i) for i in range(3)]
+    runner = CliRunner()
+    base = ["--queue", queue, "--url", cluster_url]
+    with Runner(cluster_url, queue, {"t": flaky}):
+        wait_for(lambda: len(attempts) >= 3, 15, "jobs did not run")
+        wait_for(
+            lambda: (
+                sum(
+                    int(cluster_client.redis.xlen(pk.dead))
+                    for pk in keys.all_partition_keys(queue, partitions)
+                )
+                == 3
+            ),
+            10,
+            "jobs not dead-lettered",
+        )
+        listed = runner.invoke(cli, ["dlq", "list", *base, "--json"])
+        assert listed.exit_code == 0, listed.output
+        letters = json.loads(listed.output)
+        assert sorted(d["job_id"] for d in letters) == sorted(ids)
+        assert all("first time fails" in d["error"] for d in letters)
+        shown = runner.invoke(cli, ["dlq", "show", *base, ids[0]])
+        assert shown.exit_code == 0 and '"state": "dead"' in shown.output
+        dry = runner.invoke(cli, ["dlq", "replay", *base, "--all"])
+        assert "add --yes" in dry.output and len(attempts) == 3
+        replay = runner.invoke(cli, ["dlq", "replay", *base, "--all", "--yes"])
+        assert replay.exit_code == 0 and "replayed 3 job(s)" in replay.output, replay.output
+        wait_for(lambda: len(attempts) >= 6, 15, "replayed jobs did not run")
+        wait_for(
+            lambda: all(cluster_client.get(queue, j) is None for j in ids),
+            10,
+            "replayed jobs did not complete",
+        )
+    # Purge: a fresh dead job, purged with its envelope.
+    cluster_client.enqueue(queue, "nobody-handles-this", None)
+    with Runner(cluster_url, queue, {"t": flaky}):
+        wait_for(
+            lambda: (
+                sum(
+                    int(cluster_client.redis.xlen(pk.dead))
+                    for pk in keys.all_partition_keys(queue, partitions)
+                )
+                == 1
+            ),
+            10,
+            "unknown type not dead-lettered",
+        )
+    purge = runner.invoke(cli, ["dlq", "purge", *base, "--all", "--yes"])
+    assert purge.exit_code == 0 and "purged 1" in purge.output
+    for pk in keys.all_partition_keys(queue, partitions):
+        assert cluster_client.redis.xlen(pk.dead) == 0
+        assert cluster_client.redis.hlen(pk.jobs) == 0
+
+
+def test_dead_letter_cap(cluster_client: Client, queue: str) -> None:
+    cluster_client.create_queue(queue, 1, dead_letter_cap=3)
+    r = cluster_client.redis
+    pk = keys.partition_keys(queue, 0, 1)
+    for i in range(5):
+        jid = cluster_client.enqueue(queue, "t", i)
+        fetched = scripts.run(
+            r,
+            scripts.script("fetch"),
+            [pk.ready, pk.jobs, pk.dead, pk.errors, pk.stats],
+            [keys.WORKER_GROUP, "w", 1],
+        )
+        scripts.run(
+            r,
+            scripts.script("fail"),
+            [pk.ready, pk.jobs, pk.due, pk.dead, pk.errors, pk.stats],
+            [keys.WORKER_GROUP, fetched[1], jid, -1, "boom", pk.due_hint],
+        )
+    assert r.xlen(pk.dead) == 5
+    token = scripts.run(r, scripts.script("lease-acquire"), [pk.lease, pk.fence], ["t", 60_000])[1]
+    assert scripts.run(
+        r,
+        scripts.script("trim"),
+        [pk.ready, pk.dead, pk.jobs, pk.errors, pk.stats, pk.lease],
+        [token, keys.WORKER_GROUP, 0, 3, 1000],
+    ) == [0, 2]
+    assert r.xlen(pk.dead) == 3
+    assert r.hlen(pk.jobs) == 3  # the two dropped dead jobs went with their entries
+    assert int(r.hget(pk.stats, "dead_dropped")) == 2
+    # A stale token is fenced like promote.
+    assert (
+        scripts.run(
+            r,
+            scripts.script("trim"),
+            [pk.ready, pk.dead, pk.jobs, pk.errors, pk.stats, pk.lease],
+            ["999", keys.WORKER_GROUP, 0, 3, 1000],
+        )[0]
+        == -1
+    )
+
+
+def test_failure_logs_are_json(cluster_client: Client, cluster_url: str, queue: str) -> None:
+    cluster_client.create_queue(queue, 2)
+    lines: list[str] = []
+
+    class Collect(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            lines.append(record.getMessage())
+
+    handler = Collect(logging.WARNING)
+    logging.getLogger("shardq").addHandler(handler)
+
+    def fail(job: object) -> None:
+        raise ValueError("bad thing")
+
+    try:
+        jid = cluster_client.enqueue(
+            queue, "t", None, max_attempts=1, headers={"traceparent": "00-abc-def-01"}
+        )
+        with Runner(cluster_url, queue, {"t": fail}):
+            wait_for(lambda: any("job.dead" in line for line in lines), 10, "no job.dead log")
+    finally:
+        logging.getLogger("shardq").removeHandler(handler)
+    event = orjson.loads(next(line for line in lines if "job.dead" in line))
+    assert event["job_id"] == jid and event["queue"] == queue and event["attempt"] == 1
+    assert event["error_type"] == "ValueError" and event["trace_id"] == "00-abc-def-01"
+    assert "partition" in event
+
+
+@pytest.mark.slow
+def test_ready_streams_stay_bounded_million(
+    cluster_client: Client, cluster_url: str, queue: str
+) -> None:
+    run_bounded(cluster_client, cluster_url, queue, jobs=1_000_000, partitions=64)
