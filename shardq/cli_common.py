@@ -36,7 +36,12 @@ def redis_options(fn: F) -> F:
 
 
 def settings_from(url: str, username: str | None, password: str | None) -> RedisSettings:
-    overrides: dict[str, Any] = {}
+    """Settings from the command line, with the other SHARDQ_REDIS_* variables (cluster mode,
+    TLS CA file) read from the environment as RedisSettings.from_env does."""
+    env = RedisSettings.from_env()
+    overrides: dict[str, Any] = {"ssl_ca_certs": env.ssl_ca_certs}
+    if env.cluster is not None:
+        overrides["cluster"] = env.cluster
     if username:
         overrides["username"] = username
     if password:
