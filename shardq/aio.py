@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterable
 from datetime import datetime, timedelta
 from typing import Any
@@ -12,6 +13,7 @@ from shardq import keys, ops, scripts
 from shardq.client import group_create_args, unknown_queue
 from shardq.config import ProducerSettings, RedisSettings
 from shardq.connection import AsyncRedis, connect_async
+from shardq.durable import AsyncNodes
 from shardq.jobs import Backoff, JobInfo, check_queue_name
 
 
@@ -22,6 +24,7 @@ class AsyncClient:
         self.redis = redis
         self.settings = settings or ProducerSettings()
         self._partitions: dict[str, int] = {}
+        self._nodes = AsyncNodes(redis)
 
     @classmethod
     async def from_url(
@@ -31,6 +34,7 @@ class AsyncClient:
         return cls(await connect_async(redis_settings), settings)
 
     async def close(self) -> None:
+        await self._nodes.aclose()
         await self.redis.aclose()
 
     async def __aenter__(self) -> AsyncClient:
@@ -86,6 +90,7 @@ class AsyncClient:
         max_attempts: int | None = None,
         backoff: Backoff | None = None,
         headers: dict[str, str] | None = None,
+        durable: bool = False,
     ) -> str:
         """See :meth:`shardq.Client.enqueue`."""
         request = ops.JobRequest(
@@ -99,24 +104,61 @@ class AsyncClient:
             backoff,
             headers,
         )
-        return (await self.enqueue_detailed(queue, request)).job_id
+        return (await self.enqueue_detailed(queue, request, durable=durable)).job_id
 
-    async def enqueue_detailed(self, queue: str, request: ops.JobRequest) -> ops.EnqueueResult:
+    async def enqueue_detailed(
+        self, queue: str, request: ops.JobRequest, *, durable: bool = False
+    ) -> ops.EnqueueResult:
         prepared = ops.prepare_enqueue(queue, await self.partitions(queue), request, self.settings)
-        return prepared.parse(await scripts.arun(self.redis, *prepared.call()))
+        if not durable:
+            return prepared.parse(await scripts.arun(self.redis, *prepared.call()))
+        s = self.settings
+        reply, acked = await self._nodes.run_durable(
+            prepared.call(), s.durable_replicas, round(s.durable_timeout * 1000)
+        )
+        result = prepared.parse(reply)
+        ops.check_durable([result.job_id], acked, s)
+        return result
 
     async def enqueue_many(
-        self, queue: str, requests: Iterable[ops.JobRequest], *, chunk: int = 5000
+        self,
+        queue: str,
+        requests: Iterable[ops.JobRequest],
+        *,
+        chunk: int = 5000,
+        durable: bool = False,
     ) -> list[ops.EnqueueResult]:
         """See :meth:`shardq.Client.enqueue_many`."""
         partitions = await self.partitions(queue)
         prepared = [ops.prepare_enqueue(queue, partitions, r, self.settings) for r in requests]
         results: list[ops.EnqueueResult] = []
+        not_durable: list[str] = []
         for start in range(0, len(prepared), chunk):
             part = prepared[start : start + chunk]
             plan = ops.plan_bulk(part)
-            replies = await scripts.arun_many(self.redis, plan.calls)
+            if durable:
+                # One WAIT per call on its own node connection, all calls at once.
+                s = self.settings
+                waited = await asyncio.gather(
+                    *(
+                        self._nodes.run_durable(
+                            call, s.durable_replicas, round(s.durable_timeout * 1000)
+                        )
+                        for call in plan.calls
+                    )
+                )
+                replies = [reply for reply, _ in waited]
+                not_durable += [
+                    part[j].job_id
+                    for i, (_, acked) in enumerate(waited)
+                    if acked < s.durable_replicas
+                    for j in plan.members[i]
+                ]
+            else:
+                replies = await scripts.arun_many(self.redis, plan.calls)
             results.extend(plan.results(part, replies))
+        if not_durable:
+            ops.check_durable(not_durable, 0, self.settings)
         return results
 
     async def cancel(self, queue: str, job_id: str) -> bool:

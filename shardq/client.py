@@ -11,6 +11,7 @@ from redis.exceptions import ResponseError
 from shardq import keys, ops, scripts
 from shardq.config import ProducerSettings, RedisSettings
 from shardq.connection import SyncRedis, connect
+from shardq.durable import run_durable
 from shardq.errors import UnknownQueueError
 from shardq.jobs import Backoff, JobInfo, check_queue_name
 
@@ -127,10 +128,13 @@ class Client:
         max_attempts: int | None = None,
         backoff: Backoff | None = None,
         headers: dict[str, str] | None = None,
+        durable: bool = False,
     ) -> str:
         """Enqueue one job to run now, at ``run_at`` or after ``delay`` seconds; return its id.
 
         With ``idempotency_key``, a repeat returns the first job's id and writes nothing.
+        With ``durable=True`` it returns only once ``durable_replicas`` replicas hold the job
+        (WAIT on the connection that wrote), else raises NotDurableError.
         """
         return self.enqueue_detailed(
             queue,
@@ -145,15 +149,31 @@ class Client:
                 backoff,
                 headers,
             ),
+            durable=durable,
         ).job_id
 
-    def enqueue_detailed(self, queue: str, request: ops.JobRequest) -> ops.EnqueueResult:
+    def enqueue_detailed(
+        self, queue: str, request: ops.JobRequest, *, durable: bool = False
+    ) -> ops.EnqueueResult:
         """Enqueue one job and say whether it was new and when it is due."""
         prepared = ops.prepare_enqueue(queue, self.partitions(queue), request, self.settings)
-        return prepared.parse(scripts.run(self.redis, *prepared.call()))
+        if not durable:
+            return prepared.parse(scripts.run(self.redis, *prepared.call()))
+        s = self.settings
+        reply, acked = run_durable(
+            self.redis, prepared.call(), s.durable_replicas, round(s.durable_timeout * 1000)
+        )
+        result = prepared.parse(reply)
+        ops.check_durable([result.job_id], acked, s)
+        return result
 
     def enqueue_many(
-        self, queue: str, requests: Iterable[ops.JobRequest], *, chunk: int = 5000
+        self,
+        queue: str,
+        requests: Iterable[ops.JobRequest],
+        *,
+        chunk: int = 5000,
+        durable: bool = False,
     ) -> list[ops.EnqueueResult]:
         """Enqueue many jobs in pipelines grouped by node; results in request order.
 
@@ -164,12 +184,35 @@ class Client:
         partitions = self.partitions(queue)
         prepared = [ops.prepare_enqueue(queue, partitions, r, self.settings) for r in requests]
         results: list[ops.EnqueueResult] = []
+        not_durable: list[str] = []
         for start in range(0, len(prepared), chunk):
             part = prepared[start : start + chunk]
             plan = ops.plan_bulk(part)
-            replies = scripts.run_many(self.redis, plan.calls)
+            if durable:
+                replies, short = self._run_many_durable(plan.calls)
+                not_durable += [part[j].job_id for i in short for j in plan.members[i]]
+            else:
+                replies = scripts.run_many(self.redis, plan.calls)
             results.extend(plan.results(part, replies))
+        if not_durable:
+            ops.check_durable(not_durable, 0, self.settings)
         return results
+
+    def _run_many_durable(self, calls: list[scripts.Call]) -> tuple[list[Any], list[int]]:
+        """Run calls with WAIT per node; returns the replies and the calls short of replicas."""
+        s = self.settings
+        timeout_ms = round(s.durable_timeout * 1000)
+        replies, acked = scripts.run_many_waiting(self.redis, calls, s.durable_replicas, timeout_ms)
+        short: list[int] = []
+        for i, reply in enumerate(replies):
+            if acked[i] is None and isinstance(reply, Exception):
+                # Not written (NOSCRIPT, moved slot, broken connection): send it again alone.
+                replies[i], acked[i] = run_durable(
+                    self.redis, calls[i], s.durable_replicas, timeout_ms
+                )
+            if acked[i] is not None and acked[i] < s.durable_replicas:  # type: ignore[operator]
+                short.append(i)
+        return replies, short
 
     def cancel(self, queue: str, job_id: str) -> bool:
         """Cancel a job that has not started: True if cancelled, False if there is no such job.

@@ -131,6 +131,10 @@ class ProducerSettings:
     """A run time more than this many seconds after the Redis clock is an error."""
     idempotency_retention: float = 24 * 3600.0
     """How long after a job's due time its idempotency key keeps returning the same job."""
+    durable_replicas: int = 1
+    """``durable=True`` enqueues wait until this many replicas confirm the write."""
+    durable_timeout: float = 1.0
+    """How long a durable enqueue waits for them before raising NotDurableError."""
 
     def __post_init__(self) -> None:
         if self.max_payload_bytes <= 0:
@@ -138,6 +142,9 @@ class ProducerSettings:
         _check_seconds("past_tolerance", self.past_tolerance, positive=False)
         _check_seconds("max_horizon", self.max_horizon)
         _check_seconds("idempotency_retention", self.idempotency_retention)
+        _check_seconds("durable_timeout", self.durable_timeout)
+        if self.durable_replicas < 1:
+            raise ConfigError("durable_replicas must be >= 1")
 
 
 @dataclass(frozen=True, slots=True)

@@ -61,6 +61,18 @@ class FencedError(ShardqError):
     """This process's fencing token is no longer current: another owner holds the partition."""
 
 
+class NotDurableError(ShardqError):
+    """A durable enqueue was stored on the primary but not confirmed by enough replicas in time.
+
+    The job exists and will run unless that primary fails before replicating it; resending
+    with the same idempotency key (or job id) is safe.
+    """
+
+    def __init__(self, message: str, job_ids: list[str] | None = None) -> None:
+        super().__init__(message)
+        self.job_ids = job_ids or []
+
+
 class ScriptError(ShardqError):
     """A script returned a code shardq does not know (a bug, or a version mismatch)."""
 

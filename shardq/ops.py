@@ -13,7 +13,7 @@ from typing import Any
 from shardq import jobs as jobmod
 from shardq import keys
 from shardq.config import ProducerSettings
-from shardq.errors import InvalidJobError, ScriptError, error_from_reply
+from shardq.errors import InvalidJobError, NotDurableError, ScriptError, error_from_reply
 from shardq.scripts import Call, script
 
 
@@ -212,6 +212,20 @@ def plan_bulk(prepared: list[PreparedEnqueue]) -> BulkPlan:
             plan.members.append(chunk)
             plan.batched.append(True)
     return plan
+
+
+def check_durable(job_ids: list[str], acked: int, settings: ProducerSettings) -> None:
+    """Raise NotDurableError when fewer replicas than asked confirmed a durable write."""
+    if acked >= settings.durable_replicas:
+        return
+    raise NotDurableError(
+        f"{', '.join(job_ids[:5])}{' ...' if len(job_ids) > 5 else ''}: stored on the primary "
+        f"but only {acked} of {settings.durable_replicas} replica(s) confirmed within "
+        f"{settings.durable_timeout} s. The job runs unless that primary fails before "
+        "replicating it; resending with the same idempotency_key or job_id is safe. Check that "
+        "the partition's primary has a replica in sync (after a failover it may have none).",
+        job_ids,
+    )
 
 
 def cancel_call(queue: str, partitions: int, job_id: str) -> Call:

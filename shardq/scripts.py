@@ -151,13 +151,42 @@ def run_many(client: Any, calls: list[Call]) -> list[Any]:
     moved slot (MOVED/ASK) or a broken connection is sent again on its own through the client,
     which loads the script or follows the redirect; scripts that write are safe to resend.
     """
+    results, _ = _send_and_read(client, calls, None)
+    for i, reply in enumerate(results):
+        if _needs_single_retry(reply):
+            try:
+                results[i] = run(client, *calls[i])
+            except Exception as exc:  # reported per call, like a pipeline does
+                results[i] = exc
+    return results
+
+
+def run_many_waiting(
+    client: Any, calls: list[Call], replicas: int, timeout_ms: int
+) -> tuple[list[Any], list[int | None]]:
+    """Like :func:`run_many`, with ``WAIT replicas timeout`` at the end of each node's batch,
+    on the connection that wrote it.  Returns the replies and, per call, how many replicas
+    acknowledged its node's batch.  Calls that need a resend (see :func:`run_many`) are not
+    resent here: they come back as their error, with None acknowledged, for the caller to send
+    again durably.  All nodes wait at once, so one slow node does not stall the others.
+    """
+    return _send_and_read(client, calls, (replicas, timeout_ms))
+
+
+def _send_and_read(
+    client: Any, calls: list[Call], wait: tuple[int, int] | None
+) -> tuple[list[Any], list[int | None]]:
     results: list[Any] = [None] * len(calls)
+    acked: list[int | None] = [None] * len(calls)
     sent: list[tuple[Any, Any, list[int]]] = []
     for node_client, indexes in _by_node(client, calls):
         pool = node_client.connection_pool
         conn = pool.get_connection()
         try:
-            conn.send_packed_command(_pack([calls[i] for i in indexes], conn))
+            packed = _pack([calls[i] for i in indexes], conn)
+            if wait is not None:
+                packed.extend(conn.pack_command("WAIT", *wait))
+            conn.send_packed_command(packed)
         except (ConnectionError, TimeoutError, OSError) as exc:
             conn.disconnect()
             pool.release(conn)
@@ -178,14 +207,16 @@ def run_many(client: Any, calls: list[Call]) -> list[Any]:
             except (ConnectionError, TimeoutError, OSError) as exc:
                 conn.disconnect()
                 broken = results[i] = exc
-        pool.release(conn)
-    for i, reply in enumerate(results):
-        if _needs_single_retry(reply):
+        if wait is not None and broken is None:
             try:
-                results[i] = run(client, *calls[i])
-            except Exception as exc:  # reported per call, like a pipeline does
-                results[i] = exc
-    return results
+                n = int(conn.read_response())
+                for i in indexes:
+                    if not isinstance(results[i], Exception):
+                        acked[i] = n
+            except (ConnectionError, TimeoutError, OSError, ResponseError):
+                conn.disconnect()
+        pool.release(conn)
+    return results, acked
 
 
 def _pack(calls: list[Call], conn: Any) -> list[bytes]:

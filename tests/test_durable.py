@@ -1,0 +1,98 @@
+"""Durable enqueue: WAIT for a replica on the connection that wrote, per partition."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+
+import pytest
+import redis
+
+from shardq import AsyncClient, Client, ProducerSettings, keys, ops
+from shardq.errors import NotDurableError
+
+SETTINGS = ProducerSettings(durable_timeout=0.3)
+
+
+def test_durable_enqueue_on_cluster(cluster_url: str, queue: str) -> None:
+    with Client.from_url(cluster_url, SETTINGS) as client:
+        client.create_queue(queue, 8)
+        job_id = client.enqueue(queue, "t", 1, durable=True)
+        assert client.get(queue, job_id) is not None
+        results = client.enqueue_many(
+            queue, [ops.JobRequest("t", i) for i in range(300)], durable=True
+        )
+        assert len(results) == 300 and all(r.created for r in results)
+
+    async def go() -> None:
+        a = await AsyncClient.from_url(cluster_url, SETTINGS)
+        try:
+            assert await a.enqueue(queue, "t", 2, durable=True)
+            assert (
+                len(
+                    await a.enqueue_many(
+                        queue, [ops.JobRequest("t", i) for i in range(50)], durable=True
+                    )
+                )
+                == 50
+            )
+        finally:
+            await a.close()
+
+    asyncio.run(go())
+
+
+def test_durable_without_replica_raises_and_keeps_the_job(standalone_url: str, queue: str) -> None:
+    with Client.from_url(standalone_url, SETTINGS) as client:
+        client.create_queue(queue, 4)
+        with pytest.raises(NotDurableError, match="resending with the same idempotency_key") as e:
+            client.enqueue(queue, "t", 1, idempotency_key="k1", durable=True)
+        (job_id,) = e.value.job_ids
+        assert client.get(queue, job_id) is not None  # stored on the primary all the same
+        # Resending with the key is safe: same job, still not durable.
+        with pytest.raises(NotDurableError):
+            client.enqueue(queue, "t", 1, idempotency_key="k1", durable=True)
+        assert client.enqueue(queue, "t", 1, idempotency_key="k1") == job_id
+
+
+def _replica_pid(primary: redis.Redis) -> int:
+    info = primary.info("replication")
+    port = int(info["slave0"]["port"])
+    return int(redis.Redis(port=port).info("server")["process_id"])
+
+
+def test_one_stalled_replica_does_not_stall_other_partitions(cluster_url: str, queue: str) -> None:
+    """A partition whose replica is stuck fails its durable enqueue after the timeout; a
+    partition on another primary still gets a prompt durable enqueue."""
+    partitions = 8
+    with Client.from_url(cluster_url, SETTINGS) as client:
+        client.create_queue(queue, partitions)
+        manager = client.redis.nodes_manager  # type: ignore[union-attr]
+
+        def node_of(p: int) -> str:
+            pk = keys.partition_keys(queue, p, partitions)
+            return str(manager.get_node_from_slot(keys.slot_of(pk.due)).name)
+
+        stalled_node = node_of(0)
+        other = next(p for p in range(partitions) if node_of(p) != stalled_node)
+        host, port = stalled_node.rsplit(":", 1)
+        pid = _replica_pid(redis.Redis(host=host, port=int(port)))
+
+        def job_in(p: int) -> str:
+            return next(
+                f"d{i}" for i in range(10_000) if keys.partition_for(f"d{i}", partitions) == p
+            )
+
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            t0 = time.monotonic()
+            with pytest.raises(NotDurableError):
+                client.enqueue(queue, "t", 1, job_id=job_in(0), durable=True)
+            assert time.monotonic() - t0 < 2.0
+            t0 = time.monotonic()
+            client.enqueue(queue, "t", 1, job_id=job_in(other), durable=True)
+            assert time.monotonic() - t0 < 0.3
+        finally:
+            os.kill(pid, signal.SIGCONT)
