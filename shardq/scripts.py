@@ -8,6 +8,7 @@ and gets the full text with EVAL, which also caches it again.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import re
 from dataclasses import dataclass
@@ -15,7 +16,13 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from redis.exceptions import ConnectionError, NoScriptError, ResponseError, TimeoutError
+from redis.exceptions import (
+    ConnectionError,
+    NoScriptError,
+    RedisError,
+    ResponseError,
+    TimeoutError,
+)
 
 from shardq.errors import ConfigError
 from shardq.keys import slot_of
@@ -242,13 +249,21 @@ def _needs_single_retry(reply: Any) -> bool:
 
 
 async def arun_many(client: Any, calls: list[Call]) -> list[Any]:
-    """Asyncio form of :func:`run_many`."""
+    """Asyncio form of :func:`run_many`: redis-py's pipeline (grouped by node, nodes in
+    parallel, MOVED/ASK followed).  When a node is down the whole pipeline fails; the calls are
+    then sent one by one, concurrently, so partitions on healthy nodes are still served and
+    only the failed node's calls come back as errors."""
     if not calls:
         return []
     pipe = client.pipeline(transaction=False)
     for lua, keys, argv in calls:
         pipe.execute_command("EVALSHA", lua.sha, *lua.args(keys, argv))
-    results: list[Any] = await pipe.execute(raise_on_error=False)
+    try:
+        results: list[Any] = await pipe.execute(raise_on_error=False)
+    except RedisError:
+        return list(
+            await asyncio.gather(*(arun(client, *call) for call in calls), return_exceptions=True)
+        )
     for i in _retry_noscript(results, calls):
         lua, keys, argv = calls[i]
         try:
