@@ -163,7 +163,8 @@ def _start_fleet(cfg: E2EConfig, queue: str, outdir: Path) -> tuple[list[Any], l
     return dispatchers, workers
 
 
-def _stop(procs: list[Any], timeout: float = 30.0) -> None:
+def stop_processes(procs: list[Any], timeout: float = 30.0) -> None:
+    """SIGTERM each live process, wait for all, SIGKILL what outlives the timeout."""
     for proc in procs:
         if proc.poll() is None:
             proc.send_signal(signal.SIGTERM)
@@ -253,7 +254,7 @@ def run_e2e(cfg: E2EConfig, progress: TextIO | None = None) -> dict[str, Any]:
             time.sleep(0.2)
         for proc in dispatchers + workers:
             peak[proc.pid] = max(peak[proc.pid], peak_rss_mb(proc.pid))
-        _stop(workers + dispatchers)
+        stop_processes(workers + dispatchers)
 
         ran: dict[str, int] = {}
         lateness: list[float] = []
@@ -296,7 +297,7 @@ def run_e2e(cfg: E2EConfig, progress: TextIO | None = None) -> dict[str, Any]:
             "payload_bytes": cfg.payload_bytes,
         }
     finally:
-        _stop(workers + dispatchers)
+        stop_processes(workers + dispatchers)
         try:
             delete_queue(client.redis, queue, cfg.partitions)
         finally:

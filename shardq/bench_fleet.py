@@ -20,7 +20,7 @@ from collections import Counter
 from typing import Any
 
 from shardq import keys
-from shardq.bench import delete_queue
+from shardq.bench import delete_queue, stop_processes
 from shardq.client import Client
 from shardq.config import RedisSettings
 from shardq.connection import SyncRedis, is_cluster
@@ -197,14 +197,6 @@ def run_fleet(
             "idle_fleet_redis_calls_per_s": round(idle_rate, 1),
         }
     finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-        for proc in procs:
-            try:
-                proc.wait(15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        stop_processes(procs, 15.0)
         delete_queue(client.redis, queue, partitions)
         client.close()

@@ -72,3 +72,26 @@ async def connect_async(settings: RedisSettings) -> AsyncRedis:
 def is_cluster(client: Any) -> bool:
     """Whether a redis-py client talks to a cluster."""
     return isinstance(client, redis.cluster.RedisCluster | redis.asyncio.cluster.RedisCluster)
+
+
+# Connection settings a per-node client copies from the cluster client's node.
+_NODE_CONNECTION_KEYS = (
+    "username",
+    "password",
+    "ssl",
+    "ssl_ca_certs",
+    "ssl_certfile",
+    "ssl_keyfile",
+    "ssl_cert_reqs",
+    "socket_connect_timeout",
+    "socket_timeout",
+    "credential_provider",
+)
+
+
+def node_client_async(node: Any) -> redis.asyncio.Redis:
+    """A plain asyncio client of one cluster node (an asyncio ClusterNode), with the same
+    credentials and TLS settings, for commands that must stay on one connection (sharded
+    pub/sub, WAIT after a write)."""
+    kwargs = {k: v for k, v in node.connection_kwargs.items() if k in _NODE_CONNECTION_KEYS}
+    return redis.asyncio.Redis(host=node.host, port=node.port, **kwargs)

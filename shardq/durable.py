@@ -15,22 +15,11 @@ from typing import Any
 import redis.asyncio
 from redis.exceptions import NoScriptError, ResponseError
 
+from shardq.connection import node_client_async
 from shardq.errors import NotDurableError
 from shardq.keys import slot_of
 from shardq.scripts import Call
 
-_CONNECTION_KEYS = (
-    "username",
-    "password",
-    "ssl",
-    "ssl_ca_certs",
-    "ssl_certfile",
-    "ssl_keyfile",
-    "ssl_cert_reqs",
-    "socket_connect_timeout",
-    "socket_timeout",
-    "credential_provider",
-)
 _ATTEMPTS = 3
 
 
@@ -81,10 +70,7 @@ class AsyncNodes:
         node = self.client.nodes_manager.get_node_from_slot(slot_of(key))
         existing = self._nodes.get(node.name)
         if existing is None:
-            kwargs = {k: v for k, v in node.connection_kwargs.items() if k in _CONNECTION_KEYS}
-            existing = self._nodes[node.name] = redis.asyncio.Redis(
-                host=node.host, port=node.port, **kwargs
-            )
+            existing = self._nodes[node.name] = node_client_async(node)
         return existing
 
     async def run_durable(self, call: Call, replicas: int, timeout_ms: int) -> tuple[Any, int]:

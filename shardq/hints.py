@@ -18,25 +18,12 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-import redis.asyncio
-
-from shardq.connection import AsyncRedis, is_cluster
+from shardq.connection import AsyncRedis, is_cluster, node_client_async
 from shardq.keys import slot_of
 
 log = logging.getLogger("shardq.hints")
 
 REGROUP_INTERVAL = 30.0
-_CONNECTION_KEYS = (
-    "username",
-    "password",
-    "ssl",
-    "ssl_ca_certs",
-    "ssl_certfile",
-    "ssl_keyfile",
-    "ssl_cert_reqs",
-    "socket_connect_timeout",
-    "credential_provider",
-)
 
 
 async def _listen_one(
@@ -82,11 +69,7 @@ def _node_groups(cluster: Any, channels: dict[str, int]) -> list[tuple[Any, dict
     for name, partition in channels.items():
         node = cluster.nodes_manager.get_node_from_slot(slot_of(name))
         if node.name not in groups:
-            kwargs = {k: v for k, v in node.connection_kwargs.items() if k in _CONNECTION_KEYS}
-            groups[node.name] = (
-                redis.asyncio.Redis(host=node.host, port=node.port, **kwargs),
-                {},
-            )
+            groups[node.name] = (node_client_async(node), {})
         groups[node.name][1][name] = partition
     return list(groups.values())
 
