@@ -7,8 +7,11 @@ SHARDQ := $(VENV)/bin/shardq
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 TEST_ARGS ?= -m "not slow"
 BENCH_URL := redis://127.0.0.1:7300
+BENCH_STANDALONE_URL := redis://127.0.0.1:7310
+LOADTEST_ARGS ?= --shardq-duration 45
+BENCH_ARGS ?=
 
-.PHONY: install redis-server lint test test-all demo bench bench-cluster-up bench-cluster-down clean
+.PHONY: install redis-server lint test test-all demo bench bench-cluster-up bench-cluster-down loadtest clean
 
 install: $(VENV)/.installed
 
@@ -24,8 +27,8 @@ redis-server:
 	  $(SUDO) apt-get update && $(SUDO) apt-get install -y redis-server; }
 
 lint: install
-	$(VENV)/bin/ruff check shardq tests
-	$(VENV)/bin/ruff format --check shardq tests
+	$(VENV)/bin/ruff check shardq tests bench loadtest
+	$(VENV)/bin/ruff format --check shardq tests bench loadtest
 	$(VENV)/bin/mypy shardq
 
 # The test session starts its own cluster (7100-7105) and standalone node (7110) and stops
@@ -45,10 +48,22 @@ bench-cluster-up: install redis-server
 bench-cluster-down: install
 	$(SHARDQ) dev cluster down --base-port 7300
 
+# The benchmark suite (python -m bench): rates, costs per stage, memory against backlog,
+# baselines side by side.  BENCH_ARGS=--quick for a short run.  Writes results/bench/.
 bench: bench-cluster-up
-	$(SHARDQ) bench e2e --url $(BENCH_URL) --jobs 200000 --backlog --json
-	$(SHARDQ) bench e2e --url $(BENCH_URL) --jobs 50000 --spread 10 --json
-	$(MAKE) bench-cluster-down
+	$(SHARDQ) dev standalone up --port 7310
+	mkdir -p results/bench
+	$(PY) -m bench --url $(BENCH_URL) --standalone-url $(BENCH_STANDALONE_URL) \
+	  --out results/bench/bench.json $(BENCH_ARGS); \
+	status=$$?; $(MAKE) bench-cluster-down; $(SHARDQ) dev standalone down --port 7310; exit $$status
+
+# A bounded headless locust run against the bench cluster; reports under results/loadtest/.
+loadtest: bench-cluster-up
+	mkdir -p results/loadtest
+	$(VENV)/bin/locust -f loadtest/locustfile.py --headless --only-summary \
+	  --shardq-url $(BENCH_URL) $(LOADTEST_ARGS) \
+	  --csv results/loadtest/shardq --html results/loadtest/report.html; \
+	status=$$?; $(MAKE) bench-cluster-down; exit $$status
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache

@@ -12,6 +12,7 @@ import asyncio
 import bisect
 import os
 import secrets
+import shutil
 import signal
 import subprocess
 import sys
@@ -298,6 +299,7 @@ def run_e2e(cfg: E2EConfig, progress: TextIO | None = None) -> dict[str, Any]:
         }
     finally:
         stop_processes(workers + dispatchers)
+        shutil.rmtree(outdir, ignore_errors=True)
         try:
             delete_queue(client.redis, queue, cfg.partitions)
         finally:

@@ -141,9 +141,9 @@ class Dispatcher:
 
     def _event(self, event: str, **fields: Any) -> None:
         metrics.LEASE_EVENTS.labels(self.queue, self.owner, event).inc()
-        log_event(
-            log, f"lease.{event}", logging.INFO, queue=self.queue, dispatcher=self.owner, **fields
-        )
+        # Losing a partition to fencing means this process was paused or cut off: say so loudly.
+        level = logging.WARNING if event == "fenced" else logging.INFO
+        log_event(log, f"lease.{event}", level, queue=self.queue, dispatcher=self.owner, **fields)
 
     async def run(self) -> None:
         """Run until :meth:`stop`; leases are released and membership left on the way out."""

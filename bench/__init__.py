@@ -1,0 +1,1 @@
+"""shardq's benchmark suite: ``python -m bench`` (see :mod:`bench.run`)."""

@@ -1,0 +1,244 @@
+"""Redis cost per job, stage by stage, each stage run alone against the cluster.
+
+The bench process itself makes the script calls a producer, a dispatcher and a worker make
+(enqueue-batch / enqueue, promote, fetch, ack), so the delta of ``cmdstat_evalsha`` between
+two marks is exactly that stage's script time: nothing else runs meanwhile, and lease,
+membership, heartbeat and metrics calls of a real dispatcher or worker are left out (see
+:mod:`bench.rates` for what the real processes cost in all).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from bench.common import Sampler, delete_queue, fresh_queue, wait_until
+from shardq import keys, ops, scripts
+from shardq.client import Client
+
+OWNER = "bench:stages"
+LEASE_MS = 600_000
+
+
+def _per_job(d: dict[str, Any], jobs: int) -> dict[str, Any]:
+    jobs = max(1, jobs)
+    calls = max(1, d["script_calls"])
+    return {
+        "jobs": jobs,
+        "script_calls": d["script_calls"],
+        "script_usec_per_job": round(d["script_usec"] / jobs, 2),
+        "script_usec_per_call": round(d["script_usec"] / calls, 1),
+        "cpu_usec_per_job": round(d["cpu_usec"] / jobs, 2),
+        "memory_bytes_per_job": round(d["memory"] / jobs, 1),
+        "seconds": round(d["seconds"], 3),
+        "jobs_per_s": round(jobs / max(d["seconds"], 1e-9), 1),
+    }
+
+
+def _client_cpu(since: float, jobs: int) -> float:
+    """CPU this (producer) process spent per job since ``since`` (time.process_time())."""
+    return round((time.process_time() - since) * 1e6 / max(1, jobs), 2)
+
+
+def acquire_leases(client: Client, pks: list[keys.PartitionKeys]) -> list[str]:
+    lua = scripts.script("lease-acquire")
+    replies = scripts.run_many(
+        client.redis, [(lua, [pk.lease, pk.fence], [OWNER, LEASE_MS]) for pk in pks]
+    )
+    tokens = []
+    for reply in replies:
+        if not (isinstance(reply, list) and reply[0] == 1):
+            raise RuntimeError(f"lease not granted: {reply!r}")
+        tokens.append(reply[1].decode() if isinstance(reply[1], bytes) else str(reply[1]))
+    return tokens
+
+
+def promote_all(
+    client: Client, pks: list[keys.PartitionKeys], tokens: list[str], k: int, expect: int
+) -> tuple[int, int]:
+    """Promote with K per call over every partition until ``expect`` moved; (moved, calls)."""
+    lua = scripts.script("promote")
+    moved = calls = 0
+    active = list(range(len(pks)))
+    while active and moved < expect:
+        batch = [
+            (
+                lua,
+                [pks[i].due, pks[i].ready, pks[i].lease, pks[i].stats],
+                [tokens[i], k, pks[i].ready_hint, LEASE_MS],
+            )
+            for i in active
+        ]
+        replies = scripts.run_many(client.redis, batch)
+        calls += len(batch)
+        nxt = []
+        for i, reply in zip(active, replies, strict=True):
+            n = int(ops.check_reply(reply)[0])
+            moved += n
+            if n >= k:
+                nxt.append(i)
+        active = nxt
+    return moved, calls
+
+
+def fetch_all(
+    client: Client, pks: list[keys.PartitionKeys], count: int, expect: int
+) -> dict[int, list[tuple[bytes, str]]]:
+    lua = scripts.script("fetch")
+    got: dict[int, list[tuple[bytes, str]]] = {i: [] for i in range(len(pks))}
+    total = 0
+    active = list(range(len(pks)))
+    while active and total < expect:
+        batch = [
+            (
+                lua,
+                [pk.ready, pk.jobs, pk.dead, pk.errors, pk.stats],
+                [keys.WORKER_GROUP, OWNER, count],
+            )
+            for pk in (pks[i] for i in active)
+        ]
+        nxt = []
+        for i, reply in zip(active, scripts.run_many(client.redis, batch), strict=True):
+            r = ops.check_reply(reply)
+            n = (len(r) - 1) // 5
+            for j in range(n):
+                eid, job_id = r[1 + 5 * j], r[2 + 5 * j]
+                got[i].append((eid, job_id.decode()))
+            total += n
+            if n >= count:
+                nxt.append(i)
+        active = nxt
+    return got
+
+
+def ack_all(
+    client: Client,
+    pks: list[keys.PartitionKeys],
+    got: dict[int, list[tuple[bytes, str]]],
+    per_call: int,
+) -> int:
+    lua = scripts.script("ack")
+    calls = []
+    for i, entries in got.items():
+        pk = pks[i]
+        for start in range(0, len(entries), per_call):
+            argv: list[Any] = [keys.WORKER_GROUP, "1"]
+            for eid, job_id in entries[start : start + per_call]:
+                argv += (eid, job_id)
+            calls.append((lua, [pk.ready, pk.jobs, pk.errors, pk.stats], argv))
+    settled = 0
+    for start in range(0, len(calls), 256):
+        for reply in scripts.run_many(client.redis, calls[start : start + 256]):
+            settled += int(ops.check_reply(reply)[0])
+    return settled
+
+
+def stage_costs(
+    url: str,
+    jobs: int = 100_000,
+    single_jobs: int = 3_000,
+    partitions: int = 64,
+    k: int = 100,
+    fetch_count: int = 100,
+    payload_bytes: int = 20,
+) -> dict[str, Any]:
+    """Enqueue (bulk and single), promote, fetch and ack of ``jobs`` jobs, one stage at a time."""
+    client = Client(url)
+    queue = fresh_queue(client, "bench-stage", partitions)
+    pks = keys.all_partition_keys(queue, partitions)
+    payload = "x" * payload_bytes
+    s = Sampler(client)
+    out: dict[str, Any] = {
+        "jobs": jobs,
+        "partitions": partitions,
+        "k": k,
+        "payload_bytes": payload_bytes,
+    }
+    try:
+        s.calibrate(1.0)
+        lead = 3.0 + jobs / 40_000
+        due_at = time.time() + lead
+        s.mark()
+        cpu = time.process_time()
+        for start in range(0, jobs, 10_000):
+            n = min(10_000, jobs - start)
+            client.enqueue_many(queue, [ops.JobRequest("bench", payload, run_at=due_at)] * n)
+        out["enqueue_bulk"] = _per_job(s.delta(), jobs)
+        out["enqueue_bulk"]["producer_cpu_usec_per_job"] = _client_cpu(cpu, jobs)
+        cpu = time.process_time()
+        for _ in range(single_jobs):
+            client.enqueue(queue, "bench", payload, run_at=due_at)
+        out["enqueue_single"] = _per_job(s.delta(), single_jobs)
+        out["enqueue_single"]["producer_cpu_usec_per_job"] = _client_cpu(cpu, single_jobs)
+        total = jobs + single_jobs
+        tokens = acquire_leases(client, pks)
+        time.sleep(max(0.0, due_at + 0.2 - time.time()))
+        s.mark()
+        moved, _ = promote_all(client, pks, tokens, k, total)
+        out["promote"] = _per_job(s.delta(), moved)
+        got = fetch_all(client, pks, fetch_count, total)
+        fetched = sum(len(v) for v in got.values())
+        out["fetch"] = _per_job(s.delta(), fetched)
+        settled = ack_all(client, pks, got, fetch_count)
+        out["ack"] = _per_job(s.delta(), settled)
+        # Redis memory per job in each state, from the running sum of the deltas
+        held = 0.0
+        state_bytes: dict[str, float] = {}
+        for stage, state in (
+            ("enqueue_bulk", None),
+            ("enqueue_single", "due"),
+            ("promote", "ready"),
+            ("fetch", "active"),
+            ("ack", "left after ack"),
+        ):
+            held += out[stage]["memory_bytes_per_job"] * out[stage]["jobs"]
+            if state:
+                state_bytes[state] = round(held / total, 1)
+        out["memory_bytes_per_job"] = state_bytes
+        per_job = [
+            out[st]["script_usec_per_job"] for st in ("enqueue_bulk", "promote", "fetch", "ack")
+        ]
+        cpu = [out[st]["cpu_usec_per_job"] for st in ("enqueue_bulk", "promote", "fetch", "ack")]
+        out["total_script_usec_per_job"] = round(sum(per_job), 2)
+        out["total_cpu_usec_per_job"] = round(sum(cpu), 2)
+        out["complete"] = moved == total and fetched == total and settled == total
+        return out
+    finally:
+        delete_queue(client.redis, queue, partitions)
+        client.close()
+
+
+def promote_k(url: str, jobs: int, ks: list[int], partitions: int = 64) -> list[dict[str, Any]]:
+    """Promote script cost per job and per call (= how long one call blocks the shard) for
+    several K, each on its own freshly filled queue."""
+    rows = []
+    for k in ks:
+        client = Client(url)
+        queue = fresh_queue(client, f"bench-k{k}", partitions)
+        pks = keys.all_partition_keys(queue, partitions)
+        try:
+            due_at = time.time() + 2.0 + jobs / 40_000
+            for start in range(0, jobs, 10_000):
+                n = min(10_000, jobs - start)
+                client.enqueue_many(queue, [ops.JobRequest("bench", "x" * 20, run_at=due_at)] * n)
+            tokens = acquire_leases(client, pks)
+            wait_until(lambda due=due_at: time.time() > due + 0.2, 60)
+            s = Sampler(client)
+            s.calibrate(0.5)
+            moved, _calls = promote_all(client, pks, tokens, k, jobs)
+            d = s.delta()
+            rows.append(
+                {
+                    "k": k,
+                    "jobs": moved,
+                    "calls": d["script_calls"],
+                    "script_usec_per_job": round(d["script_usec"] / max(1, moved), 2),
+                    "script_usec_per_call": round(d["script_usec"] / max(1, d["script_calls"]), 1),
+                    "cpu_usec_per_job": round(d["cpu_usec"] / max(1, moved), 2),
+                    "jobs_per_s_bench_client": round(moved / max(1e-9, d["seconds"]), 1),
+                }
+            )
+        finally:
+            delete_queue(client.redis, queue, partitions)
+            client.close()
+    return rows
