@@ -234,11 +234,13 @@ class Worker:
     async def _fetch_loop(self) -> None:
         s = self.settings
         while not self._stop.is_set():
-            await self._flush_acks()
-            room = s.concurrency - self.inflight
+            # Finished jobs waiting for their ack no longer take room: their acks travel with
+            # the next fetch, in the same round trip.
+            room = s.concurrency - self.inflight + sum(len(a) for a in self._acks.values())
             now = time.monotonic()
             due = [p for p in self._partitions if self._poll_at[p] <= now]
             if room <= 0 or not due:
+                await self._flush_acks()
                 wake_at = min(self._poll_at.values(), default=now + s.idle_poll)
                 timeout = s.idle_poll if room <= 0 else max(0.0, wake_at - now)
                 self._wake.clear()
@@ -266,10 +268,13 @@ class Worker:
             for pk in (self._pk[p] for p in partitions)
         ]
         hints_before = [self._hints.get(p, 0) for p in partitions]
+        ack_parts, acked, ack_calls = self._take_acks()
         try:
-            replies = await scripts.arun_many(self.redis, calls)
+            replies = await scripts.arun_many(self.redis, ack_calls + calls)
         except RedisError as exc:
-            replies = [exc] * len(calls)
+            replies = [exc] * (len(ack_calls) + len(calls))
+        self._acks_settled(ack_parts, acked, replies[: len(ack_calls)])
+        replies = replies[len(ack_calls) :]
         now = time.monotonic()
         for p, reply, seen in zip(partitions, replies, hints_before, strict=True):
             if isinstance(reply, Exception):
@@ -466,22 +471,26 @@ class Worker:
         )
         self._wake.set()
 
-    async def _flush_acks(self) -> None:
+    def _take_acks(
+        self,
+    ) -> tuple[list[int], dict[int, list[tuple[bytes, str]]], list[scripts.Call]]:
+        """The ack calls for every finished job (one per partition), taken off the buffer."""
         if not self._acks:
-            return
+            return [], {}, []
         pending, self._acks = self._acks, {}
         parts = list(pending)
-        calls = []
+        calls: list[scripts.Call] = []
         for p in parts:
             pk = self._pk[p]
             argv: list[Any] = [keys.WORKER_GROUP, self._delete_acked]
             for eid, job_id in pending[p]:
                 argv += (eid, job_id)
             calls.append((scripts.script("ack"), [pk.ready, pk.jobs, pk.errors, pk.stats], argv))
-        try:
-            replies = await scripts.arun_many(self.redis, calls)
-        except RedisError as exc:
-            replies = [exc] * len(calls)
+        return parts, pending, calls
+
+    def _acks_settled(
+        self, parts: list[int], pending: dict[int, list[tuple[bytes, str]]], replies: list[Any]
+    ) -> None:
         for p, reply in zip(parts, replies, strict=True):
             if isinstance(reply, Exception):
                 # Keep them: the jobs ran, and the ack is retried on the next round.
@@ -492,6 +501,16 @@ class Worker:
                 self._inflight[p].pop(eid, None)
             self.stats.completed += len(pending[p])
             self._m_jobs["completed"].inc(len(pending[p]))
+
+    async def _flush_acks(self) -> None:
+        parts, pending, calls = self._take_acks()
+        if not calls:
+            return
+        try:
+            replies = await scripts.arun_many(self.redis, calls)
+        except RedisError as exc:
+            replies = [exc] * len(calls)
+        self._acks_settled(parts, pending, replies)
 
     async def _drain(self) -> None:
         """Give running jobs the grace period, settle what finished, abandon the rest."""
