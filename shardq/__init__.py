@@ -8,7 +8,7 @@ from shardq.dispatcher import Dispatcher
 from shardq.errors import PermanentError, RetryAfter, ShardqError
 from shardq.jobs import Backoff, Job, JobInfo
 from shardq.ops import EnqueueResult, JobRequest
-from shardq.worker import Worker
+from shardq.worker import Worker, inline
 
 __all__ = [
     "AsyncClient",
@@ -29,5 +29,6 @@ __all__ = [
     "WorkerSettings",
     "connect",
     "connect_async",
+    "inline",
 ]
 __version__ = "0.1.0"

@@ -28,6 +28,7 @@ from shardq import keys, ops
 from shardq.client import Client
 from shardq.config import RedisSettings, WorkerSettings
 from shardq.connection import SyncRedis, is_cluster
+from shardq.worker import inline
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,7 +101,8 @@ def delete_queue(redis: SyncRedis, queue: str, partitions: int) -> None:
     redis.srem(keys.QUEUES_KEY, queue)
 
 
-async def _noop(job: Any) -> None:
+@inline
+def _noop(job: Any) -> None:
     """A handler that does nothing (benchmarks, demos, deployment smoke tests)."""
 
 
@@ -384,7 +386,7 @@ async def _bench_worker(url: str, queue: str, out: Path, concurrency: int) -> No
     last_finish = [0.0]
     worker = Worker(redis, queue, settings=WorkerSettings(concurrency=concurrency, fetch_batch=200))
 
-    async def handle(job: Any) -> None:
+    def handle(job: Any) -> None:
         mono = time.monotonic()
         if not ids:
             first_start[0] = time.time()
@@ -393,7 +395,7 @@ async def _bench_worker(url: str, queue: str, out: Path, concurrency: int) -> No
         ids.append(job.id)
         last_finish[0] = time.time()
 
-    worker.register("bench", handle)
+    worker.register("bench", handle, inline=True)  # only bookkeeping: no thread, no task
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, worker.stop)

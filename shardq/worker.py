@@ -46,6 +46,12 @@ ERROR_BACKOFF = 0.25
 MIN_FETCH = 32
 
 
+def inline(fn: H) -> H:
+    """Mark a sync handler to run inline on the worker's event loop (see Worker.register)."""
+    fn.__shardq_inline__ = True  # type: ignore[attr-defined]
+    return fn
+
+
 @dataclass(slots=True)
 class WorkerStats:
     """Counters of this process."""
@@ -93,7 +99,7 @@ class Worker:
         self.queue = queue
         self.settings = settings or WorkerSettings()
         self.name = name or process_id("worker")
-        self.handlers: dict[str, Handler] = dict(handlers or {})
+        self.handlers: dict[str, Handler] = {}
         self.stats = WorkerStats()
         self.on_complete = on_complete
         self._wanted = None if partitions is None else sorted(set(partitions))
@@ -111,6 +117,7 @@ class Worker:
         self._fleet_size = 1
         self._delete_acked = "1"
         self._async_handlers: dict[Handler, bool] = {}
+        self._inline: set[str] = set()
         self._m_lateness = metrics.JOB_LATENESS.labels(queue)
         self._m_duration: dict[str, Any] = {}
         self._m_jobs = {
@@ -118,15 +125,32 @@ class Worker:
             for outcome in ("completed", "retried", "dead")
         }
         self._m_inflight = metrics.WORKER_INFLIGHT.labels(queue)
+        for job_type, fn in (handlers or {}).items():
+            self.register(job_type, fn)
         # Hints seen per partition: a hint that lands while a fetch is in flight must not be
         # overwritten by that fetch's "nothing more here" result.
         self._hints: dict[int, int] = {}
 
     # registration --------------------------------------------------------------------------
 
-    def register(self, job_type: str, handler: Handler) -> None:
-        """Run ``handler(job)`` for jobs of ``job_type``; sync or async."""
+    def register(self, job_type: str, handler: Handler, *, inline: bool | None = None) -> None:
+        """Run ``handler(job)`` for jobs of ``job_type``; sync or async.
+
+        Async handlers run as tasks on the worker's event loop; sync handlers in a thread pool.
+        ``inline=True`` (or a handler decorated with :func:`inline`) runs a sync handler
+        directly on the event loop, with no thread hop and no task: for quick, non-blocking
+        handlers only (it blocks every other job while it runs, and handler_timeout cannot stop
+        it).
+        """
         self.handlers[job_type] = handler
+        if inline is None:
+            inline = bool(getattr(handler, "__shardq_inline__", False))
+        if inline:
+            if inspect.iscoroutinefunction(handler):
+                raise TypeError(f"{job_type!r}: inline handlers are plain functions, not async")
+            self._inline.add(job_type)
+        else:
+            self._inline.discard(job_type)
 
     def handler(self, job_type: str) -> Callable[[H], H]:
         """Decorator form of :meth:`register`."""
@@ -344,7 +368,27 @@ class Worker:
         delivery = _Delivery(partition, eid, job, monotonic_now)
         self._inflight[partition][eid] = delivery
         self.stats.started += 1
-        delivery.task = self._spawn(self._execute(delivery))
+        if job.type in self._inline:
+            self._run_inline(delivery, self.handlers[job.type])
+        else:
+            delivery.task = self._spawn(self._execute(delivery))
+
+    def _run_inline(self, delivery: _Delivery, handler: Handler) -> None:
+        """An inline handler: called right here on the event loop; only failures need a task."""
+        job = delivery.job
+        started = time.monotonic()
+        if job.due_ms is not None:
+            self._m_lateness.observe(max(0.0, (job.redis_now_ms(started) - job.due_ms) / 1000.0))
+        try:
+            handler(job)
+        except Exception as exc:
+            self._duration(job.type).observe(time.monotonic() - started)
+            self._spawn(self._settle_failure(delivery, exc))
+            return
+        self._duration(job.type).observe(time.monotonic() - started)
+        self._acks.setdefault(delivery.partition, []).append((delivery.entry_id, job.id))
+        if self.on_complete is not None:
+            self.on_complete(job)
 
     def _spawn(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
         task: asyncio.Task[None] = asyncio.get_running_loop().create_task(coro)

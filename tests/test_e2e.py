@@ -226,3 +226,31 @@ def test_due_jobs_are_handed_out_promptly(
     late = sorted(j.fetched_redis_ms - (j.due_ms or 0) for j in runs.jobs)
     assert late[0] >= 0, late
     assert late[len(late) * 9 // 10] < 100, late  # p90 well under the 1 s fallback
+
+
+def test_inline_handlers_run_settle_and_retry(
+    cluster_client: Client, cluster_url: str, queue: str
+) -> None:
+    """Inline handlers run on the event loop without a task; failures still retry."""
+    from shardq import Backoff, inline
+
+    cluster_client.create_queue(queue, 4)
+    seen: list[int] = []
+
+    @inline
+    def handle(job: Job) -> None:
+        seen.append(job.attempt)
+        if job.payload == "flaky" and job.attempt == 1:
+            raise ValueError("first attempt fails")
+
+    ids = [cluster_client.enqueue(queue, "t", i) for i in range(50)]
+    flaky = cluster_client.enqueue(queue, "t", "flaky", backoff=Backoff("fixed", 0.1))
+    with Runner(cluster_url, queue, {"t": handle}) as runner:
+        assert "t" in runner.workers[0]._inline
+        wait_for(lambda: len(seen) >= 52, 15, "inline jobs did not all run")
+        wait_for(
+            lambda: all(cluster_client.get(queue, j) is None for j in [*ids, flaky]),
+            10,
+            "inline jobs were not acknowledged",
+        )
+    assert sorted(seen).count(2) == 1
