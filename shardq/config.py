@@ -207,6 +207,9 @@ class WorkerSettings:
     reader (its worker died or is overloaded); see Worker._membership."""
     membership_timeout: float = 15.0
     """A worker that has not heartbeated for this long loses its assigned partitions."""
+    prune_consumers_after: float = 3600.0
+    """A consumer (worker name) with nothing pending and idle this long is removed from the
+    group: what a worker killed with SIGKILL leaves behind."""
     max_error_bytes: int = 4096
     handler_timeout: float | None = 600.0
     """A handler running longer fails with HandlerTimeoutError (and is retried); None: no limit.

@@ -44,6 +44,8 @@ Handler = Callable[[Job], Any]
 H = TypeVar("H", bound=Handler)
 ERROR_BACKOFF = 0.25
 MIN_FETCH = 32
+# How often (seconds) a worker looks for consumers of crashed workers to remove.
+PRUNE_EVERY = 60.0
 
 
 def inline(fn: H) -> H:
@@ -116,6 +118,7 @@ class Worker:
         self._assigned: set[int] = set()
         self._fleet_size = 1
         self._delete_acked = "1"
+        self._last_prune = 0.0
         self._async_handlers: dict[Handler, bool] = {}
         self._inline: set[str] = set()
         self._m_lateness = metrics.JOB_LATENESS.labels(queue)
@@ -614,6 +617,9 @@ class Worker:
     async def _reclaim(self) -> None:
         """Take over deliveries idle past the visibility timeout."""
         s = self.settings
+        if time.monotonic() - self._last_prune >= PRUNE_EVERY:
+            self._last_prune = time.monotonic()
+            await self._prune_consumers()
         room = s.concurrency - self.inflight
         if room <= 0:
             return
@@ -654,6 +660,20 @@ class Worker:
                     now,
                     int(deliveries),
                 )
+
+    async def _prune_consumers(self) -> None:
+        """Remove consumers of crashed workers (no pending entry, idle for long) from the
+        groups of this worker's assigned partitions."""
+        idle_ms = round(self.settings.prune_consumers_after * 1000)
+        calls = [
+            (scripts.script("prune-consumers"), [self._pk[p].ready], [keys.WORKER_GROUP, idle_ms])
+            for p in sorted(self._assigned)
+        ]
+        removed = sum(
+            int(r) for r in await scripts.arun_many(self.redis, calls) if isinstance(r, int)
+        )
+        if removed:
+            log.info("removed %d consumer(s) of crashed workers from %s", removed, self.queue)
 
     async def _retire(self) -> None:
         """Remove this worker's consumer from every group it holds nothing in."""

@@ -337,3 +337,40 @@ def test_paused_dispatcher_whose_leases_were_taken_moves_nothing(
     assert total(r, queue, partitions, "ready") == 0
     for pk in pks:
         assert text(r.get(pk.lease)).endswith(":intruder")
+
+
+def test_consumers_of_crashed_workers_are_pruned(
+    cluster_client: Client, cluster_url: str, queue: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A crashed worker's consumer name is removed once it holds nothing; one that still holds
+    a delivery is kept until reclaim has taken it."""
+    import shardq.worker
+
+    cluster_client.create_queue(queue, 1)
+    r = cluster_client.redis
+    pk = keys.partition_keys(queue, 0, 1)
+    cluster_client.enqueue(queue, "t", None)
+    worker_keys = [pk.ready, pk.jobs, pk.dead, pk.errors, pk.stats]
+    scripts.run(r, scripts.script("fetch"), worker_keys, [keys.WORKER_GROUP, "ghost-busy", 1])
+    r.execute_command("XGROUP", "CREATECONSUMER", pk.ready, keys.WORKER_GROUP, "ghost-idle")
+    names = {text(c["name"]) for c in r.xinfo_consumers(pk.ready, keys.WORKER_GROUP)}
+    assert names == {"ghost-busy", "ghost-idle"}
+    prune = scripts.script("prune-consumers")
+    assert scripts.run(r, prune, [pk.ready], [keys.WORKER_GROUP, 0]) == 1  # only the empty one
+    assert {text(c["name"]) for c in r.xinfo_consumers(pk.ready, keys.WORKER_GROUP)} == {
+        "ghost-busy"
+    }
+    # A worker reclaims ghost-busy's delivery and then prunes the ghost itself.
+    monkeypatch.setattr(shardq.worker, "PRUNE_EVERY", 0.2)
+    settings = replace(FAST_WORKER, prune_consumers_after=0.5)
+    runs = Runs()
+    with Runner(cluster_url, queue, {"t": runs.add}, worker_settings=settings):
+        wait_for(lambda: len(runs.jobs) == 1, 15, "ghost's job not reclaimed")
+        wait_for(
+            lambda: (
+                "ghost-busy"
+                not in {text(c["name"]) for c in r.xinfo_consumers(pk.ready, keys.WORKER_GROUP)}
+            ),
+            10,
+            "crashed consumer not pruned",
+        )
