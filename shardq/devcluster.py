@@ -474,7 +474,7 @@ def _cluster_problem(host: str, nodes: list[_Node], *, check_links: bool = True)
 
     Usable: every node is our process, reports ``cluster_state:ok``, knows exactly 6 nodes
     and sees all 16384 slots assigned; there are 3 primaries; and (``check_links``) every
-    replica's link to its primary is up with no sync in progress.
+    replica's link to its primary is up with no sync in progress, as both sides see it.
     """
     primaries = 0
     for node in nodes:
@@ -495,6 +495,8 @@ def _cluster_problem(host: str, nodes: list[_Node], *, check_links: bool = True)
             return f"node {port} does not answer INFO replication"
         if repl.get("role") == "master":
             primaries += 1
+            if check_links and (problem := _replica_sync_problem(port, repl)) is not None:
+                return problem
         elif check_links and repl.get("master_link_status") != "up":
             return f"replica {port} has master_link_status={repl.get('master_link_status')}"
         elif check_links and repl.get("master_sync_in_progress") not in (0, None):
@@ -502,6 +504,57 @@ def _cluster_problem(host: str, nodes: list[_Node], *, check_links: bool = True)
     if primaries != _PRIMARIES:
         return f"{primaries} primaries instead of {_PRIMARIES}"
     return None
+
+
+def _replica_sync_problem(port: int, repl: dict[str, Any]) -> str | None:
+    """Why the primary on ``port`` would not yet confirm a WAIT promptly, or None.
+
+    A replica reports ``master_link_status:up`` while its primary still lists it as
+    ``wait_bgsave``; a write made then is acknowledged only after the full sync ends, about a
+    second later, so a durable enqueue right after ``up`` would fail its timeout.
+    """
+    if int(repl.get("connected_slaves", 0)) < 1:
+        return f"primary {port} has no replica connected"
+    for name, value in repl.items():
+        if str(name).startswith("slave") and isinstance(value, dict):
+            if value.get("state") != "online":
+                return f"primary {port} sees replica {value.get('port')} in {value.get('state')}"
+    return None
+
+
+def _confirm_replication(host: str, nodes: list[_Node], deadline: float) -> None:
+    """Make one write on each primary and WAIT until its replica acknowledges it.
+
+    Redis 7 starts streaming commands to a replica after a full sync only once the replica
+    has sent its first REPLCONF ACK, which its once-a-second cron does. Until then a WAIT
+    takes up to a second even though both sides already report the link as up and online.
+    Waiting for that first acknowledgement here means a fresh cluster confirms durable writes
+    promptly from its first write on.
+    """
+    for node in nodes:
+        repl = _info(host, node.port, "replication") or {}
+        if repl.get("role") != "master":
+            continue
+        with _client(host, node.port) as client:
+            for n in range(1024):  # a key of a slot this primary serves: ~3 tries on average
+                probe = f"shardq-devcluster:replication-probe:{n}"
+                try:
+                    client.set(probe, "1", px=60_000)
+                except redis.exceptions.MovedError:
+                    continue
+                break
+            else:
+                raise DevClusterError(f"primary {node.port} accepted no probe write")
+            acked = 0
+            while acked < 1 and time.monotonic() < deadline:
+                # Short WAITs (under the probe client's socket timeout), repeated to the deadline.
+                acked = int(client.execute_command("WAIT", 1, 1500))
+            client.delete(probe)
+        if acked < 1:
+            raise DevClusterError(
+                f"the replica of primary {node.port} did not acknowledge a write in time; "
+                f"logs in {node.dir.parent}"
+            )
 
 
 def _wait_cluster_ready(host: str, nodes: list[_Node], deadline: float) -> None:
@@ -603,6 +656,7 @@ def cluster_up(
         _create_cluster(cli, host, nodes, deadline)
         _say(progress, "waiting for cluster_state:ok and replicas in sync")
         _wait_cluster_ready(host, nodes, deadline)
+        _confirm_replication(host, nodes, deadline)
     except BaseException:
         # A failed `up` must not leave servers running. The directory stays for the logs
         # the error points to; the next `up` wipes it.

@@ -49,6 +49,25 @@ def wait_for(
         time.sleep(interval)
 
 
+def settled(read: Callable[[], Any], quiet: float = 0.3, timeout: float = 10.0) -> Any:
+    """Read until the value stays the same for ``quiet`` seconds.
+
+    A process killed with SIGKILL can leave a command it already wrote in Redis's input buffer;
+    Redis still runs it after the kill, so a count read at once can be one script call short.
+    """
+    deadline = time.monotonic() + timeout
+    value = read()
+    stable_since = time.monotonic()
+    while time.monotonic() - stable_since < quiet:
+        if time.monotonic() > deadline:
+            raise AssertionError(f"value still changing after {timeout} s: {value!r}")
+        time.sleep(0.02)
+        now = read()
+        if now != value:
+            value, stable_since = now, time.monotonic()
+    return value
+
+
 def text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 

@@ -23,6 +23,7 @@ from helpers import (
     job_id_in,
     pending_total,
     ready_job_ids,
+    settled,
     text,
     total,
     wait_for,
@@ -226,7 +227,7 @@ def test_dispatcher_killed_mid_drain_loses_and_repeats_nothing(
     procs.append(doomed)
     wait_for(lambda: moved() > 0 or doomed.check_alive(), 20, "dispatcher never promoted")
     doomed.kill9()
-    at_kill = moved()
+    at_kill = settled(moved)
     assert 0 < at_kill < n, f"killed after {at_kill} of {n}: not mid-drain"
     assert total(r, queue, partitions, "due") == n - at_kill  # every move was whole
     leases = [r.get(pk.lease) for pk in keys.all_partition_keys(queue, partitions)]

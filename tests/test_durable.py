@@ -67,7 +67,9 @@ def test_one_stalled_replica_does_not_stall_other_partitions(cluster_url: str, q
     """A partition whose replica is stuck fails its durable enqueue after the timeout; a
     partition on another primary still gets a prompt durable enqueue."""
     partitions = 8
-    with Client.from_url(cluster_url, SETTINGS) as client:
+    # A timeout well above loopback latency, so "prompt" is not judged against scheduler noise.
+    settings = ProducerSettings(durable_timeout=1.0)
+    with Client.from_url(cluster_url, settings) as client:
         client.create_queue(queue, partitions)
         manager = client.redis.nodes_manager  # type: ignore[union-attr]
 
@@ -90,9 +92,9 @@ def test_one_stalled_replica_does_not_stall_other_partitions(cluster_url: str, q
             t0 = time.monotonic()
             with pytest.raises(NotDurableError):
                 client.enqueue(queue, "t", 1, job_id=job_in(0), durable=True)
-            assert time.monotonic() - t0 < 2.0
+            assert time.monotonic() - t0 < 3 * settings.durable_timeout  # gave up, did not hang
             t0 = time.monotonic()
             client.enqueue(queue, "t", 1, job_id=job_in(other), durable=True)
-            assert time.monotonic() - t0 < 0.3
+            assert time.monotonic() - t0 < settings.durable_timeout  # not held up by the stall
         finally:
             os.kill(pid, signal.SIGCONT)
