@@ -516,18 +516,18 @@ def _replica_sync_problem(port: int, repl: dict[str, Any]) -> str | None:
     if int(repl.get("connected_slaves", 0)) < 1:
         return f"primary {port} has no replica connected"
     for name, value in repl.items():
-        if str(name).startswith("slave") and isinstance(value, dict):
-            if value.get("state") != "online":
-                return f"primary {port} sees replica {value.get('port')} in {value.get('state')}"
+        is_replica = str(name).startswith("slave") and isinstance(value, dict)
+        if is_replica and value.get("state") != "online":
+            return f"primary {port} sees replica {value.get('port')} in {value.get('state')}"
     return None
 
 
 def _confirm_replication(host: str, nodes: list[_Node], deadline: float) -> None:
     """Make one write on each primary and WAIT until its replica acknowledges it.
 
-    Redis 7 starts streaming commands to a replica after a full sync only once the replica
-    has sent its first REPLCONF ACK, which its once-a-second cron does. Until then a WAIT
-    takes up to a second even though both sides already report the link as up and online.
+    Right after a replica's full sync the first WAIT on its primary often takes up to a
+    second (the replica's once-a-second acknowledgement; bench/wait_after_sync.py measures
+    it), although both sides already report the link as up and online.
     Waiting for that first acknowledgement here means a fresh cluster confirms durable writes
     promptly from its first write on.
     """
