@@ -548,7 +548,7 @@ def _confirm_replication(host: str, nodes: list[_Node], deadline: float) -> None
             acked = 0
             while acked < 1 and time.monotonic() < deadline:
                 # Short WAITs (under the probe client's socket timeout), repeated to the deadline.
-                acked = int(client.execute_command("WAIT", 1, 1500))
+                acked = int(client.wait(1, 1500))
             client.delete(probe)
         if acked < 1:
             raise DevClusterError(
