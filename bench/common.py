@@ -58,7 +58,13 @@ class NodeSample:
     script_calls: int  # EVALSHA + EVAL calls
     script_usec: int  # their Redis time (includes the commands they run)
     cpu_s: float  # used_cpu_user + used_cpu_sys of the whole redis-server process
-    used_memory: int
+    used_memory: int  # minus the replication backlog: see _job_memory
+
+
+def _job_memory(mem: dict[str, Any]) -> int:
+    """used_memory without the replication backlog, a fixed buffer per primary
+    (repl-backlog-size) that fills once after start-up and would read as per-job cost."""
+    return int(mem["used_memory"]) - int(mem.get("mem_replication_backlog", 0))
 
 
 def _sample(node: Any) -> NodeSample:
@@ -76,7 +82,7 @@ def _sample(node: Any) -> NodeSample:
         calls,
         usec,
         float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"]),
-        int(mem["used_memory"]),
+        _job_memory(mem),
     )
 
 
@@ -136,7 +142,7 @@ class Sampler:
 
 
 def used_memory(client: Client) -> int:
-    return sum(int(n.info("memory")["used_memory"]) for n in primaries(client).values())
+    return sum(_job_memory(n.info("memory")) for n in primaries(client).values())
 
 
 def fresh_queue(client: Client, prefix: str, partitions: int) -> str:
