@@ -13,6 +13,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -178,7 +179,11 @@ def test_poller_crash_between_fetch_and_delete_repeats_or_loses(
 
 
 def test_poller_two_consumer_processes_duplicate(standalone_url: str) -> None:
-    r = run_scenario("zset-poller", "two-consumers", standalone_url, CFG)
+    """With a no-op handler the window between fetch and delete is a millisecond or so, and two
+    pollers sometimes never meet in it (seen in CI). A handler that takes 1 ms per job, as any
+    real one does, keeps each poller inside that window for most of its loop."""
+    cfg = replace(CFG, extra_args={"zset-poller": ["--handler-ms", "1"]})
+    r = run_scenario("zset-poller", "two-consumers", standalone_url, cfg)
     assert r["lost"] == 0 and r["duplicates"] > 0, r
 
 

@@ -52,8 +52,11 @@ def cleanup(r: redis_lib.Redis, prefix: str) -> None:
 class Poller:
     """One poller; fetch, process and delete are separate steps so tests can interleave two."""
 
-    def __init__(self, r: redis_lib.Redis, prefix: str, log: RunLog, batch: int = 0) -> None:
+    def __init__(
+        self, r: redis_lib.Redis, prefix: str, log: RunLog, batch: int = 0, handler_ms: float = 0
+    ) -> None:
         self.r = r
+        self.handler_s = handler_ms / 1000
         self.due_key = f"{prefix}:due"
         self.payload_key = f"{prefix}:payload"
         self.log = log
@@ -76,6 +79,8 @@ class Poller:
     def process(self, batch: list[tuple[str, int, bytes | None]]) -> None:
         for job_id, due_ms, _payload in batch:
             self.log.record(job_id, time.time() * 1000 - due_ms)  # the handler
+            if self.handler_s:
+                time.sleep(self.handler_s)
 
     def delete(self, batch: list[tuple[str, int, bytes | None]]) -> None:
         ids = [job_id for job_id, _, _ in batch]
@@ -101,8 +106,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", required=True)
     parser.add_argument("--batch", type=int, default=0, help="LIMIT per fetch (0: all due)")
     parser.add_argument("--interval", type=float, default=0.05, help="sleep when nothing due")
+    parser.add_argument(
+        "--handler-ms", type=float, default=0.0, help="time each handler run takes (default: none)"
+    )
     args = parser.parse_args(argv)
-    poller = Poller(connect(args.url), args.prefix, RunLog(args.out), args.batch)
+    poller = Poller(connect(args.url), args.prefix, RunLog(args.out), args.batch, args.handler_ms)
     ready()
     poller.run_forever(args.interval)
 
