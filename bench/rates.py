@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 from bench.common import (
@@ -88,6 +89,24 @@ def promote_rate(url: str, jobs: int = 200_000, partitions: int = 64) -> dict[st
         fleet.stop()
         delete_queue(client.redis, queue, partitions)
         client.close()
+
+
+# Bytes of free machine memory a backlog needs: the jobs on the primaries and again on the
+# replicas (~220 B each), the enqueuing process's ids and buffers, and as much again as headroom.
+_BYTES_PER_BACKLOG_JOB = 1_200
+
+
+def memory_allows(jobs: int) -> str | None:
+    """Why a backlog of ``jobs`` would not fit this machine's available memory, or None."""
+    try:
+        fields = dict(line.split(":", 1) for line in Path("/proc/meminfo").read_text().splitlines())
+        available = int(fields["MemAvailable"].split()[0]) * 1024
+    except (OSError, KeyError, ValueError):
+        return None  # not Linux: try it
+    needed = jobs * _BYTES_PER_BACKLOG_JOB
+    if needed > available:
+        return f"needs ~{needed / 2**30:.1f} GiB free, {available / 2**30:.1f} GiB available"
+    return None
 
 
 def backlog_memory(url: str, jobs: int, partitions: int = 64) -> dict[str, Any]:

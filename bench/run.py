@@ -73,7 +73,7 @@ FULL = Sizes(
     rates=(1_000, 5_000, 10_000),
     rate_spread=10.0,
     steady=((1_000, 64), (5_000, 64), (10_000, 64), (10_000, 8)),
-    backlogs=(10_000, 100_000, 1_000_000),
+    backlogs=(10_000, 100_000, 1_000_000, 5_000_000),  # 5M only when memory allows
     migrate_sizes=(10_000, 100_000, 1_000_000),
     baseline_jobs=20_000,
     baseline_spread=8.0,
@@ -354,7 +354,9 @@ def show_backlog_memory(rows: list[dict[str, Any]]) -> str:
             "worker CPU us/job",
         ],
         [
-            [
+            [r["backlog"], f"skipped: {r['skipped']}", *[None] * 7]
+            if "skipped" in r
+            else [
                 r["backlog"],
                 r["complete"],
                 r["drain_seconds"],
@@ -477,7 +479,12 @@ def run(args: argparse.Namespace, say: Callable[[str], None]) -> dict[str, Any]:
     )
     section(
         "backlog_memory",
-        lambda: [rates.backlog_memory(url, n, p) for n in sizes.backlogs],
+        lambda: [
+            {"backlog": n, "skipped": why}
+            if (why := rates.memory_allows(n))
+            else rates.backlog_memory(url, n, p)
+            for n in sizes.backlogs
+        ],
         show_backlog_memory,
     )
     section("migrate", lambda: migrate.migrate_pause(url, list(sizes.migrate_sizes)), show_migrate)
