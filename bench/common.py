@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from shardq import keys, ops
-from shardq.bench import delete_queue, percentile, queue_counters
+from shardq.bench import delete_queue, job_memory, percentile, queue_counters
 from shardq.client import Client
 from shardq.connection import is_cluster
 
@@ -58,13 +58,7 @@ class NodeSample:
     script_calls: int  # EVALSHA + EVAL calls
     script_usec: int  # their Redis time (includes the commands they run)
     cpu_s: float  # used_cpu_user + used_cpu_sys of the whole redis-server process
-    used_memory: int  # minus the replication backlog: see _job_memory
-
-
-def _job_memory(mem: dict[str, Any]) -> int:
-    """used_memory without the replication backlog, a fixed buffer per primary
-    (repl-backlog-size) that fills once after start-up and would read as per-job cost."""
-    return int(mem["used_memory"]) - int(mem.get("mem_replication_backlog", 0))
+    used_memory: int  # minus the replication backlog: see job_memory
 
 
 def _sample(node: Any) -> NodeSample:
@@ -82,7 +76,7 @@ def _sample(node: Any) -> NodeSample:
         calls,
         usec,
         float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"]),
-        _job_memory(mem),
+        job_memory(mem),
     )
 
 
@@ -142,7 +136,7 @@ class Sampler:
 
 
 def used_memory(client: Client) -> int:
-    return sum(_job_memory(n.info("memory")) for n in primaries(client).values())
+    return sum(job_memory(n.info("memory")) for n in primaries(client).values())
 
 
 def fresh_queue(client: Client, prefix: str, partitions: int) -> str:

@@ -18,6 +18,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
@@ -47,21 +48,23 @@ class E2EConfig:
     worker_concurrency: int = 1000
 
 
-def primaries_used_memory(redis: SyncRedis) -> int:
-    """Sum over the primaries (the standalone node when not a cluster) of ``used_memory``
-    minus ``mem_replication_backlog``.
+def job_memory(info_memory: Mapping[str, Any]) -> int:
+    """``used_memory`` of one node's ``INFO memory`` minus ``mem_replication_backlog``.
 
     The replication backlog is a fixed buffer per primary (``repl-backlog-size``, 1 MB by
     default) that fills once with the first megabyte written after start-up and then stays
     that size; counted per job it made the first fill of a fresh cluster read ~31 bytes/job
-    higher (100,000 jobs on 3 primaries) and a later fill 0.
+    higher (100,000 jobs on 3 primaries; bench/first_fill_memory.py) and a later fill 0.
     """
+    return int(info_memory["used_memory"]) - int(info_memory.get("mem_replication_backlog", 0))
+
+
+def primaries_used_memory(redis: SyncRedis) -> int:
+    """Sum of :func:`job_memory` over the primaries (the standalone node when not a cluster)."""
     if is_cluster(redis):
         info = redis.info("memory", target_nodes="primaries")  # type: ignore[call-arg]
-        nodes = list(info.values())
-    else:
-        nodes = [redis.info("memory")]
-    return sum(int(v["used_memory"]) - int(v.get("mem_replication_backlog", 0)) for v in nodes)
+        return sum(job_memory(v) for v in info.values())
+    return job_memory(redis.info("memory"))
 
 
 def peak_rss_mb(pid: int) -> float:
