@@ -12,7 +12,7 @@ from typing import Any
 
 import click
 
-from shardq import admin
+from shardq import admin, slots
 from shardq.cli_common import friendly_errors, redis_options, settings_from
 from shardq.client import Client
 
@@ -71,6 +71,28 @@ def _print_spread(s: admin.Spread) -> None:
 )
 @click.option("--undrain", "undrain_id", default=None, help="Cancel a drain request.")
 @click.option("--even", is_flag=True, help="Revoke leases above fair share now.")
+@click.option(
+    "--nodes",
+    "show_nodes",
+    is_flag=True,
+    help="Show the queue's partitions and rate per Redis primary, and suggest a partition move.",
+)
+@click.option(
+    "--move-partition",
+    type=int,
+    default=None,
+    help="Move this partition's slot (its data) to the primary given by --to.",
+)
+@click.option("--to", "to_node", default=None, help="Target primary: host:port or node id.")
+@click.option(
+    "--window", default=1.0, show_default=True, help="Seconds over which --nodes takes rates."
+)
+@click.option(
+    "--migrate-timeout",
+    default=60.0,
+    show_default=True,
+    help="Seconds MIGRATE may take for the partition's keys.",
+)
 @click.option("--yes", is_flag=True, help="Do it (without it, only print the plan).")
 @click.option("--timeout", default=60.0, show_default=True, help="Seconds to wait for a drain.")
 @redis_options
@@ -80,18 +102,43 @@ def rebalance(
     drain_id: str | None,
     undrain_id: str | None,
     even: bool,
+    show_nodes: bool,
+    move_partition: int | None,
+    to_node: str | None,
+    window: float,
+    migrate_timeout: float,
     yes: bool,
     timeout: float,
     url: str,
     username: str | None,
     password: str | None,
 ) -> None:
-    """Show the spread of QUEUE's partitions over dispatchers against fair share; move them.
+    """Rebalance QUEUE: partitions over dispatchers (leases), or over Redis primaries (slots).
 
-    Safe under load: a revoked or drained partition is fenced off its old owner before a peer
-    promotes it, so no job is promoted twice or lost.
+    Without --nodes or --move-partition: show the spread of QUEUE's partitions over
+    dispatchers against fair share; --drain, --undrain and --even move leases. Safe under
+    load: a revoked or drained partition is fenced off its old owner before a peer promotes
+    it, so no job is promoted twice or lost.
+
+    --nodes shows the load per Redis primary and suggests one partition move;
+    --move-partition P --to NODE moves partition P's slot and all its keys there in one
+    MIGRATE, under load (callers follow ASK redirects; both primaries pause for about 2 us
+    per waiting job).
     """
+    node_mode = show_nodes or move_partition is not None or to_node is not None
+    if node_mode and (drain_id or undrain_id or even):
+        raise click.UsageError(
+            "--nodes/--move-partition move data between primaries; --drain/--undrain/--even "
+            "move leases between dispatchers: run them separately"
+        )
+    if (move_partition is None) != (to_node is None):
+        raise click.UsageError("--move-partition and --to go together")
     with _client(url, username, password) as client:
+        if node_mode:
+            _rebalance_nodes(
+                client, queue_name, move_partition, to_node, window, migrate_timeout, yes
+            )
+            return
         s = admin.spread(client, queue_name)
         _print_spread(s)
         if undrain_id:
@@ -148,6 +195,74 @@ def rebalance(
                 f"revoked {n} lease(s); peers below fair share take them within one "
                 "renewal interval"
             )
+
+
+def _rebalance_nodes(
+    client: Client,
+    queue_name: str,
+    move_partition: int | None,
+    to_node: str | None,
+    window: float,
+    migrate_timeout: float,
+    yes: bool,
+) -> None:
+    if move_partition is None or to_node is None:
+        primaries = slots.primary_addresses(client)  # SlotMoveError on a single node
+        data = admin.queue_stats(client, queue_name, window)
+        loads = slots.node_loads(data, primaries)
+        click.echo(f"queue {queue_name} over {len(loads)} primaries (rates over {window:g} s):")
+        for n in loads:
+            click.echo(
+                f"  {n.node:<22} partitions {len(n.partitions):>4}  rate {n.rate_per_s:>10,.1f}/s"
+                f"  share {n.share:>6.1%}"
+            )
+        tip = slots.suggest(data, loads)
+        if not any(n.rate_per_s for n in loads):
+            click.echo("no job was enqueued or promoted in the window: no load to balance")
+            return
+        if tip is None:
+            click.echo(
+                "no single partition move lowers the busiest primary's rate (a partition that "
+                "carries most of the load takes it wherever it goes; a queue with more "
+                "partitions spreads it)"
+            )
+            return
+        click.echo(
+            f"suggestion: move partition {tip.partition} ({tip.rate_per_s:,.1f}/s) from "
+            f"{tip.source} to {tip.target}: busiest primary {tip.busiest_before:,.1f}/s -> "
+            f"{tip.busiest_after:,.1f}/s"
+        )
+        click.echo(
+            f"  shardq rebalance --queue {queue_name} --move-partition {tip.partition} "
+            f"--to {tip.target} --yes"
+        )
+        return
+    plan = slots.plan_move(client, queue_name, move_partition, to_node)
+    if not plan.needed:
+        click.echo(f"partition {plan.partition} already lives on {plan.target}: nothing to do")
+        return
+    others = (
+        f", {plan.other_keys} of them not this partition's (they share its slot and move too)"
+        if plan.other_keys
+        else ""
+    )
+    click.echo(
+        f"plan: move partition {plan.partition} of {plan.queue} (slot {plan.slot}: "
+        f"{plan.keys_in_slot} keys{others}) from {plan.source} to {plan.target}"
+        + (" (finishing a move that stopped half-way)" if plan.in_progress else "")
+    )
+    click.echo(
+        f"  {plan.waiting_jobs:,} waiting jobs move in one MIGRATE: both primaries pause "
+        f"~{plan.estimated_pause_s * 1000:,.1f} ms"
+    )
+    if not yes:
+        click.echo("add --yes to do it")
+        return
+    result = slots.move(client, plan, int(migrate_timeout * 1000))
+    click.echo(
+        f"moved {result.keys_moved} keys in {result.migrate_seconds * 1000:,.1f} ms; partition "
+        f"{plan.partition} now lives on {plan.target}"
+    )
 
 
 def _render_stats(data: dict[str, Any], top: int) -> str:

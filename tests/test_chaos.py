@@ -15,10 +15,12 @@ from pathlib import Path
 
 import pytest
 import redis
-from helpers import FAST_DISPATCHER, FAST_WORKER, Runner, Runs, wait_for
+from click.testing import CliRunner
+from helpers import FAST_DISPATCHER, FAST_WORKER, Runner, Runs, job_id_in, wait_for
 from redis.exceptions import RedisError
 
-from shardq import Client, WorkerSettings, keys, ops
+from shardq import Client, WorkerSettings, keys, ops, slots
+from shardq.cli import main as cli
 from shardq.devcluster import cluster_down, cluster_up, standalone_down, standalone_up
 
 CHAOS_PORT = 7120
@@ -33,29 +35,6 @@ def chaos_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         yield url
     finally:
         cluster_down(CHAOS_PORT, root=root)
-
-
-def node_id(r: redis.Redis) -> str:
-    return str(r.execute_command("CLUSTER MYID").decode())
-
-
-def migrate_slot(
-    slot: int, source: redis.Redis, target: redis.Redis, everyone: list[redis.Redis]
-) -> None:
-    """Move one slot with all its keys in single MIGRATE calls (keys of one partition move
-    together, so a script never finds half of them gone: no TRYAGAIN storm)."""
-    src_id, dst_id = node_id(source), node_id(target)
-    target.execute_command("CLUSTER SETSLOT", slot, "IMPORTING", src_id)
-    source.execute_command("CLUSTER SETSLOT", slot, "MIGRATING", dst_id)
-    host = target.connection_pool.connection_kwargs["host"]
-    port = target.connection_pool.connection_kwargs["port"]
-    while True:
-        names = source.execute_command("CLUSTER GETKEYSINSLOT", slot, 1000)
-        if not names:
-            break
-        source.execute_command("MIGRATE", host, port, "", 0, 5000, "KEYS", *names)
-    for r in [target, source, *everyone]:
-        r.execute_command("CLUSTER SETSLOT", slot, "NODE", dst_id)
 
 
 def primaries(url: str) -> list[redis.Redis]:
@@ -86,9 +65,12 @@ def produce(
 
 
 def test_slot_migration_under_load(chaos_url: str, queue: str) -> None:
+    """`shardq rebalance --move-partition` (shardq.slots) moves a partition's slot to another
+    primary while producers, a dispatcher and a worker run: nothing lost, nothing run twice."""
     partitions = 4
     n = 1500
     client = Client.from_url(chaos_url)
+    mover = Client.from_url(chaos_url)
     client.create_queue(queue, partitions)
     runs = Runs()
     ids: list[str] = []
@@ -99,12 +81,16 @@ def test_slot_migration_under_load(chaos_url: str, queue: str) -> None:
     owner_port = client.redis.nodes_manager.get_node_from_slot(slot).port  # type: ignore[union-attr]
     source = next(r for r in nodes if r.connection_pool.connection_kwargs["port"] == owner_port)
     target = next(r for r in nodes if r is not source)
+    target_addr = f"127.0.0.1:{target.connection_pool.connection_kwargs['port']}"
     with Runner(chaos_url, queue, {"t": runs.add}):
         producer = threading.Thread(target=produce, args=(client, queue, n, 6.0, ids, stop))
         producer.start()
         try:
             time.sleep(2.0)
-            migrate_slot(slot, source, target, [r for r in nodes if r not in (source, target)])
+            plan = slots.plan_move(mover, queue, 0, target_addr)
+            assert plan.needed and not plan.in_progress and plan.keys_in_slot > 0
+            result = slots.move(mover, plan)
+            assert result.keys_moved > 0  # (counts can differ: an emptied zset is deleted)
             producer.join(60)
             wait_for(lambda: len(runs.count()) >= n, 60, "jobs lost across the migration")
         finally:
@@ -112,9 +98,122 @@ def test_slot_migration_under_load(chaos_url: str, queue: str) -> None:
             producer.join(10)
     counts = runs.count()
     assert len(counts) == n
+    assert max(counts.values()) == 1, "a job ran twice across the migration"
     assert source.execute_command("CLUSTER COUNTKEYSINSLOT", slot) == 0
     assert target.execute_command("CLUSTER COUNTKEYSINSLOT", slot) > 0
+    assert slots.plan_move(mover, queue, 0, target_addr).needed is False
     client.close()
+    mover.close()
+
+
+def test_rebalance_nodes_suggests_moving_the_hot_partition_and_moves_it(
+    chaos_url: str, queue: str
+) -> None:
+    """`shardq rebalance --nodes` names the hot partition's primary and a cooler one;
+    `--move-partition` prints its plan and changes nothing without --yes, moves with it."""
+    partitions = 6
+    client = Client.from_url(chaos_url)
+    client.create_queue(queue, partitions)
+
+    def node_of(p: int) -> str:
+        slot = keys.slot_of(keys.partition_keys(queue, p, partitions).due)
+        node = client.redis.nodes_manager.get_node_from_slot(slot)  # type: ignore[union-attr]
+        return f"{node.host}:{node.port}"
+
+    # Two partitions of one primary take all the load: moving one of them halves that
+    # primary's rate (moving a lone hot partition would only move the hot spot).
+    pair = [p for p in range(partitions) if node_of(p) == node_of(0)]
+    assert len(pair) == 2, [node_of(p) for p in range(partitions)]
+    stop = threading.Event()
+
+    def load() -> None:
+        i = 0
+        while not stop.is_set():
+            ids = [job_id_in(p, partitions, f"hot{i}-{k}") for p in pair for k in range(10)]
+            client.enqueue_many(queue, [ops.JobRequest("t", job_id=j, delay=3600) for j in ids])
+            i += 1
+
+    runner = CliRunner()
+    producer = threading.Thread(target=load)
+    producer.start()
+    try:
+        shown = runner.invoke(cli, ["rebalance", "--queue", queue, "--nodes", "--url", chaos_url])
+    finally:
+        stop.set()
+        producer.join(10)
+    assert shown.exit_code == 0, shown.output
+    source = node_of(0)
+    assert "suggestion: move partition " in shown.output, shown.output
+    hot = int(shown.output.split("suggestion: move partition ", 1)[1].split()[0])
+    assert hot in pair and f"from {source} to " in shown.output
+    target = shown.output.split(f"--move-partition {hot} --to ", 1)[1].split()[0]
+    assert target != source
+
+    args = ["rebalance", "--queue", queue, "--move-partition", str(hot), "--to", target]
+    dry = runner.invoke(cli, [*args, "--url", chaos_url])
+    assert dry.exit_code == 0 and "add --yes to do it" in dry.output, dry.output
+    assert slots.plan_move(client, queue, hot, target).source == source  # nothing moved
+    done = runner.invoke(cli, [*args, "--yes", "--url", chaos_url])
+    assert done.exit_code == 0 and f"now lives on {target}" in done.output, done.output
+    assert slots.plan_move(client, queue, hot, target).source == target
+    assert client.get(queue, job_id_in(hot, partitions, "hot0-0")) is not None  # data came along
+    client.close()
+
+
+def test_a_move_that_stopped_half_way_is_finished_by_running_it_again(
+    chaos_url: str, queue: str
+) -> None:
+    """A move interrupted after one of the partition's keys went over (the state in which the
+    partition's scripts get TRYAGAIN) is reported as in progress and finished by the same move."""
+    partitions = 4
+    client = Client.from_url(chaos_url)
+    client.create_queue(queue, partitions)
+    ids = [
+        r.job_id
+        for r in client.enqueue_many(
+            queue, [ops.JobRequest("t", i, delay=3600) for i in range(200)]
+        )
+    ]
+    pk = keys.partition_keys(queue, 0, partitions)
+    slot = keys.slot_of(pk.due)
+    nodes = {r.connection_pool.connection_kwargs["port"]: r for r in primaries(chaos_url)}
+    owner = client.redis.nodes_manager.get_node_from_slot(slot)  # type: ignore[union-attr]
+    src = nodes[owner.port]
+    dst_port = next(p for p in nodes if p != owner.port)
+    dst = nodes[dst_port]
+    src_id = src.execute_command("CLUSTER MYID").decode()
+    dst_id = dst.execute_command("CLUSTER MYID").decode()
+    dst.execute_command("CLUSTER SETSLOT", slot, "IMPORTING", src_id)
+    src.execute_command("CLUSTER SETSLOT", slot, "MIGRATING", dst_id)
+    src.execute_command("MIGRATE", "127.0.0.1", dst_port, pk.jobs, 0, 5000)  # one key, then "crash"
+
+    target = f"127.0.0.1:{dst_port}"
+    plan = slots.plan_move(client, queue, 0, target)
+    assert plan.in_progress and plan.needed, plan
+    result = slots.move(client, plan)
+    assert result.keys_moved > 0
+    assert src.execute_command("CLUSTER COUNTKEYSINSLOT", slot) == 0
+    assert slots.plan_move(client, queue, 0, target).source == target
+    assert all(client.get(queue, job_id) is not None for job_id in ids)
+    client.close()
+
+
+def test_slot_moves_refuse_bad_input_with_what_to_do(
+    chaos_url: str, standalone_url: str, queue: str
+) -> None:
+    runner = CliRunner()
+    with Client.from_url(chaos_url) as client:
+        client.create_queue(queue, 4)
+    cases = [
+        (["--move-partition", "0", "--to", "127.0.0.1:1"], chaos_url, "is not a primary"),
+        (["--move-partition", "7", "--to", "127.0.0.1:7120"], chaos_url, "partitions 0-3"),
+        (["--to", "127.0.0.1:7120"], chaos_url, "go together"),
+        (["--nodes", "--even"], chaos_url, "run them separately"),
+        (["--nodes"], standalone_url, "single node"),
+    ]
+    for extra, url, message in cases:
+        out = runner.invoke(cli, ["rebalance", "--queue", queue, *extra, "--url", url])
+        assert out.exit_code != 0 and message in out.output, (extra, out.output)
 
 
 def test_primary_killed_replica_promoted(chaos_url: str, queue: str) -> None:

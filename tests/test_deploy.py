@@ -1241,10 +1241,11 @@ def test_every_role_runs_with_its_acl_user(local_cluster: LocalCluster) -> None:
     operator inspects, replays and purges; SIGTERM stops both cleanly; ACL LOG stays empty.
     The dispatcher's and worker's /metrics pages must carry every metric name the dashboard,
     the KEDA query and docs/deploy.md use."""
-    from shardq import Client, JobRequest, RedisSettings
+    from shardq import Client, JobRequest, RedisSettings, slots
 
     users = acl_users()
-    assert set(users) == {f"shardq-{r}" for r in ("producer", "dispatcher", "worker", "operator")}
+    roles = ("producer", "dispatcher", "worker", "operator", "admin")
+    assert set(users) == {f"shardq-{r}" for r in roles}
     for port in local_cluster.ports:
         for name, rules in users.items():
             local_cluster.cli(port, "ACL", "SETUSER", name, *rules)
@@ -1325,6 +1326,37 @@ def test_every_role_runs_with_its_acl_user(local_cluster: LocalCluster) -> None:
         assert "no-such-type" in operator("dlq", "list", "--queue", "acl")
         operator("dlq", "replay", "--queue", "acl", "--all", "--yes")
         operator("dlq", "purge", "--queue", "acl", "--all", "--yes")
+
+        # Moving a partition's slot between primaries is the admin's (MIGRATE authenticates
+        # to the target as the admin user), with the dispatcher and worker still running.
+        def admin(*args: str) -> str:
+            result = run([shardq, *args], env=env("admin"))
+            assert result.returncode == 0, f"shardq {' '.join(args)}:\n{result.stderr}"
+            return result.stdout
+
+        assert "partitions" in admin("rebalance", "--queue", "acl", "--nodes")
+        admin_settings = RedisSettings.from_url(
+            url, username="shardq-admin", password="pw-shardq-admin"
+        )
+        with Client(admin_settings) as c:
+            primaries = slots.primary_addresses(c)
+            source = slots.plan_move(c, "acl", 0, primaries[0]).source
+        target = next(a for a in primaries if a != source)
+        moved = admin(
+            "rebalance", "--queue", "acl", "--move-partition", "0", "--to", target, "--yes"
+        )
+        assert f"now lives on {target}" in moved, moved
+        with Client(admin_settings) as c:
+            assert slots.plan_move(c, "acl", 0, target).source == target
+            c.enqueue_many("acl", [JobRequest("demo", {"i": i}) for i in range(20)])
+        wait_until_completed = time.monotonic() + 20
+        while time.monotonic() < wait_until_completed:
+            stats = json.loads(operator("stats", "--queue", "acl", "--json").splitlines()[0])
+            if stats["queue"]["counters"].get("completed", 0) >= counters["completed"] + 20:
+                break
+            time.sleep(0.5)
+        else:
+            raise AssertionError(f"jobs stopped completing after the slot move: {stats}")
     finally:
         for proc in procs.values():
             if proc.poll() is None:

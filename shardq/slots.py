@@ -1,0 +1,297 @@
+"""Moving a partition's slot to another Redis primary: the node half of rebalancing shards.
+
+Dispatcher leases spread the *work* of draining partitions; where a partition's *data* lives is
+the slot its hash tag maps to. When one primary carries more than its share (``shardq stats``
+shows the node rates, ``shardq rebalance --nodes`` suggests a move), moving one partition's slot
+to a cooler primary moves its load with it.
+
+The move is the standard Redis Cluster sequence (IMPORTING on the target, MIGRATING on the
+source, MIGRATE, SETSLOT NODE everywhere), with one rule of our own: every key of the slot goes
+in **one** MIGRATE call. A partition's scripts touch several keys; while some had moved and
+others had not, each call would get TRYAGAIN until the rest followed. With one call the keys are
+all on the source or all on the target, so callers see at most one ASK redirect, which
+redis-py follows. MIGRATE blocks both primaries while it serialises the keys: about 1.5-2.4 µs
+per waiting job (docs/capacity.md §3.2), which the plan states before anything moves.
+
+A move that stops half-way (timeout, lost connection) leaves the slot MIGRATING/IMPORTING;
+running the same move again finishes it.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from shardq import keys
+from shardq.client import Client
+from shardq.connection import is_cluster
+from shardq.errors import ShardqError
+
+#: Estimated pause per waiting job while MIGRATE runs (upper end of docs/capacity.md §3.2).
+PAUSE_SECONDS_PER_JOB = 2.4e-6
+
+
+class SlotMoveError(ShardqError):
+    """A partition's slot cannot be moved as asked (not a cluster, unknown node, Redis refused)."""
+
+
+@dataclass(frozen=True, slots=True)
+class MovePlan:
+    """What moving one partition's slot would do; from :func:`plan_move`."""
+
+    queue: str
+    partition: int
+    slot: int
+    source: str  # "host:port" of the primary serving the slot now
+    target: str  # "host:port" of the primary it moves to
+    keys_in_slot: int  # every key of the slot, this partition's and any others'
+    other_keys: int  # keys of the slot that belong to something else (they move too)
+    waiting_jobs: int  # due + ready + dead entries of the partition: what MIGRATE serialises
+    in_progress: bool  # the slot is already MIGRATING to the target (an earlier move stopped)
+
+    @property
+    def estimated_pause_s(self) -> float:
+        return self.waiting_jobs * PAUSE_SECONDS_PER_JOB
+
+    @property
+    def needed(self) -> bool:
+        return self.source != self.target
+
+
+@dataclass(frozen=True, slots=True)
+class MoveResult:
+    plan: MovePlan
+    keys_moved: int
+    migrate_seconds: float  # wall time of the MIGRATE call(s): the pause both primaries saw
+
+
+def _cluster(client: Client) -> Any:
+    if not is_cluster(client.redis):
+        raise SlotMoveError(
+            "this Redis is a single node: there are no slots to move. Slot moves need a "
+            "Redis Cluster URL"
+        )
+    return client.redis
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def primary_addresses(client: Client) -> list[str]:
+    """``host:port`` of every primary, as the cluster reports them now."""
+    return sorted(_primaries(_cluster(client)))
+
+
+def _primaries(cluster: Any) -> dict[str, Any]:
+    cluster.nodes_manager.initialize()  # the slot map as the cluster sees it now
+    return {f"{n.host}:{n.port}": n for n in cluster.get_primaries()}
+
+
+def _node_conn(cluster: Any, node: Any) -> Any:
+    """A plain client of one node (redis-py's own, created on first use)."""
+    return cluster.get_redis_connection(node)
+
+
+def _resolve_target(cluster: Any, primaries: dict[str, Any], target: str) -> str:
+    """A primary by ``host:port``, or by node id (a unique prefix of at least 6 characters)."""
+    if target in primaries:
+        return target
+    if len(target) >= 6:
+        matches = [
+            addr
+            for addr, node in primaries.items()
+            if _text(_node_conn(cluster, node).execute_command("CLUSTER MYID")).startswith(target)
+        ]
+        if len(matches) == 1:
+            return matches[0]
+    raise SlotMoveError(
+        f"{target!r} is not a primary of this cluster: use host:port as CLUSTER NODES shows "
+        f"it, one of {sorted(primaries)}"
+    )
+
+
+def _source_of(cluster: Any, primaries: dict[str, Any], slot: int) -> str:
+    node = cluster.nodes_manager.get_node_from_slot(slot)
+    addr = f"{node.host}:{node.port}"
+    if addr not in primaries:
+        raise SlotMoveError(f"slot {slot} is served by {addr}, which is not a known primary")
+    return addr
+
+
+def _migrating_to(conn: Any, slot: int) -> str | None:
+    """Node id the node is MIGRATING ``slot`` to, from its own CLUSTER NODES line, or None."""
+    nodes = conn.execute_command("CLUSTER NODES")  # parsed by redis-py: {addr: {...}}
+    for info in nodes.values():
+        if "myself" not in str(info.get("flags", "")):
+            continue
+        for m in info.get("migrations", []):
+            if int(m.get("slot", -1)) == slot and m.get("state") == "migrating":
+                return str(m.get("node_id"))
+    return None
+
+
+def plan_move(client: Client, queue: str, partition: int, target: str) -> MovePlan:
+    """Describe moving ``partition`` of ``queue`` to the primary ``target``; changes nothing."""
+    cluster = _cluster(client)
+    partitions = client.partitions(queue)  # UnknownQueueError for a queue never created
+    if not 0 <= partition < partitions:
+        raise SlotMoveError(
+            f"queue {queue!r} has partitions 0-{partitions - 1}; {partition} is not one of them"
+        )
+    pk = keys.partition_keys(queue, partition, partitions)
+    slot = keys.slot_of(pk.due)
+    primaries = _primaries(cluster)
+    target_addr = _resolve_target(cluster, primaries, target)
+    source_addr = _source_of(cluster, primaries, slot)
+    src = _node_conn(cluster, primaries[source_addr])
+    count = int(src.execute_command("CLUSTER COUNTKEYSINSLOT", slot))
+    names = [_text(k) for k in src.execute_command("CLUSTER GETKEYSINSLOT", slot, count + 16)]
+    ours = "{" + pk.tag + "}"
+    other = sum(1 for name in names if not name.startswith(ours))
+    pipe = src.pipeline(transaction=False)
+    pipe.zcard(pk.due)
+    pipe.xlen(pk.ready)
+    pipe.xlen(pk.dead)
+    # Mid-move, a key already on the target answers ASK here: count what is still to move.
+    counts = pipe.execute(raise_on_error=False)
+    waiting = sum(int(n) for n in counts if not isinstance(n, Exception))
+    dst_id = _text(_node_conn(cluster, primaries[target_addr]).execute_command("CLUSTER MYID"))
+    return MovePlan(
+        queue=queue,
+        partition=partition,
+        slot=slot,
+        source=source_addr,
+        target=target_addr,
+        keys_in_slot=len(names),
+        other_keys=other,
+        waiting_jobs=waiting,
+        in_progress=_migrating_to(src, slot) == dst_id,
+    )
+
+
+def move(client: Client, plan: MovePlan, migrate_timeout_ms: int = 60_000) -> MoveResult:
+    """Carry out ``plan``: the slot and all its keys end on ``plan.target``.
+
+    Safe under load: producers, dispatchers and workers keep running; a call that arrives while
+    the keys are moving gets ASK (or, for a moment, TRYAGAIN) and redis-py follows or retries.
+    Raises SlotMoveError when Redis refuses a step; running the same move again resumes it.
+    """
+    cluster = _cluster(client)
+    if not plan.needed:
+        return MoveResult(plan, 0, 0.0)
+    primaries = _primaries(cluster)
+    for addr in (plan.source, plan.target):
+        if addr not in primaries:
+            raise SlotMoveError(f"{addr} is no longer a primary; plan the move again")
+    if _source_of(cluster, primaries, plan.slot) != plan.source:
+        raise SlotMoveError(
+            f"slot {plan.slot} is no longer served by {plan.source}; plan the move again"
+        )
+    src = _node_conn(cluster, primaries[plan.source])
+    dst = _node_conn(cluster, primaries[plan.target])
+    src_id = _text(src.execute_command("CLUSTER MYID"))
+    dst_id = _text(dst.execute_command("CLUSTER MYID"))
+    host, port = plan.target.rsplit(":", 1)
+    # The source opens its own connection to the target: it must log in as we do.
+    conn_kwargs = cluster.nodes_manager.connection_kwargs
+    username, password = conn_kwargs.get("username"), conn_kwargs.get("password")
+    auth: list[Any] = []
+    if password:
+        auth = ["AUTH2", username, password] if username else ["AUTH", password]
+    moved = 0
+    seconds = 0.0
+    try:
+        dst.execute_command("CLUSTER SETSLOT", plan.slot, "IMPORTING", src_id)
+        src.execute_command("CLUSTER SETSLOT", plan.slot, "MIGRATING", dst_id)
+        while True:
+            # All the slot's keys in one call (see the module docstring); the loop only catches
+            # a key created between the count and the MIGRATE, which the MIGRATING state makes
+            # rare (a script whose keys are all missing is sent to the target).
+            count = int(src.execute_command("CLUSTER COUNTKEYSINSLOT", plan.slot))
+            if count == 0:
+                break
+            names = src.execute_command("CLUSTER GETKEYSINSLOT", plan.slot, count + 16)
+            started = time.perf_counter()
+            src.execute_command(
+                "MIGRATE", host, int(port), "", 0, migrate_timeout_ms, *auth, "KEYS", *names
+            )
+            seconds += time.perf_counter() - started
+            moved += len(names)
+        # The target first, so the slot is never owned by no one; then the source (which stops
+        # redirecting with ASK and answers MOVED); then every other primary.
+        others = [n for a, n in primaries.items() if a not in (plan.source, plan.target)]
+        for conn in (dst, src, *(_node_conn(cluster, n) for n in others)):
+            conn.execute_command("CLUSTER SETSLOT", plan.slot, "NODE", dst_id)
+    except SlotMoveError:
+        raise
+    except Exception as exc:
+        raise SlotMoveError(
+            f"moving slot {plan.slot} from {plan.source} to {plan.target} stopped: {exc}. "
+            "The slot may be left MIGRATING/IMPORTING with its keys on either side; run the "
+            "same move again to finish it"
+        ) from exc
+    finally:
+        cluster.nodes_manager.initialize()
+    return MoveResult(plan, moved, seconds)
+
+
+@dataclass(frozen=True, slots=True)
+class NodeLoad:
+    node: str
+    partitions: list[int]
+    rate_per_s: float
+    share: float  # of the queue's rate; 1 / nodes when perfectly even
+
+
+@dataclass(frozen=True, slots=True)
+class Suggestion:
+    partition: int
+    source: str
+    target: str
+    rate_per_s: float
+    busiest_before: float  # the busiest primary's rate now
+    busiest_after: float  # the busiest of the two after the move
+
+
+def node_loads(stats: dict[str, Any], primaries: list[str]) -> list[NodeLoad]:
+    """Per primary: the queue's partitions on it and their rate, from ``admin.queue_stats``.
+
+    Primaries holding none of the queue's partitions are listed too (as candidates)."""
+    by_node: dict[str, list[dict[str, Any]]] = {addr: [] for addr in primaries}
+    for row in stats["partitions"]:
+        by_node.setdefault(row["node"], []).append(row)
+    total = sum(float(r["rate_per_s"]) for r in stats["partitions"])
+    loads = []
+    for node, rows in sorted(by_node.items()):
+        rate = sum(float(r["rate_per_s"]) for r in rows)
+        loads.append(
+            NodeLoad(
+                node,
+                sorted(int(r["partition"]) for r in rows),
+                round(rate, 1),
+                round(rate / total, 3) if total else 0.0,
+            )
+        )
+    return loads
+
+
+def suggest(stats: dict[str, Any], loads: list[NodeLoad]) -> Suggestion | None:
+    """The one partition move that lowers the busiest primary's rate the most, or None.
+
+    Only moves from the busiest primary to the least busy one are considered, and only if the
+    target stays below the source's current rate (otherwise the hot spot just moves)."""
+    if len(loads) < 2:
+        return None
+    hot = max(loads, key=lambda n: n.rate_per_s)
+    cold = min(loads, key=lambda n: n.rate_per_s)
+    if hot.rate_per_s <= 0 or hot.node == cold.node:
+        return None
+    rates = {int(r["partition"]): float(r["rate_per_s"]) for r in stats["partitions"]}
+    best: Suggestion | None = None
+    for p in hot.partitions:
+        after = max(hot.rate_per_s - rates.get(p, 0.0), cold.rate_per_s + rates.get(p, 0.0))
+        if after < hot.rate_per_s and (best is None or after < best.busiest_after):
+            best = Suggestion(p, hot.node, cold.node, rates.get(p, 0.0), hot.rate_per_s, after)
+    return best
