@@ -30,6 +30,7 @@ from helpers import (
 )
 
 from shardq import keys, ops, scripts
+from shardq.bench import queue_counters
 from shardq.client import Client
 from shardq.errors import FencedError
 from shardq.jobs import Job
@@ -237,8 +238,13 @@ def test_dispatcher_killed_mid_drain_loses_and_repeats_nothing(
         wait_for(lambda: moved() == n, 30, lambda: f"{moved()} of {n} promoted")
         d = runner.dispatcher
         assert d is not None
-        assert d.stats.promoted == n - at_kill
+        # The dispatcher's own count can fall short of what it moved: when redis-py re-sends
+        # a pipeline command after a timeout or dropped connection, the first run's reply is
+        # never seen (seen once in ~10 full-suite runs: 11 of 18,800 uncounted). The scripts'
+        # counters in Redis are exact, so those are what must add up.
+        assert 0 < d.stats.promoted <= n - at_kill
         assert d.stats.leases_acquired == partitions and d.stats.fenced == 0
+    assert queue_counters(r, queue, partitions)["promoted"] == n  # each job promoted once
     assert total(r, queue, partitions, "due") == 0
     in_ready = ready_job_ids(r, queue, partitions)
     assert set(in_ready) == ids, f"lost {len(ids - set(in_ready))}"
