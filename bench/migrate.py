@@ -5,7 +5,8 @@ waiting for the target's reply), so the pause grows with the partition's size.  
 one-partition queue with N waiting jobs, moves its slot to another primary with the standard
 IMPORTING / MIGRATING / MIGRATE ... KEYS / SETSLOT NODE sequence, and reports the MIGRATE call's
 duration, the longest PING round trip another client saw on the source meanwhile, and the bytes
-moved (the sum of DUMP sizes).  The empty slot is then handed back the same way.
+moved (the sum of DUMP sizes).  The move is shardq's own (``shardq.slots``, what ``shardq
+rebalance --move-partition`` runs).  The empty slot is then handed back the same way.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Any
 import redis as redis_lib
 
 from bench.common import delete_queue, fresh_queue
-from shardq import keys, ops
+from shardq import keys, ops, slots
 from shardq.client import Client
 
 
@@ -51,28 +52,6 @@ class Prober:
         self._thread.join()
         self.node.close()
         return self.worst
-
-
-def _move_slot(
-    slot: int,
-    src: redis_lib.Redis,
-    dst: redis_lib.Redis,
-    others: list[redis_lib.Redis],
-    key_names: list[bytes],
-) -> float:
-    src_id = src.execute_command("CLUSTER MYID")
-    dst_id = dst.execute_command("CLUSTER MYID")
-    dst.execute_command("CLUSTER SETSLOT", slot, "IMPORTING", src_id)
-    src.execute_command("CLUSTER SETSLOT", slot, "MIGRATING", dst_id)
-    took = 0.0
-    if key_names:
-        kw = dst.connection_pool.connection_kwargs
-        t0 = time.perf_counter()
-        src.execute_command("MIGRATE", kw["host"], kw["port"], "", 0, 60_000, "KEYS", *key_names)
-        took = time.perf_counter() - t0
-    for node in (dst, src, *others):
-        node.execute_command("CLUSTER SETSLOT", slot, "NODE", dst_id)
-    return took
 
 
 def _settled(nodes: list[redis_lib.Redis], slot: int, owner_port: int) -> bool:
@@ -112,7 +91,9 @@ def migrate_pause(url: str, sizes: list[int]) -> list[dict[str, Any]]:
                 # the pause callers of that primary see
                 probe = Prober(owner.host, owner.port)
                 probe.start()
-                took = _move_slot(slot, src, dst, others, names)
+                target_addr = f"{target.host}:{target.port}"
+                took = slots.move(client, slots.plan_move(client, queue, 0, target_addr))
+                took_s = took.migrate_seconds
                 time.sleep(0.05)
                 worst = probe.stop()
                 rows.append(
@@ -121,15 +102,15 @@ def migrate_pause(url: str, sizes: list[int]) -> list[dict[str, Any]]:
                         "keys": len(names),
                         "bytes_moved": dumped,
                         "bytes_per_job": round(dumped / n, 1),
-                        "migrate_ms": round(took * 1000, 1),
+                        "migrate_ms": round(took_s * 1000, 1),
                         "source_max_ping_ms": round(worst * 1000, 1),
-                        "mb_per_s": round(dumped / 1e6 / max(took, 1e-9), 1),
+                        "mb_per_s": round(dumped / 1e6 / max(took_s, 1e-9), 1),
                     }
                 )
                 # empty the slot, then hand it back the same way
                 for k in names:
                     dst.delete(k)
-                _move_slot(slot, dst, src, others, [])
+                slots.move(client, slots.plan_move(client, queue, 0, f"{owner.host}:{owner.port}"))
                 deadline = time.monotonic() + 20
                 all_nodes = [src, dst, *others]
                 while not _settled(all_nodes, slot, owner.port) and time.monotonic() < deadline:
