@@ -71,6 +71,7 @@ def _assert_healthy_cluster(root: Path) -> None:
         if repl["role"] == "master":
             primaries.append(port)
             assert repl["connected_slaves"] == 1, (port, repl)
+            assert repl["slave0"]["state"] == "online", (port, repl)  # not wait_bgsave
         else:
             replicas.append(port)
             assert repl["master_link_status"] == "up", (port, repl)
@@ -97,6 +98,25 @@ def test_cluster_up_returns_url_of_synced_cluster(cluster_root: Path) -> None:
     for port in PORTS:
         node_dir = cluster_root / f"cluster-{BASE_PORT}" / f"node-{port}"
         assert (node_dir / "redis.pid").is_file() and (node_dir / "redis.log").is_file()
+
+
+def test_fresh_cluster_confirms_a_write_to_its_replicas_at_once(cluster_root: Path) -> None:
+    """Right after `up`, a write + WAIT 1 on every primary is acknowledged within 200 ms. Without
+    the probe write in `up`, the first WAIT after a replica's full sync often took ~1 s
+    (bench/wait_after_sync.py), which failed durable enqueues with a short timeout."""
+    url = devcluster.cluster_up(BASE_PORT, root=cluster_root)
+    cluster = redis.RedisCluster.from_url(url)
+    try:
+        first_key: dict[str, str] = {}  # primary -> a key it serves
+        for i in range(100):
+            first_key.setdefault(cluster.get_node_from_key(f"w{i}").name, f"w{i}")
+        assert len(first_key) == 3
+        for name, key in first_key.items():
+            conn = cluster.get_redis_connection(cluster.get_node(node_name=name))
+            conn.set(key, 1)
+            assert conn.wait(1, 200) == 1, f"{name}: replica did not acknowledge in 200 ms"
+    finally:
+        cluster.close()
 
 
 def test_cluster_up_twice_keeps_the_same_processes(cluster_root: Path) -> None:
