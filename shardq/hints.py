@@ -2,7 +2,8 @@
 
 Scripts publish a hint on a partition's channel (same slot as its keys) when the due head moves
 earlier or jobs land in the ready stream.  Hints only make sleepers wake early: a lost hint costs
-latency up to the sleeper's bounded fallback interval, never a job.
+latency up to the sleeper's bounded fallback interval, never a job. After every (re)subscription
+each partition gets one hint, covering any published while no subscription was in place.
 
 In cluster mode each primary gets its own subscriber connection and listening task: redis-py's
 cluster pub/sub polls nodes one after another, which would add up to one timeout per node to
@@ -17,6 +18,8 @@ import contextlib
 import logging
 from collections.abc import Callable
 from typing import Any
+
+from redis.exceptions import AskError, MovedError
 
 from shardq.connection import AsyncRedis, is_cluster, node_client_async
 from shardq.keys import slot_of
@@ -44,6 +47,10 @@ async def _listen_one(
     try:
         for name in channels:  # one per call: SSUBSCRIBE takes channels of one slot only
             await pubsub.ssubscribe(name)
+        # Hints published while we were not subscribed (start-up, a slot move, a reconnect) are
+        # gone: wake every partition once so nobody waits out the fallback interval for them.
+        for each in set(channels.values()):
+            on_hint(each)
         while not stop.is_set() and not regroup.is_set():
             msg = await pubsub.get_message(ignore_subscribe_messages=False, timeout=0.5)
             if not msg:
@@ -85,11 +92,17 @@ async def listen(
     Set ``stop`` and give it a second to return; cancelling it also works but is abrupt.
     """
     cluster = is_cluster(client)
+    refresh = False
     while not stop.is_set():
         groups: list[tuple[Any, dict[str, int]]] = []
         tasks: list[asyncio.Task[None]] = []
         regroup = asyncio.Event()
         try:
+            if cluster and refresh:
+                # A slot moved or a node failed: group channels by the slot map as it is now,
+                # not as this client last saw it (else SSUBSCRIBE meets MOVED).
+                await client.nodes_manager.initialize()  # type: ignore[union-attr]
+            refresh = False
             groups = _node_groups(client, channels) if cluster else [(client, channels)]
             tasks = [
                 asyncio.create_task(_listen_one(c, chans, on_hint, stop, regroup))
@@ -97,6 +110,7 @@ async def listen(
             ]
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(regroup.wait(), REGROUP_INTERVAL)
+            refresh = regroup.is_set()  # a listener ended early: sunsubscribe or an error
             regroup.set()
             results = await asyncio.gather(*tasks, return_exceptions=True)
             errors = [r for r in results if isinstance(r, Exception)]
@@ -104,7 +118,12 @@ async def listen(
                 raise errors[0]
         except asyncio.CancelledError:
             raise
+        except (MovedError, AskError) as exc:  # the slot map changed under us: re-read it now
+            refresh = True
+            log.info("hint subscription redirected (%s); regrouping", exc)
+            await asyncio.sleep(0.05)
         except Exception as exc:  # hints are best effort; the fallback poll covers the gap
+            refresh = True
             log.warning("hint subscription failed (%s); retrying in 1 s", exc)
             await asyncio.sleep(1.0)
         finally:

@@ -11,6 +11,7 @@ import subprocess
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -195,6 +196,28 @@ def test_a_move_that_stopped_half_way_is_finished_by_running_it_again(
     assert src.execute_command("CLUSTER COUNTKEYSINSLOT", slot) == 0
     assert slots.plan_move(client, queue, 0, target).source == target
     assert all(client.get(queue, job_id) is not None for job_id in ids)
+    client.close()
+
+
+def test_wake_up_hints_follow_a_moved_slot(chaos_url: str, queue: str) -> None:
+    """After a partition's slot moves, its hints reach the dispatcher and worker again at once:
+    with fallback polls of 5 s, a job due 0.2 s after the move still runs within 3 s."""
+    partitions = 4
+    client = Client.from_url(chaos_url)
+    client.create_queue(queue, partitions)
+    runs = Runs()
+    slow_fallback = {
+        "dispatcher_settings": replace(FAST_DISPATCHER, max_sleep=5.0),
+        "worker_settings": replace(FAST_WORKER, idle_poll=5.0),
+    }
+    with Runner(chaos_url, queue, {"t": runs.add}, **slow_fallback):  # type: ignore[arg-type]
+        before = client.enqueue(queue, "t", 0, job_id=job_id_in(0, partitions, "a"), delay=0.2)
+        wait_for(lambda: before in runs.count(), 3, "hints did not work before the move")
+        source = slots.plan_move(client, queue, 0, slots.primary_addresses(client)[0]).source
+        target = next(a for a in slots.primary_addresses(client) if a != source)
+        slots.move(client, slots.plan_move(client, queue, 0, target))
+        after = client.enqueue(queue, "t", 1, job_id=job_id_in(0, partitions, "b"), delay=0.2)
+        wait_for(lambda: after in runs.count(), 3, "no hint after the move: the job waited")
     client.close()
 
 
