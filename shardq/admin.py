@@ -13,14 +13,11 @@ from typing import Any
 
 from shardq import keys, metrics, scripts
 from shardq.client import Client
+from shardq.connection import as_text
 from shardq.dispatcher import fair_share
 
 # Most entries one dlq script call handles: keeps each call short.
 DLQ_BATCH = 100
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,7 +44,7 @@ def owners(client: Client, queue: str) -> list[OwnerRow]:
             raise reply
         now, lease, ttl, granted, next_due = (
             int(reply[0]),
-            _text(reply[1]),
+            as_text(reply[1]),
             int(reply[2]),
             int(reply[3]),
             int(reply[4]),
@@ -91,9 +88,9 @@ def live_dispatchers(client: Client, queue: str) -> tuple[list[str], list[str]]:
     now_s, now_us = client.redis.time()  # type: ignore[misc]
     now_ms = int(now_s) * 1000 + int(now_us) // 1000
     live = [
-        _text(m) for m in client.redis.zrangebyscore(keys.dispatchers_key(queue), now_ms, "+inf")
+        as_text(m) for m in client.redis.zrangebyscore(keys.dispatchers_key(queue), now_ms, "+inf")
     ]
-    draining = [_text(m) for m in client.redis.smembers(keys.drain_key(queue))]
+    draining = [as_text(m) for m in client.redis.smembers(keys.drain_key(queue))]
     return sorted(live), sorted(d for d in draining if d in live)
 
 
@@ -242,13 +239,13 @@ class DeadLetter:
 def _parse_dead(partition: int, entry: Any) -> DeadLetter:
     eid, fields = entry
     f = (
-        {_text(k): _text(v) for k, v in fields.items()}
+        {as_text(k): as_text(v) for k, v in fields.items()}
         if isinstance(fields, dict)
-        else {_text(fields[i]): _text(fields[i + 1]) for i in range(0, len(fields), 2)}
+        else {as_text(fields[i]): as_text(fields[i + 1]) for i in range(0, len(fields), 2)}
     )
     return DeadLetter(
         partition=partition,
-        entry_id=_text(eid),
+        entry_id=as_text(eid),
         job_id=f.get("j"),
         attempt=int(f["a"]) if "a" in f else None,
         error=f.get("e", ""),
@@ -285,7 +282,7 @@ def _dead_ids(client: Client, pk: keys.PartitionKeys, job_ids: set[str] | None) 
             d = _parse_dead(pk.partition, entry)
             if job_ids is None or d.job_id in job_ids:
                 ids.append(d.entry_id)
-        last = _text(batch[-1][0])
+        last = as_text(batch[-1][0])
         ms, seq = last.split("-")
         start = f"{ms}-{int(seq) + 1}"
 

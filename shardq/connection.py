@@ -95,3 +95,8 @@ def node_client_async(node: Any) -> redis.asyncio.Redis:
     pub/sub, WAIT after a write)."""
     kwargs = {k: v for k, v in node.connection_kwargs.items() if k in _NODE_CONNECTION_KEYS}
     return redis.asyncio.Redis(host=node.host, port=node.port, **kwargs)
+
+
+def as_text(value: Any) -> str:
+    """A reply value as text: redis-py returns bytes unless ``decode_responses`` is set."""
+    return value.decode() if isinstance(value, bytes) else str(value)

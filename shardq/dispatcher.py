@@ -30,7 +30,7 @@ from redis.exceptions import RedisError
 
 from shardq import hints, keys, metrics, ops, scripts
 from shardq.config import DispatcherSettings
-from shardq.connection import AsyncRedis
+from shardq.connection import AsyncRedis, as_text
 from shardq.errors import FencedError, UnknownQueueError
 from shardq.hints import stop_tasks
 from shardq.logs import log_event
@@ -65,10 +65,6 @@ def fair_share(partitions: int, members: list[str], me: str) -> int:
     ordered = sorted(members)
     base, extra = divmod(partitions, len(ordered))
     return base + (1 if ordered.index(me) < extra else 0)
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 @dataclass(slots=True)
@@ -189,7 +185,7 @@ class Dispatcher:
             [keys.dispatchers_key(self.queue), keys.drain_key(self.queue)],
             [self.owner, round(self.settings.membership_timeout * 1000), "1" if leaving else "0"],
         )
-        return [_text(m) for m in reply[1]], [_text(m) for m in reply[2]]
+        return [as_text(m) for m in reply[1]], [as_text(m) for m in reply[2]]
 
     async def _lease_loop(self) -> None:
         while not self._stop.is_set():
@@ -215,7 +211,7 @@ class Dispatcher:
             self.target = fair_share(self._total, active, self.owner)
         await self._renew()
         owners_raw = await self.redis.hgetall(keys.owners_key(self.queue))  # type: ignore[misc]
-        owners = {int(_text(k)): _text(v).split(" ")[0] for k, v in owners_raw.items()}
+        owners = {int(as_text(k)): as_text(v).split(" ")[0] for k, v in owners_raw.items()}
         await self._fix_owner_entries(owners)
         excess = len(self.tokens) - self.target
         if excess > 0:
@@ -278,7 +274,7 @@ class Dispatcher:
         for p, reply in zip(candidates, replies, strict=True):
             if not (isinstance(reply, list) and reply and reply[0] == 1):
                 continue
-            token = _text(reply[1])
+            token = as_text(reply[1])
             if len(self.tokens) >= self.target and reply[2] == 1:
                 # Won more than needed (tried a few spare): give it straight back.
                 await scripts.arun(

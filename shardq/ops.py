@@ -13,18 +13,15 @@ from typing import Any
 from shardq import jobs as jobmod
 from shardq import keys
 from shardq.config import ProducerSettings
+from shardq.connection import as_text
 from shardq.errors import InvalidJobError, NotDurableError, ScriptError, error_from_reply
 from shardq.scripts import Call, script
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 def check_reply(reply: Any) -> list[Any]:
     """Raise the typed error for a negative script code; return the reply as a list."""
     if isinstance(reply, list) and reply and isinstance(reply[0], int) and reply[0] < 0:
-        raise error_from_reply(reply[0], [_text(x) for x in reply[1:]])
+        raise error_from_reply(reply[0], [as_text(x) for x in reply[1:]])
     if isinstance(reply, Exception):
         raise reply
     if not isinstance(reply, list):
@@ -126,7 +123,7 @@ class PreparedEnqueue:
         r = check_reply(reply)
         created = r[0] in (1, 2)
         due = int(r[2]) if r[0] == 1 else None
-        return EnqueueResult(_text(r[1]), created, due, self.partition)
+        return EnqueueResult(as_text(r[1]), created, due, self.partition)
 
 
 def prepare_enqueue(
@@ -307,7 +304,7 @@ def parse_get(queue: str, partitions: int, job_id: str, reply: Any) -> jobmod.Jo
         attempt=attempt,
         max_attempts=body.get("m"),
         due_ms=int(float(due)) if due is not None else None,
-        last_error=_text(error) if error is not None else None,
+        last_error=as_text(error) if error is not None else None,
         idempotency_key=body.get("k"),
     )
 

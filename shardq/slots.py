@@ -25,7 +25,7 @@ from typing import Any
 
 from shardq import keys
 from shardq.client import Client
-from shardq.connection import is_cluster
+from shardq.connection import as_text, is_cluster
 from shardq.errors import ShardqError
 
 #: Estimated pause per waiting job while MIGRATE runs (upper end of docs/capacity.md §3.2).
@@ -75,10 +75,6 @@ def _cluster(client: Client) -> Any:
     return client.redis
 
 
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
 def primary_addresses(client: Client) -> list[str]:
     """``host:port`` of every primary, as the cluster reports them now."""
     return sorted(_primaries(_cluster(client)))
@@ -89,9 +85,8 @@ def _primaries(cluster: Any) -> dict[str, Any]:
     return {f"{n.host}:{n.port}": n for n in cluster.get_primaries()}
 
 
-def _node_conn(cluster: Any, node: Any) -> Any:
-    """A plain client of one node (redis-py's own, created on first use)."""
-    return cluster.get_redis_connection(node)
+def _node_id(conn: Any) -> str:
+    return as_text(conn.execute_command("CLUSTER MYID"))
 
 
 def _resolve_target(cluster: Any, primaries: dict[str, Any], target: str) -> str:
@@ -102,7 +97,7 @@ def _resolve_target(cluster: Any, primaries: dict[str, Any], target: str) -> str
         matches = [
             addr
             for addr, node in primaries.items()
-            if _text(_node_conn(cluster, node).execute_command("CLUSTER MYID")).startswith(target)
+            if _node_id(cluster.get_redis_connection(node)).startswith(target)
         ]
         if len(matches) == 1:
             return matches[0]
@@ -116,7 +111,10 @@ def _source_of(cluster: Any, primaries: dict[str, Any], slot: int) -> str:
     node = cluster.nodes_manager.get_node_from_slot(slot)
     addr = f"{node.host}:{node.port}"
     if addr not in primaries:
-        raise SlotMoveError(f"slot {slot} is served by {addr}, which is not a known primary")
+        raise SlotMoveError(
+            f"slot {slot} is served by {addr}, which is not a known primary (a failover in "
+            "progress?): check `redis-cli cluster nodes` and try again in a moment"
+        )
     return addr
 
 
@@ -145,9 +143,9 @@ def plan_move(client: Client, queue: str, partition: int, target: str) -> MovePl
     primaries = _primaries(cluster)
     target_addr = _resolve_target(cluster, primaries, target)
     source_addr = _source_of(cluster, primaries, slot)
-    src = _node_conn(cluster, primaries[source_addr])
+    src = cluster.get_redis_connection(primaries[source_addr])
     count = int(src.execute_command("CLUSTER COUNTKEYSINSLOT", slot))
-    names = [_text(k) for k in src.execute_command("CLUSTER GETKEYSINSLOT", slot, count + 16)]
+    names = [as_text(k) for k in src.execute_command("CLUSTER GETKEYSINSLOT", slot, count + 16)]
     ours = "{" + pk.tag + "}"
     other = sum(1 for name in names if not name.startswith(ours))
     pipe = src.pipeline(transaction=False)
@@ -157,7 +155,7 @@ def plan_move(client: Client, queue: str, partition: int, target: str) -> MovePl
     # Mid-move, a key already on the target answers ASK here: count what is still to move.
     counts = pipe.execute(raise_on_error=False)
     waiting = sum(int(n) for n in counts if not isinstance(n, Exception))
-    dst_id = _text(_node_conn(cluster, primaries[target_addr]).execute_command("CLUSTER MYID"))
+    dst_id = _node_id(cluster.get_redis_connection(primaries[target_addr]))
     return MovePlan(
         queue=queue,
         partition=partition,
@@ -189,10 +187,9 @@ def move(client: Client, plan: MovePlan, migrate_timeout_ms: int = 60_000) -> Mo
         raise SlotMoveError(
             f"slot {plan.slot} is no longer served by {plan.source}; plan the move again"
         )
-    src = _node_conn(cluster, primaries[plan.source])
-    dst = _node_conn(cluster, primaries[plan.target])
-    src_id = _text(src.execute_command("CLUSTER MYID"))
-    dst_id = _text(dst.execute_command("CLUSTER MYID"))
+    src = cluster.get_redis_connection(primaries[plan.source])
+    dst = cluster.get_redis_connection(primaries[plan.target])
+    src_id, dst_id = _node_id(src), _node_id(dst)
     host, port = plan.target.rsplit(":", 1)
     # The source opens its own connection to the target: it must log in as we do.
     conn_kwargs = cluster.nodes_manager.connection_kwargs
@@ -222,7 +219,7 @@ def move(client: Client, plan: MovePlan, migrate_timeout_ms: int = 60_000) -> Mo
         # The target first, so the slot is never owned by no one; then the source (which stops
         # redirecting with ASK and answers MOVED); then every other primary.
         others = [n for a, n in primaries.items() if a not in (plan.source, plan.target)]
-        for conn in (dst, src, *(_node_conn(cluster, n) for n in others)):
+        for conn in (dst, src, *(cluster.get_redis_connection(n) for n in others)):
             conn.execute_command("CLUSTER SETSLOT", plan.slot, "NODE", dst_id)
     except SlotMoveError:
         raise
