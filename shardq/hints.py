@@ -8,7 +8,7 @@ each partition gets one hint, covering any published while no subscription was i
 In cluster mode each primary gets its own subscriber connection and listening task: redis-py's
 cluster pub/sub polls nodes one after another, which would add up to one timeout per node to
 every hint.  Subscriptions are regrouped when a slot moves (the server sends ``sunsubscribe``),
-after any error, and periodically.
+after any error, and when a periodic look at the client's slot map finds a channel's node changed.
 """
 
 from __future__ import annotations
@@ -71,14 +71,14 @@ async def _listen_one(
             await pubsub.aclose()
 
 
-def _node_groups(cluster: Any, channels: dict[str, int]) -> list[tuple[Any, dict[str, int]]]:
-    groups: dict[str, tuple[Any, dict[str, int]]] = {}
+def _layout(cluster: Any, channels: dict[str, int]) -> dict[Any, dict[str, int]]:
+    """Channels grouped by the node serving their slot, per the client's slot map (redis-py's
+    ClusterNode compares and hashes by ``host:port``)."""
+    layout: dict[Any, dict[str, int]] = {}
     for name, partition in channels.items():
         node = cluster.nodes_manager.get_node_from_slot(slot_of(name))
-        if node.name not in groups:
-            groups[node.name] = (node_client_async(node), {})
-        groups[node.name][1][name] = partition
-    return list(groups.values())
+        layout.setdefault(node, {})[name] = partition
+    return layout
 
 
 async def listen(
@@ -103,13 +103,23 @@ async def listen(
                 # not as this client last saw it (else SSUBSCRIBE meets MOVED).
                 await client.nodes_manager.initialize()  # type: ignore[union-attr]
             refresh = False
-            groups = _node_groups(client, channels) if cluster else [(client, channels)]
+            layout = _layout(client, channels) if cluster else {}
+            groups = (
+                [(node_client_async(node), chans) for node, chans in layout.items()]
+                if cluster
+                else [(client, channels)]
+            )
             tasks = [
                 asyncio.create_task(_listen_one(c, chans, on_hint, stop, regroup))
                 for c, chans in groups
             ]
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(regroup.wait(), REGROUP_INTERVAL)
+            while True:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(regroup.wait(), REGROUP_INTERVAL)
+                # A periodic check only regroups when the slot map moved a channel's node:
+                # tearing down working subscriptions would open a gap for nothing.
+                if regroup.is_set() or (cluster and _layout(client, channels) != layout):
+                    break
             refresh = regroup.is_set()  # a listener ended early: sunsubscribe or an error
             regroup.set()
             results = await asyncio.gather(*tasks, return_exceptions=True)
