@@ -39,6 +39,7 @@ from shardq.connection import connect_async  # noqa: E402
 from shardq.dispatcher import Dispatcher  # noqa: E402
 from shardq.jobs import Job  # noqa: E402
 from shardq.ops import JobRequest  # noqa: E402
+from shardq.worker import Worker  # noqa: E402
 
 PARTITIONS = 8
 LEAD = 0.3  # seconds between enqueue and due time
@@ -55,8 +56,6 @@ def _stats(values: list[float]) -> dict[str, Any]:
 
 
 async def _run(args: argparse.Namespace, queue: str, client: Client) -> dict[str, Any]:
-    from shardq.worker import Worker
-
     redis = await connect_async(RedisSettings.from_url(args.url))
     producer = await AsyncClient.from_url(args.url)
     runs: Counter[str] = Counter()

@@ -216,10 +216,10 @@ def _rebalance_nodes(
                 f"  {n.node:<22} partitions {len(n.partitions):>4}  rate {n.rate_per_s:>10,.1f}/s"
                 f"  share {n.share:>6.1%}"
             )
-        tip = slots.suggest(data, loads)
         if not any(n.rate_per_s for n in loads):
             click.echo("no job was enqueued or promoted in the window: no load to balance")
             return
+        tip = slots.suggest(data, loads)
         if tip is None:
             click.echo(
                 "no single partition move lowers the busiest primary's rate (a partition that "
