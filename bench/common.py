@@ -6,7 +6,6 @@ import os
 import secrets
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -14,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from shardq import keys, ops
-from shardq.bench import delete_queue, job_memory, percentile, queue_counters
+from shardq.bench import cli_command, delete_queue, job_memory, percentile, queue_counters
 from shardq.client import Client
 from shardq.connection import is_cluster
 
@@ -208,8 +207,8 @@ class Fleet:
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
 
     def _start(self, name: str, args: list[str]) -> None:
-        cmd = [sys.executable, "-m", "shardq.cli", "--log-level", "WARNING", *args]
-        self.procs[name] = subprocess.Popen([*cmd, "--queue", self.queue, "--url", self.url])
+        cmd = cli_command(*args, "--queue", self.queue, "--url", self.url)
+        self.procs[name] = subprocess.Popen(cmd)
 
     def dispatcher(self, name: str = "dispatcher", batch: int = 100) -> None:
         self._start(

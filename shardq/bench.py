@@ -131,15 +131,15 @@ def _env(cfg: E2EConfig) -> dict[str, str]:
     return env
 
 
+def cli_command(*args: str) -> list[str]:
+    """argv that runs the shardq CLI with this interpreter, logging warnings and worse."""
+    return [sys.executable, "-m", "shardq.cli", "--log-level", "WARNING", *args]
+
+
 def _start_fleet(cfg: E2EConfig, queue: str, outdir: Path) -> tuple[list[Any], list[Any]]:
     dispatchers = [
         subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "shardq.cli",
-                "--log-level",
-                "WARNING",
+            cli_command(
                 "dispatcher",
                 "run",
                 "--queue",
@@ -150,7 +150,7 @@ def _start_fleet(cfg: E2EConfig, queue: str, outdir: Path) -> tuple[list[Any], l
                 "4",
                 "--renew-interval",
                 "1",
-            ],
+            ),
             env=_env(cfg),
         )
         for _ in range(cfg.dispatchers)

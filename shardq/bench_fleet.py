@@ -14,13 +14,12 @@ import select
 import signal
 import socket
 import subprocess
-import sys
 import time
 from collections import Counter
 from typing import Any
 
 from shardq import keys
-from shardq.bench import delete_queue, stop_processes
+from shardq.bench import cli_command, delete_queue, stop_processes
 from shardq.client import Client
 from shardq.config import RedisSettings
 from shardq.connection import SyncRedis, is_cluster
@@ -126,12 +125,7 @@ def run_fleet(
 
     def dispatcher() -> subprocess.Popen[bytes]:
         proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "shardq.cli",
-                "--log-level",
-                "WARNING",
+            cli_command(
                 "dispatcher",
                 "run",
                 "--queue",
@@ -144,7 +138,7 @@ def run_fleet(
                 str(renew_interval),
                 "--membership-timeout",
                 str(lease_time),
-            ],
+            ),
         )
         procs.append(proc)
         return proc
@@ -164,12 +158,7 @@ def run_fleet(
         for _ in range(workers):
             procs.append(
                 subprocess.Popen(
-                    [
-                        sys.executable,
-                        "-m",
-                        "shardq.cli",
-                        "--log-level",
-                        "WARNING",
+                    cli_command(
                         "worker",
                         "run",
                         "--queue",
@@ -178,7 +167,7 @@ def run_fleet(
                         url,
                         "--handlers",
                         "shardq.bench:handlers",
-                    ],
+                    ),
                 )
             )
         time.sleep(3.0)  # let workers register and settle

@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import time
 
 import pytest
@@ -17,6 +16,7 @@ from click.testing import CliRunner
 from helpers import FAST_WORKER, Runner, Runs, wait_for
 
 from shardq import admin, keys, ops
+from shardq.bench import cli_command
 from shardq.bench_fleet import lease_owners, spread_ok
 from shardq.cli import main as cli
 from shardq.client import Client
@@ -28,12 +28,7 @@ RENEW = 0.5
 
 def start_dispatcher(url: str, queue: str, *extra: str) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "shardq.cli",
-            "--log-level",
-            "WARNING",
+        cli_command(
             "dispatcher",
             "run",
             "--queue",
@@ -49,7 +44,7 @@ def start_dispatcher(url: str, queue: str, *extra: str) -> subprocess.Popen[byte
             "--max-sleep",
             "0.2",
             *extra,
-        ],
+        ),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
     )
