@@ -1,5 +1,7 @@
 # shardq developer commands.  Port ranges never overlap, so a cluster left running by one
-# never collides with another:  tests 7100-7110, demo 7200-7205, benchmarks 7300-7305.
+# never collides with another:  demo 7200-7205, benchmarks 7300-7335, and each test session a
+# free block of 64 ports it locks in 12000-21999 (cluster bus ports +10000), with its own dev
+# directory, so two `make test` runs from two checkouts can run at once (tests/ports.py).
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -11,7 +13,9 @@ BENCH_STANDALONE_URL := redis://127.0.0.1:7310
 LOADTEST_ARGS ?= --shardq-duration 45
 BENCH_ARGS ?=
 
-.PHONY: install redis-server lint test test-all demo bench bench-cluster-up bench-cluster-down loadtest clean
+STRESS_RUNS ?= 1
+
+.PHONY: install redis-server lint test test-all test-stress demo bench bench-cluster-up bench-cluster-down loadtest clean
 
 install: $(VENV)/.installed
 
@@ -31,10 +35,24 @@ lint: install
 	$(VENV)/bin/ruff format --check shardq tests bench loadtest
 	$(VENV)/bin/mypy shardq
 
-# The test session starts its own cluster (7100-7105) and standalone node (7110) and stops
-# them at the end.
+# The test session starts its own cluster and standalone node on its own ports and stops them
+# at the end.  SHARDQ_TEST_TIME_FACTOR=3 stretches every wait's deadline on a slow machine;
+# SHARDQ_TEST_SEED=<n> repeats a run's random choices (the seed is printed in the header).
 test: install redis-server lint
 	$(PY) -m pytest $(TEST_ARGS)
+
+# The suite with two CPU hogs on the same cores, as on a busy CI runner; STRESS_RUNS=5 repeats
+# it (stopping at the first failure).  The hogs are killed by pid when it ends.
+test-stress: install redis-server lint
+	@hogs=""; \
+	for i in 1 2; do timeout 3000 sh -c 'while :; do :; done' & hogs="$$hogs $$!"; done; \
+	trap 'kill $$hogs 2>/dev/null' EXIT INT TERM; \
+	status=0; \
+	for run in $$(seq $(STRESS_RUNS)); do \
+	  echo "== stress run $$run of $(STRESS_RUNS), CPU hogs: $$hogs"; \
+	  $(PY) -m pytest $(TEST_ARGS) || { status=1; break; }; \
+	done; \
+	exit $$status
 
 test-all: TEST_ARGS :=
 test-all: test

@@ -1,8 +1,14 @@
-"""Test helpers: polling, raw Redis snapshots, and a Dispatcher + Worker run in a thread."""
+"""Test helpers: waiting on conditions, raw Redis snapshots, a Dispatcher + Worker in a thread.
+
+Tests never assert how long something took: they wait for the condition they need, with a
+deadline generous enough for a loaded machine, scaled by ``SHARDQ_TEST_TIME_FACTOR`` (e.g. 3 on a
+slow CI runner).  Latency and throughput figures live in the benchmarks.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 import time
 from collections import Counter
@@ -31,13 +37,23 @@ FAST_WORKER = WorkerSettings(
 )
 
 
+TIME_FACTOR = float(os.environ.get("SHARDQ_TEST_TIME_FACTOR") or 1.0)
+
+
+def scaled(seconds: float) -> float:
+    """A deadline stretched by ``SHARDQ_TEST_TIME_FACTOR``."""
+    return seconds * TIME_FACTOR
+
+
 def wait_for(
     condition: Callable[[], Any],
     timeout: float,
     message: str | Callable[[], str] = "condition not met",
     interval: float = 0.02,
 ) -> Any:
-    """Poll ``condition`` until it returns something truthy; fail after ``timeout`` seconds."""
+    """Poll ``condition`` until it returns something truthy; fail after ``timeout`` seconds
+    (times ``SHARDQ_TEST_TIME_FACTOR``)."""
+    timeout = scaled(timeout)
     deadline = time.monotonic() + timeout
     while True:
         value = condition()
@@ -55,6 +71,7 @@ def settled(read: Callable[[], Any], quiet: float = 0.3, timeout: float = 10.0) 
     A process killed with SIGKILL can leave a command it already wrote in Redis's input buffer;
     Redis still runs it after the kill, so a count read at once can be one script call short.
     """
+    timeout = scaled(timeout)
     deadline = time.monotonic() + timeout
     value = read()
     stable_since = time.monotonic()
@@ -146,6 +163,27 @@ def total(redis: Any, queue: str, partitions: int, kind: str) -> int:
         else:
             n += redis.xlen(getattr(pk, kind))
     return n
+
+
+def queue_settled(redis: Any, queue: str, partitions: int) -> bool:
+    """Nothing is left to run: no job stored, none due, no delivery pending.
+
+    Once this holds no handler can start again (a ready entry whose job is gone is dropped by
+    fetch), so it is what a test waits for before it counts runs: "nothing ran twice" is then a
+    fact, not the hope that a sleep was long enough.
+    """
+    return (
+        total(redis, queue, partitions, "jobs") == 0
+        and total(redis, queue, partitions, "due") == 0
+        and pending_total(redis, queue, partitions) == 0
+    )
+
+
+def counter_total(redis: Any, queue: str, partitions: int, name: str) -> int:
+    """Sum of one per-partition counter the scripts keep (e.g. 'completed')."""
+    return sum(
+        int(redis.hget(pk.stats, name) or 0) for pk in keys.all_partition_keys(queue, partitions)
+    )
 
 
 def pending_total(redis: Any, queue: str, partitions: int) -> int:

@@ -1,7 +1,7 @@
-"""Failure modes on a cluster of the tests' own (ports 7120-7125), so the rest of the suite
-never sees a node killed or a slot moved: slot migration under load, a primary killed and its
-replica promoted, Redis restarted with persistence, a producer clock far off Redis', a handler
-that never returns."""
+"""Failure modes on a cluster of the tests' own (the session block's chaos ports), so the
+rest of the suite never sees a node killed or a slot moved: slot migration under load, a
+primary killed and its replica promoted, Redis restarted with persistence, a producer clock
+far off Redis', a handler that never returns."""
 
 from __future__ import annotations
 
@@ -18,24 +18,27 @@ import pytest
 import redis
 from click.testing import CliRunner
 from helpers import FAST_DISPATCHER, FAST_WORKER, Runner, Runs, job_id_in, wait_for
+from ports import TestPorts
 from redis.exceptions import RedisError
 
 from shardq import Client, WorkerSettings, keys, ops, slots
 from shardq.cli import main as cli
 from shardq.devcluster import cluster_down, cluster_up, standalone_down, standalone_up
 
-CHAOS_PORT = 7120
-AOF_PORT = 7130
+
+@pytest.fixture(scope="module")
+def chaos_port(test_ports: TestPorts) -> int:
+    return test_ports.chaos
 
 
 @pytest.fixture(scope="module")
-def chaos_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def chaos_url(chaos_port: int, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     root = tmp_path_factory.mktemp("chaos")
-    url = cluster_up(CHAOS_PORT, root=root)
+    url = cluster_up(chaos_port, root=root)
     try:
         yield url
     finally:
-        cluster_down(CHAOS_PORT, root=root)
+        cluster_down(chaos_port, root=root)
 
 
 def primaries(url: str) -> list[redis.Redis]:
@@ -222,15 +225,15 @@ def test_wake_up_hints_follow_a_moved_slot(chaos_url: str, queue: str) -> None:
 
 
 def test_slot_moves_refuse_bad_input_with_what_to_do(
-    chaos_url: str, standalone_url: str, queue: str
+    chaos_url: str, chaos_port: int, standalone_url: str, queue: str
 ) -> None:
     runner = CliRunner()
     with Client.from_url(chaos_url) as client:
         client.create_queue(queue, 4)
     cases = [
         (["--move-partition", "0", "--to", "127.0.0.1:1"], chaos_url, "is not a primary"),
-        (["--move-partition", "7", "--to", "127.0.0.1:7120"], chaos_url, "partitions 0-3"),
-        (["--to", "127.0.0.1:7120"], chaos_url, "go together"),
+        (["--move-partition", "7", "--to", f"127.0.0.1:{chaos_port}"], chaos_url, "partitions 0-3"),
+        (["--to", f"127.0.0.1:{chaos_port}"], chaos_url, "go together"),
         (["--nodes", "--even"], chaos_url, "run them separately"),
         (["--nodes"], standalone_url, "single node"),
     ]
@@ -239,7 +242,7 @@ def test_slot_moves_refuse_bad_input_with_what_to_do(
         assert out.exit_code != 0 and message in out.output, (extra, out.output)
 
 
-def test_primary_killed_replica_promoted(chaos_url: str, queue: str) -> None:
+def test_primary_killed_replica_promoted(chaos_url: str, chaos_port: int, queue: str) -> None:
     """SIGKILL the primary of a partition mid-run: its replica takes over in a few seconds,
     dispatcher and worker keep serving the other partitions meanwhile and then that one too.
     Jobs enqueued durably before the kill are never lost (at least once: some may run twice)."""
@@ -267,7 +270,7 @@ def test_primary_killed_replica_promoted(chaos_url: str, queue: str) -> None:
     assert len(runs.count()) == n
     fresh = redis.cluster.RedisCluster.from_url(
         chaos_url.replace(
-            str(victim_port), str(CHAOS_PORT + (1 if victim_port == CHAOS_PORT else 0))
+            str(victim_port), str(chaos_port + (1 if victim_port == chaos_port else 0))
         )
     )
     try:
@@ -277,8 +280,9 @@ def test_primary_killed_replica_promoted(chaos_url: str, queue: str) -> None:
     assert new_port != victim_port, "no failover happened"
 
 
-def test_redis_restart_with_persistence(tmp_path: Path, queue: str) -> None:
-    url = standalone_up(AOF_PORT, root=tmp_path, appendonly=True)
+def test_redis_restart_with_persistence(tmp_path: Path, test_ports: TestPorts, queue: str) -> None:
+    aof_port = test_ports.aof
+    url = standalone_up(aof_port, root=tmp_path, appendonly=True)
     try:
         client = Client.from_url(url)
         client.create_queue(queue, 4)
@@ -288,7 +292,7 @@ def test_redis_restart_with_persistence(tmp_path: Path, queue: str) -> None:
                 queue, [ops.JobRequest("t", i, delay=1) for i in range(200)]
             )
         ]
-        r = redis.Redis(port=AOF_PORT)
+        r = redis.Redis(port=aof_port)
         pid = int(r.info("server")["process_id"])
         r.execute_command("BGREWRITEAOF")
         time.sleep(0.5)
@@ -305,13 +309,13 @@ def test_redis_restart_with_persistence(tmp_path: Path, queue: str) -> None:
         # Start the same server on the same files (standalone_up would start afresh).
         (conf,) = tmp_path.rglob("redis.conf")
         subprocess.run(["redis-server", str(conf)], check=True, timeout=30)
-        wait_for(lambda: _pings(AOF_PORT), 20, "restarted redis did not answer")
+        wait_for(lambda: _pings(aof_port), 20, "restarted redis did not answer")
         runs = Runs()
         with Runner(url, queue, {"t": runs.add}):
             wait_for(lambda: len(runs.count()) >= 200, 30, "jobs lost across the restart")
         assert set(runs.count()) == set(ids)
     finally:
-        standalone_down(AOF_PORT, root=tmp_path)
+        standalone_down(aof_port, root=tmp_path)
 
 
 def _pings(port: int) -> bool:

@@ -16,6 +16,7 @@ from helpers import (
     job_id_in,
     partition_state,
     pending_total,
+    queue_settled,
     queue_state,
     text,
     total,
@@ -207,7 +208,7 @@ def test_idempotency_key_returns_the_same_job(url: str, client: Client, queue: s
     with Runner(url, queue, {"t": runs.add}):
         wait_for(lambda: client.get(queue, first.job_id) is None, 10, "job did not complete")
         assert again() == first.job_id  # after it completed, within retention
-        time.sleep(0.5)
+        wait_for(lambda: queue_settled(client.redis, queue, partitions), 10, "not settled")
     assert list(runs.count().items()) == [(first.job_id, 1)]
     assert runs.jobs[0].idempotency_key == "order-7" and runs.jobs[0].payload == {"v": 1}
 
@@ -349,7 +350,9 @@ def test_cancel_races_promotion(url: str, client: Client, queue: str) -> None:
         cancelled = {j for j, o in outcome.items() if o == "cancelled"}
         must_run = set(ids) - cancelled
         wait_for(lambda: must_run <= set(runs.count()), 20, lambda: f"{outcome}")
-        time.sleep(0.5)  # a cancelled job that would still run shows up now
+        # Settled: nothing stored, due or pending, so a cancelled job that would still run
+        # cannot: it would have had to be one of those.
+        wait_for(lambda: queue_settled(client.redis, queue, partitions), 20, "not settled")
         runner.check()
 
     counts = runs.count()
@@ -382,7 +385,7 @@ def test_reschedule_races_promotion(url: str, client: Client, queue: str) -> Non
     with Runner(url, queue, {"t": runs.add}) as runner:
         _spread(list(original), 8, reschedule, 0.5)
         wait_for(lambda: len(runs.count()) == len(original), 20, "not every job ran")
-        time.sleep(0.5)
+        wait_for(lambda: queue_settled(client.redis, queue, partitions), 20, "not settled")
         runner.check()
 
     assert set(moved) | set(late) == set(original) and not set(moved) & set(late)

@@ -1,6 +1,6 @@
 """shardq.devcluster against real redis-server processes (no mocks).
 
-Ports: 7400-7405 for the cluster, 7410 for the standalone node. Every test stops what it
+Ports: the session block's devcluster ports (tests/ports.py). Every test stops what it
 started (fixtures call *_down in their teardown) and keeps its files under tmp_path.
 """
 
@@ -16,14 +16,15 @@ from pathlib import Path
 import pytest
 import redis
 from click.testing import CliRunner
+from ports import session_ports
 
 from shardq import devcluster
 from shardq.cli_dev import dev
 from shardq.devcluster import PortInUseError, RedisServerMissingError
 
-BASE_PORT = 7400
+BASE_PORT = session_ports().devcluster
 PORTS = list(range(BASE_PORT, BASE_PORT + 6))
-STANDALONE_PORT = 7410
+STANDALONE_PORT = session_ports().dev_standalone
 
 
 def _is_running_redis(pid: int) -> bool:
@@ -213,7 +214,7 @@ def foreign_listener() -> Iterator[socket.socket]:
 def test_port_held_by_someone_else_is_reported_not_touched(
     cluster_root: Path, foreign_listener: socket.socket
 ) -> None:
-    with pytest.raises(PortInUseError, match=r"port 7403 .*--base-port"):
+    with pytest.raises(PortInUseError, match=rf"port {BASE_PORT + 3} .*--base-port"):
         devcluster.cluster_up(BASE_PORT, root=cluster_root)
 
     assert not any(node.alive for node in devcluster.cluster_status(BASE_PORT, root=cluster_root))

@@ -6,7 +6,16 @@ import time
 from collections import Counter
 from dataclasses import replace
 
-from helpers import FAST_WORKER, Runner, Runs, dead_entries, pending_total, total, wait_for
+from helpers import (
+    FAST_WORKER,
+    Runner,
+    Runs,
+    counter_total,
+    dead_entries,
+    queue_settled,
+    ready_job_ids,
+    wait_for,
+)
 
 from shardq import keys
 from shardq.client import Client
@@ -22,7 +31,9 @@ def test_ten_thousand_jobs_none_lost_none_twice(
     partitions = 16
     n = 10_000
     client = cluster_client
-    client.create_queue(queue, partitions)
+    # Acknowledged entries are kept, so each job's ready entries can be counted afterwards:
+    # exactly one per job means it was promoted (or enqueued straight to ready) exactly once.
+    client.create_queue(queue, partitions, ack_retention=3600)
     counts: Counter[str] = Counter()
     late_ms: list[float] = []
 
@@ -30,35 +41,27 @@ def test_ten_thousand_jobs_none_lost_none_twice(
         counts[job.id] += 1
         late_ms.append(job.fetched_redis_ms - (job.due_ms or 0))
 
+    r = client.redis
     with Runner(cluster_url, queue, {"t": handler}) as runner:
-        start = time.monotonic()
         results = client.enqueue_many(
             queue, [JobRequest("t", {"i": i}, delay=2.0 * i / n) for i in range(n)]
         )
         ids = {r.job_id for r in results}
         assert len(ids) == n
         wait_for(lambda: len(counts) >= n, 60, lambda: f"{len(counts)} of {n} ran")
-        elapsed = time.monotonic() - start
-        time.sleep(1.0)  # duplicates, if any, would arrive now
+        # Settled in Redis: nothing stored, due or pending, so no run can still come.
+        wait_for(lambda: queue_settled(r, queue, partitions), 30, "queue did not settle")
+        wait_for(lambda: runner.workers[0].stats.completed == n, 10, "acks not all counted")
         runner.check()
         worker = runner.workers[0]
-        assert worker.stats.completed == n
         assert worker.stats.reclaimed == 0 and worker.stats.lost_deliveries == 0
-        assert runner.dispatcher is not None and runner.dispatcher.stats.promoted <= n
 
     assert set(counts) == ids, f"lost: {len(ids - set(counts))}"
     assert max(counts.values()) == 1, f"ran twice: {[j for j, c in counts.items() if c > 1]}"
-    assert elapsed < 30
-    assert max(late_ms) >= 0 and min(late_ms) >= 0  # never fetched before due (Redis clock)
-    r = client.redis
-    assert total(r, queue, partitions, "jobs") == 0
-    assert total(r, queue, partitions, "due") == 0
-    assert total(r, queue, partitions, "ready") == 0
-    assert pending_total(r, queue, partitions) == 0
-    completed = sum(
-        int(r.hget(pk.stats, "completed") or 0) for pk in keys.all_partition_keys(queue, partitions)
-    )
-    assert completed == n
+    assert min(late_ms) >= 0  # never fetched before due (Redis clock)
+    in_ready = ready_job_ids(r, queue, partitions)
+    assert set(in_ready) == ids and max(in_ready.values()) == 1, "a job was promoted twice"
+    assert counter_total(r, queue, partitions, "completed") == n
 
 
 def test_round_trip_on_standalone(
@@ -71,10 +74,8 @@ def test_round_trip_on_standalone(
         ids = [client.enqueue(queue, "t", {"i": i}, delay=0.1 * (i % 5)) for i in range(200)]
         ids += [r.job_id for r in client.enqueue_many(queue, [JobRequest("t")] * 100)]
         wait_for(lambda: len(runs.count()) == 300, 20, lambda: f"{len(runs.count())} ran")
-        time.sleep(0.3)
+        wait_for(lambda: queue_settled(client.redis, queue, 8), 20, "queue did not settle")
     assert runs.count() == Counter(dict.fromkeys(ids, 1))
-    assert total(client.redis, queue, 8, "jobs") == 0
-    assert pending_total(client.redis, queue, 8) == 0
 
 
 def test_retry_with_fixed_backoff(cluster_url: str, cluster_client: Client, queue: str) -> None:
@@ -101,12 +102,14 @@ def test_retry_with_fixed_backoff(cluster_url: str, cluster_client: Client, queu
         assert "ConnectionError: upstream down (attempt 1)" in (waiting.last_error or "")
         assert "flaky" in (waiting.last_error or "")  # traceback names the handler
         wait_for(lambda: len(runs.jobs) == 3, 10, "did not run 3 times")
-        wait_for(lambda: client.get(queue, job_id) is None, 5, "did not complete")
-        time.sleep(0.5)
+        wait_for(lambda: queue_settled(client.redis, queue, 4), 10, "did not complete")
 
     assert [j.attempt for j in runs.jobs] == [1, 2, 3]
-    gaps = [b - a for a, b in zip(runs.times, runs.times[1:], strict=False)]
-    assert all(0.3 <= g < 1.5 for g in gaps), gaps
+    # On the Redis clock: each retry was due the backoff after the failure before it, and was
+    # not handed out before that.  (How much later is a benchmark figure, not a test.)
+    for before, after in zip(runs.jobs, runs.jobs[1:], strict=False):
+        assert after.due_ms is not None and after.due_ms - before.fetched_redis_ms >= 300
+        assert after.fetched_redis_ms >= after.due_ms
     assert all(j.deliveries == 1 for j in runs.jobs)
     pk = keys.partition_keys(queue, keys.partition_for(job_id, 4), 4)
     stats = client.redis.hgetall(pk.stats)
@@ -130,8 +133,10 @@ def test_retry_after_overrides_the_backoff(
         job_id = client.enqueue(queue, "t", backoff=Backoff("fixed", base=30))
         wait_for(lambda: len(runs.jobs) == 2, 10, "RetryAfter was not honoured")
         wait_for(lambda: client.get(queue, job_id) is None, 5, "did not complete")
-    [gap] = [b - a for a, b in zip(runs.times, runs.times[1:], strict=False)]
-    assert 0.5 <= gap < 1.5
+    first, second = runs.jobs
+    # Due 0.5 s after the failure (not the 30 s backoff), on the Redis clock.
+    assert second.due_ms is not None and 500 <= second.due_ms - first.fetched_redis_ms < 30_000
+    assert second.fetched_redis_ms >= second.due_ms
     assert [j.attempt for j in runs.jobs] == [1, 2]
 
 
@@ -149,8 +154,7 @@ def test_permanent_error_goes_dead_at_once(
     with Runner(cluster_url, queue, {"t": broken}) as runner:
         job_id = client.enqueue(queue, "t", {"order": 9}, max_attempts=5)
         wait_for(lambda: (i := client.get(queue, job_id)) and i.state == "dead", 10, "not dead")
-        time.sleep(0.3)
-        assert runner.workers[0].stats.dead == 1
+        wait_for(lambda: runner.workers[0].stats.dead == 1, 10, "dead job not counted")
     assert len(runs.jobs) == 1
     info = client.get(queue, job_id)
     assert info is not None and info.attempt == 1 and info.payload == {"order": 9}
@@ -202,30 +206,28 @@ def test_exhausted_attempts_go_dead(cluster_url: str, cluster_client: Client, qu
             raise AssertionError("dead job was accepted")
 
 
-def test_due_jobs_are_handed_out_promptly(
+def test_hints_wake_the_dispatcher_and_the_worker(
     cluster_url: str, cluster_client: Client, queue: str
 ) -> None:
-    """Punctuality on an unloaded system, on the Redis clock: hints wake the dispatcher and
-    the worker, so lateness is far below their fallback poll intervals (1 s by default)."""
+    """Jobs reach a handler through wake-up hints, not polls: with fallback polls of 10 minutes
+    every job still runs (the wait's deadline is far below 10 minutes).  How punctual they are
+    is measured by the benchmarks (`shardq bench e2e`), not asserted here."""
     client = cluster_client
     client.create_queue(queue, 16)
     runs = Runs()
-    slow_polls = replace(FAST_WORKER, idle_poll=1.0)
-    slow_sleep = DispatcherSettings(lease_time=6.0, renew_interval=2.0, max_sleep=1.0)
+    no_polls = replace(FAST_WORKER, idle_poll=600.0, sweep_interval=600.0)
+    no_sleeps = DispatcherSettings(lease_time=6.0, renew_interval=2.0, max_sleep=600.0)
     with Runner(
         cluster_url,
         queue,
         {"t": runs.add},
-        worker_settings=slow_polls,
-        dispatcher_settings=slow_sleep,
+        worker_settings=no_polls,
+        dispatcher_settings=no_sleeps,
     ):
-        time.sleep(0.5)  # subscriptions in place
-        for i in range(40):
-            client.enqueue(queue, "t", delay=0.3 + 0.025 * i)
-        wait_for(lambda: len(runs.jobs) == 40, 10, lambda: f"{len(runs.jobs)} ran")
-    late = sorted(j.fetched_redis_ms - (j.due_ms or 0) for j in runs.jobs)
-    assert late[0] >= 0, late
-    assert late[len(late) * 9 // 10] < 100, late  # p90 well under the 1 s fallback
+        ids = {client.enqueue(queue, "t", delay=0.3 + 0.025 * i) for i in range(40)}
+        ids.add(client.enqueue(queue, "t"))  # due now: straight to ready, a ready hint
+        wait_for(lambda: set(runs.count()) == ids, 60, lambda: f"{len(runs.jobs)} ran")
+    assert all(j.fetched_redis_ms >= (j.due_ms or 0) for j in runs.jobs)  # never early
 
 
 def test_inline_handlers_run_settle_and_retry(

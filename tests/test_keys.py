@@ -27,6 +27,7 @@ RUNTIME_SCRIPTS = {
     "lease-acquire", "lease-renew", "lease-release", "promote",
     "fetch", "ack", "fail", "touch", "reclaim", "retire",
 }  # fmt: skip
+AT_SHUTDOWN = {"retire", "lease-release"}
 SETTINGS = ProducerSettings()
 
 
@@ -247,7 +248,13 @@ def test_dispatcher_and_worker_calls_stay_in_one_slot(
         slow_wakeups = replace(FAST_DISPATCHER, max_sleep=1.0)
         with Runner(cluster_url, queue, handlers, dispatcher_settings=slow_wakeups):
             wait_for(lambda: len(done) == len(ids) + 50, 15, lambda: f"{len(done)} done")
-            time.sleep(1.5)  # a reclaim round and a lease renewal
+            # Wait for the background calls too (reclaim rounds, lease renewals, trims).
+            running = RUNTIME_SCRIPTS - AT_SHUTDOWN
+            wait_for(
+                lambda: {name for name, _, _ in seen} >= running,
+                15,
+                lambda: f"never called: {running - {name for name, _, _ in seen}}",
+            )
     finally:
         client.close()
 
