@@ -186,7 +186,6 @@ def compare(
         lead=lead,
     )
     doc: dict[str, Any] = {
-        "command": "python -m bench.baselines.drain " + " ".join(sys.argv[1:]),
         "url": url,
         "jobs": jobs,
         "rounds": rounds,
@@ -297,6 +296,7 @@ def main(argv: list[str] | None = None) -> None:
         doc = compare(args.url, args.jobs, args.rounds, modes, cfg, say)
     except bullmq_node.Unavailable as exc:
         raise SystemExit(f"BullMQ baseline unavailable: {exc}") from exc
+    doc = {"command": "python -m bench.baselines.drain " + " ".join(sys.argv[1:]), **doc}
     data = orjson.dumps(doc, option=orjson.OPT_INDENT_2)
     if args.out:
         with open(args.out, "wb") as f:
