@@ -82,7 +82,8 @@ def redis_benchmark(url: str, requests: int = 200_000) -> dict[str, Any] | None:
     cmd += ["-n", str(requests), "SET", key, "x"]
     shown = " ".join(c if c != u.password else "***" for c in cmd)
     try:
-        out = subprocess.run(cmd, capture_output=True, text=True, timeout=300).stdout
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+        out = done.stdout + done.stderr
     finally:
         handle = bullmq_node.connect(url)  # a cluster client when url is a cluster
         try:
@@ -90,7 +91,9 @@ def redis_benchmark(url: str, requests: int = 200_000) -> dict[str, Any] | None:
         finally:
             handle.close()
     m = re.search(r"([\d.]+) requests per second", out.split("\r")[-1])
-    return {"command": shown, "set_per_s": float(m.group(1)) if m else None}
+    if m is None:
+        return {"command": shown, "set_per_s": None, "output_tail": out[-500:]}
+    return {"command": shown, "set_per_s": float(m.group(1))}
 
 
 def calibrate(url: str) -> dict[str, Any]:
