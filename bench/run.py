@@ -26,7 +26,7 @@ import orjson
 import redis as redis_lib
 
 from bench import migrate, rates, stages
-from bench.baselines import scenarios
+from bench.baselines import bullmq_node, drain, scenarios
 from shardq.bench import run_enqueue_bench
 
 SECTIONS = (
@@ -40,6 +40,7 @@ SECTIONS = (
     "backlog_memory",
     "migrate",
     "baselines",
+    "bullmq",
 )
 
 
@@ -60,6 +61,7 @@ class Sizes:
     baseline_jobs: int
     baseline_spread: float
     big_backlog: int
+    bullmq_rounds: int  # of the drain comparison with BullMQ, at drain_jobs jobs
 
 
 FULL = Sizes(
@@ -78,6 +80,7 @@ FULL = Sizes(
     baseline_jobs=20_000,
     baseline_spread=8.0,
     big_backlog=200_000,
+    bullmq_rounds=3,
 )
 QUICK = Sizes(
     enqueue_bulk=20_000,
@@ -95,6 +98,7 @@ QUICK = Sizes(
     baseline_jobs=5_000,
     baseline_spread=3.0,
     big_backlog=0,
+    bullmq_rounds=1,
 )
 
 
@@ -414,6 +418,57 @@ def show_baselines(rows: list[dict[str, Any]]) -> str:
     )
 
 
+def show_bullmq(r: dict[str, Any]) -> str:
+    if "skipped" in r:
+        return f"\n== drain beside BullMQ: skipped ({r['skipped']}) =="
+    env = r["environment"]
+    rows = []
+    for run in r["runs"]:
+        rows.append(
+            [
+                run["round"],
+                run["scenario"],
+                run["design"],
+                run["jobs"],
+                run["lost"],
+                run["duplicates"],
+                run["enqueue_seconds"],
+                run["drain_seconds"],
+                run["drain_jobs_per_s"],
+                run["enqueue_outlasted_lead"],
+            ]
+        )
+    summary = [
+        f"{mode}: shardq/bullmq {s['ratio_shardq_over_bullmq']['min']:.2f} - "
+        f"{s['ratio_shardq_over_bullmq']['max']:.2f} over {r['rounds']} round(s)"
+        for mode, s in r["summary"].items()
+        if s["ratio_shardq_over_bullmq"]
+    ]
+    return (
+        table(
+            f"drain beside BullMQ (bench.baselines.drain: one consumer process each, BullMQ "
+            f"{env['bullmq']} on node {env['node']} with concurrency {r['bullmq_concurrency']}, "
+            f"shardq_consumer; all jobs due at one instant; standalone node)",
+            [
+                "round",
+                "mode",
+                "design",
+                "jobs",
+                "lost",
+                "dup",
+                "enqueue s",
+                "drain s",
+                "drain jobs/s",
+                "enqueue outlasted lead",
+            ],
+            rows,
+        )
+        + f"\ncalibration before: {drain.calibration_line(r['calibration_before'])}"
+        + f"\ncalibration after:  {drain.calibration_line(r['calibration_after'])}"
+        + "".join(f"\n{line}" for line in summary)
+    )
+
+
 # running --------------------------------------------------------------------------------------
 
 
@@ -506,6 +561,17 @@ def run(args: argparse.Namespace, say: Callable[[str], None]) -> dict[str, Any]:
         return rows
 
     section("baselines", baselines, show_baselines)
+
+    def bullmq() -> dict[str, Any]:
+        why = bullmq_node.missing()
+        if why is None:
+            try:
+                return drain.compare(args.standalone_url, sizes.drain_jobs, sizes.bullmq_rounds)
+            except bullmq_node.Unavailable as exc:
+                why = str(exc)
+        return {"skipped": f"BullMQ baseline unavailable: {why}"}
+
+    section("bullmq", bullmq, show_bullmq)
     return doc
 
 

@@ -1,0 +1,313 @@
+"""Drain rate of shardq and BullMQ side by side: same job count, same Redis, same box, one run.
+
+    python -m bench.baselines.drain --url redis://127.0.0.1:7310 --jobs 200000 --rounds 3
+
+Each round runs, for each design, two scenarios of :mod:`bench.baselines.scenarios` (its
+producer timing, run logs and loss/duplicate accounting), every job due at one instant:
+
+- ``backlog``: the consumer starts one second after the due time, once the enqueue has
+  finished: an overdue backlog;
+- ``burst``: the consumer runs before the enqueue starts; the jobs come due ``--lead`` seconds
+  after the enqueue started: a due burst.
+
+The designs: ``bullmq``, one Node process running a BullMQ ``Worker`` (``--bullmq-concurrency``
+jobs in flight, default 100: the best of 1-1,000 in a sweep on the reference box; see
+bench/README.md), and ``shardq``, one Python process running a shardq ``Dispatcher`` and
+``Worker`` (:mod:`bench.baselines.shardq_consumer`: 16 partitions, worker concurrency 1,000).
+One consumer process each, both appending one line per handler run to a run log; the handler
+does nothing else.  Drain rate = jobs run / (last first-run start - first first-run start), the
+starts read from the run log (due time + lateness), the way ``shardq bench e2e`` measures it.
+The order of the designs alternates from round to round.
+
+Before the first round and after the last, a calibration of the box in the same run: a fixed
+CPU loop timed in Python and, when ``redis-benchmark`` is on PATH, ``redis-benchmark -q -n
+200000 SET <key of this run> x`` against the same node (its key deleted afterwards).  Each
+scenario deletes its own keys when it ends (shardq: the queue's; BullMQ: ``{bq}:<queue>:*``).
+``--json`` prints the JSON document on stdout and the tables on stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import re
+import secrets
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+from urllib.parse import urlsplit
+
+import orjson
+import redis as redis_lib
+
+from bench.baselines import bullmq_node
+from bench.baselines.scenarios import ScenarioConfig, run_scenario
+
+DESIGNS = ("bullmq", "shardq")
+MODES = ("backlog", "burst")
+CPU_LOOP = 2_000_000
+
+
+def cpu_loop_rate(n: int = CPU_LOOP, repeat: int = 3) -> float:
+    """Iterations per second of a fixed integer loop in this interpreter (best of ``repeat``)."""
+    best = float("inf")
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        x = 0
+        for i in range(n):
+            x += i * i & 7
+        best = min(best, time.perf_counter() - t0)
+    return n / best
+
+
+def redis_benchmark(url: str, requests: int = 200_000) -> dict[str, Any] | None:
+    """``redis-benchmark -q -n <requests> SET <own key> x`` against the node of ``url`` (50
+    clients, no pipelining), or None when redis-benchmark is not on PATH."""
+    exe = shutil.which("redis-benchmark")
+    if exe is None:
+        return None
+    u = urlsplit(url)
+    key = f"bench-calibration:{secrets.token_hex(4)}"
+    cmd = [exe, "-h", u.hostname or "127.0.0.1", "-p", str(u.port or 6379), "-q"]
+    if u.password:
+        cmd += ["-a", u.password, "--no-auth-warning"]
+        if u.username:
+            cmd += ["--user", u.username]
+    if bullmq_node.is_cluster_url(url):
+        cmd.append("--cluster")
+    cmd += ["-n", str(requests), "SET", key, "x"]
+    shown = " ".join(c if c != u.password else "***" for c in cmd)
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+        out = done.stdout + done.stderr
+    finally:
+        handle = bullmq_node.connect(url)  # a cluster client when url is a cluster
+        try:
+            handle.redis.delete(key)
+        finally:
+            handle.close()
+    m = re.search(r"([\d.]+) requests per second", out.split("\r")[-1])
+    if m is None:
+        return {"command": shown, "set_per_s": None, "output_tail": out[-500:]}
+    return {"command": shown, "set_per_s": float(m.group(1))}
+
+
+def calibrate(url: str) -> dict[str, Any]:
+    return {
+        "cpu_loop_iter_per_s": round(cpu_loop_rate()),
+        "cpu_loop": f"python: for i in range({CPU_LOOP:,}): x += i * i & 7 (best of 3)",
+        "redis_benchmark": redis_benchmark(url),
+        "loadavg_1m": round(os.getloadavg()[0], 2),
+    }
+
+
+def calibration_line(c: dict[str, Any]) -> str:
+    parts = [f"python CPU loop {c['cpu_loop_iter_per_s'] / 1e6:.1f} M iter/s"]
+    rb = c["redis_benchmark"]
+    if rb is None:
+        parts.append("redis-benchmark not on PATH")
+    else:
+        rate = rb["set_per_s"]
+        parts.append(
+            f"redis-benchmark SET {rate:,.0f} req/s" if rate else "redis-benchmark: no figure"
+        )
+        parts.append(f"({rb['command']})")
+    parts.append(f"load avg 1m {c['loadavg_1m']}")
+    return "; ".join(parts)
+
+
+def environment(url: str) -> dict[str, Any]:
+    r = redis_lib.Redis.from_url(url)
+    try:
+        server = r.info("server")
+        cluster = int(r.info("cluster").get("cluster_enabled", 0)) == 1
+    finally:
+        r.close()
+    return {
+        "redis_version": server.get("redis_version"),
+        "redis_cluster": cluster,
+        "cpus": os.cpu_count(),
+        "machine": platform.machine(),
+        "python": platform.python_version(),
+        **bullmq_node.versions(),
+        "started_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+
+
+def _span(values: list[float]) -> dict[str, float] | None:
+    return {"min": min(values), "max": max(values)} if values else None
+
+
+def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for mode in MODES:
+        rates: dict[str, list[float]] = {d: [] for d in DESIGNS}
+        ratios: list[float] = []
+        for rnd in sorted({r["round"] for r in runs}):
+            row = {r["design"]: r for r in runs if r["round"] == rnd and r["scenario"] == mode}
+            for d in DESIGNS:
+                if d in row and row[d]["drain_jobs_per_s"]:
+                    rates[d].append(row[d]["drain_jobs_per_s"])
+            if all(d in row and row[d]["drain_jobs_per_s"] for d in DESIGNS):
+                ratios.append(
+                    round(row["shardq"]["drain_jobs_per_s"] / row["bullmq"]["drain_jobs_per_s"], 2)
+                )
+        out[mode] = {
+            **{f"{d}_jobs_per_s": _span(rates[d]) for d in DESIGNS},
+            "ratio_shardq_over_bullmq": _span(ratios),
+            "lost": sum(r["lost"] for r in runs if r["scenario"] == mode),
+            "duplicates": sum(r["duplicates"] for r in runs if r["scenario"] == mode),
+        }
+    return out
+
+
+def compare(
+    url: str,
+    jobs: int,
+    rounds: int = 1,
+    modes: tuple[str, ...] = MODES,
+    cfg: ScenarioConfig | None = None,
+    say: Callable[[str], None] = lambda line: None,
+) -> dict[str, Any]:
+    """Run the comparison; returns the JSON document (calibration, runs, summary)."""
+    bullmq_node.ensure_installed()
+    base = cfg or ScenarioConfig()
+    lead = base.lead if base.lead is not None else 2.0 + jobs / 10_000
+    cfg = ScenarioConfig(
+        jobs=jobs,
+        payload_bytes=base.payload_bytes,
+        timeout=max(base.timeout, 60.0 + jobs / 2_000),
+        shardq_lease=base.shardq_lease,
+        shardq_visibility=base.shardq_visibility,
+        bullmq_concurrency=base.bullmq_concurrency,
+        bullmq_lock=base.bullmq_lock,
+        bullmq_stalled_interval=base.bullmq_stalled_interval,
+        lead=lead,
+    )
+    doc: dict[str, Any] = {
+        "url": url,
+        "jobs": jobs,
+        "rounds": rounds,
+        "lead_s": lead,
+        "bullmq_concurrency": cfg.bullmq_concurrency,
+        "shardq_consumer": "bench.baselines.shardq_consumer (16 partitions, concurrency 1000)",
+        "environment": environment(url),
+    }
+    cal = calibrate(url)
+    doc["calibration_before"] = cal
+    say(f"calibration (same run, before): {calibration_line(cal)}")
+    env = doc["environment"]
+    say(
+        f"redis {env['redis_version']}{' cluster' if env['redis_cluster'] else ''}, "
+        f"{env['cpus']} CPUs, node {env['node']}, bullmq {env['bullmq']}, python "
+        f"{env['python']}; {jobs:,} jobs, payload {cfg.payload_bytes} B, lead {lead:.1f} s, "
+        f"BullMQ concurrency {cfg.bullmq_concurrency}"
+    )
+    runs: list[dict[str, Any]] = []
+    for rnd in range(1, rounds + 1):
+        order = DESIGNS if rnd % 2 else DESIGNS[::-1]
+        for mode in modes:
+            by_design: dict[str, dict[str, Any]] = {}
+            for design in order:
+                r = run_scenario(design, mode, url, cfg)
+                r["round"] = rnd
+                runs.append(r)
+                by_design[design] = r
+            say(_round_line(rnd, mode, by_design))
+    doc["runs"] = runs
+    cal = calibrate(url)
+    doc["calibration_after"] = cal
+    doc["summary"] = summarize(runs)
+    say(f"calibration (same run, after):  {calibration_line(cal)}")
+    for mode in modes:
+        say(_summary_line(mode, doc["summary"][mode], rounds))
+    return doc
+
+
+def _rate(r: dict[str, Any]) -> str:
+    rate = r.get("drain_jobs_per_s")
+    flag = " (!enqueue outlasted the lead)" if r["enqueue_outlasted_lead"] else ""
+    return (f"{rate:>9,.0f}" if rate else "        -") + " jobs/s" + flag
+
+
+def _round_line(rnd: int, mode: str, by: dict[str, dict[str, Any]]) -> str:
+    b, s = by["bullmq"], by["shardq"]
+    ratio = (
+        f"{s['drain_jobs_per_s'] / b['drain_jobs_per_s']:.2f}"
+        if s.get("drain_jobs_per_s") and b.get("drain_jobs_per_s")
+        else "-"
+    )
+    return (
+        f"round {rnd}  {mode:<7}  bullmq {_rate(b)}  shardq {_rate(s)}  "
+        f"shardq/bullmq {ratio}  lost {b['lost']}/{s['lost']}  dup {b['duplicates']}/"
+        f"{s['duplicates']}  (enqueue s {b['enqueue_seconds']}/{s['enqueue_seconds']}, "
+        f"drain s {b['drain_seconds']}/{s['drain_seconds']}, bullmq/shardq)"
+    )
+
+
+def _summary_line(mode: str, s: dict[str, Any], rounds: int) -> str:
+    def span(v: dict[str, float] | None, fmt: str) -> str:
+        return "-" if v is None else f"{v['min']:{fmt}} - {v['max']:{fmt}}"
+
+    return (
+        f"{mode:<7} over {rounds} round(s): bullmq {span(s['bullmq_jobs_per_s'], ',.0f')} "
+        f"jobs/s, shardq {span(s['shardq_jobs_per_s'], ',.0f')} jobs/s, shardq/bullmq "
+        f"{span(s['ratio_shardq_over_bullmq'], '.2f')}; lost {s['lost']}, duplicates "
+        f"{s['duplicates']}"
+    )
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.baselines.drain",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--url",
+        default=os.environ.get("SHARDQ_BENCH_STANDALONE_URL", "redis://127.0.0.1:7310"),
+        help="Redis node (default: the benchmark standalone node on 7310)",
+    )
+    parser.add_argument("--jobs", type=int, default=200_000)
+    parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--modes", default=",".join(MODES), help="backlog,burst")
+    parser.add_argument("--bullmq-concurrency", type=int, default=ScenarioConfig.bullmq_concurrency)
+    parser.add_argument(
+        "--lead", type=float, default=None, help="seconds to the due time (2 + jobs/10,000)"
+    )
+    parser.add_argument("--payload-bytes", type=int, default=20)
+    parser.add_argument("--out", default="", help="also write the JSON document here")
+    parser.add_argument("--json", action="store_true", help="JSON on stdout, tables on stderr")
+    args = parser.parse_args(argv)
+    modes = tuple(m.strip() for m in args.modes.split(",") if m.strip())
+    if set(modes) - set(MODES):
+        raise SystemExit(f"--modes: choose from {','.join(MODES)}")
+
+    def say(line: str) -> None:
+        print(line, file=sys.stderr if args.json else sys.stdout, flush=True)
+
+    cfg = ScenarioConfig(
+        bullmq_concurrency=args.bullmq_concurrency,
+        lead=args.lead,
+        payload_bytes=args.payload_bytes,
+    )
+    try:
+        doc = compare(args.url, args.jobs, args.rounds, modes, cfg, say)
+    except bullmq_node.Unavailable as exc:
+        raise SystemExit(f"BullMQ baseline unavailable: {exc}") from exc
+    doc = {"command": "python -m bench.baselines.drain " + " ".join(sys.argv[1:]), **doc}
+    data = orjson.dumps(doc, option=orjson.OPT_INDENT_2)
+    if args.out:
+        with open(args.out, "wb") as f:
+            f.write(data + b"\n")
+        say(f"JSON written to {args.out}")
+    if args.json:
+        sys.stdout.write(data.decode() + "\n")
+
+
+if __name__ == "__main__":
+    main()
