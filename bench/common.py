@@ -12,10 +12,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from shardq import keys, ops
+from shardq import JobRequest
 from shardq.bench import cli_command, delete_queue, job_memory, percentile, queue_counters
 from shardq.client import Client
 from shardq.connection import is_cluster
+from shardq.store import keys
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -150,7 +151,7 @@ def enqueue_due_at(
     """Bulk-enqueue n jobs all due at ``due_at`` (epoch seconds); returns their ids."""
     ids: list[str] = []
     for start in range(0, n, chunk):
-        reqs = [ops.JobRequest("bench", payload, run_at=due_at)] * min(chunk, n - start)
+        reqs = [JobRequest("bench", payload, run_at=due_at)] * min(chunk, n - start)
         ids.extend(r.job_id for r in client.enqueue_many(queue, reqs))
     return ids
 

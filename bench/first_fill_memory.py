@@ -15,11 +15,10 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from shardq import devcluster
+from shardq import JobRequest, devcluster
 from shardq.client import Client
 from shardq.config import RedisSettings
 from shardq.connection import connect
-from shardq.ops import JobRequest
 
 FIELDS = (
     "used_memory",

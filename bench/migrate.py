@@ -18,8 +18,9 @@ from typing import Any
 import redis as redis_lib
 
 from bench.common import delete_queue, fresh_queue
-from shardq import keys, ops, slots
+from shardq import JobRequest, slots
 from shardq.client import Client
+from shardq.store import keys
 
 
 def _node(host: str, port: int) -> redis_lib.Redis:
@@ -77,7 +78,7 @@ def migrate_pause(url: str, sizes: list[int]) -> list[dict[str, Any]]:
             try:
                 for start in range(0, n, 10_000):
                     m = min(10_000, n - start)
-                    client.enqueue_many(queue, [ops.JobRequest("bench", "x" * 20, delay=3600)] * m)
+                    client.enqueue_many(queue, [JobRequest("bench", "x" * 20, delay=3600)] * m)
                 owner = cluster.nodes_manager.get_node_from_slot(slot)  # type: ignore[union-attr]
                 prim = cluster.get_primaries()  # type: ignore[union-attr]
                 target = next(p for p in prim if p.name != owner.name)

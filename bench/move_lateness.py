@@ -30,7 +30,11 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from bench.common import delete_queue, fresh_queue  # noqa: E402
-from shardq import keys, slots  # noqa: E402
+from shardq import (  # noqa: E402
+    JobRequest,
+    keys,
+    slots,
+)
 from shardq.aio import AsyncClient  # noqa: E402
 from shardq.bench import percentile  # noqa: E402
 from shardq.client import Client  # noqa: E402
@@ -38,7 +42,6 @@ from shardq.config import DispatcherSettings, RedisSettings, WorkerSettings  # n
 from shardq.connection import connect_async  # noqa: E402
 from shardq.dispatcher import Dispatcher  # noqa: E402
 from shardq.jobs import Job  # noqa: E402
-from shardq.ops import JobRequest  # noqa: E402
 from shardq.worker import Worker  # noqa: E402
 
 PARTITIONS = 8

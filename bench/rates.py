@@ -18,9 +18,10 @@ from bench.common import (
     queue_counters,
     wait_until,
 )
-from shardq import keys, ops
+from shardq import JobRequest
 from shardq.bench import E2EConfig, run_e2e
 from shardq.client import Client
+from shardq.store import keys
 
 
 def _per_partition(client: Client, queue: str, partitions: int, field: str) -> list[int]:
@@ -207,7 +208,7 @@ def steady_cost(url: str, rate: int, spread: float, partitions: int = 64) -> dic
             client.enqueue_many(
                 queue,
                 [
-                    ops.JobRequest("bench", "x" * 20, run_at=start + (i + j) * step)
+                    JobRequest("bench", "x" * 20, run_at=start + (i + j) * step)
                     for j in range(n)
                 ],
             )

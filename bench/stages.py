@@ -13,8 +13,9 @@ import time
 from typing import Any
 
 from bench.common import Sampler, delete_queue, fresh_queue, wait_until
-from shardq import keys, ops, scripts
+from shardq import JobRequest
 from shardq.client import Client
+from shardq.store import delivery, fleet, keys, transport
 
 OWNER = "bench:stages"
 LEASE_MS = 600_000
@@ -40,16 +41,22 @@ def _client_cpu(since: float, jobs: int) -> float:
     return round((time.process_time() - since) * 1e6 / max(1, jobs), 2)
 
 
+def _ok(results: list[Any]) -> list[Any]:
+    for r in results:
+        if isinstance(r, BaseException):
+            raise r
+    return results
+
+
 def acquire_leases(client: Client, pks: list[keys.PartitionKeys]) -> list[str]:
-    lua = scripts.script("lease-acquire")
-    replies = scripts.run_many(
-        client.redis, [(lua, [pk.lease, pk.fence], [OWNER, LEASE_MS]) for pk in pks]
+    grants = _ok(
+        transport.run_many(client.redis, [fleet.lease_acquire(pk, OWNER, LEASE_MS) for pk in pks])
     )
     tokens = []
-    for reply in replies:
-        if not (isinstance(reply, list) and reply[0] == 1):
-            raise RuntimeError(f"lease not granted: {reply!r}")
-        tokens.append(reply[1].decode() if isinstance(reply[1], bytes) else str(reply[1]))
+    for grant in grants:
+        if not grant.won:
+            raise RuntimeError(f"lease not granted: {grant!r}")
+        tokens.append(grant.token)
     return tokens
 
 
@@ -57,25 +64,16 @@ def promote_all(
     client: Client, pks: list[keys.PartitionKeys], tokens: list[str], k: int, expect: int
 ) -> tuple[int, int]:
     """Promote with K per call over every partition until ``expect`` moved; (moved, calls)."""
-    lua = scripts.script("promote")
     moved = calls = 0
     active = list(range(len(pks)))
     while active and moved < expect:
-        batch = [
-            (
-                lua,
-                [pks[i].due, pks[i].ready, pks[i].lease, pks[i].stats],
-                [tokens[i], k, pks[i].ready_hint, LEASE_MS],
-            )
-            for i in active
-        ]
-        replies = scripts.run_many(client.redis, batch)
+        batch = [fleet.promote(pks[i], tokens[i], k, LEASE_MS) for i in active]
+        results = _ok(transport.run_many(client.redis, batch))
         calls += len(batch)
         nxt = []
-        for i, reply in zip(active, replies, strict=True):
-            n = int(ops.check_reply(reply)[0])
-            moved += n
-            if n >= k:
+        for i, result in zip(active, results, strict=True):
+            moved += result.moved
+            if result.moved >= k:
                 nxt.append(i)
         active = nxt
     return moved, calls
@@ -83,29 +81,17 @@ def promote_all(
 
 def fetch_all(
     client: Client, pks: list[keys.PartitionKeys], count: int, expect: int
-) -> dict[int, list[tuple[bytes, str]]]:
-    lua = scripts.script("fetch")
-    got: dict[int, list[tuple[bytes, str]]] = {i: [] for i in range(len(pks))}
+) -> dict[int, list[tuple[bytes, bytes]]]:
+    got: dict[int, list[tuple[bytes, bytes]]] = {i: [] for i in range(len(pks))}
     total = 0
     active = list(range(len(pks)))
     while active and total < expect:
-        batch = [
-            (
-                lua,
-                [pk.ready, pk.jobs, pk.dead, pk.errors, pk.stats],
-                [keys.WORKER_GROUP, OWNER, count],
-            )
-            for pk in (pks[i] for i in active)
-        ]
+        batch = [delivery.fetch(pks[i], OWNER, count) for i in active]
         nxt = []
-        for i, reply in zip(active, scripts.run_many(client.redis, batch), strict=True):
-            r = ops.check_reply(reply)
-            n = (len(r) - 1) // 5
-            for j in range(n):
-                eid, job_id = r[1 + 5 * j], r[2 + 5 * j]
-                got[i].append((eid, job_id.decode()))
-            total += n
-            if n >= count:
+        for i, result in zip(active, _ok(transport.run_many(client.redis, batch)), strict=True):
+            got[i].extend((j.entry_id, j.raw_id) for j in result.jobs)
+            total += len(result.jobs)
+            if len(result.jobs) >= count:
                 nxt.append(i)
         active = nxt
     return got
@@ -114,22 +100,16 @@ def fetch_all(
 def ack_all(
     client: Client,
     pks: list[keys.PartitionKeys],
-    got: dict[int, list[tuple[bytes, str]]],
+    got: dict[int, list[tuple[bytes, bytes]]],
     per_call: int,
 ) -> int:
-    lua = scripts.script("ack")
     calls = []
     for i, entries in got.items():
-        pk = pks[i]
         for start in range(0, len(entries), per_call):
-            argv: list[Any] = [keys.WORKER_GROUP, "1"]
-            for eid, job_id in entries[start : start + per_call]:
-                argv += (eid, job_id)
-            calls.append((lua, [pk.ready, pk.jobs, pk.errors, pk.stats], argv))
+            calls.append(delivery.ack(pks[i], entries[start : start + per_call], True))
     settled = 0
     for start in range(0, len(calls), 256):
-        for reply in scripts.run_many(client.redis, calls[start : start + 256]):
-            settled += int(ops.check_reply(reply)[0])
+        settled += sum(_ok(transport.run_many(client.redis, calls[start : start + 256])))
     return settled
 
 
@@ -162,7 +142,7 @@ def stage_costs(
         cpu = time.process_time()
         for start in range(0, jobs, 10_000):
             n = min(10_000, jobs - start)
-            client.enqueue_many(queue, [ops.JobRequest("bench", payload, run_at=due_at)] * n)
+            client.enqueue_many(queue, [JobRequest("bench", payload, run_at=due_at)] * n)
         out["enqueue_bulk"] = _per_job(s.delta(), jobs)
         out["enqueue_bulk"]["producer_cpu_usec_per_job"] = _client_cpu(cpu, jobs)
         cpu = time.process_time()
@@ -220,7 +200,7 @@ def promote_k(url: str, jobs: int, ks: list[int], partitions: int = 64) -> list[
             due_at = time.time() + 2.0 + jobs / 40_000
             for start in range(0, jobs, 10_000):
                 n = min(10_000, jobs - start)
-                client.enqueue_many(queue, [ops.JobRequest("bench", "x" * 20, run_at=due_at)] * n)
+                client.enqueue_many(queue, [JobRequest("bench", "x" * 20, run_at=due_at)] * n)
             tokens = acquire_leases(client, pks)
             wait_until(lambda due=due_at: time.time() > due + 0.2, 60)
             s = Sampler(client)

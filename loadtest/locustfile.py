@@ -58,7 +58,7 @@ from locust import stats as locust_stats
 from locust.env import Environment
 from locust.runners import MasterRunner, WorkerRunner
 
-from shardq import ops
+from shardq import JobRequest
 from shardq.bench import delete_queue, queue_counters
 from shardq.client import Client
 from shardq.config import RedisSettings
@@ -315,7 +315,7 @@ class ShardqUser(User):
         else:
             self._report("enqueue", started, 1, None)
 
-    def enqueue_many(self, requests: list[ops.JobRequest]) -> None:
+    def enqueue_many(self, requests: list[JobRequest]) -> None:
         started = time.perf_counter()
         try:
             self.client.enqueue_many(RUN.queue, requests)
@@ -354,7 +354,7 @@ class SteadyProducer(ShardqUser):
             return
         n = self.o.shardq_batch
         self.enqueue_many(
-            [ops.JobRequest(self.kind, self.payload, delay=self._delay()) for _ in range(n)]
+            [JobRequest(self.kind, self.payload, delay=self._delay()) for _ in range(n)]
         )
         self._last_jobs = n
 
@@ -390,7 +390,7 @@ class BurstProducer(ShardqUser):
         n = min(self.o.shardq_batch, self._quota() - done)
         if n <= 0:
             return
-        self.enqueue_many([ops.JobRequest(self.kind, self.payload, run_at=target)] * n)
+        self.enqueue_many([JobRequest(self.kind, self.payload, run_at=target)] * n)
         self.filled = {target: done + n}
 
 
@@ -424,7 +424,7 @@ class BacklogProducer(ShardqUser):
             return
         n = min(max(self.o.shardq_batch, 500), cls.left)
         cls.left -= n
-        self.enqueue_many([ops.JobRequest(self.kind, self.payload, run_at=cls.due_at)] * n)
+        self.enqueue_many([JobRequest(self.kind, self.payload, run_at=cls.due_at)] * n)
 
 
 # shapes -------------------------------------------------------------------------------------

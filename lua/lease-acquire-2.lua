@@ -9,10 +9,13 @@ KEYS[2] fence    hash    token (only grows), released ('1' when the last owner l
 
 ARGV[1] owner (dispatcher id)
 ARGV[2] lease time ms
+ARGV[3..] owners whose unexpired lease may be taken over: dispatchers whose membership expired
+          (dead or paused) and earlier incarnations of this dispatcher (restarted in place).
+          Safe, because every write of the displaced owner checks its now stale token.
 
 Returns
   {1, token, 1, takeover}    newly granted; takeover 1 when the previous owner's lease expired
-                             instead of being released (it died or was paused)
+                             or was displaced instead of being released (it died or was paused)
   {1, token, 0, 0}           already ours: extended
   {0, token, owner, ttl ms}  held by another owner
 ]]
@@ -25,11 +28,17 @@ if v then
     redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[2]))
     return {1, token, 0, 0}
   end
-  return {0, token or '', owner or v, redis.call('PTTL', KEYS[1])}
+  local displace = false
+  for i = 3, #ARGV do
+    if owner == ARGV[i] then displace = true end
+  end
+  if not displace then
+    return {0, token or '', owner or v, redis.call('PTTL', KEYS[1])}
+  end
 end
 local token = redis.call('HINCRBY', KEYS[2], 'token', 1)
 local takeover = 0
-if token > 1 and redis.call('HGET', KEYS[2], 'released') ~= '1' then takeover = 1 end
+if v or (token > 1 and redis.call('HGET', KEYS[2], 'released') ~= '1') then takeover = 1 end
 redis.call('HSET', KEYS[2], 'released', '0', 'granted', now_ms())
 redis.call('SET', KEYS[1], token .. ':' .. ARGV[1], 'PX', tonumber(ARGV[2]))
 return {1, tostring(token), 1, takeover}

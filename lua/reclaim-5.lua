@@ -1,7 +1,11 @@
---[[ reclaim: take over deliveries idle past the visibility timeout (their worker died or hung).
+--[[ reclaim: take over deliveries whose worker is gone, or idle past the visibility timeout.
 
-A live worker refreshes its deliveries (touch), so only abandoned ones get this idle.  A delivery
-already made ARGV[5] times is a poison job: it goes to the dead stream instead of running again.
+A live worker refreshes its deliveries (touch) every heartbeat, so their idle time stays short.
+A delivery is taken over when its consumer is not among the live workers (ARGV[7..]) and it is
+idle past ARGV[6] (a few heartbeats: the worker died, its membership expired), or when it is
+idle past the visibility timeout whoever holds it (a reply lost on the way, a hung worker).
+A delivery already made ARGV[5] times is a poison job: it goes to the dead stream instead of
+running again.
 
 KEYS[1] ready    stream  due jobs
 KEYS[2] jobs     hash    job id -> envelope
@@ -14,6 +18,8 @@ ARGV[2] consumer (worker) name taking the deliveries
 ARGV[3] min idle ms (the visibility timeout)
 ARGV[4] max deliveries to look at in this call
 ARGV[5] delivery limit
+ARGV[6] orphan idle ms: a delivery of a consumer not in ARGV[7..] is taken once idle this long
+ARGV[7..] live consumers (worker names whose membership has not expired)
 
 Returns {now ms, entry id, job id, due ms, attempt, body, deliveries, ...} (6 fields per job)
 ]]
@@ -23,14 +29,26 @@ Returns {now ms, entry id, job id, due ms, attempt, body, deliveries, ...} (6 fi
 local now = now_ms()
 local out = {now}
 local limit = tonumber(ARGV[5])
+local visibility, orphan_idle = tonumber(ARGV[3]), tonumber(ARGV[6])
+local live = {}
+for i = 7, #ARGV do live[ARGV[i]] = true end
 local dead_keys = {KEYS[2], KEYS[3], KEYS[4], KEYS[5]}
-local pending = redis.call('XPENDING', KEYS[1], ARGV[1], 'IDLE', tonumber(ARGV[3]), '-', '+',
-  tonumber(ARGV[4]))
+local pending = redis.call('XPENDING', KEYS[1], ARGV[1], 'IDLE', math.min(visibility, orphan_idle),
+  '-', '+', tonumber(ARGV[4]))
 
 for _, p in ipairs(pending) do
-  local eid, deliveries = p[1], tonumber(p[4])
-  local claimed = redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], tonumber(ARGV[3]), eid)
-  local entry = claimed[1]
+  local eid, owner, idle, deliveries = p[1], p[2], tonumber(p[3]), tonumber(p[4])
+  local min_idle
+  if idle >= visibility then
+    min_idle = visibility
+  elseif not live[owner] then
+    min_idle = orphan_idle
+  end
+  -- XCLAIM's min idle re-checks the entry, so one touched since XPENDING read it stays put.
+  local entry
+  if min_idle then
+    entry = redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], min_idle, eid)[1]
+  end
   if entry then
     local id, due = ready_fields(entry[2])
     local v = id and redis.call('HGET', KEYS[2], id)

@@ -6,8 +6,7 @@ from shardq.config import DispatcherSettings, ProducerSettings, RedisSettings, W
 from shardq.connection import connect, connect_async
 from shardq.dispatcher import Dispatcher
 from shardq.errors import PermanentError, RetryAfter, ShardqError
-from shardq.jobs import Backoff, Job, JobInfo
-from shardq.ops import EnqueueResult, JobRequest
+from shardq.jobs import Backoff, EnqueueResult, Job, JobInfo, JobRequest
 from shardq.worker import Worker, inline
 
 __all__ = [

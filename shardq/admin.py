@@ -11,10 +11,11 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
-from shardq import keys, metrics, scripts
+from shardq import metrics
 from shardq.client import Client
 from shardq.connection import as_text
-from shardq.dispatcher import fair_share
+from shardq.dispatcher.leases import fair_share
+from shardq.store import fleet, inspect, keys, transport
 
 # Most entries one dlq script call handles: keeps each call short.
 DLQ_BATCH = 100
@@ -34,34 +35,25 @@ def owners(client: Client, queue: str) -> list[OwnerRow]:
     """Lease owner, token, lease age and next due time of every partition."""
     total = client.partitions(queue)
     pks = keys.all_partition_keys(queue, total)
-    lua = scripts.script("owner-info")
-    replies = scripts.run_many(
-        client.redis, [(lua, [pk.lease, pk.fence, pk.due], []) for pk in pks]
-    )
     rows = []
-    for pk, reply in zip(pks, replies, strict=True):
-        if isinstance(reply, Exception):
-            raise reply
-        now, lease, ttl, granted, next_due = (
-            int(reply[0]),
-            as_text(reply[1]),
-            int(reply[2]),
-            int(reply[3]),
-            int(reply[4]),
-        )
-        owner: str | None = None
-        token: int | None = None
-        if lease:
-            token_text, _, owner = lease.partition(":")
-            token = int(token_text)
+    for pk, info in zip(
+        pks, transport.run_many(client.redis, [fleet.lease_info(pk) for pk in pks]), strict=True
+    ):
+        if isinstance(info, BaseException):
+            raise info
+        now = info.now_ms
         rows.append(
             OwnerRow(
                 partition=pk.partition,
-                owner=owner,
-                token=token,
-                lease_age_s=(now - granted) / 1000 if lease and granted >= 0 else None,
-                lease_ttl_s=ttl / 1000 if lease and ttl >= 0 else None,
-                next_due_in_s=(next_due - now) / 1000 if next_due >= 0 else None,
+                owner=info.owner,
+                token=info.token,
+                lease_age_s=(now - info.granted_ms) / 1000
+                if info.owner and info.granted_ms is not None
+                else None,
+                lease_ttl_s=info.ttl_ms / 1000 if info.ttl_ms is not None else None,
+                next_due_in_s=(info.next_due_ms - now) / 1000
+                if info.next_due_ms is not None
+                else None,
             )
         )
     return rows
@@ -122,13 +114,9 @@ def even_plan(client: Client, queue: str) -> list[tuple[int, str]]:
 def revoke(client: Client, queue: str, plan: list[tuple[int, str]]) -> int:
     """Revoke the planned leases (the owner is fenced off; a peer takes over).  Returns count."""
     total = client.partitions(queue)
-    lua = scripts.script("lease-revoke")
-    calls = []
-    for p, owner in plan:
-        pk = keys.partition_keys(queue, p, total)
-        calls.append((lua, [pk.lease, pk.fence], [owner]))
-    replies = scripts.run_many(client.redis, calls)
-    done = [p for (p, _), r in zip(plan, replies, strict=True) if r == 1]
+    ops = [fleet.lease_revoke(keys.partition_keys(queue, p, total), owner) for p, owner in plan]
+    results = transport.run_many(client.redis, ops)
+    done = [p for (p, _), r in zip(plan, results, strict=True) if r is True]
     if done:
         client.redis.hdel(keys.owners_key(queue), *[str(p) for p in done])
     return len(done)
@@ -305,19 +293,15 @@ def replay(client: Client, queue: str, job_ids: list[str] | None = None) -> tupl
     """Move dead jobs back to the due set (due now, attempts reset).  Returns (moved, skipped)."""
     total = client.partitions(queue)
     moved = skipped = 0
-    lua = scripts.script("dlq-replay")
     for p, wanted in _by_partition(client, queue, job_ids).items():
         pk = keys.partition_keys(queue, p, total)
         ids = _dead_ids(client, pk, wanted)
         for start in range(0, len(ids), DLQ_BATCH):
-            reply = scripts.run(
-                client.redis,
-                lua,
-                [pk.dead, pk.jobs, pk.due, pk.errors, pk.stats],
-                [pk.due_hint, *ids[start : start + DLQ_BATCH]],
+            done, left = transport.run(
+                client.redis, inspect.dlq_replay(pk, ids[start : start + DLQ_BATCH])
             )
-            moved += int(reply[0])
-            skipped += int(reply[1])
+            moved += done
+            skipped += left
     return moved, skipped
 
 
@@ -325,15 +309,12 @@ def purge(client: Client, queue: str, job_ids: list[str] | None = None) -> int:
     """Delete dead letters (all, or those of the given jobs) and their dead jobs."""
     total = client.partitions(queue)
     deleted = 0
-    lua = scripts.script("dlq-purge")
     for p, wanted in _by_partition(client, queue, job_ids).items():
         pk = keys.partition_keys(queue, p, total)
         ids = _dead_ids(client, pk, wanted)
         for start in range(0, len(ids), DLQ_BATCH):
-            deleted += int(
-                scripts.run(
-                    client.redis, lua, [pk.dead, pk.jobs, pk.errors], ids[start : start + DLQ_BATCH]
-                )
+            deleted += transport.run(
+                client.redis, inspect.dlq_purge(pk, ids[start : start + DLQ_BATCH])
             )
     return deleted
 

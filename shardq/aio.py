@@ -3,18 +3,24 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable
+import time
+from collections.abc import Awaitable, Callable, Iterable
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from redis.exceptions import ResponseError
 
-from shardq import keys, ops, scripts
-from shardq.client import group_create_args, unknown_queue
+from shardq.client import BulkRun, unknown_queue
 from shardq.config import ProducerSettings, RedisSettings
-from shardq.connection import AsyncRedis, connect_async
-from shardq.durable import AsyncNodes
-from shardq.jobs import Backoff, JobInfo, check_queue_name
+from shardq.connection import AsyncRedis, as_text, connect_async
+from shardq.errors import BulkEnqueueError
+from shardq.jobs import Backoff, EnqueueResult, JobInfo, JobRequest, check_queue_name
+from shardq.store import faults, keys, producer, retry
+from shardq.store.op import Op
+from shardq.store.producer import PreparedEnqueue
+from shardq.store.transport import AsyncTransport
+
+T = TypeVar("T")
 
 
 class AsyncClient:
@@ -23,8 +29,8 @@ class AsyncClient:
     def __init__(self, redis: AsyncRedis, settings: ProducerSettings | None = None) -> None:
         self.redis = redis
         self.settings = settings or ProducerSettings()
+        self.transport = AsyncTransport(redis)
         self._partitions: dict[str, int] = {}
-        self._nodes = AsyncNodes(redis)
 
     @classmethod
     async def from_url(
@@ -34,7 +40,7 @@ class AsyncClient:
         return cls(await connect_async(redis_settings), settings)
 
     async def close(self) -> None:
-        await self._nodes.aclose()
+        await self.transport.aclose()
         await self.redis.aclose()
 
     async def __aenter__(self) -> AsyncClient:
@@ -43,39 +49,70 @@ class AsyncClient:
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
+    async def _retry(
+        self, fn: Callable[[], Awaitable[T]], *, safe_to_repeat: bool = True, what: str
+    ) -> T:
+        return await retry.async_call(
+            self.transport.refresh,
+            fn,
+            self.settings.retry_timeout,
+            safe_to_repeat=safe_to_repeat,
+            what=what,
+        )
+
+    async def _run(self, op: Op[T], *, safe_to_repeat: bool = True, what: str) -> T:
+        return await self._retry(
+            lambda: self.transport.run(op), safe_to_repeat=safe_to_repeat, what=what
+        )
+
     async def create_queue(
         self,
         queue: str,
         partitions: int = 64,
         *,
         ack_retention: float = 0.0,
-        dead_letter_cap: int = ops.DEFAULT_DEAD_CAP,
+        dead_letter_cap: int = producer.DEFAULT_DEAD_CAP,
     ) -> bool:
         """See :meth:`shardq.Client.create_queue`."""
-        reply = await scripts.arun(
-            self.redis, *ops.queue_create_call(queue, partitions, ack_retention, dead_letter_cap)
+        op = producer.queue_create(queue, partitions, ack_retention, dead_letter_cap)
+        created = bool(await self._run(op, what=f"creating queue {queue!r}"))
+        await self._retry(lambda: self._create_groups(queue, partitions), what="creating groups")
+        await self._retry(
+            lambda: self.redis.sadd(keys.QUEUES_KEY, queue),  # type: ignore[arg-type,return-value]
+            what="registering the queue",
         )
-        created = bool(ops.check_reply(reply)[0] == 1)
+        self._partitions[queue] = partitions
+        return created
+
+    async def _create_groups(self, queue: str, partitions: int) -> None:
         pipe = self.redis.pipeline(transaction=False)
-        for args in group_create_args(queue, partitions):
+        for args in producer.group_create_commands(queue, partitions):
             pipe.execute_command(*args)
         for result in await pipe.execute(raise_on_error=False):
             if isinstance(result, ResponseError) and "BUSYGROUP" not in str(result):
                 raise result
-        await self.redis.sadd(keys.QUEUES_KEY, queue)  # type: ignore[misc]
-        self._partitions[queue] = partitions
-        return created
 
     async def partitions(self, queue: str) -> int:
         cached = self._partitions.get(queue)
         if cached is not None:
             return cached
         check_queue_name(queue)
-        raw = await self.redis.hget(keys.queue_meta_key(queue), "partitions")  # type: ignore[misc]
+        raw = await self._retry(
+            lambda: self.redis.hget(keys.queue_meta_key(queue), "partitions"),  # type: ignore[arg-type,return-value]
+            what=f"reading queue {queue!r}",
+        )
         if raw is None:
             raise unknown_queue(queue)
         self._partitions[queue] = int(raw)
         return int(raw)
+
+    async def queues(self) -> list[str]:
+        """Names of every queue created on this Redis."""
+        members = await self._retry(
+            lambda: self.redis.smembers(keys.QUEUES_KEY),  # type: ignore[arg-type,return-value]
+            what="listing queues",
+        )
+        return sorted(as_text(q) for q in members)
 
     async def enqueue(
         self,
@@ -93,7 +130,7 @@ class AsyncClient:
         durable: bool = False,
     ) -> str:
         """See :meth:`shardq.Client.enqueue`."""
-        request = ops.JobRequest(
+        request = JobRequest(
             job_type,
             payload,
             run_at,
@@ -107,64 +144,68 @@ class AsyncClient:
         return (await self.enqueue_detailed(queue, request, durable=durable)).job_id
 
     async def enqueue_detailed(
-        self, queue: str, request: ops.JobRequest, *, durable: bool = False
-    ) -> ops.EnqueueResult:
-        prepared = ops.prepare_enqueue(queue, await self.partitions(queue), request, self.settings)
+        self, queue: str, request: JobRequest, *, durable: bool = False
+    ) -> EnqueueResult:
+        """See :meth:`shardq.Client.enqueue_detailed`."""
+        partitions = await self.partitions(queue)
+        prepared = producer.prepare_enqueue(queue, partitions, request, self.settings)
         if not durable:
-            return prepared.parse(await scripts.arun(self.redis, *prepared.call()))
-        s = self.settings
-        reply, acked = await self._nodes.run_durable(
-            prepared.call(), s.durable_replicas, round(s.durable_timeout * 1000)
-        )
-        result = prepared.parse(reply)
-        ops.check_durable([result.job_id], acked, s)
-        return result
+            return await self._run(prepared.op(), what=f"enqueue of job {prepared.job_id}")
+        try:
+            return (await self._bulk([prepared], durable=True))[0]
+        except BulkEnqueueError as exc:
+            raise next(iter(exc.failed.values())) from None
 
     async def enqueue_many(
         self,
         queue: str,
-        requests: Iterable[ops.JobRequest],
+        requests: Iterable[JobRequest],
         *,
         chunk: int = 5000,
         durable: bool = False,
-    ) -> list[ops.EnqueueResult]:
+    ) -> list[EnqueueResult]:
         """See :meth:`shardq.Client.enqueue_many`."""
         partitions = await self.partitions(queue)
-        prepared = [ops.prepare_enqueue(queue, partitions, r, self.settings) for r in requests]
-        results: list[ops.EnqueueResult] = []
-        not_durable: list[str] = []
+        prepared = [producer.prepare_enqueue(queue, partitions, r, self.settings) for r in requests]
+        results: list[EnqueueResult] = []
         for start in range(0, len(prepared), chunk):
-            part = prepared[start : start + chunk]
-            plan = ops.plan_bulk(part)
-            if durable:
-                # One WAIT per call on its own node connection, all calls at once.
-                s = self.settings
-                waited = await asyncio.gather(
-                    *(
-                        self._nodes.run_durable(
-                            call, s.durable_replicas, round(s.durable_timeout * 1000)
-                        )
-                        for call in plan.calls
-                    )
-                )
-                replies = [reply for reply, _ in waited]
-                not_durable += [
-                    part[j].job_id
-                    for i, (_, acked) in enumerate(waited)
-                    if acked < s.durable_replicas
-                    for j in plan.members[i]
-                ]
-            else:
-                replies = await scripts.arun_many(self.redis, plan.calls)
-            results.extend(plan.results(part, replies))
-        if not_durable:
-            ops.check_durable(not_durable, 0, self.settings)
+            results.extend(await self._bulk(prepared[start : start + chunk], durable=durable))
         return results
+
+    async def _bulk(self, prepared: list[PreparedEnqueue], *, durable: bool) -> list[EnqueueResult]:
+        run = BulkRun(prepared, self.settings)
+        s = self.settings
+        deadline = time.monotonic() + s.retry_timeout
+        attempt = 0
+        while run.pending:
+            calls = run.pending
+            ops = [c.op for c in calls]
+            if durable:
+                results, acked = await self.transport.run_waiting(
+                    ops, s.durable_replicas, round(s.durable_timeout * 1000)
+                )
+                run.settle(calls, results, acked)
+            else:
+                results = await self.transport.run_many(ops)
+                run.settle(calls, results)
+            if not run.pending:
+                break
+            attempt += 1
+            if time.monotonic() >= deadline:
+                run.give_up()
+                break
+            try:
+                await self.transport.refresh()
+            except Exception as exc:  # every node down: the next round fails and retries
+                if not faults.is_transient(exc):
+                    raise
+            await asyncio.sleep(retry.pause(attempt))
+        return run.outcome()
 
     async def cancel(self, queue: str, job_id: str) -> bool:
         """See :meth:`shardq.Client.cancel`."""
-        call = ops.cancel_call(queue, await self.partitions(queue), job_id)
-        return ops.parse_cancel(await scripts.arun(self.redis, *call))
+        op = producer.cancel(queue, await self.partitions(queue), job_id)
+        return bool(await self._run(op, safe_to_repeat=False, what=f"cancel of job {job_id}"))
 
     async def reschedule(
         self,
@@ -175,13 +216,12 @@ class AsyncClient:
         delay: timedelta | float | None = None,
     ) -> int:
         """See :meth:`shardq.Client.reschedule`."""
-        call = ops.reschedule_call(
+        op = producer.reschedule(
             queue, await self.partitions(queue), job_id, run_at, delay, self.settings
         )
-        return ops.parse_reschedule(await scripts.arun(self.redis, *call))
+        return int(await self._run(op, what=f"reschedule of job {job_id}"))
 
     async def get(self, queue: str, job_id: str) -> JobInfo | None:
         """See :meth:`shardq.Client.get`."""
-        partitions = await self.partitions(queue)
-        reply = await scripts.arun(self.redis, *ops.get_call(queue, partitions, job_id))
-        return ops.parse_get(queue, partitions, job_id, reply)
+        op = producer.get(queue, await self.partitions(queue), job_id)
+        return await self._run(op, what=f"reading job {job_id}")

@@ -25,10 +25,11 @@ from typing import Any, TextIO
 
 import orjson
 
-from shardq import keys, ops
 from shardq.client import Client
 from shardq.config import RedisSettings, WorkerSettings
 from shardq.connection import SyncRedis, is_cluster
+from shardq.jobs import JobRequest
+from shardq.store import keys
 from shardq.worker import inline
 
 
@@ -228,7 +229,7 @@ def run_e2e(cfg: E2EConfig, progress: TextIO | None = None) -> dict[str, Any]:
         ids: list[str] = []
         chunk = 10_000
         for i in range(0, cfg.jobs, chunk):
-            requests = [ops.JobRequest("bench", payload, run_at=t) for t in due_at[i : i + chunk]]
+            requests = [JobRequest("bench", payload, run_at=t) for t in due_at[i : i + chunk]]
             ids.extend(r.job_id for r in client.enqueue_many(queue, requests))
         enqueue_s = time.perf_counter() - t0
         # Client and replication buffers of the burst drain within moments: take the lower of
@@ -339,7 +340,7 @@ def run_enqueue_bench(
         for _ in range(single_jobs):
             client.enqueue(queue, "bench", payload, delay=3600)
         single = single_jobs / (time.perf_counter() - t0)
-        requests = [ops.JobRequest("bench", payload, delay=3600) for _ in range(jobs)]
+        requests = [JobRequest("bench", payload, delay=3600) for _ in range(jobs)]
         t0 = time.perf_counter()
         client.enqueue_many(queue, requests)
         bulk = jobs / (time.perf_counter() - t0)

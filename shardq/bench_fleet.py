@@ -18,11 +18,11 @@ import time
 from collections import Counter
 from typing import Any
 
-from shardq import keys
 from shardq.bench import cli_command, delete_queue, stop_processes
 from shardq.client import Client
 from shardq.config import RedisSettings
 from shardq.connection import SyncRedis, is_cluster
+from shardq.store import keys
 
 
 def lease_owners(redis: SyncRedis, queue: str, partitions: int) -> list[str | None]:

@@ -17,6 +17,7 @@ import click
 from shardq.cli_common import friendly_errors, redis_options, settings_from
 from shardq.cli_dev import dev
 from shardq.cli_ops import dlq, owners, rebalance, stats
+from shardq.cli_settings import build_settings, settings_options
 from shardq.client import Client
 from shardq.config import DispatcherSettings, WorkerSettings
 from shardq.logs import setup_logging
@@ -231,11 +232,66 @@ def _parse_partitions(value: str | None) -> list[int] | None:
     return out
 
 
-async def _run_until_signal(runner: Any) -> None:
+async def _run_until_signal(make: Callable[[Any], Any], url_settings: Any) -> None:
+    """Connect (waiting out an outage: the process reports not ready meanwhile, it does not
+    exit), build the runner, run it until SIGTERM/SIGINT."""
+    from shardq.connection import connect_async_waiting
+
     loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    runner: Any = None
+
+    def on_signal() -> None:
+        stop.set()
+        if runner is not None:
+            runner.stop()
+
     for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, runner.stop)
-    await runner.run()
+        loop.add_signal_handler(sig, on_signal)
+    redis = await connect_async_waiting(url_settings, stop)
+    if redis is None:
+        return
+    try:
+        runner = make(redis)
+        if stop.is_set():
+            return
+        await runner.run()
+    finally:
+        await redis.aclose()
+
+
+def _serve_metrics(port: int | None, addr: str) -> None:
+    if port is not None:
+        from shardq.metrics import serve
+
+        serve(port, addr)
+
+
+def _process_options(fn: F) -> F:
+    """Options every long-running process takes."""
+    fn = click.option(
+        "--metrics-addr",
+        default="127.0.0.1",
+        show_default=True,
+        envvar="SHARDQ_METRICS_ADDR",
+        help="Address the metrics/health endpoint binds (0.0.0.0 in a container).",
+    )(fn)
+    fn = click.option(
+        "--metrics-port",
+        type=int,
+        default=None,
+        envvar="SHARDQ_METRICS_PORT",
+        help="Serve /metrics, /healthz and /readyz on this port.",
+    )(fn)
+    fn = click.option(
+        "--instance",
+        default=None,
+        envvar="SHARDQ_INSTANCE",
+        help="Where this process runs (the pod name); a process restarted with the same "
+        "instance takes over its predecessor's work at once. Default: host:pid.",
+    )(fn)
+    fn = click.option("--partitions", default=None, help="Only these partitions, e.g. 0-15,32.")(fn)
+    return click.option("--queue", "queue_name", required=True, envvar="SHARDQ_QUEUE")(fn)
 
 
 @main.group()
@@ -244,68 +300,37 @@ def dispatcher() -> None:
 
 
 @dispatcher.command("run")
-@click.option("--queue", "queue_name", required=True)
-@click.option("--partitions", default=None, help="Only these partitions, e.g. 0-15,32.")
-@click.option("--batch", default=100, show_default=True, help="Most jobs moved per call (K).")
-@click.option("--lease-time", default=10.0, show_default=True)
-@click.option("--renew-interval", default=3.0, show_default=True)
-@click.option("--max-sleep", default=1.0, show_default=True)
-@click.option(
-    "--membership-timeout",
-    default=10.0,
-    show_default=True,
-    help="Seconds without a heartbeat before a dispatcher counts as dead.",
-)
-@click.option(
-    "--metrics-port",
-    type=int,
-    default=None,
-    envvar="SHARDQ_METRICS_PORT",
-    help="Serve Prometheus metrics on this port (0.0.0.0).",
-)
+@_process_options
+@settings_options(DispatcherSettings, "SHARDQ_DISPATCHER_")
 @redis_options
 @friendly_errors
 def dispatcher_run(
     queue_name: str,
     partitions: str | None,
-    batch: int,
-    lease_time: float,
-    renew_interval: float,
-    max_sleep: float,
-    membership_timeout: float,
+    instance: str | None,
     metrics_port: int | None,
+    metrics_addr: str,
     url: str,
     username: str | None,
     password: str | None,
+    **given: Any,
 ) -> None:
-    """Promote due jobs of QUEUE until SIGTERM/SIGINT (leases are released on the way out)."""
-    from shardq.connection import connect_async
+    """Promote due jobs of QUEUE until SIGTERM/SIGINT (leases are released on the way out).
+
+    Every setting can also come from the environment (SHARDQ_DISPATCHER_<SETTING>)."""
     from shardq.dispatcher import Dispatcher
 
-    settings = DispatcherSettings(
-        batch=batch,
-        lease_time=lease_time,
-        renew_interval=renew_interval,
-        max_sleep=max_sleep,
-        membership_timeout=membership_timeout,
+    settings = build_settings(DispatcherSettings, given)
+    pinned = _parse_partitions(partitions)
+    _serve_metrics(metrics_port, metrics_addr)
+    asyncio.run(
+        _run_until_signal(
+            lambda redis: Dispatcher(
+                redis, queue_name, settings=settings, partitions=pinned, instance=instance
+            ),
+            settings_from(url, username, password),
+        )
     )
-    if metrics_port is not None:
-        from shardq.metrics import serve
-
-        serve(metrics_port)
-
-    async def go() -> None:
-        redis = await connect_async(settings_from(url, username, password))
-        try:
-            await _run_until_signal(
-                Dispatcher(
-                    redis, queue_name, settings=settings, partitions=_parse_partitions(partitions)
-                )
-            )
-        finally:
-            await redis.aclose()
-
-    asyncio.run(go())
 
 
 def load_handlers(spec: str) -> Any:
@@ -333,75 +358,51 @@ def worker() -> None:
 
 
 @worker.command("run")
-@click.option("--queue", "queue_name", required=True)
 @click.option(
     "--handlers",
     "handlers_spec",
     required=True,
+    envvar="SHARDQ_HANDLERS",
     help="module:attribute holding a dict {job type: handler} or a callable(worker).",
 )
-@click.option("--partitions", default=None, help="Only these partitions, e.g. 0-15,32.")
-@click.option("--concurrency", default=64, show_default=True)
-@click.option("--visibility-timeout", default=30.0, show_default=True)
-@click.option("--shutdown-grace", default=25.0, show_default=True)
-@click.option("--max-deliveries", default=5, show_default=True)
-@click.option(
-    "--metrics-port",
-    type=int,
-    default=None,
-    envvar="SHARDQ_METRICS_PORT",
-    help="Serve Prometheus metrics on this port (0.0.0.0).",
-)
+@_process_options
+@settings_options(WorkerSettings, "SHARDQ_WORKER_")
 @redis_options
 @friendly_errors
 def worker_run(
-    queue_name: str,
     handlers_spec: str,
+    queue_name: str,
     partitions: str | None,
-    concurrency: int,
-    visibility_timeout: float,
-    shutdown_grace: float,
-    max_deliveries: int,
+    instance: str | None,
     metrics_port: int | None,
+    metrics_addr: str,
     url: str,
     username: str | None,
     password: str | None,
+    **given: Any,
 ) -> None:
-    """Run jobs of QUEUE until SIGTERM/SIGINT, then finish in-flight jobs within the grace."""
-    from shardq.connection import connect_async
+    """Run jobs of QUEUE until SIGTERM/SIGINT, then finish in-flight jobs within the grace.
+
+    Every setting can also come from the environment (SHARDQ_WORKER_<SETTING>)."""
     from shardq.worker import Worker
 
     handlers = load_handlers(handlers_spec)
-    settings = WorkerSettings(
-        concurrency=concurrency,
-        visibility_timeout=visibility_timeout,
-        heartbeat_interval=min(5.0, visibility_timeout / 3),
-        shutdown_grace=shutdown_grace,
-        max_deliveries=max_deliveries,
-    )
-    if metrics_port is not None:
-        from shardq.metrics import serve
+    if not (isinstance(handlers, dict) or callable(handlers)):
+        raise click.BadParameter("must be a dict or a callable", param_hint="--handlers")
+    settings = build_settings(WorkerSettings, given)
+    pinned = _parse_partitions(partitions)
+    _serve_metrics(metrics_port, metrics_addr)
 
-        serve(metrics_port)
+    def make(redis: Any) -> Worker:
+        w = Worker(redis, queue_name, settings=settings, partitions=pinned, instance=instance)
+        if isinstance(handlers, dict):
+            for job_type, fn in handlers.items():
+                w.register(job_type, fn)
+        else:
+            handlers(w)
+        return w
 
-    async def go() -> None:
-        redis = await connect_async(settings_from(url, username, password))
-        try:
-            w = Worker(
-                redis, queue_name, settings=settings, partitions=_parse_partitions(partitions)
-            )
-            if isinstance(handlers, dict):
-                for job_type, fn in handlers.items():
-                    w.register(job_type, fn)
-            elif callable(handlers):
-                handlers(w)
-            else:
-                raise click.BadParameter("must be a dict or a callable", param_hint="--handlers")
-            await _run_until_signal(w)
-        finally:
-            await redis.aclose()
-
-    asyncio.run(go())
+    asyncio.run(_run_until_signal(make, settings_from(url, username, password)))
 
 
 # benchmarks and demo -----------------------------------------------------------------------

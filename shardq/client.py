@@ -1,19 +1,31 @@
-"""The sync producer client: create queues, enqueue, cancel, reschedule and inspect jobs."""
+"""The sync producer client: create queues, enqueue, cancel, reschedule and inspect jobs.
+
+Every call rides out failovers, slot moves and restarts for up to
+``ProducerSettings.retry_timeout`` (see :mod:`shardq.store.retry`): enqueue resends the same job
+id and body, which the script recognises, so a resend never duplicates a job.
+"""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable
 from datetime import datetime, timedelta
 from typing import Any
 
 from redis.exceptions import ResponseError
 
-from shardq import keys, ops, scripts
 from shardq.config import ProducerSettings, RedisSettings
-from shardq.connection import SyncRedis, connect
-from shardq.durable import run_durable
-from shardq.errors import UnknownQueueError
-from shardq.jobs import Backoff, JobInfo, check_queue_name
+from shardq.connection import SyncRedis, as_text, connect
+from shardq.errors import (
+    BulkEnqueueError,
+    NotDurableError,
+    ShardqError,
+    UnknownQueueError,
+)
+from shardq.jobs import Backoff, EnqueueResult, JobInfo, JobRequest, check_queue_name
+from shardq.store import faults, keys, producer, retry, transport
+from shardq.store.op import Op, result
+from shardq.store.producer import BulkCall, Outcome, PreparedEnqueue
 
 
 def unknown_queue(queue: str) -> UnknownQueueError:
@@ -23,12 +35,83 @@ def unknown_queue(queue: str) -> UnknownQueueError:
     )
 
 
-def group_create_args(queue: str, partitions: int) -> list[tuple[str, ...]]:
-    """XGROUP CREATE commands for every partition's ready stream (MKSTREAM, from the start)."""
-    return [
-        ("XGROUP", "CREATE", pk.ready, keys.WORKER_GROUP, "0", "MKSTREAM")
-        for pk in keys.all_partition_keys(queue, partitions)
-    ]
+def not_durable(job_ids: list[str], acked: int, settings: ProducerSettings) -> NotDurableError:
+    return NotDurableError(
+        f"{', '.join(job_ids[:5])}{' ...' if len(job_ids) > 5 else ''}: stored on the primary "
+        f"but only {acked} of {settings.durable_replicas} replica(s) confirmed within "
+        f"{settings.durable_timeout} s. The job runs unless that primary fails before "
+        "replicating it; resending with the same idempotency_key or job_id is safe. Check that "
+        "the partition's primary has a replica in sync (after a failover it may have none).",
+        job_ids,
+    )
+
+
+class BulkRun:
+    """The state of one bulk enqueue: which calls are done, which must be sent again.
+
+    Shared by the sync and asyncio clients: they only differ in how a round is sent.
+    """
+
+    def __init__(self, prepared: list[PreparedEnqueue], settings: ProducerSettings) -> None:
+        self.prepared = prepared
+        self.settings = settings
+        self.results: list[EnqueueResult | None] = [None] * len(prepared)
+        self.failed: dict[int, BaseException] = {}
+        self.short: list[str] = []  # stored, but fewer replicas confirmed than asked
+        self.pending: list[BulkCall] = producer.plan_bulk(prepared)
+        self.last_error: dict[int, BaseException] = {}
+
+    def settle(
+        self,
+        calls: list[BulkCall],
+        replies: list[list[Outcome] | BaseException],
+        acked: list[int | None] | None = None,
+    ) -> None:
+        """Record a round's replies; calls that met a fault worth a resend stay pending."""
+        again: list[BulkCall] = []
+        for n, (call, reply) in enumerate(zip(calls, replies, strict=True)):
+            if isinstance(reply, BaseException):
+                if retry.should_retry(reply, safe_to_repeat=True):
+                    again.append(call)
+                    for i in call.members:
+                        self.last_error[i] = reply
+                else:
+                    for i in call.members:
+                        self.failed[i] = faults.translate(reply, "enqueue")
+                continue
+            for i, outcome in zip(call.members, reply, strict=True):
+                if isinstance(outcome, ShardqError):
+                    self.failed[i] = outcome
+                else:
+                    self.results[i] = outcome
+                    self.last_error.pop(i, None)
+                    if acked is not None and (acked[n] or 0) < self.settings.durable_replicas:
+                        self.short.append(outcome.job_id)
+        self.pending = again
+
+    def give_up(self) -> None:
+        """The retry window ran out: what is still pending is not known to be stored."""
+        for call in self.pending:
+            for i in call.members:
+                self.failed[i] = faults.translate(self.last_error[i], "enqueue")
+        self.pending = []
+
+    def outcome(self) -> list[EnqueueResult]:
+        if self.failed:
+            first = next(iter(self.failed.values()))
+            stored = sum(1 for r in self.results if r is not None)
+            raise BulkEnqueueError(
+                f"{len(self.failed)} of {len(self.prepared)} jobs were not stored ({stored} "
+                f"were), e.g. {type(first).__name__}: {first}. Resend error.retry_requests: "
+                "they carry the job ids chosen for this call, so a job that was stored after "
+                "all is recognised, not duplicated.",
+                list(self.results),
+                dict(self.failed),
+                [self.prepared[i].with_id() for i in sorted(self.failed)],
+            )
+        if self.short:
+            raise not_durable(self.short, 0, self.settings)
+        return [r for r in self.results if r is not None]
 
 
 class Client:
@@ -62,6 +145,15 @@ class Client:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def _run(self, op: Op[Any], *, safe_to_repeat: bool = True, what: str = "the call") -> Any:
+        return retry.sync_call(
+            self.redis,
+            lambda: transport.run(self.redis, op),
+            self.settings.retry_timeout,
+            safe_to_repeat=safe_to_repeat,
+            what=what,
+        )
+
     # queues -------------------------------------------------------------------------------
 
     def create_queue(
@@ -70,7 +162,7 @@ class Client:
         partitions: int = 64,
         *,
         ack_retention: float = 0.0,
-        dead_letter_cap: int = ops.DEFAULT_DEAD_CAP,
+        dead_letter_cap: int = producer.DEFAULT_DEAD_CAP,
     ) -> bool:
         """Create a queue with ``partitions`` partitions; True if new.  Safe to repeat.
 
@@ -80,21 +172,27 @@ class Client:
 
         Raises QueueConfigConflictError when the queue exists with another partition count.
         """
-        reply = scripts.run(
-            self.redis, *ops.queue_create_call(queue, partitions, ack_retention, dead_letter_cap)
-        )
-        created = bool(ops.check_reply(reply)[0] == 1)
+        op = producer.queue_create(queue, partitions, ack_retention, dead_letter_cap)
+        created = bool(self._run(op, what=f"creating queue {queue!r}"))
         # Groups and the registry are idempotent follow-ups: re-running create_queue finishes a
         # creation that was interrupted between steps.
-        pipe = self.redis.pipeline(transaction=False)
-        for args in group_create_args(queue, partitions):
-            pipe.execute_command(*args)
-        for result in pipe.execute(raise_on_error=False):
-            if isinstance(result, ResponseError) and "BUSYGROUP" not in str(result):
-                raise result
-        self.redis.sadd(keys.QUEUES_KEY, queue)
+        self._run_plain(lambda: self._create_groups(queue, partitions), "creating groups")
+        self._run_plain(lambda: self.redis.sadd(keys.QUEUES_KEY, queue), "registering")
         self._partitions[queue] = partitions
         return created
+
+    def _create_groups(self, queue: str, partitions: int) -> None:
+        pipe = self.redis.pipeline(transaction=False)
+        for args in producer.group_create_commands(queue, partitions):
+            pipe.execute_command(*args)
+        for reply in pipe.execute(raise_on_error=False):
+            if isinstance(reply, ResponseError) and "BUSYGROUP" not in str(reply):
+                raise reply
+
+    def _run_plain(self, fn: Any, what: str) -> Any:
+        return retry.sync_call(
+            self.redis, fn, self.settings.retry_timeout, safe_to_repeat=True, what=what
+        )
 
     def partitions(self, queue: str) -> int:
         """The queue's partition count (cached after the first lookup)."""
@@ -102,7 +200,10 @@ class Client:
         if cached is not None:
             return cached
         check_queue_name(queue)
-        raw = self.redis.hget(keys.queue_meta_key(queue), "partitions")
+        raw = self._run_plain(
+            lambda: self.redis.hget(keys.queue_meta_key(queue), "partitions"),
+            f"reading queue {queue!r}",
+        )
         if raw is None:
             raise unknown_queue(queue)
         self._partitions[queue] = int(raw)
@@ -110,8 +211,8 @@ class Client:
 
     def queues(self) -> list[str]:
         """Names of every queue created on this Redis."""
-        members = self.redis.smembers(keys.QUEUES_KEY)
-        return sorted(q.decode() if isinstance(q, bytes) else str(q) for q in members)
+        members = self._run_plain(lambda: self.redis.smembers(keys.QUEUES_KEY), "listing")
+        return sorted(as_text(q) for q in members)
 
     # jobs ---------------------------------------------------------------------------------
 
@@ -136,91 +237,92 @@ class Client:
         With ``durable=True`` it returns only once ``durable_replicas`` replicas hold the job
         (WAIT on the connection that wrote), else raises NotDurableError.
         """
-        return self.enqueue_detailed(
-            queue,
-            ops.JobRequest(
-                job_type,
-                payload,
-                run_at,
-                delay,
-                job_id,
-                idempotency_key,
-                max_attempts,
-                backoff,
-                headers,
-            ),
-            durable=durable,
-        ).job_id
+        request = JobRequest(
+            job_type,
+            payload,
+            run_at,
+            delay,
+            job_id,
+            idempotency_key,
+            max_attempts,
+            backoff,
+            headers,
+        )
+        return self.enqueue_detailed(queue, request, durable=durable).job_id
 
     def enqueue_detailed(
-        self, queue: str, request: ops.JobRequest, *, durable: bool = False
-    ) -> ops.EnqueueResult:
+        self, queue: str, request: JobRequest, *, durable: bool = False
+    ) -> EnqueueResult:
         """Enqueue one job and say whether it was new and when it is due."""
-        prepared = ops.prepare_enqueue(queue, self.partitions(queue), request, self.settings)
+        prepared = producer.prepare_enqueue(queue, self.partitions(queue), request, self.settings)
         if not durable:
-            return prepared.parse(scripts.run(self.redis, *prepared.call()))
-        s = self.settings
-        reply, acked = run_durable(
-            self.redis, prepared.call(), s.durable_replicas, round(s.durable_timeout * 1000)
-        )
-        result = prepared.parse(reply)
-        ops.check_durable([result.job_id], acked, s)
-        return result
+            return self._run(prepared.op(), what=f"enqueue of job {prepared.job_id}")  # type: ignore[no-any-return]
+        try:
+            return self._bulk([prepared], durable=True)[0]
+        except BulkEnqueueError as exc:
+            raise next(iter(exc.failed.values())) from None
 
     def enqueue_many(
         self,
         queue: str,
-        requests: Iterable[ops.JobRequest],
+        requests: Iterable[JobRequest],
         *,
         chunk: int = 5000,
         durable: bool = False,
-    ) -> list[ops.EnqueueResult]:
+    ) -> list[EnqueueResult]:
         """Enqueue many jobs in pipelines grouped by node; results in request order.
 
         Every job is validated before any is sent, so a bad one writes nothing.  Each job is
-        still its own atomic script: a failure of one (e.g. a duplicate id) raises after the
-        others were written, and its result names it.
+        its own atomic script; calls that meet a failover or slot move are resent (same ids)
+        until ``retry_timeout``.  If some jobs still could not be stored (or were refused, e.g.
+        a duplicate job id), BulkEnqueueError says exactly which were stored and gives the
+        rest back as requests with their ids, safe to resend.
         """
         partitions = self.partitions(queue)
-        prepared = [ops.prepare_enqueue(queue, partitions, r, self.settings) for r in requests]
-        results: list[ops.EnqueueResult] = []
-        not_durable: list[str] = []
+        prepared = [producer.prepare_enqueue(queue, partitions, r, self.settings) for r in requests]
+        results: list[EnqueueResult] = []
         for start in range(0, len(prepared), chunk):
-            part = prepared[start : start + chunk]
-            plan = ops.plan_bulk(part)
-            if durable:
-                replies, short = self._run_many_durable(plan.calls)
-                not_durable += [part[j].job_id for i in short for j in plan.members[i]]
-            else:
-                replies = scripts.run_many(self.redis, plan.calls)
-            results.extend(plan.results(part, replies))
-        if not_durable:
-            ops.check_durable(not_durable, 0, self.settings)
+            results.extend(self._bulk(prepared[start : start + chunk], durable=durable))
         return results
 
-    def _run_many_durable(self, calls: list[scripts.Call]) -> tuple[list[Any], list[int]]:
-        """Run calls with WAIT per node; returns the replies and the calls short of replicas."""
+    def _bulk(self, prepared: list[PreparedEnqueue], *, durable: bool) -> list[EnqueueResult]:
+        run = BulkRun(prepared, self.settings)
         s = self.settings
-        timeout_ms = round(s.durable_timeout * 1000)
-        replies, acked = scripts.run_many_waiting(self.redis, calls, s.durable_replicas, timeout_ms)
-        short: list[int] = []
-        for i, reply in enumerate(replies):
-            if acked[i] is None and isinstance(reply, Exception):
-                # Not written (NOSCRIPT, moved slot, broken connection): send it again alone.
-                replies[i], acked[i] = run_durable(
-                    self.redis, calls[i], s.durable_replicas, timeout_ms
+        deadline = time.monotonic() + s.retry_timeout
+        attempt = 0
+        while run.pending:
+            calls = run.pending
+            ops = [c.op for c in calls]
+            if durable:
+                replies, acked = transport.send_and_read(
+                    self.redis, ops, (s.durable_replicas, round(s.durable_timeout * 1000))
                 )
-            if acked[i] is not None and acked[i] < s.durable_replicas:  # type: ignore[operator]
-                short.append(i)
-        return replies, short
+                if any(faults.is_noscript(r) for r in replies):
+                    for o in {o.script.sha: o for o in ops}.values():
+                        self.redis.script_load(o.script.source)
+                parsed = [result(r, o.parse) for r, o in zip(replies, ops, strict=True)]
+                run.settle(calls, parsed, acked)
+            else:
+                run.settle(calls, transport.run_many(self.redis, ops))
+            if not run.pending:
+                break
+            attempt += 1
+            if time.monotonic() >= deadline:
+                run.give_up()
+                break
+            retry.refresh_sync(self.redis)
+            time.sleep(retry.pause(attempt))
+        return run.outcome()
 
     def cancel(self, queue: str, job_id: str) -> bool:
         """Cancel a job that has not started: True if cancelled, False if there is no such job.
 
         Raises JobRunningError when a worker holds it and JobNotScheduledError when it is dead.
         """
-        call = ops.cancel_call(queue, self.partitions(queue), job_id)
-        return ops.parse_cancel(scripts.run(self.redis, *call))
+        op = producer.cancel(queue, self.partitions(queue), job_id)
+        # Not resent after an ambiguous fault: a resend would answer "not found" for a job
+        # the first call cancelled.
+        return bool(self._run(op, safe_to_repeat=False, what=f"cancel of job {job_id}"))
 
     def reschedule(
         self,
@@ -231,13 +333,13 @@ class Client:
         delay: timedelta | float | None = None,
     ) -> int:
         """Move a waiting job to a new due time; returns it in ms on the Redis clock."""
-        call = ops.reschedule_call(
+        op = producer.reschedule(
             queue, self.partitions(queue), job_id, run_at, delay, self.settings
         )
-        return ops.parse_reschedule(scripts.run(self.redis, *call))
+        return int(self._run(op, what=f"reschedule of job {job_id}"))
 
     def get(self, queue: str, job_id: str) -> JobInfo | None:
         """A snapshot of a job, or None once it completed, was cancelled, or never existed."""
-        partitions = self.partitions(queue)
-        reply = scripts.run(self.redis, *ops.get_call(queue, partitions, job_id))
-        return ops.parse_get(queue, partitions, job_id, reply)
+        op = producer.get(queue, self.partitions(queue), job_id)
+        info: JobInfo | None = self._run(op, what=f"reading job {job_id}")
+        return info

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Self
 from urllib.parse import parse_qs, unquote, urlparse
 
@@ -113,6 +113,24 @@ class RedisSettings:
         return kwargs
 
 
+def _check_int(name: str, value: object, lo: int, hi: int, why: str = "") -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+        raise ConfigError(
+            f"{name} must be an integer {lo}..{hi}{f' ({why})' if why else ''}, got {value!r}"
+        )
+
+
+def _check_range(name: str, value: object, lo: float, hi: float) -> None:
+    """A finite number of seconds (int or float) within [lo, hi]."""
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not math.isfinite(value)
+        or not lo <= value <= hi
+    ):
+        raise ConfigError(f"{name} must be a number of seconds in [{lo}, {hi}], got {value!r}")
+
+
 def _check_seconds(name: str, value: float, *, positive: bool = True) -> None:
     if not isinstance(value, int | float) or math.isnan(value) or math.isinf(value):
         raise ConfigError(f"{name} must be a finite number of seconds, got {value!r}")
@@ -135,6 +153,9 @@ class ProducerSettings:
     """``durable=True`` enqueues wait until this many replicas confirm the write."""
     durable_timeout: float = 1.0
     """How long a durable enqueue waits for them before raising NotDurableError."""
+    retry_timeout: float = 15.0
+    """How long a call keeps resending through failovers, slot moves and restarts (a killed
+    primary is replaced in about 3-5 s) before it raises RedisUnavailableError."""
 
     def __post_init__(self) -> None:
         if self.max_payload_bytes <= 0:
@@ -143,6 +164,7 @@ class ProducerSettings:
         _check_seconds("max_horizon", self.max_horizon)
         _check_seconds("idempotency_retention", self.idempotency_retention)
         _check_seconds("durable_timeout", self.durable_timeout)
+        _check_seconds("retry_timeout", self.retry_timeout, positive=False)
         if self.durable_replicas < 1:
             raise ConfigError("durable_replicas must be >= 1")
 
@@ -155,33 +177,38 @@ class DispatcherSettings:
     """K: most jobs one promote call moves (about 3-5 us of Redis time per job)."""
     max_sleep: float = 1.0
     """Longest sleep with no due job in sight; wake-up hints usually come first.  Each wake-up
-    also renews the partition's lease, so keep it under renew_interval."""
+    also renews the partition's lease."""
     lease_time: float = 10.0
-    """A partition whose owner stops renewing is free after this long."""
-    renew_interval: float = 3.0
+    """A partition whose owner stops renewing is free after this long (the backstop: peers take
+    a dead or paused owner's partitions as soon as its membership expires)."""
+    renew_interval: float = 1.0
     """How often the lease loop runs: heartbeat, renew, balance to the fair share."""
-    membership_timeout: float = 10.0
-    """A dispatcher that has not heartbeated for this long counts as dead."""
+    membership_timeout: float = 3.0
+    """A dispatcher that has not heartbeated for this long counts as dead: peers take its
+    partitions at once (fencing makes that safe even if it was only paused)."""
     max_inflight_calls: int = 256
+    """Most promote calls one round sends to one primary."""
     metrics_interval: float = 5.0
     """How often owned partitions are sampled for the Prometheus endpoint."""
     hot_multiple: float = 3.0
     """Log a warning when a partition's rate passes this multiple of the mean."""
 
     def __post_init__(self) -> None:
-        if not 1 <= self.batch <= 1000:
-            raise ConfigError(f"batch must be 1..1000 (a call must stay short), got {self.batch}")
-        for name in (
-            "max_sleep",
-            "lease_time",
-            "renew_interval",
-            "membership_timeout",
-            "metrics_interval",
-            "hot_multiple",
-        ):
-            _check_seconds(name, getattr(self, name))
+        _check_int("batch", self.batch, 1, 1000, "a call must stay short")
+        _check_int("max_inflight_calls", self.max_inflight_calls, 1, 10_000)
+        _check_range("max_sleep", self.max_sleep, 0.001, 3600.0)
+        _check_range("lease_time", self.lease_time, 0.1, 3600.0)
+        _check_range("renew_interval", self.renew_interval, 0.01, 600.0)
+        _check_range("membership_timeout", self.membership_timeout, 0.1, 3600.0)
+        _check_range("metrics_interval", self.metrics_interval, 0.01, 3600.0)
+        _check_range("hot_multiple", self.hot_multiple, 1.0, 1e6)
         if self.renew_interval * 2 > self.lease_time:
             raise ConfigError("renew_interval must be at most half of lease_time")
+        if self.renew_interval * 2 > self.membership_timeout:
+            raise ConfigError(
+                "renew_interval must be at most half of membership_timeout (the lease loop "
+                "heartbeats; one late round must not look like a death)"
+            )
 
 
 @dataclass(frozen=True, slots=True)
@@ -193,39 +220,63 @@ class WorkerSettings:
     fetch_batch: int = 100
     """Most entries one fetch call reads from one partition."""
     visibility_timeout: float = 30.0
-    """A delivery idle this long (no heartbeat) is taken over by another worker."""
-    heartbeat_interval: float = 5.0
+    """A delivery idle this long is taken over by another worker whoever holds it (a reply
+    lost on the way, a worker stuck while its membership lives).  Deliveries of a worker that
+    left the fleet are taken much sooner (see membership_timeout)."""
+    heartbeat_interval: float = 1.0
+    """How often running deliveries are claimed again and membership is renewed."""
     reclaim_interval: float = 5.0
+    """How often the worker looks for deliveries to take over on its partitions (and at once
+    when a member leaves the fleet)."""
     max_deliveries: int = 5
     """Deliveries without an ack after which a job is a poison job and goes dead."""
     default_max_attempts: int = 5
+    """Attempts of a job that does not set max_attempts."""
     shutdown_grace: float = 25.0
+    """On SIGTERM, how long running jobs get to finish (keep under the orchestrator's grace)."""
     idle_poll: float = 1.0
     """Longest wait between reads of an idle assigned partition; hints usually come first."""
     sweep_interval: float = 5.0
     """The fleet reads each partition at least this often even when it is not assigned to the
-    reader (its worker died or is overloaded); see Worker._membership."""
-    membership_timeout: float = 15.0
-    """A worker that has not heartbeated for this long loses its assigned partitions."""
+    reader (its worker is overloaded or just died)."""
+    membership_timeout: float = 3.0
+    """A worker that has not heartbeated for this long has left the fleet: its partitions are
+    reassigned and its running deliveries are taken over (a worker paused this long may see
+    its jobs run again elsewhere)."""
     prune_consumers_after: float = 3600.0
     """A consumer (worker name) with nothing pending and idle this long is removed from the
     group: what a worker killed with SIGKILL leaves behind."""
     max_error_bytes: int = 4096
+    """Longest error text (message and traceback tail) stored with a failed job."""
     handler_timeout: float | None = 600.0
     """A handler running longer fails with HandlerTimeoutError (and is retried); None: no limit.
     The heartbeat keeps a running job claimed however long it takes, so this is what stops a
     handler that never returns from holding its job forever."""
+    settle_window: float = 60.0
+    """How long a failed job's retry/dead settle is resent through Redis faults before the
+    delivery is given up (left pending: another worker reclaims it)."""
 
     def __post_init__(self) -> None:
-        if self.concurrency < 1:
-            raise ConfigError("concurrency must be >= 1")
-        if not 1 <= self.fetch_batch <= 1000:
-            raise ConfigError("fetch_batch must be 1..1000")
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if isinstance(value, float) and not isinstance(value, bool):
-                _check_seconds(f.name, value)
+        _check_int("concurrency", self.concurrency, 1, 100_000)
+        _check_int("fetch_batch", self.fetch_batch, 1, 1000)
+        _check_int("max_deliveries", self.max_deliveries, 1, 1000)
+        _check_int("default_max_attempts", self.default_max_attempts, 1, 1000)
+        _check_int("max_error_bytes", self.max_error_bytes, 64, 1_000_000)
+        _check_range("visibility_timeout", self.visibility_timeout, 0.1, 7 * 86400.0)
+        _check_range("heartbeat_interval", self.heartbeat_interval, 0.01, 3600.0)
+        _check_range("reclaim_interval", self.reclaim_interval, 0.01, 3600.0)
+        _check_range("shutdown_grace", self.shutdown_grace, 0.0, 86400.0)
+        _check_range("idle_poll", self.idle_poll, 0.001, 3600.0)
+        _check_range("sweep_interval", self.sweep_interval, 0.001, 3600.0)
+        _check_range("membership_timeout", self.membership_timeout, 0.1, 3600.0)
+        _check_range("prune_consumers_after", self.prune_consumers_after, 0.0, 30 * 86400.0)
+        _check_range("settle_window", self.settle_window, 0.0, 86400.0)
+        if self.handler_timeout is not None:
+            _check_range("handler_timeout", self.handler_timeout, 0.001, 30 * 86400.0)
         if self.heartbeat_interval * 2 > self.visibility_timeout:
             raise ConfigError("heartbeat_interval must be at most half of visibility_timeout")
-        if self.max_deliveries < 1 or self.default_max_attempts < 1:
-            raise ConfigError("max_deliveries and default_max_attempts must be >= 1")
+        if self.heartbeat_interval * 2 > self.membership_timeout:
+            raise ConfigError(
+                "heartbeat_interval must be at most half of membership_timeout (one late beat "
+                "must not look like a death)"
+            )

@@ -6,8 +6,6 @@ table :data:`SCRIPT_ERRORS` is the one place those codes become exceptions.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 
 class ShardqError(Exception):
     """Base class of every error shardq raises on purpose."""
@@ -101,95 +99,43 @@ class UnknownJobTypeError(PermanentError):
     """The worker has no handler registered for the job's type."""
 
 
-# Script return codes.  Keep in step with the headers of lua/*.lua.
-E_FENCED = -1
-E_DUE_IN_PAST = -2
-E_BEYOND_HORIZON = -3
-E_DUPLICATE_JOB_ID = -4
-E_NOT_SCHEDULED = -5
-E_JOB_NOT_FOUND = -6
-E_JOB_RUNNING = -7
-E_QUEUE_CONFLICT = -8
-E_JOB_DEAD = -9
+class RedisUnavailableError(ShardqError):
+    """Redis did not answer (a node down, a failover or slot move that outlasted the retry
+    window).  ``written`` says whether the call may have taken effect: ``False`` means it surely
+    did not; ``None`` means unknown (sent, no reply), so resend only what is safe to repeat."""
+
+    def __init__(self, message: str, written: bool | None = None) -> None:
+        super().__init__(message)
+        self.written = written
 
 
-def _fenced(d: list[str]) -> ShardqError:
-    return FencedError(
-        f"fencing token {d[0]} is stale (lease now {d[1] or 'free'}): "
-        "another dispatcher owns this partition; stop draining it"
-    )
+class RedisFullError(ShardqError):
+    """Redis refused a write because it reached ``maxmemory`` (policy ``noeviction``).  Nothing
+    was written.  Free memory (drain or purge queues, raise ``maxmemory``) and retry."""
 
 
-def _past(d: list[str]) -> ShardqError:
-    return InvalidScheduleError(
-        f"run time {d[0]} ms is more than {d[2]} ms before the Redis clock ({d[1]} ms): "
-        "pass a time in the future, use delay=0 to run now, or raise past_tolerance"
-    )
+class BulkEnqueueError(ShardqError):
+    """Some jobs of an ``enqueue_many`` call could not be stored.
 
+    ``results`` has one entry per request: its :class:`~shardq.EnqueueResult` when the job is
+    stored, else None.  ``failed`` maps each request index that is not known to be stored to the
+    error it met.  ``retry_requests`` are those requests with their generated job ids filled in:
+    enqueue them again and a job that was in fact stored is recognised, not duplicated.
+    """
 
-def _horizon(d: list[str]) -> ShardqError:
-    return InvalidScheduleError(
-        f"run time {d[0]} ms is more than {d[2]} ms after the Redis clock ({d[1]} ms): "
-        "schedule closer to now or raise max_horizon"
-    )
+    def __init__(
+        self,
+        message: str,
+        results: list[object | None],
+        failed: dict[int, BaseException],
+        retry_requests: list[object],
+    ) -> None:
+        super().__init__(message)
+        self.results = results
+        self.failed = failed
+        self.retry_requests = retry_requests
 
-
-def _duplicate(d: list[str]) -> ShardqError:
-    return DuplicateJobError(
-        f"job {d[0]!r} already exists: pick another job_id, or pass idempotency_key to get "
-        "the existing job back instead of an error"
-    )
-
-
-def _not_scheduled(d: list[str]) -> ShardqError:
-    return JobNotScheduledError(
-        f"job {d[0]!r} is already due and handed to the ready stream: cancel it (if it has not "
-        "started) and enqueue it again"
-    )
-
-
-def _not_found(d: list[str]) -> ShardqError:
-    return JobNotFoundError(
-        f"job {d[0]!r} not found: it completed, was cancelled, or never existed"
-    )
-
-
-def _running(d: list[str]) -> ShardqError:
-    return JobRunningError(
-        f"job {d[0]!r} is running on a worker and cannot be cancelled; make its handler "
-        "check for cancellation in your own state if it must stop early"
-    )
-
-
-def _queue_conflict(d: list[str]) -> ShardqError:
-    return QueueConfigConflictError(
-        f"queue exists with {d[0]} partitions, not {d[1]}: use the existing count "
-        "(partitions cannot change in place)"
-    )
-
-
-def _dead(d: list[str]) -> ShardqError:
-    return JobNotScheduledError(
-        f"job {d[0]!r} is in the dead-letter stream: replay it with `shardq dlq replay` instead"
-    )
-
-
-SCRIPT_ERRORS: dict[int, Callable[[list[str]], ShardqError]] = {
-    E_FENCED: _fenced,
-    E_DUE_IN_PAST: _past,
-    E_BEYOND_HORIZON: _horizon,
-    E_DUPLICATE_JOB_ID: _duplicate,
-    E_NOT_SCHEDULED: _not_scheduled,
-    E_JOB_NOT_FOUND: _not_found,
-    E_JOB_RUNNING: _running,
-    E_QUEUE_CONFLICT: _queue_conflict,
-    E_JOB_DEAD: _dead,
-}
-
-
-def error_from_reply(code: int, detail: list[str]) -> ShardqError:
-    """Turn a script's negative return code and its detail fields into a typed error."""
-    factory = SCRIPT_ERRORS.get(code)
-    if factory is None:
-        return ScriptError(f"script returned unknown code {code} {detail!r}: upgrade shardq")
-    return factory(detail)
+    @property
+    def stored(self) -> list[str]:
+        """Job ids known to be stored."""
+        return [r.job_id for r in self.results if r is not None]  # type: ignore[attr-defined]

@@ -26,7 +26,7 @@ from shardq.errors import (
     PayloadTooLargeError,
     UnknownQueueError,
 )
-from shardq.keys import QUEUE_NAME_RE
+from shardq.store.keys import QUEUE_NAME_RE
 
 JOB_TYPE_RE = re.compile(r"^[A-Za-z0-9_.:/\-]{1,128}$")
 JOB_ID_RE = re.compile(r"^[\x21-\x7e]{1,128}$")
@@ -261,6 +261,33 @@ class Job:
 
 
 JobState = Literal["scheduled", "ready", "active", "dead"]
+
+
+@dataclass(frozen=True, slots=True)
+class JobRequest:
+    """One job to enqueue, as given to :meth:`Client.enqueue_many` (the same options as
+    :meth:`Client.enqueue`)."""
+
+    job_type: str
+    payload: Any = None
+    run_at: datetime | float | None = None
+    delay: timedelta | float | None = None
+    job_id: str | None = None
+    idempotency_key: str | None = None
+    max_attempts: int | None = None
+    backoff: Backoff | None = None
+    headers: dict[str, str] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class EnqueueResult:
+    """What enqueue did: the job id, whether it was new (False: the idempotency key or job id
+    was already used, nothing written), its due time on the Redis clock, and its partition."""
+
+    job_id: str
+    created: bool
+    due_ms: int | None
+    partition: int
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,10 +16,10 @@ import logging
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-from prometheus_client import REGISTRY, Counter, Gauge, start_http_server
+from prometheus_client import REGISTRY, Counter, Gauge
 from prometheus_client.core import (
     CounterMetricFamily,
     GaugeMetricFamily,
@@ -27,8 +27,9 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
-from shardq import keys, scripts
 from shardq.logs import log_event
+from shardq.store import keys, transport
+from shardq.store.inspect import PartitionSnapshot, partition_stats
 
 log = logging.getLogger("shardq.metrics")
 
@@ -159,40 +160,18 @@ SCRIPT_ERRORS = Counter(
 )
 
 
-def serve(port: int, addr: str = "0.0.0.0") -> None:
-    """Serve /metrics on ``port`` from a background thread."""
-    start_http_server(port, addr)
-    log.info("metrics on http://%s:%d/metrics", addr, port)
+LOOP_ERRORS = Counter(
+    "shardq_loop_errors_total",
+    "Errors of a background loop (retried with backoff), by process role and loop.",
+    ["role", "loop"],
+)
 
 
-@dataclass(frozen=True, slots=True)
-class PartitionSnapshot:
-    """One partition at one instant (from the partition-stats script)."""
+def serve(port: int, addr: str = "127.0.0.1") -> None:
+    """Serve /metrics, /healthz and /readyz on ``addr:port`` from a background thread."""
+    from shardq.runtime.health import serve as serve_http
 
-    queue: str
-    partition: int
-    node: str
-    now_ms: int
-    due: int
-    overdue: int
-    oldest_due_ms: int | None
-    ready: int
-    pending: int
-    oldest_pending_idle_ms: int | None
-    dead: int
-    consumers: int
-    counters: dict[str, int] = field(default_factory=dict)
-
-    @property
-    def lag_seconds(self) -> float:
-        """Age of the oldest overdue job (promotion lag); 0 when nothing is overdue."""
-        if not self.overdue or self.oldest_due_ms is None:
-            return 0.0
-        return max(0.0, (self.now_ms - self.oldest_due_ms) / 1000.0)
-
-    @property
-    def oldest_pending_seconds(self) -> float:
-        return (self.oldest_pending_idle_ms or 0) / 1000.0
+    serve_http(port, addr)
 
 
 def node_of(redis: Any, pk: keys.PartitionKeys) -> str:
@@ -203,53 +182,15 @@ def node_of(redis: Any, pk: keys.PartitionKeys) -> str:
     return str(manager.get_node_from_slot(keys.slot_of(pk.due)).name)
 
 
-def stats_calls(pks: Iterable[keys.PartitionKeys]) -> list[scripts.Call]:
-    lua = scripts.script("partition-stats")
-    return [(lua, [pk.due, pk.ready, pk.dead, pk.stats], [keys.WORKER_GROUP]) for pk in pks]
-
-
-def parse_snapshot(redis: Any, pk: keys.PartitionKeys, reply: list[Any]) -> PartitionSnapshot:
-    raw = reply[9]
-    counters = {
-        (raw[i].decode() if isinstance(raw[i], bytes) else str(raw[i])): int(raw[i + 1])
-        for i in range(0, len(raw), 2)
-    }
-    return PartitionSnapshot(
-        queue=pk.queue,
-        partition=pk.partition,
-        node=node_of(redis, pk),
-        now_ms=int(reply[0]),
-        due=int(reply[1]),
-        overdue=int(reply[2]),
-        oldest_due_ms=None if int(reply[3]) < 0 else int(reply[3]),
-        ready=int(reply[4]),
-        pending=int(reply[5]),
-        oldest_pending_idle_ms=None if int(reply[6]) < 0 else int(reply[6]),
-        dead=int(reply[7]),
-        consumers=int(reply[8]),
-        counters=counters,
-    )
-
-
 def snapshot_sync(redis: Any, pks: list[keys.PartitionKeys]) -> list[PartitionSnapshot]:
     """Snapshots of partitions with a sync client (one pipelined round trip per node)."""
-    replies = scripts.run_many(redis, stats_calls(pks))
+    ops = [partition_stats(pk, node_of(redis, pk)) for pk in pks]
     out = []
-    for pk, reply in zip(pks, replies, strict=True):
-        if isinstance(reply, Exception):
-            raise reply
-        out.append(parse_snapshot(redis, pk, reply))
+    for result in transport.run_many(redis, ops):
+        if isinstance(result, BaseException):
+            raise result
+        out.append(result)
     return out
-
-
-async def snapshot_async(redis: Any, pks: list[keys.PartitionKeys]) -> list[PartitionSnapshot]:
-    """Snapshots with an asyncio client; partitions whose call failed are left out."""
-    replies = await scripts.arun_many(redis, stats_calls(pks))
-    return [
-        parse_snapshot(redis, pk, reply)
-        for pk, reply in zip(pks, replies, strict=True)
-        if not isinstance(reply, Exception)
-    ]
 
 
 @dataclass(frozen=True, slots=True)

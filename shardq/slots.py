@@ -23,10 +23,10 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from shardq import keys
 from shardq.client import Client
 from shardq.connection import as_text, is_cluster
 from shardq.errors import ShardqError
+from shardq.store import keys
 
 #: Estimated pause per waiting job while MIGRATE runs (upper end of docs/capacity.md §3.2).
 PAUSE_SECONDS_PER_JOB = 2.4e-6

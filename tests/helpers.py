@@ -16,11 +16,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from shardq import keys
 from shardq.config import DispatcherSettings, RedisSettings, WorkerSettings
 from shardq.connection import connect_async, is_cluster
 from shardq.dispatcher import Dispatcher
 from shardq.jobs import Job
+from shardq.store import keys
 from shardq.worker import Handler, Worker
 
 FAST_DISPATCHER = DispatcherSettings(
@@ -262,7 +262,7 @@ class Runner:
         if self.dispatcher is not None and self.wait_leases:
             d = self.dispatcher
             wait_for(
-                lambda: d._pk and len(d.tokens) == len(d._pk),
+                lambda: d.leases is not None and len(d.tokens) == len(d.leases.pks),
                 10,
                 "dispatcher did not take its leases",
             )

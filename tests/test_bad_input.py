@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from helpers import Runner, Runs, dead_entries, queue_state, wait_for
 
-from shardq import keys
+from shardq import JobRequest
 from shardq.client import Client
 from shardq.config import ProducerSettings
 from shardq.errors import (
@@ -26,7 +26,7 @@ from shardq.errors import (
     ShardqError,
     UnknownQueueError,
 )
-from shardq.ops import JobRequest
+from shardq.store import keys
 
 PARTITIONS = 4
 IDEM = "idem-bad-input"
@@ -248,7 +248,7 @@ def test_malformed_ready_entries_go_dead_and_the_worker_carries_on(
     assert any("malformed envelope for job no-bar" in e for e in reasons), reasons
     assert any("malformed envelope for job bad-attempt" in e for e in reasons), reasons
     [body] = [d for d in dead if d.get("j") == "bad-body"]
-    assert "undecodable body" in body["e"]
+    assert "stored job cannot be read" in body["e"]
     raw = [d for d in dead if "raw" in d]
     assert any("no job id here" in d["raw"] for d in raw)
     # nothing left behind: every entry acknowledged and deleted, malformed envelopes dropped

@@ -21,9 +21,10 @@ from helpers import FAST_DISPATCHER, FAST_WORKER, Runner, Runs, job_id_in, wait_
 from ports import TestPorts
 from redis.exceptions import RedisError
 
-from shardq import Client, WorkerSettings, keys, ops, slots
+from shardq import Client, JobRequest, WorkerSettings, slots
 from shardq.cli import main as cli
 from shardq.devcluster import cluster_down, cluster_up, standalone_down, standalone_up
+from shardq.store import keys
 
 
 @pytest.fixture(scope="module")
@@ -134,7 +135,7 @@ def test_rebalance_nodes_suggests_moving_the_hot_partition_and_moves_it(
         i = 0
         while not stop.is_set():
             ids = [job_id_in(p, partitions, f"hot{i}-{k}") for p in pair for k in range(10)]
-            client.enqueue_many(queue, [ops.JobRequest("t", job_id=j, delay=3600) for j in ids])
+            client.enqueue_many(queue, [JobRequest("t", job_id=j, delay=3600) for j in ids])
             i += 1
 
     runner = CliRunner()
@@ -174,9 +175,7 @@ def test_a_move_that_stopped_half_way_is_finished_by_running_it_again(
     client.create_queue(queue, partitions)
     ids = [
         r.job_id
-        for r in client.enqueue_many(
-            queue, [ops.JobRequest("t", i, delay=3600) for i in range(200)]
-        )
+        for r in client.enqueue_many(queue, [JobRequest("t", i, delay=3600) for i in range(200)])
     ]
     pk = keys.partition_keys(queue, 0, partitions)
     slot = keys.slot_of(pk.due)
@@ -252,7 +251,7 @@ def test_primary_killed_replica_promoted(chaos_url: str, chaos_port: int, queue:
     client.create_queue(queue, partitions)
     now = time.time()
     client.enqueue_many(
-        queue, [ops.JobRequest("t", i, run_at=now + 1 + 6 * i / n) for i in range(n)], durable=True
+        queue, [JobRequest("t", i, run_at=now + 1 + 6 * i / n) for i in range(n)], durable=True
     )
     pk = keys.partition_keys(queue, 0, partitions)
     victim_port = int(
@@ -288,9 +287,7 @@ def test_redis_restart_with_persistence(tmp_path: Path, test_ports: TestPorts, q
         client.create_queue(queue, 4)
         ids = [
             r.job_id
-            for r in client.enqueue_many(
-                queue, [ops.JobRequest("t", i, delay=1) for i in range(200)]
-            )
+            for r in client.enqueue_many(queue, [JobRequest("t", i, delay=1) for i in range(200)])
         ]
         r = redis.Redis(port=aof_port)
         pid = int(r.info("server")["process_id"])

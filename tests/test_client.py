@@ -23,7 +23,7 @@ from helpers import (
     wait_for,
 )
 
-from shardq import keys
+from shardq import JobRequest
 from shardq.client import Client
 from shardq.errors import (
     DuplicateJobError,
@@ -34,7 +34,7 @@ from shardq.errors import (
     UnknownQueueError,
 )
 from shardq.jobs import Backoff, Job
-from shardq.ops import JobRequest
+from shardq.store import keys
 
 
 def redis_now_ms(client: Client) -> int:

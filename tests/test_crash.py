@@ -30,12 +30,12 @@ from helpers import (
     wait_for,
 )
 
-from shardq import keys, ops, scripts
+from shardq import JobRequest
 from shardq.bench import queue_counters
 from shardq.client import Client
 from shardq.errors import FencedError
 from shardq.jobs import Job
-from shardq.ops import JobRequest
+from shardq.store import delivery, fleet, keys, transport
 
 HELPER = Path(__file__).with_name("proc_helper.py")
 
@@ -171,19 +171,23 @@ def test_poison_job_goes_dead_after_max_deliveries(
     client.create_queue(queue, 1)
     pk = keys.partition_keys(queue, 0, 1)
     poison = client.enqueue(queue, "t", {"boom": True})
-    worker_keys = [pk.ready, pk.jobs, pk.dead, pk.errors, pk.stats]
-    fetched = scripts.run(
-        r, scripts.script("fetch"), worker_keys, [keys.WORKER_GROUP, "crash-1", 10]
-    )
-    assert text(fetched[2]) == poison
+    fetched = transport.run(r, delivery.fetch(pk, "crash-1", 10))
+    assert [text(j.raw_id) for j in fetched.jobs] == [poison]
     for n in (2, 3):
-        reply = scripts.run(
+        batch = transport.run(
             r,
-            scripts.script("reclaim"),
-            worker_keys,
-            [keys.WORKER_GROUP, f"crash-{n}", 0, 10, 100],
+            delivery.reclaim(
+                pk,
+                f"crash-{n}",
+                visibility_ms=0,
+                orphan_idle_ms=0,
+                live=[],
+                count=10,
+                max_deliveries=100,
+            ),
         )
-        assert text(reply[2]) == poison and int(reply[6]) == n
+        [job] = batch.jobs
+        assert text(job.raw_id) == poison and job.deliveries == n
     assert r.hget(pk.jobs, poison).startswith(b"A3|")
 
     runs = Runs()
@@ -271,19 +275,12 @@ def test_promote_with_a_stale_fencing_token_is_rejected(cluster_client: Client, 
     wait_for(lambda: redis_now_ms(client) > max(r.zscore(pk.due, j) for j in ids), 5, "due")
 
     def acquire(owner: str, ttl_ms: int) -> str:
-        reply = scripts.run(
-            r, scripts.script("lease-acquire"), [pk.lease, pk.fence], [owner, ttl_ms]
-        )
-        assert reply[0] == 1, reply
-        return text(reply[1])
+        grant = transport.run(r, fleet.lease_acquire(pk, owner, ttl_ms))
+        assert grant.won, grant
+        return grant.token
 
-    def promote(token: str) -> object:
-        return scripts.run(
-            r,
-            scripts.script("promote"),
-            [pk.due, pk.ready, pk.lease, pk.stats],
-            [token, 100, pk.ready_hint, 10_000],
-        )
+    def promote(token: str) -> fleet.Promoted:
+        return transport.run(r, fleet.promote(pk, token, 100, 10_000))
 
     old = acquire("paused-dispatcher", 100)
     wait_for(lambda: r.get(pk.lease) is None, 5, "lease did not expire")
@@ -291,22 +288,19 @@ def test_promote_with_a_stale_fencing_token_is_rejected(cluster_client: Client, 
     assert int(new) > int(old)
     before = (r.zrange(pk.due, 0, -1, withscores=True), r.xlen(pk.ready), r.hgetall(pk.stats))
 
-    reply = promote(old)
-    assert isinstance(reply, list) and reply[0] == -1
     with pytest.raises(FencedError, match=f"fencing token {old} is stale"):
-        ops.check_reply(reply)
+        promote(old)
     assert (
         r.zrange(pk.due, 0, -1, withscores=True),
         r.xlen(pk.ready),
         r.hgetall(pk.stats),
     ) == before
-    renew = scripts.run(r, scripts.script("lease-renew"), [pk.lease], [old, 10_000])
-    assert renew[0] == -1
-    assert scripts.run(r, scripts.script("lease-release"), [pk.lease, pk.fence], [old]) == 0
+    assert transport.run(r, fleet.lease_renew(pk, old, 10_000)) is False
+    assert transport.run(r, fleet.lease_release(pk, old)) is False
     assert text(r.get(pk.lease)).startswith(f"{new}:new-owner")
 
-    moved = ops.check_reply(promote(new))
-    assert moved[0] == 5 and r.zcard(pk.due) == 0 and r.xlen(pk.ready) == 5
+    moved = promote(new)
+    assert moved.moved == 5 and r.zcard(pk.due) == 0 and r.xlen(pk.ready) == 5
 
 
 def test_paused_dispatcher_whose_leases_were_taken_moves_nothing(
@@ -328,10 +322,8 @@ def test_paused_dispatcher_whose_leases_were_taken_moves_nothing(
         # Its leases expire while it is frozen, and another owner takes every partition.
         wait_for(lambda: not any(r.exists(pk.lease) for pk in pks), 5, "leases did not expire")
         for pk in pks:
-            reply = scripts.run(
-                r, scripts.script("lease-acquire"), [pk.lease, pk.fence], ["intruder", 60_000]
-            )
-            assert reply[0] == 1 and int(reply[1]) > int(held[pk.partition])
+            grant = transport.run(r, fleet.lease_acquire(pk, "intruder", 60_000))
+            assert grant.won and int(grant.token) > int(held[pk.partition])
         wait_for(lambda: d.stats.leases_lost == partitions, 10, "stale leases were kept")
         wait_for(lambda: not d.tokens, 10, "fenced partitions were kept")
         assert d.stats.promoted == 0
@@ -347,24 +339,22 @@ def test_consumers_of_crashed_workers_are_pruned(
 ) -> None:
     """A crashed worker's consumer name is removed once it holds nothing; one that still holds
     a delivery is kept until reclaim has taken it."""
-    import shardq.worker
+    import shardq.worker.worker
 
     cluster_client.create_queue(queue, 1)
     r = cluster_client.redis
     pk = keys.partition_keys(queue, 0, 1)
     cluster_client.enqueue(queue, "t", None)
-    worker_keys = [pk.ready, pk.jobs, pk.dead, pk.errors, pk.stats]
-    scripts.run(r, scripts.script("fetch"), worker_keys, [keys.WORKER_GROUP, "ghost-busy", 1])
+    transport.run(r, delivery.fetch(pk, "ghost-busy", 1))
     r.execute_command("XGROUP", "CREATECONSUMER", pk.ready, keys.WORKER_GROUP, "ghost-idle")
     names = {text(c["name"]) for c in r.xinfo_consumers(pk.ready, keys.WORKER_GROUP)}
     assert names == {"ghost-busy", "ghost-idle"}
-    prune = scripts.script("prune-consumers")
-    assert scripts.run(r, prune, [pk.ready], [keys.WORKER_GROUP, 0]) == 1  # only the empty one
+    assert transport.run(r, delivery.prune_consumers(pk, 0)) == 1  # only the empty one
     assert {text(c["name"]) for c in r.xinfo_consumers(pk.ready, keys.WORKER_GROUP)} == {
         "ghost-busy"
     }
     # A worker reclaims ghost-busy's delivery and then prunes the ghost itself.
-    monkeypatch.setattr(shardq.worker, "PRUNE_EVERY", 0.2)
+    monkeypatch.setattr(shardq.worker.worker, "PRUNE_EVERY", 0.2)
     settings = replace(FAST_WORKER, prune_consumers_after=0.5)
     runs = Runs()
     with Runner(cluster_url, queue, {"t": runs.add}, worker_settings=settings):

@@ -10,8 +10,9 @@ import time
 import pytest
 import redis
 
-from shardq import AsyncClient, Client, ProducerSettings, keys, ops
+from shardq import AsyncClient, Client, JobRequest, ProducerSettings
 from shardq.errors import NotDurableError
+from shardq.store import keys
 
 SETTINGS = ProducerSettings(durable_timeout=0.3)
 
@@ -21,9 +22,7 @@ def test_durable_enqueue_on_cluster(cluster_url: str, queue: str) -> None:
         client.create_queue(queue, 8)
         job_id = client.enqueue(queue, "t", 1, durable=True)
         assert client.get(queue, job_id) is not None
-        results = client.enqueue_many(
-            queue, [ops.JobRequest("t", i) for i in range(300)], durable=True
-        )
+        results = client.enqueue_many(queue, [JobRequest("t", i) for i in range(300)], durable=True)
         assert len(results) == 300 and all(r.created for r in results)
 
     async def go() -> None:
@@ -33,7 +32,7 @@ def test_durable_enqueue_on_cluster(cluster_url: str, queue: str) -> None:
             assert (
                 len(
                     await a.enqueue_many(
-                        queue, [ops.JobRequest("t", i) for i in range(50)], durable=True
+                        queue, [JobRequest("t", i) for i in range(50)], durable=True
                     )
                 )
                 == 50

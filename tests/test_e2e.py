@@ -17,12 +17,12 @@ from helpers import (
     wait_for,
 )
 
-from shardq import keys
+from shardq import JobRequest
 from shardq.client import Client
 from shardq.config import DispatcherSettings
 from shardq.errors import PermanentError, RetryAfter
 from shardq.jobs import Backoff, Job
-from shardq.ops import JobRequest
+from shardq.store import keys
 
 
 def test_ten_thousand_jobs_none_lost_none_twice(
@@ -216,7 +216,7 @@ def test_hints_wake_the_dispatcher_and_the_worker(
     client.create_queue(queue, 16)
     runs = Runs()
     no_polls = replace(FAST_WORKER, idle_poll=600.0, sweep_interval=600.0)
-    no_sleeps = DispatcherSettings(lease_time=6.0, renew_interval=2.0, max_sleep=600.0)
+    no_sleeps = DispatcherSettings(lease_time=6.0, renew_interval=1.0, max_sleep=600.0)
     with Runner(
         cluster_url,
         queue,

@@ -18,12 +18,13 @@ import pytest
 from click.testing import CliRunner
 from helpers import FAST_WORKER, Runner, Runs, queue_settled, ready_job_ids, wait_for
 
-from shardq import admin, keys, ops
+from shardq import JobRequest, admin
 from shardq.bench import cli_command
 from shardq.bench_fleet import lease_owners, spread_ok
 from shardq.cli import main as cli
 from shardq.client import Client
 from shardq.dispatcher import fair_share
+from shardq.store import keys
 
 LEASE = 2.0
 RENEW = 0.5
@@ -126,7 +127,7 @@ def test_fleet_churn_loses_nothing_and_promotes_once(
         try:
             now = time.time()
             results = cluster_client.enqueue_many(
-                queue, [ops.JobRequest("t", i, run_at=now + 1 + 8 * i / n) for i in range(n)]
+                queue, [JobRequest("t", i, run_at=now + 1 + 8 * i / n) for i in range(n)]
             )
             ids = {r.job_id for r in results}
             procs = [start_dispatcher(cluster_url, queue) for _ in range(3)]
@@ -233,7 +234,7 @@ def test_paused_dispatcher_is_fenced_and_promotes_nothing(
         ids = {
             r.job_id
             for r in cluster_client.enqueue_many(
-                queue, [ops.JobRequest("t", i, run_at=now + 0.5 + 4 * i / n) for i in range(n)]
+                queue, [JobRequest("t", i, run_at=now + 0.5 + 4 * i / n) for i in range(n)]
             )
         }
         procs.append(start_dispatcher(cluster_url, queue))
@@ -299,7 +300,7 @@ def test_owners_and_rebalance_cli_under_load(
             ids = {
                 r.job_id
                 for r in cluster_client.enqueue_many(
-                    queue, [ops.JobRequest("t", i, run_at=now + 0.5 + 6 * i / n) for i in range(n)]
+                    queue, [JobRequest("t", i, run_at=now + 0.5 + 6 * i / n) for i in range(n)]
                 )
             }
             out = runner.invoke(cli, ["owners", "--queue", queue, "--url", cluster_url])
@@ -395,16 +396,16 @@ def test_workers_split_partitions(
         ws = runner.workers
         wait_for(
             lambda: (
-                sum(len(w._assigned) for w in ws) == partitions
-                and all(w._fleet_size == workers for w in ws)
+                sum(len(w.assigned) for w in ws) == partitions
+                and all(w.fleet_size == workers for w in ws)
             ),
             10,
             "workers did not split",
         )
-        assigned = [w._assigned for w in ws]
+        assigned = [w.assigned for w in ws]
         assert set().union(*assigned) == set(range(partitions))
         assert sum(len(a) for a in assigned) == partitions  # disjoint
-        cluster_client.enqueue_many(queue, [ops.JobRequest("t", i) for i in range(600)])
+        cluster_client.enqueue_many(queue, [JobRequest("t", i) for i in range(600)])
         wait_for(lambda: len(runs.count()) >= 600, 30, "not every job ran")
         wait_for(
             lambda: queue_settled(cluster_client.redis, queue, partitions),

@@ -14,11 +14,13 @@ import pytest
 import redis
 from helpers import FAST_DISPATCHER, Runner, idem_key_in, job_id_in, wait_for
 
-from shardq import keys, ops, scripts
+from shardq import JobRequest
 from shardq.client import Client
 from shardq.config import ProducerSettings
 from shardq.errors import PermanentError
 from shardq.jobs import Backoff, Job
+from shardq.store import keys, producer, transport
+from shardq.store.op import Op
 
 PARTITION_COUNTS = [*range(1, 65), 256]
 # Every script the client, the dispatcher and the worker run in normal operation.
@@ -38,37 +40,36 @@ def _sampled(partitions: int) -> list[int]:
     return sorted({0, partitions - 1, *rng.sample(range(partitions), 24)})
 
 
-def _call_slots(call: scripts.Call) -> set[int]:
+def _call_slots(call: Op[Any]) -> set[int]:
     """Slots of a call's KEYS and of any key-like ARGV (the sharded pub/sub hint channels)."""
-    lua, call_keys, argv = call
-    assert len(call_keys) == lua.num_keys, (lua.name, call_keys)
-    names = list(call_keys)
-    names += [a for a in argv if isinstance(a, str) and a.startswith("{")]
+    assert len(call.keys) == call.script.num_keys, (call.name, call.keys)
+    names = list(call.keys)
+    names += [a for a in call.argv if isinstance(a, str) and a.startswith("{")]
     return {keys.slot_of(k) for k in names}
 
 
-def producer_calls(queue: str, partition: int, partitions: int) -> list[scripts.Call]:
-    """Every call the producer builds for one partition (ops is shared by sync and async)."""
+def producer_calls(queue: str, partition: int, partitions: int) -> list[Op[Any]]:
+    """Every call the producer builds for one partition (shared by sync and async)."""
     job_id = job_id_in(partition, partitions)
     idem = idem_key_in(partition, partitions)
-    single = ops.prepare_enqueue(queue, partitions, ops.JobRequest("t", job_id=job_id), SETTINGS)
-    deduped = ops.prepare_enqueue(
-        queue, partitions, ops.JobRequest("t", idempotency_key=idem, delay=5), SETTINGS
+    single = producer.prepare_enqueue(queue, partitions, JobRequest("t", job_id=job_id), SETTINGS)
+    deduped = producer.prepare_enqueue(
+        queue, partitions, JobRequest("t", idempotency_key=idem, delay=5), SETTINGS
     )
     bulk = [
-        ops.prepare_enqueue(
-            queue, partitions, ops.JobRequest("t", job_id=f"{job_id}.{i}"), SETTINGS
+        producer.prepare_enqueue(
+            queue, partitions, JobRequest("t", job_id=f"{job_id}.{i}"), SETTINGS
         )
         for i in range(3)
     ]
     bulk = [b for b in bulk if b.partition == partition] or [single]
     calls = [
-        single.call(),
-        deduped.call(),
-        *ops.plan_bulk([*bulk, deduped]).calls,
-        ops.cancel_call(queue, partitions, job_id),
-        ops.reschedule_call(queue, partitions, job_id, None, 10, SETTINGS),
-        ops.get_call(queue, partitions, job_id),
+        single.op(),
+        deduped.op(),
+        *(c.op for c in producer.plan_bulk([*bulk, deduped])),
+        producer.cancel(queue, partitions, job_id),
+        producer.reschedule(queue, partitions, job_id, None, 10, SETTINGS),
+        producer.get(queue, partitions, job_id),
     ]
     assert keys.partition_for(idem, partitions) == partition
     return calls
@@ -97,7 +98,7 @@ def test_every_producer_call_and_partition_key_is_in_one_slot(partitions: int) -
         assert len(set(names)) == len(names)
         assert {keys.slot_of(n) for n in names} == {keys.slot_of("{" + pk.tag + "}")}
         for call in producer_calls(queue, p, partitions):
-            assert len(_call_slots(call)) == 1, (call[0].name, call[1])
+            assert len(_call_slots(call)) == 1, (call.name, call.keys)
             assert _call_slots(call) == {keys.slot_of(pk.due)}
 
 
@@ -189,32 +190,33 @@ def test_dispatcher_and_worker_calls_stay_in_one_slot(
     and that every script of lua/ was exercised.
     """
     seen: list[tuple[str, list[str], list[Any]]] = []
-    real_run, real_run_many = scripts.run, scripts.run_many
-    real_arun, real_arun_many = scripts.arun, scripts.arun_many
 
-    def record(calls: list[scripts.Call]) -> None:
-        seen.extend((lua.name, list(k), list(a)) for lua, k, a in calls)
+    def record(ops: Any) -> None:
+        seen.extend((o.name, list(o.keys), list(o.argv)) for o in ops)
 
-    def run(client: Any, lua: scripts.LuaScript, k: list[str], a: list[Any]) -> Any:
-        record([(lua, k, a)])
-        return real_run(client, lua, k, a)
+    real_call, real_send = transport.call, transport.send_and_read
+    real_acall, real_run_on = transport.AsyncTransport.call, transport.AsyncTransport.run_on
 
-    def run_many(client: Any, calls: list[scripts.Call]) -> list[Any]:
-        record(calls)
-        return real_run_many(client, calls)
+    def call(client: Any, op: Op[Any]) -> Any:
+        record([op])
+        return real_call(client, op)
 
-    async def arun(client: Any, lua: scripts.LuaScript, k: list[str], a: list[Any]) -> Any:
-        record([(lua, k, a)])
-        return await real_arun(client, lua, k, a)
+    def send_and_read(client: Any, ops: Any, wait: Any) -> Any:
+        record(ops)
+        return real_send(client, ops, wait)
 
-    async def arun_many(client: Any, calls: list[scripts.Call]) -> list[Any]:
-        record(calls)
-        return await real_arun_many(client, calls)
+    async def acall(self: Any, op: Op[Any]) -> Any:
+        record([op])
+        return await real_acall(self, op)
 
-    monkeypatch.setattr(scripts, "run", run)
-    monkeypatch.setattr(scripts, "run_many", run_many)
-    monkeypatch.setattr(scripts, "arun", arun)
-    monkeypatch.setattr(scripts, "arun_many", arun_many)
+    async def run_on(self: Any, node: str, ops: Any) -> Any:
+        record(ops)
+        return await real_run_on(self, node, ops)
+
+    monkeypatch.setattr(transport, "call", call)
+    monkeypatch.setattr(transport, "send_and_read", send_and_read)
+    monkeypatch.setattr(transport.AsyncTransport, "call", acall)
+    monkeypatch.setattr(transport.AsyncTransport, "run_on", run_on)
 
     partitions = 64
     done: list[str] = []
@@ -236,7 +238,7 @@ def test_dispatcher_and_worker_calls_stay_in_one_slot(
             client.enqueue(queue, "ok", None, job_id=job_id_in(p, partitions))
             for p in range(partitions)
         ]
-        client.enqueue_many(queue, [ops.JobRequest("ok", delay=0.3) for _ in range(50)])
+        client.enqueue_many(queue, [JobRequest("ok", delay=0.3) for _ in range(50)])
         ids.append(client.enqueue(queue, "slow"))
         ids.append(client.enqueue(queue, "fail", backoff=Backoff("fixed", 0.1)))
         later = client.enqueue(queue, "ok", delay=60)

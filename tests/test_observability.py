@@ -13,10 +13,12 @@ import pytest
 from click.testing import CliRunner
 from helpers import FAST_DISPATCHER, FAST_WORKER, Runner, Runs, wait_for
 
-from shardq import PermanentError, keys, metrics, ops, scripts
+from shardq import JobRequest, PermanentError, metrics
 from shardq.cli import main as cli
 from shardq.client import Client
 from shardq.config import DispatcherSettings
+from shardq.errors import FencedError
+from shardq.store import delivery, fleet, keys, transport
 
 
 def free_port() -> int:
@@ -63,9 +65,9 @@ def test_prometheus_endpoint(cluster_client: Client, cluster_url: str, queue: st
     with Runner(
         cluster_url, queue, {"t": runs.add, "bad": fail}, dispatcher_settings=METRIC_DISPATCHER
     ) as runner:
-        cluster_client.enqueue_many(queue, [ops.JobRequest("t", i, delay=0.2) for i in range(200)])
+        cluster_client.enqueue_many(queue, [JobRequest("t", i, delay=0.2) for i in range(200)])
         cluster_client.enqueue(queue, "bad", None)
-        cluster_client.enqueue_many(queue, [ops.JobRequest("t", i, delay=3600) for i in range(30)])
+        cluster_client.enqueue_many(queue, [JobRequest("t", i, delay=3600) for i in range(30)])
         wait_for(lambda: len(runs.count()) >= 200, 20, "jobs did not run")
 
         def ready() -> bool:
@@ -127,9 +129,9 @@ def test_hot_partition_is_reported(cluster_client: Client, queue: str) -> None:
         jid = next(
             f"h{i}-{j}" for j in range(10_000) if keys.partition_for(f"h{i}-{j}", partitions) == 5
         )
-        hot.append(ops.JobRequest("t", i, job_id=jid, delay=60))
+        hot.append(JobRequest("t", i, job_id=jid, delay=60))
     cluster_client.enqueue_many(queue, hot)
-    cluster_client.enqueue_many(queue, [ops.JobRequest("t", i, delay=60) for i in range(80)])
+    cluster_client.enqueue_many(queue, [JobRequest("t", i, delay=60) for i in range(80)])
     time.sleep(0.2)
     report = watch.observe(metrics.snapshot_sync(cluster_client.redis, pks))
     assert report is not None
@@ -149,26 +151,13 @@ def test_trim_never_drops_a_pending_or_undelivered_entry(
     pk = keys.partition_keys(queue, 0, partitions)
     ids = [cluster_client.enqueue(queue, "t", i) for i in range(5)]
     # A "paused" worker takes two deliveries and never acks them.
-    fetched = scripts.run(
-        r,
-        scripts.script("fetch"),
-        [pk.ready, pk.jobs, pk.dead, pk.errors, pk.stats],
-        [keys.WORKER_GROUP, "paused", 2],
-    )
-    assert (len(fetched) - 1) // 5 == 2
-    token = scripts.run(
-        r, scripts.script("lease-acquire"), [pk.lease, pk.fence], ["trimmer", 60_000]
-    )[1]
+    fetched = transport.run(r, delivery.fetch(pk, "paused", 2))
+    assert len(fetched.jobs) == 2
+    token = transport.run(r, fleet.lease_acquire(pk, "trimmer", 60_000)).token
     for _ in range(3):
-        reply = scripts.run(
-            r,
-            scripts.script("trim"),
-            [pk.ready, pk.dead, pk.jobs, pk.errors, pk.stats, pk.lease],
-            [token, keys.WORKER_GROUP, 0, 100, 1000],
-        )
-        assert reply[0] >= 0
+        transport.run(r, fleet.trim(pk, token, 0, 100, 1000))
     assert r.xlen(pk.ready) == 5  # 2 pending + 3 undelivered: nothing trimmed
-    scripts.run(r, scripts.script("lease-release"), [pk.lease, pk.fence], [token])
+    transport.run(r, fleet.lease_release(pk, token))
     # Another worker reclaims the paused one's deliveries and runs everything.
     runs = Runs()
     fast = FAST_WORKER
@@ -198,7 +187,7 @@ def run_bounded(client: Client, url: str, queue: str, jobs: int, partitions: int
             client.enqueue_many(
                 queue,
                 [
-                    ops.JobRequest("t", None, run_at=now + 1 + 5 * i / jobs)
+                    JobRequest("t", None, run_at=now + 1 + 5 * i / jobs)
                     for i in range(start, min(jobs, start + 50_000))
                 ],
             )
@@ -218,8 +207,8 @@ def run_bounded(client: Client, url: str, queue: str, jobs: int, partitions: int
 
 def test_stats_cli(cluster_client: Client, cluster_url: str, queue: str) -> None:
     cluster_client.create_queue(queue, 4)
-    cluster_client.enqueue_many(queue, [ops.JobRequest("t", i, delay=60) for i in range(40)])
-    cluster_client.enqueue_many(queue, [ops.JobRequest("t", i, delay=0) for i in range(7)])
+    cluster_client.enqueue_many(queue, [JobRequest("t", i, delay=60) for i in range(40)])
+    cluster_client.enqueue_many(queue, [JobRequest("t", i, delay=0) for i in range(7)])
     runner = CliRunner()
     out = runner.invoke(
         cli, ["stats", "--queue", queue, "--url", cluster_url, "--json", "--window", "0.2"]
@@ -304,39 +293,19 @@ def test_dead_letter_cap(cluster_client: Client, queue: str) -> None:
     pk = keys.partition_keys(queue, 0, 1)
     for i in range(5):
         jid = cluster_client.enqueue(queue, "t", i)
-        fetched = scripts.run(
-            r,
-            scripts.script("fetch"),
-            [pk.ready, pk.jobs, pk.dead, pk.errors, pk.stats],
-            [keys.WORKER_GROUP, "w", 1],
-        )
-        scripts.run(
-            r,
-            scripts.script("fail"),
-            [pk.ready, pk.jobs, pk.due, pk.dead, pk.errors, pk.stats],
-            [keys.WORKER_GROUP, fetched[1], jid, -1, "boom", pk.due_hint],
-        )
+        [job] = transport.run(r, delivery.fetch(pk, "w", 1)).jobs
+        assert job.raw_id == jid.encode()
+        outcome = transport.run(r, delivery.fail(pk, job.entry_id, job.raw_id, -1, "boom"))
+        assert outcome.outcome == "dead"
     assert r.xlen(pk.dead) == 5
-    token = scripts.run(r, scripts.script("lease-acquire"), [pk.lease, pk.fence], ["t", 60_000])[1]
-    assert scripts.run(
-        r,
-        scripts.script("trim"),
-        [pk.ready, pk.dead, pk.jobs, pk.errors, pk.stats, pk.lease],
-        [token, keys.WORKER_GROUP, 0, 3, 1000],
-    ) == [0, 2]
+    token = transport.run(r, fleet.lease_acquire(pk, "t", 60_000)).token
+    assert transport.run(r, fleet.trim(pk, token, 0, 3, 1000)) == (0, 2)
     assert r.xlen(pk.dead) == 3
     assert r.hlen(pk.jobs) == 3  # the two dropped dead jobs went with their entries
     assert int(r.hget(pk.stats, "dead_dropped")) == 2
     # A stale token is fenced like promote.
-    assert (
-        scripts.run(
-            r,
-            scripts.script("trim"),
-            [pk.ready, pk.dead, pk.jobs, pk.errors, pk.stats, pk.lease],
-            ["999", keys.WORKER_GROUP, 0, 3, 1000],
-        )[0]
-        == -1
-    )
+    with pytest.raises(FencedError):
+        transport.run(r, fleet.trim(pk, "999", 0, 3, 1000))
 
 
 def test_failure_logs_are_json(cluster_client: Client, cluster_url: str, queue: str) -> None:

@@ -12,10 +12,10 @@ import orjson
 from hypothesis import given
 from hypothesis import strategies as st
 
-from shardq import keys, ops
 from shardq.config import ProducerSettings
 from shardq.errors import InvalidJobError, InvalidScheduleError, ShardqError
 from shardq.jobs import JOB_TYPE_RE, Backoff, decode_body, encode_body, make_schedule
+from shardq.store import keys, producer
 
 SETTINGS = ProducerSettings()
 queue_names = st.from_regex(keys.QUEUE_NAME_RE, fullmatch=True).filter(lambda q: "\n" not in q)
@@ -54,7 +54,7 @@ def test_every_key_of_a_partition_is_in_its_own_slot_range(queue: str, data: Any
 def test_an_idempotency_key_routes_its_generated_id_to_its_own_partition(
     partitions: int, key: str
 ) -> None:
-    job_id, partition = ops.route(partitions, None, key)
+    job_id, partition = producer.route(partitions, None, key)
     assert partition == keys.partition_for(key, partitions)
     # cancel/get/reschedule find the job from its id alone: the id must land there too.
     assert keys.partition_for(job_id, partitions) == partition
@@ -62,7 +62,10 @@ def test_an_idempotency_key_routes_its_generated_id_to_its_own_partition(
 
 @given(partitions=partition_counts, job_id=job_ids)
 def test_a_job_id_routes_by_its_own_hash(partitions: int, job_id: str) -> None:
-    assert ops.route(partitions, job_id, None) == (job_id, keys.partition_for(job_id, partitions))
+    assert producer.route(partitions, job_id, None) == (
+        job_id,
+        keys.partition_for(job_id, partitions),
+    )
     assert 0 <= keys.partition_for(job_id, partitions) < partitions
 
 

@@ -9,10 +9,11 @@ from pathlib import Path
 import pytest
 from helpers import Runner, primaries, wait_for
 
-from shardq import keys, ops, scripts
+from shardq import JobRequest
 from shardq.client import Client
 from shardq.errors import ConfigError
 from shardq.jobs import Job
+from shardq.store import keys, loader
 
 REPO_LUA = Path(__file__).resolve().parent.parent / "lua"
 
@@ -29,8 +30,8 @@ def header(path: Path) -> str:
 
 
 def test_checkout_loads_the_repo_scripts() -> None:
-    assert scripts.lua_dir().resolve() == REPO_LUA
-    loaded = scripts.scripts()
+    assert loader.lua_dir().resolve() == REPO_LUA
+    loaded = loader.scripts()
     assert set(loaded) == {re.sub(r"-\d+\.lua$", "", p.name) for p in lua_files()}
     assert len(loaded) == len(lua_files())
 
@@ -38,7 +39,7 @@ def test_checkout_loads_the_repo_scripts() -> None:
 @pytest.mark.parametrize("path", lua_files(), ids=lambda p: p.name)
 def test_name_and_key_count_match_the_file_name_and_header(path: Path) -> None:
     name, num_keys = re.fullmatch(r"([a-z][a-z-]*)-(\d+)\.lua", path.name).groups()  # type: ignore[union-attr]
-    lua = scripts.script(name)
+    lua = loader.script(name)
     assert lua.name == name
     assert lua.num_keys == int(num_keys)
     head = header(path)
@@ -54,7 +55,7 @@ def test_name_and_key_count_match_the_file_name_and_header(path: Path) -> None:
 
 @pytest.mark.parametrize("path", lua_files(), ids=lambda p: p.name)
 def test_includes_are_expanded(path: Path) -> None:
-    lua = scripts.script(re.sub(r"-\d+\.lua$", "", path.name))
+    lua = loader.script(re.sub(r"-\d+\.lua$", "", path.name))
     raw = path.read_text()
     assert "--@include" not in lua.source
     for included in re.findall(r"^--@include\s+(\S+)", raw, re.MULTILINE):
@@ -70,21 +71,21 @@ def test_loader_rejects_bad_layouts(tmp_path: Path) -> None:
     (tmp_path / "includes" / "a.lua").write_text("--@include b.lua\nlocal a = 1\n")
     (tmp_path / "includes" / "b.lua").write_text("--@include a.lua\n")
     (tmp_path / "ok-1.lua").write_text("return 1\n")
-    assert set(scripts.load_dir(tmp_path)) == {"ok"}
+    assert set(loader.load_dir(tmp_path)) == {"ok"}
 
     (tmp_path / "cycle-1.lua").write_text("--@include a.lua\nreturn 1\n")
     with pytest.raises(ConfigError, match="include cycle"):
-        scripts.load_dir(tmp_path)
+        loader.load_dir(tmp_path)
     (tmp_path / "cycle-1.lua").unlink()
 
     (tmp_path / "missing-1.lua").write_text("--@include nope.lua\nreturn 1\n")
     with pytest.raises(ConfigError, match="missing Lua include"):
-        scripts.load_dir(tmp_path)
+        loader.load_dir(tmp_path)
     (tmp_path / "missing-1.lua").unlink()
 
     (tmp_path / "NoKeyCount.lua").write_text("return 1\n")
     with pytest.raises(ConfigError, match=r"<operation>-<numkeys>\.lua"):
-        scripts.load_dir(tmp_path)
+        loader.load_dir(tmp_path)
 
 
 def test_nested_include_is_expanded_once(tmp_path: Path) -> None:
@@ -92,13 +93,13 @@ def test_nested_include_is_expanded_once(tmp_path: Path) -> None:
     (tmp_path / "includes" / "inner.lua").write_text("local inner = 1\n")
     (tmp_path / "includes" / "outer.lua").write_text("--@include inner.lua\nlocal outer = 2\n")
     (tmp_path / "x-0.lua").write_text("--@include outer.lua\nreturn inner + outer\n")
-    source = scripts.load_dir(tmp_path)["x"].source
+    source = loader.load_dir(tmp_path)["x"].source
     assert source == "local inner = 1\n\nlocal outer = 2\n\nreturn inner + outer\n"
 
 
 def test_server_agrees_with_the_sha(client: Client) -> None:
     node = primaries(client.redis)[0]
-    for lua in scripts.scripts().values():
+    for lua in loader.scripts().values():
         assert node.script_load(lua.source) == lua.sha
 
 
@@ -126,7 +127,7 @@ def test_noscript_is_recovered_by_run_and_run_many(url: str, client: Client, que
 
         _flush_scripts(client)
         bulk = client.enqueue_many(  # scripts.run_many, one pipeline per node
-            queue, [ops.JobRequest("t", {"n": i}, delay=0.2) for i in range(40)]
+            queue, [JobRequest("t", {"n": i}, delay=0.2) for i in range(40)]
         )
         assert all(r.created for r in bulk)
         assert all(client.get(queue, r.job_id) is not None or r.job_id in ran for r in bulk)

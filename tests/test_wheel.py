@@ -12,7 +12,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 PROBE = """
-import json, shardq, shardq.scripts as s
+import json, shardq, shardq.store.loader as s
 loaded = s.scripts()
 print(json.dumps({
     "package": shardq.__file__,
@@ -82,6 +82,6 @@ def test_installed_wheel_loads_every_script(tmp_path: Path) -> None:
     assert sorted(p.name for p in (installed / "lua" / "includes").glob("*.lua")) == sorted(
         p.name for p in (ROOT / "lua" / "includes").glob("*.lua")
     )
-    from shardq import scripts
+    from shardq.store import loader
 
-    assert out["shas"] == {n: lua.sha for n, lua in scripts.scripts().items()}
+    assert out["shas"] == {n: lua.sha for n, lua in loader.scripts().items()}

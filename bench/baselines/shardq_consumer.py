@@ -17,13 +17,14 @@ import signal
 import time
 
 from bench.baselines.record import RunLog, ready
-from shardq import keys, ops
+from shardq import JobRequest
 from shardq.bench import delete_queue
 from shardq.client import Client
 from shardq.config import DispatcherSettings, RedisSettings, WorkerSettings
 from shardq.connection import connect_async
 from shardq.dispatcher import Dispatcher
 from shardq.jobs import Job
+from shardq.store import keys
 from shardq.worker import Worker
 
 PARTITIONS = 16
@@ -42,7 +43,7 @@ def produce(client: Client, prefix: str, jobs: list[tuple[str, int]], body: str)
         client.enqueue_many(
             prefix,
             [
-                ops.JobRequest("job", body, run_at=due_ms / 1000.0, job_id=job_id)
+                JobRequest("job", body, run_at=due_ms / 1000.0, job_id=job_id)
                 for job_id, due_ms in jobs[start : start + 5000]
             ],
         )

@@ -8,7 +8,8 @@ each partition gets one hint, covering any published while no subscription was i
 In cluster mode each primary gets its own subscriber connection and listening task: redis-py's
 cluster pub/sub polls nodes one after another, which would add up to one timeout per node to
 every hint.  Subscriptions are regrouped when a slot moves (the server sends ``sunsubscribe``),
-after any error, and when a periodic look at the client's slot map finds a channel's node changed.
+after any error, and when a look at the client's slot map (each second) finds a channel's node
+changed.
 """
 
 from __future__ import annotations
@@ -22,11 +23,10 @@ from typing import Any
 from redis.exceptions import AskError, MovedError
 
 from shardq.connection import AsyncRedis, is_cluster, node_client_async
-from shardq.keys import slot_of
+from shardq.runtime.supervisor import LoopState, Supervisor
+from shardq.store.keys import slot_of
 
 log = logging.getLogger("shardq.hints")
-
-REGROUP_INTERVAL = 30.0
 
 
 async def _listen_one(
@@ -35,6 +35,7 @@ async def _listen_one(
     on_hint: Callable[[int], None],
     stop: asyncio.Event,
     regroup: asyncio.Event,
+    state: LoopState,
 ) -> None:
     """Listen on one connection until stop, regroup, a slot move (sunsubscribe) or an error.
 
@@ -52,6 +53,7 @@ async def _listen_one(
         for each in set(channels.values()):
             on_hint(each)
         while not stop.is_set() and not regroup.is_set():
+            state.progress()
             msg = await pubsub.get_message(ignore_subscribe_messages=False, timeout=0.5)
             if not msg:
                 continue
@@ -85,12 +87,14 @@ async def listen(
     client: AsyncRedis,
     channels: dict[str, int],
     on_hint: Callable[[int], None],
-    stop: asyncio.Event,
+    supervisor: Supervisor,
+    loop: str,
 ) -> None:
-    """Call ``on_hint(partition)`` for each hint until ``stop`` is set; reconnects on errors.
-
-    Set ``stop`` and give it a second to return; cancelling it also works but is abrupt.
-    """
+    """Call ``on_hint(partition)`` for each hint until the supervisor stops ``loop``;
+    reconnects and regroups by itself after errors and slot moves (the supervisor restarts it
+    if it raises)."""
+    stop = supervisor.stop_event(loop)
+    state = supervisor.state(loop)
     cluster = is_cluster(client)
     refresh = False
     while not stop.is_set():
@@ -110,14 +114,16 @@ async def listen(
                 else [(client, channels)]
             )
             tasks = [
-                asyncio.create_task(_listen_one(c, chans, on_hint, stop, regroup))
+                asyncio.create_task(_listen_one(c, chans, on_hint, stop, regroup, state))
                 for c, chans in groups
             ]
-            while True:
+            while not stop.is_set():
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(regroup.wait(), REGROUP_INTERVAL)
-                # A periodic check only regroups when the slot map moved a channel's node:
-                # tearing down working subscriptions would open a gap for nothing.
+                    await asyncio.wait_for(regroup.wait(), 1.0)
+                state.progress()
+                # Regroup when a listener ended, or when the client's slot map (refreshed by
+                # the other loops after a redirect or a failover) moved a channel's node;
+                # tearing down working subscriptions otherwise would open a gap for nothing.
                 if regroup.is_set() or (cluster and _layout(client, channels) != layout):
                     break
             refresh = regroup.is_set()  # a listener ended early: sunsubscribe or an error
@@ -132,10 +138,10 @@ async def listen(
             refresh = True
             log.info("hint subscription redirected (%s); regrouping", exc)
             await asyncio.sleep(0.05)
-        except Exception as exc:  # hints are best effort; the fallback poll covers the gap
-            refresh = True
-            log.warning("hint subscription failed (%s); retrying in 1 s", exc)
-            await asyncio.sleep(1.0)
+        except Exception:
+            # Hints are best effort (the fallback poll covers the gap); the supervisor logs
+            # the error and starts this loop again after a backoff.
+            raise
         finally:
             for task in tasks:
                 task.cancel()
@@ -144,13 +150,3 @@ async def listen(
                 for node_client, _ in groups:
                     with contextlib.suppress(Exception):
                         await node_client.aclose()
-
-
-async def stop_tasks(tasks: list[asyncio.Task[None]], grace: float = 1.5) -> None:
-    """Let background loops see their stop event and return, then cancel the stragglers."""
-    if not tasks:
-        return
-    _, pending = await asyncio.wait(tasks, timeout=grace)
-    for task in pending:
-        task.cancel()
-    await asyncio.gather(*tasks, return_exceptions=True)

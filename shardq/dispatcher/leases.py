@@ -1,0 +1,223 @@
+"""Leases: which partitions this dispatcher drains, with fencing tokens.
+
+One round per ``renew_interval``: heartbeat into the fleet, compute this dispatcher's fair share
+(floor or ceiling of P / N, by sorted position among live, non-draining members), renew leases
+no promote extended lately, hand back what is above the share, take partitions up to it.
+
+A partition is taken when it is free, when its lease expired, or at once when its owner is gone
+from the fleet (dead or paused a whole membership timeout) or is this process's predecessor
+(restarted in place): the lease-acquire script displaces such an owner with a newer fencing
+token, so the old owner's every later write is rejected.  Tokens are forgotten *before* a lease
+is released, so no promote is ever sent with a token this process has already given back.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from collections.abc import Callable
+from typing import Any
+
+from shardq import metrics
+from shardq.config import DispatcherSettings
+from shardq.logs import log_event
+from shardq.runtime.membership import Membership
+from shardq.store import fleet, keys
+from shardq.store.faults import is_transient
+from shardq.store.transport import AsyncTransport
+
+log = logging.getLogger("shardq.dispatcher")
+
+# Read the advisory owners hash at least this often even when the share is met, to correct
+# this dispatcher's own entries.
+OWNERS_EVERY = 10
+
+
+def fair_share(partitions: int, members: list[str], me: str) -> int:
+    """How many partitions ``me`` should hold: floor or ceiling of P / N, by sorted position."""
+    if me not in members:
+        return 0
+    ordered = sorted(members)
+    base, extra = divmod(partitions, len(ordered))
+    return base + (1 if ordered.index(me) < extra else 0)
+
+
+class Leases:
+    """The partitions this dispatcher holds and their fencing tokens."""
+
+    def __init__(
+        self,
+        transport: AsyncTransport,
+        queue: str,
+        pks: list[keys.PartitionKeys],
+        membership: Membership,
+        settings: DispatcherSettings,
+        pinned: list[int] | None,
+        on_acquired: Callable[[int], None],
+        label: str,
+    ) -> None:
+        self.transport = transport
+        self.queue = queue
+        self.pks = pks
+        self.membership = membership
+        self.settings = settings
+        self.pinned = pinned
+        self.on_acquired = on_acquired
+        self.owner = membership.me
+        self.label = label
+        self.tokens: dict[int, str] = {}
+        self.renewed: dict[int, float] = {}
+        self.target = 0
+        self.rounds = 0
+        self.counts: dict[str, int] = {}
+        self._m_held = metrics.LEASES_HELD.labels(queue, label)
+
+    # events --------------------------------------------------------------------------------
+
+    def event(self, event: str, level: int = logging.INFO, **fields: Any) -> None:
+        self.counts[event] = self.counts.get(event, 0) + 1
+        metrics.LEASE_EVENTS.labels(self.queue, self.label, event).inc()
+        log_event(log, f"lease.{event}", level, queue=self.queue, dispatcher=self.owner, **fields)
+
+    def fenced(self, partition: int, reason: str) -> None:
+        """A write for ``partition`` was rejected: another dispatcher owns it now."""
+        if self.tokens.pop(partition, None) is None:
+            return
+        self.renewed.pop(partition, None)
+        # Losing a partition to fencing means this process was paused or cut off: say so loudly.
+        self.event("fenced", logging.WARNING, partition=partition, reason=reason)
+        self.event("lost", partition=partition)
+        self._m_held.set(len(self.tokens))
+
+    def extended(self, partition: int, at: float) -> None:
+        """A promote extended the lease (it renews as a side effect)."""
+        if partition in self.tokens:
+            self.renewed[partition] = at
+
+    # the round -----------------------------------------------------------------------------
+
+    async def round(self) -> None:
+        """Heartbeat, renew, hand back above the fair share, take up to it."""
+        await self.membership.beat()
+        self.rounds += 1
+        total = len(self.pks)
+        if self.pinned is not None:
+            wanted = self.pinned
+            self.target = len(wanted)
+        else:
+            wanted = list(range(total))
+            active = [m for m in self.membership.live if m not in self.membership.draining]
+            self.target = fair_share(total, active, self.owner)
+        await self._renew()
+        excess = len(self.tokens) - self.target
+        if excess > 0:
+            # Hand back the most recently acquired first: the others have warm state.
+            give = sorted(self.tokens, key=lambda p: -self.renewed.get(p, 0.0))[:excess]
+            await self.release(give, "above fair share")
+        need = self.target - len(self.tokens)
+        if need > 0 or self.rounds % OWNERS_EVERY == 1:
+            owners = await fleet.read_owners(self.transport.client, self.queue, total)
+            await self._fix_owner_entries(owners)
+            if need > 0:
+                await self._take(wanted, owners)
+        self._m_held.set(len(self.tokens))
+
+    async def _renew(self) -> None:
+        """Renew leases no promote extended within the renewal interval."""
+        now = time.monotonic()
+        due = self.settings.renew_interval * 0.8
+        stale = [p for p in self.tokens if now - self.renewed.get(p, 0.0) >= due]
+        if not stale:
+            return
+        ttl = round(self.settings.lease_time * 1000)
+        ops = [fleet.lease_renew(self.pks[p], self.tokens[p], ttl) for p in stale]
+        for p, result in zip(stale, await self.transport.run_many(ops), strict=True):
+            if p not in self.tokens:
+                continue
+            if result is True:
+                self.renewed[p] = now
+            elif result is False:
+                self.fenced(p, "lease lost before renewal")
+            else:
+                self._refused(p, "renew", result)
+
+    def _refused(self, partition: int, what: str, exc: object) -> None:
+        """A lease call failed (node down, OOM, READONLY during a failover): log and count it;
+        the lease expires on its own if this keeps up, and a peer takes over."""
+        metrics.SCRIPT_ERRORS.labels(self.queue, f"lease-{what}", type(exc).__name__).inc()
+        self.event(
+            f"{what}_failed",
+            logging.WARNING,
+            partition=partition,
+            error=f"{type(exc).__name__}: {exc}"[:300],
+            transient=isinstance(exc, BaseException) and is_transient(exc),
+        )
+
+    async def _take(self, wanted: list[int], owners: dict[int, str]) -> None:
+        live = set(self.membership.live)
+        displace = self.membership.displaceable
+        free = [
+            p
+            for p in wanted
+            if p not in self.tokens
+            and (owners.get(p) is None or owners[p] not in live or owners[p] == self.owner)
+        ]
+        random.shuffle(free)  # peers starting together should not all try the same ones
+        # Peers race for the same free partitions: go on down the list until the share is met
+        # or every candidate was tried, rather than waiting a whole round per loss.
+        while free and len(self.tokens) < self.target:
+            room = self.target - len(self.tokens)
+            batch, free = free[: room + 2], free[room + 2 :]
+            await self._acquire(batch, [o for o in displace if o in owners.values()])
+
+    async def _acquire(self, candidates: list[int], displace: list[str]) -> None:
+        ttl = round(self.settings.lease_time * 1000)
+        ops = [fleet.lease_acquire(self.pks[p], self.owner, ttl, displace) for p in candidates]
+        results = await self.transport.run_many(ops)
+        now = time.monotonic()
+        won: dict[int, str] = {}
+        for p, grant in zip(candidates, results, strict=True):
+            if isinstance(grant, BaseException):
+                self._refused(p, "acquire", grant)
+                continue
+            if not grant.won:
+                continue
+            if len(self.tokens) >= self.target and grant.new:
+                # Won more than needed (tried a few spare): give it straight back.
+                await self.transport.run(fleet.lease_release(self.pks[p], grant.token))
+                continue
+            self.tokens[p] = grant.token
+            self.renewed[p] = now
+            won[p] = grant.token
+            if grant.takeover:
+                self.event("takeover", partition=p, token=grant.token)
+            self.event("acquired", partition=p, token=grant.token)
+            self.on_acquired(p)
+        if won:
+            await fleet.write_owners(self.transport.client, self.queue, self.owner, won)
+
+    async def _fix_owner_entries(self, owners: dict[int, str]) -> None:
+        """Keep the advisory owners hash true for this dispatcher's own entries."""
+        wrong = [p for p, o in owners.items() if o == self.owner and p not in self.tokens]
+        missing = {p: t for p, t in self.tokens.items() if owners.get(p) != self.owner}
+        await fleet.forget_owners(self.transport.client, self.queue, wrong)
+        await fleet.write_owners(self.transport.client, self.queue, self.owner, missing)
+
+    async def release(self, partitions: list[int], reason: str) -> None:
+        """Give leases back.  Their tokens are forgotten first: a promote already running for
+        one of them is fenced harmlessly, and none is sent with a released token."""
+        held = {p: self.tokens.pop(p) for p in partitions if p in self.tokens}
+        for p in held:
+            self.renewed.pop(p, None)
+        self._m_held.set(len(self.tokens))
+        if not held:
+            return
+        try:
+            ops = [fleet.lease_release(self.pks[p], token) for p, token in held.items()]
+            await self.transport.run_many(ops)
+            await fleet.forget_owners(self.transport.client, self.queue, held)
+        except Exception as exc:
+            log.warning("releasing leases failed (%s): they expire on their own", exc)
+        for p in held:
+            self.event("released", partition=p, reason=reason)

@@ -1,0 +1,145 @@
+"""Promoter: moves due jobs to the ready streams, one loop per Redis primary.
+
+Each loop serves the held partitions its primary holds: it sends one promote call per due
+partition in one batch on that primary's connection, then sleeps until the earliest next due
+time of its partitions (bounded by ``max_sleep``), woken early by hints.  A paused or failing
+primary holds up its own loop only.  A hint that lands while a call for its partition is in
+flight forces another call, so a reply computed before the hint cannot put the partition back
+to sleep.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+
+from shardq import metrics
+from shardq.config import DispatcherSettings
+from shardq.dispatcher.leases import Leases
+from shardq.errors import FencedError
+from shardq.runtime.pernode import PerPrimary
+from shardq.runtime.supervisor import Supervisor
+from shardq.store import faults, fleet, keys
+from shardq.store.transport import AsyncTransport
+
+log = logging.getLogger("shardq.dispatcher")
+
+# After a failed call a partition is tried again this much later; others keep being served.
+ERROR_BACKOFF = 0.25
+
+
+class Promoter:
+    """Per-primary promote loops over the partitions this dispatcher holds."""
+
+    def __init__(
+        self,
+        supervisor: Supervisor,
+        transport: AsyncTransport,
+        queue: str,
+        pks: list[keys.PartitionKeys],
+        leases: Leases,
+        settings: DispatcherSettings,
+        label: str,
+    ) -> None:
+        self.supervisor = supervisor
+        self.transport = transport
+        self.queue = queue
+        self.pks = pks
+        self.leases = leases
+        self.settings = settings
+        self.next_wake: dict[int, float] = {}
+        self.hints: dict[int, int] = {}
+        self.promoted = 0
+        self.calls = 0
+        self.errors = 0
+        self.by_partition: dict[int, int] = {}
+        self.nodes = PerPrimary(
+            supervisor,
+            transport,
+            "promoter",
+            range(len(pks)),
+            lambda p: pks[p].due,
+            self._loop,
+        )
+        self._m_promoted = metrics.PROMOTED.labels(queue, label)
+        self._m_calls = metrics.PROMOTE_CALLS.labels(queue, label)
+
+    def start(self) -> None:
+        self.nodes.start()
+
+    def acquired(self, partition: int) -> None:
+        """A lease was just won: promote at once."""
+        self.next_wake[partition] = 0.0
+        self.nodes.wake(partition)
+
+    def hint(self, partition: int) -> None:
+        """An enqueue moved the partition's head earlier (or a retry came due)."""
+        if partition in self.leases.tokens:
+            self.next_wake[partition] = 0.0
+            self.hints[partition] = self.hints.get(partition, 0) + 1
+            self.nodes.wake(partition)
+
+    async def _loop(self, node: str) -> None:
+        name = self.nodes.loop_name(node)
+        stop = self.supervisor.stop_event(name)
+        state = self.supervisor.state(name)
+        event = self.nodes.event(node)
+        s = self.settings
+        while not stop.is_set():
+            state.progress()
+            now = time.monotonic()
+            tokens = self.leases.tokens
+            mine = [p for p in self.nodes.mine(node) if p in tokens]
+            due = [p for p in mine if self.next_wake.get(p, 0.0) <= now]
+            if due:
+                await self._promote(node, due[: s.max_inflight_calls])
+                continue
+            wake_at = min((self.next_wake.get(p, 0.0) for p in mine), default=now + s.max_sleep)
+            event.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(event.wait(), min(max(0.0, wake_at - now), s.max_sleep))
+
+    async def _promote(self, node: str, partitions: list[int]) -> None:
+        s = self.settings
+        lease_ms = round(s.lease_time * 1000)
+        tokens = self.leases.tokens
+        held = [p for p in partitions if p in tokens]
+        ops = [fleet.promote(self.pks[p], tokens[p], s.batch, lease_ms) for p in held]
+        hints_before = [self.hints.get(p, 0) for p in held]
+        sent = time.monotonic()
+        results = await self.transport.run_on(node, ops)
+        now = time.monotonic()
+        self.calls += len(ops)
+        self._m_calls.inc(len(ops))
+        failures: list[BaseException] = []
+        for p, result, seen in zip(held, results, hints_before, strict=True):
+            if isinstance(result, FencedError):
+                self.leases.fenced(p, str(result))
+                continue
+            if isinstance(result, BaseException):
+                failures.append(result)
+                self.errors += 1
+                metrics.SCRIPT_ERRORS.labels(self.queue, "promote", type(result).__name__).inc()
+                if faults.is_redirect(result) or faults.is_transient(result):
+                    self.nodes.topology_changed()
+                self.next_wake[p] = now + ERROR_BACKOFF
+                continue
+            if p not in tokens:
+                continue  # released meanwhile
+            self.leases.extended(p, sent)
+            moved = result.moved
+            self.promoted += moved
+            self._m_promoted.inc(moved)
+            self.by_partition[p] = self.by_partition.get(p, 0) + moved
+            if moved >= s.batch or self.hints.get(p, 0) != seen:
+                self.next_wake[p] = now  # more are due, or a hint came meanwhile: go again
+            elif result.next_due_ms is None:
+                self.next_wake[p] = now + s.max_sleep
+            else:
+                wait = max(0.0, (result.next_due_ms - result.now_ms) / 1000.0)
+                self.next_wake[p] = now + min(wait, s.max_sleep)
+        if failures and len(failures) == len(ops):
+            # The whole primary failed: let the supervisor log it and back off this loop.
+            raise failures[0]

@@ -1,0 +1,54 @@
+"""Sampler: per-partition figures for Prometheus, read by the partition's owner.
+
+Every ``metrics_interval`` the dispatcher snapshots the partitions it holds (backlog, lag,
+pending, dead letters, the scripts' counters), so a scrape never touches Redis and the fleet
+reads each partition about once per interval.  The owner of partition 0 snapshots every
+partition for the hot-shard figures.  Partitions whose snapshot failed (their primary is down)
+keep their last figures until the next success or until the lease is lost.
+"""
+
+from __future__ import annotations
+
+from shardq import metrics
+from shardq.config import DispatcherSettings
+from shardq.dispatcher.leases import Leases
+from shardq.store import inspect, keys
+from shardq.store.transport import AsyncTransport
+
+
+class Sampler:
+    def __init__(
+        self,
+        transport: AsyncTransport,
+        queue: str,
+        pks: list[keys.PartitionKeys],
+        leases: Leases,
+        settings: DispatcherSettings,
+    ) -> None:
+        self.transport = transport
+        self.queue = queue
+        self.pks = pks
+        self.leases = leases
+        self.hot = metrics.HotShardWatch(queue, settings.hot_multiple)
+
+    async def round(self) -> None:
+        owned = set(self.leases.tokens)
+        sample_all = 0 in owned
+        wanted = range(len(self.pks)) if sample_all else sorted(owned)
+        ops = [
+            inspect.partition_stats(self.pks[p], self.transport.node_name(self.pks[p].due))
+            for p in wanted
+        ]
+        results = await self.transport.run_many(ops)
+        snaps = [r for r in results if not isinstance(r, BaseException)]
+        metrics.PARTITIONS.update(self.queue, snaps, owned)
+        if sample_all:
+            self.hot.observe(snaps)
+        else:
+            metrics.PARTITIONS.hot.pop(self.queue, None)
+        failed = [r for r in results if isinstance(r, BaseException)]
+        if failed and not snaps:
+            raise failed[0]
+
+    def forget(self) -> None:
+        metrics.PARTITIONS.forget(self.queue)

@@ -1,0 +1,2 @@
+"""What worker and dispatcher processes share: supervised loops, fleet membership, process
+identity, wake-up hints and one loop per Redis primary."""

@@ -1,0 +1,114 @@
+"""Fleet membership, shared by workers and dispatchers.
+
+Each member heartbeats into a sorted set scored by when its heartbeat expires (Redis clock), so
+a member that stops (SIGKILL, SIGSTOP, a lost network) drops out after ``timeout`` without
+anyone cleaning up.  Each heartbeat also returns the live members, from which every member
+derives the same split of partitions, and the members an operator asked to drain.
+
+:attr:`Membership.gone` names members that were live at one successful heartbeat of this
+process and expired by the next: they stopped heartbeating for a whole timeout (dead or paused),
+and fencing makes it safe to take their work at once.  After a gap in this process's own
+heartbeats (it was cut off from the queue's node) the view starts afresh, so a member coming
+back from its own outage does not mistake everyone else for dead; work of members that died
+unseen is taken when their leases expire.  Members of this process's own instance with
+another incarnation are its predecessors (a restart in place): gone from the start (see
+:mod:`shardq.runtime.identity`).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from shardq.logs import log_event
+from shardq.runtime.identity import predecessors
+from shardq.store import fleet
+from shardq.store.transport import AsyncTransport
+
+log = logging.getLogger("shardq.membership")
+
+# How long a gone member is remembered: its leases have long expired by then.
+GONE_TTL = 600.0
+
+
+class Membership:
+    """One member's heartbeat and its view of the live fleet."""
+
+    def __init__(
+        self,
+        transport: AsyncTransport,
+        members_key: str,
+        drain_key: str,
+        me: str,
+        timeout: float,
+    ) -> None:
+        self.transport = transport
+        self.members_key = members_key
+        self.drain_key = drain_key
+        self.me = me
+        self.timeout = timeout
+        self.started = time.monotonic()
+        self.live: list[str] = [me]
+        self.draining: list[str] = []
+        self._gone: dict[str, float] = {}
+        self.predecessors: set[str] = set()
+        self.now_ms = 0
+        self.last_success: float | None = None
+        self._previous: set[str] = set()
+        self._warned_twin = False
+
+    async def beat(self) -> fleet.Members:
+        """Heartbeat and refresh the view (raises what Redis raised; the view is kept)."""
+        op = fleet.members(self.members_key, self.drain_key, self.me, round(self.timeout * 1000))
+        try:
+            members = await self.transport.run(op)
+        except Exception:
+            self._previous = set()  # a gap: the next success starts a fresh view
+            raise
+        now = time.monotonic()
+        fresh = self.last_success is None or now - self.last_success > self.timeout
+        live = set(members.live)
+        if fresh:
+            self._gone.clear()
+        else:
+            # Live at the last beat, expired now: dead or paused for a whole timeout.
+            for member in self._previous - live:
+                self._gone.setdefault(member, now)
+        for member in [m for m, since in self._gone.items() if m in live or now - since > GONE_TTL]:
+            del self._gone[member]
+        self._previous = live
+        twins = set(predecessors(self.me, members.live))
+        if now - self.started < self.timeout:
+            self.predecessors |= twins  # restarted in place: the old incarnation is gone
+        elif twins - self.predecessors and not self._warned_twin:
+            self._warned_twin = True
+            log_event(
+                log,
+                "membership.duplicate_instance",
+                logging.ERROR,
+                member=self.me,
+                others=sorted(twins),
+                hint="two live processes share one SHARDQ_INSTANCE; give each its own",
+            )
+        self.live = sorted(live - self.predecessors | {self.me})
+        self.draining = [m for m in members.draining if m in self.live]
+        self.now_ms = members.now_ms
+        self.last_success = now
+        return members
+
+    @property
+    def gone(self) -> set[str]:
+        """Members seen live before and expired since (dead or paused)."""
+        return set(self._gone)
+
+    @property
+    def displaceable(self) -> set[str]:
+        """Members whose work may be taken over now: gone, or this process's predecessors."""
+        return (set(self._gone) | self.predecessors) - {self.me}
+
+    async def leave(self) -> None:
+        """Leave the fleet at once (clean shutdown)."""
+        op = fleet.members(
+            self.members_key, self.drain_key, self.me, round(self.timeout * 1000), leaving=True
+        )
+        await self.transport.run(op)

@@ -1,0 +1,264 @@
+"""Supervised background loops: one error policy for every loop of a worker or dispatcher.
+
+Every loop of a process runs under :class:`Supervisor`.  An exception never ends a loop
+silently: it is logged as one JSON event (``loop.error``) with the loop's name, counted in
+``shardq_loop_errors_total{role,loop}``, and the loop runs again after a jittered exponential
+backoff (0.1 s doubling to 5 s).
+
+Two kinds of trouble are told apart:
+
+- Redis or the network failing (a failover, a slot move, an outage of any length) makes the
+  process *not ready* while it lasts; loops keep retrying and resume by themselves.
+- A loop that keeps raising anything else (a bug, a corrupt record it cannot skip) for longer
+  than ``unhealthy_after``, or that stops making progress for ``stall_after``, makes the process
+  *unhealthy*, so an orchestrator restarts it instead of leaving a half-working process behind.
+
+Loops stop in the order the coordinator gives to :meth:`Supervisor.stop` (stated in
+docs/architecture.md); the rest stop together after them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+from shardq import metrics
+from shardq.logs import log_event
+from shardq.store.faults import is_transient
+
+log = logging.getLogger("shardq.supervisor")
+
+BACKOFF_FIRST = 0.1
+BACKOFF_CAP = 5.0
+
+
+def backoff_delay(failures: int, rng: random.Random | None = None) -> float:
+    """Seconds to wait after the ``failures``-th consecutive failure (1-based), jittered by
+    +-50 % so a fleet that lost Redis at one instant does not come back at one instant."""
+    base = float(min(BACKOFF_CAP, BACKOFF_FIRST * 2 ** min(max(failures - 1, 0), 16)))
+    return base * (rng or random).uniform(0.5, 1.5)
+
+
+@dataclass(slots=True)
+class LoopState:
+    """What the supervisor knows about one loop (health checks, tests, /healthz)."""
+
+    name: str
+    rounds: int = 0
+    errors: int = 0
+    consecutive: int = 0
+    failing_since: float | None = None  # any error streak (Redis down counts)
+    broken_since: float | None = None  # a streak of errors that are not Redis faults
+    last_progress: float = field(default_factory=time.monotonic)
+    last_error: str | None = None
+
+    def progress(self) -> None:
+        """Called by a long-running loop on each pass, so a hung loop can be told apart."""
+        self.last_progress = time.monotonic()
+
+
+Body = Callable[[], Awaitable[None]]
+
+
+@dataclass(slots=True)
+class _Loop:
+    state: LoopState
+    body: Body
+    interval: float | None
+    stop: asyncio.Event
+    task: asyncio.Task[None] | None = None
+
+
+class Supervisor:
+    """Runs named loops with one error policy and reports the process's health.
+
+    ``every(name, interval, fn)`` calls ``fn`` once per ``interval``; ``forever(name, fn)`` runs
+    a coroutine that loops by itself (watching :meth:`stop_event`) and is started again if it
+    raises or returns early.
+    """
+
+    def __init__(
+        self,
+        role: str,
+        queue: str,
+        *,
+        unhealthy_after: float = 60.0,
+        stall_after: float = 120.0,
+    ) -> None:
+        self.role = role
+        self.queue = queue
+        self.unhealthy_after = unhealthy_after
+        self.stall_after = stall_after
+        self.loops: dict[str, _Loop] = {}
+
+    # registration --------------------------------------------------------------------------
+
+    def every(self, name: str, interval: float, body: Body, *, first_at_once: bool = False) -> None:
+        """Run ``body`` every ``interval`` seconds (measured from the end of the last round)."""
+        self._add(name, body, interval, first_at_once)
+
+    def forever(self, name: str, body: Body) -> None:
+        """Run ``body`` (a coroutine that loops until its stop event); restart it on failure."""
+        self._add(name, body, None, True)
+
+    def _add(self, name: str, body: Body, interval: float | None, at_once: bool) -> None:
+        if name in self.loops:
+            raise ValueError(f"loop {name!r} registered twice")
+        loop = _Loop(LoopState(name), body, interval, asyncio.Event())
+        self.loops[name] = loop
+        loop.task = asyncio.get_running_loop().create_task(self._run(loop, at_once), name=name)
+
+    def state(self, name: str) -> LoopState:
+        return self.loops[name].state
+
+    def stop_event(self, name: str) -> asyncio.Event:
+        """The event a ``forever`` body watches to know it should return."""
+        return self.loops[name].stop
+
+    async def retire(self, name: str, grace: float = 2.0) -> None:
+        """Stop one loop and forget it (a per-primary loop whose primary is gone)."""
+        loop = self.loops.pop(name, None)
+        if loop is not None:
+            await _stop_loops([loop], grace)
+
+    # health --------------------------------------------------------------------------------
+
+    def states(self) -> list[LoopState]:
+        return [loop.state for loop in self.loops.values()]
+
+    def problems(self) -> list[str]:
+        """Why the process is unhealthy (empty when healthy)."""
+        now = time.monotonic()
+        out = []
+        for loop in self.loops.values():
+            s = loop.state
+            if s.broken_since is not None and now - s.broken_since >= self.unhealthy_after:
+                out.append(f"{s.name}: failing for {now - s.broken_since:.0f} s ({s.last_error})")
+            stall = self.stall_after if loop.interval is None else self.stall_after + loop.interval
+            if now - s.last_progress >= stall and s.failing_since is None:
+                out.append(f"{s.name}: no progress for {now - s.last_progress:.0f} s")
+        return out
+
+    def healthy(self) -> bool:
+        return not self.problems()
+
+    def failing(self) -> list[str]:
+        """Loops in an error streak right now (Redis faults included): the process is not
+        ready while any is."""
+        return [s.name for s in self.states() if s.failing_since is not None]
+
+    # running -------------------------------------------------------------------------------
+
+    async def _run(self, loop: _Loop, at_once: bool) -> None:
+        state = loop.state
+        skip_wait = at_once  # the first round at once, and a retry right after its backoff
+        while not loop.stop.is_set():
+            if loop.interval is not None and not skip_wait:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(loop.stop.wait(), loop.interval)
+                if loop.stop.is_set():
+                    return
+            skip_wait = False
+            try:
+                await loop.body()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                await self._failed(loop, exc)
+                skip_wait = True
+                continue
+            if loop.interval is None and not loop.stop.is_set():
+                # A forever-loop that returns while not asked to stop is a bug: restart it,
+                # but say so and back off like after an error.
+                await self._failed(loop, RuntimeError(f"loop {state.name} returned early"))
+                continue
+            self._succeeded(state)
+
+    def _succeeded(self, state: LoopState) -> None:
+        state.rounds += 1
+        state.progress()
+        if state.consecutive:
+            log_event(
+                log,
+                "loop.recovered",
+                logging.INFO,
+                role=self.role,
+                queue=self.queue,
+                loop=state.name,
+                failures=state.consecutive,
+                failed_for_s=round(time.monotonic() - (state.failing_since or 0.0), 3),
+            )
+        state.consecutive = 0
+        state.failing_since = None
+        state.broken_since = None
+
+    async def _failed(self, loop: _Loop, exc: BaseException) -> None:
+        state = loop.state
+        now = time.monotonic()
+        transient = is_transient(exc)
+        state.errors += 1
+        state.consecutive += 1
+        state.progress()  # failing and retrying is not hanging
+        if state.failing_since is None:
+            state.failing_since = now
+        if transient:
+            state.broken_since = None
+        elif state.broken_since is None:
+            state.broken_since = now
+        state.last_error = f"{type(exc).__name__}: {exc}"[:500]
+        metrics.LOOP_ERRORS.labels(self.role, state.name.split(":", 1)[0]).inc()
+        # Log every error of a streak's first few, then one in 20, so an outage of an hour
+        # does not write a line per loop per backoff.
+        if state.consecutive <= 3 or state.consecutive % 20 == 0:
+            log_event(
+                log,
+                "loop.error",
+                logging.WARNING,
+                role=self.role,
+                queue=self.queue,
+                loop=state.name,
+                error=state.last_error,
+                error_type=type(exc).__name__,
+                transient=transient,
+                consecutive=state.consecutive,
+                failing_for_s=round(now - state.failing_since, 3),
+            )
+        if not transient and state.consecutive == 1:
+            log.warning("loop %s: unexpected error", state.name, exc_info=exc)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(loop.stop.wait(), backoff_delay(state.consecutive))
+
+    async def stop(self, order: list[str] | None = None, grace: float = 2.0) -> None:
+        """Stop loops one group at a time: each name (or name prefix ending in ``:``) in
+        ``order`` first, in that order, then the rest together.  A loop gets ``grace`` seconds
+        to see its stop event, then it is cancelled."""
+        remaining = dict(self.loops)
+        groups: list[list[_Loop]] = []
+        for name in order or []:
+            group = [
+                remaining.pop(n)
+                for n in list(remaining)
+                if n == name or (name.endswith(":") and n.startswith(name))
+            ]
+            if group:
+                groups.append(group)
+        groups.append(list(remaining.values()))
+        for group in groups:
+            await _stop_loops(group, grace)
+
+
+async def _stop_loops(loops: list[_Loop], grace: float) -> None:
+    for loop in loops:
+        loop.stop.set()
+    tasks = [loop.task for loop in loops if loop.task is not None]
+    if not tasks:
+        return
+    _, pending = await asyncio.wait(tasks, timeout=grace)
+    for task in pending:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)

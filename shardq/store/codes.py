@@ -1,0 +1,143 @@
+"""Script return codes: the one place they become typed errors.
+
+Scripts signal an expected failure by returning ``{code, detail...}`` with a small negative
+code, before they write anything.  :class:`Code` lists them (keep it in step with the headers
+of lua/*.lua); :func:`check` turns such a reply into the matching :mod:`shardq.errors` exception,
+with a message that says what to do.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from enum import IntEnum
+from typing import Any
+
+from shardq.errors import (
+    DuplicateJobError,
+    FencedError,
+    InvalidScheduleError,
+    JobNotFoundError,
+    JobNotScheduledError,
+    JobRunningError,
+    QueueConfigConflictError,
+    ScriptError,
+    ShardqError,
+)
+
+
+class Code(IntEnum):
+    """Negative return codes of the scripts."""
+
+    FENCED = -1
+    DUE_IN_PAST = -2
+    BEYOND_HORIZON = -3
+    DUPLICATE_JOB_ID = -4
+    NOT_SCHEDULED = -5
+    JOB_NOT_FOUND = -6
+    JOB_RUNNING = -7
+    QUEUE_CONFLICT = -8
+    JOB_DEAD = -9
+
+
+def _text(value: Any) -> str:
+    return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
+
+
+def _fenced(d: list[str]) -> ShardqError:
+    return FencedError(
+        f"fencing token {d[0]} is stale (lease now {d[1] or 'free'}): "
+        "another dispatcher owns this partition; stop draining it"
+    )
+
+
+def _past(d: list[str]) -> ShardqError:
+    return InvalidScheduleError(
+        f"run time {d[0]} ms is more than {d[2]} ms before the Redis clock ({d[1]} ms): "
+        "pass a time in the future, use delay=0 to run now, or raise past_tolerance"
+    )
+
+
+def _horizon(d: list[str]) -> ShardqError:
+    return InvalidScheduleError(
+        f"run time {d[0]} ms is more than {d[2]} ms after the Redis clock ({d[1]} ms): "
+        "schedule closer to now or raise max_horizon"
+    )
+
+
+def _duplicate(d: list[str]) -> ShardqError:
+    return DuplicateJobError(
+        f"job {d[0]!r} already exists: pick another job_id, or pass idempotency_key to get "
+        "the existing job back instead of an error"
+    )
+
+
+def _not_scheduled(d: list[str]) -> ShardqError:
+    return JobNotScheduledError(
+        f"job {d[0]!r} is already due and handed to the ready stream: cancel it (if it has not "
+        "started) and enqueue it again"
+    )
+
+
+def _not_found(d: list[str]) -> ShardqError:
+    return JobNotFoundError(
+        f"job {d[0]!r} not found: it completed, was cancelled, or never existed"
+    )
+
+
+def _running(d: list[str]) -> ShardqError:
+    return JobRunningError(
+        f"job {d[0]!r} is running on a worker and cannot be cancelled; make its handler "
+        "check for cancellation in your own state if it must stop early"
+    )
+
+
+def _queue_conflict(d: list[str]) -> ShardqError:
+    return QueueConfigConflictError(
+        f"queue exists with {d[0]} partitions, not {d[1]}: use the existing count "
+        "(partitions cannot change in place)"
+    )
+
+
+def _dead(d: list[str]) -> ShardqError:
+    return JobNotScheduledError(
+        f"job {d[0]!r} is in the dead-letter stream: replay it with `shardq dlq replay` instead"
+    )
+
+
+_ERRORS: dict[Code, Callable[[list[str]], ShardqError]] = {
+    Code.FENCED: _fenced,
+    Code.DUE_IN_PAST: _past,
+    Code.BEYOND_HORIZON: _horizon,
+    Code.DUPLICATE_JOB_ID: _duplicate,
+    Code.NOT_SCHEDULED: _not_scheduled,
+    Code.JOB_NOT_FOUND: _not_found,
+    Code.JOB_RUNNING: _running,
+    Code.QUEUE_CONFLICT: _queue_conflict,
+    Code.JOB_DEAD: _dead,
+}
+
+
+def error_for(code: int, detail: list[Any]) -> ShardqError:
+    """The typed error for a script's negative return code and its detail fields."""
+    try:
+        factory = _ERRORS[Code(code)]
+    except ValueError:
+        return ScriptError(f"script returned unknown code {code} {detail!r}: upgrade shardq")
+    return factory([_text(d) for d in detail])
+
+
+def is_code(reply: Any, code: Code) -> bool:
+    """Whether ``reply`` is the script's ``{code, ...}`` answer."""
+    return isinstance(reply, list) and bool(reply) and reply[0] == code
+
+
+def check(reply: Any) -> list[Any]:
+    """Raise the typed error for a negative script code (or a raised reply); else the reply as a
+    list."""
+    if isinstance(reply, BaseException):
+        raise reply
+    if isinstance(reply, list):
+        if reply and isinstance(reply[0], int) and reply[0] < 0:
+            raise error_for(reply[0], reply[1:])
+        return reply
+    return [reply]

@@ -1,0 +1,155 @@
+"""Worker operations: fetch, ack, fail, touch (heartbeat), reclaim, retire and prune consumers.
+
+Replies are parsed into small named tuples; the raw job id bytes travel with each delivery so
+settling a job names exactly the hash field the script read (a job id is opaque to the store).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any, Literal, NamedTuple
+
+from shardq.store import keys
+from shardq.store.codes import check
+from shardq.store.op import Op, op
+
+
+class Delivered(NamedTuple):
+    """One job handed to this worker by fetch or reclaim."""
+
+    entry_id: bytes
+    raw_id: bytes
+    due_ms: int | None
+    attempt: int
+    body: bytes
+    deliveries: int
+
+
+@dataclass(frozen=True, slots=True)
+class Batch:
+    """What one fetch or reclaim call handed over, with the Redis clock at that moment."""
+
+    now_ms: int
+    jobs: list[Delivered]
+
+
+def _due(value: Any) -> int | None:
+    if value in (b"", "", None):
+        return None
+    return int(float(value))
+
+
+def _parse_fetch(reply: Any) -> Batch:
+    r = check(reply)
+    jobs = [
+        Delivered(r[i], r[i + 1], _due(r[i + 2]), int(r[i + 3]), r[i + 4], 1)
+        for i in range(1, len(r) - 4, 5)
+    ]
+    return Batch(int(r[0]), jobs)
+
+
+def _parse_reclaim(reply: Any) -> Batch:
+    r = check(reply)
+    jobs = [
+        Delivered(r[i], r[i + 1], _due(r[i + 2]), int(r[i + 3]), r[i + 4], int(r[i + 5]))
+        for i in range(1, len(r) - 5, 6)
+    ]
+    return Batch(int(r[0]), jobs)
+
+
+def _worker_keys(pk: keys.PartitionKeys) -> list[str]:
+    return [pk.ready, pk.jobs, pk.dead, pk.errors, pk.stats]
+
+
+def fetch(pk: keys.PartitionKeys, consumer: str, count: int) -> Op[Batch]:
+    """Up to ``count`` new ready jobs of one partition, marked active, with their bodies."""
+    return op("fetch", _worker_keys(pk), [keys.WORKER_GROUP, consumer, count], _parse_fetch)
+
+
+def ack(pk: keys.PartitionKeys, entries: Iterable[tuple[bytes, bytes]], delete: bool) -> Op[int]:
+    """Settle jobs whose handlers succeeded; the op returns how many were still pending (an
+    entry settled meanwhile by another worker that reclaimed it is not counted)."""
+    argv: list[Any] = [keys.WORKER_GROUP, "1" if delete else "0"]
+    for eid, raw_id in entries:
+        argv += (eid, raw_id)
+    return op("ack", [pk.ready, pk.jobs, pk.errors, pk.stats], argv, lambda r: int(check(r)[0]))
+
+
+class Failed(NamedTuple):
+    """How a failure settled: ``retry`` (back in due at ``at_ms``), ``dead``, or ``gone`` (the
+    delivery was no longer this worker's: reclaimed by another, or the job was cancelled)."""
+
+    outcome: Literal["retry", "dead", "gone"]
+    at_ms: int | None
+
+
+def _parse_fail(reply: Any) -> Failed:
+    r = check(reply)
+    if r[0] == 1:
+        return Failed("retry", int(r[1]))
+    if r[0] == 2:
+        return Failed("dead", int(r[1]))
+    return Failed("gone", None)
+
+
+def fail(
+    pk: keys.PartitionKeys, entry_id: bytes, raw_id: bytes, delay_ms: int, error: str
+) -> Op[Failed]:
+    """Settle a failed job: back to due after ``delay_ms``, or dead when ``delay_ms`` < 0."""
+    return op(
+        "fail",
+        [pk.ready, pk.jobs, pk.due, pk.dead, pk.errors, pk.stats],
+        [keys.WORKER_GROUP, entry_id, raw_id, delay_ms, error, pk.due_hint],
+        _parse_fail,
+    )
+
+
+def touch(pk: keys.PartitionKeys, consumer: str, entry_ids: Iterable[bytes]) -> Op[list[bytes]]:
+    """Heartbeat running deliveries; the op returns those now held by another consumer."""
+    return op(
+        "touch",
+        [pk.ready],
+        [keys.WORKER_GROUP, consumer, *entry_ids],
+        lambda r: list(check(r)) if r else [],
+    )
+
+
+def reclaim(
+    pk: keys.PartitionKeys,
+    consumer: str,
+    *,
+    visibility_ms: int,
+    orphan_idle_ms: int,
+    live: Iterable[str],
+    count: int,
+    max_deliveries: int,
+) -> Op[Batch]:
+    """Take over deliveries whose worker is gone (not in ``live`` and idle past
+    ``orphan_idle_ms``) or that are idle past the visibility timeout whoever holds them."""
+    return op(
+        "reclaim",
+        _worker_keys(pk),
+        [
+            keys.WORKER_GROUP,
+            consumer,
+            visibility_ms,
+            count,
+            max_deliveries,
+            orphan_idle_ms,
+            *live,
+        ],
+        _parse_reclaim,
+    )
+
+
+def retire(pk: keys.PartitionKeys, consumer: str) -> Op[bool]:
+    """Remove a consumer from the group if it holds nothing; True when removed."""
+    return op("retire", [pk.ready], [keys.WORKER_GROUP, consumer], lambda r: check(r)[0] == 1)
+
+
+def prune_consumers(pk: keys.PartitionKeys, idle_ms: int) -> Op[int]:
+    """Remove consumers that hold nothing and were idle this long; the op returns how many."""
+    return op(
+        "prune-consumers", [pk.ready], [keys.WORKER_GROUP, idle_ms], lambda r: int(check(r)[0])
+    )

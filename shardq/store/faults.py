@@ -1,0 +1,100 @@
+"""What a failed Redis call means: the one place redis-py's exceptions are classified.
+
+Loops and producers ask here whether to follow a redirect, reload a script, retry after a pause
+or give up, instead of matching on message text (redis-py's ``MovedError`` text is
+``"<slot> <host:port>"``, with no ``MOVED`` prefix) or catching only ``RedisError`` (its
+``RedisClusterException``, raised when no node answers, is not one).
+"""
+
+from __future__ import annotations
+
+from redis import exceptions as rx
+
+from shardq.errors import RedisFullError, RedisUnavailableError
+
+# Faults that end on their own (a failover, a slot move, a restart, a network blip): retry the
+# call after a pause and a fresh look at the slot map.
+_TRANSIENT: tuple[type[BaseException], ...] = (
+    rx.ConnectionError,
+    rx.TimeoutError,
+    rx.ClusterDownError,  # CLUSTERDOWN, and MasterDownError
+    rx.TryAgainError,  # TRYAGAIN: a slot is moving key by key
+    rx.ClusterError,  # "TTL exhausted": redirects kept coming during a migration
+    rx.RedisClusterException,  # no node answered at all (not a RedisError)
+    rx.BusyLoadingError,  # a restarted node loading its data
+    rx.ReadOnlyError,  # wrote to a node that just became a replica
+    OSError,
+    TimeoutError,  # asyncio's timeout on a stalled read
+)
+# Faults that retrying cannot fix: wrong credentials or missing ACL permissions.
+_PERMANENT: tuple[type[BaseException], ...] = (
+    rx.AuthenticationError,
+    rx.AuthorizationError,
+    rx.NoPermissionError,
+)
+
+
+def is_redirect(exc: BaseException) -> bool:
+    """MOVED or ASK: the slot lives elsewhere now; refresh the slot map and resend."""
+    return isinstance(exc, rx.AskError)  # MovedError subclasses AskError
+
+
+def is_noscript(exc: BaseException) -> bool:
+    """The node does not know the script (restart, failover, SCRIPT FLUSH): resend with EVAL."""
+    return isinstance(exc, rx.NoScriptError)
+
+
+def is_oom(exc: BaseException) -> bool:
+    """The node is at maxmemory with ``noeviction`` and refused a write: nothing was written."""
+    return isinstance(exc, rx.OutOfMemoryError) or (
+        isinstance(exc, rx.ResponseError) and str(exc).startswith("OOM ")
+    )
+
+
+def is_transient(exc: BaseException) -> bool:
+    """A fault that ends on its own: retry after a pause (and a fresh slot map)."""
+    if isinstance(exc, _PERMANENT):
+        return False
+    return isinstance(exc, _TRANSIENT) or is_redirect(exc)
+
+
+def surely_not_written(exc: BaseException) -> bool:
+    """Whether a failed call certainly had no effect (the node refused it before running it).
+
+    A connection reset or timeout after the command was sent leaves it unknown.
+    """
+    return (
+        is_redirect(exc)
+        or is_noscript(exc)
+        or is_oom(exc)
+        or isinstance(
+            exc,
+            rx.ClusterDownError
+            | rx.TryAgainError
+            | rx.BusyLoadingError
+            | rx.ReadOnlyError
+            | ConnectionRefusedError,
+        )
+        or (isinstance(exc, rx.ConnectionError) and "refused" in str(exc).lower())
+    )
+
+
+def translate(exc: BaseException, what: str = "the call") -> BaseException:
+    """The typed shardq error for a Redis fault a caller should see, or ``exc`` itself."""
+    if is_oom(exc):
+        return RedisFullError(
+            f"Redis is full (maxmemory reached, policy noeviction): {what} wrote nothing. Free "
+            "memory (drain or purge queues, delete other data) or raise maxmemory, then retry."
+        )
+    if is_transient(exc):
+        written = False if surely_not_written(exc) else None
+        return RedisUnavailableError(
+            f"Redis did not answer {what} ({type(exc).__name__}: {exc}); "
+            + (
+                "nothing was written: retry."
+                if written is False
+                else "it may or may not have been written: retry only if it is safe to repeat."
+            ),
+            written,
+        )
+    return exc

@@ -1,0 +1,211 @@
+"""Dispatcher operations: membership, leases with fencing, promotion and trimming."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+from shardq.connection import as_text
+from shardq.errors import FencedError
+from shardq.store import keys
+from shardq.store.codes import Code, check, error_for, is_code
+from shardq.store.op import Op, op
+
+
+class Members(NamedTuple):
+    """The live members of a fleet (heartbeat not expired) and those asked to drain."""
+
+    now_ms: int
+    live: list[str]
+    draining: list[str]
+
+
+def _parse_members(reply: Any) -> Members:
+    r = check(reply)
+    return Members(int(r[0]), [as_text(m) for m in r[1]], [as_text(m) for m in r[2]])
+
+
+def members(
+    members_key: str, drain_key: str, member: str, timeout_ms: int, leaving: bool = False
+) -> Op[Members]:
+    """Heartbeat ``member`` (or remove it when ``leaving``) and read the live membership."""
+    return op(
+        "members",
+        [members_key, drain_key],
+        [member, timeout_ms, "1" if leaving else "0"],
+        _parse_members,
+    )
+
+
+class Grant(NamedTuple):
+    """A lease-acquire answer: ``won`` with the fencing ``token``; ``new`` when this call
+    granted it (not an extension of ours); ``takeover`` when the previous owner did not release
+    it (expired or displaced); else ``owner`` holds it."""
+
+    won: bool
+    token: str
+    new: bool
+    takeover: bool
+    owner: str | None
+
+
+def _parse_grant(reply: Any) -> Grant:
+    r = check(reply)
+    if r[0] == 1:
+        return Grant(True, as_text(r[1]), r[2] == 1, len(r) > 3 and r[3] == 1, None)
+    return Grant(False, as_text(r[1]), False, False, as_text(r[2]))
+
+
+def lease_acquire(
+    pk: keys.PartitionKeys, owner: str, ttl_ms: int, displace: Iterable[str] = ()
+) -> Op[Grant]:
+    """Take or extend a partition's lease; ``displace`` names owners whose unexpired lease may
+    be taken over (their membership expired, or they are this process's predecessor)."""
+    return op("lease-acquire", [pk.lease, pk.fence], [owner, ttl_ms, *displace], _parse_grant)
+
+
+def _parse_renew(reply: Any) -> bool:
+    """True when renewed, False when the token is stale (fenced)."""
+    if is_code(reply, Code.FENCED):
+        return False
+    check(reply)
+    return True
+
+
+def lease_renew(pk: keys.PartitionKeys, token: str, ttl_ms: int) -> Op[bool]:
+    """Extend a lease while ``token`` is current; the op returns False when fenced."""
+    return op("lease-renew", [pk.lease], [token, ttl_ms], _parse_renew)
+
+
+def lease_release(pk: keys.PartitionKeys, token: str) -> Op[bool]:
+    """Give a lease back while it is still ours; True when released."""
+    return op("lease-release", [pk.lease, pk.fence], [token], lambda r: check(r)[0] == 1)
+
+
+def lease_revoke(pk: keys.PartitionKeys, owner: str) -> Op[bool]:
+    """An operator takes a partition from ``owner`` (fenced from its next write)."""
+    return op("lease-revoke", [pk.lease, pk.fence], [owner], lambda r: check(r)[0] == 1)
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseInfo:
+    """Who holds a partition's lease and when its next job is due, on the Redis clock."""
+
+    now_ms: int
+    owner: str | None
+    token: int | None
+    ttl_ms: int | None
+    granted_ms: int | None
+    next_due_ms: int | None
+
+
+def _parse_lease_info(reply: Any) -> LeaseInfo:
+    r = check(reply)
+    lease = as_text(r[1])
+    owner: str | None = None
+    token: int | None = None
+    if lease:
+        token_text, _, owner = lease.partition(":")
+        token = int(token_text) if token_text.isdigit() else None
+    return LeaseInfo(
+        now_ms=int(r[0]),
+        owner=owner,
+        token=token,
+        ttl_ms=int(r[2]) if lease and int(r[2]) >= 0 else None,
+        granted_ms=int(r[3]) if int(r[3]) >= 0 else None,
+        next_due_ms=int(r[4]) if int(r[4]) >= 0 else None,
+    )
+
+
+def lease_info(pk: keys.PartitionKeys) -> Op[LeaseInfo]:
+    return op("owner-info", [pk.lease, pk.fence, pk.due], [], _parse_lease_info)
+
+
+class Promoted(NamedTuple):
+    """Jobs moved due -> ready, the earliest remaining due time (None: none left) and the Redis
+    clock, so the dispatcher can sleep exactly until the next one."""
+
+    moved: int
+    next_due_ms: int | None
+    now_ms: int
+
+
+def _parse_promote(reply: Any) -> Promoted:
+    r = check(reply)  # raises FencedError for a stale token
+    next_due = int(r[1])
+    return Promoted(int(r[0]), next_due if next_due >= 0 else None, int(r[2]))
+
+
+def promote(pk: keys.PartitionKeys, token: str, batch: int, lease_ms: int) -> Op[Promoted]:
+    """Move at most ``batch`` due jobs to the ready stream, fenced by ``token``; also extends
+    the lease by ``lease_ms``."""
+    return op(
+        "promote",
+        [pk.due, pk.ready, pk.lease, pk.stats],
+        [token, batch, pk.ready_hint, lease_ms],
+        _parse_promote,
+    )
+
+
+class Trimmed(NamedTuple):
+    ready_trimmed: int
+    dead_dropped: int
+
+
+def _parse_trim(reply: Any) -> Trimmed:
+    r = check(reply)
+    return Trimmed(int(r[0]), int(r[1]))
+
+
+def trim(
+    pk: keys.PartitionKeys, token: str, ack_retention_ms: int, dead_cap: int, limit: int
+) -> Op[Trimmed]:
+    """Bound a partition's streams without dropping anything still owed a run (fenced)."""
+    return op(
+        "trim",
+        [pk.ready, pk.dead, pk.jobs, pk.errors, pk.stats, pk.lease],
+        [token, keys.WORKER_GROUP, ack_retention_ms, dead_cap, limit],
+        _parse_trim,
+    )
+
+
+def fenced(token: str, lease: str = "") -> FencedError:
+    """The error a stale token meets (for callers that learn it without a script)."""
+    err = error_for(Code.FENCED, [token, lease])
+    assert isinstance(err, FencedError)
+    return err
+
+
+# The advisory owners hash (partition -> '<owner> <token>'): plain commands, not scripts.
+
+
+def parse_owners(raw: dict[Any, Any], partitions: int) -> dict[int, str]:
+    """Partition -> owner from the owners hash; fields that are not a partition of this queue,
+    or values that are not '<owner> <token>', are skipped (the hash is advisory)."""
+    owners: dict[int, str] = {}
+    for field_raw, value_raw in raw.items():
+        field, value = as_text(field_raw), as_text(value_raw)
+        if not field.isdigit() or not 0 <= int(field) < partitions:
+            continue
+        owner = value.split(" ", 1)[0]
+        if owner:
+            owners[int(field)] = owner
+    return owners
+
+
+async def read_owners(client: Any, queue: str, partitions: int) -> dict[int, str]:
+    raw = await client.hgetall(keys.owners_key(queue))
+    return parse_owners(raw, partitions)
+
+
+async def write_owners(client: Any, queue: str, owner: str, tokens: dict[int, str]) -> None:
+    if tokens:
+        mapping = {str(p): f"{owner} {t}" for p, t in tokens.items()}
+        await client.hset(keys.owners_key(queue), mapping=mapping)
+
+
+async def forget_owners(client: Any, queue: str, partitions: Iterable[int]) -> None:
+    fields = [str(p) for p in partitions]
+    if fields:
+        await client.hdel(keys.owners_key(queue), *fields)

@@ -1,0 +1,337 @@
+"""Producer operations: queue creation, enqueue (single and batched), cancel, reschedule, get.
+
+Each function validates its input fully (raising a typed error before anything is sent) and
+returns an :class:`~shardq.store.op.Op` whose parser turns the script's reply into a named
+type.  The sync and asyncio clients run the same ops, so both have the same semantics.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from shardq import jobs as jobmod
+from shardq.config import ProducerSettings
+from shardq.connection import as_text
+from shardq.errors import InvalidJobError, ScriptError, ShardqError
+from shardq.jobs import EnqueueResult, JobInfo, JobRequest
+from shardq.store import keys
+from shardq.store.codes import Code, check, error_for, is_code
+from shardq.store.meta import DEFAULT_DEAD_CAP as DEFAULT_DEAD_CAP
+from shardq.store.op import Op, op
+
+# Most jobs per enqueue-batch call: keeps one call well under a millisecond of Redis time.
+BATCH_JOBS = 100
+
+
+def route(partitions: int, job_id: str | None, idempotency_key: str | None) -> tuple[str, int]:
+    """Pick the job id and partition.
+
+    A job's partition is a hash of its id, so cancel/get/reschedule find it from the id alone.
+    With an idempotency key the partition is a hash of the key, so duplicates meet in one
+    script; the generated id is drawn until it hashes to that same partition (P tries on
+    average, a few microseconds).
+    """
+    if idempotency_key is not None:
+        jobmod.check_idempotency_key(idempotency_key)
+        partition = keys.partition_for(idempotency_key, partitions)
+        if job_id is not None:
+            jobmod.check_job_id(job_id)
+            if keys.partition_for(job_id, partitions) != partition:
+                raise InvalidJobError(
+                    "job_id and idempotency_key map to different partitions: pass only one "
+                    "(a custom job_id is itself deduplicated)"
+                )
+            return job_id, partition
+        base = jobmod.new_job_id()
+        n = 0
+        while True:
+            candidate = f"{base}{n:x}" if n else base
+            if keys.partition_for(candidate, partitions) == partition:
+                return candidate, partition
+            n += 1
+    if job_id is None:
+        job_id = jobmod.new_job_id()
+    else:
+        jobmod.check_job_id(job_id)
+    return job_id, keys.partition_for(job_id, partitions)
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedEnqueue:
+    """One validated job with its id chosen: sent alone (:meth:`op`) or in a partition batch.
+
+    Resending it is safe: the script recognises the same id with the same body as done.
+    """
+
+    request: JobRequest
+    job_id: str
+    partition: int
+    pk: keys.PartitionKeys
+    body: bytes
+    schedule: jobmod.Schedule
+    settings: ProducerSettings
+
+    @property
+    def idempotency_key(self) -> str | None:
+        return self.request.idempotency_key
+
+    def op(self) -> Op[EnqueueResult]:
+        s, pk, idem = self.settings, self.pk, self.idempotency_key
+        return op(
+            "enqueue",
+            [pk.jobs, pk.due, pk.ready, pk.idem(idem) if idem else pk.idem_placeholder, pk.stats],
+            [
+                self.job_id,
+                self.body,
+                self.schedule.mode,
+                self.schedule.ms,
+                round(s.past_tolerance * 1000),
+                round(s.max_horizon * 1000),
+                round(s.idempotency_retention * 1000),
+                "1" if idem else "0",
+                pk.due_hint,
+                pk.ready_hint,
+            ],
+            self.parse,
+        )
+
+    def parse(self, reply: Any) -> EnqueueResult:
+        r = check(reply)
+        due = int(r[2]) if r[0] == 1 else None
+        return EnqueueResult(as_text(r[1]), r[0] in (1, 2), due, self.partition)
+
+    def with_id(self) -> JobRequest:
+        """The request with its chosen id filled in: resending it cannot duplicate the job."""
+        req = self.request
+        if req.job_id is not None or req.idempotency_key is not None:
+            return req
+        return JobRequest(
+            req.job_type,
+            req.payload,
+            req.run_at,
+            req.delay,
+            self.job_id,
+            None,
+            req.max_attempts,
+            req.backoff,
+            req.headers,
+        )
+
+
+def prepare_enqueue(
+    queue: str, partitions: int, req: JobRequest, settings: ProducerSettings
+) -> PreparedEnqueue:
+    """Validate one job fully; raises before anything is sent."""
+    if not isinstance(req, JobRequest):
+        raise InvalidJobError(f"enqueue_many takes shardq.JobRequest items, got {req!r}")
+    schedule = jobmod.make_schedule(req.run_at, req.delay, settings)
+    job_id, partition = route(partitions, req.job_id, req.idempotency_key)
+    body = jobmod.encode_body(
+        req.job_type,
+        req.payload,
+        max_attempts=req.max_attempts,
+        backoff=req.backoff,
+        idempotency_key=req.idempotency_key,
+        headers=req.headers,
+        settings=settings,
+    )
+    pk = keys.partition_keys(queue, partition, partitions)
+    return PreparedEnqueue(req, job_id, partition, pk, body, schedule, settings)
+
+
+Outcome = EnqueueResult | ShardqError
+
+
+@dataclass(slots=True)
+class BulkCall:
+    """One script call of a bulk enqueue and the requests (indexes) it carries."""
+
+    op: Op[list[Outcome]]
+    members: list[int]
+
+
+def _single(prepared: PreparedEnqueue) -> Op[list[Outcome]]:
+    one = prepared.op()
+
+    def parse(reply: Any) -> list[Outcome]:
+        try:
+            return [one.parse(reply)]
+        except ShardqError as exc:  # a rejected job (duplicate id, schedule): per job
+            return [exc]
+
+    return Op(one.script, one.keys, one.argv, parse)
+
+
+def _batch(chunk: list[PreparedEnqueue]) -> Op[list[Outcome]]:
+    first = chunk[0]
+    s, pk = first.settings, first.pk
+    argv: list[Any] = [
+        round(s.past_tolerance * 1000),
+        round(s.max_horizon * 1000),
+        pk.due_hint,
+        pk.ready_hint,
+    ]
+    for p in chunk:
+        argv += (p.job_id, p.body, p.schedule.mode, p.schedule.ms)
+
+    def parse(reply: Any) -> list[Outcome]:
+        r = check(reply)
+        now = str(r[0])
+        out: list[Outcome] = []
+        for n, p in enumerate(chunk):
+            status, detail = int(r[1 + 2 * n]), int(r[2 + 2 * n])
+            if status in (1, 2):
+                out.append(
+                    EnqueueResult(p.job_id, True, detail if status == 1 else None, p.partition)
+                )
+            elif status == Code.DUPLICATE_JOB_ID:
+                out.append(error_for(status, [p.job_id]))
+            else:
+                limit = s.past_tolerance if status == Code.DUE_IN_PAST else s.max_horizon
+                out.append(error_for(status, [str(detail), now, str(round(limit * 1000))]))
+        return out
+
+    return op("enqueue-batch", [pk.jobs, pk.due, pk.ready, pk.stats], argv, parse)
+
+
+def plan_bulk(prepared: list[PreparedEnqueue]) -> list[BulkCall]:
+    """Group jobs without an idempotency key into per-partition batches (one script call each);
+    jobs with one go through the single enqueue script, which owns the key's dedupe."""
+    calls: list[BulkCall] = []
+    by_partition: dict[int, list[int]] = {}
+    for i, p in enumerate(prepared):
+        if p.idempotency_key is not None:
+            calls.append(BulkCall(_single(p), [i]))
+        else:
+            by_partition.setdefault(p.partition, []).append(i)
+    for indexes in by_partition.values():
+        for start in range(0, len(indexes), BATCH_JOBS):
+            chunk = indexes[start : start + BATCH_JOBS]
+            calls.append(BulkCall(_batch([prepared[i] for i in chunk]), chunk))
+    return calls
+
+
+def _partition_keys(queue: str, partitions: int, job_id: str) -> keys.PartitionKeys:
+    jobmod.check_job_id(job_id)
+    return keys.partition_keys(queue, keys.partition_for(job_id, partitions), partitions)
+
+
+def _parse_cancel(reply: Any) -> bool:
+    if is_code(reply, Code.JOB_NOT_FOUND):
+        return False
+    check(reply)
+    return True
+
+
+def cancel(queue: str, partitions: int, job_id: str) -> Op[bool]:
+    """Cancel a job that has not started: True if cancelled, False if there is no such job."""
+    pk = _partition_keys(queue, partitions, job_id)
+    return op("cancel", [pk.jobs, pk.due, pk.errors, pk.stats], [job_id], _parse_cancel)
+
+
+def reschedule(
+    queue: str,
+    partitions: int,
+    job_id: str,
+    run_at: datetime | float | None,
+    delay: timedelta | float | None,
+    settings: ProducerSettings,
+) -> Op[int]:
+    """Move a waiting job to a new due time; the op returns it in ms on the Redis clock."""
+    pk = _partition_keys(queue, partitions, job_id)
+    schedule = jobmod.make_schedule(run_at, delay, settings)
+    return op(
+        "reschedule",
+        [pk.due, pk.jobs],
+        [
+            job_id,
+            schedule.mode,
+            schedule.ms,
+            round(settings.past_tolerance * 1000),
+            round(settings.max_horizon * 1000),
+            pk.due_hint,
+        ],
+        lambda reply: int(check(reply)[1]),
+    )
+
+
+def get(queue: str, partitions: int, job_id: str) -> Op[JobInfo | None]:
+    """A snapshot of one job, or None once it completed, was cancelled, or never existed."""
+    pk = _partition_keys(queue, partitions, job_id)
+
+    def parse(reply: Any) -> JobInfo | None:
+        envelope, due, error = check(reply)
+        if envelope is None:
+            return None
+        raw = envelope if isinstance(envelope, bytes) else str(envelope).encode()
+        bar = raw.find(b"|")
+        try:
+            state_char, attempt = raw[:1], int(raw[1:bar])
+            body = jobmod.decode_body(raw[bar + 1 :])
+        except ValueError as exc:
+            raise ScriptError(f"job {job_id!r} has a malformed envelope: {exc}") from None
+        if due is not None:
+            state: jobmod.JobState = "scheduled"
+        elif state_char == b"A":
+            state = "active"
+        elif state_char == b"D":
+            state = "dead"
+        else:
+            state = "ready"
+        return JobInfo(
+            id=job_id,
+            queue=queue,
+            partition=pk.partition,
+            state=state,
+            type=body["t"],
+            payload=body.get("p"),
+            attempt=attempt,
+            max_attempts=body.get("m"),
+            due_ms=int(float(due)) if due is not None else None,
+            last_error=as_text(error) if error is not None else None,
+            idempotency_key=body.get("k"),
+        )
+
+    return op("get", [pk.jobs, pk.due, pk.errors], [job_id], parse)
+
+
+def queue_create(
+    queue: str,
+    partitions: int,
+    ack_retention: float = 0.0,
+    dead_letter_cap: int = DEFAULT_DEAD_CAP,
+) -> Op[bool]:
+    """Record a queue's settings once; the op returns True when the queue is new."""
+    jobmod.check_queue_name(queue)
+    if (
+        isinstance(partitions, bool)
+        or not isinstance(partitions, int)
+        or not (1 <= partitions <= keys.MAX_PARTITIONS)
+    ):
+        raise InvalidJobError(
+            f"partitions must be an integer 1..{keys.MAX_PARTITIONS}, got {partitions!r}"
+        )
+    if not isinstance(ack_retention, int | float) or not 0 <= ack_retention <= 7 * 86400:
+        raise InvalidJobError("ack_retention must be 0..604800 seconds")
+    if (
+        isinstance(dead_letter_cap, bool)
+        or not isinstance(dead_letter_cap, int)
+        or (dead_letter_cap < 1)
+    ):
+        raise InvalidJobError("dead_letter_cap must be an integer >= 1")
+    return op(
+        "queue-create",
+        [keys.queue_meta_key(queue)],
+        [partitions, keys.LAYOUT_VERSION, round(ack_retention * 1000), dead_letter_cap],
+        lambda reply: check(reply)[0] == 1,
+    )
+
+
+def group_create_commands(queue: str, partitions: int) -> list[tuple[str, ...]]:
+    """XGROUP CREATE commands for every partition's ready stream (MKSTREAM, from the start)."""
+    return [
+        ("XGROUP", "CREATE", pk.ready, keys.WORKER_GROUP, "0", "MKSTREAM")
+        for pk in keys.all_partition_keys(queue, partitions)
+    ]

@@ -1,0 +1,401 @@
+"""Runs ops against Redis: alone, pipelined per node, per primary, or with WAIT.
+
+Sync (producers, the CLI): :func:`run` sends one call through the client, which routes it by
+its first key; :func:`run_many` groups calls by node and sends each node's batch on a plain
+pipeline of that node's connection (redis-py's cluster pipeline refuses EVALSHA), all nodes
+written before any is read, so nodes work in parallel.
+
+Asyncio (workers, dispatchers, the async producer): :class:`AsyncTransport` does the same and
+also runs a batch on one named primary (:meth:`AsyncTransport.run_on`), so a loop per primary
+is held up only by its own node: a paused or failing primary delays its own partitions, no
+others.
+
+A node that does not know a script (restart, failover, SCRIPT FLUSH) answers NOSCRIPT and gets
+the text with EVAL.  Redirects and broken connections are reported per call (as the exception);
+callers decide whether to retry (producers: :mod:`shardq.store.retry`; loops: next round).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Sequence
+from typing import Any, TypeVar
+
+import redis.asyncio
+from redis import exceptions as rx
+
+from shardq.connection import is_cluster, node_client_async
+from shardq.store import faults
+from shardq.store.keys import slot_of
+from shardq.store.op import Op, result
+
+T = TypeVar("T")
+Reply = Any  # a raw reply, or the exception a call met
+
+_pack: Any
+try:
+    from hiredis import pack_command as _pack
+except ImportError:  # pragma: no cover - hiredis is a dependency; stay usable without it
+    _pack = None
+
+STANDALONE = "standalone"
+
+
+def _packed(commands: list[tuple[Any, ...]], conn: Any) -> list[bytes]:
+    """Commands in wire format (a list of chunks, as ``send_packed_command`` takes them):
+    hiredis' C packer when present, else redis-py's."""
+    if _pack is not None:
+        return [b"".join(_pack(c) for c in commands)]
+    packed: list[bytes] = conn.pack_commands(commands)
+    return packed
+
+
+# sync ------------------------------------------------------------------------------------------
+
+
+def run(client: Any, op: Op[T]) -> T:
+    """Run one op with a sync client (cluster or standalone) and parse its reply.
+
+    Raises what the call met: a typed shardq error from the script's code, or redis-py's
+    exception (see :mod:`shardq.store.faults`).
+    """
+    return op.parse(call(client, op))
+
+
+def call(client: Any, op: Op[Any]) -> Any:
+    """The raw reply of one op (NOSCRIPT answered with EVAL)."""
+    args = op.args()
+    try:
+        return client.evalsha(op.script.sha, *args)
+    except rx.NoScriptError:
+        return client.eval(op.script.source, *args)
+
+
+def node_of(client: Any, key: str) -> Any:
+    """The plain client of the primary serving ``key`` (the client itself when standalone)."""
+    manager = getattr(client, "nodes_manager", None)
+    if manager is None:
+        return client
+    return client.get_redis_connection(manager.get_node_from_slot(slot_of(key)))
+
+
+def _by_node(client: Any, ops: Sequence[Op[Any]]) -> list[tuple[Any, list[int]]]:
+    """Op indexes grouped by the plain client of the node serving them."""
+    manager = getattr(client, "nodes_manager", None)
+    if manager is None:
+        return [(client, list(range(len(ops))))]
+    groups: dict[str, tuple[Any, list[int]]] = {}
+    for i, o in enumerate(ops):
+        node = manager.get_node_from_slot(slot_of(o.route_key))
+        if node.name not in groups:
+            groups[node.name] = (client.get_redis_connection(node), [])
+        groups[node.name][1].append(i)
+    return list(groups.values())
+
+
+def run_many(client: Any, ops: Sequence[Op[T]]) -> list[T | BaseException]:
+    """Run many ops, one plain pipeline per node; parsed results (or exceptions) in op order.
+
+    A call that met NOSCRIPT, a redirect or a broken connection is sent again once, alone,
+    through the client (which loads the script, follows the redirect or reconnects).  Every
+    script is safe to send twice: a resent write is recognised or does no harm.
+    """
+    replies, _ = send_and_read(client, ops, None)
+    for i, reply in enumerate(replies):
+        if isinstance(reply, BaseException) and (
+            faults.is_noscript(reply) or faults.is_redirect(reply) or faults.is_transient(reply)
+        ):
+            try:
+                replies[i] = call(client, ops[i])
+            except Exception as exc:  # reported per call, like a pipeline does
+                replies[i] = exc
+    return [result(r, o.parse) for r, o in zip(replies, ops, strict=True)]
+
+
+def send_and_read(
+    client: Any, ops: Sequence[Op[Any]], wait: tuple[int, int] | None
+) -> tuple[list[Reply], list[int | None]]:
+    """Each node's ops on one connection, plus ``WAIT replicas timeout`` after them when asked.
+
+    Returns the raw replies (or exceptions) in op order and, per op, how many replicas
+    acknowledged its node's batch (None when the WAIT was not answered).  All nodes are written
+    before any is read and wait at once, so one slow node does not stall the others' sends.
+    """
+    replies: list[Reply] = [None] * len(ops)
+    acked: list[int | None] = [None] * len(ops)
+    sent: list[tuple[Any, Any, list[int]]] = []
+    for node_client, indexes in _by_node(client, ops):
+        pool = node_client.connection_pool
+        try:
+            conn = pool.get_connection()
+        except Exception as exc:  # connect refused: the node is down
+            for i in indexes:
+                replies[i] = exc
+            continue
+        try:
+            commands = [ops[i].evalsha() for i in indexes]
+            if wait is not None:
+                commands.append(("WAIT", *wait))
+            conn.send_packed_command(_packed(commands, conn))
+        except Exception as exc:
+            conn.disconnect()
+            pool.release(conn)
+            for i in indexes:
+                replies[i] = exc
+            continue
+        sent.append((pool, conn, indexes))
+    for pool, conn, indexes in sent:
+        broken: BaseException | None = None
+        for i in indexes:
+            if broken is not None:
+                replies[i] = broken
+                continue
+            try:
+                replies[i] = conn.read_response()
+            except rx.ResponseError as exc:
+                replies[i] = exc
+            except Exception as exc:
+                conn.disconnect()
+                broken = replies[i] = exc
+        if wait is not None and broken is None:
+            try:
+                n = int(conn.read_response())
+                for i in indexes:
+                    if not isinstance(replies[i], BaseException):
+                        acked[i] = n
+            except Exception:
+                conn.disconnect()
+        pool.release(conn)
+    return replies, acked
+
+
+# asyncio ---------------------------------------------------------------------------------------
+
+
+class AsyncTransport:
+    """Runs ops with an asyncio client; knows which primary serves which partition.
+
+    One plain client per primary (same credentials and TLS as the cluster client) carries the
+    per-node batches, so a batch for one primary never waits for another.  The slot map is the
+    cluster client's; :meth:`refresh` re-reads it (coalesced: many loops that meet one failover
+    cause one refresh).
+    """
+
+    REFRESH_MIN_INTERVAL = 0.25
+
+    def __init__(self, client: Any) -> None:
+        self.client = client
+        self.cluster = is_cluster(client)
+        self._nodes: dict[str, redis.asyncio.Redis] = {}
+        self._refresh: asyncio.Task[None] | None = None
+        self._refreshed_at = 0.0
+
+    # topology ------------------------------------------------------------------------------
+
+    def node_name(self, key: str) -> str:
+        """The ``host:port`` of the primary serving ``key``, per the current slot map."""
+        if not self.cluster:
+            return STANDALONE
+        return str(self.client.nodes_manager.get_node_from_slot(slot_of(key)).name)
+
+    def primaries(self) -> list[str]:
+        if not self.cluster:
+            return [STANDALONE]
+        return sorted(n.name for n in self.client.get_primaries())
+
+    def node_client(self, name: str) -> Any:
+        """A plain asyncio client of one primary (the client itself when standalone)."""
+        if not self.cluster:
+            return self.client
+        existing = self._nodes.get(name)
+        if existing is None:
+            node = self.client.get_node(node_name=name)
+            if node is None:
+                raise rx.ConnectionError(f"{name} is no longer part of the cluster")
+            existing = self._nodes[name] = node_client_async(node)
+        return existing
+
+    async def refresh(self) -> None:
+        """Re-read the slot map (after a redirect or a dead node); concurrent calls share one."""
+        if not self.cluster:
+            return
+        if self._refresh is None or self._refresh.done():
+            if time.monotonic() - self._refreshed_at < self.REFRESH_MIN_INTERVAL:
+                return
+            self._refresh = asyncio.get_running_loop().create_task(self._do_refresh())
+        await asyncio.shield(self._refresh)
+
+    async def _do_refresh(self) -> None:
+        try:
+            await self.client.nodes_manager.initialize()
+        finally:
+            self._refreshed_at = time.monotonic()
+        live = {n.name for n in self.client.get_nodes()}
+        for name in [n for n in self._nodes if n not in live]:
+            stale = self._nodes.pop(name)
+            await _close_quietly(stale)
+
+    # running -------------------------------------------------------------------------------
+
+    async def run(self, op: Op[T]) -> T:
+        """Run one op through the client (which routes it and follows redirects)."""
+        return op.parse(await self.call(op))
+
+    async def call(self, op: Op[Any]) -> Any:
+        args = op.args()
+        try:
+            return await self.client.evalsha(op.script.sha, *args)
+        except rx.NoScriptError:
+            return await self.client.eval(op.script.source, *args)
+
+    async def run_on(self, node: str, ops: Sequence[Op[T]]) -> list[T | BaseException]:
+        """Run a batch on one primary's connection; parsed results or exceptions in op order.
+
+        Calls that meet a redirect come back as their exception: the caller refreshes the slot
+        map and regroups.  NOSCRIPT is answered with EVAL on the same node.
+        """
+        if not ops:
+            return []
+        try:
+            client = self.node_client(node)
+        except Exception as exc:
+            return [exc] * len(ops)
+        replies, _ = await _pipeline(client, ops)
+        retry = [i for i, r in enumerate(replies) if faults.is_noscript(r)]
+        if retry:
+            again, _ = await _pipeline(client, [ops[i] for i in retry], use_eval=True)
+            for i, reply in zip(retry, again, strict=True):
+                replies[i] = reply
+        return [result(r, o.parse) for r, o in zip(replies, ops, strict=True)]
+
+    async def run_waiting(
+        self, ops: Sequence[Op[T]], replicas: int, timeout_ms: int
+    ) -> tuple[list[T | BaseException], list[int | None]]:
+        """Run ops per primary, each batch followed by ``WAIT replicas timeout`` on the
+        connection that wrote it; all primaries at once.  Returns results and, per op, how many
+        replicas acknowledged its batch (None when its batch was not acknowledged at all)."""
+        out: list[T | BaseException] = [RuntimeError("not run")] * len(ops)
+        acked: list[int | None] = [None] * len(ops)
+        groups = self.group(ops)
+
+        async def one(node: str, idx: list[int]) -> None:
+            batch = [ops[i] for i in idx]
+            try:
+                client = self.node_client(node)
+            except Exception as exc:
+                for i in idx:
+                    out[i] = exc
+                return
+            replies, n = await _pipeline(client, batch, wait=(replicas, timeout_ms))
+            if any(faults.is_noscript(r) for r in replies):
+                # Load the scripts once, then send the whole batch again: a resent enqueue is
+                # recognised, and the WAIT must follow the writes on one connection.
+                for o in {o.script.sha: o for o in batch}.values():
+                    await client.script_load(o.script.source)
+                replies, n = await _pipeline(client, batch, wait=(replicas, timeout_ms))
+            for i, reply in zip(idx, replies, strict=True):
+                out[i] = result(reply, ops[i].parse)
+                acked[i] = n if not isinstance(reply, BaseException) else None
+
+        await asyncio.gather(*(one(node, idx) for node, idx in groups.items()))
+        return out, acked
+
+    def group(self, ops: Sequence[Op[Any]]) -> dict[str, list[int]]:
+        """Op indexes by the primary serving them."""
+        groups: dict[str, list[int]] = {}
+        for i, o in enumerate(ops):
+            groups.setdefault(self.node_name(o.route_key), []).append(i)
+        return groups
+
+    async def run_many(self, ops: Sequence[Op[T]]) -> list[T | BaseException]:
+        """Run ops on every node at once (one batch per primary); results in op order.
+
+        Calls that met a redirect or a broken connection are sent once more, alone, after a
+        fresh look at the slot map.
+        """
+        if not ops:
+            return []
+        out: list[T | BaseException] = [RuntimeError("not run")] * len(ops)
+        groups = self.group(ops)
+        batches = await asyncio.gather(
+            *(self.run_on(node, [ops[i] for i in idx]) for node, idx in groups.items())
+        )
+        retry: list[int] = []
+        for idx, results in zip(groups.values(), batches, strict=True):
+            for i, r in zip(idx, results, strict=True):
+                out[i] = r
+                if isinstance(r, BaseException) and faults.is_transient(r):
+                    retry.append(i)
+        if retry:
+            await self.refresh()
+            again = await asyncio.gather(
+                *(self._run_alone(ops[i]) for i in retry), return_exceptions=True
+            )
+            for i, r in zip(retry, again, strict=True):
+                out[i] = r
+        return out
+
+    async def _run_alone(self, op: Op[T]) -> T:
+        return await self.run(op)
+
+    async def aclose(self) -> None:
+        for client in self._nodes.values():
+            await _close_quietly(client)
+        self._nodes.clear()
+
+
+async def _pipeline(
+    client: Any,
+    ops: Sequence[Op[Any]],
+    use_eval: bool = False,
+    wait: tuple[int, int] | None = None,
+) -> tuple[list[Reply], int | None]:
+    """Send ops on one connection of ``client`` and read every reply (or the exception); with
+    ``wait``, a WAIT after them whose answer (replicas that acknowledged) comes back second."""
+    pool = client.connection_pool
+    try:
+        conn = await pool.get_connection()
+    except Exception as exc:
+        return [exc] * len(ops), None
+    replies: list[Reply] = []
+    acked: int | None = None
+    try:
+        commands = [o.eval() if use_eval else o.evalsha() for o in ops]
+        if wait is not None:
+            commands.append(("WAIT", *wait))
+        try:
+            await conn.send_packed_command(_packed(commands, conn), check_health=False)
+        except Exception as exc:
+            await conn.disconnect()
+            return [exc] * len(ops), None
+        for _ in ops:
+            try:
+                replies.append(await conn.read_response())
+            except rx.ResponseError as exc:
+                replies.append(exc)
+            except BaseException as exc:
+                # The connection is in an unknown state: drop it; the calls not read are lost
+                # replies (their effect unknown), reported as this error.
+                await conn.disconnect()
+                if isinstance(exc, asyncio.CancelledError):
+                    raise
+                replies.extend([exc] * (len(ops) - len(replies)))
+                return replies, None
+        if wait is not None:
+            try:
+                acked = int(await conn.read_response())
+            except BaseException as exc:
+                await conn.disconnect()
+                if isinstance(exc, asyncio.CancelledError):
+                    raise
+    finally:
+        await pool.release(conn)
+    return replies, acked
+
+
+async def _close_quietly(client: Any) -> None:
+    try:
+        await client.aclose()
+    except Exception:  # closing a client of a dead node can fail; nothing to do about it
+        return

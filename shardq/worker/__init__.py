@@ -1,0 +1,7 @@
+"""The worker: fetches ready jobs, runs handlers, settles each outcome, recovers deliveries."""
+
+from shardq.worker.executor import Handler
+from shardq.worker.inflight import WorkerStats
+from shardq.worker.worker import Worker, inline
+
+__all__ = ["Handler", "Worker", "WorkerStats", "inline"]

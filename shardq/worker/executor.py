@@ -1,0 +1,252 @@
+"""Executor: turns a delivery into a Job and runs its handler.
+
+Async handlers run as tasks on the event loop, sync ones in a thread pool, and handlers marked
+``@inline`` right on the loop with no task at all (for quick, non-blocking work).  A watchdog
+(run with the heartbeat) cancels handlers past ``handler_timeout``.  Whatever happens, the
+delivery goes to the settler: success to be acknowledged, anything raised to be retried or
+dead-lettered.  A delivery whose stored body cannot be read is dead-lettered as such, never
+allowed to stop the worker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import time
+from collections.abc import Callable, Coroutine
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from shardq import metrics
+from shardq.config import WorkerSettings
+from shardq.errors import HandlerTimeoutError, PermanentError, UnknownJobTypeError
+from shardq.jobs import Backoff, Job, decode_body
+from shardq.store.delivery import Delivered
+from shardq.worker.inflight import Delivery, InFlight, WorkerStats
+from shardq.worker.settler import Settler
+
+log = logging.getLogger("shardq.worker")
+
+Handler = Callable[[Job], Any]
+
+
+class MalformedJobError(PermanentError):
+    """The stored job cannot be read (corrupt body or options): it goes dead at once."""
+
+
+def build_job(
+    queue: str,
+    partition: int,
+    item: Delivered,
+    redis_now: int,
+    monotonic_now: float,
+    default_max_attempts: int,
+) -> Job:
+    """The Job a handler sees; raises MalformedJobError when the stored job is damaged."""
+    try:
+        job_id = item.raw_id.decode()
+        body = decode_body(item.body)
+        options_max = body.get("m")
+        if options_max is not None and (
+            isinstance(options_max, bool) or not isinstance(options_max, int) or options_max < 1
+        ):
+            raise ValueError(f"max attempts {options_max!r} is not a positive integer")
+        raw_backoff = body.get("b")
+        backoff = Backoff.decode(raw_backoff) if raw_backoff is not None else None
+        headers = body.get("h") or {}
+        if not isinstance(headers, dict):
+            raise ValueError("headers are not an object")
+        key = body.get("k")
+        if key is not None and not isinstance(key, str):
+            raise ValueError("idempotency key is not a string")
+    except Exception as exc:
+        raise MalformedJobError(f"stored job cannot be read: {type(exc).__name__}: {exc}") from None
+    return Job(
+        id=job_id,
+        queue=queue,
+        partition=partition,
+        type=body["t"],
+        payload=body.get("p"),
+        attempt=item.attempt,
+        max_attempts=options_max or default_max_attempts,
+        due_ms=item.due_ms,
+        idempotency_key=key,
+        headers=headers,
+        deliveries=item.deliveries,
+        backoff=backoff,
+        fetched_redis_ms=redis_now,
+        fetched_monotonic=monotonic_now,
+    )
+
+
+class Executor:
+    """Runs handlers for deliveries and reports each outcome to the settler."""
+
+    def __init__(
+        self,
+        queue: str,
+        settings: WorkerSettings,
+        inflight: InFlight,
+        settler: Settler,
+        stats: WorkerStats,
+        handlers: dict[str, Handler],
+        inline_types: set[str],
+        on_complete: Callable[[Job], None] | None,
+    ) -> None:
+        self.queue = queue
+        self.settings = settings
+        self.inflight = inflight
+        self.settler = settler
+        self.stats = stats
+        self.handlers = handlers
+        self.inline_types = inline_types
+        self.on_complete = on_complete
+        self.tasks: set[asyncio.Task[None]] = set()
+        self._pool: ThreadPoolExecutor | None = None
+        self._async: dict[Handler, bool] = {}
+        self._m_lateness = metrics.JOB_LATENESS.labels(queue)
+        self._m_duration: dict[str, Any] = {}
+
+    def start(self, partition: int, item: Delivered, redis_now: int, now: float) -> None:
+        """Run one delivered job (or dead-letter it when it cannot be read)."""
+        try:
+            job = build_job(
+                self.queue, partition, item, redis_now, now, self.settings.default_max_attempts
+            )
+        except MalformedJobError as exc:
+            placeholder = Job(
+                item.raw_id.decode(errors="replace"),
+                self.queue,
+                partition,
+                "?",
+                None,
+                item.attempt,
+                1,
+                item.due_ms,
+            )
+            d = Delivery(partition, item.entry_id, item.raw_id, placeholder, now)
+            self.inflight.add(d)
+            self.stats.malformed += 1
+            self.settler.failed(d, exc)
+            return
+        d = Delivery(partition, item.entry_id, item.raw_id, job, now)
+        self.inflight.add(d)
+        self.stats.started += 1
+        if job.type in self.inline_types:
+            self._run_inline(d, self.handlers[job.type])
+        else:
+            d.task = self._spawn(self._execute(d))
+
+    def _observe_lateness(self, job: Job, started: float) -> None:
+        if job.due_ms is not None:
+            self._m_lateness.observe(max(0.0, (job.redis_now_ms(started) - job.due_ms) / 1000.0))
+
+    def _run_inline(self, d: Delivery, handler: Handler) -> None:
+        """An inline handler: called right here on the event loop; only failures need a task."""
+        job = d.job
+        started = time.monotonic()
+        self._observe_lateness(job, started)
+        try:
+            handler(job)
+        except Exception as exc:
+            self._duration(job.type).observe(time.monotonic() - started)
+            self.settler.failed(d, exc)
+            return
+        self._duration(job.type).observe(time.monotonic() - started)
+        self.settler.succeeded(d)
+        if self.on_complete is not None:
+            self.on_complete(job)
+
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+        task: asyncio.Task[None] = asyncio.get_running_loop().create_task(coro)
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+        return task
+
+    async def _execute(self, d: Delivery) -> None:
+        job = d.job
+        handler = self.handlers.get(job.type)
+        started = time.monotonic()
+        self._observe_lateness(job, started)
+        try:
+            if handler is None:
+                raise UnknownJobTypeError(
+                    f"no handler for job type {job.type!r} on this worker: register one with "
+                    f"worker.register({job.type!r}, fn) (known: {sorted(self.handlers)})"
+                )
+            await self._call(handler, job)
+        except asyncio.CancelledError:
+            if d.timed_out:
+                # The watchdog stopped a handler that ran over handler_timeout: retry it.
+                self.settler.failed(
+                    d,
+                    HandlerTimeoutError(
+                        f"handler for {job.type!r} ran over handler_timeout "
+                        f"({self.settings.handler_timeout} s): make it faster, split the job, "
+                        "or raise handler_timeout"
+                    ),
+                )
+                return
+            # Shutdown grace ran out: leave the delivery pending; another worker reclaims it.
+            self.inflight.remove(d.partition, d.entry_id)
+            raise
+        except Exception as exc:
+            self._duration(job.type).observe(time.monotonic() - started)
+            self.settler.failed(d, exc)
+            return
+        self._duration(job.type).observe(time.monotonic() - started)
+        self.settler.succeeded(d)
+        if self.on_complete is not None:
+            self.on_complete(job)
+
+    def _duration(self, job_type: str) -> Any:
+        child = self._m_duration.get(job_type)
+        if child is None:
+            child = self._m_duration[job_type] = metrics.JOB_DURATION.labels(self.queue, job_type)
+        return child
+
+    def _is_async(self, handler: Handler) -> bool:
+        known = self._async.get(handler)
+        if known is None:
+            known = self._async[handler] = inspect.iscoroutinefunction(handler)
+        return known
+
+    async def _call(self, handler: Handler, job: Job) -> None:
+        if self._is_async(handler):
+            await handler(job)
+            return
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(
+                self.settings.concurrency, thread_name_prefix="shardq-job"
+            )
+        # A sync handler that overruns handler_timeout keeps its thread until it returns
+        # (threads cannot be killed); the job itself is settled as failed at the timeout.
+        result = await asyncio.get_running_loop().run_in_executor(self._pool, handler, job)
+        if inspect.isawaitable(result):
+            await result
+
+    def watchdog(self) -> None:
+        """Cancel handlers running longer than handler_timeout."""
+        timeout = self.settings.handler_timeout
+        if timeout is None:
+            return
+        deadline = time.monotonic() - timeout
+        for d in self.inflight.all():
+            if d.started < deadline and not d.timed_out and d.task is not None and not d.finished:
+                d.timed_out = True
+                d.task.cancel()
+
+    async def drain(self, grace: float, flush: Callable[[], Coroutine[Any, Any, None]]) -> None:
+        """Give running handlers ``grace`` seconds, flushing acks meanwhile; cancel the rest."""
+        deadline = time.monotonic() + grace
+        while self.tasks and time.monotonic() < deadline:
+            await asyncio.wait(list(self.tasks), timeout=min(0.1, deadline - time.monotonic()))
+            await flush()
+        for task in list(self.tasks):
+            task.cancel()
+        await asyncio.gather(*self.tasks, return_exceptions=True)
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)

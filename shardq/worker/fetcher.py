@@ -1,0 +1,193 @@
+"""Fetcher: reads ready jobs through the consumer group, one loop per Redis primary.
+
+Each loop serves the partitions its primary holds.  A round sends, in one batch on that
+primary's connection, the acks of finished jobs of those partitions and a fetch for each
+partition that is due to be read, sharing the worker's free room among them.  A paused or
+failing primary holds up only its own loop.
+
+Which partitions are read eagerly: worker i of N (sorted live ids) is assigned the partitions
+with p mod N == i and reads them on every ready hint and at least every ``idle_poll``.  Every
+other partition it sweeps every ``sweep_interval`` x (N - 1), so the fleet looks at each
+partition about once per ``sweep_interval`` whatever N is; a sweep that finds a full batch
+keeps reading, so a backlog bigger than its assigned worker's capacity is shared out.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from typing import Any
+
+from redis.exceptions import ResponseError
+
+from shardq import metrics
+from shardq.config import WorkerSettings
+from shardq.runtime.pernode import PerPrimary
+from shardq.runtime.supervisor import Supervisor
+from shardq.store import delivery, faults, keys
+from shardq.store.delivery import Batch
+from shardq.store.transport import AsyncTransport
+from shardq.worker.executor import Executor
+from shardq.worker.inflight import InFlight, WorkerStats
+from shardq.worker.settler import Settler, Taken
+
+log = logging.getLogger("shardq.worker")
+
+ERROR_BACKOFF = 0.25
+MIN_FETCH = 32
+
+
+class Fetcher:
+    """Per-primary fetch rounds over the partitions this worker reads."""
+
+    def __init__(
+        self,
+        supervisor: Supervisor,
+        transport: AsyncTransport,
+        queue: str,
+        pks: list[keys.PartitionKeys],
+        partitions: list[int],
+        consumer: str,
+        settings: WorkerSettings,
+        inflight: InFlight,
+        settler: Settler,
+        executor: Executor,
+        stats: WorkerStats,
+    ) -> None:
+        self.supervisor = supervisor
+        self.transport = transport
+        self.queue = queue
+        self.pks = pks
+        self.partitions = partitions
+        self.consumer = consumer
+        self.settings = settings
+        self.inflight = inflight
+        self.settler = settler
+        self.executor = executor
+        self.stats = stats
+        self.poll_at: dict[int, float] = dict.fromkeys(partitions, 0.0)
+        self.assigned: set[int] = set(partitions)
+        self.fleet_size = 1
+        self.hints: dict[int, int] = {}
+        self._rotate = 0
+        self.nodes = PerPrimary(
+            supervisor, transport, "fetcher", partitions, lambda p: pks[p].ready, self._loop
+        )
+
+    def start(self) -> None:
+        self.nodes.start()
+
+    # assignment ----------------------------------------------------------------------------
+
+    def assign(self, live: list[str], pinned: bool) -> None:
+        """Recompute the partitions this worker reads eagerly from the live fleet."""
+        if pinned:
+            return
+        members = sorted(set(live) | {self.consumer})
+        index, n = members.index(self.consumer), len(members)
+        assigned = {p for p in self.partitions if p % n == index}
+        for p in assigned - self.assigned:
+            self.poll_at[p] = 0.0  # newly ours (a peer left): read it now
+            self.nodes.wake(p)
+        self.assigned, self.fleet_size = assigned, n
+
+    def idle_interval(self, partition: int) -> float:
+        if partition in self.assigned:
+            return self.settings.idle_poll
+        return self.settings.sweep_interval * max(1, self.fleet_size - 1)
+
+    def hint(self, partition: int) -> None:
+        if partition not in self.assigned:
+            return
+        self.poll_at[partition] = 0.0
+        self.hints[partition] = self.hints.get(partition, 0) + 1
+        self.nodes.wake(partition)
+
+    def wake(self, partition: int) -> None:
+        """Room freed up or an ack is waiting: let the partition's loop run a round."""
+        self.nodes.wake(partition)
+
+    # the loops -----------------------------------------------------------------------------
+
+    async def _loop(self, node: str) -> None:
+        name = self.nodes.loop_name(node)
+        stop = self.supervisor.stop_event(name)
+        state = self.supervisor.state(name)
+        event = self.nodes.event(node)
+        s = self.settings
+        while not stop.is_set():
+            state.progress()
+            mine = self.nodes.mine(node)
+            now = time.monotonic()
+            room = self.inflight.room()
+            due = [p for p in mine if self.poll_at.get(p, 0.0) <= now] if room > 0 else []
+            acked, ack_ops = self.settler.take_acks(mine)
+            if not due and not ack_ops:
+                wake_at = min((self.poll_at.get(p, 0.0) for p in mine), default=now + s.idle_poll)
+                timeout = s.idle_poll if room <= 0 else max(0.0, wake_at - now)
+                event.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(event.wait(), min(timeout, s.idle_poll))
+                continue
+            # Share the free room among due partitions, rotating who goes first for fairness;
+            # fewer, fuller reads beat many thin ones (at least MIN_FETCH per partition read).
+            count = 0
+            if due:
+                self._rotate = (self._rotate + 1) % len(due)
+                due = due[self._rotate :] + due[: self._rotate]
+                count = max(1, min(s.fetch_batch, max(room // len(due), MIN_FETCH), room))
+                due = due[: max(1, room // count)]
+            await self._round(node, due, count, acked, ack_ops)
+
+    async def _round(
+        self, node: str, due: list[int], count: int, acked: Taken, ack_ops: list[Any]
+    ) -> None:
+        ops = [delivery.fetch(self.pks[p], self.consumer, count) for p in due]
+        hints_before = [self.hints.get(p, 0) for p in due]
+        reserve = count * len(due)
+        self.inflight.reserved += reserve
+        try:
+            results = await self.transport.run_on(node, [*ack_ops, *ops])
+        except BaseException:
+            self.settler.acked(acked, [RuntimeError("round cancelled")] * len(ack_ops))
+            raise
+        finally:
+            self.inflight.reserved -= reserve
+        self.settler.acked(acked, results[: len(ack_ops)])
+        now = time.monotonic()
+        failures: list[BaseException] = []
+        for p, result, seen in zip(due, results[len(ack_ops) :], hints_before, strict=True):
+            if isinstance(result, BaseException):
+                failures.append(result)
+                await self._failed(p, result)
+                self.poll_at[p] = now + ERROR_BACKOFF
+                continue
+            assert isinstance(result, Batch)
+            n = len(result.jobs)
+            more = n >= count or self.hints.get(p, 0) != seen
+            self.poll_at[p] = now if more else now + self.idle_interval(p)
+            for item in result.jobs:
+                self.executor.start(p, item, result.now_ms, now)
+        ack_failures = [r for r in results[: len(ack_ops)] if isinstance(r, BaseException)]
+        if (failures or ack_failures) and len(failures) + len(ack_failures) == len(results):
+            raise (failures or ack_failures)[0]  # the whole primary failed: back off this loop
+
+    async def _failed(self, partition: int, exc: BaseException) -> None:
+        self.stats.errors += 1
+        metrics.SCRIPT_ERRORS.labels(self.queue, "fetch", type(exc).__name__).inc()
+        if faults.is_redirect(exc) or faults.is_transient(exc):
+            self.nodes.topology_changed()
+            return
+        if isinstance(exc, ResponseError) and "NOGROUP" in str(exc):
+            # The stream or group vanished (FLUSHALL, manual delete): recreate it.
+            try:
+                await self.transport.client.xgroup_create(
+                    self.pks[partition].ready, keys.WORKER_GROUP, id="0", mkstream=True
+                )
+            except ResponseError as again:
+                if "BUSYGROUP" not in str(again):
+                    log.warning("recreating group on partition %d failed: %s", partition, again)
+            return
+        log.warning("fetch on partition %d failed: %s", partition, exc)

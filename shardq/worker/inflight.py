@@ -1,0 +1,86 @@
+"""The deliveries this worker holds, and the room it has for more.
+
+A delivery is in the table from the moment fetch or reclaim handed it over until it is settled
+in Redis (acked, back in due, dead) or given up (left pending for another worker to reclaim).
+While it is in the table the heartbeat keeps it claimed; nothing else keeps it alive, so a
+delivery can never be stuck: it is settled, or it leaves the table and reclaim takes it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+
+from shardq.jobs import Job
+
+
+@dataclass(slots=True, eq=False)
+class Delivery:
+    """One job this worker runs: where it came from and how its handler is doing."""
+
+    partition: int
+    entry_id: bytes
+    raw_id: bytes
+    job: Job
+    started: float = 0.0
+    task: asyncio.Task[None] | None = None
+    timed_out: bool = False
+    finished: bool = False  # the handler returned or raised; only the settle is left
+
+
+@dataclass(slots=True)
+class WorkerStats:
+    """Counters of this process."""
+
+    started: int = 0
+    completed: int = 0
+    retried: int = 0
+    dead: int = 0
+    reclaimed: int = 0
+    lost_deliveries: int = 0
+    errors: int = 0
+    settle_gone: int = 0  # a failure settle found the delivery already reclaimed elsewhere
+    abandoned: int = 0  # a settle that could not be written: left pending for reclaim
+    malformed: int = 0
+
+
+@dataclass(slots=True)
+class InFlight:
+    """Partition -> entry id -> delivery, with a room count shared by the per-primary loops."""
+
+    concurrency: int
+    by_partition: dict[int, dict[bytes, Delivery]] = field(default_factory=dict)
+    count: int = 0
+    reserved: int = 0
+    finished: int = 0  # handlers done, acks not yet written: they no longer take room
+
+    def add(self, d: Delivery) -> None:
+        table = self.by_partition.get(d.partition)
+        if table is None:
+            table = self.by_partition[d.partition] = {}
+        if d.entry_id not in table:
+            self.count += 1
+        table[d.entry_id] = d
+
+    def remove(self, partition: int, entry_id: bytes) -> Delivery | None:
+        table = self.by_partition.get(partition)
+        d = table.pop(entry_id, None) if table else None
+        if d is not None:
+            self.count -= 1
+            if d.finished:
+                self.finished -= 1
+        return d
+
+    def mark_finished(self, d: Delivery) -> None:
+        if not d.finished:
+            d.finished = True
+            self.finished += 1
+
+    def room(self) -> int:
+        """How many more deliveries may be fetched now.  Finished jobs waiting for their ack
+        do not count (their acks travel with the next fetch), up to one concurrency's worth."""
+        waiting = min(self.finished, self.concurrency)
+        return self.concurrency - self.count + waiting - self.reserved
+
+    def all(self) -> list[Delivery]:
+        return [d for table in self.by_partition.values() for d in table.values()]

@@ -1,0 +1,50 @@
+"""Janitor: removes consumers left behind by crashed workers.
+
+A worker killed with SIGKILL never retires its consumer name from the groups.  Once reclaim has
+taken its deliveries and it has been idle past ``prune_consumers_after``, the worker assigned to
+each partition removes it there.  Only consumers holding nothing are removed, so nothing can be
+lost; a live worker idle that long is recreated by its next read.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from shardq.config import WorkerSettings
+from shardq.store import delivery, keys
+from shardq.store.transport import AsyncTransport
+
+log = logging.getLogger("shardq.worker")
+
+# How often (seconds) a worker looks for consumers of crashed workers to remove.
+PRUNE_EVERY = 60.0
+
+
+class Janitor:
+    def __init__(
+        self,
+        transport: AsyncTransport,
+        queue: str,
+        pks: list[keys.PartitionKeys],
+        settings: WorkerSettings,
+        assigned: Callable[[], set[int]],
+    ) -> None:
+        self.transport = transport
+        self.queue = queue
+        self.pks = pks
+        self.settings = settings
+        self.assigned = assigned
+
+    async def round(self) -> None:
+        idle_ms = round(self.settings.prune_consumers_after * 1000)
+        mine = sorted(self.assigned())
+        results = await self.transport.run_many(
+            [delivery.prune_consumers(self.pks[p], idle_ms) for p in mine]
+        )
+        removed = sum(r for r in results if isinstance(r, int))
+        if removed:
+            log.info("removed %d consumer(s) of crashed workers from %s", removed, self.queue)
+        failed = [r for r in results if isinstance(r, BaseException)]
+        if failed and len(failed) == len(results):
+            raise failed[0]

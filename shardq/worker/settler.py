@@ -1,0 +1,254 @@
+"""Settler: writes each finished delivery's outcome to Redis, and counts it only once written.
+
+Successes are acknowledged in batches per partition: the fetcher of the partition's primary
+sends them with its next fetch, in the same round trip (:meth:`Settler.take_acks`); an ack that
+fails stays buffered and is sent again.  A failure is settled by the fail script (back to due
+after the backoff, or dead) as its own task, resent through faults for ``settle_window``
+seconds; if it still cannot be written (Redis down that long, or the script refuses it), the
+delivery is given up: it leaves the in-flight table, so the heartbeat stops claiming it and
+another worker reclaims it after the visibility timeout.  Nothing is counted or logged as
+retried or dead before the script said so.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+import random
+import time
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+from shardq import metrics
+from shardq.config import WorkerSettings
+from shardq.errors import PermanentError, RetryAfter
+from shardq.jobs import DEFAULT_BACKOFF, Backoff
+from shardq.logs import log_event
+from shardq.runtime.supervisor import backoff_delay
+from shardq.store import delivery, faults, keys
+from shardq.store.op import Op
+from shardq.store.transport import AsyncTransport
+from shardq.worker.inflight import Delivery, InFlight, WorkerStats
+
+log = logging.getLogger("shardq.worker")
+
+Taken = list[tuple[int, list[Delivery]]]
+
+# Longest delay a handler may ask for with RetryAfter (the producer's horizon is a year).
+MAX_RETRY_DELAY = 366 * 24 * 3600.0
+
+
+def describe(exc: BaseException, limit: int) -> str:
+    """``Type: message`` plus the last frames, cut to ``limit`` bytes; never raises (an
+    exception whose ``__str__`` fails is described by its type)."""
+    try:
+        message = str(exc)
+    except Exception:
+        message = "<unprintable exception>"
+    text = f"{type(exc).__name__}: {message}"
+    if not isinstance(exc, PermanentError | RetryAfter):
+        with contextlib.suppress(Exception):
+            text += "\n" + "".join(traceback.format_tb(exc.__traceback__)[-3:])
+    return text.encode(errors="replace")[:limit].decode(errors="ignore")
+
+
+def retry_delay_ms(
+    exc: BaseException, attempt: int, max_attempts: int, backoff: Backoff | None
+) -> int:
+    """-1 to dead-letter now; else how long until the next attempt.
+
+    A RetryAfter delay that is not a finite number of seconds in [0, a year] falls back to the
+    job's backoff (and the error text says so), rather than breaking the settle.
+    """
+    if isinstance(exc, PermanentError) or attempt >= max_attempts:
+        return -1
+    if isinstance(exc, RetryAfter):
+        delay = exc.delay
+        if (
+            isinstance(delay, int | float)
+            and not isinstance(delay, bool)
+            and math.isfinite(delay)
+            and 0 <= delay <= MAX_RETRY_DELAY
+        ):
+            return round(delay * 1000)
+    try:
+        return max(0, round((backoff or DEFAULT_BACKOFF).delay(attempt) * 1000))
+    except Exception:
+        return round(DEFAULT_BACKOFF.delay(attempt) * 1000)
+
+
+class Settler:
+    """Acks in batches, failures one by one with resends; counts what was written."""
+
+    def __init__(
+        self,
+        transport: AsyncTransport,
+        queue: str,
+        pks: list[keys.PartitionKeys],
+        inflight: InFlight,
+        settings: WorkerSettings,
+        stats: WorkerStats,
+        delete_acked: bool,
+        wake: Callable[[int], None],
+    ) -> None:
+        self.transport = transport
+        self.queue = queue
+        self.pks = pks
+        self.inflight = inflight
+        self.settings = settings
+        self.stats = stats
+        self.delete_acked = delete_acked
+        self.wake = wake
+        self.acks: dict[int, list[Delivery]] = {}
+        self.pending_acks = 0
+        self.tasks: set[asyncio.Task[None]] = set()
+        self._m_jobs = {
+            outcome: metrics.WORKER_JOBS.labels(queue, outcome)
+            for outcome in ("completed", "retried", "dead")
+        }
+
+    # successes -----------------------------------------------------------------------------
+
+    def succeeded(self, d: Delivery) -> None:
+        """The handler returned: buffer the ack for the partition's next round trip."""
+        self.inflight.mark_finished(d)
+        batch = self.acks.get(d.partition)
+        if batch is None:
+            batch = self.acks[d.partition] = []
+        batch.append(d)
+        self.pending_acks += 1
+        if len(batch) == 1:
+            self.wake(d.partition)
+
+    def take_acks(self, partitions: list[int]) -> tuple[Taken, list[Op[int]]]:
+        """The ack ops for the given partitions' finished jobs, taken off the buffer (jobs that
+        finish while they are on the way start a new batch); :meth:`acked` puts back what
+        failed."""
+        taken: Taken = []
+        ops: list[Op[int]] = []
+        for p in partitions:
+            batch = self.acks.pop(p, None)
+            if not batch:
+                continue
+            taken.append((p, batch))
+            ops.append(
+                delivery.ack(
+                    self.pks[p], [(d.entry_id, d.raw_id) for d in batch], self.delete_acked
+                )
+            )
+        return taken, ops
+
+    def acked(self, taken: Taken, results: list[Any]) -> None:
+        """Record an ack round: written acks settle their deliveries; failed ones go back to
+        the buffer, to be sent again with the next round."""
+        for (p, batch), result in zip(taken, results, strict=True):
+            if isinstance(result, BaseException):
+                metrics.SCRIPT_ERRORS.labels(self.queue, "ack", type(result).__name__).inc()
+                self.acks[p] = batch + self.acks.get(p, [])
+                continue
+            self.pending_acks -= len(batch)
+            for d in batch:
+                self.inflight.remove(p, d.entry_id)
+            self.stats.completed += len(batch)
+            self._m_jobs["completed"].inc(len(batch))
+
+    def partitions_with_acks(self) -> list[int]:
+        return [p for p, batch in self.acks.items() if batch]
+
+    async def flush(self, partitions: list[int] | None = None) -> None:
+        """Send buffered acks now (shutdown; a primary with nothing to fetch)."""
+        wanted = self.partitions_with_acks() if partitions is None else partitions
+        taken, ops = self.take_acks(wanted)
+        if ops:
+            self.acked(taken, await self.transport.run_many(ops))
+
+    # failures ------------------------------------------------------------------------------
+
+    def failed(self, d: Delivery, exc: BaseException) -> None:
+        """The handler raised (or was stopped): settle it in its own task."""
+        self.inflight.mark_finished(d)
+        task = asyncio.get_running_loop().create_task(self._settle_failure(d, exc))
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+    async def _settle_failure(self, d: Delivery, exc: BaseException) -> None:
+        job = d.job
+        delay_ms = retry_delay_ms(exc, job.attempt, job.max_attempts, job.backoff)
+        text = describe(exc, self.settings.max_error_bytes)
+        op = delivery.fail(self.pks[d.partition], d.entry_id, d.raw_id, delay_ms, text)
+        deadline = time.monotonic() + self.settings.settle_window
+        attempt = 0
+        while True:
+            try:
+                result = await self.transport.run(op)
+                break
+            except Exception as err:
+                attempt += 1
+                metrics.SCRIPT_ERRORS.labels(self.queue, "fail", type(err).__name__).inc()
+                if not faults.is_transient(err) or time.monotonic() >= deadline:
+                    self._abandon(d, err)
+                    return
+                if faults.is_redirect(err):
+                    await self.transport.refresh()
+                await asyncio.sleep(backoff_delay(attempt, random.Random()))
+        self.inflight.remove(d.partition, d.entry_id)
+        fields: dict[str, Any] = {
+            "job_id": job.id,
+            "queue": self.queue,
+            "partition": d.partition,
+            "attempt": job.attempt,
+            "max_attempts": job.max_attempts,
+            "error_type": type(exc).__name__,
+            "error": text.split("\n", 1)[0][:200],
+            "trace_id": job.headers.get("traceparent") if isinstance(job.headers, dict) else None,
+        }
+        if result.outcome == "gone":
+            # Reclaimed by another worker (this one was paused) or cancelled: its outcome is
+            # theirs to settle, not ours to count.
+            self.stats.settle_gone += 1
+            log_event(log, "job.settle_gone", logging.WARNING, **fields)
+            return
+        dead = result.outcome == "dead"
+        if dead:
+            self.stats.dead += 1
+        else:
+            self.stats.retried += 1
+        self._m_jobs["dead" if dead else "retried"].inc()
+        log_event(
+            log,
+            "job.dead" if dead else "job.retry",
+            retry_in_ms=None if dead else delay_ms,
+            **fields,
+        )
+        self.wake(d.partition)
+
+    def _abandon(self, d: Delivery, err: BaseException) -> None:
+        """The outcome could not be written: leave the delivery pending for reclaim."""
+        self.inflight.remove(d.partition, d.entry_id)
+        self.stats.abandoned += 1
+        log_event(
+            log,
+            "job.settle_failed",
+            logging.ERROR,
+            job_id=d.job.id,
+            queue=self.queue,
+            partition=d.partition,
+            attempt=d.job.attempt,
+            error=f"{type(err).__name__}: {err}"[:300],
+            hint="left pending: another worker reclaims it after the visibility timeout",
+        )
+
+    def abandon_acks(self) -> int:
+        """Shutdown with acks still unwritten: the jobs ran, but they stay pending and will run
+        again after reclaim (at least once).  Returns how many."""
+        n = 0
+        for p, batch in self.acks.items():
+            for d in batch:
+                self.inflight.remove(p, d.entry_id)
+                n += 1
+        self.acks.clear()
+        self.pending_acks = 0
+        return n
