@@ -26,20 +26,11 @@ Returns
   {-4, job id}                        E_DUPLICATE_JOB_ID
 ]]
 --@include now.lua
+--@include schedule.lua
 
 local now = now_ms()
-local due
-if ARGV[3] == 'in' then
-  due = now + tonumber(ARGV[4])
-else
-  due = tonumber(ARGV[4])
-  if due < now - tonumber(ARGV[5]) then
-    return {-2, ARGV[4], tostring(now), ARGV[5]}
-  end
-end
-if due > now + tonumber(ARGV[6]) then
-  return {-3, tostring(due), tostring(now), ARGV[6]}
-end
+local due, rejected = due_time(ARGV[3], ARGV[4], now, tonumber(ARGV[5]), tonumber(ARGV[6]))
+if rejected then return rejected end
 
 local id = ARGV[1]
 if ARGV[8] == '1' then

@@ -22,6 +22,7 @@ Returns {now ms, then 2 per job: status, detail}
   status -2 E_DUE_IN_PAST, -3 E_BEYOND_HORIZON (detail = due ms), -4 E_DUPLICATE_JOB_ID
 ]]
 --@include now.lua
+--@include schedule.lua
 
 local now = now_ms()
 local tolerance, horizon = tonumber(ARGV[1]), tonumber(ARGV[2])
@@ -29,14 +30,12 @@ local out = {now}
 local created, earliest, readied = 0, nil, 0
 
 for i = 5, #ARGV, 4 do
-  local id, body, mode, value = ARGV[i], ARGV[i + 1], ARGV[i + 2], tonumber(ARGV[i + 3])
-  local due = value
-  if mode == 'in' then due = now + value end
+  local id, body = ARGV[i], ARGV[i + 1]
+  local due, rejected = due_time(ARGV[i + 2], ARGV[i + 3], now, tolerance, horizon)
   local status = 1
-  if mode ~= 'in' and due < now - tolerance then
-    status = -2
-  elseif due > now + horizon then
-    status = -3
+  if rejected then
+    status = rejected[1]
+    if status == -2 then due = tonumber(ARGV[i + 3]) else due = tonumber(rejected[2]) end
   elseif redis.call('HSETNX', KEYS[1], id, 'S0|' .. body) == 0 then
     local stored = redis.call('HGET', KEYS[1], id)
     local bar = string.find(stored, '|', 1, true)

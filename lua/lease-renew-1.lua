@@ -10,9 +10,7 @@ Returns
   {-1, token, lease}  E_FENCED: the lease expired or another owner holds it
 ]]
 --@include lease.lua
-local v = redis.call('GET', KEYS[1])
-if lease_token(v) ~= ARGV[1] then
-  return {-1, ARGV[1], v or ''}
-end
+local stale = fenced(KEYS[1], ARGV[1])
+if stale then return stale end
 redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[2]))
 return 1

@@ -21,10 +21,8 @@ Returns
 --@include now.lua
 --@include lease.lua
 
-local lease = redis.call('GET', KEYS[3])
-if lease_token(lease) ~= ARGV[1] then
-  return {-1, ARGV[1], lease or ''}
-end
+local stale = fenced(KEYS[3], ARGV[1])
+if stale then return stale end
 
 redis.call('PEXPIRE', KEYS[3], tonumber(ARGV[4]))
 local now = now_ms()

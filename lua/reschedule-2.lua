@@ -20,20 +20,11 @@ Returns
   {-9, id}                E_JOB_DEAD
 ]]
 --@include now.lua
+--@include schedule.lua
 
 local now = now_ms()
-local due
-if ARGV[2] == 'in' then
-  due = now + tonumber(ARGV[3])
-else
-  due = tonumber(ARGV[3])
-  if due < now - tonumber(ARGV[4]) then
-    return {-2, ARGV[3], tostring(now), ARGV[4]}
-  end
-end
-if due > now + tonumber(ARGV[5]) then
-  return {-3, tostring(due), tostring(now), ARGV[5]}
-end
+local due, rejected = due_time(ARGV[2], ARGV[3], now, tonumber(ARGV[4]), tonumber(ARGV[5]))
+if rejected then return rejected end
 local id = ARGV[1]
 if not redis.call('ZSCORE', KEYS[1], id) then
   local v = redis.call('HGET', KEYS[2], id)

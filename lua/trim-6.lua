@@ -25,10 +25,8 @@ Returns {ready entries trimmed, dead letters dropped}, or {-1, token, lease} (E_
 --@include lease.lua
 --@include envelope.lua
 
-local lease = redis.call('GET', KEYS[6])
-if lease_token(lease) ~= ARGV[1] then
-  return {-1, ARGV[1], lease or ''}
-end
+local stale = fenced(KEYS[6], ARGV[1])
+if stale then return stale end
 local now = now_ms()
 local limit = tonumber(ARGV[5])
 local trimmed, dropped = 0, 0
