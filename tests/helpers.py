@@ -85,6 +85,29 @@ def settled(read: Callable[[], Any], quiet: float = 0.3, timeout: float = 10.0) 
     return value
 
 
+_spare: list[int] = []
+
+
+def free_port() -> int:
+    """A port for a test's own listener (a metrics endpoint): one of the session block's spare
+    ports that is free now, so concurrent sessions never collide."""
+    import socket
+
+    from ports import session_ports
+
+    if not _spare:
+        _spare.extend(session_ports().spare)
+    while _spare:
+        port = _spare.pop(0)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        return port
+    raise RuntimeError("the session's spare ports are used up")
+
+
 def text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import json
 import logging
-import socket
 import time
 import urllib.request
 
 import orjson
 import pytest
 from click.testing import CliRunner
-from helpers import FAST_DISPATCHER, FAST_WORKER, Runner, Runs, wait_for
+from helpers import FAST_DISPATCHER, FAST_WORKER, Runner, Runs, free_port, wait_for
 
 from shardq import JobRequest, PermanentError, metrics
 from shardq.cli import main as cli
@@ -19,12 +18,6 @@ from shardq.client import Client
 from shardq.config import DispatcherSettings
 from shardq.errors import FencedError
 from shardq.store import delivery, fleet, keys, transport
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def scrape(port: int) -> str:

@@ -95,9 +95,11 @@ class Promoter:
             due = [p for p in mine if self.next_wake.get(p, 0.0) <= now]
             if due:
                 await self._promote(node, due[: s.max_inflight_calls])
+                state.ok()
                 continue
             wake_at = min((self.next_wake.get(p, 0.0) for p in mine), default=now + s.max_sleep)
             event.clear()
+            state.ok()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(event.wait(), min(max(0.0, wake_at - now), s.max_sleep))
 

@@ -120,7 +120,7 @@ async def listen(
             while not stop.is_set():
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(regroup.wait(), 1.0)
-                state.progress()
+                state.ok()
                 # Regroup when a listener ended, or when the client's slot map (refreshed by
                 # the other loops after a redirect or a failover) moved a channel's node;
                 # tearing down working subscriptions otherwise would open a gap for nothing.

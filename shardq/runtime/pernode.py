@@ -113,7 +113,7 @@ class PerPrimary:
                 await self.transport.refresh()
                 self.wake_all()
             await self.sync()
-            state.progress()
+            state.ok()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._changed.wait(), SYNC_INTERVAL)
 

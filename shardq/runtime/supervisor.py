@@ -56,10 +56,17 @@ class LoopState:
     broken_since: float | None = None  # a streak of errors that are not Redis faults
     last_progress: float = field(default_factory=time.monotonic)
     last_error: str | None = None
+    on_recover: Callable[[LoopState], None] | None = None
 
     def progress(self) -> None:
         """Called by a long-running loop on each pass, so a hung loop can be told apart."""
         self.last_progress = time.monotonic()
+
+    def ok(self) -> None:
+        """Called by a long-running loop after a pass that worked: ends an error streak."""
+        self.last_progress = time.monotonic()
+        if self.consecutive and self.on_recover is not None:
+            self.on_recover(self)
 
 
 Body = Callable[[], Awaitable[None]]
@@ -109,7 +116,7 @@ class Supervisor:
     def _add(self, name: str, body: Body, interval: float | None, at_once: bool) -> None:
         if name in self.loops:
             raise ValueError(f"loop {name!r} registered twice")
-        loop = _Loop(LoopState(name), body, interval, asyncio.Event())
+        loop = _Loop(LoopState(name, on_recover=self._succeeded), body, interval, asyncio.Event())
         self.loops[name] = loop
         loop.task = asyncio.get_running_loop().create_task(self._run(loop, at_once), name=name)
 
@@ -181,7 +188,7 @@ class Supervisor:
 
     def _succeeded(self, state: LoopState) -> None:
         state.rounds += 1
-        state.progress()
+        state.last_progress = time.monotonic()
         if state.consecutive:
             log_event(
                 log,
@@ -203,7 +210,7 @@ class Supervisor:
         transient = is_transient(exc)
         state.errors += 1
         state.consecutive += 1
-        state.progress()  # failing and retrying is not hanging
+        state.last_progress = now  # failing and retrying is not hanging
         if state.failing_since is None:
             state.failing_since = now
         if transient:

@@ -128,6 +128,7 @@ class Fetcher:
                 wake_at = min((self.poll_at.get(p, 0.0) for p in mine), default=now + s.idle_poll)
                 timeout = s.idle_poll if room <= 0 else max(0.0, wake_at - now)
                 event.clear()
+                state.ok()
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(event.wait(), min(timeout, s.idle_poll))
                 continue
@@ -140,6 +141,7 @@ class Fetcher:
                 count = max(1, min(s.fetch_batch, max(room // len(due), MIN_FETCH), room))
                 due = due[: max(1, room // count)]
             await self._round(node, due, count, acked, ack_ops)
+            state.ok()
 
     async def _round(
         self, node: str, due: list[int], count: int, acked: Taken, ack_ops: list[Any]

@@ -71,6 +71,7 @@ class Recoverer:
                 return
             self._now.clear()
             await self.round()
+            state.ok()
 
     async def round(self) -> None:
         s = self.settings

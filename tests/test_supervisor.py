@@ -1,0 +1,271 @@
+"""Supervised loops: every loop's failures are logged, counted and retried; a loop that keeps
+failing for a reason other than Redis makes the process unhealthy; Redis trouble only makes it
+not ready.  Faults are injected into every loop of a real worker and dispatcher."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import logging
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Awaitable, Callable, Iterator
+from typing import Any
+
+import pytest
+from helpers import FAST_DISPATCHER, FAST_WORKER, Runner, Runs, free_port, wait_for
+from prometheus_client import REGISTRY
+from redis.exceptions import ConnectionError as RedisConnectionError
+
+from shardq import metrics
+from shardq.client import Client
+from shardq.runtime import health
+from shardq.runtime.supervisor import Supervisor
+
+ROLE = "test"
+
+
+def loop_errors(role: str, loop: str) -> float:
+    value = REGISTRY.get_sample_value("shardq_loop_errors_total", {"role": role, "loop": loop})
+    return value or 0.0
+
+
+async def until(condition: Callable[[], bool], timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition not met"
+        await asyncio.sleep(0.01)
+
+
+def test_a_failing_loop_is_logged_counted_retried_and_recovers(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    calls: list[float] = []
+
+    async def flaky() -> None:
+        calls.append(time.monotonic())
+        if len(calls) <= 3:
+            raise ValueError(f"bug number {len(calls)}")
+
+    async def main() -> Supervisor:
+        sup = Supervisor(ROLE, "q", unhealthy_after=60)
+        before = loop_errors(ROLE, "flaky")
+        sup.every("flaky", 0.01, flaky, first_at_once=True)
+        await until(lambda: sup.state("flaky").rounds >= 2)
+        assert loop_errors(ROLE, "flaky") - before == 3
+        assert sup.healthy()  # a streak shorter than unhealthy_after
+        await sup.stop()
+        return sup
+
+    with caplog.at_level(logging.INFO, logger="shardq.supervisor"):
+        sup = asyncio.run(main())
+    state = sup.state("flaky")
+    assert state.errors == 3 and state.consecutive == 0 and state.failing_since is None
+    events = [json.loads(r.getMessage()) for r in caplog.records if r.getMessage().startswith("{")]
+    errors = [e for e in events if e["event"] == "loop.error"]
+    assert [e["consecutive"] for e in errors] == [1, 2, 3]
+    assert all(e["loop"] == "flaky" and e["error_type"] == "ValueError" for e in errors)
+    assert errors[0]["transient"] is False
+    assert any(e["event"] == "loop.recovered" and e["failures"] == 3 for e in events)
+    # Retried with a growing backoff (0.1 s, 0.2 s, 0.4 s, each +-50 %), not in a tight loop.
+    gaps = [b - a for a, b in itertools.pairwise(calls)][:3]
+    assert gaps[0] >= 0.05 and gaps[2] >= gaps[0]
+
+
+def test_a_loop_that_keeps_failing_makes_the_process_unhealthy_until_it_recovers() -> None:
+    broken = {"on": True}
+
+    async def body() -> None:
+        if broken["on"]:
+            raise KeyError("corrupt record")
+
+    async def main() -> None:
+        sup = Supervisor(ROLE, "q", unhealthy_after=0.3)
+        sup.every("stuck", 0.01, body, first_at_once=True)
+        await until(lambda: not sup.healthy())
+        assert any("stuck: failing for" in p for p in sup.problems())
+        assert sup.failing() == ["stuck"]
+        broken["on"] = False
+        await until(sup.healthy)
+        await until(lambda: not sup.failing())
+        await sup.stop()
+
+    asyncio.run(main())
+
+
+def test_redis_faults_make_a_process_unready_never_unhealthy() -> None:
+    async def body() -> None:
+        raise RedisConnectionError("Connection refused")
+
+    async def main() -> None:
+        sup = Supervisor(ROLE, "q", unhealthy_after=0.2)
+        sup.every("redis", 0.01, body, first_at_once=True)
+        await until(lambda: sup.state("redis").errors >= 3)
+        await asyncio.sleep(0.3)
+        assert sup.healthy() and sup.failing() == ["redis"]
+        await sup.stop()
+
+    asyncio.run(main())
+
+
+def test_a_forever_loop_that_returns_is_started_again() -> None:
+    starts: list[int] = []
+
+    async def main() -> None:
+        sup = Supervisor(ROLE, "q")
+
+        async def body() -> None:
+            starts.append(1)
+            if len(starts) < 3:
+                return  # a bug: returned without being asked to stop
+            await sup.stop_event("runner").wait()
+
+        sup.forever("runner", body)
+        await until(lambda: len(starts) >= 3)
+        assert sup.state("runner").errors == 2
+        await sup.stop()
+
+    asyncio.run(main())
+
+
+def test_loops_stop_in_the_order_given() -> None:
+    stopped: list[str] = []
+
+    async def main() -> None:
+        sup = Supervisor(ROLE, "q")
+
+        def body(name: str) -> Callable[[], Awaitable[None]]:
+            async def run() -> None:
+                await sup.stop_event(name).wait()
+                stopped.append(name)
+
+            return run
+
+        for name in ("a", "b:1", "b:2", "c"):
+            sup.forever(name, body(name))
+        await asyncio.sleep(0.05)
+        await sup.stop(["c", "b:", "a"])
+
+    asyncio.run(main())
+    assert stopped[0] == "c" and set(stopped[1:3]) == {"b:1", "b:2"} and stopped[3] == "a"
+
+
+# every loop of a real worker and dispatcher --------------------------------------------------
+
+WORKER_LOOPS = ["heartbeat", "fetcher:", "fetcher-topology", "recoverer", "janitor", "hints"]
+DISPATCHER_LOOPS = ["leases", "promoter:", "promoter-topology", "hints", "trim", "sample"]
+
+
+@pytest.fixture
+def injected(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, int]]:
+    """Make the first two runs of every loop raise a bug-like error (before its body runs)."""
+    fails: dict[str, int] = {}
+    real_add = Supervisor._add
+
+    def add(self: Supervisor, name: str, body: Any, interval: Any, at_once: bool) -> None:
+        key = f"{self.role}/{name}"
+
+        async def faulty() -> None:
+            if fails.get(key, 0) < 2:
+                fails[key] = fails.get(key, 0) + 1
+                raise RuntimeError(f"injected fault in {name}")
+            await body()
+
+        real_add(self, name, faulty, interval, at_once)
+
+    monkeypatch.setattr(Supervisor, "_add", add)
+    yield fails
+
+
+def test_every_loop_of_a_worker_and_a_dispatcher_recovers_from_faults(
+    cluster_client: Client,
+    cluster_url: str,
+    queue: str,
+    injected: dict[str, int],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import shardq.worker.worker
+
+    monkeypatch.setattr(shardq.worker.worker, "PRUNE_EVERY", 0.2)  # the janitor runs soon
+    cluster_client.create_queue(queue, 8)
+    runs = Runs()
+    dispatcher_settings = FAST_DISPATCHER
+    with Runner(
+        cluster_url,
+        queue,
+        {"t": runs.add},
+        dispatcher_settings=dispatcher_settings,
+        worker_settings=FAST_WORKER,
+        wait_leases=False,
+    ) as runner:
+        d, w = runner.dispatcher, runner.workers[0]
+        assert d is not None
+        wait_for(lambda: len(d.tokens) == 8, 30, "dispatcher did not take its leases")
+
+        def loops_failed_and_ran(sup: Supervisor, names: list[str]) -> bool:
+            for prefix in names:
+                matching = [
+                    s
+                    for s in sup.states()
+                    if s.name == prefix or (prefix.endswith(":") and s.name.startswith(prefix))
+                ]
+                if not matching or not all(s.errors >= 2 for s in matching):
+                    return False
+            return True
+
+        wait_for(lambda: loops_failed_and_ran(w.supervisor, WORKER_LOOPS), 30, "worker faults")
+        wait_for(
+            lambda: loops_failed_and_ran(d.supervisor, DISPATCHER_LOOPS), 30, "dispatcher faults"
+        )
+        ids = {cluster_client.enqueue(queue, "t", i, delay=0.2) for i in range(50)}
+        wait_for(lambda: ids <= set(runs.count()), 30, "jobs did not run after the faults")
+        wait_for(w.supervisor.healthy, 10, "worker unhealthy")
+        wait_for(d.supervisor.healthy, 10, "dispatcher unhealthy")
+        wait_for(lambda: not w.supervisor.failing() and not d.supervisor.failing(), 30, "not ready")
+    assert loop_errors("worker", "heartbeat") >= 2
+    assert loop_errors("dispatcher", "leases") >= 2
+
+
+def test_health_endpoints_report_an_unhealthy_loop(
+    cluster_client: Client, cluster_url: str, queue: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """/healthz turns 503 while a loop keeps failing with a bug, 200 again once it recovers;
+    /readyz is 200 while every loop works."""
+    cluster_client.create_queue(queue, 4)
+    port = free_port()
+    metrics.serve(port, "127.0.0.1")
+    broken = {"on": False}
+    from shardq.worker.heartbeat import Heartbeat
+
+    real_beat = Heartbeat.beat
+
+    async def beat(self: Heartbeat) -> None:
+        if broken["on"]:
+            raise ZeroDivisionError("a bug in the heartbeat")
+        await real_beat(self)
+
+    monkeypatch.setattr(Heartbeat, "beat", beat)
+
+    def get(path: str) -> tuple[int, dict[str, Any]]:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as resp:
+                return resp.status, json.loads(resp.read())
+        except urllib.error.HTTPError as exc:
+            return exc.code, json.loads(exc.read())
+
+    with Runner(cluster_url, queue, {"t": lambda job: None}) as runner:
+        runner.workers[0].supervisor.unhealthy_after = 0.5
+        wait_for(lambda: get("/readyz")[0] == 200, 15, lambda: str(get("/readyz")))
+        assert get("/healthz")[0] == 200
+        broken["on"] = True
+        wait_for(lambda: get("/healthz")[0] == 503, 15, "never reported unhealthy")
+        _, body = get("/healthz")
+        worker = next(p for p in body["processes"] if p["role"] == "worker")
+        assert any("heartbeat" in problem for problem in worker["problems"]), body
+        assert get("/readyz")[0] == 503
+        broken["on"] = False
+        wait_for(lambda: get("/healthz")[0] == 200, 15, "did not recover")
+        wait_for(lambda: get("/readyz")[0] == 200, 15, "not ready again")
+    assert health.statuses() == [] or all(s.role != "worker" for s in health.statuses())
