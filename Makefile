@@ -14,8 +14,12 @@ LOADTEST_ARGS ?= --shardq-duration 45
 BENCH_ARGS ?=
 
 STRESS_RUNS ?= 1
+LOWEST_VENV ?= .venv-lowest
+# The suite's core: client, worker, dispatcher, failures; run against the lowest versions too.
+CORE_TESTS ?= tests/test_store.py tests/test_scripts.py tests/test_client.py tests/test_e2e.py \
+  tests/test_crash.py tests/test_durable.py tests/test_supervisor.py tests/test_keys.py
 
-.PHONY: install redis-server lint test test-all test-stress demo bench bench-cluster-up bench-cluster-down loadtest clean
+.PHONY: install redis-server lint test test-all test-stress test-lowest demo bench bench-cluster-up bench-cluster-down loadtest clean
 
 install: $(VENV)/.installed
 
@@ -40,6 +44,19 @@ lint: install
 # SHARDQ_TEST_SEED=<n> repeats a run's random choices (the seed is printed in the header).
 test: install redis-server lint
 	$(PY) -m pytest $(TEST_ARGS)
+
+# The suite's core against the lowest dependency versions pyproject.toml allows (ci/lowest.txt).
+test-lowest: redis-server $(LOWEST_VENV)/.installed
+	$(LOWEST_VENV)/bin/python -m pytest -m "not slow" $(CORE_TESTS)
+
+$(LOWEST_VENV)/.installed: pyproject.toml ci/lowest.txt
+	$(PYTHON) -m venv $(LOWEST_VENV)
+	$(LOWEST_VENV)/bin/python -m pip install -q -U pip
+	$(LOWEST_VENV)/bin/python -m pip install -q -r ci/lowest.txt \
+	  'pytest>=8' 'pytest-timeout>=2.2' 'hypothesis>=6.90' 'psutil>=5.9' 'hatchling>=1.18' editables
+	$(LOWEST_VENV)/bin/python -m pip install -q --no-deps --no-build-isolation -e .
+	$(LOWEST_VENV)/bin/python -m pip check
+	touch $@
 
 # The suite with two CPU hogs on the same cores, as on a busy CI runner; STRESS_RUNS=5 repeats
 # it (stopping at the first failure).  The hogs are killed by pid when it ends.
@@ -84,4 +101,4 @@ loadtest: bench-cluster-up
 	status=$$?; $(MAKE) bench-cluster-down; exit $$status
 
 clean:
-	rm -rf $(VENV) build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(LOWEST_VENV) build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache
