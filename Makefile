@@ -1,6 +1,6 @@
 # shardq developer commands.  Port ranges never overlap, so a cluster left running by one
 # never collides with another:  demo 7200-7205, benchmarks 7300-7335, and each test session a
-# free block of 64 ports it locks in 12000-21999 (cluster bus ports +10000), with its own dev
+# free block of 96 ports it locks in 12000-21999 (cluster bus ports +10000), with its own dev
 # directory, so two `make test` runs from two checkouts can run at once (tests/ports.py).
 PYTHON ?= python3
 VENV ?= .venv

@@ -50,6 +50,8 @@ __all__ = [
     "cluster_status",
     "cluster_up",
     "default_root",
+    "node_pid",
+    "restart_node",
     "standalone_down",
     "standalone_status",
     "standalone_up",
@@ -674,6 +676,38 @@ def cluster_down(base_port: int = 7000, *, root: Path | None = None) -> list[int
     """
     directory, nodes = _cluster_layout(base_port, root)
     return _stop_and_wipe(directory, nodes)
+
+
+def node_pid(base_port: int, port: int, *, root: Path | None = None) -> int | None:
+    """The pid of our node on ``port`` of the cluster on ``base_port`` (None if not running):
+    for chaos tests and benchmarks that kill or pause one node."""
+    _, nodes = _cluster_layout(base_port, root)
+    node = next((n for n in nodes if n.port == port), None)
+    return _owned_pid(node) if node is not None else None
+
+
+def restart_node(
+    base_port: int, port: int, *, host: str = "127.0.0.1", root: Path | None = None
+) -> int:
+    """Start a stopped node of the cluster again from its own config and ``nodes.conf``, so it
+    rejoins with its old identity (as a replica if its replica was promoted meanwhile).
+    Returns its pid."""
+    server, _ = _require_binaries()
+    _, nodes = _cluster_layout(base_port, root)
+    node = next((n for n in nodes if n.port == port), None)
+    if node is None:
+        raise DevClusterError(f"port {port} is not a node of the cluster on {base_port}")
+    if _owned_pid(node) is not None:
+        raise DevClusterError(f"node {port} is still running")
+    result = subprocess.run(
+        [server, str(node.conffile)], capture_output=True, text=True, timeout=30, check=False
+    )
+    if result.returncode != 0:
+        raise DevClusterError(f"redis-server on port {port} failed to restart: {result.stderr}")
+    _wait_started(host, node, time.monotonic() + 30)
+    pid = _owned_pid(node)
+    assert pid is not None
+    return pid
 
 
 def cluster_status(base_port: int = 7000, *, root: Path | None = None) -> list[NodeStatus]:

@@ -29,7 +29,8 @@ from typing import Any
 import pytest
 from helpers import TIME_FACTOR
 from hypothesis import HealthCheck, settings
-from ports import TestPorts, claim
+from ports import BLOCK, TestPorts, claim
+from procs import procs  # noqa: F401 - the fixture, for every test module
 
 from shardq import devcluster
 from shardq.client import Client
@@ -61,7 +62,7 @@ os.environ["SHARDQ_DEV_DIR"] = str(_DEV_DIR)
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
     return [
-        f"shardq: seed {SEED} (SHARDQ_TEST_SEED), ports {_PORTS.base}-{_PORTS.base + 63}, "
+        f"shardq: seed {SEED} (SHARDQ_TEST_SEED), ports {_PORTS.base}-{_PORTS.base + BLOCK - 1}, "
         f"dev dir {_DEV_DIR}, time factor {TIME_FACTOR}"
     ]
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-BLOCK = 64
+BLOCK = 96
 FIRST = 12000
 LAST = 22000  # exclusive
 BUS_OFFSET = 10000
@@ -68,9 +68,14 @@ class TestPorts:
         return self.base + 50
 
     @property
+    def failover(self) -> int:
+        """Fresh clusters that failover tests kill and pause nodes of (+60 .. +65)."""
+        return self.base + 60
+
+    @property
     def spare(self) -> list[int]:
         """Ports a test may bind for itself (metrics endpoints, fake servers)."""
-        return list(range(self.base + 56, self.base + BLOCK))
+        return list(range(self.base + 70, self.base + BLOCK))
 
 
 def _remember(ports: TestPorts) -> TestPorts:

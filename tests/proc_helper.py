@@ -6,11 +6,14 @@
 The worker's handler records each start in the hash ``RECORD_KEY:starts`` (job id ->
 "attempt:deliveries:pid", plus a counter field per job in ``RECORD_KEY:start_count``), sleeps
 SLEEP seconds, then records the finish in ``RECORD_KEY:finishes``.  Both run until killed.
+``SHARDQ_TEST_SETTINGS`` (JSON) overrides settings fields; ``SHARDQ_INSTANCE`` names the
+instance (a restart in place).
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import sys
 
@@ -32,13 +35,15 @@ async def run_worker(url: str, queue: str, record: str, sleep: float, visibility
         await asyncio.sleep(sleep)
         await redis.hincrby(f"{record}:finishes", job.id, 1)
 
-    settings = WorkerSettings(
-        visibility_timeout=visibility,
-        heartbeat_interval=min(0.5, visibility / 2),
-        reclaim_interval=0.5,
-        idle_poll=0.2,
-        membership_timeout=2.0,
-    )
+    fields = {
+        "visibility_timeout": visibility,
+        "heartbeat_interval": min(0.5, visibility / 2),
+        "reclaim_interval": 0.5,
+        "idle_poll": 0.2,
+        "membership_timeout": 2.0,
+    }
+    fields.update(json.loads(os.environ.get("SHARDQ_TEST_SETTINGS") or "{}"))
+    settings = WorkerSettings(**fields)
     worker = Worker(redis, queue, handlers={"t": handler}, settings=settings)
     print("worker running", flush=True)
     await worker.run()

@@ -3,16 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-import os
-import signal
-import subprocess
-import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 from helpers import (
@@ -29,6 +23,7 @@ from helpers import (
     total,
     wait_for,
 )
+from procs import Proc
 
 from shardq import JobRequest
 from shardq.bench import queue_counters
@@ -36,44 +31,6 @@ from shardq.client import Client
 from shardq.errors import FencedError
 from shardq.jobs import Job
 from shardq.store import delivery, fleet, keys, transport
-
-HELPER = Path(__file__).with_name("proc_helper.py")
-
-
-class Proc:
-    """A helper process this test started; killed (by its own pid) if the test leaves it."""
-
-    def __init__(self, *args: str) -> None:
-        self.popen = subprocess.Popen(
-            [sys.executable, str(HELPER), *args],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-
-    def kill9(self) -> None:
-        os.kill(self.popen.pid, signal.SIGKILL)
-        self.popen.wait(10)
-
-    def check_alive(self) -> None:
-        if self.popen.poll() is not None:
-            out, err = self.popen.communicate()
-            raise AssertionError(f"helper exited with {self.popen.returncode}:\n{out}\n{err}")
-
-    def cleanup(self) -> None:
-        if self.popen.poll() is None:
-            self.kill9()
-        self.popen.communicate()
-
-
-@pytest.fixture
-def procs() -> Iterator[list[Proc]]:
-    started: list[Proc] = []
-    try:
-        yield started
-    finally:
-        for proc in started:
-            proc.cleanup()
 
 
 def redis_now_ms(client: Client) -> int:
@@ -94,7 +51,7 @@ def test_worker_killed_mid_handler_is_reclaimed_by_another(
     running = [client.enqueue(queue, "t", {"i": i}) for i in range(20)]  # due now: ready
     later = [client.enqueue(queue, "t", {"i": i}, delay=1.0) for i in range(10)]
 
-    doomed = Proc("worker", cluster_url, queue, record, "60")
+    doomed = Proc.helper("worker", cluster_url, queue, record, "60")
     procs.append(doomed)
     wait_for(lambda: r.hlen(f"{record}:starts") == 20 or doomed.check_alive(), 20, "not started")
     doomed.kill9()
@@ -226,7 +183,7 @@ def test_dispatcher_killed_mid_drain_loses_and_repeats_nothing(
     def moved() -> int:
         return total(r, queue, partitions, "ready")
 
-    doomed = Proc("dispatcher", cluster_url, queue, "100", "2.0", "0.5")
+    doomed = Proc.helper("dispatcher", cluster_url, queue, "100", "2.0", "0.5")
     procs.append(doomed)
     wait_for(lambda: moved() > 0 or doomed.check_alive(), 20, "dispatcher never promoted")
     doomed.kill9()

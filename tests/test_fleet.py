@@ -6,20 +6,16 @@ process of their own); the worker runs in-process and counts handler runs per jo
 
 from __future__ import annotations
 
-import contextlib
-import os
 import random
 import signal
-import subprocess
-import tempfile
 import time
 
 import pytest
 from click.testing import CliRunner
 from helpers import FAST_WORKER, Runner, Runs, queue_settled, ready_job_ids, wait_for
+from procs import Proc
 
 from shardq import JobRequest, admin
-from shardq.bench import cli_command
 from shardq.bench_fleet import lease_owners, spread_ok
 from shardq.cli import main as cli
 from shardq.client import Client
@@ -39,19 +35,10 @@ def promoted_once(client: Client, queue: str, partitions: int, ids: set[str]) ->
     assert not twice, f"{len(twice)} jobs promoted more than once, e.g. {twice[:3]}"
 
 
-def start_dispatcher(url: str, queue: str, *extra: str) -> subprocess.Popen[bytes]:
-    """A `shardq dispatcher run` process; its log goes to a file (a pipe nobody reads can fill
-    up and stall it), read back with :func:`log_of`."""
-    log = tempfile.NamedTemporaryFile(  # noqa: SIM115 - the process writes it, log_of reads it
-        prefix="shardq-dispatcher-", suffix=".log", delete=False
-    )
-    command = cli_command(
-        "dispatcher",
-        "run",
-        "--queue",
-        queue,
-        "--url",
+def start_dispatcher(url: str, queue: str, *extra: str) -> Proc:
+    return Proc.dispatcher(
         url,
+        queue,
         "--lease-time",
         str(LEASE),
         "--renew-interval",
@@ -62,39 +49,11 @@ def start_dispatcher(url: str, queue: str, *extra: str) -> subprocess.Popen[byte
         "0.2",
         *extra,
     )
-    # INFO: the tests read lease events (cli_command asks for warnings only).
-    command[command.index("--log-level") + 1] = "INFO"
-    proc = subprocess.Popen(
-        command,
-        stdout=subprocess.DEVNULL,
-        stderr=log,
-    )
-    log.close()
-    _LOGS[proc.pid] = log.name
-    return proc
 
 
-_LOGS: dict[int, str] = {}
-
-
-def log_of(proc: subprocess.Popen[bytes]) -> str:
-    with open(_LOGS[proc.pid], errors="replace") as f:
-        return f.read()
-
-
-def stop_all(procs: list[subprocess.Popen[bytes]]) -> None:
+def stop_all(procs: list[Proc]) -> None:
     for p in procs:
-        if p.poll() is None:
-            p.send_signal(signal.SIGCONT)
-            p.send_signal(signal.SIGTERM)
-    for p in procs:
-        try:
-            p.wait(30)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
-        with contextlib.suppress(OSError, KeyError):
-            os.unlink(_LOGS.pop(p.pid))
+        p.cleanup()
 
 
 def test_fair_share_floor_and_ceiling() -> None:
@@ -115,7 +74,7 @@ def test_fleet_churn_loses_nothing_and_promotes_once(
     n = 20_000
     cluster_client.create_queue(queue, partitions, ack_retention=3600)
     runs = Runs()
-    procs: list[subprocess.Popen[bytes]] = []
+    procs: list[Proc] = []
     with Runner(
         cluster_url,
         queue,
@@ -132,12 +91,10 @@ def test_fleet_churn_loses_nothing_and_promotes_once(
             ids = {r.job_id for r in results}
             procs = [start_dispatcher(cluster_url, queue) for _ in range(3)]
             time.sleep(random.uniform(1.0, 3.5))  # seeded: SHARDQ_TEST_SEED repeats it
-            procs[0].send_signal(signal.SIGKILL)
-            procs[0].wait()
+            procs[0].kill9()
             procs += [start_dispatcher(cluster_url, queue) for _ in range(2)]
             time.sleep(random.uniform(0.5, 3.0))
-            procs[1].send_signal(signal.SIGTERM)
-            assert procs[1].wait(30) == 0
+            assert procs[1].stop() == 0
             wait_for(lambda: len(runs.count()) >= n, 60, "not every job ran")
             wait_for(
                 lambda: queue_settled(cluster_client.redis, queue, partitions),
@@ -171,8 +128,7 @@ def test_sigkill_takeover_within_lease_plus_renewal(
             "two dispatchers did not split the partitions",
         )
         victim = procs[0]
-        victim.send_signal(signal.SIGKILL)
-        victim.wait()
+        victim.kill9()
         # The survivor takes every partition once the victim's membership and leases expire.
         # How soon is a benchmark figure (`shardq bench fleet`), not asserted here.
         wait_for(
@@ -194,16 +150,15 @@ def test_sigterm_hands_back_at_once(cluster_client: Client, cluster_url: str, qu
             4 * LEASE,
             "two dispatchers did not split the partitions",
         )
-        procs[0].send_signal(signal.SIGTERM)
-        assert procs[0].wait(30) == 0
+        assert procs[0].stop() == 0
         wait_for(
             lambda: spread_ok(lease_owners(cluster_client.redis, queue, partitions), 1),
             10 * LEASE,
             "partitions not taken over",
         )
-        assert not os.path.exists(f"/proc/{procs[0].pid}/status") or procs[0].poll() == 0
+        assert not procs[0].alive()
     finally:
-        survivor = log_of(procs[1])
+        survivor = procs[1].log()
         stop_all(procs)
     # Handed back, not left to expire: the survivor acquired every one of them as a released
     # lease (a takeover is what an expired one would have been).
@@ -229,7 +184,7 @@ def test_paused_dispatcher_is_fenced_and_promotes_nothing(
             "first dispatcher did not take the partitions",
         )
         first_owner = lease_owners(cluster_client.redis, queue, partitions)[0]
-        first.send_signal(signal.SIGSTOP)
+        first.signal(signal.SIGSTOP)
         now = time.time()
         ids = {
             r.job_id
@@ -254,16 +209,15 @@ def test_paused_dispatcher_is_fenced_and_promotes_nothing(
             workers=1,
             worker_settings=FAST_WORKER,
         ):
-            first.send_signal(signal.SIGCONT)
+            first.signal(signal.SIGCONT)
             wait_for(lambda: len(runs.count()) >= n, 60, "not every job ran")
             wait_for(
                 lambda: queue_settled(cluster_client.redis, queue, partitions),
                 30,
                 "queue did not settle",
             )
-        first.send_signal(signal.SIGTERM)
-        assert first.wait(30) == 0
-        log = log_of(first)
+        assert first.stop() == 0
+        log = first.log()
         assert "lease.fenced" in log or "lease lost" in log, log[-2000:]
     finally:
         stop_all(procs)

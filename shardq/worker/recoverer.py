@@ -54,34 +54,54 @@ class Recoverer:
         self.stats = stats
         self.rounds = 0
         self._now = asyncio.Event()
-        self._now.set()  # a first round at start: a predecessor's deliveries come back at once
+        self._follow_up: float | None = None
+        self.trigger()  # at start: a predecessor's deliveries come back at once
+
+    @property
+    def orphan_idle(self) -> float:
+        """How long a delivery of a worker that left must have gone untouched."""
+        return 2 * self.settings.heartbeat_interval
 
     def trigger(self) -> None:
-        """A member left the fleet: reclaim now instead of at the next interval."""
+        """A member left the fleet: reclaim now, and once more when its last deliveries are
+        surely idle long enough (it may have touched them just before it died)."""
         self._now.set()
+        self._follow_up = time.monotonic() + self.orphan_idle + 0.1
 
     async def loop(self) -> None:
         stop = self.supervisor.stop_event("recoverer")
         state = self.supervisor.state("recoverer")
         while not stop.is_set():
             state.progress()
+            timeout = self.settings.reclaim_interval
+            if self._follow_up is not None:
+                timeout = max(0.0, min(timeout, self._follow_up - time.monotonic()))
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._now.wait(), self.settings.reclaim_interval)
+                await asyncio.wait_for(self._now.wait(), timeout)
             if stop.is_set():
                 return
+            if self._follow_up is not None and time.monotonic() >= self._follow_up:
+                self._follow_up = None
             self._now.clear()
-            await self.round()
+            if not await self.round():
+                # No room right now (handlers busy, or a fetch round holds it for a moment):
+                # try again shortly rather than a whole interval later.
+                await asyncio.sleep(0.05)
+                self._now.set()
             state.ok()
 
-    async def round(self) -> None:
+    async def round(self) -> bool:
+        """One pass over the assigned partitions; False when there was no room for any job."""
         s = self.settings
         room = self.inflight.room()
         if room <= 0:
-            return
-        count = max(1, min(s.fetch_batch, room))
+            return False
         live = self.membership.live if self.membership is not None else [self.consumer]
         mine = sorted(self.assigned())
-        orphan_idle_ms = round(2 * s.heartbeat_interval * 1000)
+        # Share the room among the partitions (a mass takeover after a crash stays near the
+        # concurrency limit instead of claiming a batch per partition).
+        count = max(1, min(s.fetch_batch, room // max(1, len(mine))))
+        orphan_idle_ms = round(self.orphan_idle * 1000)
         ops = [
             delivery.reclaim(
                 self.pks[p],
@@ -109,3 +129,4 @@ class Recoverer:
                 self.executor.start(p, item, result.now_ms, now)
         if failed and len(failed) == len(results):
             raise failed[0]
+        return True

@@ -96,6 +96,8 @@ class Worker:
         self.supervisor = Supervisor("worker", queue)
         self.inflight_table = InFlight(self.settings.concurrency)
         self.fetcher: Fetcher | None = None
+        self.membership: Membership | None = None
+        self.recoverer: Recoverer | None = None
         self.started = asyncio.Event()
         for job_type, fn in (handlers or {}).items():
             self.register(job_type, fn)
@@ -250,6 +252,7 @@ class Worker:
             recoverer.trigger,
         )
         janitor = Janitor(self.transport, self.queue, pks, s, lambda: fetcher.assigned)
+        self.membership, self.recoverer = membership, recoverer
         if membership is not None:
             with contextlib.suppress(Exception):  # the heartbeat loop retries it
                 await heartbeat.beat()
