@@ -207,10 +207,7 @@ def steady_cost(url: str, rate: int, spread: float, partitions: int = 64) -> dic
             n = min(10_000, jobs - i)
             client.enqueue_many(
                 queue,
-                [
-                    JobRequest("bench", "x" * 20, run_at=start + (i + j) * step)
-                    for j in range(n)
-                ],
+                [JobRequest("bench", "x" * 20, run_at=start + (i + j) * step) for j in range(n)],
             )
         fleet.dispatcher()
         fleet.worker()

@@ -25,7 +25,7 @@ from typing import Any
 import orjson
 import redis as redis_lib
 
-from bench import migrate, rates, stages
+from bench import failover, migrate, pause, rates, stages
 from bench.baselines import bullmq_node, drain, scenarios
 from shardq.bench import run_enqueue_bench
 
@@ -41,6 +41,8 @@ SECTIONS = (
     "migrate",
     "baselines",
     "bullmq",
+    "pause",
+    "failover",
 )
 
 
@@ -62,6 +64,8 @@ class Sizes:
     baseline_spread: float
     big_backlog: int
     bullmq_rounds: int  # of the drain comparison with BullMQ, at drain_jobs jobs
+    pause_rounds: int  # one primary paused 3 s under 5,000 jobs/s
+    failover_rounds: int  # of each failover scenario
 
 
 FULL = Sizes(
@@ -81,6 +85,8 @@ FULL = Sizes(
     baseline_spread=8.0,
     big_backlog=200_000,
     bullmq_rounds=3,
+    pause_rounds=3,
+    failover_rounds=3,
 )
 QUICK = Sizes(
     enqueue_bulk=20_000,
@@ -99,6 +105,8 @@ QUICK = Sizes(
     baseline_spread=3.0,
     big_backlog=0,
     bullmq_rounds=1,
+    pause_rounds=1,
+    failover_rounds=1,
 )
 
 
@@ -469,6 +477,12 @@ def show_bullmq(r: dict[str, Any]) -> str:
     )
 
 
+def show_pause(r: dict[str, Any]) -> str:
+    lines = [f"\n== one primary paused {r['pause_s']} s under {r['rate']} jobs/s (bench.pause) =="]
+    lines += [pause.describe(i, row) for i, row in enumerate(r["rounds"])]
+    return "\n".join(lines)
+
+
 # running --------------------------------------------------------------------------------------
 
 
@@ -572,6 +586,12 @@ def run(args: argparse.Namespace, say: Callable[[str], None]) -> dict[str, Any]:
         return {"skipped": f"BullMQ baseline unavailable: {why}"}
 
     section("bullmq", bullmq, show_bullmq)
+    section("pause", lambda: pause.run(url, 5000, 3.0, sizes.pause_rounds), show_pause)
+    section(
+        "failover",
+        lambda: failover.run(url, sizes.failover_rounds, int(time.time()), list(failover.BOUNDS)),
+        failover.summary,
+    )
     return doc
 
 

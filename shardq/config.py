@@ -183,7 +183,7 @@ class DispatcherSettings:
     a dead or paused owner's partitions as soon as its membership expires)."""
     renew_interval: float = 1.0
     """How often the lease loop runs: heartbeat, renew, balance to the fair share."""
-    membership_timeout: float = 3.0
+    membership_timeout: float = 2.5
     """A dispatcher that has not heartbeated for this long counts as dead: peers take its
     partitions at once (fencing makes that safe even if it was only paused)."""
     max_inflight_calls: int = 256
@@ -223,7 +223,7 @@ class WorkerSettings:
     """A delivery idle this long is taken over by another worker whoever holds it (a reply
     lost on the way, a worker stuck while its membership lives).  Deliveries of a worker that
     left the fleet are taken much sooner (see membership_timeout)."""
-    heartbeat_interval: float = 1.0
+    heartbeat_interval: float = 0.75
     """How often running deliveries are claimed again and membership is renewed."""
     reclaim_interval: float = 5.0
     """How often the worker looks for deliveries to take over on its partitions (and at once
@@ -239,7 +239,7 @@ class WorkerSettings:
     sweep_interval: float = 5.0
     """The fleet reads each partition at least this often even when it is not assigned to the
     reader (its worker is overloaded or just died)."""
-    membership_timeout: float = 3.0
+    membership_timeout: float = 2.5
     """A worker that has not heartbeated for this long has left the fleet: its partitions are
     reassigned and its running deliveries are taken over (a worker paused this long may see
     its jobs run again elsewhere)."""

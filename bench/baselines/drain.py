@@ -31,93 +31,20 @@ from __future__ import annotations
 import argparse
 import os
 import platform
-import re
-import secrets
-import shutil
-import subprocess
 import sys
 import time
 from collections.abc import Callable
 from typing import Any
-from urllib.parse import urlsplit
 
 import orjson
 import redis as redis_lib
 
 from bench.baselines import bullmq_node
 from bench.baselines.scenarios import ScenarioConfig, run_scenario
+from bench.common import calibrate, calibration_line
 
 DESIGNS = ("bullmq", "shardq")
 MODES = ("backlog", "burst")
-CPU_LOOP = 2_000_000
-
-
-def cpu_loop_rate(n: int = CPU_LOOP, repeat: int = 3) -> float:
-    """Iterations per second of a fixed integer loop in this interpreter (best of ``repeat``)."""
-    best = float("inf")
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        x = 0
-        for i in range(n):
-            x += i * i & 7
-        best = min(best, time.perf_counter() - t0)
-    return n / best
-
-
-def redis_benchmark(url: str, requests: int = 200_000) -> dict[str, Any] | None:
-    """``redis-benchmark -q -n <requests> SET <own key> x`` against the node of ``url`` (50
-    clients, no pipelining), or None when redis-benchmark is not on PATH."""
-    exe = shutil.which("redis-benchmark")
-    if exe is None:
-        return None
-    u = urlsplit(url)
-    key = f"bench-calibration:{secrets.token_hex(4)}"
-    cmd = [exe, "-h", u.hostname or "127.0.0.1", "-p", str(u.port or 6379), "-q"]
-    if u.password:
-        cmd += ["-a", u.password, "--no-auth-warning"]
-        if u.username:
-            cmd += ["--user", u.username]
-    if bullmq_node.is_cluster_url(url):
-        cmd.append("--cluster")
-    cmd += ["-n", str(requests), "SET", key, "x"]
-    shown = " ".join(c if c != u.password else "***" for c in cmd)
-    try:
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-        out = done.stdout + done.stderr
-    finally:
-        handle = bullmq_node.connect(url)  # a cluster client when url is a cluster
-        try:
-            handle.redis.delete(key)
-        finally:
-            handle.close()
-    m = re.search(r"([\d.]+) requests per second", out.split("\r")[-1])
-    if m is None:
-        return {"command": shown, "set_per_s": None, "output_tail": out[-500:]}
-    return {"command": shown, "set_per_s": float(m.group(1))}
-
-
-def calibrate(url: str) -> dict[str, Any]:
-    return {
-        "cpu_loop_iter_per_s": round(cpu_loop_rate()),
-        "cpu_loop": f"python: for i in range({CPU_LOOP:,}): x += i * i & 7 (best of 3)",
-        "redis_benchmark": redis_benchmark(url),
-        "loadavg_1m": round(os.getloadavg()[0], 2),
-    }
-
-
-def calibration_line(c: dict[str, Any]) -> str:
-    parts = [f"python CPU loop {c['cpu_loop_iter_per_s'] / 1e6:.1f} M iter/s"]
-    rb = c["redis_benchmark"]
-    if rb is None:
-        parts.append("redis-benchmark not on PATH")
-    else:
-        rate = rb["set_per_s"]
-        parts.append(
-            f"redis-benchmark SET {rate:,.0f} req/s" if rate else "redis-benchmark: no figure"
-        )
-        parts.append(f"({rb['command']})")
-    parts.append(f"load avg 1m {c['loadavg_1m']}")
-    return "; ".join(parts)
 
 
 def environment(url: str) -> dict[str, Any]:

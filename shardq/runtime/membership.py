@@ -73,7 +73,16 @@ class Membership:
         else:
             # Live at the last beat, expired now: dead or paused for a whole timeout.
             for member in self._previous - live:
-                self._gone.setdefault(member, now)
+                if member not in self._gone:
+                    self._gone[member] = now
+                    log_event(
+                        log,
+                        "member.gone",
+                        logging.INFO,
+                        member=member,
+                        seen_by=self.me,
+                        timeout_s=self.timeout,
+                    )
         for member in [m for m, since in self._gone.items() if m in live or now - since > GONE_TTL]:
             del self._gone[member]
         self._previous = live

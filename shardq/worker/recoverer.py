@@ -83,19 +83,23 @@ class Recoverer:
             if self._follow_up is not None and time.monotonic() >= self._follow_up:
                 self._follow_up = None
             self._now.clear()
-            if not await self.round():
+            outcome = await self.round()
+            if outcome == "no room":
                 # No room right now (handlers busy, or a fetch round holds it for a moment):
                 # try again shortly rather than a whole interval later.
                 await asyncio.sleep(0.05)
                 self._now.set()
+            elif outcome == "more":
+                self._now.set()  # a partition filled its share: there may be more to take
             state.ok()
 
-    async def round(self) -> bool:
-        """One pass over the assigned partitions; False when there was no room for any job."""
+    async def round(self) -> str:
+        """One pass over the assigned partitions: ``done``, ``more`` (some partition returned
+        all it was asked for) or ``no room``."""
         s = self.settings
         room = self.inflight.room()
         if room <= 0:
-            return False
+            return "no room"
         live = self.membership.live if self.membership is not None else [self.consumer]
         mine = sorted(self.assigned())
         # Share the room among the partitions (a mass takeover after a crash stays near the
@@ -118,15 +122,17 @@ class Recoverer:
         self.rounds += 1
         now = time.monotonic()
         failed: list[BaseException] = []
+        more = False
         for p, result in zip(mine, results, strict=True):
             if isinstance(result, BaseException):
                 failed.append(result)
                 metrics.SCRIPT_ERRORS.labels(self.queue, "reclaim", type(result).__name__).inc()
                 continue
+            more = more or len(result.jobs) >= count
             for item in result.jobs:
                 self.stats.reclaimed += 1
                 metrics.WORKER_RECLAIMED.labels(self.queue).inc()
                 self.executor.start(p, item, result.now_ms, now)
         if failed and len(failed) == len(results):
             raise failed[0]
-        return True
+        return "more" if more else "done"
