@@ -124,9 +124,10 @@ class Leases:
         self._m_held.set(len(self.tokens))
 
     async def _renew(self) -> None:
-        """Renew leases no promote extended within the renewal interval."""
+        """Renew leases no promote extended lately: a third of the lease time ago (a partition
+        woken at least every max_sleep is renewed by its promotes and costs no extra call)."""
         now = time.monotonic()
-        due = self.settings.renew_interval * 0.8
+        due = max(self.settings.renew_interval, self.settings.lease_time / 3)
         stale = [p for p in self.tokens if now - self.renewed.get(p, 0.0) >= due]
         if not stale:
             return

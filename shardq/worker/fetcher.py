@@ -75,6 +75,7 @@ class Fetcher:
         self.nodes = PerPrimary(
             supervisor, transport, "fetcher", partitions, lambda p: pks[p].ready, self._loop
         )
+        inflight.on_room = self.nodes.wake_all
 
     def start(self) -> None:
         self.nodes.start()
@@ -123,6 +124,8 @@ class Fetcher:
             now = time.monotonic()
             room = self.inflight.room()
             due = [p for p in mine if self.poll_at.get(p, 0.0) <= now] if room > 0 else []
+            if room <= 0:
+                self.inflight.starved = True  # woken as soon as room frees up
             acked, ack_ops = self.settler.take_acks(mine)
             if not due and not ack_ops:
                 wake_at = min((self.poll_at.get(p, 0.0) for p in mine), default=now + s.idle_poll)
@@ -149,14 +152,14 @@ class Fetcher:
         ops = [delivery.fetch(self.pks[p], self.consumer, count) for p in due]
         hints_before = [self.hints.get(p, 0) for p in due]
         reserve = count * len(due)
-        self.inflight.reserved += reserve
+        self.inflight.reserve(reserve)
         try:
             results = await self.transport.run_on(node, [*ack_ops, *ops])
         except BaseException:
             self.settler.acked(acked, [RuntimeError("round cancelled")] * len(ack_ops))
             raise
         finally:
-            self.inflight.reserved -= reserve
+            self.inflight.release(reserve)
         self.settler.acked(acked, results[: len(ack_ops)])
         now = time.monotonic()
         failures: list[BaseException] = []

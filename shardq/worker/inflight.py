@@ -9,6 +9,7 @@ delivery can never be stuck: it is settled, or it leaves the table and reclaim t
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from shardq.jobs import Job
@@ -53,6 +54,8 @@ class InFlight:
     count: int = 0
     reserved: int = 0
     finished: int = 0  # handlers done, acks not yet written: they no longer take room
+    on_room: Callable[[], None] | None = None  # wakes readers that found no room
+    starved: bool = False  # a reader found no room and waits for some
 
     def add(self, d: Delivery) -> None:
         table = self.by_partition.get(d.partition)
@@ -69,12 +72,27 @@ class InFlight:
             self.count -= 1
             if d.finished:
                 self.finished -= 1
+            self._freed()
         return d
 
     def mark_finished(self, d: Delivery) -> None:
         if not d.finished:
             d.finished = True
             self.finished += 1
+            self._freed()
+
+    def reserve(self, n: int) -> None:
+        """Hold room for a read in flight, so readers of other primaries do not take it too."""
+        self.reserved += n
+
+    def release(self, n: int) -> None:
+        self.reserved -= n
+        self._freed()
+
+    def _freed(self) -> None:
+        if self.starved and self.on_room is not None and self.room() > 0:
+            self.starved = False
+            self.on_room()
 
     def room(self) -> int:
         """How many more deliveries may be fetched now.  Finished jobs waiting for their ack
