@@ -58,7 +58,7 @@ class NodeSample:
     """Counters of one primary at one instant."""
 
     at: float
-    script_calls: int  # EVALSHA + EVAL calls
+    script_calls: int  # FCALL + FCALL_RO calls
     script_usec: int  # their Redis time (includes the commands they run)
     cpu_s: float  # used_cpu_user + used_cpu_sys of the whole redis-server process
     used_memory: int  # minus the replication backlog: see job_memory
@@ -69,7 +69,7 @@ def _sample(node: Any) -> NodeSample:
     cpu = node.info("cpu")
     mem = node.info("memory")
     calls = usec = 0
-    for name in ("cmdstat_evalsha", "cmdstat_eval"):
+    for name in ("cmdstat_fcall", "cmdstat_fcall_ro"):
         s = stats.get(name)
         if s:
             calls += int(s["calls"])
@@ -87,7 +87,7 @@ class Sampler:
     """Deltas of script time, process CPU and memory over the primaries between two marks.
 
     ``INFO commandstats`` is per command, not per script: a stage is measured in isolation
-    (nothing else runs against the cluster meanwhile) and charged the EVALSHA/EVAL delta.
+    (nothing else runs against the cluster meanwhile) and charged the FCALL delta.
     Process CPU is charged net of the idle rate measured by :meth:`calibrate` (serverCron,
     replication pings).
     """

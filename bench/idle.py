@@ -6,8 +6,8 @@
 Plain ``shardq dispatcher run`` / ``shardq worker run`` processes, no flags beyond the queue
 and URL, so each version runs with its own defaults.  Client commands are counted with MONITOR
 on every primary (commands scripts run inside Redis are left out), grouped by command and, for
-EVALSHA, by script.  ``--code DIR`` runs the fleet from another checkout, to compare versions
-side by side in one session.
+FCALL (EVALSHA in older versions), by script.  ``--code DIR`` runs the fleet from another
+checkout, to compare versions side by side in one session.
 """
 
 from __future__ import annotations
@@ -32,8 +32,8 @@ from shardq.store import loader
 
 
 def monitor(nodes: list[tuple[str, int]], seconds: float) -> Counter[str]:
-    """Client commands over ``seconds``, by command (EVALSHA by script name)."""
-    names = {s.sha: s.name for s in loader.scripts().values()}
+    """Client commands over ``seconds``, by command (FCALL by script name)."""
+    names = {s.function: s.name for s in loader.scripts().values()}
     socks: dict[socket.socket, bytearray] = {}
     for host, port in nodes:
         sock = socket.create_connection((host, port), timeout=5)
@@ -57,8 +57,9 @@ def monitor(nodes: list[tuple[str, int]], seconds: float) -> Counter[str]:
                     if len(parts) < 2 or parts[1] == b"MONITOR":
                         continue
                     command = parts[1].decode().upper()
-                    if command == "EVALSHA" and len(parts) > 3:
-                        command = "script:" + names.get(parts[3].decode(), parts[3].decode()[:8])
+                    if command in ("EVALSHA", "FCALL", "FCALL_RO") and len(parts) > 3:
+                        fn = parts[3].decode()
+                        command = "script:" + names.get(fn, fn.rsplit("_", 1)[-1][:16])
                     counts[command] += 1
     finally:
         for sock in socks:

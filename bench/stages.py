@@ -1,7 +1,7 @@
 """Redis cost per job, stage by stage, each stage run alone against the cluster.
 
 The bench process itself makes the script calls a producer, a dispatcher and a worker make
-(enqueue-batch / enqueue, promote, fetch, ack), so the delta of ``cmdstat_evalsha`` between
+(enqueue-batch / enqueue, promote, fetch, ack), so the delta of ``cmdstat_fcall`` between
 two marks is exactly that stage's script time: nothing else runs meanwhile, and lease,
 membership, heartbeat and metrics calls of a real dispatcher or worker are left out (see
 :mod:`bench.rates` for what the real processes cost in all).

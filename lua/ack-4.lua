@@ -12,6 +12,8 @@ ARGV[3..] pairs of (entry id, job id)
 
 Returns the number of jobs settled.  An entry no longer pending (reclaimed and settled by
 another worker, or dead-lettered as poison meanwhile) is not counted and its envelope is kept.
+
+Flags: allow-oom  (runs when Redis is at maxmemory: it frees memory or keeps a full Redis draining)
 ]]
 local settled = 0
 local delete = ARGV[2] == '1'

@@ -16,6 +16,8 @@ Returns
   {-6, id}     E_JOB_NOT_FOUND
   {-7, id}     E_JOB_RUNNING: a worker holds it
   {-9, id}     E_JOB_DEAD: it is in the dead-letter stream
+
+Flags: allow-oom  (runs when Redis is at maxmemory: it frees memory or keeps a full Redis draining)
 ]]
 local v = redis.call('HGET', KEYS[1], ARGV[1])
 if not v then return {-6, ARGV[1]} end

@@ -8,6 +8,8 @@ ARGV[1..] dead entry ids (bounded by the caller)
 
 Returns the number of entries deleted.  A job is deleted only while it is still dead (a job
 replayed meanwhile is left alone).
+
+Flags: allow-oom  (runs when Redis is at maxmemory: it frees memory or keeps a full Redis draining)
 ]]
 --@include envelope.lua
 local deleted = 0

@@ -18,6 +18,8 @@ Returns
   {1, due ms}   retry scheduled
   {2, now ms}   dead-lettered
   {0}           nothing to settle: the delivery is no longer pending or the job was cancelled
+
+Flags: allow-oom  (runs when Redis is at maxmemory: it frees memory or keeps a full Redis draining)
 ]]
 --@include now.lua
 --@include envelope.lua

@@ -15,6 +15,8 @@ ARGV[2] consumer (worker) name
 ARGV[3] max entries to read
 
 Returns {now ms, entry id, job id, due ms, attempt, body, ...} (5 fields per job)
+
+Flags: allow-oom  (runs when Redis is at maxmemory: it frees memory or keeps a full Redis draining)
 ]]
 --@include now.lua
 --@include envelope.lua

@@ -7,6 +7,8 @@ KEYS[3] errors   hash    job id -> last error
 ARGV[1] job id
 
 Returns {envelope or nil, due ms or nil, last error or nil}
+
+Flags: no-writes  (reads only)
 ]]
 local v = redis.call('HGET', KEYS[1], ARGV[1])
 if not v then return {false, false, false} end

@@ -18,6 +18,8 @@ Returns
                              or was displaced instead of being released (it died or was paused)
   {1, token, 0, 0}           already ours: extended
   {0, token, owner, ttl ms}  held by another owner
+
+Flags: allow-oom  (runs when Redis is at maxmemory: it frees memory or keeps a full Redis draining)
 ]]
 --@include now.lua
 

@@ -6,6 +6,8 @@ KEYS[2] fence    hash    token, released, granted
 ARGV[1] fencing token
 
 Returns 1 released, 0 not ours (already expired or taken over: nothing to do)
+
+Flags: allow-oom  (runs when Redis is at maxmemory: it frees memory or keeps a full Redis draining)
 ]]
 --@include lease.lua
 if lease_token(redis.call('GET', KEYS[1])) == ARGV[1] then

@@ -8,6 +8,8 @@ ARGV[2] lease time ms
 Returns
   1                   renewed
   {-1, token, lease}  E_FENCED: the lease expired or another owner holds it
+
+Flags: allow-oom  (runs when Redis is at maxmemory: it frees memory or keeps a full Redis draining)
 ]]
 --@include lease.lua
 local stale = fenced(KEYS[1], ARGV[1])

@@ -10,6 +10,8 @@ KEYS[2] fence    hash    token, released, granted
 ARGV[1] the owner expected to hold it (nothing is done if another owner holds it now)
 
 Returns 1 revoked, 0 not held by that owner
+
+Flags: allow-oom  (runs when Redis is at maxmemory: it frees memory or keeps a full Redis draining)
 ]]
 local v = redis.call('GET', KEYS[1])
 if v and string.match(v, '^%d+:(.*)$') == ARGV[1] then

@@ -11,6 +11,8 @@ ARGV[2] membership timeout ms
 ARGV[3] '1' when the member is leaving (clean shutdown), else '0'
 
 Returns {now ms, {live member ids...}, {draining member ids...}}
+
+Flags: allow-oom  (runs when Redis is at maxmemory: it frees memory or keeps a full Redis draining)
 ]]
 --@include now.lua
 

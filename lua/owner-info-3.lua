@@ -5,6 +5,8 @@ KEYS[2] fence    hash    token, released, granted
 KEYS[3] due      zset    job id scored by due ms
 
 Returns {now ms, lease value or '', lease ttl ms, granted ms or -1, next due ms or -1}
+
+Flags: no-writes  (reads only)
 ]]
 --@include now.lua
 local lease = redis.call('GET', KEYS[1]) or ''

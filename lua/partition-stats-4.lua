@@ -11,6 +11,8 @@ ARGV[1] consumer group
 
 Returns {now ms, due, overdue, oldest due ms or -1, ready entries (undelivered), pending,
          oldest pending idle ms or -1, dead letters, consumers, counters as a flat hash}
+
+Flags: no-writes  (reads only)
 ]]
 --@include now.lua
 

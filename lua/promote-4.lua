@@ -17,6 +17,8 @@ ARGV[4] lease time ms: a successful promote also extends the caller's lease, so 
 Returns
   {moved, next due ms or -1, now ms}   next due is the earliest remaining job's due time
   {-1, token, lease}                    E_FENCED: the caller's token is not current
+
+Flags: allow-oom  (runs when Redis is at maxmemory: it frees memory or keeps a full Redis draining)
 ]]
 --@include now.lua
 --@include lease.lua

@@ -11,6 +11,8 @@ ARGV[1] consumer group
 ARGV[2] idle ms after which an empty consumer is removed
 
 Returns the number of consumers removed
+
+Flags: allow-oom  (runs when Redis is at maxmemory: it frees memory or keeps a full Redis draining)
 ]]
 if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
 local removed = 0

@@ -22,6 +22,8 @@ ARGV[6] orphan idle ms: a delivery of a consumer not in ARGV[7..] is taken once 
 ARGV[7..] live consumers (worker names whose membership has not expired)
 
 Returns {now ms, entry id, job id, due ms, attempt, body, deliveries, ...} (6 fields per job)
+
+Flags: allow-oom  (runs when Redis is at maxmemory: it frees memory or keeps a full Redis draining)
 ]]
 --@include now.lua
 --@include envelope.lua

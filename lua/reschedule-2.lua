@@ -18,6 +18,8 @@ Returns
   {-6, id}                E_JOB_NOT_FOUND
   {-7, id}                E_JOB_RUNNING
   {-9, id}                E_JOB_DEAD
+
+Flags: allow-oom  (runs when Redis is at maxmemory: it frees memory or keeps a full Redis draining)
 ]]
 --@include now.lua
 --@include schedule.lua

@@ -9,6 +9,8 @@ ARGV[1] consumer group
 ARGV[2] consumer (worker) name
 
 Returns 1 removed, 0 kept (it still has pending entries, which reclaim will pick up)
+
+Flags: allow-oom  (runs when Redis is at maxmemory: it frees memory or keeps a full Redis draining)
 ]]
 if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
 local mine = redis.call('XPENDING', KEYS[1], ARGV[1], '-', '+', 1, ARGV[2])

@@ -12,6 +12,8 @@ ARGV[3..] entry ids
 
 Returns the entry ids now pending under another consumer.  An entry no longer pending at all
 was settled meanwhile (its ack raced this heartbeat) and is not reported.
+
+Flags: allow-oom  (runs when Redis is at maxmemory: it frees memory or keeps a full Redis draining)
 ]]
 local lost = {}
 for i = 3, #ARGV do

@@ -20,6 +20,8 @@ ARGV[4] dead-letter cap (entries)
 ARGV[5] most entries to drop or trim in this call
 
 Returns {ready entries trimmed, dead letters dropped}, or {-1, token, lease} (E_FENCED)
+
+Flags: allow-oom  (runs when Redis is at maxmemory: it frees memory or keeps a full Redis draining)
 ]]
 --@include now.lua
 --@include lease.lua

@@ -17,6 +17,7 @@ import click
 from shardq.cli_common import friendly_errors, redis_options, settings_from
 from shardq.cli_dev import dev
 from shardq.cli_ops import dlq, owners, rebalance, stats
+from shardq.cli_security import acl_group, functions_group
 from shardq.cli_settings import build_settings, settings_options
 from shardq.client import Client
 from shardq.config import DispatcherSettings, WorkerSettings
@@ -33,7 +34,7 @@ def main(log_level: str) -> None:
 
 
 main.add_command(dev)
-for _command in (owners, rebalance, stats, dlq):
+for _command in (owners, rebalance, stats, dlq, acl_group, functions_group):
     main.add_command(_command)
 
 

@@ -297,9 +297,6 @@ class Client:
                 replies, acked = transport.send_and_read(
                     self.redis, ops, (s.durable_replicas, round(s.durable_timeout * 1000))
                 )
-                if any(faults.is_noscript(r) for r in replies):
-                    for o in {o.script.sha: o for o in ops}.values():
-                        self.redis.script_load(o.script.source)
                 parsed = [result(r, o.parse) for r, o in zip(replies, ops, strict=True)]
                 run.settle(calls, parsed, acked)
             else:

@@ -139,3 +139,8 @@ class BulkEnqueueError(ShardqError):
     def stored(self) -> list[str]:
         """Job ids known to be stored."""
         return [r.job_id for r in self.results if r is not None]  # type: ignore[attr-defined]
+
+
+class FunctionsNotLoadedError(ShardqError):
+    """shardq's Redis Functions library is not loaded on a node and this user may not load it:
+    run ``shardq functions load`` as an admin user."""

@@ -73,9 +73,14 @@ class TestPorts:
         return self.base + 60
 
     @property
+    def deploy(self) -> int:
+        """The cluster test_deploy forms with deploy/redis's config and init script (+70..75)."""
+        return self.base + 70
+
+    @property
     def spare(self) -> list[int]:
         """Ports a test may bind for itself (metrics endpoints, fake servers)."""
-        return list(range(self.base + 70, self.base + BLOCK))
+        return list(range(self.base + 80, self.base + BLOCK))
 
 
 def _remember(ports: TestPorts) -> TestPorts:

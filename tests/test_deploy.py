@@ -1101,19 +1101,10 @@ def test_cluster_init_script_passes_shellcheck() -> None:
 
 
 def _free_base_port() -> int:
-    """Six consecutive ports (and their cluster bus ports, +10000) free on 127.0.0.1."""
-    for base in range(7420, 7490, 6):
-        ok = True
-        for port in [*range(base, base + 6), *range(base + 10000, base + 10006)]:
-            with socket.socket() as s:
-                try:
-                    s.bind(("127.0.0.1", port))
-                except OSError:
-                    ok = False
-                    break
-        if ok:
-            return base
-    pytest.skip("no six free ports in 7420-7489")
+    """The session's own six ports for this cluster (tests/ports.py)."""
+    from ports import session_ports
+
+    return session_ports().deploy
 
 
 def _free_port() -> int:
@@ -1140,7 +1131,7 @@ class LocalCluster:
 def local_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     """Six local redis-server 7.0 nodes started with deploy/redis/redis-cluster.conf (plus the
     per-node settings the compose file gives), formed into a cluster by cluster-init.sh, which
-    then runs a second time.  Ports 7420-7489."""
+    then runs a second time.  On the session's own ports."""
     if not (shutil.which("redis-server") and shutil.which("redis-cli")):
         pytest.skip("redis-server/redis-cli not installed (make test installs them)")
     base = _free_base_port()
@@ -1205,11 +1196,16 @@ def test_cluster_init_forms_a_cluster_and_is_idempotent(local_cluster: LocalClus
     assert run([shardq, "health", "--queue", "absent", "--url", url]).returncode == 1
 
 
+def acl_rules(text: str) -> list[str]:
+    """ACL rules as ACL SETUSER takes them: a selector "(...)" is one argument."""
+    return re.findall(r"\([^)]*\)|\S+", text)
+
+
 def acl_users() -> dict[str, list[str]]:
     users = {}
     for line in (ROOT / "deploy" / "redis" / "acl-users.acl").read_text().splitlines():
-        if line.strip():
-            keyword, name, *rules = line.split()
+        if line.strip() and not line.startswith("#"):
+            keyword, name, *rules = acl_rules(line)
             assert (
                 keyword == "user"
                 and "off" in rules
@@ -1272,6 +1268,15 @@ def test_every_role_runs_with_its_acl_user(local_cluster: LocalCluster) -> None:
         assert result.returncode == 0, f"shardq {' '.join(args)}:\n{result.stderr}"
         return result.stdout
 
+    # Only the admin loads code: the operator is told what to do instead.
+    refused = run([shardq, "queue", "create", "acl", "--partitions", "8"], env=env("operator"))
+    assert refused.returncode == 1 and "shardq functions load" in refused.stderr, refused.stderr
+    assert "pw-shardq" not in refused.stderr + refused.stdout
+    for port in local_cluster.ports:  # that refusal was the point; from here on, none
+        local_cluster.cli(port, "ACL", "LOG", "RESET")
+    loaded = run([shardq, "functions", "load"], env=env("admin"))
+    assert loaded.returncode == 0, loaded.stderr
+    assert "loaded" in run([shardq, "functions", "status"], env=env("operator")).stdout
     operator("queue", "create", "acl", "--partitions", "8")
     assert run([shardq, "health", "--queue", "acl"], env=env("worker")).returncode == 0
 
@@ -1424,25 +1429,18 @@ def used_metric_names() -> dict[str, str]:
     return used
 
 
-def test_acl_file_matches_the_doc_table() -> None:
-    """The per-role command lists in docs/deploy.md are the ones in deploy/redis/acl-users.acl."""
-    users = acl_users()
-    basics = {"+ping", "+info", "+command", "+cluster|slots", "+evalsha", "+eval", "+time"}
-    for name, rules in users.items():
-        assert basics <= set(rules), f"{name} lacks {basics - set(rules)}"
-    rows = dict(re.findall(r"^\| (\w+) \|[^|]*\| (.*) \|$", DEPLOY_DOC.read_text(), re.M))
-    listed = {}
-    for role in ("producer", "dispatcher", "worker"):
-        listed[role] = {f"+{c.lower()}" for c in re.findall(r"[A-Z]{2,}", rows[role])}
-    union = listed["producer"] | listed["dispatcher"] | listed["worker"]
-    listed["operator"] = union | {
-        f"+{c.lower()}" for c in re.findall(r"[A-Z]{2,}", rows["operator"])
-    }
-    for role, commands in listed.items():
-        in_file = {r for r in users[f"shardq-{role}"] if r.startswith("+")} - basics
-        assert commands == in_file, (
-            f"{role}: doc {sorted(commands - in_file)}, file {sorted(in_file - commands)}"
-        )
+def test_acl_file_and_doc_table_are_the_generated_ones() -> None:
+    """deploy/redis/acl-users.acl is `shardq acl print`'s output, and docs/deploy.md's role
+    table is shardq.acl's; no role may EVAL or load code, only the admin has FUNCTION LOAD."""
+    from shardq import acl
+
+    assert (ROOT / "deploy" / "redis" / "acl-users.acl").read_text() == acl.acl_file()
+    assert acl.markdown_table() in DEPLOY_DOC.read_text()
+    for name, rules in acl_users().items():
+        flat = " ".join(rules)
+        for forbidden in ("+eval", "+evalsha", "+script", "+@all", "+@dangerous", "+flushall"):
+            assert forbidden not in rules, f"{name}: {forbidden}"
+        assert ("+function|load" in flat) == (name == "shardq-admin"), name
 
 
 def test_dashboard_json() -> None:
@@ -1476,3 +1474,86 @@ def test_deploy_doc() -> None:
     for path in set(re.findall(r"`((?:k8s|deploy|docs|tests)/[\w./-]+|Dockerfile)`", text)):
         if path not in later:
             assert (ROOT / path).exists(), f"docs/deploy.md names {path}, which does not exist"
+
+
+# Commands no role may run, and the few a role's grants do allow (checked with ACL DRYRUN, so
+# nothing is executed).  {q} is a partition tag of the queue "acl", {o} one of another queue.
+DANGEROUS: list[tuple[str, ...]] = [
+    ("EVAL", "while true do end", "0"),
+    ("EVALSHA", "0" * 40, "0"),
+    ("SCRIPT", "LOAD", "return 1"),
+    ("FUNCTION", "LOAD", "#!lua name=evil\nredis.register_function('evil', function() end)"),
+    ("FUNCTION", "DELETE", "shardq"),
+    ("FUNCTION", "FLUSH"),
+    ("FLUSHALL",),
+    ("FLUSHDB",),
+    ("CONFIG", "SET", "maxmemory-policy", "allkeys-lru"),
+    ("DEBUG", "SLEEP", "0"),
+    ("SHUTDOWN", "NOSAVE"),
+    ("KEYS", "*"),
+    ("ACL", "SETUSER", "intruder", "on"),
+    ("CLIENT", "KILL", "ID", "1"),
+    ("MONITOR",),
+    ("REPLICAOF", "NO", "ONE"),
+    ("CLUSTER", "RESET"),
+    ("CLUSTER", "FAILOVER"),
+    ("XGROUP", "DESTROY", "{q}:ready", "workers"),
+    ("SET", "{q}:jobs", "x"),
+    ("DEL", "{q}:due"),
+    ("HSET", "{q}:lease", "a", "b"),
+    ("SET", "{q}:lease", "1:squatter"),
+    ("XADD", "{q}:dead", "*", "j", "forged"),
+    ("ZREMRANGEBYSCORE", "{q}:jobs", "-inf", "+inf"),
+    ("HDEL", "{sq:acl}:meta", "partitions"),
+    ("MIGRATE", "127.0.0.1", "1", "", "0", "1000", "KEYS", "{q}:due"),
+]
+ALLOWED: dict[str, set[str]] = {
+    "producer": set(),
+    "dispatcher": {"SET {q}:lease"},
+    "worker": {"XADD {q}:dead"},
+    "operator": {"SET {q}:lease", "XADD {q}:dead"},
+    "admin": {"SET {q}:lease", "XADD {q}:dead", "FUNCTION LOAD", "MIGRATE"},
+}
+
+
+def _dryrun(cluster: LocalCluster, user: str, command: tuple[str, ...]) -> bool:
+    """Whether ``user`` may run ``command`` (ACL DRYRUN: checked, not executed)."""
+    out = run(["redis-cli", "-p", str(cluster.ports[0]), "ACL", "DRYRUN", user, *command])
+    text = (out.stdout + out.stderr).strip()
+    return text == "OK"
+
+
+def test_each_role_is_refused_every_dangerous_command(local_cluster: LocalCluster) -> None:
+    """5 roles x the dangerous commands: refused, except the few a role's own functions need."""
+    from shardq import acl
+    from shardq.store import keys
+
+    q = keys.partition_tag("acl", 0, 8)
+    o = keys.partition_tag("other", 0, 8)
+    port = local_cluster.ports[0]
+    for role in acl.ROLES:
+        local_cluster.cli(port, "ACL", "SETUSER", f"matrix-{role}", *acl_rules(acl.rules(role)))
+    problems = []
+    for role in acl.ROLES:
+        for command in DANGEROUS:
+            argv = tuple(a.replace("{q}", "{" + q + "}") for a in command)
+            label = " ".join(command[:2]) if command[0] in ("FUNCTION", "MIGRATE") else None
+            name = " ".join(command[:2]) if len(command) > 1 else command[0]
+            allowed = name in ALLOWED[role] or (label is not None and label in ALLOWED[role])
+            if command[0] == "MIGRATE":
+                allowed = "MIGRATE" in ALLOWED[role]
+            if _dryrun(local_cluster, f"matrix-{role}", argv) != allowed:
+                problems.append(f"{role}: {name} {'refused' if allowed else 'allowed'}")
+    # Confined to a queue: its own keys yes, another queue's no.
+    local_cluster.cli(
+        port, "ACL", "SETUSER", "matrix-confined", *acl_rules(acl.rules("worker", ["acl"]))
+    )
+    own = ("FCALL", "f", "1", "{" + q + "}:ready")
+    other = ("FCALL", "f", "1", "{" + o + "}:ready")
+    if not _dryrun(local_cluster, "matrix-confined", own):
+        problems.append("confined worker refused its own queue")
+    if _dryrun(local_cluster, "matrix-confined", other):
+        problems.append("confined worker allowed another queue")
+    if _dryrun(local_cluster, "matrix-confined", ("HDEL", "{" + o + "}:jobs", "x")):
+        problems.append("confined worker allowed HDEL on another queue's jobs")
+    assert not problems, problems

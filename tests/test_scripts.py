@@ -1,12 +1,13 @@
-"""The Lua loader, the scripts' headers, and transparent recovery from NOSCRIPT."""
+"""The Lua loader (one Functions library), the scripts' headers, and transparent recovery from a
+node that lost the library."""
 
 from __future__ import annotations
 
-import hashlib
 import re
 from pathlib import Path
 
 import pytest
+import redis
 from helpers import Runner, primaries, wait_for
 
 from shardq import JobRequest
@@ -14,6 +15,7 @@ from shardq.client import Client
 from shardq.errors import ConfigError
 from shardq.jobs import Job
 from shardq.store import keys, loader
+from shardq.store.op import op
 
 REPO_LUA = Path(__file__).resolve().parent.parent / "lua"
 
@@ -61,9 +63,10 @@ def test_includes_are_expanded(path: Path) -> None:
     for included in re.findall(r"^--@include\s+(\S+)", raw, re.MULTILINE):
         body = (REPO_LUA / "includes" / included).read_text()
         assert body in lua.source
-    assert lua.sha == hashlib.sha1(lua.source.encode()).hexdigest()
+    lib = loader.library()
+    assert lua.function.startswith(lib.name + "_") and lua.function in lib.code
     with pytest.raises(ValueError, match=f"{lua.name} takes {lua.num_keys} keys"):
-        lua.args(["k"] * (lua.num_keys + 1), [])
+        op(lua.name, ["k"] * (lua.num_keys + 1), [], raw)
 
 
 def test_loader_rejects_bad_layouts(tmp_path: Path) -> None:
@@ -71,21 +74,21 @@ def test_loader_rejects_bad_layouts(tmp_path: Path) -> None:
     (tmp_path / "includes" / "a.lua").write_text("--@include b.lua\nlocal a = 1\n")
     (tmp_path / "includes" / "b.lua").write_text("--@include a.lua\n")
     (tmp_path / "ok-1.lua").write_text("return 1\n")
-    assert set(loader.load_dir(tmp_path)) == {"ok"}
+    assert set(loader.build(tmp_path).scripts) == {"ok"}
 
     (tmp_path / "cycle-1.lua").write_text("--@include a.lua\nreturn 1\n")
     with pytest.raises(ConfigError, match="include cycle"):
-        loader.load_dir(tmp_path)
+        loader.build(tmp_path)
     (tmp_path / "cycle-1.lua").unlink()
 
     (tmp_path / "missing-1.lua").write_text("--@include nope.lua\nreturn 1\n")
     with pytest.raises(ConfigError, match="missing Lua include"):
-        loader.load_dir(tmp_path)
+        loader.build(tmp_path)
     (tmp_path / "missing-1.lua").unlink()
 
     (tmp_path / "NoKeyCount.lua").write_text("return 1\n")
     with pytest.raises(ConfigError, match=r"<operation>-<numkeys>\.lua"):
-        loader.load_dir(tmp_path)
+        loader.build(tmp_path)
 
 
 def test_nested_include_is_expanded_once(tmp_path: Path) -> None:
@@ -93,22 +96,36 @@ def test_nested_include_is_expanded_once(tmp_path: Path) -> None:
     (tmp_path / "includes" / "inner.lua").write_text("local inner = 1\n")
     (tmp_path / "includes" / "outer.lua").write_text("--@include inner.lua\nlocal outer = 2\n")
     (tmp_path / "x-0.lua").write_text("--@include outer.lua\nreturn inner + outer\n")
-    source = loader.load_dir(tmp_path)["x"].source
+    source = loader.build(tmp_path).scripts["x"].source
     assert source == "local inner = 1\n\nlocal outer = 2\n\nreturn inner + outer\n"
 
 
-def test_server_agrees_with_the_sha(client: Client) -> None:
+def test_the_library_loads_and_registers_every_function(client: Client) -> None:
     node = primaries(client.redis)[0]
-    for lua in loader.scripts().values():
-        assert node.script_load(lua.source) == lua.sha
+    lib = loader.library()
+    try:
+        node.execute_command("FUNCTION", "LOAD", lib.code)
+    except redis.ResponseError as exc:
+        assert "already exists" in str(exc)
+    [info] = node.execute_command("FUNCTION", "LIST", "LIBRARYNAME", lib.name)
+    assert info[b"library_name"] == lib.name.encode()
+    registered = {
+        f[b"name"].decode(): {flag.decode() for flag in f[b"flags"]} for f in info[b"functions"]
+    }
+    assert registered == {s.function: set(s.flags) for s in loader.scripts().values()}
+    # What runs at maxmemory and what is refused there is declared, not left to chance.
+    refused = {s.name for s in loader.scripts().values() if not s.flags}
+    assert refused == {"enqueue", "enqueue-batch", "dlq-replay", "queue-create"}
 
 
 def _flush_scripts(client: Client) -> None:
     for node in primaries(client.redis):
-        node.script_flush()  # a running dispatcher/worker may reload some at once
+        node.execute_command("FUNCTION", "FLUSH")  # a running dispatcher/worker reloads it
 
 
-def test_noscript_is_recovered_by_run_and_run_many(url: str, client: Client, queue: str) -> None:
+def test_a_flushed_library_is_loaded_again_by_run_and_run_many(
+    url: str, client: Client, queue: str
+) -> None:
     partitions = 8
     client.create_queue(queue, partitions)
     ran: list[str] = []
@@ -122,11 +139,11 @@ def test_noscript_is_recovered_by_run_and_run_many(url: str, client: Client, que
 
         # The dispatcher and worker have their scripts cached; the cache goes away under them.
         _flush_scripts(client)
-        single = client.enqueue(queue, "t", {"n": 1}, delay=0.2)  # scripts.run
+        single = client.enqueue(queue, "t", {"n": 1}, delay=0.2)  # one call
         assert client.get(queue, single) is not None
 
         _flush_scripts(client)
-        bulk = client.enqueue_many(  # scripts.run_many, one pipeline per node
+        bulk = client.enqueue_many(  # one pipeline per node
             queue, [JobRequest("t", {"n": i}, delay=0.2) for i in range(40)]
         )
         assert all(r.created for r in bulk)

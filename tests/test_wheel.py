@@ -19,7 +19,8 @@ print(json.dumps({
     "lua_dir": str(s.lua_dir()),
     "names": sorted(loaded),
     "keys": {n: l.num_keys for n, l in loaded.items()},
-    "shas": {n: l.sha for n, l in loaded.items()},
+    "functions": {n: l.function for n, l in loaded.items()},
+    "library": s.library().name,
     "includes_left": [n for n, l in loaded.items() if "--@include" in l.source],
 }))
 """
@@ -84,4 +85,5 @@ def test_installed_wheel_loads_every_script(tmp_path: Path) -> None:
     )
     from shardq.store import loader
 
-    assert out["shas"] == {n: lua.sha for n, lua in loader.scripts().items()}
+    assert out["functions"] == {n: lua.function for n, lua in loader.scripts().items()}
+    assert out["library"] == loader.library().name  # the same library, byte for byte

@@ -39,9 +39,18 @@ def is_redirect(exc: BaseException) -> bool:
     return isinstance(exc, rx.AskError)  # MovedError subclasses AskError
 
 
-def is_noscript(exc: BaseException) -> bool:
-    """The node does not know the script (restart, failover, SCRIPT FLUSH): resend with EVAL."""
-    return isinstance(exc, rx.NoScriptError)
+def is_code_missing(exc: BaseException) -> bool:
+    """The node lacks shardq's functions (a new node, FUNCTION FLUSH): load them, resend."""
+    return isinstance(exc, rx.NoScriptError) or (
+        isinstance(exc, rx.ResponseError) and "Function not found" in str(exc)
+    )
+
+
+def is_no_permission(exc: BaseException) -> bool:
+    """The ACL user may not run this command (or touch this key)."""
+    return isinstance(exc, rx.NoPermissionError) or (
+        isinstance(exc, rx.ResponseError) and str(exc).startswith("NOPERM")
+    )
 
 
 def is_oom(exc: BaseException) -> bool:
@@ -65,7 +74,7 @@ def surely_not_written(exc: BaseException) -> bool:
     """
     return (
         is_redirect(exc)
-        or is_noscript(exc)
+        or is_code_missing(exc)
         or is_oom(exc)
         or isinstance(
             exc,

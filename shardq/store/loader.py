@@ -1,9 +1,22 @@
-"""Loads the Lua scripts in lua/: one file per operation, ``<operation>-<number of KEYS>.lua``.
+"""Loads lua/: one file per operation, ``<operation>-<number of KEYS>.lua``, as one Redis Functions
+library.
 
 ``--@include name.lua`` lines pull in shared helpers from lua/includes/ (recursively, a cycle is
-an error).  Each script is loaded once per process and identified by the SHA1 of its expanded
-text, which is what EVALSHA sends; :mod:`shardq.store.transport` resends the text with EVAL to
-a node that answers NOSCRIPT.  Only the store's operation modules refer to a script by name.
+an error).  Every operation becomes one function of the library ``shardq_<version>``, named
+``shardq_<version>_<operation>``; the version is a hash of the whole library, so two releases'
+libraries can be loaded side by side during a rolling upgrade.
+
+Why Functions rather than EVAL/EVALSHA: a library is loaded once per primary (FUNCTION LOAD),
+replicated to its replicas and persisted with the data, so it survives failovers and restarts;
+and the roles that run shardq need only ``FCALL``, never ``EVAL`` or ``SCRIPT LOAD``, which
+would let them run arbitrary Lua on the server.  A node that lacks the library (a new node, a
+FUNCTION FLUSH) answers "Function not found"; :mod:`shardq.store.transport` loads it there when
+the user may (``shardq functions load`` does it as an admin otherwise) and resends.
+
+A script's header may declare ``Flags: <flag> ...`` for ``redis.register_function``:
+``no-writes`` for read-only ones; ``allow-oom`` for those that free memory or keep a full Redis
+draining (ack, fetch, promote, ...): the others (enqueue, ...) are refused as a whole when Redis
+is at maxmemory, before they write anything.
 """
 
 from __future__ import annotations
@@ -13,28 +26,37 @@ import re
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
-from typing import Any
 
 from shardq.errors import ConfigError
 
 _FILE_RE = re.compile(r"^(?P<name>[a-z][a-z-]*)-(?P<keys>\d+)\.lua$")
 _INCLUDE_RE = re.compile(r"^--@include\s+(?P<file>[\w.-]+)\s*$", re.MULTILINE)
+_FLAGS_RE = re.compile(r"^Flags:\s*(?P<flags>[a-z -]+?)\s*(\(.*\))?$", re.MULTILINE)
+_KNOWN_FLAGS = {"no-writes", "allow-oom", "allow-stale", "no-cluster", "allow-cross-slot-keys"}
 
 
 @dataclass(frozen=True, slots=True)
 class LuaScript:
-    """One operation's script: its name, how many KEYS it takes, its expanded source and SHA1."""
+    """One operation: its name, KEYS count, expanded source, flags and function name."""
 
     name: str
     num_keys: int
     source: str
-    sha: str
+    flags: tuple[str, ...]
+    function: str
 
-    def args(self, keys: list[str], argv: list[Any]) -> list[Any]:
-        """EVAL/EVALSHA arguments after the script: numkeys, keys, argv."""
-        if len(keys) != self.num_keys:
-            raise ValueError(f"{self.name} takes {self.num_keys} keys, got {len(keys)}")
-        return [self.num_keys, *keys, *argv]
+    @property
+    def read_only(self) -> bool:
+        return "no-writes" in self.flags
+
+
+@dataclass(frozen=True, slots=True)
+class Library:
+    """Every operation as one Redis Functions library."""
+
+    name: str
+    code: str
+    scripts: dict[str, LuaScript]
 
 
 def lua_dir() -> Path:
@@ -67,27 +89,55 @@ def expand_includes(source: str, includes: Path, seen: frozenset[str] = frozense
     return _INCLUDE_RE.sub(replace, source)
 
 
-def load_dir(directory: Path) -> dict[str, LuaScript]:
-    """Every script of a directory, by operation name."""
-    scripts: dict[str, LuaScript] = {}
+def _flags(source: str, name: str) -> tuple[str, ...]:
+    header = source.split("]]", 1)[0]
+    match = _FLAGS_RE.search(header)
+    flags = tuple(match.group("flags").split()) if match else ()
+    unknown = set(flags) - _KNOWN_FLAGS
+    if unknown:
+        raise ConfigError(f"{name}: unknown function flags {sorted(unknown)}")
+    return flags
+
+
+def build(directory: Path) -> Library:
+    """The library of every script in ``directory``."""
+    bodies: dict[str, tuple[int, str, tuple[str, ...]]] = {}
     for path in sorted(directory.glob("*.lua")):
         match = _FILE_RE.match(path.name)
         if match is None:
             raise ConfigError(f"{path.name}: script files are named <operation>-<numkeys>.lua")
+        name = match.group("name")
         source = expand_includes(path.read_text(), directory / "includes")
-        sha = hashlib.sha1(source.encode()).hexdigest()
-        scripts[match.group("name")] = LuaScript(
-            match.group("name"), int(match.group("keys")), source, sha
+        bodies[name] = (int(match.group("keys")), source, _flags(source, path.name))
+    digest = hashlib.sha1(
+        "\0".join(f"{n}\0{k}\0{s}\0{' '.join(f)}" for n, (k, s, f) in bodies.items()).encode()
+    ).hexdigest()[:12]
+    lib = f"shardq_{digest}"
+    parts = [f"#!lua name={lib}\n"]
+    scripts: dict[str, LuaScript] = {}
+    for name, (num_keys, source, flags) in bodies.items():
+        function = f"{lib}_{name.replace('-', '_')}"
+        scripts[name] = LuaScript(name, num_keys, source, flags, function)
+        flag_list = ", ".join(f"'{f}'" for f in flags)
+        parts.append(
+            f"\n-- {name}-{num_keys}.lua\n"
+            f"redis.register_function{{function_name='{function}', flags={{{flag_list}}}, "
+            f"callback=function(KEYS, ARGV)\n{source}\nend}}\n"
         )
-    return scripts
+    return Library(lib, "".join(parts), scripts)
 
 
 @cache
+def library() -> Library:
+    """The library, built once per process."""
+    return build(lua_dir())
+
+
 def scripts() -> dict[str, LuaScript]:
-    """All scripts, loaded once per process."""
-    return load_dir(lua_dir())
+    """Every operation by name."""
+    return library().scripts
 
 
 def script(name: str) -> LuaScript:
-    """One script by operation name (e.g. ``"promote"``)."""
+    """One operation by name (e.g. ``"promote"``)."""
     return scripts()[name]

@@ -37,15 +37,9 @@ class Op(Generic[T_co]):
         """The key whose slot decides which node runs the call (all KEYS share one slot)."""
         return self.keys[0]
 
-    def args(self) -> list[Any]:
-        """EVAL/EVALSHA arguments after the script: numkeys, keys, argv."""
-        return [self.script.num_keys, *self.keys, *self.argv]
-
-    def evalsha(self) -> tuple[Any, ...]:
-        return ("EVALSHA", self.script.sha, self.script.num_keys, *self.keys, *self.argv)
-
-    def eval(self) -> tuple[Any, ...]:
-        return ("EVAL", self.script.source, self.script.num_keys, *self.keys, *self.argv)
+    def command(self) -> tuple[Any, ...]:
+        """The FCALL that runs this op (see :mod:`shardq.store.loader`)."""
+        return ("FCALL", self.script.function, self.script.num_keys, *self.keys, *self.argv)
 
 
 def op(name: str, keys: list[str], argv: list[Any], parse: Callable[[Any], T]) -> Op[T]:

@@ -36,7 +36,7 @@ def pause(attempt: int) -> float:
 
 
 def should_retry(exc: BaseException, safe_to_repeat: bool) -> bool:
-    if not faults.is_transient(exc) and not faults.is_noscript(exc):
+    if not faults.is_transient(exc) and not faults.is_code_missing(exc):
         return False
     return safe_to_repeat or faults.surely_not_written(exc)
 

@@ -1,18 +1,20 @@
 """Runs ops against Redis: alone, pipelined per node, per primary, or with WAIT.
 
-Sync (producers, the CLI): :func:`run` sends one call through the client, which routes it by
-its first key; :func:`run_many` groups calls by node and sends each node's batch on a plain
-pipeline of that node's connection (redis-py's cluster pipeline refuses EVALSHA), all nodes
-written before any is read, so nodes work in parallel.
+Every op is an FCALL of shardq's functions library (see :mod:`shardq.store.loader`), sent on a
+plain connection of the primary that serves its keys, as the client's slot map says.  So a call
+costs one round trip (redis-py's cluster client would ask the server for an FCALL's keys first),
+and redirects come back to the caller as they are: producers resend after a fresh look at the
+slot map (:mod:`shardq.store.retry`), loops on their next round.
 
-Asyncio (workers, dispatchers, the async producer): :class:`AsyncTransport` does the same and
-also runs a batch on one named primary (:meth:`AsyncTransport.run_on`), so a loop per primary
-is held up only by its own node: a paused or failing primary delays its own partitions, no
-others.
+Sync (producers, the CLI): :func:`run` sends one call; :func:`run_many` groups calls by node and
+sends each node's batch on one connection, all nodes written before any is read, so nodes work
+in parallel.  Asyncio (workers, dispatchers, the async producer): :class:`AsyncTransport` does the
+same and also runs a batch on one named primary (:meth:`AsyncTransport.run_on`), so a loop per
+primary is held up only by its own node.
 
-A node that does not know a script (restart, failover, SCRIPT FLUSH) answers NOSCRIPT and gets
-the text with EVAL.  Redirects and broken connections are reported per call (as the exception);
-callers decide whether to retry (producers: :mod:`shardq.store.retry`; loops: next round).
+A node that lacks the library ("Function not found": a new node, FUNCTION FLUSH) gets it with
+FUNCTION LOAD and the calls are sent again; a user without the permission gets
+:class:`~shardq.errors.FunctionsNotLoadedError` saying to run ``shardq functions load``.
 """
 
 from __future__ import annotations
@@ -26,8 +28,10 @@ import redis.asyncio
 from redis import exceptions as rx
 
 from shardq.connection import is_cluster, node_client_async
+from shardq.errors import FunctionsNotLoadedError
 from shardq.store import faults
 from shardq.store.keys import slot_of
+from shardq.store.loader import library
 from shardq.store.op import Op, result
 
 T = TypeVar("T")
@@ -51,7 +55,43 @@ def _packed(commands: list[tuple[Any, ...]], conn: Any) -> list[bytes]:
     return packed
 
 
+def _not_loaded(node: str, exc: BaseException) -> FunctionsNotLoadedError:
+    lib = library().name
+    return FunctionsNotLoadedError(
+        f"shardq's functions ({lib}) are not loaded on {node} and this Redis user may not load "
+        f"them ({exc}): run `shardq functions load` as an admin user (see docs/deploy.md, ACLs)"
+    )
+
+
+def _loaded_or_raise(reply: Any, node: str) -> None:
+    if isinstance(reply, BaseException) and "already exists" not in str(reply):
+        if faults.is_no_permission(reply):
+            raise _not_loaded(node, reply)
+        raise reply
+
+
 # sync ------------------------------------------------------------------------------------------
+
+
+def node_of(client: Any, key: str) -> Any:
+    """The plain client of the primary serving ``key`` (the client itself when standalone)."""
+    manager = getattr(client, "nodes_manager", None)
+    if manager is None:
+        return client
+    return client.get_redis_connection(manager.get_node_from_slot(slot_of(key)))
+
+
+def _address(node: Any) -> str:
+    kwargs = getattr(getattr(node, "connection_pool", None), "connection_kwargs", {})
+    return f"{kwargs.get('host', '?')}:{kwargs.get('port', '?')}"
+
+
+def load_library(node: Any, name: str = "") -> None:
+    """FUNCTION LOAD shardq's library on one node (a no-op if it is there)."""
+    try:
+        node.execute_command("FUNCTION", "LOAD", library().code)
+    except rx.ResponseError as exc:
+        _loaded_or_raise(exc, name or _address(node))
 
 
 def run(client: Any, op: Op[T]) -> T:
@@ -64,20 +104,15 @@ def run(client: Any, op: Op[T]) -> T:
 
 
 def call(client: Any, op: Op[Any]) -> Any:
-    """The raw reply of one op (NOSCRIPT answered with EVAL)."""
-    args = op.args()
+    """The raw reply of one op (the library loaded first where it is missing)."""
+    node = node_of(client, op.route_key)
     try:
-        return client.evalsha(op.script.sha, *args)
-    except rx.NoScriptError:
-        return client.eval(op.script.source, *args)
-
-
-def node_of(client: Any, key: str) -> Any:
-    """The plain client of the primary serving ``key`` (the client itself when standalone)."""
-    manager = getattr(client, "nodes_manager", None)
-    if manager is None:
-        return client
-    return client.get_redis_connection(manager.get_node_from_slot(slot_of(key)))
+        return node.execute_command(*op.command())
+    except rx.ResponseError as exc:
+        if not faults.is_code_missing(exc):
+            raise
+    load_library(node)
+    return node.execute_command(*op.command())
 
 
 def _by_node(client: Any, ops: Sequence[Op[Any]]) -> list[tuple[Any, list[int]]]:
@@ -95,17 +130,24 @@ def _by_node(client: Any, ops: Sequence[Op[Any]]) -> list[tuple[Any, list[int]]]
 
 
 def run_many(client: Any, ops: Sequence[Op[T]]) -> list[T | BaseException]:
-    """Run many ops, one plain pipeline per node; parsed results (or exceptions) in op order.
+    """Run many ops, one pipeline per node; parsed results (or exceptions) in op order.
 
-    A call that met NOSCRIPT, a redirect or a broken connection is sent again once, alone,
-    through the client (which loads the script, follows the redirect or reconnects).  Every
-    script is safe to send twice: a resent write is recognised or does no harm.
+    A call that met a missing library, a redirect or a broken connection is sent again once,
+    alone, after a fresh look at the slot map.  Every script is safe to send twice: a resent
+    write is recognised or does no harm.
     """
     replies, _ = send_and_read(client, ops, None)
-    for i, reply in enumerate(replies):
-        if isinstance(reply, BaseException) and (
-            faults.is_noscript(reply) or faults.is_redirect(reply) or faults.is_transient(reply)
-        ):
+    again = [
+        i
+        for i, r in enumerate(replies)
+        if isinstance(r, BaseException) and (faults.is_code_missing(r) or faults.is_transient(r))
+    ]
+    if again:
+        if any(faults.is_redirect(replies[i]) for i in again):
+            from shardq.store.retry import refresh_sync
+
+            refresh_sync(client)
+        for i in again:
             try:
                 replies[i] = call(client, ops[i])
             except Exception as exc:  # reported per call, like a pipeline does
@@ -121,52 +163,63 @@ def send_and_read(
     Returns the raw replies (or exceptions) in op order and, per op, how many replicas
     acknowledged its node's batch (None when the WAIT was not answered).  All nodes are written
     before any is read and wait at once, so one slow node does not stall the others' sends.
+    A node that lacks the library gets it and its batch is sent again (with the WAIT after it).
     """
     replies: list[Reply] = [None] * len(ops)
     acked: list[int | None] = [None] * len(ops)
-    sent: list[tuple[Any, Any, list[int]]] = []
-    for node_client, indexes in _by_node(client, ops):
-        pool = node_client.connection_pool
-        try:
-            conn = pool.get_connection()
-        except Exception as exc:  # connect refused: the node is down
-            for i in indexes:
-                replies[i] = exc
-            continue
-        try:
-            commands = [ops[i].evalsha() for i in indexes]
-            if wait is not None:
-                commands.append(("WAIT", *wait))
-            conn.send_packed_command(_packed(commands, conn))
-        except Exception as exc:
-            conn.disconnect()
-            pool.release(conn)
-            for i in indexes:
-                replies[i] = exc
-            continue
-        sent.append((pool, conn, indexes))
-    for pool, conn, indexes in sent:
-        broken: BaseException | None = None
-        for i in indexes:
-            if broken is not None:
-                replies[i] = broken
+    groups = _by_node(client, ops)
+    for attempt in range(2):
+        sent: list[tuple[Any, Any, Any, list[int]]] = []
+        for node_client, indexes in groups:
+            pool = node_client.connection_pool
+            try:
+                conn = pool.get_connection()
+            except Exception as exc:  # connect refused: the node is down
+                for i in indexes:
+                    replies[i] = exc
                 continue
             try:
-                replies[i] = conn.read_response()
-            except rx.ResponseError as exc:
-                replies[i] = exc
+                commands = [ops[i].command() for i in indexes]
+                if wait is not None:
+                    commands.append(("WAIT", *wait))
+                conn.send_packed_command(_packed(commands, conn))
             except Exception as exc:
                 conn.disconnect()
-                broken = replies[i] = exc
-        if wait is not None and broken is None:
-            try:
-                n = int(conn.read_response())
+                pool.release(conn)
                 for i in indexes:
-                    if not isinstance(replies[i], BaseException):
-                        acked[i] = n
-            except Exception:
-                conn.disconnect()
-        pool.release(conn)
+                    replies[i] = exc
+                continue
+            sent.append((node_client, pool, conn, indexes))
+        missing: list[tuple[Any, list[int]]] = []
+        for node_client, pool, conn, indexes in sent:
+            broken: BaseException | None = None
+            for i in indexes:
+                if broken is not None:
+                    replies[i] = broken
+                    continue
+                try:
+                    replies[i] = conn.read_response()
+                except rx.ResponseError as exc:
+                    replies[i] = exc
+                except Exception as exc:
+                    conn.disconnect()
+                    broken = replies[i] = exc
+            if wait is not None and broken is None:
+                try:
+                    n = int(conn.read_response())
+                    for i in indexes:
+                        if not isinstance(replies[i], BaseException):
+                            acked[i] = n
+                except Exception:
+                    conn.disconnect()
+            pool.release(conn)
+            if any(faults.is_code_missing(replies[i]) for i in indexes):
+                missing.append((node_client, indexes))
+        if not missing or attempt:
+            break
+        for node_client, _ in missing:
+            load_library(node_client)
+        groups = missing
     return replies, acked
 
 
@@ -236,24 +289,35 @@ class AsyncTransport:
             stale = self._nodes.pop(name)
             await _close_quietly(stale)
 
+    async def load_library(self, node: str) -> None:
+        """FUNCTION LOAD shardq's library on one primary (a no-op if it is there)."""
+        try:
+            await self.node_client(node).execute_command("FUNCTION", "LOAD", library().code)
+        except rx.ResponseError as exc:
+            _loaded_or_raise(exc, node)
+
     # running -------------------------------------------------------------------------------
 
     async def run(self, op: Op[T]) -> T:
-        """Run one op through the client (which routes it and follows redirects)."""
+        """Run one op on the primary serving its keys and parse its reply."""
         return op.parse(await self.call(op))
 
     async def call(self, op: Op[Any]) -> Any:
-        args = op.args()
+        node = self.node_name(op.route_key)
+        client = self.node_client(node)
         try:
-            return await self.client.evalsha(op.script.sha, *args)
-        except rx.NoScriptError:
-            return await self.client.eval(op.script.source, *args)
+            return await client.execute_command(*op.command())
+        except rx.ResponseError as exc:
+            if not faults.is_code_missing(exc):
+                raise
+        await self.load_library(node)
+        return await client.execute_command(*op.command())
 
     async def run_on(self, node: str, ops: Sequence[Op[T]]) -> list[T | BaseException]:
         """Run a batch on one primary's connection; parsed results or exceptions in op order.
 
         Calls that meet a redirect come back as their exception: the caller refreshes the slot
-        map and regroups.  NOSCRIPT is answered with EVAL on the same node.
+        map and regroups.  A missing library is loaded on the node and those calls resent.
         """
         if not ops:
             return []
@@ -262,9 +326,16 @@ class AsyncTransport:
         except Exception as exc:
             return [exc] * len(ops)
         replies, _ = await _pipeline(client, ops)
-        retry = [i for i, r in enumerate(replies) if faults.is_noscript(r)]
+        retry = [i for i, r in enumerate(replies) if faults.is_code_missing(r)]
         if retry:
-            again, _ = await _pipeline(client, [ops[i] for i in retry], use_eval=True)
+            try:
+                await self.load_library(node)
+            except FunctionsNotLoadedError as exc:
+                return [
+                    exc if i in retry else result(r, o.parse)
+                    for i, (r, o) in enumerate(zip(replies, ops, strict=True))
+                ]
+            again, _ = await _pipeline(client, [ops[i] for i in retry])
             for i, reply in zip(retry, again, strict=True):
                 replies[i] = reply
         return [result(r, o.parse) for r, o in zip(replies, ops, strict=True)]
@@ -288,11 +359,10 @@ class AsyncTransport:
                     out[i] = exc
                 return
             replies, n = await _pipeline(client, batch, wait=(replicas, timeout_ms))
-            if any(faults.is_noscript(r) for r in replies):
-                # Load the scripts once, then send the whole batch again: a resent enqueue is
+            if any(faults.is_code_missing(r) for r in replies):
+                # Load the library, then send the whole batch again: a resent enqueue is
                 # recognised, and the WAIT must follow the writes on one connection.
-                for o in {o.script.sha: o for o in batch}.values():
-                    await client.script_load(o.script.source)
+                await self.load_library(node)
                 replies, n = await _pipeline(client, batch, wait=(replicas, timeout_ms))
             for i, reply in zip(idx, replies, strict=True):
                 out[i] = result(reply, ops[i].parse)
@@ -329,15 +399,10 @@ class AsyncTransport:
                     retry.append(i)
         if retry:
             await self.refresh()
-            again = await asyncio.gather(
-                *(self._run_alone(ops[i]) for i in retry), return_exceptions=True
-            )
+            again = await asyncio.gather(*(self.run(ops[i]) for i in retry), return_exceptions=True)
             for i, r in zip(retry, again, strict=True):
                 out[i] = r
         return out
-
-    async def _run_alone(self, op: Op[T]) -> T:
-        return await self.run(op)
 
     async def aclose(self) -> None:
         for client in self._nodes.values():
@@ -346,10 +411,7 @@ class AsyncTransport:
 
 
 async def _pipeline(
-    client: Any,
-    ops: Sequence[Op[Any]],
-    use_eval: bool = False,
-    wait: tuple[int, int] | None = None,
+    client: Any, ops: Sequence[Op[Any]], wait: tuple[int, int] | None = None
 ) -> tuple[list[Reply], int | None]:
     """Send ops on one connection of ``client`` and read every reply (or the exception); with
     ``wait``, a WAIT after them whose answer (replicas that acknowledged) comes back second."""
@@ -361,7 +423,7 @@ async def _pipeline(
     replies: list[Reply] = []
     acked: int | None = None
     try:
-        commands = [o.eval() if use_eval else o.evalsha() for o in ops]
+        commands = [o.command() for o in ops]
         if wait is not None:
             commands.append(("WAIT", *wait))
         try:

@@ -1,0 +1,220 @@
+"""Least-privilege Redis ACL users for each role, optionally confined to some queues.
+
+Redis checks ACLs on every command a function runs and every key it touches, with the calling
+user's permissions; there is no "only from inside a function" permission.  So each role gets:
+
+- ``FCALL``/``FCALL_RO`` of shardq's functions, never ``EVAL``, ``SCRIPT LOAD`` or
+  ``FUNCTION LOAD`` (which would let it run arbitrary Lua; the admin loads the library);
+- exactly the commands its functions and its few plain commands use, each confined by an ACL
+  selector to the key kinds it is used on (``HDEL`` on job and error hashes, not on leases;
+  ``XGROUP CREATE``/``DELCONSUMER`` on ready streams, never ``XGROUP DESTROY``);
+- with ``queues``, key and channel patterns of those queues only.
+
+What a role can still do by hand is what its functions do: a worker can ``XACK`` a delivery
+or ``HDEL`` a job envelope of its queues, because its ack function must.  docs/deploy.md lists
+it per role.  ``deploy/redis/acl-users.acl`` is this module's output for every queue
+(``shardq acl print``); the tests load it and check every role's refusals and its work.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+ROLES = ("producer", "dispatcher", "worker", "operator", "admin")
+
+# Every role: health, topology detection, slot map, the Redis clock.
+BASICS = ("+ping", "+info", "+command", "+cluster|slots", "+cluster|shards", "+time")
+FUNCTIONS = ("+fcall", "+fcall_ro")
+
+
+@dataclass(frozen=True)
+class Grant:
+    """Commands allowed on one kind of key (a selector), or with no key (``kinds=()``)."""
+
+    kinds: tuple[str, ...]
+    commands: tuple[str, ...]
+    read_only: bool = False
+
+
+# Key kinds: partition keys {sq:<queue>:<p>.<s>}:<kind>, queue keys {sq:<queue>}:<kind>.
+PARTITION_KINDS = ("jobs", "due", "ready", "dead", "lease", "fence", "stats", "errors", "idem")
+QUEUE_KINDS = ("meta", "dispatchers", "drain", "workers", "workers:drain", "owners")
+
+MEMBERS = ("+zremrangebyscore", "+zrem", "+zadd", "+zrange", "+zscore", "+smembers", "+srem")
+
+GRANTS: dict[str, tuple[Grant, ...]] = {
+    "producer": (
+        Grant(("meta",), ("+hget", "+hgetall"), read_only=True),
+        Grant(("registry",), ("+smembers",), read_only=True),
+        Grant(("jobs",), ("+hsetnx", "+hget", "+hdel")),
+        Grant(("idem",), ("+get", "+set")),
+        Grant(("due",), ("+zadd", "+zrange", "+zscore", "+zrem")),
+        Grant(("ready",), ("+xadd",)),
+        Grant(("errors",), ("+hget", "+hdel")),
+        Grant(("stats",), ("+hincrby", "+hset")),
+    ),
+    "dispatcher": (
+        Grant(("meta",), ("+hget", "+hgetall"), read_only=True),
+        Grant(("owners",), ("+hgetall", "+hset", "+hdel")),
+        Grant(("dispatchers", "drain"), MEMBERS),
+        Grant(("lease",), ("+get", "+set", "+pexpire", "+pttl", "+del")),
+        Grant(("fence",), ("+hincrby", "+hget", "+hset")),
+        Grant(("due",), ("+zrange", "+zrem", "+zcard", "+zcount")),
+        Grant(
+            ("ready",),
+            ("+xadd", "+exists", "+xlen", "+xinfo|groups", "+xpending", "+xrange", "+xtrim"),
+        ),
+        Grant(("dead",), ("+exists", "+xlen", "+xrange", "+xdel")),
+        Grant(("jobs",), ("+hget", "+hdel")),
+        Grant(("errors",), ("+hdel",)),
+        Grant(("stats",), ("+hincrby", "+hset", "+hgetall")),
+    ),
+    "worker": (
+        Grant(("meta",), ("+hget", "+hgetall"), read_only=True),
+        Grant(("workers", "workers:drain"), MEMBERS),
+        Grant(
+            ("ready",),
+            (
+                "+xreadgroup",
+                "+xack",
+                "+xdel",
+                "+xclaim",
+                "+xpending",
+                "+exists",
+                "+xinfo|consumers",
+                "+xgroup|create",
+                "+xgroup|delconsumer",
+            ),
+        ),
+        Grant(("jobs",), ("+hget", "+hset", "+hdel")),
+        Grant(("errors",), ("+hset", "+hdel")),
+        Grant(("dead",), ("+xadd",)),
+        Grant(("due",), ("+zadd", "+zrange")),
+        Grant(("stats",), ("+hincrby", "+hset")),
+    ),
+}
+# The operator runs the tools (queue create, job, dlq, owners, rebalance, stats): everything
+# the three roles do, plus creating queues and reading and clearing dead letters.
+GRANTS["operator"] = (
+    *GRANTS["producer"],
+    *GRANTS["dispatcher"],
+    *GRANTS["worker"],
+    Grant(("meta",), ("+hset",)),
+    Grant(("registry",), ("+sadd", "+srem")),
+    Grant(("dead",), ("+xrevrange", "+xrange", "+xlen", "+xdel")),
+    Grant(("ready",), ("+xgroup|create", "+xrange", "+xlen")),
+    Grant(("due",), ("+zrangebyscore", "+zcard")),
+    Grant(("drain",), ("+sadd",)),
+    Grant(("dispatchers",), ("+zrangebyscore",), read_only=True),
+)
+# The admin loads the functions library and moves slots between primaries (MIGRATE moves every
+# key of a slot, so its keys are all keys).
+ADMIN_EXTRA = (
+    "+function|load",
+    "+function|list",
+    "+asking",
+    "+cluster|countkeysinslot",
+    "+cluster|getkeysinslot",
+    "+cluster|myid",
+    "+cluster|nodes",
+    "+cluster|setslot",
+    "+migrate",
+    "+restore",
+    "+restore-asking",
+    "+select",
+)
+PLAIN_EXTRA: dict[str, tuple[str, ...]] = {
+    "producer": ("+spublish",),
+    "dispatcher": ("+spublish", "+ssubscribe", "+sunsubscribe"),
+    "worker": ("+spublish", "+ssubscribe", "+sunsubscribe"),
+    "operator": ("+spublish", "+ssubscribe", "+sunsubscribe", "+function|list"),
+}
+
+
+def key_patterns(kind: str, queues: Sequence[str]) -> list[str]:
+    """ACL key patterns of one key kind, for the queues (``["*"]``: every queue)."""
+    if kind == "registry":
+        return ["sq:queues"]
+    out = []
+    for q in queues:
+        if kind in PARTITION_KINDS:
+            out.append(f"{{sq:{q}:*}}:idem:*" if kind == "idem" else f"{{sq:{q}:*}}:{kind}")
+        elif kind in QUEUE_KINDS:
+            out.append(f"{{sq:{q}}}:{kind}")
+        else:
+            raise ValueError(f"unknown key kind {kind!r}")
+    return out
+
+
+def _all_keys(queues: Sequence[str]) -> list[str]:
+    """Every key a function of these queues is called with (its declared KEYS)."""
+    if list(queues) == ["*"]:
+        return ["{sq:*"]
+    return [p for q in queues for p in (f"{{sq:{q}:*", f"{{sq:{q}}}:*")]
+
+
+def rules(role: str, queues: Iterable[str] = ("*",)) -> str:
+    """The ACL rules (after ``user <name>``) of a role, confined to ``queues``."""
+    if role not in ROLES:
+        raise ValueError(f"unknown role {role!r}: one of {', '.join(ROLES)}")
+    qs = list(queues) or ["*"]
+    channels = " ".join(f"&{{sq:{q}:*" for q in qs)
+    head = ["off", "resetpass", "resetkeys", "resetchannels", channels, "-@all", *BASICS]
+    if role == "admin":
+        # Slot moves: MIGRATE takes every key of a slot, whatever application wrote it.
+        grants = GRANTS["operator"]
+        head += ["~*", *FUNCTIONS, *ADMIN_EXTRA, *PLAIN_EXTRA["operator"]]
+    else:
+        grants = GRANTS[role]
+        head += PLAIN_EXTRA[role]
+    # FCALL is checked against the keys it declares: the queue's keys, one selector.
+    parts = [" ".join(head), "(" + " ".join([*(f"~{p}" for p in _all_keys(qs)), *FUNCTIONS]) + ")"]
+    if role == "admin":
+        return " ".join(parts[:1] + [_grant(g, qs) for g in _merge(grants)])
+    return " ".join(parts + [_grant(g, qs) for g in _merge(grants)])
+
+
+def _merge(grants: Sequence[Grant]) -> list[Grant]:
+    """One selector per key kind set and access, commands merged (operator = union)."""
+    merged: dict[tuple[tuple[str, ...], bool], list[str]] = {}
+    for g in grants:
+        commands = merged.setdefault((g.kinds, g.read_only), [])
+        # TYPE: every function checks the types of the keys it writes before writing.
+        commands.extend(c for c in (*g.commands, "+type") if c not in commands)
+    return [Grant(kinds, tuple(cmds), ro) for (kinds, ro), cmds in merged.items()]
+
+
+def _grant(g: Grant, queues: Sequence[str]) -> str:
+    prefix = "%R~" if g.read_only else "~"
+    keys = [f"{prefix}{p}" for kind in g.kinds for p in key_patterns(kind, queues)]
+    return "(" + " ".join([*keys, *g.commands]) + ")"
+
+
+def acl_file(queues: Iterable[str] = ("*",)) -> str:
+    """Every role as an ACL file: users off and without a password, safe to load as is."""
+    qs = list(queues)
+    lines = [
+        "# shardq's Redis users, one per role (generated by `shardq acl print`; do not edit).",
+        "# Loaded off and without a password: set one and turn each user on, on every node:",
+        "#   ACL SETUSER shardq-worker on >WORKER_PASSWORD",
+    ]
+    lines += [f"user shardq-{role} {rules(role, qs)}" for role in ROLES]
+    return "\n".join(lines) + "\n"
+
+
+def markdown_table() -> str:
+    """The roles as the table in docs/deploy.md (the tests check the two agree)."""
+    rows = ["| role | key kind | commands |", "|---|---|---|"]
+    for role in ROLES[:-1]:
+        for g in _merge(GRANTS[role]):
+            kinds = ", ".join(g.kinds) + (" (read only)" if g.read_only else "")
+            commands = " ".join(
+                c.lstrip("+").upper().replace("|", " ") for c in g.commands if c != "+type"
+            )
+            rows.append(f"| {role} | {kinds} | `{commands}` |")
+        plain = " ".join(c.lstrip("+").upper().replace("|", " ") for c in PLAIN_EXTRA[role])
+        rows.append(f"| {role} | (channels `{{sq:*`) | `{plain}` |")
+    admin = ", ".join(c.lstrip("+").upper().replace("|", " ") for c in ADMIN_EXTRA)
+    rows.append(f"| admin | every key (`~*`) | the operator's, plus `{admin}` |")
+    return "\n".join(rows)
