@@ -12,9 +12,17 @@ ARGV[3..] pairs of (entry id, job id)
 
 Returns the number of jobs settled.  An entry no longer pending (reclaimed and settled by
 another worker, or dead-lettered as poison meanwhile) is not counted and its envelope is kept.
+  {-10, key, found, expected}         E_WRONG_TYPE: a key was overwritten outside shardq
+  {-11, argv index, value, lo, hi}    E_BAD_ARGUMENT
+Every check comes before the first write: a refused call writes nothing.
 
 Flags: allow-oom  (runs when Redis is at maxmemory: it frees memory or keeps a full Redis draining)
 ]]
+--@include checks.lua
+
+local wrong = wrong_type({KEYS[1], 'stream', KEYS[2], 'hash', KEYS[3], 'hash'})
+if wrong then return wrong end
+if (#ARGV - 2) % 2 ~= 0 then return {-11, #ARGV, 'argument count', 2, 2} end
 local settled = 0
 local delete = ARGV[2] == '1'
 for i = 3, #ARGV, 2 do
@@ -27,6 +35,6 @@ for i = 3, #ARGV, 2 do
   if delete then redis.call('XDEL', KEYS[1], eid) end
 end
 if settled > 0 then
-  redis.call('HINCRBY', KEYS[4], 'completed', settled)
+  count(KEYS[4], 'completed', settled)
 end
 return settled

@@ -16,9 +16,15 @@ Returns
   {-6, id}     E_JOB_NOT_FOUND
   {-7, id}     E_JOB_RUNNING: a worker holds it
   {-9, id}     E_JOB_DEAD: it is in the dead-letter stream
+  {-10, key, found, expected}         E_WRONG_TYPE: a key was overwritten outside shardq
+Every check comes before the first write: a refused call writes nothing.
 
 Flags: allow-oom  (runs when Redis is at maxmemory: it frees memory or keeps a full Redis draining)
 ]]
+--@include checks.lua
+
+local wrong = wrong_type({KEYS[1], 'hash', KEYS[2], 'zset', KEYS[3], 'hash'})
+if wrong then return wrong end
 local v = redis.call('HGET', KEYS[1], ARGV[1])
 if not v then return {-6, ARGV[1]} end
 local state = string.sub(v, 1, 1)
@@ -27,5 +33,5 @@ if state == 'D' then return {-9, ARGV[1]} end
 local was_due = redis.call('ZREM', KEYS[2], ARGV[1])
 redis.call('HDEL', KEYS[1], ARGV[1])
 redis.call('HDEL', KEYS[3], ARGV[1])
-redis.call('HINCRBY', KEYS[4], 'cancelled', 1)
+count(KEYS[4], 'cancelled', 1)
 return {1, was_due}

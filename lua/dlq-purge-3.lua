@@ -8,10 +8,16 @@ ARGV[1..] dead entry ids (bounded by the caller)
 
 Returns the number of entries deleted.  A job is deleted only while it is still dead (a job
 replayed meanwhile is left alone).
+  {-10, key, found, expected}         E_WRONG_TYPE: a key was overwritten outside shardq
+Every check comes before the first write: a refused call writes nothing.
 
 Flags: allow-oom  (runs when Redis is at maxmemory: it frees memory or keeps a full Redis draining)
 ]]
 --@include envelope.lua
+--@include checks.lua
+
+local wrong = wrong_type({KEYS[1], 'stream', KEYS[2], 'hash', KEYS[3], 'hash'})
+if wrong then return wrong end
 local deleted = 0
 for i = 1, #ARGV do
   local entry = redis.call('XRANGE', KEYS[1], ARGV[i], ARGV[i])[1]

@@ -11,10 +11,15 @@ ARGV[2..] dead entry ids (bounded by the caller)
 
 Returns {replayed, skipped}: an entry is skipped (and left in place) when it holds no job
 (a malformed ready entry: purge it) or its job is no longer dead (already replayed/cancelled).
+  {-10, key, found, expected}         E_WRONG_TYPE: a key was overwritten outside shardq
+Every check comes before the first write: a refused call writes nothing.
 ]]
 --@include now.lua
 --@include envelope.lua
+--@include checks.lua
 
+local wrong = wrong_type({KEYS[1], 'stream', KEYS[2], 'hash', KEYS[3], 'zset', KEYS[4], 'hash'})
+if wrong then return wrong end
 local now = now_ms()
 local replayed, skipped = 0, 0
 for i = 2, #ARGV do
@@ -35,7 +40,7 @@ for i = 2, #ARGV do
   end
 end
 if replayed > 0 then
-  redis.call('HINCRBY', KEYS[5], 'replayed', replayed)
+  count(KEYS[5], 'replayed', replayed)
   redis.call('SPUBLISH', ARGV[1], now)
 end
 return {replayed, skipped}

@@ -24,36 +24,58 @@ Returns
   {-2, at, now, tolerance}            E_DUE_IN_PAST
   {-3, due, now, horizon}             E_BEYOND_HORIZON
   {-4, job id}                        E_DUPLICATE_JOB_ID
+  {-10, key, found, expected}         E_WRONG_TYPE: a key was overwritten outside shardq
+  {-11, argv index, value, lo, hi}    E_BAD_ARGUMENT
+Every check comes before the first write: a refused call writes nothing.
 ]]
 --@include now.lua
 --@include schedule.lua
+--@include checks.lua
 
 local now = now_ms()
-local due, rejected = due_time(ARGV[3], ARGV[4], now, tonumber(ARGV[5]), tonumber(ARGV[6]))
+if ARGV[3] ~= 'in' and ARGV[3] ~= 'at' then return {-11, 3, ARGV[3], 'in', 'at'} end
+local _, bad = arg_number(4, -1e15, 1e15)
+if bad then return bad end
+local tolerance, bad5 = arg_number(5, 0, 1e13)
+if bad5 then return bad5 end
+local horizon, bad6 = arg_number(6, 1, 1e13)
+if bad6 then return bad6 end
+local retention, bad7 = arg_number(7, 1, 1e13)
+if bad7 then return bad7 end
+local idem = ARGV[8] == '1'
+local types = {KEYS[1], 'hash', KEYS[2], 'zset', KEYS[3], 'stream'}
+if idem then
+  types[#types + 1] = KEYS[4]
+  types[#types + 1] = 'string'
+end
+local wrong = wrong_type(types)
+if wrong then return wrong end
+local due, rejected = due_time(ARGV[3], ARGV[4], now, tolerance, horizon)
 if rejected then return rejected end
 
 local id = ARGV[1]
-if ARGV[8] == '1' then
+if idem then
   local existing = redis.call('GET', KEYS[4])
   if existing then
     return {0, existing, 0, now}
   end
 end
-if redis.call('HSETNX', KEYS[1], id, 'S0|' .. ARGV[2]) == 0 then
+local stored = redis.call('HGET', KEYS[1], id)
+if stored then
   -- The same body under the same id is this very call sent again (a retry after a lost
   -- reply), or an identical job under the same id: either way it is stored, so report it.
-  local stored = redis.call('HGET', KEYS[1], id)
   local bar = string.find(stored, '|', 1, true)
   if bar and string.sub(stored, bar + 1) == ARGV[2] then
     return {2, id, 0, now}
   end
   return {-4, id}
 end
-if ARGV[8] == '1' then
-  local keep = math.max(due - now, 0) + tonumber(ARGV[7])
-  redis.call('SET', KEYS[4], id, 'PX', keep)
-end
 
+-- Writes from here on; nothing below can fail on shardq's own keys.
+redis.call('HSET', KEYS[1], id, 'S0|' .. ARGV[2])
+if idem then
+  redis.call('SET', KEYS[4], id, 'PX', math.floor(math.max(due - now, 0) + retention))
+end
 if due <= now then
   redis.call('XADD', KEYS[3], '*', 'j', id, 'd', due)
   redis.call('SPUBLISH', ARGV[10], '1')
@@ -65,5 +87,5 @@ else
     redis.call('SPUBLISH', ARGV[9], due)
   end
 end
-redis.call('HINCRBY', KEYS[5], 'enqueued', 1)
+count(KEYS[5], 'enqueued', 1)
 return {1, id, due, now}

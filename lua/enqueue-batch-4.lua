@@ -20,15 +20,30 @@ Returns {now ms, then 2 per job: status, detail}
   status 1: created, detail = due ms
   status 2: this exact job was already stored (a resent call), detail = 0
   status -2 E_DUE_IN_PAST, -3 E_BEYOND_HORIZON (detail = due ms), -4 E_DUPLICATE_JOB_ID
+or, for the whole call, before anything is written:
+  {-10, key, found, expected}         E_WRONG_TYPE
+  {-11, argv index, value, lo, hi}    E_BAD_ARGUMENT
 ]]
 --@include now.lua
 --@include schedule.lua
+--@include checks.lua
 
 local now = now_ms()
-local tolerance, horizon = tonumber(ARGV[1]), tonumber(ARGV[2])
+local tolerance, bad1 = arg_number(1, 0, 1e13)
+if bad1 then return bad1 end
+local horizon, bad2 = arg_number(2, 1, 1e13)
+if bad2 then return bad2 end
+if (#ARGV - 4) % 4 ~= 0 then return {-11, #ARGV, 'argument count', 4, 4} end
+for i = 5, #ARGV, 4 do
+  if ARGV[i + 2] ~= 'in' and ARGV[i + 2] ~= 'at' then return {-11, i + 2, ARGV[i + 2], 'in', 'at'} end
+  local _, bad = arg_number(i + 3, -1e15, 1e15)
+  if bad then return bad end
+end
+local wrong = wrong_type({KEYS[1], 'hash', KEYS[2], 'zset', KEYS[3], 'stream'})
+if wrong then return wrong end
+
 local out = {now}
 local created, earliest, readied = 0, nil, 0
-
 for i = 5, #ARGV, 4 do
   local id, body = ARGV[i], ARGV[i + 1]
   local due, rejected = due_time(ARGV[i + 2], ARGV[i + 3], now, tolerance, horizon)
@@ -36,12 +51,15 @@ for i = 5, #ARGV, 4 do
   if rejected then
     status = rejected[1]
     if status == -2 then due = tonumber(ARGV[i + 3]) else due = tonumber(rejected[2]) end
-  elseif redis.call('HSETNX', KEYS[1], id, 'S0|' .. body) == 0 then
+  else
     local stored = redis.call('HGET', KEYS[1], id)
-    local bar = string.find(stored, '|', 1, true)
-    if bar and string.sub(stored, bar + 1) == body then status = 2 else status = -4 end
+    if stored then
+      local bar = string.find(stored, '|', 1, true)
+      if bar and string.sub(stored, bar + 1) == body then status = 2 else status = -4 end
+    end
   end
   if status == 1 then
+    redis.call('HSET', KEYS[1], id, 'S0|' .. body)
     if due <= now then
       redis.call('XADD', KEYS[3], '*', 'j', id, 'd', due)
       readied = readied + 1
@@ -56,7 +74,7 @@ for i = 5, #ARGV, 4 do
 end
 
 if created > 0 then
-  redis.call('HINCRBY', KEYS[4], 'enqueued', created)
+  count(KEYS[4], 'enqueued', created)
 end
 if readied > 0 then
   redis.call('SPUBLISH', ARGV[4], '1')

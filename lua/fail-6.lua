@@ -18,37 +18,56 @@ Returns
   {1, due ms}   retry scheduled
   {2, now ms}   dead-lettered
   {0}           nothing to settle: the delivery is no longer pending or the job was cancelled
+  {-10, key, found, expected}         E_WRONG_TYPE: a key was overwritten outside shardq
+  {-11, argv index, value, lo, hi}    E_BAD_ARGUMENT
+Every check comes before the first write: a refused call writes nothing.
 
 Flags: allow-oom  (runs when Redis is at maxmemory: it frees memory or keeps a full Redis draining)
 ]]
 --@include now.lua
 --@include envelope.lua
+--@include checks.lua
 
+-- Reads and checks first: the delivery must still be pending, the job stored and readable.
+local delay, bad = arg_number(4, -1, 366 * 86400000)
+if bad then return bad end
+local wrong = wrong_type({KEYS[1], 'stream', KEYS[2], 'hash', KEYS[3], 'zset', KEYS[4], 'stream',
+  KEYS[5], 'hash'})
+if wrong then return wrong end
 local now = now_ms()
-local acked = redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])
-redis.call('XDEL', KEYS[1], ARGV[2])
-if acked == 0 then return {0} end
+local pending = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[2], ARGV[2], 1)[1]
+if not pending then return {0} end
 local id = ARGV[3]
 local v = redis.call('HGET', KEYS[2], id)
-if not v then return {0} end
-local _, attempt, body = split_envelope(v)
-if not attempt then
-  redis.call('HDEL', KEYS[2], id)
-  return {0}
+local attempt, body
+if v then
+  local _state
+  _state, attempt, body = split_envelope(v)
 end
-redis.call('HINCRBY', KEYS[6], 'failed', 1)
 
-local delay = tonumber(ARGV[4])
-if delay < 0 then
+-- Writes: the job's new place first, then the delivery is settled.
+local reply
+if not v then
+  reply = {0}  -- cancelled while it ran: nothing to keep
+elseif not attempt then
+  redis.call('HDEL', KEYS[2], id)  -- not an envelope: nothing can run it
+  reply = {0}
+elseif delay < 0 then
   dead_letter({KEYS[2], KEYS[4], KEYS[5], KEYS[6]}, id, attempt, body, ARGV[5], now)
-  return {2, now}
+  count(KEYS[6], 'failed', 1)
+  reply = {2, now}
+else
+  local due = now + math.floor(delay)
+  redis.call('HSET', KEYS[2], id, 'S' .. attempt .. '|' .. body)
+  redis.call('HSET', KEYS[5], id, ARGV[5])
+  redis.call('ZADD', KEYS[3], due, id)
+  if redis.call('ZRANGE', KEYS[3], 0, 0)[1] == id then
+    redis.call('SPUBLISH', ARGV[6], due)
+  end
+  count(KEYS[6], 'failed', 1)
+  count(KEYS[6], 'retried', 1)
+  reply = {1, due}
 end
-local due = now + delay
-redis.call('HSET', KEYS[2], id, 'S' .. attempt .. '|' .. body)
-redis.call('HSET', KEYS[5], id, ARGV[5])
-redis.call('ZADD', KEYS[3], due, id)
-if redis.call('ZRANGE', KEYS[3], 0, 0)[1] == id then
-  redis.call('SPUBLISH', ARGV[6], due)
-end
-redis.call('HINCRBY', KEYS[6], 'retried', 1)
-return {1, due}
+redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])
+redis.call('XDEL', KEYS[1], ARGV[2])
+return reply

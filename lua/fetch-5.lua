@@ -15,16 +15,23 @@ ARGV[2] consumer (worker) name
 ARGV[3] max entries to read
 
 Returns {now ms, entry id, job id, due ms, attempt, body, ...} (5 fields per job)
+  {-10, key, found, expected}         E_WRONG_TYPE: a key was overwritten outside shardq
+  {-11, argv index, value, lo, hi}    E_BAD_ARGUMENT
+Every check comes before the first write: a refused call writes nothing.
 
 Flags: allow-oom  (runs when Redis is at maxmemory: it frees memory or keeps a full Redis draining)
 ]]
 --@include now.lua
 --@include envelope.lua
+--@include checks.lua
 
+local n, bad = arg_number(3, 1, 1000)
+if bad then return bad end
+local wrong = wrong_type({KEYS[1], 'stream', KEYS[2], 'hash', KEYS[3], 'stream', KEYS[4], 'hash'})
+if wrong then return wrong end
 local now = now_ms()
 local out = {now}
-local r = redis.call('XREADGROUP', 'GROUP', ARGV[1], ARGV[2], 'COUNT', tonumber(ARGV[3]),
-  'STREAMS', KEYS[1], '>')
+local r = redis.call('XREADGROUP', 'GROUP', ARGV[1], ARGV[2], 'COUNT', n, 'STREAMS', KEYS[1], '>')
 if not r then return out end
 local dead_keys = {KEYS[2], KEYS[3], KEYS[4], KEYS[5]}
 
@@ -52,7 +59,7 @@ for _, entry in ipairs(r[1][2]) do
     redis.call('HSET', KEYS[2], id, 'A' .. attempt .. '|' .. body)
     out[#out + 1] = eid
     out[#out + 1] = id
-    out[#out + 1] = due or ''
+    out[#out + 1] = finite_due(due)
     out[#out + 1] = attempt
     out[#out + 1] = body
   end

@@ -8,8 +8,13 @@ ARGV[1] job id
 
 Returns {envelope or nil, due ms or nil, last error or nil}
 
+  {-10, key, found, expected}         E_WRONG_TYPE: a key was overwritten outside shardq
 Flags: no-writes  (reads only)
 ]]
+--@include checks.lua
+
+local wrong = wrong_type({KEYS[1], 'hash', KEYS[2], 'zset', KEYS[3], 'hash'})
+if wrong then return wrong end
 local v = redis.call('HGET', KEYS[1], ARGV[1])
 if not v then return {false, false, false} end
 return {v, redis.call('ZSCORE', KEYS[2], ARGV[1]), redis.call('HGET', KEYS[3], ARGV[1])}

@@ -18,16 +18,24 @@ Returns
                              or was displaced instead of being released (it died or was paused)
   {1, token, 0, 0}           already ours: extended
   {0, token, owner, ttl ms}  held by another owner
+  {-10, key, found, expected}         E_WRONG_TYPE: a key was overwritten outside shardq
+  {-11, argv index, value, lo, hi}    E_BAD_ARGUMENT
+Every check comes before the first write: a refused call writes nothing.
 
 Flags: allow-oom  (runs when Redis is at maxmemory: it frees memory or keeps a full Redis draining)
 ]]
 --@include now.lua
+--@include checks.lua
 
+local ttl, bad = arg_number(2, 100, 3600000)
+if bad then return bad end
+local wrong = wrong_type({KEYS[1], 'string', KEYS[2], 'hash'})
+if wrong then return wrong end
 local v = redis.call('GET', KEYS[1])
 if v then
   local token, owner = string.match(v, '^(%d+):(.*)$')
   if owner == ARGV[1] then
-    redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[2]))
+    redis.call('PEXPIRE', KEYS[1], ttl)
     return {1, token, 0, 0}
   end
   local displace = false
@@ -38,9 +46,13 @@ if v then
     return {0, token or '', owner or v, redis.call('PTTL', KEYS[1])}
   end
 end
+local last = redis.call('HGET', KEYS[2], 'token')
+if last and not tonumber(last) then
+  return {-10, KEYS[2], 'token ' .. last, 'a number'}
+end
 local token = redis.call('HINCRBY', KEYS[2], 'token', 1)
 local takeover = 0
 if v or (token > 1 and redis.call('HGET', KEYS[2], 'released') ~= '1') then takeover = 1 end
 redis.call('HSET', KEYS[2], 'released', '0', 'granted', now_ms())
-redis.call('SET', KEYS[1], token .. ':' .. ARGV[1], 'PX', tonumber(ARGV[2]))
+redis.call('SET', KEYS[1], token .. ':' .. ARGV[1], 'PX', ttl)
 return {1, tostring(token), 1, takeover}

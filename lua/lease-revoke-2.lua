@@ -10,13 +10,19 @@ KEYS[2] fence    hash    token, released, granted
 ARGV[1] the owner expected to hold it (nothing is done if another owner holds it now)
 
 Returns 1 revoked, 0 not held by that owner
+  {-10, key, found, expected}         E_WRONG_TYPE: a key was overwritten outside shardq
+Every check comes before the first write: a refused call writes nothing.
 
 Flags: allow-oom  (runs when Redis is at maxmemory: it frees memory or keeps a full Redis draining)
 ]]
+--@include checks.lua
+
+local wrong = wrong_type({KEYS[1], 'string', KEYS[2], 'hash'})
+if wrong then return wrong end
 local v = redis.call('GET', KEYS[1])
 if v and string.match(v, '^%d+:(.*)$') == ARGV[1] then
-  redis.call('DEL', KEYS[1])
   redis.call('HSET', KEYS[2], 'released', '1')
+  redis.call('DEL', KEYS[1])
   return 1
 end
 return 0

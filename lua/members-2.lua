@@ -11,18 +11,30 @@ ARGV[2] membership timeout ms
 ARGV[3] '1' when the member is leaving (clean shutdown), else '0'
 
 Returns {now ms, {live member ids...}, {draining member ids...}}
+  {-10, key, found, expected}         E_WRONG_TYPE: a key was overwritten outside shardq
+  {-11, argv index, value, lo, hi}    E_BAD_ARGUMENT
+Every check comes before the first write: a refused call writes nothing.
 
 Flags: allow-oom  (runs when Redis is at maxmemory: it frees memory or keeps a full Redis draining)
 ]]
 --@include now.lua
+--@include checks.lua
 
+-- A member's heartbeat never expires later than this: a timeout beyond it (or a member
+-- written by hand with an endless expiry) is not a live process.
+local MAX_TIMEOUT = 3600000
+local timeout, bad = arg_number(2, 100, MAX_TIMEOUT)
+if bad then return bad end
+local wrong = wrong_type({KEYS[1], 'zset', KEYS[2], 'set'})
+if wrong then return wrong end
 local now = now_ms()
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '(' .. (now + MAX_TIMEOUT), '+inf')
 if ARGV[3] == '1' then
   redis.call('ZREM', KEYS[1], ARGV[1])
   redis.call('SREM', KEYS[2], ARGV[1])
 else
-  redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])
+  redis.call('ZADD', KEYS[1], now + timeout, ARGV[1])
 end
 local live = redis.call('ZRANGE', KEYS[1], 0, -1)
 -- A drain request for a member that is gone has done its job.

@@ -6,9 +6,14 @@ KEYS[3] due      zset    job id scored by due ms
 
 Returns {now ms, lease value or '', lease ttl ms, granted ms or -1, next due ms or -1}
 
+  {-10, key, found, expected}         E_WRONG_TYPE: a key was overwritten outside shardq
 Flags: no-writes  (reads only)
 ]]
 --@include now.lua
+--@include checks.lua
+
+local wrong = wrong_type({KEYS[1], 'string', KEYS[2], 'hash', KEYS[3], 'zset'})
+if wrong then return wrong end
 local lease = redis.call('GET', KEYS[1]) or ''
 local ttl = redis.call('PTTL', KEYS[1])
 local granted = tonumber(redis.call('HGET', KEYS[2], 'granted') or '-1')

@@ -12,9 +12,14 @@ ARGV[1] consumer group
 Returns {now ms, due, overdue, oldest due ms or -1, ready entries (undelivered), pending,
          oldest pending idle ms or -1, dead letters, consumers, counters as a flat hash}
 
+  {-10, key, found, expected}         E_WRONG_TYPE: a key was overwritten outside shardq
 Flags: no-writes  (reads only)
 ]]
 --@include now.lua
+--@include checks.lua
+
+local wrong = wrong_type({KEYS[1], 'zset', KEYS[2], 'stream', KEYS[3], 'stream', KEYS[4], 'hash'})
+if wrong then return wrong end
 
 local now = now_ms()
 local due = redis.call('ZCARD', KEYS[1])

@@ -17,19 +17,28 @@ ARGV[4] lease time ms: a successful promote also extends the caller's lease, so 
 Returns
   {moved, next due ms or -1, now ms}   next due is the earliest remaining job's due time
   {-1, token, lease}                    E_FENCED: the caller's token is not current
+  {-10, key, found, expected}         E_WRONG_TYPE: a key was overwritten outside shardq
+  {-11, argv index, value, lo, hi}    E_BAD_ARGUMENT
+Every check comes before the first write: a refused call writes nothing.
 
 Flags: allow-oom  (runs when Redis is at maxmemory: it frees memory or keeps a full Redis draining)
 ]]
 --@include now.lua
 --@include lease.lua
+--@include checks.lua
 
+local k, bad2 = arg_number(2, 1, 1000)
+if bad2 then return bad2 end
+local lease_ms, bad4 = arg_number(4, 100, 3600000)
+if bad4 then return bad4 end
+local wrong = wrong_type({KEYS[1], 'zset', KEYS[2], 'stream', KEYS[3], 'string'})
+if wrong then return wrong end
 local stale = fenced(KEYS[3], ARGV[1])
 if stale then return stale end
 
-redis.call('PEXPIRE', KEYS[3], tonumber(ARGV[4]))
+redis.call('PEXPIRE', KEYS[3], lease_ms)
 local now = now_ms()
-local batch = redis.call('ZRANGE', KEYS[1], '-inf', now, 'BYSCORE', 'LIMIT', 0, tonumber(ARGV[2]),
-  'WITHSCORES')
+local batch = redis.call('ZRANGE', KEYS[1], '-inf', now, 'BYSCORE', 'LIMIT', 0, k, 'WITHSCORES')
 local moved = 0
 for i = 1, #batch, 2 do
   redis.call('XADD', KEYS[2], '*', 'j', batch[i], 'd', batch[i + 1])
@@ -37,7 +46,7 @@ for i = 1, #batch, 2 do
   moved = moved + 1
 end
 if moved > 0 then
-  redis.call('HINCRBY', KEYS[4], 'promoted', moved)
+  count(KEYS[4], 'promoted', moved)
   redis.call('SPUBLISH', ARGV[3], '1')
 end
 

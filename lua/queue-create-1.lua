@@ -11,8 +11,21 @@ Returns
   {1, partitions}            created
   {0, partitions}            already existed with the same count
   {-8, existing, requested}  E_QUEUE_CONFLICT
+  {-10, key, found, expected}         E_WRONG_TYPE: a key was overwritten outside shardq
+  {-11, argv index, value, lo, hi}    E_BAD_ARGUMENT
+Every check comes before the first write: a refused call writes nothing.
 ]]
 --@include now.lua
+--@include checks.lua
+
+local _, bad1 = arg_number(1, 1, 1024)
+if bad1 then return bad1 end
+local _, bad3 = arg_number(3, 0, 604800000)
+if bad3 then return bad3 end
+local _, bad4 = arg_number(4, 1, 1e12)
+if bad4 then return bad4 end
+local wrong = wrong_type({KEYS[1], 'hash'})
+if wrong then return wrong end
 local existing = redis.call('HGET', KEYS[1], 'partitions')
 if existing then
   if existing ~= ARGV[1] then return {-8, existing, ARGV[1]} end

@@ -22,21 +22,34 @@ ARGV[6] orphan idle ms: a delivery of a consumer not in ARGV[7..] is taken once 
 ARGV[7..] live consumers (worker names whose membership has not expired)
 
 Returns {now ms, entry id, job id, due ms, attempt, body, deliveries, ...} (6 fields per job)
+  {-10, key, found, expected}         E_WRONG_TYPE: a key was overwritten outside shardq
+  {-11, argv index, value, lo, hi}    E_BAD_ARGUMENT
+Every check comes before the first write: a refused call writes nothing.
 
 Flags: allow-oom  (runs when Redis is at maxmemory: it frees memory or keeps a full Redis draining)
 ]]
 --@include now.lua
 --@include envelope.lua
+--@include checks.lua
 
+local visibility, bad3 = arg_number(3, 0, 30 * 86400000)
+if bad3 then return bad3 end
+local n, bad4 = arg_number(4, 1, 1000)
+if bad4 then return bad4 end
+local limit, bad5 = arg_number(5, 1, 1000)
+if bad5 then return bad5 end
+local orphan_idle, bad6 = arg_number(6, 0, 30 * 86400000)
+if bad6 then return bad6 end
+local wrong = wrong_type({KEYS[1], 'stream', KEYS[2], 'hash', KEYS[3], 'stream', KEYS[4], 'hash'})
+if wrong then return wrong end
 local now = now_ms()
 local out = {now}
-local limit = tonumber(ARGV[5])
-local visibility, orphan_idle = tonumber(ARGV[3]), tonumber(ARGV[6])
 local live = {}
 for i = 7, #ARGV do live[ARGV[i]] = true end
 local dead_keys = {KEYS[2], KEYS[3], KEYS[4], KEYS[5]}
+if redis.call('EXISTS', KEYS[1]) == 0 then return out end
 local pending = redis.call('XPENDING', KEYS[1], ARGV[1], 'IDLE', math.min(visibility, orphan_idle),
-  '-', '+', tonumber(ARGV[4]))
+  '-', '+', n)
 
 for _, p in ipairs(pending) do
   local eid, owner, idle, deliveries = p[1], p[2], tonumber(p[3]), tonumber(p[4])
@@ -58,6 +71,12 @@ for _, p in ipairs(pending) do
     if v then state, attempt, body = split_envelope(v) end
     if not state then
       -- No job (cancelled, or malformed): nothing to run.
+      if id and v then
+        dead_letter_raw(dead_keys, entry[2], 'malformed envelope for job ' .. id, now)
+        redis.call('HDEL', KEYS[2], id)
+      elseif not id then
+        dead_letter_raw(dead_keys, entry[2], 'malformed ready entry: no job id field', now)
+      end
       redis.call('XACK', KEYS[1], ARGV[1], eid)
       redis.call('XDEL', KEYS[1], eid)
     elseif deliveries >= limit then
@@ -69,10 +88,10 @@ for _, p in ipairs(pending) do
     else
       attempt = attempt + 1
       redis.call('HSET', KEYS[2], id, 'A' .. attempt .. '|' .. body)
-      redis.call('HINCRBY', KEYS[5], 'reclaimed', 1)
+      bump(KEYS[5], 'reclaimed')
       out[#out + 1] = eid
       out[#out + 1] = id
-      out[#out + 1] = due or ''
+      out[#out + 1] = finite_due(due)
       out[#out + 1] = attempt
       out[#out + 1] = body
       out[#out + 1] = deliveries + 1

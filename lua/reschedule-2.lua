@@ -18,14 +18,27 @@ Returns
   {-6, id}                E_JOB_NOT_FOUND
   {-7, id}                E_JOB_RUNNING
   {-9, id}                E_JOB_DEAD
+  {-10, key, found, expected}         E_WRONG_TYPE: a key was overwritten outside shardq
+  {-11, argv index, value, lo, hi}    E_BAD_ARGUMENT
+Every check comes before the first write: a refused call writes nothing.
 
 Flags: allow-oom  (runs when Redis is at maxmemory: it frees memory or keeps a full Redis draining)
 ]]
 --@include now.lua
 --@include schedule.lua
+--@include checks.lua
 
+if ARGV[2] ~= 'in' and ARGV[2] ~= 'at' then return {-11, 2, ARGV[2], 'in', 'at'} end
+local _, bad3 = arg_number(3, -1e15, 1e15)
+if bad3 then return bad3 end
+local tolerance, bad4 = arg_number(4, 0, 1e13)
+if bad4 then return bad4 end
+local horizon, bad5 = arg_number(5, 1, 1e13)
+if bad5 then return bad5 end
+local wrong = wrong_type({KEYS[1], 'zset', KEYS[2], 'hash'})
+if wrong then return wrong end
 local now = now_ms()
-local due, rejected = due_time(ARGV[2], ARGV[3], now, tonumber(ARGV[4]), tonumber(ARGV[5]))
+local due, rejected = due_time(ARGV[2], ARGV[3], now, tolerance, horizon)
 if rejected then return rejected end
 local id = ARGV[1]
 if not redis.call('ZSCORE', KEYS[1], id) then

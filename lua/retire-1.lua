@@ -9,9 +9,15 @@ ARGV[1] consumer group
 ARGV[2] consumer (worker) name
 
 Returns 1 removed, 0 kept (it still has pending entries, which reclaim will pick up)
+  {-10, key, found, expected}         E_WRONG_TYPE: a key was overwritten outside shardq
+Every check comes before the first write: a refused call writes nothing.
 
 Flags: allow-oom  (runs when Redis is at maxmemory: it frees memory or keeps a full Redis draining)
 ]]
+--@include checks.lua
+
+local wrong = wrong_type({KEYS[1], 'stream'})
+if wrong then return wrong end
 if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
 local mine = redis.call('XPENDING', KEYS[1], ARGV[1], '-', '+', 1, ARGV[2])
 if mine[1] then return 0 end

@@ -12,10 +12,17 @@ ARGV[3..] entry ids
 
 Returns the entry ids now pending under another consumer.  An entry no longer pending at all
 was settled meanwhile (its ack raced this heartbeat) and is not reported.
+  {-10, key, found, expected}         E_WRONG_TYPE: a key was overwritten outside shardq
+Every check comes before the first write: a refused call writes nothing.
 
 Flags: allow-oom  (runs when Redis is at maxmemory: it frees memory or keeps a full Redis draining)
 ]]
+--@include checks.lua
+
+local wrong = wrong_type({KEYS[1], 'stream'})
+if wrong then return wrong end
 local lost = {}
+if redis.call('EXISTS', KEYS[1]) == 0 then return lost end
 for i = 3, #ARGV do
   local p = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[i], ARGV[i], 1)[1]
   if p then

@@ -20,17 +20,29 @@ ARGV[4] dead-letter cap (entries)
 ARGV[5] most entries to drop or trim in this call
 
 Returns {ready entries trimmed, dead letters dropped}, or {-1, token, lease} (E_FENCED)
+  {-10, key, found, expected}         E_WRONG_TYPE: a key was overwritten outside shardq
+  {-11, argv index, value, lo, hi}    E_BAD_ARGUMENT
+Every check comes before the first write: a refused call writes nothing.
 
 Flags: allow-oom  (runs when Redis is at maxmemory: it frees memory or keeps a full Redis draining)
 ]]
 --@include now.lua
 --@include lease.lua
 --@include envelope.lua
+--@include checks.lua
 
+local retention, bad3 = arg_number(3, 0, 30 * 86400000)
+if bad3 then return bad3 end
+local cap, bad4 = arg_number(4, 1, 1e12)
+if bad4 then return bad4 end
+local limit, bad5 = arg_number(5, 1, 100000)
+if bad5 then return bad5 end
+local wrong = wrong_type({KEYS[1], 'stream', KEYS[2], 'stream', KEYS[3], 'hash', KEYS[4], 'hash',
+  KEYS[6], 'string'})
+if wrong then return wrong end
 local stale = fenced(KEYS[6], ARGV[1])
 if stale then return stale end
 local now = now_ms()
-local limit = tonumber(ARGV[5])
 local trimmed, dropped = 0, 0
 
 local function id_ms(id)
@@ -38,7 +50,7 @@ local function id_ms(id)
 end
 
 if redis.call('EXISTS', KEYS[1]) == 1 then
-  local bound = now - tonumber(ARGV[3])
+  local bound = now - retention
   local first = redis.call('XPENDING', KEYS[1], ARGV[2], '-', '+', 1)[1]
   if first then bound = math.min(bound, id_ms(first[1])) end
   local last_delivered
@@ -56,7 +68,6 @@ if redis.call('EXISTS', KEYS[1]) == 1 then
   trimmed = redis.call('XTRIM', KEYS[1], 'MINID', '~', bound, 'LIMIT', limit)
 end
 
-local cap = tonumber(ARGV[4])
 local excess = redis.call('XLEN', KEYS[2]) - cap
 if excess > 0 then
   for _, entry in ipairs(redis.call('XRANGE', KEYS[2], '-', '+', 'COUNT', math.min(excess, limit))) do
@@ -69,6 +80,6 @@ if excess > 0 then
     redis.call('XDEL', KEYS[2], entry[1])
     dropped = dropped + 1
   end
-  redis.call('HINCRBY', KEYS[5], 'dead_dropped', dropped)
+  count(KEYS[5], 'dead_dropped', dropped)
 end
 return {trimmed, dropped}

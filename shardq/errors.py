@@ -144,3 +144,12 @@ class BulkEnqueueError(ShardqError):
 class FunctionsNotLoadedError(ShardqError):
     """shardq's Redis Functions library is not loaded on a node and this user may not load it:
     run ``shardq functions load`` as an admin user."""
+
+
+class CorruptKeyError(ShardqError):
+    """A key shardq uses holds another type than shardq writes there: something else wrote it.
+    The script refused before writing anything."""
+
+
+class ScriptArgumentError(ShardqError, ValueError):
+    """A script refused an argument out of its bounds (a bug, or a shardq version mismatch)."""

@@ -21,17 +21,31 @@ local function ready_fields(f)
   return id, due
 end
 
+-- finite_due(d): a ready entry's due ms as given, or '' when it is not a finite number (a
+-- record written by hand): the job still runs, its lateness is unknown.
+local function finite_due(d)
+  local n = tonumber(d)
+  if n == nil or n ~= n or n == math.huge or n == -math.huge then return '' end
+  return d
+end
+
+-- bump(stats, field): add one to a counter; advisory, so never fails the script (see count()).
+local function bump(stats, field)
+  local r = redis.pcall('HINCRBY', stats, field, 1)
+  if type(r) == 'table' and r['err'] then redis.pcall('HSET', stats, field, 1) end
+end
+
 -- dead_letter(keys, id, attempt, body, reason, now): mark the envelope dead and record why.
 -- keys = {jobs, dead, errors, stats}
 local function dead_letter(keys, id, attempt, body, reason, now)
   redis.call('HSET', keys[1], id, 'D' .. attempt .. '|' .. body)
   redis.call('HSET', keys[3], id, reason)
   redis.call('XADD', keys[2], '*', 'j', id, 'a', attempt, 'e', reason, 't', now)
-  redis.call('HINCRBY', keys[4], 'dead', 1)
+  bump(keys[4], 'dead')
 end
 
 -- dead_letter_raw(keys, fields, reason, now): record a ready entry that is not a job at all.
 local function dead_letter_raw(keys, fields, reason, now)
   redis.call('XADD', keys[2], '*', 'e', reason, 'raw', cjson.encode(fields), 't', now)
-  redis.call('HINCRBY', keys[4], 'dead', 1)
+  bump(keys[4], 'dead')
 end

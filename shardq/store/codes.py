@@ -13,6 +13,7 @@ from enum import IntEnum
 from typing import Any
 
 from shardq.errors import (
+    CorruptKeyError,
     DuplicateJobError,
     FencedError,
     InvalidScheduleError,
@@ -20,6 +21,7 @@ from shardq.errors import (
     JobNotScheduledError,
     JobRunningError,
     QueueConfigConflictError,
+    ScriptArgumentError,
     ScriptError,
     ShardqError,
 )
@@ -37,6 +39,8 @@ class Code(IntEnum):
     JOB_RUNNING = -7
     QUEUE_CONFLICT = -8
     JOB_DEAD = -9
+    WRONG_TYPE = -10
+    BAD_ARGUMENT = -11
 
 
 def _text(value: Any) -> str:
@@ -104,6 +108,20 @@ def _dead(d: list[str]) -> ShardqError:
     )
 
 
+def _wrong_type(d: list[str]) -> ShardqError:
+    return CorruptKeyError(
+        f"key {d[0]} holds {d[1]} where shardq keeps {d[2]}: something other than shardq wrote "
+        "it. Nothing was written. Inspect it (TYPE, DUMP), then restore or delete that key"
+    )
+
+
+def _bad_argument(d: list[str]) -> ShardqError:
+    return ScriptArgumentError(
+        f"argument {d[0]} = {d[1]!r} is outside {d[2]}..{d[3]}: a bug or a version mismatch "
+        "between shardq and its Redis functions (run `shardq functions load` after upgrading)"
+    )
+
+
 _ERRORS: dict[Code, Callable[[list[str]], ShardqError]] = {
     Code.FENCED: _fenced,
     Code.DUE_IN_PAST: _past,
@@ -114,6 +132,8 @@ _ERRORS: dict[Code, Callable[[list[str]], ShardqError]] = {
     Code.JOB_RUNNING: _running,
     Code.QUEUE_CONFLICT: _queue_conflict,
     Code.JOB_DEAD: _dead,
+    Code.WRONG_TYPE: _wrong_type,
+    Code.BAD_ARGUMENT: _bad_argument,
 }
 
 
@@ -123,7 +143,8 @@ def error_for(code: int, detail: list[Any]) -> ShardqError:
         factory = _ERRORS[Code(code)]
     except ValueError:
         return ScriptError(f"script returned unknown code {code} {detail!r}: upgrade shardq")
-    return factory([_text(d) for d in detail])
+    texts = [_text(d) for d in detail]
+    return factory(texts + ["?"] * (4 - len(texts)))  # a short reply still makes an error
 
 
 def is_code(reply: Any, code: Code) -> bool:
