@@ -224,20 +224,29 @@ class DeadLetter:
     raw: str | None
 
 
+def _int_or_none(value: str | None) -> int | None:
+    try:
+        return int(value) if value is not None else None
+    except ValueError:
+        return None
+
+
 def _parse_dead(partition: int, entry: Any) -> DeadLetter:
+    """One dead-letter entry; fields written by hand (a bad attempt count, bytes that are not
+    UTF-8) are shown as they are or left out, never fatal to a listing."""
     eid, fields = entry
     f = (
         {as_text(k): as_text(v) for k, v in fields.items()}
         if isinstance(fields, dict)
-        else {as_text(fields[i]): as_text(fields[i + 1]) for i in range(0, len(fields), 2)}
+        else {as_text(fields[i]): as_text(fields[i + 1]) for i in range(0, len(fields) - 1, 2)}
     )
     return DeadLetter(
         partition=partition,
         entry_id=as_text(eid),
         job_id=f.get("j"),
-        attempt=int(f["a"]) if "a" in f else None,
+        attempt=_int_or_none(f.get("a")),
         error=f.get("e", ""),
-        at_ms=int(f["t"]) if "t" in f else None,
+        at_ms=_int_or_none(f.get("t")),
         raw=f.get("raw"),
     )
 

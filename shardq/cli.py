@@ -21,6 +21,7 @@ from shardq.cli_security import acl_group, functions_group
 from shardq.cli_settings import build_settings, settings_options
 from shardq.client import Client
 from shardq.config import DispatcherSettings, WorkerSettings
+from shardq.errors import ShardqError
 from shardq.logs import setup_logging
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -87,7 +88,11 @@ def queue_list(url: str, username: str | None, password: str | None) -> None:
     """List queues with their partition counts."""
     with Client(settings_from(url, username, password)) as client:
         for name in client.queues():
-            click.echo(f"{name}\t{client.partitions(name)}")
+            try:
+                count: object = client.partitions(name)
+            except ShardqError as exc:  # a registry entry whose queue is gone or damaged
+                count = f"? ({type(exc).__name__})"
+            click.echo(f"{name}\t{count}")
 
 
 # jobs --------------------------------------------------------------------------------------

@@ -103,8 +103,10 @@ def node_client_async(node: Any) -> redis.asyncio.Redis:
 
 
 def as_text(value: Any) -> str:
-    """A reply value as text: redis-py returns bytes unless ``decode_responses`` is set."""
-    return value.decode() if isinstance(value, bytes) else str(value)
+    """A reply value as text: redis-py returns bytes unless ``decode_responses`` is set.  Bytes
+    that are not UTF-8 (a record written by hand) are shown with replacement characters rather
+    than failing whoever reads them."""
+    return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
 
 
 async def connect_async_waiting(settings: RedisSettings, stop: asyncio.Event) -> AsyncRedis | None:

@@ -29,9 +29,10 @@ from shardq.store.transport import AsyncTransport
 
 log = logging.getLogger("shardq.dispatcher")
 
-# Read the advisory owners hash at least this often even when the share is met, to correct
-# this dispatcher's own entries.
-OWNERS_EVERY = 10
+# A member that has held no partition for this long after joining does not count in the fair
+# share: it is not a working dispatcher (a member written by hand, a process stuck before its
+# first lease), and counting it would leave its share of partitions without a dispatcher.
+IDLE_MEMBER_GRACE = 10.0
 
 
 def fair_share(partitions: int, members: list[str], me: str) -> int:
@@ -102,26 +103,35 @@ class Leases:
         await self.membership.beat()
         self.rounds += 1
         total = len(self.pks)
+        owners = await fleet.read_owners(self.transport.client, self.queue, total)
         if self.pinned is not None:
             wanted = self.pinned
             self.target = len(wanted)
         else:
             wanted = list(range(total))
-            active = [m for m in self.membership.live if m not in self.membership.draining]
-            self.target = fair_share(total, active, self.owner)
+            self.target = fair_share(total, self.working_members(owners), self.owner)
         await self._renew()
         excess = len(self.tokens) - self.target
         if excess > 0:
             # Hand back the most recently acquired first: the others have warm state.
             give = sorted(self.tokens, key=lambda p: -self.renewed.get(p, 0.0))[:excess]
             await self.release(give, "above fair share")
-        need = self.target - len(self.tokens)
-        if need > 0 or self.rounds % OWNERS_EVERY == 1:
-            owners = await fleet.read_owners(self.transport.client, self.queue, total)
-            await self._fix_owner_entries(owners)
-            if need > 0:
-                await self._take(wanted, owners)
+        await self._fix_owner_entries(owners)
+        if self.target - len(self.tokens) > 0:
+            await self._take(wanted, owners)
         self._m_held.set(len(self.tokens))
+
+    def working_members(self, owners: dict[int, str]) -> list[str]:
+        """The live, non-draining members the partitions are shared among: those that hold a
+        partition, joined lately, or are this process."""
+        holders = set(owners.values())
+        m = self.membership
+        return [
+            member
+            for member in m.live
+            if member not in m.draining
+            and (member == self.owner or member in holders or m.age(member) < IDLE_MEMBER_GRACE)
+        ]
 
     async def _renew(self) -> None:
         """Renew leases no promote extended lately: a third of the lease time ago (a partition

@@ -51,6 +51,7 @@ class Membership:
         self.live: list[str] = [me]
         self.draining: list[str] = []
         self._gone: dict[str, float] = {}
+        self.first_seen: dict[str, float] = {}
         self.predecessors: set[str] = set()
         self.now_ms = 0
         self.last_success: float | None = None
@@ -86,6 +87,10 @@ class Membership:
         for member in [m for m, since in self._gone.items() if m in live or now - since > GONE_TTL]:
             del self._gone[member]
         self._previous = live
+        for member in live:
+            self.first_seen.setdefault(member, now)
+        for member in [m for m in self.first_seen if m not in live]:
+            del self.first_seen[member]
         twins = set(predecessors(self.me, members.live))
         if now - self.started < self.timeout:
             self.predecessors |= twins  # restarted in place: the old incarnation is gone
@@ -104,6 +109,11 @@ class Membership:
         self.now_ms = members.now_ms
         self.last_success = now
         return members
+
+    def age(self, member: str) -> float:
+        """Seconds since this process first saw ``member`` live (0 if never)."""
+        seen = self.first_seen.get(member)
+        return 0.0 if seen is None else time.monotonic() - seen
 
     @property
     def gone(self) -> set[str]:

@@ -6,6 +6,7 @@ settling a job names exactly the hash field the script read (a job id is opaque 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple
@@ -35,9 +36,12 @@ class Batch:
 
 
 def _due(value: Any) -> int | None:
-    if value in (b"", "", None):
+    """A ready entry's due ms; None when absent or not a finite number (written by hand)."""
+    try:
+        due = float(value)
+    except (TypeError, ValueError):
         return None
-    return int(float(value))
+    return int(due) if math.isfinite(due) else None
 
 
 def _parse_fetch(reply: Any) -> Batch:

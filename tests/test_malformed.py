@@ -1,0 +1,230 @@
+"""No record stops a process: malformed jobs, ready entries, members, owners and counters are
+written straight into live queues (as a buggy producer or a careless operator would) while a
+dispatcher and a worker run; each bad record is dead-lettered or skipped, the good jobs beside
+them run, every loop keeps working, and every CLI command still answers."""
+
+from __future__ import annotations
+
+import time
+
+import orjson
+from click.testing import CliRunner
+from helpers import FAST_WORKER, Runner, Runs, job_id_in, pending_total, text, wait_for
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from shardq.cli import main as cli
+from shardq.client import Client
+from shardq.store import delivery, keys, transport
+
+# (job id, stored envelope) pairs that no handler can run: each must end dead, not stop anyone.
+BAD_ENVELOPES = [
+    ("bad-backoff-str", 'S0|["t",1,{"b":"zzz"}]'),
+    ("bad-backoff-list", 'S0|["t",1,{"b":["q",1,2]}]'),
+    ("bad-backoff-obj", 'S0|["t",1,{"b":{}}]'),
+    ("bad-backoff-empty", 'S0|["t",1,{"b":[]}]'),
+    ("bad-attempts-str", 'S0|["t",1,{"m":"5"}]'),
+    ("bad-attempts-neg", 'S0|["t",1,{"m":-1}]'),
+    ("bad-headers", 'S0|["t",1,{"h":[1,2]}]'),
+    ("bad-key", 'S0|["t",1,{"k":5}]'),
+    ("bad-json", "S0|{not json"),
+    ("bad-type", "S0|[1,2]"),
+    ("bad-short", 'S0|["t"]'),
+    ("bad-options", 'S0|["t",1,[1]]'),
+    ("no-bar", "S0"),
+    ("bad-attempt", 'Sx|["t",1]'),
+]
+# Ready entries a worker cannot trust: odd due times still run the job.
+ODD_DUES = ["-inf", "inf", "nan", "1.5", "abc", ""]
+
+
+def _runner(url: str, queue: str, runs: Runs) -> Runner:
+    return Runner(url, queue, {"t": runs.add}, worker_settings=FAST_WORKER)
+
+
+def test_malformed_jobs_and_entries_go_dead_and_good_ones_run(
+    cluster_url: str, cluster_client: Client, queue: str
+) -> None:
+    client, r = cluster_client, cluster_client.redis
+    partitions = 2
+    client.create_queue(queue, partitions)
+    pk = keys.partition_keys(queue, 0, partitions)
+    runs = Runs()
+    with _runner(cluster_url, queue, runs) as runner:
+        for job_id, envelope in BAD_ENVELOPES:
+            jid = job_id_in(0, partitions, job_id)
+            r.hset(pk.jobs, jid, envelope)
+            r.xadd(pk.ready, {"j": jid, "d": "0"})
+        odd = []
+        for i, due in enumerate(ODD_DUES):
+            jid = job_id_in(0, partitions, f"odd-due-{i}")
+            r.hset(pk.jobs, jid, 'S0|["t",{"odd":true}]')
+            r.xadd(pk.ready, {"j": jid, "d": due})
+            odd.append(jid)
+        binary = b"\xff\xfe-not-utf8"
+        r.hset(pk.jobs, binary, 'S0|["t",1]')
+        r.xadd(pk.ready, {"j": binary, "d": "0"})
+        r.xadd(pk.ready, {"no-j": "x"})
+        good = [client.enqueue(queue, "t", {"fine": i}) for i in range(10)]
+        later = client.enqueue(queue, "t", {"later": True}, delay=0.5)
+        expected = set(good) | set(odd) | {later}
+        wait_for(
+            lambda: expected <= set(runs.count()),
+            30,
+            lambda: f"not run: {expected - set(runs.count())}",
+        )
+        wait_for(lambda: pending_total(r, queue, partitions) == 0, 30, "deliveries stuck")
+        wait_for(
+            lambda: (
+                len([e for e in r.xrange(pk.dead) if text(e[1].get(b"e", b"")).strip()])
+                >= len(BAD_ENVELOPES) + 1
+            ),
+            30,
+            lambda: f"dead: {len(r.xrange(pk.dead))}",
+        )
+        # An id no client can write (not UTF-8) cannot be named to a handler: it goes dead.
+        wait_for(lambda: (r.hget(pk.jobs, binary) or b"").startswith(b"D"), 10, "binary id")
+        worker = runner.workers[0]
+        assert worker.stats.malformed >= len(BAD_ENVELOPES) - 3  # the rest fail in Lua
+        runner.check()
+        assert not worker.supervisor.failing() and worker.supervisor.healthy()
+    # Nothing left active or stuck: every bad envelope is dead or gone.
+    for job_id, _ in BAD_ENVELOPES:
+        jid = job_id_in(0, partitions, job_id)
+        envelope = r.hget(pk.jobs, jid)
+        assert envelope is None or envelope.startswith(b"D"), (job_id, envelope)
+
+
+def test_malformed_jobs_taken_over_by_reclaim_go_dead_beside_good_ones(
+    cluster_url: str, cluster_client: Client, queue: str
+) -> None:
+    """A crashed consumer held a poison record and a good job: reclaim takes both, the good
+    one runs, the bad one goes dead, and nothing stays pending."""
+    client, r = cluster_client, cluster_client.redis
+    client.create_queue(queue, 1)
+    pk = keys.partition_keys(queue, 0, 1)
+    r.hset(pk.jobs, "poison", 'S0|["t",1,{"b":"zzz"}]')
+    r.xadd(pk.ready, {"j": "poison", "d": "-inf"})
+    good = client.enqueue(queue, "t", {"fine": True})
+    taken = transport.run(r, delivery.fetch(pk, "crashed-consumer", 10))
+    assert len(taken.jobs) == 2
+    runs = Runs()
+    with _runner(cluster_url, queue, runs) as runner:
+        wait_for(lambda: good in runs.count(), 30, "the good job was not reclaimed")
+        wait_for(lambda: pending_total(r, queue, 1) == 0, 30, "poison stuck pending")
+        wait_for(lambda: (r.hget(pk.jobs, "poison") or b"").startswith(b"D"), 10, "not dead")
+        runner.check()
+        assert runner.workers[0].supervisor.healthy()
+
+
+def test_bad_fleet_records_do_not_stop_dispatchers(
+    cluster_url: str, cluster_client: Client, queue: str
+) -> None:
+    """A non-integer owners field, 100 members with endless heartbeats, non-numeric counters:
+    the dispatcher still holds every partition, promotes, samples and trims."""
+    client, r = cluster_client, cluster_client.redis
+    partitions = 4
+    client.create_queue(queue, partitions)
+    r.hset(keys.owners_key(queue), mapping={"notint": "x 1", "99": "ghost 1", "1": ""})
+    r.zadd(keys.dispatchers_key(queue), {f"ghost-{i}": "+inf" for i in range(100)})
+    for pk in keys.all_partition_keys(queue, partitions):
+        r.hset(pk.stats, mapping={"promoted": "not-a-number", "enqueued": "x"})
+    runs = Runs()
+    with Runner(cluster_url, queue, {"t": runs.add}, wait_leases=False) as runner:
+        d = runner.dispatcher
+        assert d is not None
+        wait_for(lambda: len(d.tokens) == partitions, 30, "the dispatcher did not take over")
+        ids = {client.enqueue(queue, "t", i, delay=0.3) for i in range(40)}
+        wait_for(lambda: ids <= set(runs.count()), 30, "jobs did not run")
+        # Counters repaired by the scripts, not fatal to them or to the sampler.
+        wait_for(
+            lambda: all(
+                r.hget(pk.stats, "promoted") not in (None, b"not-a-number")
+                for pk in keys.all_partition_keys(queue, partitions)
+            ),
+            30,
+            "counters not repaired",
+        )
+        time.sleep(0.1)
+        runner.check()
+        assert d.supervisor.healthy()
+    assert r.zcount(keys.dispatchers_key(queue), "-inf", "+inf") == 0  # endless ones pruned
+
+
+def test_cli_commands_answer_despite_bad_records(
+    cluster_url: str, cluster_client: Client, queue: str
+) -> None:
+    client, r = cluster_client, cluster_client.redis
+    client.create_queue(queue, 2)
+    pk = keys.partition_keys(queue, 0, 2)
+    r.xadd(pk.dead, {"j": "x1", "a": "notint", "e": "boom", "t": "later"})
+    r.xadd(pk.dead, {"e": "malformed", "raw": b"\xff\xfe\x00", "t": "1"})
+    r.hset(pk.jobs, "x1", "D1|[1,2]")
+    r.sadd(keys.QUEUES_KEY, "gone-queue")  # registered, but its meta is missing
+    runner = CliRunner()
+    base = ["--queue", queue, "--url", cluster_url]
+    for args in (
+        ["dlq", "list", *base],
+        ["dlq", "show", *base, "x1"],
+        ["dlq", "replay", *base, "--all", "--yes"],
+        ["dlq", "purge", *base, "--all", "--yes"],
+        ["queue", "list", "--url", cluster_url],
+        ["stats", *base, "--json"],
+    ):
+        out = runner.invoke(cli, args)
+        assert "Traceback" not in out.output, (args, out.output)
+        assert out.exception is None or isinstance(out.exception, SystemExit), (args, out.output)
+    r.hset(pk.jobs, job_id_in(0, 2, "weird"), "S0|{not json")
+    out = runner.invoke(cli, ["job", "get", queue, job_id_in(0, 2, "weird"), "--url", cluster_url])
+    assert out.exit_code == 1 and "Traceback" not in out.output, out.output
+    r.srem(keys.QUEUES_KEY, "gone-queue")
+
+
+RECORD = st.one_of(
+    st.binary(max_size=40),
+    st.builds(
+        lambda v: b"S0|" + orjson.dumps(v),
+        st.lists(st.none() | st.integers() | st.text(max_size=5), max_size=4),
+    ),
+    st.builds(
+        lambda opts: b'S0|["t",1,' + orjson.dumps(opts) + b"]",
+        st.dictionaries(
+            st.sampled_from(["m", "b", "k", "h", "x"]),
+            st.none() | st.integers() | st.text(max_size=4) | st.lists(st.integers(), max_size=3),
+            max_size=3,
+        ),
+    ),
+)
+
+
+@settings(max_examples=4)
+@given(records=st.lists(st.tuples(RECORD, st.text(max_size=6)), min_size=5, max_size=20))
+def test_any_stored_record_is_run_or_dead_and_the_worker_carries_on(
+    cluster_url: str, records: list[tuple[bytes, str]]
+) -> None:
+    """Hypothesis writes arbitrary envelopes and due fields; every one ends run, dead or gone,
+    none stays pending, and a good job enqueued after them still runs."""
+    import uuid
+
+    client = Client.from_url(cluster_url)
+    queue = "h-" + uuid.uuid4().hex[:10]
+    client.create_queue(queue, 1)
+    r = client.redis
+    pk = keys.partition_keys(queue, 0, 1)
+    for i, (envelope, due) in enumerate(records):
+        r.hset(pk.jobs, f"rec-{i}", envelope)
+        r.xadd(pk.ready, {"j": f"rec-{i}", "d": due})
+    runs = Runs()
+    try:
+        with _runner(cluster_url, queue, runs) as runner:
+            good = client.enqueue(queue, "t", {"fine": True})
+            wait_for(lambda: good in runs.count(), 30, "the worker stopped serving")
+            wait_for(lambda: pending_total(r, queue, 1) == 0, 30, "a record stays pending")
+            runner.check()
+            assert runner.workers[0].supervisor.healthy()
+        for i in range(len(records)):
+            envelope = r.hget(pk.jobs, f"rec-{i}")
+            ran = f"rec-{i}" in runs.count()
+            assert ran or envelope is None or envelope.startswith(b"D"), (i, envelope)
+    finally:
+        client.close()
