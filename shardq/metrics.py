@@ -42,6 +42,7 @@ COUNTERS = (
     "dead",
     "cancelled",
     "reclaimed",
+    "malformed",
 )
 LATENESS_BUCKETS = (
     0.001,
@@ -159,6 +160,14 @@ SCRIPT_ERRORS = Counter(
     ["queue", "op", "error"],
 )
 
+MALFORMED = Counter(
+    "shardq_malformed_records_total",
+    "Records read from Redis that could not be parsed and were skipped or dead-lettered, by "
+    "kind (job: a stored job a worker cannot read, dead-lettered; owner: a bad field of the "
+    "advisory owners hash, skipped). Ready entries the scripts dead-letter count in the "
+    "partition's 'malformed' counter.",
+    ["queue", "kind"],
+)
 
 LOOP_ERRORS = Counter(
     "shardq_loop_errors_total",

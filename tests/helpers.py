@@ -345,3 +345,10 @@ class Runner:
             await asyncio.gather(*tasks)
         finally:
             await redis.aclose()
+
+
+def counter_value(name: str, **labels: str) -> float:
+    """This process's value of a Prometheus counter (0 when the series does not exist yet)."""
+    from prometheus_client import REGISTRY
+
+    return REGISTRY.get_sample_value(name, labels) or 0.0

@@ -6,15 +6,27 @@ them run, every loop keeps working, and every CLI command still answers."""
 from __future__ import annotations
 
 import time
+from collections import Counter
 
 import orjson
 from click.testing import CliRunner
-from helpers import FAST_WORKER, Runner, Runs, job_id_in, pending_total, text, wait_for
+from helpers import (
+    FAST_WORKER,
+    Runner,
+    Runs,
+    counter_value,
+    job_id_in,
+    pending_total,
+    text,
+    wait_for,
+)
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from shardq.cli import main as cli
 from shardq.client import Client
+from shardq.errors import RetryAfter
+from shardq.jobs import Backoff, Job
 from shardq.store import delivery, keys, transport
 
 # (job id, stored envelope) pairs that no handler can run: each must end dead, not stop anyone.
@@ -86,6 +98,10 @@ def test_malformed_jobs_and_entries_go_dead_and_good_ones_run(
         wait_for(lambda: (r.hget(pk.jobs, binary) or b"").startswith(b"D"), 10, "binary id")
         worker = runner.workers[0]
         assert worker.stats.malformed >= len(BAD_ENVELOPES) - 3  # the rest fail in Lua
+        assert counter_value("shardq_malformed_records_total", queue=queue, kind="job") >= (
+            worker.stats.malformed
+        )
+        assert int(r.hget(pk.stats, "malformed") or 0) >= 2  # entries the fetch script dropped
         runner.check()
         assert not worker.supervisor.failing() and worker.supervisor.healthy()
     # Nothing left active or stuck: every bad envelope is dead or gone.
@@ -148,6 +164,7 @@ def test_bad_fleet_records_do_not_stop_dispatchers(
         time.sleep(0.1)
         runner.check()
         assert d.supervisor.healthy()
+        assert counter_value("shardq_malformed_records_total", queue=queue, kind="owner") > 0
     assert r.zcount(keys.dispatchers_key(queue), "-inf", "+inf") == 0  # endless ones pruned
 
 
@@ -228,3 +245,51 @@ def test_any_stored_record_is_run_or_dead_and_the_worker_carries_on(
             assert ran or envelope is None or envelope.startswith(b"D"), (i, envelope)
     finally:
         client.close()
+
+
+class _Unprintable(Exception):
+    def __str__(self) -> str:
+        raise RuntimeError("__str__ itself fails")
+
+
+def test_failure_settles_that_cannot_be_described_still_end_each_delivery(
+    cluster_url: str, cluster_client: Client, queue: str
+) -> None:
+    """Handlers that raise odd things (RetryAfter(nan), RetryAfter('5'), RetryAfter(-1), an
+    exception whose __str__ raises, an exception of a huge message) each end back in due or
+    dead: nothing stays in the worker's in-flight table, pending, or holds a slot."""
+    client, r = cluster_client, cluster_client.redis
+    client.create_queue(queue, 2)
+    attempts: Counter[str] = Counter()
+    raisers = {
+        "nan": lambda: RetryAfter(float("nan")),
+        "inf": lambda: RetryAfter(float("inf")),
+        "str": lambda: RetryAfter("5"),  # type: ignore[arg-type]
+        "negative": lambda: RetryAfter(-1),
+        "unprintable": lambda: _Unprintable(),
+        "huge": lambda: ValueError("x" * 5_000_000),
+    }
+
+    def handler(job: Job) -> None:
+        attempts[job.payload] += 1
+        if job.attempt < job.max_attempts:
+            raise raisers[job.payload]()
+
+    with Runner(cluster_url, queue, {"t": handler}, worker_settings=FAST_WORKER) as runner:
+        ids = {
+            kind: client.enqueue(queue, "t", kind, max_attempts=2, backoff=Backoff("fixed", 0.05))
+            for kind in raisers
+        }
+        wait_for(
+            lambda: all(attempts[k] >= 2 for k in raisers),
+            30,
+            lambda: f"attempts: {dict(attempts)}",
+        )
+        wait_for(lambda: pending_total(r, queue, 2) == 0, 30, "deliveries stuck pending")
+        worker = runner.workers[0]
+        wait_for(lambda: worker.inflight == 0, 10, "deliveries stuck in memory")
+        runner.check()
+        assert worker.supervisor.healthy()
+    for kind, job_id in ids.items():
+        info = client.get(queue, job_id)
+        assert info is None, (kind, info)  # each ran again and completed

@@ -42,6 +42,7 @@ local function dead_letter(keys, id, attempt, body, reason, now)
   redis.call('HSET', keys[3], id, reason)
   redis.call('XADD', keys[2], '*', 'j', id, 'a', attempt, 'e', reason, 't', now)
   bump(keys[4], 'dead')
+  bump(keys[4], 'malformed')
 end
 
 -- dead_letter_raw(keys, fields, reason, now): record a ready entry that is not a job at all.

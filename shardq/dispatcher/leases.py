@@ -71,6 +71,7 @@ class Leases:
         self.renewed: dict[int, float] = {}
         self.target = 0
         self.rounds = 0
+        self._warned_owners: frozenset[str] = frozenset()
         self.counts: dict[str, int] = {}
         self._m_held = metrics.LEASES_HELD.labels(queue, label)
 
@@ -103,7 +104,10 @@ class Leases:
         await self.membership.beat()
         self.rounds += 1
         total = len(self.pks)
-        owners = await fleet.read_owners(self.transport.client, self.queue, total)
+        skipped: list[str] = []
+        owners = await fleet.read_owners(self.transport.client, self.queue, total, skipped)
+        if skipped:
+            self._malformed_owners(skipped)
         if self.pinned is not None:
             wanted = self.pinned
             self.target = len(wanted)
@@ -120,6 +124,22 @@ class Leases:
         if self.target - len(self.tokens) > 0:
             await self._take(wanted, owners)
         self._m_held.set(len(self.tokens))
+
+    def _malformed_owners(self, fields: list[str]) -> None:
+        """Count bad owners fields every round; say so once per distinct set (not every round)."""
+        metrics.MALFORMED.labels(self.queue, "owner").inc(len(fields))
+        shown = frozenset(fields)
+        if shown != self._warned_owners:
+            self._warned_owners = shown
+            log_event(
+                log,
+                "record.malformed",
+                logging.WARNING,
+                queue=self.queue,
+                key=keys.owners_key(self.queue),
+                fields=sorted(shown)[:20],
+                action="skipped; fix or HDEL the fields (the hash is advisory)",
+            )
 
     def working_members(self, owners: dict[int, str]) -> list[str]:
         """The live, non-draining members the partitions are shared among: those that hold a

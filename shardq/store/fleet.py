@@ -180,23 +180,31 @@ def fenced(token: str, lease: str = "") -> FencedError:
 # The advisory owners hash (partition -> '<owner> <token>'): plain commands, not scripts.
 
 
-def parse_owners(raw: dict[Any, Any], partitions: int) -> dict[int, str]:
+def parse_owners(
+    raw: dict[Any, Any], partitions: int, skipped: list[str] | None = None
+) -> dict[int, str]:
     """Partition -> owner from the owners hash; fields that are not a partition of this queue,
-    or values that are not '<owner> <token>', are skipped (the hash is advisory)."""
+    or values that are not '<owner> <token>', are skipped (the hash is advisory) and, when
+    ``skipped`` is given, their field names appended to it."""
     owners: dict[int, str] = {}
     for field_raw, value_raw in raw.items():
         field, value = as_text(field_raw), as_text(value_raw)
-        if not field.isdigit() or not 0 <= int(field) < partitions:
+        owner, _, token = value.partition(" ")
+        if not field.isdigit() or not 0 <= int(field) < partitions or not owner:
+            if skipped is not None:
+                skipped.append(field)
             continue
-        owner = value.split(" ", 1)[0]
-        if owner:
-            owners[int(field)] = owner
+        if not token.isdigit() and skipped is not None:
+            skipped.append(field)  # still an owner name: worth knowing who holds it
+        owners[int(field)] = owner
     return owners
 
 
-async def read_owners(client: Any, queue: str, partitions: int) -> dict[int, str]:
+async def read_owners(
+    client: Any, queue: str, partitions: int, skipped: list[str] | None = None
+) -> dict[int, str]:
     raw = await client.hgetall(keys.owners_key(queue))
-    return parse_owners(raw, partitions)
+    return parse_owners(raw, partitions, skipped)
 
 
 async def write_owners(client: Any, queue: str, owner: str, tokens: dict[int, str]) -> None:

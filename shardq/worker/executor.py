@@ -128,6 +128,7 @@ class Executor:
             d = Delivery(partition, item.entry_id, item.raw_id, placeholder, now)
             self.inflight.add(d)
             self.stats.malformed += 1
+            metrics.MALFORMED.labels(self.queue, "job").inc()
             self.settler.failed(d, exc)
             return
         d = Delivery(partition, item.entry_id, item.raw_id, job, now)
