@@ -18,7 +18,9 @@ Flags: no-writes  (reads only)
 --@include now.lua
 --@include checks.lua
 
-local wrong = wrong_type({KEYS[1], 'zset', KEYS[2], 'stream', KEYS[3], 'stream', KEYS[4], 'hash'})
+-- The stats hash is advisory: of the wrong type, it reads as no counters (the backlog figures
+-- still matter more than the counters).
+local wrong = wrong_type({KEYS[1], 'zset', KEYS[2], 'stream', KEYS[3], 'stream'})
 if wrong then return wrong end
 
 local now = now_ms()
@@ -48,5 +50,6 @@ if redis.call('EXISTS', KEYS[2]) == 1 then
 end
 local dead = 0
 if redis.call('EXISTS', KEYS[3]) == 1 then dead = redis.call('XLEN', KEYS[3]) end
-return {now, due, overdue, oldest, undelivered, pending, oldest_idle, dead, consumers,
-        redis.call('HGETALL', KEYS[4])}
+local counters = {}
+if redis.call('TYPE', KEYS[4])['ok'] == 'hash' then counters = redis.call('HGETALL', KEYS[4]) end
+return {now, due, overdue, oldest, undelivered, pending, oldest_idle, dead, consumers, counters}
