@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import bisect
+import dataclasses
 import os
 import secrets
 import shutil
@@ -195,7 +196,15 @@ def stop_processes(procs: list[Any], timeout: float = 30.0) -> None:
 
 def run_e2e(cfg: E2EConfig, progress: TextIO | None = None) -> dict[str, Any]:
     """Run the benchmark and return its figures (see the keys of the returned dict)."""
-    settings = RedisSettings.from_url(cfg.url, username=cfg.username, password=cfg.password)
+    settings = RedisSettings.from_url(cfg.url)
+    # Credentials reach the child processes in their environment, never on their command line.
+    cfg = dataclasses.replace(
+        cfg,
+        url=settings.url + ("?cluster=true" if settings.cluster else ""),
+        username=cfg.username or settings.username,
+        password=cfg.password or settings.password,
+    )
+    settings = dataclasses.replace(settings, username=cfg.username, password=cfg.password)
     client = Client(settings)
     queue = f"bench-{int(time.time())}-{secrets.token_hex(3)}"
     client.create_queue(queue, cfg.partitions)

@@ -9,6 +9,7 @@ over the primaries).
 
 from __future__ import annotations
 
+import os
 import secrets
 import select
 import signal
@@ -118,7 +119,16 @@ def run_fleet(
     idle_seconds: float = 10.0,
     password: str | None = None,
 ) -> dict[str, Any]:
-    client = Client(RedisSettings.from_url(url, password=password))
+    settings = RedisSettings.from_url(url, password=password)
+    password = settings.password
+    # Credentials reach the child processes in their environment, never on their command line.
+    url = settings.url + ("?cluster=true" if settings.cluster else "")
+    env = dict(os.environ)
+    if password:
+        env["SHARDQ_REDIS_PASSWORD"] = password
+    if settings.username:
+        env["SHARDQ_REDIS_USERNAME"] = settings.username
+    client = Client(settings)
     queue = f"fleet-{int(time.time())}-{secrets.token_hex(3)}"
     client.create_queue(queue, partitions)
     procs: list[subprocess.Popen[bytes]] = []
@@ -139,6 +149,7 @@ def run_fleet(
                 "--membership-timeout",
                 str(lease_time),
             ),
+            env=env,
         )
         procs.append(proc)
         return proc
@@ -168,6 +179,7 @@ def run_fleet(
                         "--handlers",
                         "shardq.bench:handlers",
                     ),
+                    env=env,
                 )
             )
         time.sleep(3.0)  # let workers register and settle

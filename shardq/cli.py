@@ -13,8 +13,14 @@ from datetime import datetime
 from typing import Any, TypeVar
 
 import click
+import orjson
 
-from shardq.cli_common import friendly_errors, redis_options, settings_from
+from shardq.cli_common import (
+    friendly_errors,
+    redis_options,
+    restart_without_password_in_argv,
+    settings_from,
+)
 from shardq.cli_dev import dev
 from shardq.cli_ops import dlq, owners, rebalance, stats
 from shardq.cli_security import acl_group, functions_group
@@ -126,8 +132,10 @@ def enqueue(
 ) -> None:
     """Enqueue one job and print its id."""
     try:
-        data = json.loads(payload)
-    except json.JSONDecodeError as exc:
+        # orjson: rejects NaN/Infinity literals and documents nested deeper than 1024 levels
+        # with a JSONDecodeError (json.loads would hit RecursionError).
+        data = orjson.loads(payload)
+    except orjson.JSONDecodeError as exc:
         raise click.BadParameter(f"not JSON: {exc}", param_hint="--payload") from None
     when: datetime | None = None
     if run_at is not None:
@@ -212,13 +220,14 @@ def health(queue_name: str | None, url: str, username: str | None, password: str
     """
     from redis.exceptions import RedisError
 
+    settings = settings_from(url, username, password)
     try:
-        with Client(settings_from(url, username, password)) as client:
+        with Client(settings) as client:
             client.redis.ping()
             if queue_name is not None:
                 client.partitions(queue_name)
     except RedisError as exc:
-        raise click.ClickException(f"unhealthy: Redis at {url}: {exc}") from None
+        raise click.ClickException(f"unhealthy: Redis at {settings.url}: {exc}") from None
     click.echo("ok" + (f": queue {queue_name} reachable" if queue_name else ""))
 
 
@@ -562,5 +571,12 @@ def demo(base_port: int, jobs: int, spread: float, workers: int, keep: bool) -> 
             cluster_down(base_port)
 
 
-if __name__ == "__main__":
+def entry() -> None:
+    """The ``shardq`` command: keeps a password given on the command line off the process
+    list, then runs the CLI."""
+    restart_without_password_in_argv()
     main()
+
+
+if __name__ == "__main__":
+    entry()

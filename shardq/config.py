@@ -18,6 +18,30 @@ _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
 
 
+def redact_url(url: str) -> str:
+    """The URL with any password replaced by ``***`` (for messages and logs)."""
+    try:
+        parsed = urlparse(url)
+        if parsed.password is None:
+            return url
+        user = parsed.username or ""
+        host = parsed.netloc.rsplit("@", 1)[1]
+        return parsed._replace(netloc=f"{user}:***@{host}").geturl()
+    except ValueError:
+        # Unparseable: hide everything between the scheme and the last '@'.
+        scheme, sep, rest = url.partition("://")
+        if "@" in rest:
+            return f"{scheme}{sep}***@{rest.rsplit('@', 1)[1]}"
+        return url
+
+
+def url_has_password(url: str) -> bool:
+    try:
+        return urlparse(url).password is not None
+    except ValueError:
+        return "@" in url
+
+
 def _parse_bool(name: str, value: str) -> bool:
     low = value.strip().lower()
     if low in _TRUE:
@@ -48,20 +72,27 @@ class RedisSettings:
 
         The credentials move out of the stored URL, so ``repr`` never shows them.
         """
-        parsed = urlparse(url)
+        shown = redact_url(url) if isinstance(url, str) else repr(url)
+        if not isinstance(url, str):
+            raise ConfigError(f"Redis URL must be a string, got {shown}")
+        try:
+            parsed = urlparse(url)
+            hostname = parsed.hostname
+        except ValueError as exc:
+            raise ConfigError(f"Redis URL {shown!r} cannot be parsed: {exc}") from None
         if parsed.scheme not in ("redis", "rediss"):
-            raise ConfigError(f"Redis URL must start with redis:// or rediss://, got {url!r}")
-        if not parsed.hostname:
-            raise ConfigError(f"Redis URL {url!r} has no host: use redis://host:port")
+            raise ConfigError(f"Redis URL must start with redis:// or rediss://, got {shown!r}")
+        if not hostname:
+            raise ConfigError(f"Redis URL {shown!r} has no host: use redis://host:port")
         try:
             port = parsed.port or 6379
         except ValueError as exc:
-            raise ConfigError(f"Redis URL {url!r} has a bad port: {exc}") from None
+            raise ConfigError(f"Redis URL {shown!r} has a bad port: {exc}") from None
         query = parse_qs(parsed.query)
         cluster: bool | None = None
         if "cluster" in query:
             cluster = _parse_bool("cluster", query["cluster"][-1])
-        host = parsed.hostname if ":" not in parsed.hostname else f"[{parsed.hostname}]"
+        host = hostname if ":" not in hostname else f"[{hostname}]"
         clean = f"{parsed.scheme}://{host}:{port}"
         values: dict[str, Any] = {
             "url": clean,
@@ -108,8 +139,12 @@ class RedisSettings:
             "client_name": self.client_name,
         }
         if self.ssl:
+            # Verify the certificate and that it names the host, explicitly: older redis-py
+            # releases did not check the hostname by default.
             kwargs["ssl"] = True
             kwargs["ssl_ca_certs"] = self.ssl_ca_certs
+            kwargs["ssl_cert_reqs"] = "required"
+            kwargs["ssl_check_hostname"] = True
         return kwargs
 
 
@@ -158,15 +193,15 @@ class ProducerSettings:
     primary is replaced in about 3-5 s) before it raises RedisUnavailableError."""
 
     def __post_init__(self) -> None:
-        if self.max_payload_bytes <= 0:
-            raise ConfigError("max_payload_bytes must be > 0")
-        _check_seconds("past_tolerance", self.past_tolerance, positive=False)
-        _check_seconds("max_horizon", self.max_horizon)
-        _check_seconds("idempotency_retention", self.idempotency_retention)
-        _check_seconds("durable_timeout", self.durable_timeout)
-        _check_seconds("retry_timeout", self.retry_timeout, positive=False)
-        if self.durable_replicas < 1:
-            raise ConfigError("durable_replicas must be >= 1")
+        # Bounds match what the scripts accept (times travel as ms), so a setting that passes
+        # here is never refused by Redis later.
+        _check_int("max_payload_bytes", self.max_payload_bytes, 1, 512 * 1024 * 1024)
+        _check_range("past_tolerance", self.past_tolerance, 0, 1e10)
+        _check_range("max_horizon", self.max_horizon, 0.001, 1e10)
+        _check_range("idempotency_retention", self.idempotency_retention, 0.001, 1e10)
+        _check_range("durable_timeout", self.durable_timeout, 0.001, 3600)
+        _check_range("retry_timeout", self.retry_timeout, 0, 3600)
+        _check_int("durable_replicas", self.durable_replicas, 1, 64)
 
 
 @dataclass(frozen=True, slots=True)

@@ -88,6 +88,7 @@ _NODE_CONNECTION_KEYS = (
     "ssl_certfile",
     "ssl_keyfile",
     "ssl_cert_reqs",
+    "ssl_check_hostname",
     "socket_connect_timeout",
     "socket_timeout",
     "credential_provider",

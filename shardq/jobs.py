@@ -28,8 +28,8 @@ from shardq.errors import (
 )
 from shardq.store.keys import QUEUE_NAME_RE
 
-JOB_TYPE_RE = re.compile(r"^[A-Za-z0-9_.:/\-]{1,128}$")
-JOB_ID_RE = re.compile(r"^[\x21-\x7e]{1,128}$")
+JOB_TYPE_RE = re.compile(r"[A-Za-z0-9_.:/\-]{1,128}")  # fullmatch: "$" would let "\n" through
+JOB_ID_RE = re.compile(r"[\x21-\x7e]{1,128}")
 MAX_IDEMPOTENCY_KEY = 256
 MAX_ATTEMPTS_LIMIT = 1000
 
@@ -95,7 +95,7 @@ def new_job_id() -> str:
 
 
 def check_queue_name(queue: str) -> None:
-    if not isinstance(queue, str) or not QUEUE_NAME_RE.match(queue):
+    if not isinstance(queue, str) or not QUEUE_NAME_RE.fullmatch(queue):
         raise UnknownQueueError(
             f"queue name {queue!r} is invalid: use 1-64 characters of letters, digits, '_', '.' "
             "or '-'"
@@ -189,17 +189,29 @@ def encode_body(
         body["b"] = backoff.encode()
     if idempotency_key is not None:
         body["k"] = idempotency_key
-    if headers:
-        if not all(isinstance(k, str) and isinstance(v, str) for k, v in headers.items()):
-            raise InvalidJobError("headers must map str to str (e.g. W3C traceparent)")
-        body["h"] = headers
+    if headers is not None:
+        if not isinstance(headers, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in headers.items()
+        ):
+            raise InvalidJobError(
+                f"headers must be a dict of str to str (e.g. W3C traceparent), got {headers!r:.80}"
+            )
+        if headers:
+            body["h"] = headers
     try:
         data = orjson.dumps([job_type, payload, body] if body else [job_type, payload])
     except (TypeError, orjson.JSONEncodeError) as exc:
         raise PayloadNotSerializableError(
-            f"payload of {job_type!r} cannot be encoded as JSON ({exc}): pass dicts, lists, str, "
-            "int, float, bool or None (convert datetimes, sets and objects first)"
+            f"payload of {job_type!r} cannot be encoded as JSON ({exc}): pass dicts, lists, str "
+            "(valid Unicode), int (64-bit), float, bool or None (convert datetimes, sets, "
+            "big integers and objects first)"
         ) from None
+    if b"null" in data and _has_non_finite(payload):
+        # orjson writes NaN and infinity as null: the handler would get None, silently.
+        raise PayloadNotSerializableError(
+            f"payload of {job_type!r} holds NaN or infinity, which JSON cannot carry: send "
+            "None or a string instead"
+        )
     if len(data) > settings.max_payload_bytes:
         raise PayloadTooLargeError(
             f"job {job_type!r} encodes to {len(data)} bytes, over max_payload_bytes "
@@ -212,8 +224,19 @@ def encode_body(
 _VALID_TYPES: set[str] = set()
 
 
+def _has_non_finite(value: Any) -> bool:
+    """Whether a (JSON-encodable, so at most 255 deep) value holds a NaN or infinite float."""
+    if isinstance(value, float):
+        return not math.isfinite(value)
+    if isinstance(value, dict):
+        return any(_has_non_finite(v) for v in value.values())
+    if isinstance(value, list | tuple):
+        return any(_has_non_finite(v) for v in value)
+    return False
+
+
 def _valid_type(job_type: object) -> bool:
-    if not isinstance(job_type, str) or not JOB_TYPE_RE.match(job_type):
+    if not isinstance(job_type, str) or not JOB_TYPE_RE.fullmatch(job_type):
         return False
     if len(_VALID_TYPES) < 10_000:
         _VALID_TYPES.add(job_type)
@@ -221,7 +244,7 @@ def _valid_type(job_type: object) -> bool:
 
 
 def check_job_id(job_id: str) -> None:
-    if not isinstance(job_id, str) or not JOB_ID_RE.match(job_id):
+    if not isinstance(job_id, str) or not JOB_ID_RE.fullmatch(job_id):
         raise InvalidJobError(
             f"job_id {job_id!r} is invalid: use 1-128 printable ASCII characters, no spaces"
         )
@@ -230,8 +253,14 @@ def check_job_id(job_id: str) -> None:
 def check_idempotency_key(key: str) -> None:
     if not isinstance(key, str) or not 1 <= len(key) <= MAX_IDEMPOTENCY_KEY:
         raise InvalidJobError(
-            f"idempotency_key must be a str of 1..{MAX_IDEMPOTENCY_KEY} characters, got {key!r}"
+            f"idempotency_key must be a str of 1..{MAX_IDEMPOTENCY_KEY} characters, got {key!r:.80}"
         )
+    try:
+        key.encode()
+    except UnicodeEncodeError:
+        raise InvalidJobError(
+            f"idempotency_key {key!r:.80} is not valid Unicode (a lone surrogate): fix its source"
+        ) from None
 
 
 @dataclass(slots=True)

@@ -37,6 +37,13 @@ class Opaque:
     pass
 
 
+def _deep(depth: int) -> Any:
+    value: Any = []
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
 # (id, enqueue keyword arguments, expected error, a phrase of the advice in its message)
 CASES: list[tuple[str, dict[str, Any], type[ShardqError], str]] = [
     ("payload-set", {"payload": {1, 2}}, PayloadNotSerializableError, "convert datetimes, sets"),
@@ -82,7 +89,18 @@ CASES: list[tuple[str, dict[str, Any], type[ShardqError], str]] = [
     ("max_attempts-float", {"max_attempts": 2.5}, InvalidJobError, "integer 1..1000"),
     ("idem-empty", {"idempotency_key": ""}, InvalidJobError, "1..256 characters"),
     ("idem-long", {"idempotency_key": "k" * 257}, InvalidJobError, "1..256 characters"),
-    ("headers-not-str", {"headers": {"n": 1}}, InvalidJobError, "map str to str"),
+    ("headers-not-str", {"headers": {"n": 1}}, InvalidJobError, "dict of str to str"),
+    ("headers-list", {"headers": [("a", "b")]}, InvalidJobError, "dict of str to str"),
+    ("headers-str", {"headers": "traceparent"}, InvalidJobError, "dict of str to str"),
+    ("payload-nan", {"payload": {"x": math.nan}}, PayloadNotSerializableError, "NaN or infinity"),
+    ("payload-inf", {"payload": [1, [math.inf]]}, PayloadNotSerializableError, "NaN or infinity"),
+    ("payload-surrogate", {"payload": "\ud800"}, PayloadNotSerializableError, "valid Unicode"),
+    ("payload-huge-int", {"payload": 2**70}, PayloadNotSerializableError, "big integers"),
+    ("payload-deep", {"payload": _deep(100_000)}, PayloadNotSerializableError, "pass dicts"),
+    ("payload-int-keys", {"payload": {1: 2}}, PayloadNotSerializableError, "pass dicts"),
+    ("type-newline", {"job_type": "t\n"}, InvalidJobError, "use 1-128 characters"),
+    ("job_id-newline", {"job_id": "j\n"}, InvalidJobError, "1-128 printable ASCII"),
+    ("idem-surrogate", {"idempotency_key": "k\udc80"}, InvalidJobError, "valid Unicode"),
     ("backoff-not-backoff", {"backoff": "fixed"}, InvalidJobError, "shardq.Backoff"),
 ]
 
@@ -188,7 +206,9 @@ def test_schedule_checked_on_the_redis_clock_writes_nothing(
     assert c.get(queue, ok.job_id).state == "ready"  # type: ignore[union-attr]
 
 
-@pytest.mark.parametrize("name", ["", "bad name", "q/x", "{q}", "x" * 65, None, 7])
+@pytest.mark.parametrize(
+    "name", ["", "bad name", "q/x", "{q}", "x" * 65, None, 7, "q\n", "q\x00", "q\ud800"]
+)
 def test_bad_queue_name_is_refused(strict_client: Client, queue: str, name: Any) -> None:
     c = strict_client
     for call in (

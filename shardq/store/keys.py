@@ -23,7 +23,7 @@ MAX_PARTITIONS = 1024
 # Bump when the key layout changes; stored with the queue so old data is never misread.
 LAYOUT_VERSION = 2
 
-QUEUE_NAME_RE = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
+QUEUE_NAME_RE = re.compile(r"[A-Za-z0-9_.\-]{1,64}")  # use fullmatch ("$" lets "\n" through)
 
 # Cross-queue keys (each on its own slot; touched only outside scripts).
 QUEUES_KEY = "sq:queues"
