@@ -33,6 +33,9 @@ redis-server:
 	@command -v redis-server >/dev/null 2>&1 || { \
 	  echo "redis-server missing: installing it from Debian's packages"; \
 	  $(SUDO) apt-get update && $(SUDO) apt-get install -y redis-server; }
+	@command -v openssl >/dev/null 2>&1 || { \
+	  echo "openssl missing (the TLS tests make certificates with it): installing it"; \
+	  $(SUDO) apt-get update && $(SUDO) apt-get install -y openssl; }
 
 lint: install
 	$(VENV)/bin/ruff check shardq tests bench loadtest
