@@ -15,6 +15,7 @@ from shardq.config import ProducerSettings, RedisSettings
 from shardq.connection import AsyncRedis, as_text, connect_async
 from shardq.errors import BulkEnqueueError
 from shardq.jobs import Backoff, EnqueueResult, JobInfo, JobRequest, check_queue_name
+from shardq.runtime import redis_config
 from shardq.store import faults, keys, producer, retry
 from shardq.store.op import Op
 from shardq.store.producer import PreparedEnqueue
@@ -72,9 +73,15 @@ class AsyncClient:
         *,
         ack_retention: float = 0.0,
         dead_letter_cap: int = producer.DEFAULT_DEAD_CAP,
+        allow_evicting_redis: bool = False,
     ) -> bool:
         """See :meth:`shardq.Client.create_queue`."""
         op = producer.queue_create(queue, partitions, ack_retention, dead_letter_cap)
+        if not allow_evicting_redis:
+            found = await self.check_redis()
+            error = redis_config.refusal(found, allow_eviction=False)
+            if error is not None:
+                raise error
         created = bool(await self._run(op, what=f"creating queue {queue!r}"))
         await self._retry(lambda: self._create_groups(queue, partitions), what="creating groups")
         await self._retry(
@@ -83,6 +90,13 @@ class AsyncClient:
         )
         self._partitions[queue] = partitions
         return created
+
+    async def check_redis(self, require_appendonly: bool = False) -> list[redis_config.Finding]:
+        """See :meth:`shardq.Client.check_redis`."""
+        nodes = await self._retry(
+            lambda: redis_config.read_async_client(self.redis), what="checking Redis settings"
+        )
+        return redis_config.findings(nodes, require_appendonly)
 
     async def _create_groups(self, queue: str, partitions: int) -> None:
         pipe = self.redis.pipeline(transaction=False)

@@ -68,6 +68,12 @@ def queue() -> None:
     show_default=True,
     help="Most dead letters kept per partition; older ones are dropped and counted.",
 )
+@click.option(
+    "--allow-evicting-redis",
+    is_flag=True,
+    envvar="SHARDQ_ALLOW_EVICTING_REDIS",
+    help="Create it even if a primary's maxmemory-policy evicts keys (jobs would vanish).",
+)
 @redis_options
 @friendly_errors
 def queue_create(
@@ -75,14 +81,21 @@ def queue_create(
     partitions: int,
     ack_retention: float,
     dead_letter_cap: int,
+    allow_evicting_redis: bool,
     url: str,
     username: str | None,
     password: str | None,
 ) -> None:
-    """Create queue NAME (safe to repeat with the same partition count)."""
+    """Create queue NAME (safe to repeat with the same partition count).
+
+    Refused when a Redis primary's maxmemory-policy would evict keys."""
     with Client(settings_from(url, username, password)) as client:
         created = client.create_queue(
-            name, partitions, ack_retention=ack_retention, dead_letter_cap=dead_letter_cap
+            name,
+            partitions,
+            ack_retention=ack_retention,
+            dead_letter_cap=dead_letter_cap,
+            allow_evicting_redis=allow_evicting_redis,
         )
     click.echo(f"queue {name}: {'created' if created else 'exists'} with {partitions} partitions")
 
@@ -211,12 +224,33 @@ def job_reschedule(
 
 @main.command()
 @click.option("--queue", "queue_name", default=None, help="Also check that this queue exists.")
+@click.option(
+    "--require-appendonly",
+    is_flag=True,
+    envvar="SHARDQ_REQUIRE_APPENDONLY",
+    help="Also fail when a primary has appendonly off.",
+)
+@click.option(
+    "--allow-evicting-redis",
+    is_flag=True,
+    envvar="SHARDQ_ALLOW_EVICTING_REDIS",
+    help="Report an evicting maxmemory-policy without failing.",
+)
 @redis_options
 @friendly_errors
-def health(queue_name: str | None, url: str, username: str | None, password: str | None) -> None:
-    """Exit 0 when Redis answers (every primary, in cluster mode) and the queue exists.
+def health(
+    queue_name: str | None,
+    require_appendonly: bool,
+    allow_evicting_redis: bool,
+    url: str,
+    username: str | None,
+    password: str | None,
+) -> None:
+    """Exit 0 when Redis answers (every primary, in cluster mode), the queue exists, and no
+    primary runs with a setting that loses jobs (an evicting maxmemory-policy; appendonly off
+    with --require-appendonly).
 
-    Meant for container health checks and readiness probes; prints one line either way.
+    Meant for container health checks and readiness probes; prints one line per finding.
     """
     from redis.exceptions import RedisError
 
@@ -226,8 +260,13 @@ def health(queue_name: str | None, url: str, username: str | None, password: str
             client.redis.ping()
             if queue_name is not None:
                 client.partitions(queue_name)
+            found = client.check_redis(require_appendonly)
     except RedisError as exc:
         raise click.ClickException(f"unhealthy: Redis at {settings.url}: {exc}") from None
+    for f in found:
+        click.echo(f"{f.node}: {f.detail}", err=True)
+    if any(f.check != "eviction" or not allow_evicting_redis for f in found):
+        raise click.ClickException("unhealthy: Redis would lose jobs silently (see above)")
     click.echo("ok" + (f": queue {queue_name} reachable" if queue_name else ""))
 
 

@@ -23,6 +23,7 @@ from shardq.errors import (
     UnknownQueueError,
 )
 from shardq.jobs import Backoff, EnqueueResult, JobInfo, JobRequest, check_queue_name
+from shardq.runtime import redis_config
 from shardq.store import faults, keys, producer, retry, transport
 from shardq.store.op import Op, result
 from shardq.store.producer import BulkCall, Outcome, PreparedEnqueue
@@ -163,6 +164,7 @@ class Client:
         *,
         ack_retention: float = 0.0,
         dead_letter_cap: int = producer.DEFAULT_DEAD_CAP,
+        allow_evicting_redis: bool = False,
     ) -> bool:
         """Create a queue with ``partitions`` partitions; True if new.  Safe to repeat.
 
@@ -170,9 +172,16 @@ class Client:
         before trimming; ``dead_letter_cap`` bounds each partition's dead-letter stream (the
         oldest are dropped and counted in ``dead_dropped``).  Both are fixed at creation.
 
-        Raises QueueConfigConflictError when the queue exists with another partition count.
+        Raises QueueConfigConflictError when the queue exists with another partition count,
+        and MisconfiguredRedisError when a primary's maxmemory-policy evicts keys (unless
+        ``allow_evicting_redis``).
         """
         op = producer.queue_create(queue, partitions, ack_retention, dead_letter_cap)
+        if not allow_evicting_redis:
+            found = self._run_plain(lambda: self.check_redis(), "checking Redis settings")
+            error = redis_config.refusal(found, allow_eviction=False)
+            if error is not None:
+                raise error
         created = bool(self._run(op, what=f"creating queue {queue!r}"))
         # Groups and the registry are idempotent follow-ups: re-running create_queue finishes a
         # creation that was interrupted between steps.
@@ -180,6 +189,11 @@ class Client:
         self._run_plain(lambda: self.redis.sadd(keys.QUEUES_KEY, queue), "registering")
         self._partitions[queue] = partitions
         return created
+
+    def check_redis(self, require_appendonly: bool = False) -> list[redis_config.Finding]:
+        """Settings of the primaries that would lose jobs silently (an evicting
+        maxmemory-policy; appendonly off, when ``require_appendonly``); empty when none."""
+        return redis_config.findings(redis_config.read_sync(self.redis), require_appendonly)
 
     def _create_groups(self, queue: str, partitions: int) -> None:
         pipe = self.redis.pipeline(transaction=False)

@@ -227,6 +227,14 @@ class DispatcherSettings:
     """How often owned partitions are sampled for the Prometheus endpoint."""
     hot_multiple: float = 3.0
     """Log a warning when a partition's rate passes this multiple of the mean."""
+    allow_evicting_redis: bool = False
+    """Start even when a primary's maxmemory-policy may evict keys (jobs would vanish without
+    an error): only for throwaway setups.  The finding is still logged and exported."""
+    require_appendonly: bool = False
+    """Refuse to start when a primary has appendonly off (writes since the last snapshot are
+    lost when it restarts)."""
+    redis_check_interval: float = 60.0
+    """How often each primary's maxmemory-policy and appendonly are checked again."""
 
     def __post_init__(self) -> None:
         _check_int("batch", self.batch, 1, 1000, "a call must stay short")
@@ -237,6 +245,7 @@ class DispatcherSettings:
         _check_range("membership_timeout", self.membership_timeout, 0.1, 3600.0)
         _check_range("metrics_interval", self.metrics_interval, 0.01, 3600.0)
         _check_range("hot_multiple", self.hot_multiple, 1.0, 1e6)
+        _check_range("redis_check_interval", self.redis_check_interval, 0.01, 86400.0)
         if self.renew_interval * 2 > self.lease_time:
             raise ConfigError("renew_interval must be at most half of lease_time")
         if self.renew_interval * 2 > self.membership_timeout:
@@ -290,6 +299,14 @@ class WorkerSettings:
     settle_window: float = 60.0
     """How long a failed job's retry/dead settle is resent through Redis faults before the
     delivery is given up (left pending: another worker reclaims it)."""
+    allow_evicting_redis: bool = False
+    """Start even when a primary's maxmemory-policy may evict keys (jobs would vanish without
+    an error): only for throwaway setups.  The finding is still logged and exported."""
+    require_appendonly: bool = False
+    """Refuse to start when a primary has appendonly off (writes since the last snapshot are
+    lost when it restarts)."""
+    redis_check_interval: float = 60.0
+    """How often each primary's maxmemory-policy and appendonly are checked again."""
 
     def __post_init__(self) -> None:
         _check_int("concurrency", self.concurrency, 1, 100_000)
@@ -306,6 +323,7 @@ class WorkerSettings:
         _check_range("membership_timeout", self.membership_timeout, 0.1, 3600.0)
         _check_range("prune_consumers_after", self.prune_consumers_after, 0.0, 30 * 86400.0)
         _check_range("settle_window", self.settle_window, 0.0, 86400.0)
+        _check_range("redis_check_interval", self.redis_check_interval, 0.01, 86400.0)
         if self.handler_timeout is not None:
             _check_range("handler_timeout", self.handler_timeout, 0.001, 30 * 86400.0)
         if self.heartbeat_interval * 2 > self.visibility_timeout:

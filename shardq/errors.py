@@ -15,6 +15,11 @@ class ConfigError(ShardqError, ValueError):
     """A setting or URL is invalid."""
 
 
+class MisconfiguredRedisError(ConfigError):
+    """A Redis primary runs with a setting that would lose jobs silently (an evicting
+    maxmemory-policy; appendonly off when durability was required)."""
+
+
 class InvalidJobError(ShardqError, ValueError):
     """The job as given cannot be enqueued (bad payload, type, id or option)."""
 

@@ -30,7 +30,7 @@ import pytest
 from helpers import TIME_FACTOR
 from hypothesis import HealthCheck, settings
 from ports import BLOCK, TestPorts, claim
-from procs import procs  # noqa: F401 - the fixture, for every test module
+from procs import own_redis, procs  # noqa: F401 - the fixtures, for every test module
 
 from shardq import devcluster
 from shardq.client import Client

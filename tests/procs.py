@@ -12,7 +12,7 @@ import signal
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
 import pytest
@@ -95,3 +95,54 @@ def procs() -> Iterator[list[Proc]]:
     finally:
         for proc in started:
             proc.cleanup()
+
+
+class OwnRedis:
+    """A standalone redis-server of one test (a spare port of the session's block), for
+    settings the shared nodes must not get: a memory limit, a TLS port.  Killed by its pid."""
+
+    def __init__(self, *config: str) -> None:
+        from helpers import free_port, wait_for
+
+        self.port = free_port()
+        self.dir = Path(tempfile.mkdtemp(prefix="shardq-own-redis-"))
+        self.popen = subprocess.Popen(
+            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
+             "--appendonly", "no", "--dir", str(self.dir), *config],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        self.url = f"redis://127.0.0.1:{self.port}"
+
+        def up() -> bool:
+            import socket
+
+            with socket.socket() as s:
+                return s.connect_ex(("127.0.0.1", self.port)) == 0
+
+        wait_for(up, 15, f"redis-server on {self.port} did not start")
+
+    def stop(self) -> None:
+        if self.popen.poll() is None:
+            self.popen.kill()
+        self.popen.wait(10)
+        import shutil
+
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+@pytest.fixture
+def own_redis() -> Iterator[Callable[..., OwnRedis]]:
+    """Start standalone redis-servers with the given config arguments; all stopped after."""
+    started: list[OwnRedis] = []
+
+    def start(*config: str) -> OwnRedis:
+        server = OwnRedis(*config)
+        started.append(server)
+        return server
+
+    try:
+        yield start
+    finally:
+        for server in started:
+            server.stop()

@@ -29,7 +29,7 @@ from shardq.dispatcher.promoter import Promoter
 from shardq.dispatcher.sampler import Sampler
 from shardq.dispatcher.trimmer import Trimmer
 from shardq.errors import UnknownQueueError
-from shardq.runtime import health, hints
+from shardq.runtime import health, hints, redis_config
 from shardq.runtime.identity import member_id
 from shardq.runtime.membership import Membership
 from shardq.runtime.startup import queue_meta
@@ -134,6 +134,14 @@ class Dispatcher:
         if meta is None:
             return
         s = self.settings
+        watch = redis_config.ConfigWatch(
+            self.transport,
+            "dispatcher",
+            self.queue,
+            allow_eviction=s.allow_evicting_redis,
+            require_appendonly=s.require_appendonly,
+        )
+        await redis_config.check_at_start(watch)
         pks = keys.all_partition_keys(self.queue, meta.partitions)
         if self._pinned is not None:
             bad = [p for p in self._pinned if not 0 <= p < meta.partitions]
@@ -172,6 +180,7 @@ class Dispatcher:
         )
         sup.every("trim", s.metrics_interval, trimmer.round)
         sup.every("sample", s.metrics_interval, sampler.round)
+        sup.every("redis-config", s.redis_check_interval, watch.round)
         self.started.set()
         log.info("dispatcher %s started on %s (%d partitions)", self.owner, self.queue, len(pks))
         try:

@@ -32,7 +32,7 @@ from shardq.config import WorkerSettings
 from shardq.connection import AsyncRedis
 from shardq.errors import UnknownQueueError
 from shardq.jobs import Job
-from shardq.runtime import health, hints
+from shardq.runtime import health, hints, redis_config
 from shardq.runtime.identity import member_id
 from shardq.runtime.membership import Membership
 from shardq.runtime.startup import queue_meta
@@ -169,6 +169,14 @@ class Worker:
         if meta is None:
             return
         s = self.settings
+        watch = redis_config.ConfigWatch(
+            self.transport,
+            "worker",
+            self.queue,
+            allow_eviction=s.allow_evicting_redis,
+            require_appendonly=s.require_appendonly,
+        )
+        await redis_config.check_at_start(watch)
         pks = keys.all_partition_keys(self.queue, meta.partitions)
         partitions = self._wanted if self._wanted is not None else list(range(meta.partitions))
         if any(not 0 <= p < meta.partitions for p in partitions):
@@ -262,6 +270,7 @@ class Worker:
         fetcher.start()
         sup.forever("recoverer", recoverer.loop)
         sup.every("janitor", PRUNE_EVERY, janitor.round)
+        sup.every("redis-config", s.redis_check_interval, watch.round)
         sup.forever("hints", lambda: hints.listen(self.redis, channels, fetcher.hint, sup, "hints"))
         self.started.set()
         log.info("worker %s started on %s (%d partitions)", self.name, self.queue, len(pks))
