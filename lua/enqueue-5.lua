@@ -72,7 +72,9 @@ if stored then
 end
 
 -- Writes from here on; nothing below can fail on shardq's own keys.
-redis.call('HSET', KEYS[1], id, 'S0|' .. ARGV[2])
+-- HSETNX (the id is known free): the producer's ACL grants no HSET, so it cannot overwrite
+-- a stored job.
+redis.call('HSETNX', KEYS[1], id, 'S0|' .. ARGV[2])
 if idem then
   redis.call('SET', KEYS[4], id, 'PX', math.floor(math.max(due - now, 0) + retention))
 end

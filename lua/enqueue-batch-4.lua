@@ -59,7 +59,9 @@ for i = 5, #ARGV, 4 do
     end
   end
   if status == 1 then
-    redis.call('HSET', KEYS[1], id, 'S0|' .. body)
+    -- HSETNX (the id is known free): the producer's ACL grants no HSET, so it cannot
+    -- overwrite a stored job.
+    redis.call('HSETNX', KEYS[1], id, 'S0|' .. body)
     if due <= now then
       redis.call('XADD', KEYS[3], '*', 'j', id, 'd', due)
       readied = readied + 1
