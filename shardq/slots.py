@@ -107,12 +107,36 @@ def _resolve_target(cluster: Any, primaries: dict[str, Any], target: str) -> str
     )
 
 
+def _claims(conn: Any, slot: int) -> bool:
+    """Whether the node serves ``slot`` by its own account (the "myself" line of CLUSTER NODES)."""
+    nodes = conn.execute_command("CLUSTER NODES")  # parsed by redis-py: {addr: {...}}
+    for info in nodes.values():
+        if "myself" not in str(info.get("flags", "")):
+            continue
+        for span in info.get("slots", []):
+            if int(span[0]) <= slot <= int(span[-1]):
+                return True
+    return False
+
+
 def _source_of(cluster: Any, primaries: dict[str, Any], slot: int) -> str:
+    """The primary serving ``slot``, asked of the primaries themselves.
+
+    Not the client's slot map: that comes from whichever node answered CLUSTER SLOTS, and a
+    replica learns of a finished move by gossip, up to a second or so later.
+    """
+    claimed = [
+        addr
+        for addr, node in primaries.items()
+        if _claims(cluster.get_redis_connection(node), slot)
+    ]
+    if len(claimed) == 1:
+        return claimed[0]
     node = cluster.nodes_manager.get_node_from_slot(slot)
     addr = f"{node.host}:{node.port}"
-    if addr not in primaries:
+    if addr not in claimed:
         raise SlotMoveError(
-            f"slot {slot} is served by {addr}, which is not a known primary (a failover in "
+            f"slot {slot} is claimed by {claimed or 'no primary'} (a failover or a move in "
             "progress?): check `redis-cli cluster nodes` and try again in a moment"
         )
     return addr
