@@ -369,3 +369,45 @@ def test_workers_split_partitions(
     assert max(runs.count().values()) == 1
     members = cluster_client.redis.zrange(keys.workers_key(queue), 0, -1)
     assert members == [], "workers did not leave the membership on stop"
+
+
+def test_rebalancing_between_healthy_dispatchers_is_never_fenced(
+    cluster_client: Client, cluster_url: str, queue: str
+) -> None:
+    """Dispatchers joining one by one (each start makes the others hand partitions back), one
+    leaving with SIGTERM and coming back, while jobs come due all the time: no dispatcher ever
+    logs lease.fenced (a fenced write means a paused or cut-off owner, never a rebalance), and
+    every job runs once."""
+    partitions = 32
+    n = 12_000
+    cluster_client.create_queue(queue, partitions)
+    runs = Runs()
+    procs: list[Proc] = []
+    with Runner(cluster_url, queue, {"t": runs.add}, dispatcher=False, worker_settings=FAST_WORKER):
+        try:
+            now = time.time()
+            results = cluster_client.enqueue_many(
+                queue, [JobRequest("t", i, run_at=now + 0.5 + 8 * i / n) for i in range(n)]
+            )
+            ids = {r.job_id for r in results}
+            for _ in range(3):
+                procs.append(start_dispatcher(cluster_url, queue))
+                time.sleep(random.uniform(0.5, 1.5))
+            assert procs[0].stop() == 0
+            time.sleep(random.uniform(0.5, 1.5))
+            procs.append(start_dispatcher(cluster_url, queue))
+            wait_for(lambda: len(runs.count()) >= n, 60, "not every job ran")
+            wait_for(
+                lambda: spread_ok(lease_owners(cluster_client.redis, queue, partitions), 3),
+                4 * LEASE,
+                "spread did not converge",
+            )
+            for p in procs:
+                p.stop()
+            logs = "\n".join(p.log() for p in procs)
+        finally:
+            stop_all(procs)
+    assert "lease.fenced" not in logs, [ln for ln in logs.splitlines() if "fenced" in ln][:5]
+    assert logs.count('"event":"lease.released"') > 0  # partitions really were handed over
+    counts = runs.count()
+    assert set(counts) == ids and max(counts.values()) == 1

@@ -82,8 +82,12 @@ class Leases:
         metrics.LEASE_EVENTS.labels(self.queue, self.label, event).inc()
         log_event(log, f"lease.{event}", level, queue=self.queue, dispatcher=self.owner, **fields)
 
-    def fenced(self, partition: int, reason: str) -> None:
-        """A write for ``partition`` was rejected: another dispatcher owns it now."""
+    def fenced(self, partition: int, reason: str, token: str | None = None) -> None:
+        """A write for ``partition`` made with ``token`` was rejected: another dispatcher owns
+        it now.  A rejection of a token this process already gave back (a call in flight while
+        it released the lease, or from before it took the partition again) is no news."""
+        if token is not None and self.tokens.get(partition) != token:
+            return
         if self.tokens.pop(partition, None) is None:
             return
         self.renewed.pop(partition, None)
@@ -162,14 +166,16 @@ class Leases:
         if not stale:
             return
         ttl = round(self.settings.lease_time * 1000)
-        ops = [fleet.lease_renew(self.pks[p], self.tokens[p], ttl) for p in stale]
-        for p, result in zip(stale, await self.transport.run_many(ops), strict=True):
-            if p not in self.tokens:
-                continue
+        sent = [self.tokens[p] for p in stale]
+        ops = [fleet.lease_renew(self.pks[p], t, ttl) for p, t in zip(stale, sent, strict=True)]
+        results = await self.transport.run_many(ops)
+        for p, token, result in zip(stale, sent, results, strict=True):
+            if self.tokens.get(p) != token:
+                continue  # released (or taken again) meanwhile
             if result is True:
                 self.renewed[p] = now
             elif result is False:
-                self.fenced(p, "lease lost before renewal")
+                self.fenced(p, "lease lost before renewal", token)
             else:
                 self._refused(p, "renew", result)
 

@@ -108,7 +108,11 @@ class Promoter:
         lease_ms = round(s.lease_time * 1000)
         tokens = self.leases.tokens
         held = [p for p in partitions if p in tokens]
-        ops = [fleet.promote(self.pks[p], tokens[p], s.batch, lease_ms) for p in held]
+        sent_tokens = [tokens[p] for p in held]
+        ops = [
+            fleet.promote(self.pks[p], t, s.batch, lease_ms)
+            for p, t in zip(held, sent_tokens, strict=True)
+        ]
         hints_before = [self.hints.get(p, 0) for p in held]
         sent = time.monotonic()
         results = await self.transport.run_on(node, ops)
@@ -116,9 +120,9 @@ class Promoter:
         self.calls += len(ops)
         self._m_calls.inc(len(ops))
         failures: list[BaseException] = []
-        for p, result, seen in zip(held, results, hints_before, strict=True):
+        for p, result, seen, token in zip(held, results, hints_before, sent_tokens, strict=True):
             if isinstance(result, FencedError):
-                self.leases.fenced(p, str(result))
+                self.leases.fenced(p, str(result), token)
                 continue
             if isinstance(result, BaseException):
                 failures.append(result)
