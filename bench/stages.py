@@ -106,7 +106,7 @@ def ack_all(
     calls = []
     for i, entries in got.items():
         for start in range(0, len(entries), per_call):
-            calls.append(delivery.ack(pks[i], entries[start : start + per_call], True))
+            calls.append(delivery.ack(pks[i], entries[start : start + per_call]))
     settled = 0
     for start in range(0, len(calls), 256):
         settled += sum(_ok(transport.run_many(client.redis, calls[start : start + 256])))

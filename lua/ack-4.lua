@@ -1,4 +1,8 @@
---[[ ack: settle jobs whose handlers succeeded: acknowledge, drop the entry and the envelope.
+--[[ ack: settle jobs whose handlers succeeded: acknowledge and drop the envelope.
+
+The acknowledged stream entries are not deleted here (a per-entry XDEL was the largest single
+cost of an ack): the partition's dispatcher trims the stream up to its oldest pending or
+undelivered entry (trim.lua), a whole stream node at a time.
 
 KEYS[1] ready    stream  due jobs
 KEYS[2] jobs     hash    job id -> envelope
@@ -6,9 +10,7 @@ KEYS[3] errors   hash    job id -> last error
 KEYS[4] stats    hash    counters
 
 ARGV[1] consumer group
-ARGV[2] '1': delete the acknowledged entries now; '0': keep them for the queue's retention
-        (the dispatcher's trim removes them later)
-ARGV[3..] pairs of (entry id, job id)
+ARGV[2..] pairs of (entry id, job id)
 
 Returns the number of jobs settled.  An entry no longer pending (reclaimed and settled by
 another worker, or dead-lettered as poison meanwhile) is not counted and its envelope is kept.
@@ -22,19 +24,22 @@ Flags: allow-oom  (runs when Redis is at maxmemory: it frees memory or keeps a f
 
 local wrong = wrong_type({KEYS[1], 'stream', KEYS[2], 'hash', KEYS[3], 'hash'})
 if wrong then return wrong end
-if (#ARGV - 2) % 2 ~= 0 then return {-11, #ARGV, 'argument count', 2, 2} end
-local settled = 0
-local delete = ARGV[2] == '1'
-for i = 3, #ARGV, 2 do
-  local eid, id = ARGV[i], ARGV[i + 1]
-  if redis.call('XACK', KEYS[1], ARGV[1], eid) == 1 then
-    redis.call('HDEL', KEYS[2], id)
-    redis.call('HDEL', KEYS[3], id)
-    settled = settled + 1
-  end
-  if delete then redis.call('XDEL', KEYS[1], eid) end
+if (#ARGV - 1) % 2 ~= 0 then return {-11, #ARGV, 'argument count', 1, 2} end
+-- Only entries still pending are settled (one reclaimed and settled elsewhere meanwhile, or
+-- dead-lettered as poison, keeps its envelope); their envelopes go in one HDEL.
+local ids = {}
+for i = 2, #ARGV, 2 do
+  if redis.call('XACK', KEYS[1], ARGV[1], ARGV[i]) == 1 then ids[#ids + 1] = ARGV[i + 1] end
 end
+-- HDEL of many fields at once, in chunks (unpack has a limit of a few thousand values).
+local function hdel_all(key)
+  for i = 1, #ids, 1000 do redis.call('HDEL', key, unpack(ids, i, math.min(i + 999, #ids))) end
+end
+local settled = #ids
 if settled > 0 then
+  hdel_all(KEYS[2])
+  -- Most jobs never failed: the errors hash is usually empty, so skip the deletes then.
+  if redis.call('HLEN', KEYS[3]) > 0 then hdel_all(KEYS[3]) end
   count(KEYS[4], 'completed', settled)
 end
 return settled

@@ -17,7 +17,8 @@ ARGV[1] fencing token
 ARGV[2] consumer group
 ARGV[3] retention of acknowledged ready entries, ms (0: none)
 ARGV[4] dead-letter cap (entries)
-ARGV[5] most entries to drop or trim in this call
+ARGV[5] most ready entries to trim in this call (whole stream nodes: cheap); at most
+        min(ARGV[5], 1000) dead letters are dropped (each one also deletes its job)
 
 Returns {ready entries trimmed, dead letters dropped}, or {-1, token, lease} (E_FENCED)
   {-10, key, found, expected}         E_WRONG_TYPE: a key was overwritten outside shardq
@@ -64,13 +65,20 @@ if redis.call('EXISTS', KEYS[1]) == 1 then
   local undelivered = last_delivered and
     redis.call('XRANGE', KEYS[1], '(' .. last_delivered, '+', 'COUNT', 1)[1]
   if undelivered then bound = math.min(bound, id_ms(undelivered[1])) end
-  -- Entries in the bound's own millisecond stay: MINID keeps ids >= bound-0.
+  -- Entries in the bound's own millisecond stay: MINID keeps ids >= bound-0.  Whole stream
+  -- nodes first (cheap, bounded by the limit); then, if that went all the way, the few settled
+  -- entries left in the node the bound falls in (at most a node's worth: exact MINID trims
+  -- take no LIMIT), so a settled stream ends up empty.
   trimmed = redis.call('XTRIM', KEYS[1], 'MINID', '~', bound, 'LIMIT', limit)
+  if trimmed < limit then
+    trimmed = trimmed + redis.call('XTRIM', KEYS[1], 'MINID', bound)
+  end
 end
 
 local excess = redis.call('XLEN', KEYS[2]) - cap
 if excess > 0 then
-  for _, entry in ipairs(redis.call('XRANGE', KEYS[2], '-', '+', 'COUNT', math.min(excess, limit))) do
+  local most = math.min(excess, limit, 1000)
+  for _, entry in ipairs(redis.call('XRANGE', KEYS[2], '-', '+', 'COUNT', most)) do
     local id = ready_fields(entry[2])
     local v = id and redis.call('HGET', KEYS[3], id)
     if v and string.sub(v, 1, 1) == 'D' then

@@ -60,7 +60,7 @@ GRANTS: dict[str, tuple[Grant, ...]] = {
         Grant(("dispatchers", "drain"), MEMBERS),
         Grant(("lease",), ("+get", "+set", "+pexpire", "+pttl", "+del")),
         Grant(("fence",), ("+hincrby", "+hget", "+hset")),
-        Grant(("due",), ("+zrange", "+zrem", "+zcard", "+zcount")),
+        Grant(("due",), ("+zrange", "+zremrangebyrank", "+zcard", "+zcount")),
         Grant(
             ("ready",),
             ("+xadd", "+exists", "+xlen", "+xinfo|groups", "+xpending", "+xrange", "+xtrim"),
@@ -88,7 +88,7 @@ GRANTS: dict[str, tuple[Grant, ...]] = {
             ),
         ),
         Grant(("jobs",), ("+hget", "+hset", "+hdel")),
-        Grant(("errors",), ("+hset", "+hdel")),
+        Grant(("errors",), ("+hset", "+hdel", "+hlen")),
         Grant(("dead",), ("+xadd",)),
         Grant(("due",), ("+zadd", "+zrange")),
         Grant(("stats",), ("+hincrby", "+hset")),

@@ -225,6 +225,9 @@ class DispatcherSettings:
     """Most promote calls one round sends to one primary."""
     metrics_interval: float = 5.0
     """How often owned partitions are sampled for the Prometheus endpoint."""
+    trim_interval: float = 1.0
+    """How often owned ready streams are trimmed of acknowledged entries (acks leave them
+    for this trim) and dead-letter streams cut to their cap."""
     hot_multiple: float = 3.0
     """Log a warning when a partition's rate passes this multiple of the mean."""
     allow_evicting_redis: bool = False
@@ -244,6 +247,7 @@ class DispatcherSettings:
         _check_range("renew_interval", self.renew_interval, 0.01, 600.0)
         _check_range("membership_timeout", self.membership_timeout, 0.1, 3600.0)
         _check_range("metrics_interval", self.metrics_interval, 0.01, 3600.0)
+        _check_range("trim_interval", self.trim_interval, 0.01, 3600.0)
         _check_range("hot_multiple", self.hot_multiple, 1.0, 1e6)
         _check_range("redis_check_interval", self.redis_check_interval, 0.01, 86400.0)
         if self.renew_interval * 2 > self.lease_time:

@@ -103,7 +103,7 @@ OPS: dict[str, Callable[[State], Op[Any]]] = {
     "get": lambda s: producer.get(s.queue, 1, s.scheduled),
     "queue-create": lambda s: producer.queue_create(s.queue + "-new", 2),
     "fetch": lambda s: delivery.fetch(s.pk, "c2", 10),
-    "ack": lambda s: delivery.ack(s.pk, [(s.pending_entry, s.pending_id)], True),
+    "ack": lambda s: delivery.ack(s.pk, [(s.pending_entry, s.pending_id)]),
     "fail": lambda s: delivery.fail(s.pk, s.pending_entry, s.pending_id, 1000, "err"),
     "touch": lambda s: delivery.touch(s.pk, "c1", [s.pending_entry]),
     "reclaim": lambda s: delivery.reclaim(

@@ -178,7 +178,7 @@ class Dispatcher:
         sup.forever(
             "hints", lambda: hints.listen(self.redis, channels, promoter.hint, sup, "hints")
         )
-        sup.every("trim", s.metrics_interval, trimmer.round)
+        sup.every("trim", s.trim_interval, trimmer.round)
         sup.every("sample", s.metrics_interval, sampler.round)
         sup.every("redis-config", s.redis_check_interval, watch.round)
         self.started.set()

@@ -71,10 +71,11 @@ def fetch(pk: keys.PartitionKeys, consumer: str, count: int) -> Op[Batch]:
     return op("fetch", _worker_keys(pk), [keys.WORKER_GROUP, consumer, count], _parse_fetch)
 
 
-def ack(pk: keys.PartitionKeys, entries: Iterable[tuple[bytes, bytes]], delete: bool) -> Op[int]:
+def ack(pk: keys.PartitionKeys, entries: Iterable[tuple[bytes, bytes]]) -> Op[int]:
     """Settle jobs whose handlers succeeded; the op returns how many were still pending (an
-    entry settled meanwhile by another worker that reclaimed it is not counted)."""
-    argv: list[Any] = [keys.WORKER_GROUP, "1" if delete else "0"]
+    entry settled meanwhile by another worker that reclaimed it is not counted).  The stream
+    entries stay until the dispatcher's trim (see lua/ack-4.lua)."""
+    argv: list[Any] = [keys.WORKER_GROUP]
     for eid, raw_id in entries:
         argv += (eid, raw_id)
     return op("ack", [pk.ready, pk.jobs, pk.errors, pk.stats], argv, lambda r: int(check(r)[0]))

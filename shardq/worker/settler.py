@@ -91,7 +91,6 @@ class Settler:
         inflight: InFlight,
         settings: WorkerSettings,
         stats: WorkerStats,
-        delete_acked: bool,
         wake: Callable[[int], None],
     ) -> None:
         self.transport = transport
@@ -100,7 +99,6 @@ class Settler:
         self.inflight = inflight
         self.settings = settings
         self.stats = stats
-        self.delete_acked = delete_acked
         self.wake = wake
         self.acks: dict[int, list[Delivery]] = {}
         self.pending_acks = 0
@@ -134,11 +132,7 @@ class Settler:
             if not batch:
                 continue
             taken.append((p, batch))
-            ops.append(
-                delivery.ack(
-                    self.pks[p], [(d.entry_id, d.raw_id) for d in batch], self.delete_acked
-                )
-            )
+            ops.append(delivery.ack(self.pks[p], [(d.entry_id, d.raw_id) for d in batch]))
         return taken, ops
 
     def acked(self, taken: Taken, results: list[Any]) -> None:

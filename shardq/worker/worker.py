@@ -207,7 +207,6 @@ class Worker:
             inflight,
             s,
             self.stats,
-            meta.ack_retention_ms == 0,
             wake,
         )
         executor = Executor(
