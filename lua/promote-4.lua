@@ -39,13 +39,13 @@ if stale then return stale end
 redis.call('PEXPIRE', KEYS[3], lease_ms)
 local now = now_ms()
 local batch = redis.call('ZRANGE', KEYS[1], '-inf', now, 'BYSCORE', 'LIMIT', 0, k, 'WITHSCORES')
-local moved = 0
+local moved = #batch / 2
 for i = 1, #batch, 2 do
   redis.call('XADD', KEYS[2], '*', 'j', batch[i], 'd', batch[i + 1])
-  redis.call('ZREM', KEYS[1], batch[i])
-  moved = moved + 1
 end
 if moved > 0 then
+  -- The batch is the lowest-scored members, so they are ranks 0..moved-1: one removal.
+  redis.call('ZREMRANGEBYRANK', KEYS[1], 0, moved - 1)
   count(KEYS[4], 'promoted', moved)
   redis.call('SPUBLISH', ARGV[3], '1')
 end
