@@ -14,9 +14,11 @@ import asyncio
 import inspect
 import logging
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Generator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
+
+import orjson
 
 from shardq import metrics
 from shardq.config import WorkerSettings
@@ -29,6 +31,35 @@ from shardq.worker.settler import Settler
 log = logging.getLogger("shardq.worker")
 
 Handler = Callable[[Job], Any]
+
+
+class _Resume:
+    """Awaits the rest of a coroutine that was started by hand and suspended on ``first``:
+    every later step is passed through to the task awaiting this, and every exception the task
+    throws in (cancellation) is thrown into the coroutine."""
+
+    __slots__ = ("coro", "first")
+
+    def __init__(self, coro: Coroutine[Any, Any, Any], first: Any) -> None:
+        self.coro = coro
+        self.first = first
+
+    def __await__(self) -> Generator[Any, None, Any]:
+        coro, step = self.coro, self.first
+        self.first = None
+        while True:
+            try:
+                yield step
+            except BaseException as exc:
+                try:
+                    step = coro.throw(exc)
+                except StopIteration as stop:
+                    return stop.value
+                continue
+            try:
+                step = coro.send(None)
+            except StopIteration as stop:
+                return stop.value
 
 
 class MalformedJobError(PermanentError):
@@ -46,6 +77,28 @@ def build_job(
     """The Job a handler sees; raises MalformedJobError when the stored job is damaged."""
     try:
         job_id = item.raw_id.decode()
+        raw = orjson.loads(item.body)
+    except Exception as exc:
+        raise MalformedJobError(f"stored job cannot be read: {type(exc).__name__}: {exc}") from None
+    if type(raw) is list and len(raw) == 2 and type(raw[0]) is str:
+        # The common case, [type, payload]: no options to check (this runs once per job).
+        return Job(
+            job_id,
+            queue,
+            partition,
+            raw[0],
+            raw[1],
+            item.attempt,
+            default_max_attempts,
+            item.due_ms,
+            None,
+            {},
+            item.deliveries,
+            None,
+            redis_now,
+            monotonic_now,
+        )
+    try:
         body = decode_body(item.body)
         options_max = body.get("m")
         if options_max is not None and (
@@ -110,6 +163,13 @@ class Executor:
 
     def start(self, partition: int, item: Delivered, redis_now: int, now: float) -> None:
         """Run one delivered job (or dead-letter it when it cannot be read)."""
+        d = self.admit(partition, item, redis_now, now)
+        if d is not None:
+            self.run(d)
+
+    def admit(self, partition: int, item: Delivered, redis_now: int, now: float) -> Delivery | None:
+        """Put a delivered job in the in-flight table, ready to :meth:`run`; a job that cannot
+        be read is dead-lettered here instead (None)."""
         try:
             job = build_job(
                 self.queue, partition, item, redis_now, now, self.settings.default_max_attempts
@@ -125,17 +185,25 @@ class Executor:
                 1,
                 item.due_ms,
             )
-            d = Delivery(partition, item.entry_id, item.raw_id, placeholder, now)
-            self.inflight.add(d)
+            bad = Delivery(partition, item.entry_id, item.raw_id, placeholder, now)
+            self.inflight.add(bad)
             self.stats.malformed += 1
             metrics.MALFORMED.labels(self.queue, "job").inc()
-            self.settler.failed(d, exc)
-            return
+            self.settler.failed(bad, exc)
+            return None
         d = Delivery(partition, item.entry_id, item.raw_id, job, now)
         self.inflight.add(d)
+        return d
+
+    def run(self, d: Delivery) -> None:
+        """Start an admitted delivery's handler."""
         self.stats.started += 1
-        if job.type in self.inline_types:
-            self._run_inline(d, self.handlers[job.type])
+        job = d.job
+        handler = self.handlers.get(job.type)
+        if handler is not None and job.type in self.inline_types:
+            self._run_inline(d, handler)
+        elif handler is not None and self._is_async(handler):
+            self._run_eager(d, handler)
         else:
             d.task = self._spawn(self._execute(d))
 
@@ -159,24 +227,54 @@ class Executor:
         if self.on_complete is not None:
             self.on_complete(job)
 
+    def _run_eager(self, d: Delivery, handler: Handler) -> None:
+        """An async handler, started at once on this call's stack (no task, no trip through the
+        event loop): one that finishes without waiting for anything costs no task at all.  One
+        that suspends continues in a task, just as if it had been started in one (Python 3.12's
+        eager tasks do the same)."""
+        job = d.job
+        started = time.monotonic()
+        self._observe_lateness(job, started)
+        coro = handler(job)
+        try:
+            step = coro.send(None)
+        except StopIteration:
+            self._duration(job.type).observe(time.monotonic() - started)
+            self.settler.succeeded(d)
+            if self.on_complete is not None:
+                self.on_complete(job)
+            return
+        except Exception as exc:
+            self._duration(job.type).observe(time.monotonic() - started)
+            self.settler.failed(d, exc)
+            return
+        d.task = self._spawn(self._execute(d, _Resume(coro, step), started))
+
     def _spawn(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
         task: asyncio.Task[None] = asyncio.get_running_loop().create_task(coro)
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
         return task
 
-    async def _execute(self, d: Delivery) -> None:
+    async def _execute(
+        self, d: Delivery, resume: _Resume | None = None, started: float | None = None
+    ) -> None:
+        """Run the handler (or, with ``resume``, the rest of one started eagerly) and settle."""
         job = d.job
         handler = self.handlers.get(job.type)
-        started = time.monotonic()
-        self._observe_lateness(job, started)
+        if started is None:
+            started = time.monotonic()
+            self._observe_lateness(job, started)
         try:
-            if handler is None:
+            if resume is not None:
+                await resume
+            elif handler is None:
                 raise UnknownJobTypeError(
                     f"no handler for job type {job.type!r} on this worker: register one with "
                     f"worker.register({job.type!r}, fn) (known: {sorted(self.handlers)})"
                 )
-            await self._call(handler, job)
+            else:
+                await self._call(handler, job)
         except asyncio.CancelledError:
             if d.timed_out:
                 # The watchdog stopped a handler that ran over handler_timeout: retry it.

@@ -18,6 +18,8 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections import deque
+from dataclasses import dataclass
 from typing import Any
 
 from redis.exceptions import ResponseError
@@ -30,13 +32,28 @@ from shardq.store import delivery, faults, keys
 from shardq.store.delivery import Batch
 from shardq.store.transport import AsyncTransport
 from shardq.worker.executor import Executor
-from shardq.worker.inflight import InFlight, WorkerStats
+from shardq.worker.inflight import Delivery, InFlight, WorkerStats
 from shardq.worker.settler import Settler, Taken
 
 log = logging.getLogger("shardq.worker")
 
 ERROR_BACKOFF = 0.25
 MIN_FETCH = 32
+# Rounds one primary's loop keeps in flight.
+PIPELINE = 2
+
+
+@dataclass(slots=True)
+class _Round:
+    """One round sent to a primary and not yet taken: what it carries."""
+
+    due: list[int]
+    count: int
+    acked: Taken
+    ack_ops: list[Any]
+    reserve: int
+    hints_before: list[int]
+    task: asyncio.Task[list[Any]]
 
 
 class Fetcher:
@@ -113,57 +130,106 @@ class Fetcher:
     # the loops -----------------------------------------------------------------------------
 
     async def _loop(self, node: str) -> None:
+        """Rounds on one primary, pipelined: up to ``PIPELINE`` rounds are in flight, so Redis
+        works on the next ones while the jobs of a reply run (their acks go with a later
+        round)."""
         name = self.nodes.loop_name(node)
         stop = self.supervisor.stop_event(name)
         state = self.supervisor.state(name)
         event = self.nodes.event(node)
         s = self.settings
-        while not stop.is_set():
-            state.progress()
-            mine = self.nodes.mine(node)
-            now = time.monotonic()
-            room = self.inflight.room()
-            due = [p for p in mine if self.poll_at.get(p, 0.0) <= now] if room > 0 else []
-            if room <= 0:
-                self.inflight.starved = True  # woken as soon as room frees up
-            acked, ack_ops = self.settler.take_acks(mine)
-            if not due and not ack_ops:
-                wake_at = min((self.poll_at.get(p, 0.0) for p in mine), default=now + s.idle_poll)
-                timeout = s.idle_poll if room <= 0 else max(0.0, wake_at - now)
-                event.clear()
+        flight: deque[_Round] = deque()
+        try:
+            while not stop.is_set():
+                state.progress()
+                while len(flight) < PIPELINE:
+                    planned = self._plan(node)
+                    if planned is None:
+                        break
+                    flight.append(planned)
+                if not flight:
+                    # Nothing to read or ack: sleep until a partition is due, a hint, or room.
+                    mine = self.nodes.mine(node)
+                    now = time.monotonic()
+                    room = self.inflight.room()
+                    wake_at = min(
+                        (self.poll_at.get(p, 0.0) for p in mine), default=now + s.idle_poll
+                    )
+                    timeout = s.idle_poll if room <= 0 else max(0.0, wake_at - now)
+                    event.clear()
+                    state.ok()
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(event.wait(), min(timeout, s.idle_poll))
+                    continue
+                admitted = await self._finish(flight.popleft())
+                if admitted and len(flight) < PIPELINE:
+                    planned = self._plan(node)  # in flight while the jobs below run
+                    if planned is not None:
+                        flight.append(planned)
+                        # Let its task run up to its send before the handlers below take the
+                        # loop (a task only starts when the loop gets control).
+                        await asyncio.sleep(0)
+                for d in admitted:
+                    self.executor.run(d)
                 state.ok()
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(event.wait(), min(timeout, s.idle_poll))
-                continue
-            # Share the free room among due partitions, rotating who goes first for fairness;
-            # fewer, fuller reads beat many thin ones (at least MIN_FETCH per partition read).
-            count = 0
-            if due:
-                self._rotate = (self._rotate + 1) % len(due)
-                due = due[self._rotate :] + due[: self._rotate]
-                count = max(1, min(s.fetch_batch, max(room // len(due), MIN_FETCH), room))
-                due = due[: max(1, room // count)]
-            await self._round(node, due, count, acked, ack_ops)
-            state.ok()
+        finally:
+            # Rounds still in flight: cancelled; one whose reply was already in has fetched
+            # jobs (pending for this worker in Redis): run them within the shutdown grace.
+            for r in flight:
+                r.task.cancel()
+            for r in flight:
+                try:
+                    admitted = await self._finish(r)
+                except BaseException:  # cancelled or failed: nothing was fetched
+                    continue
+                for d in admitted:
+                    self.executor.run(d)
 
-    async def _round(
-        self, node: str, due: list[int], count: int, acked: Taken, ack_ops: list[Any]
-    ) -> None:
+    def _plan(self, node: str) -> _Round | None:
+        """Send the next round of ``node`` (acks of finished jobs, fetches of due partitions
+        sharing the free room), or None when there is nothing to send."""
+        s = self.settings
+        mine = self.nodes.mine(node)
+        now = time.monotonic()
+        room = self.inflight.room()
+        due = [p for p in mine if self.poll_at.get(p, 0.0) <= now] if room > 0 else []
+        if room <= 0:
+            self.inflight.starved = True  # woken as soon as room frees up
+        # A round takes at most a share of the concurrency, so the next ones still find room
+        # while this one's jobs wait to run: that is what keeps rounds in flight all the time.
+        room = min(room, max(1, self.inflight.concurrency // (PIPELINE + 1)))
+        acked, ack_ops = self.settler.take_acks(mine)
+        if not due and not ack_ops:
+            return None
+        # Share the free room among due partitions, rotating who goes first for fairness;
+        # fewer, fuller reads beat many thin ones (at least MIN_FETCH per partition read).
+        count = 0
+        if due:
+            self._rotate = (self._rotate + 1) % len(due)
+            due = due[self._rotate :] + due[: self._rotate]
+            count = max(1, min(s.fetch_batch, max(room // len(due), MIN_FETCH), room))
+            due = due[: max(1, room // count)]
         ops = [delivery.fetch(self.pks[p], self.consumer, count) for p in due]
-        hints_before = [self.hints.get(p, 0) for p in due]
         reserve = count * len(due)
         self.inflight.reserve(reserve)
+        hints_before = [self.hints.get(p, 0) for p in due]
+        task = asyncio.get_running_loop().create_task(self.transport.run_on(node, [*ack_ops, *ops]))
+        return _Round(due, count, acked, ack_ops, reserve, hints_before, task)
+
+    async def _finish(self, r: _Round) -> list[Delivery]:
+        """Take a round's reply: settle its acks, admit its jobs (not run yet)."""
         try:
-            results = await self.transport.run_on(node, [*ack_ops, *ops])
+            results = await r.task
         except BaseException:
-            self.settler.acked(acked, [RuntimeError("round cancelled")] * len(ack_ops))
+            self.settler.acked(r.acked, [RuntimeError("round cancelled")] * len(r.ack_ops))
+            self.inflight.release(r.reserve)
             raise
-        finally:
-            self.inflight.release(reserve)
-        self.settler.acked(acked, results[: len(ack_ops)])
+        n_acks = len(r.ack_ops)
+        self.settler.acked(r.acked, results[:n_acks])
         now = time.monotonic()
         failures: list[BaseException] = []
-        for p, result, seen in zip(due, results[len(ack_ops) :], hints_before, strict=True):
+        admitted: list[Delivery] = []
+        for p, result, seen in zip(r.due, results[n_acks:], r.hints_before, strict=True):
             if isinstance(result, BaseException):
                 failures.append(result)
                 await self._failed(p, result)
@@ -171,13 +237,20 @@ class Fetcher:
                 continue
             assert isinstance(result, Batch)
             n = len(result.jobs)
-            more = n >= count or self.hints.get(p, 0) != seen
+            more = n >= r.count or self.hints.get(p, 0) != seen
             self.poll_at[p] = now if more else now + self.idle_interval(p)
             for item in result.jobs:
-                self.executor.start(p, item, result.now_ms, now)
-        ack_failures = [r for r in results[: len(ack_ops)] if isinstance(r, BaseException)]
+                d = self.executor.admit(p, item, result.now_ms, now)
+                if d is not None:
+                    admitted.append(d)
+        # Admitted jobs hold room in the table now: the reservation can go.
+        self.inflight.release(r.reserve)
+        ack_failures = [x for x in results[:n_acks] if isinstance(x, BaseException)]
         if (failures or ack_failures) and len(failures) + len(ack_failures) == len(results):
+            for d in admitted:
+                self.executor.run(d)
             raise (failures or ack_failures)[0]  # the whole primary failed: back off this loop
+        return admitted
 
     async def _failed(self, partition: int, exc: BaseException) -> None:
         self.stats.errors += 1
