@@ -180,7 +180,7 @@ class AsyncClient:
     ) -> list[EnqueueResult]:
         """See :meth:`shardq.Client.enqueue_many`."""
         partitions = await self.partitions(queue)
-        prepared = [producer.prepare_enqueue(queue, partitions, r, self.settings) for r in requests]
+        prepared = producer.prepare_many(queue, partitions, requests, self.settings)
         results: list[EnqueueResult] = []
         for start in range(0, len(prepared), chunk):
             results.extend(await self._bulk(prepared[start : start + chunk], durable=durable))

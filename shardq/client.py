@@ -32,7 +32,7 @@ from shardq.store.producer import BulkCall, Outcome, PreparedEnqueue
 def unknown_queue(queue: str) -> UnknownQueueError:
     return UnknownQueueError(
         f"queue {queue!r} does not exist: create it first with "
-        f"`shardq queue create {queue} --partitions 64` or client.create_queue({queue!r})"
+        f"`shardq queue create --queue {queue} --partitions 64` or client.create_queue({queue!r})"
     )
 
 
@@ -272,7 +272,7 @@ class Client:
         if not durable:
             return self._run(prepared.op(), what=f"enqueue of job {prepared.job_id}")  # type: ignore[no-any-return]
         try:
-            return self._bulk([prepared], durable=True)[0]
+            return self._bulk(BulkRun([prepared], self.settings), durable=True)[0]
         except BulkEnqueueError as exc:
             raise next(iter(exc.failed.values())) from None
 
@@ -293,14 +293,40 @@ class Client:
         rest back as requests with their ids, safe to resend.
         """
         partitions = self.partitions(queue)
-        prepared = [producer.prepare_enqueue(queue, partitions, r, self.settings) for r in requests]
+        prepared = producer.prepare_many(queue, partitions, requests, self.settings)
         results: list[EnqueueResult] = []
-        for start in range(0, len(prepared), chunk):
-            results.extend(self._bulk(prepared[start : start + chunk], durable=durable))
+        chunks = [prepared[start : start + chunk] for start in range(0, len(prepared), chunk)]
+        if durable:
+            runs = [BulkRun(c, self.settings) for c in chunks]
+        else:
+            runs = self._first_rounds(chunks)
+        for run in runs:
+            results.extend(self._bulk(run, durable=durable))
         return results
 
-    def _bulk(self, prepared: list[PreparedEnqueue], *, durable: bool) -> list[EnqueueResult]:
-        run = BulkRun(prepared, self.settings)
+    def _first_rounds(self, chunks: list[list[PreparedEnqueue]]) -> list[BulkRun]:
+        """Each chunk's first round, written before the previous chunk's replies are read: Redis
+        works on one chunk while this process plans the next and parses the last."""
+        runs: list[BulkRun] = []
+        in_flight: tuple[BulkRun, list[BulkCall], transport.Sent] | None = None
+        for c in chunks:
+            run = BulkRun(c, self.settings)
+            runs.append(run)
+            calls = run.pending
+            sent = transport.send(self.redis, [call.op for call in calls])
+            if in_flight is not None:
+                self._settle(*in_flight)
+            in_flight = (run, calls, sent)
+        if in_flight is not None:
+            self._settle(*in_flight)
+        return runs
+
+    def _settle(self, run: BulkRun, calls: list[BulkCall], sent: transport.Sent) -> None:
+        replies, _ = sent.read()
+        run.settle(calls, transport.complete(self.redis, [c.op for c in calls], replies))
+
+    def _bulk(self, run: BulkRun, *, durable: bool) -> list[EnqueueResult]:
+        """Rounds until every call of ``run`` is settled or the retry window runs out."""
         s = self.settings
         deadline = time.monotonic() + s.retry_timeout
         attempt = 0

@@ -14,7 +14,7 @@ import secrets
 from collections import deque
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 import orjson
 
@@ -102,9 +102,11 @@ def check_queue_name(queue: str) -> None:
         )
 
 
-@dataclass(frozen=True, slots=True)
-class Schedule:
-    """When a job is due, as the scripts take it: absolute ms ('at') or a delay in ms ('in')."""
+class Schedule(NamedTuple):
+    """When a job is due, as the scripts take it: absolute ms ('at') or a delay in ms ('in').
+
+    A named tuple, not a frozen dataclass: it is built for every job of an ``enqueue_many``
+    and a tuple is several times cheaper to build."""
 
     mode: Literal["at", "in"]
     ms: int
@@ -114,6 +116,13 @@ def make_schedule(
     run_at: datetime | float | None, delay: timedelta | float | None, settings: ProducerSettings
 ) -> Schedule:
     """Validate ``run_at``/``delay``.  A delay is applied on the Redis clock, not this one."""
+    # The common case first, with the same checks (bool is not int here: type() is exact).
+    if (
+        run_at is None
+        and type(delay) in (int, float)
+        and -settings.past_tolerance <= delay <= settings.max_horizon  # type: ignore[operator]
+    ):
+        return Schedule("in", max(0, round(delay * 1000)))  # type: ignore[operator, arg-type]
     if run_at is not None and delay is not None:
         raise InvalidScheduleError("pass run_at or delay, not both")
     if run_at is None:
@@ -168,6 +177,21 @@ def encode_body(
     The body is ``[type, payload]`` or ``[type, payload, {options}]`` with only the options that
     differ from the defaults, so a small job stays small in Redis.
     """
+    if (
+        max_attempts is None
+        and backoff is None
+        and idempotency_key is None
+        and headers is None
+        and type(job_type) is str
+        and job_type in _VALID_TYPES  # only valid type strings are ever added
+    ):
+        # The common case (no options) without the option checks; same encoding and limits.
+        try:
+            data = orjson.dumps([job_type, payload])
+        except (TypeError, orjson.JSONEncodeError):
+            data = b""  # the full path below reports it
+        if data and len(data) <= settings.max_payload_bytes and b"null" not in data:
+            return data
     if not (isinstance(job_type, str) and (job_type in _VALID_TYPES or _valid_type(job_type))):
         raise InvalidJobError(
             f"job type {job_type!r} is invalid: use 1-128 characters of letters, digits and '_.:/-'"

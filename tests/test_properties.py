@@ -180,3 +180,57 @@ def test_backoff_survives_its_stored_form(backoff: Backoff) -> None:
     again = Backoff.decode(orjson.loads(orjson.dumps(backoff.encode())))
     assert again.kind == backoff.kind
     assert abs(again.base - backoff.base) <= 0.0005 and abs(again.cap - backoff.cap) <= 0.0005
+
+
+delays = st.one_of(
+    st.none(),
+    st.integers(min_value=-100, max_value=10**10),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.booleans(),
+    st.timedeltas(min_value=timedelta(seconds=-60), max_value=timedelta(days=400)),
+)
+bodies = st.tuples(
+    st.one_of(st.sampled_from(["t", "send.email", "bad type", ""]), st.integers()),
+    json_values | st.floats() | st.text(max_size=4),
+    st.one_of(st.none(), st.integers(min_value=0, max_value=20)),
+)
+
+
+def _outcome(fn: Any) -> Any:
+    try:
+        return fn()
+    except ShardqError as exc:
+        return (type(exc), str(exc))
+
+
+@given(
+    queue=queue_names,
+    partitions=partition_counts,
+    items=st.lists(st.tuples(bodies, delays), min_size=1, max_size=8),
+)
+def test_prepare_many_is_prepare_enqueue_for_every_request(
+    queue: str, partitions: int, items: list[Any]
+) -> None:
+    """enqueue_many's fast path (prepare_many) accepts and refuses exactly what the one-job
+    path does, with the same body, schedule and routing (ids are random: routing is checked
+    against the id each drew)."""
+    from shardq.jobs import JobRequest
+
+    requests = [
+        JobRequest(job_type, payload, delay=delay, max_attempts=attempts)  # type: ignore[arg-type]
+        for (job_type, payload, attempts), delay in items
+    ]
+    many = _outcome(lambda: producer.prepare_many(queue, partitions, requests, SETTINGS))
+    ones = [
+        _outcome(lambda r=r: producer.prepare_enqueue(queue, partitions, r, SETTINGS))
+        for r in requests
+    ]
+    first_error = next((o for o in ones if isinstance(o, tuple)), None)
+    if first_error is not None:
+        assert many == first_error  # the first bad request is the one reported, nothing sent
+        return
+    assert len(many) == len(ones)
+    for m, o in zip(many, ones, strict=True):
+        assert (m.body, m.schedule, m.request) == (o.body, o.schedule, o.request)
+        assert m.partition == keys.partition_for(m.job_id, partitions)
+        assert m.pk == keys.partition_keys(queue, m.partition, partitions)

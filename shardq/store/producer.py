@@ -7,6 +7,8 @@ type.  The sync and asyncio clients run the same ops, so both have the same sema
 
 from __future__ import annotations
 
+import binascii
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -58,7 +60,7 @@ def route(partitions: int, job_id: str | None, idempotency_key: str | None) -> t
     return job_id, keys.partition_for(job_id, partitions)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: one is built per job of enqueue_many, and frozen costs
 class PreparedEnqueue:
     """One validated job with its id chosen: sent alone (:meth:`op`) or in a partition batch.
 
@@ -139,6 +141,39 @@ def prepare_enqueue(
     )
     pk = keys.partition_keys(queue, partition, partitions)
     return PreparedEnqueue(req, job_id, partition, pk, body, schedule, settings)
+
+
+def prepare_many(
+    queue: str, partitions: int, requests: Iterable[JobRequest], settings: ProducerSettings
+) -> list[PreparedEnqueue]:
+    """:func:`prepare_enqueue` for every request (all validated before any is sent).
+
+    The same checks; a request with neither a job id nor an idempotency key (most of a bulk
+    enqueue) takes a shorter path to its id and partition, with the partition keys looked up
+    once per call rather than once per job."""
+    pks = keys.all_partition_keys(queue, partitions)
+    new_id = jobmod.new_job_id
+    crc32 = binascii.crc32
+    out: list[PreparedEnqueue] = []
+    append = out.append
+    for req in requests:
+        if type(req) is not JobRequest or req.job_id is not None or req.idempotency_key is not None:
+            append(prepare_enqueue(queue, partitions, req, settings))
+            continue
+        schedule = jobmod.make_schedule(req.run_at, req.delay, settings)
+        job_id = new_id()
+        partition = crc32(job_id.encode()) % partitions  # keys.partition_for, inlined
+        body = jobmod.encode_body(
+            req.job_type,
+            req.payload,
+            max_attempts=req.max_attempts,
+            backoff=req.backoff,
+            idempotency_key=None,
+            headers=req.headers,
+            settings=settings,
+        )
+        append(PreparedEnqueue(req, job_id, partition, pks[partition], body, schedule, settings))
+    return out
 
 
 Outcome = EnqueueResult | ShardqError

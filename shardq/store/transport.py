@@ -136,7 +136,12 @@ def run_many(client: Any, ops: Sequence[Op[T]]) -> list[T | BaseException]:
     alone, after a fresh look at the slot map.  Every script is safe to send twice: a resent
     write is recognised or does no harm.
     """
-    replies, _ = send_and_read(client, ops, None)
+    return complete(client, ops, send_and_read(client, ops, None)[0])
+
+
+def complete(client: Any, ops: Sequence[Op[T]], replies: list[Reply]) -> list[T | BaseException]:
+    """Parsed results of ops whose raw replies were read (see :func:`run_many`); a call that
+    met a missing library, a redirect or a broken connection is sent again, alone."""
     again = [
         i
         for i, r in enumerate(replies)
@@ -165,11 +170,22 @@ def send_and_read(
     before any is read and wait at once, so one slow node does not stall the others' sends.
     A node that lacks the library gets it and its batch is sent again (with the WAIT after it).
     """
-    replies: list[Reply] = [None] * len(ops)
-    acked: list[int | None] = [None] * len(ops)
-    groups = _by_node(client, ops)
-    for attempt in range(2):
-        sent: list[tuple[Any, Any, Any, list[int]]] = []
+    return send(client, ops, wait).read()
+
+
+class Sent:
+    """Ops written to their nodes, replies not read yet (see :func:`send`)."""
+
+    def __init__(self, client: Any, ops: Sequence[Op[Any]], wait: tuple[int, int] | None) -> None:
+        self.client = client
+        self.ops = ops
+        self.wait = wait
+        self.replies: list[Reply] = [None] * len(ops)
+        self.acked: list[int | None] = [None] * len(ops)
+        self.sent: list[tuple[Any, Any, Any, list[int]]] = []
+
+    def write(self, groups: list[tuple[Any, list[int]]]) -> None:
+        ops, replies = self.ops, self.replies
         for node_client, indexes in groups:
             pool = node_client.connection_pool
             try:
@@ -180,8 +196,8 @@ def send_and_read(
                 continue
             try:
                 commands = [ops[i].command() for i in indexes]
-                if wait is not None:
-                    commands.append(("WAIT", *wait))
+                if self.wait is not None:
+                    commands.append(("WAIT", *self.wait))
                 conn.send_packed_command(_packed(commands, conn))
             except Exception as exc:
                 conn.disconnect()
@@ -189,8 +205,13 @@ def send_and_read(
                 for i in indexes:
                     replies[i] = exc
                 continue
-            sent.append((node_client, pool, conn, indexes))
+            self.sent.append((node_client, pool, conn, indexes))
+
+    def _read_sent(self) -> list[tuple[Any, list[int]]]:
+        """Read every written batch; returns the groups whose node lacked the library."""
+        replies, acked = self.replies, self.acked
         missing: list[tuple[Any, list[int]]] = []
+        sent, self.sent = self.sent, []
         for node_client, pool, conn, indexes in sent:
             broken: BaseException | None = None
             for i in indexes:
@@ -204,7 +225,7 @@ def send_and_read(
                 except Exception as exc:
                     conn.disconnect()
                     broken = replies[i] = exc
-            if wait is not None and broken is None:
+            if self.wait is not None and broken is None:
                 try:
                     n = int(conn.read_response())
                     for i in indexes:
@@ -215,12 +236,27 @@ def send_and_read(
             pool.release(conn)
             if any(faults.is_code_missing(replies[i]) for i in indexes):
                 missing.append((node_client, indexes))
-        if not missing or attempt:
-            break
-        for node_client, _ in missing:
-            load_library(node_client)
-        groups = missing
-    return replies, acked
+        return missing
+
+    def read(self) -> tuple[list[Reply], list[int | None]]:
+        """The raw replies in op order and the replicas that acknowledged each (see
+        :func:`send_and_read`); a node that lacked the library gets it and its batch again."""
+        missing = self._read_sent()
+        if missing:
+            for node_client, _ in missing:
+                load_library(node_client)
+            self.write(missing)
+            self._read_sent()
+        return self.replies, self.acked
+
+
+def send(client: Any, ops: Sequence[Op[Any]], wait: tuple[int, int] | None = None) -> Sent:
+    """Write each node's ops on one connection without reading the replies: the caller can
+    prepare its next batch while Redis works on this one, then :meth:`Sent.read` it.  The
+    connections stay out of their pools until then."""
+    sent = Sent(client, ops, wait)
+    sent.write(_by_node(client, ops))
+    return sent
 
 
 # asyncio ---------------------------------------------------------------------------------------
