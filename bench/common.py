@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import os
-import re
 import secrets
-import shutil
 import signal
 import subprocess
 import time
@@ -13,10 +11,17 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 from shardq import JobRequest
 from shardq.bench import cli_command, delete_queue, job_memory, percentile, queue_counters
+
+# calibration lives in the package: the CLI's benches print it too
+from shardq.calibration import (  # noqa: F401 - re-exported for the benches
+    calibrate,
+    calibration_line,
+    cpu_loop_rate,
+    redis_benchmark,
+)
 from shardq.client import Client
 from shardq.connection import is_cluster
 from shardq.store import keys
@@ -279,67 +284,3 @@ def partition_nodes(client: Client, queue: str, partitions: int) -> list[str]:
         nm.get_node_from_slot(keys.slot_of(pk.due)).name
         for pk in keys.all_partition_keys(queue, partitions)
     ]
-
-
-# calibration: figures of the machine, measured in the same run as the figures they calibrate
-
-CPU_LOOP = 2_000_000
-
-
-def cpu_loop_rate(n: int = CPU_LOOP, repeat: int = 3) -> float:
-    """Iterations per second of a fixed integer loop in this interpreter (best of ``repeat``)."""
-    best = float("inf")
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        x = 0
-        for i in range(n):
-            x += i * i & 7
-        best = min(best, time.perf_counter() - t0)
-    return n / best
-
-
-def redis_benchmark(url: str, requests: int = 200_000) -> dict[str, Any] | None:
-    """``redis-benchmark -q -n <requests> PING`` against the node of ``url`` (50 clients, no
-    pipelining; PING touches no key, so it needs no slot routing on a cluster), or None when
-    redis-benchmark is not on PATH."""
-    exe = shutil.which("redis-benchmark")
-    if exe is None:
-        return None
-    u = urlsplit(url)
-    cmd = [exe, "-h", u.hostname or "127.0.0.1", "-p", str(u.port or 6379), "-q"]
-    if u.password:
-        cmd += ["-a", u.password, "--no-auth-warning"]
-        if u.username:
-            cmd += ["--user", u.username]
-    cmd += ["-n", str(requests), "PING"]
-    shown = " ".join(c if c != u.password else "***" for c in cmd)
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-    out = done.stdout + done.stderr
-    m = re.search(r"([\d.]+) requests per second", out.split("\r")[-1])
-    if m is None:
-        return {"command": shown, "ping_per_s": None, "output_tail": out[-500:]}
-    return {"command": shown, "ping_per_s": float(m.group(1))}
-
-
-def calibrate(url: str) -> dict[str, Any]:
-    return {
-        "cpu_loop_iter_per_s": round(cpu_loop_rate()),
-        "cpu_loop": f"python: for i in range({CPU_LOOP:,}): x += i * i & 7 (best of 3)",
-        "redis_benchmark": redis_benchmark(url),
-        "loadavg_1m": round(os.getloadavg()[0], 2),
-    }
-
-
-def calibration_line(c: dict[str, Any]) -> str:
-    parts = [f"python CPU loop {c['cpu_loop_iter_per_s'] / 1e6:.1f} M iter/s"]
-    rb = c["redis_benchmark"]
-    if rb is None:
-        parts.append("redis-benchmark not on PATH")
-    else:
-        rate = rb["ping_per_s"]
-        parts.append(
-            f"redis-benchmark PING {rate:,.0f} req/s" if rate else "redis-benchmark: no figure"
-        )
-        parts.append(f"({rb['command']})")
-    parts.append(f"load avg 1m {c['loadavg_1m']}")
-    return "; ".join(parts)

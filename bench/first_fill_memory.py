@@ -16,6 +16,7 @@ import argparse
 from typing import Any
 
 from shardq import JobRequest, devcluster
+from shardq.calibration import calibrate, calibration_line
 from shardq.client import Client
 from shardq.config import RedisSettings
 from shardq.connection import connect
@@ -46,6 +47,7 @@ def main() -> None:
         conn = connect(RedisSettings.from_url(url))
         conn.flushall()
         conn.close()
+        print(f"calibration: {calibration_line(calibrate(url))}")
         with Client.from_url(url) as client:
             print(f"{'bytes per job':<26}" + "".join(f"{f:>26}" for f in FIELDS))
             for fill in ("first fill", "second fill"):

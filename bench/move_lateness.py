@@ -29,7 +29,7 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from bench.common import delete_queue, fresh_queue  # noqa: E402
+from bench.common import calibrate, calibration_line, delete_queue, fresh_queue  # noqa: E402
 from shardq import (  # noqa: E402
     JobRequest,
     keys,
@@ -158,6 +158,8 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=12.0)
     parser.add_argument("--move-at", type=float, default=5.0)
     args = parser.parse_args()
+    cal = calibrate(args.url)
+    print(f"calibration: {calibration_line(cal)}")
     client = Client.from_url(args.url)
     queue = fresh_queue(client, "bench-move", PARTITIONS)
     try:
@@ -175,7 +177,7 @@ def main() -> None:
     finally:
         delete_queue(client.redis, queue, PARTITIONS)
         client.close()
-    print(json.dumps(report, indent=2))
+    print(json.dumps({"calibration": cal, **report}, indent=2))
 
 
 if __name__ == "__main__":

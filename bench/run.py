@@ -27,6 +27,7 @@ import redis as redis_lib
 
 from bench import failover, migrate, pause, rates, stages
 from bench.baselines import bullmq_node, drain, scenarios
+from bench.common import calibrate, calibration_line
 from shardq.bench import run_enqueue_bench
 
 SECTIONS = (
@@ -623,7 +624,10 @@ def main(argv: list[str] | None = None) -> None:
     def say(text: str) -> None:
         print(text, file=sys.stderr if args.json else sys.stdout, flush=True)
 
-    doc = run(args, say)
+    cal = {"cluster": calibrate(args.url), "standalone": calibrate(args.standalone_url)}
+    say(f"calibration (same run): cluster: {calibration_line(cal['cluster'])}")
+    say(f"                        standalone: {calibration_line(cal['standalone'])}")
+    doc = {"calibration": cal, **run(args, say)}
     data = orjson.dumps(doc, option=orjson.OPT_INDENT_2)
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)

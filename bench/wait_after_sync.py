@@ -19,6 +19,7 @@ import time
 import redis
 
 from shardq import devcluster
+from shardq.calibration import calibrate, calibration_line
 
 
 def _synced(primary: redis.Redis, replica: redis.Redis) -> bool:
@@ -48,6 +49,7 @@ def main() -> None:
     args = parser.parse_args()
     devcluster.standalone_up(args.port)
     devcluster.standalone_up(args.port + 1)
+    print(f"calibration: {calibration_line(calibrate(f'redis://127.0.0.1:{args.port}'))}")
     primary = redis.Redis(port=args.port)
     replica = redis.Redis(port=args.port + 1)
     first: list[float] = []

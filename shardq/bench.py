@@ -15,6 +15,7 @@ import os
 import secrets
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -26,6 +27,7 @@ from typing import Any, TextIO
 
 import orjson
 
+from shardq.calibration import calibrate, calibration_line
 from shardq.client import Client
 from shardq.config import RedisSettings, WorkerSettings
 from shardq.connection import SyncRedis, is_cluster
@@ -206,6 +208,7 @@ def run_e2e(cfg: E2EConfig, progress: TextIO | None = None) -> dict[str, Any]:
     )
     settings = dataclasses.replace(settings, username=cfg.username, password=cfg.password)
     client = Client(settings)
+    calibration = calibrate(cfg.url, cfg.username, cfg.password)  # before any load of ours
     queue = f"bench-{int(time.time())}-{secrets.token_hex(3)}"
     client.create_queue(queue, cfg.partitions)
     payload = "x" * cfg.payload_bytes
@@ -299,6 +302,7 @@ def run_e2e(cfg: E2EConfig, progress: TextIO | None = None) -> dict[str, Any]:
         duplicates = sum(n - 1 for n in ran.values() if n > 1)
         drain_window = max(last_finish - first_start, 1e-9)
         return {
+            "calibration": calibration,
             "queue": queue,
             "jobs": cfg.jobs,
             "completed": completed,
@@ -330,6 +334,23 @@ def run_e2e(cfg: E2EConfig, progress: TextIO | None = None) -> dict[str, Any]:
             client.close()
 
 
+def _script_limit(client: Client, queue: str, partitions: int, requests: list[JobRequest]) -> float:
+    """Jobs/s of the batched enqueue script alone: the same calls enqueue_many makes, prepared
+    (validated, routed, encoded) beforehand, so only sending, Redis and reading the replies are
+    timed.  The ceiling enqueue_many's own producer work is measured against."""
+    from shardq.store import producer, transport
+
+    prepared = producer.prepare_many(queue, partitions, requests, client.settings)
+    ops = [call.op for call in producer.plan_bulk(prepared)]
+    t0 = time.perf_counter()
+    results = transport.run_many(client.redis, ops)
+    seconds = time.perf_counter() - t0
+    failed = [r for r in results if isinstance(r, BaseException)]
+    if failed:
+        raise failed[0]
+    return len(requests) / seconds
+
+
 def run_enqueue_bench(
     url: str,
     jobs: int = 20_000,
@@ -338,32 +359,70 @@ def run_enqueue_bench(
     payload_bytes: int = 20,
     username: str | None = None,
     password: str | None = None,
+    rounds: int = 3,
 ) -> dict[str, Any]:
-    """Single enqueues in a loop against bulk enqueue_many, side by side on one fresh queue."""
+    """Enqueue rates side by side: a loop of single enqueue() calls, enqueue_many, and the
+    batched script's limit (the same calls, prepared beforehand).
+
+    Every request is a distinct JobRequest (as a producer would build them).  Each measurement
+    starts on an empty queue of its own (a growing hash or sorted set rehashes at sizes that
+    would favour whichever run came later); enqueue_many and the limit alternate in order for
+    ``rounds`` rounds.  The ratio is of the medians."""
+    cal = calibrate(url, username, password)
     client = Client(RedisSettings.from_url(url, username=username, password=password))
-    queue = f"bench-enq-{int(time.time())}-{secrets.token_hex(3)}"
-    client.create_queue(queue, partitions)
     payload = "x" * payload_bytes
+
+    def requests() -> list[JobRequest]:
+        return [JobRequest("bench", payload, delay=3600) for _ in range(jobs)]
+
+    def fresh() -> str:
+        queue = f"bench-enq-{int(time.time())}-{secrets.token_hex(3)}"
+        client.create_queue(queue, partitions)
+        return queue
+
+    def bulk_rate(queue: str) -> float:
+        batch = requests()
+        t0 = time.perf_counter()
+        client.enqueue_many(queue, batch)
+        return jobs / (time.perf_counter() - t0)
+
+    def limit_rate(queue: str) -> float:
+        return _script_limit(client, queue, partitions, requests())
+
+    measure = {"bulk": bulk_rate, "limit": limit_rate}
+    rates: dict[str, list[float]] = {"bulk": [], "limit": []}
     try:
-        t0 = time.perf_counter()
-        for _ in range(single_jobs):
-            client.enqueue(queue, "bench", payload, delay=3600)
-        single = single_jobs / (time.perf_counter() - t0)
-        requests = [JobRequest("bench", payload, delay=3600) for _ in range(jobs)]
-        t0 = time.perf_counter()
-        client.enqueue_many(queue, requests)
-        bulk = jobs / (time.perf_counter() - t0)
+        queue = fresh()
+        try:
+            t0 = time.perf_counter()
+            for _ in range(single_jobs):
+                client.enqueue(queue, "bench", payload, delay=3600)
+            single = single_jobs / (time.perf_counter() - t0)
+        finally:
+            delete_queue(client.redis, queue, partitions)
+        for n in range(rounds):
+            for kind in ("bulk", "limit") if n % 2 == 0 else ("limit", "bulk"):
+                queue = fresh()
+                try:
+                    rates[kind].append(measure[kind](queue))
+                finally:
+                    delete_queue(client.redis, queue, partitions)
+        bulk, limit = statistics.median(rates["bulk"]), statistics.median(rates["limit"])
         return {
+            "calibration": cal,
             "single_jobs": single_jobs,
             "single_jobs_per_s": round(single, 1),
             "bulk_jobs": jobs,
             "bulk_jobs_per_s": round(bulk, 1),
+            "bulk_jobs_per_s_rounds": [round(b, 1) for b in rates["bulk"]],
+            "script_limit_jobs_per_s": round(limit, 1),
+            "script_limit_jobs_per_s_rounds": [round(x, 1) for x in rates["limit"]],
+            "bulk_over_limit": round(bulk / limit, 2),
             "bulk_over_single": round(bulk / single, 2),
             "partitions": partitions,
             "cluster": is_cluster(client.redis),
         }
     finally:
-        delete_queue(client.redis, queue, partitions)
         client.close()
 
 
@@ -374,6 +433,7 @@ def format_summary(r: dict[str, Any]) -> str:
         [
             "",
             "== shardq end-to-end summary ==",
+            f"calibration      {calibration_line(r['calibration'])}",
             f"scheduled        {r['jobs']:>12,}   ({r['mode']}, {r['partitions']} partitions, "
             f"{r['dispatchers']} dispatcher(s), {r['workers']} worker(s))",
             f"completed        {r['completed']:>12,}",

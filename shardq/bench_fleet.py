@@ -20,6 +20,7 @@ from collections import Counter
 from typing import Any
 
 from shardq.bench import cli_command, delete_queue, stop_processes
+from shardq.calibration import calibrate
 from shardq.client import Client
 from shardq.config import RedisSettings
 from shardq.connection import SyncRedis, is_cluster
@@ -121,6 +122,7 @@ def run_fleet(
 ) -> dict[str, Any]:
     settings = RedisSettings.from_url(url, password=password)
     password = settings.password
+    cal = calibrate(settings.url, settings.username, password)  # before the fleet starts
     # Credentials reach the child processes in their environment, never on their command line.
     url = settings.url + ("?cluster=true" if settings.cluster else "")
     env = dict(os.environ)
@@ -186,6 +188,7 @@ def run_fleet(
         counts = count_client_commands(primary_addresses(client.redis, url), idle_seconds, password)
         idle_rate = sum(counts.values()) / idle_seconds
         return {
+            "calibration": cal,
             "partitions": partitions,
             "dispatchers": dispatchers,
             "workers": workers,

@@ -40,10 +40,12 @@ import orjson
 import redis as redis_lib
 
 from bench.baselines import bullmq_node
+from bench.baselines import reference as reference_mod
 from bench.baselines.scenarios import ScenarioConfig, run_scenario
 from bench.common import calibrate, calibration_line
 
 DESIGNS = ("bullmq", "shardq")
+REFERENCE = "shardq-ref"
 MODES = ("backlog", "burst")
 
 
@@ -70,22 +72,24 @@ def _span(values: list[float]) -> dict[str, float] | None:
 
 
 def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    designs = [d for d in (*DESIGNS, REFERENCE) if any(r["design"] == d for r in runs)]
     out: dict[str, Any] = {}
     for mode in MODES:
-        rates: dict[str, list[float]] = {d: [] for d in DESIGNS}
-        ratios: list[float] = []
+        rates: dict[str, list[float]] = {d: [] for d in designs}
+        ratios: dict[str, list[float]] = {d: [] for d in designs if d != "shardq"}
         for rnd in sorted({r["round"] for r in runs}):
             row = {r["design"]: r for r in runs if r["round"] == rnd and r["scenario"] == mode}
-            for d in DESIGNS:
+            for d in designs:
                 if d in row and row[d]["drain_jobs_per_s"]:
                     rates[d].append(row[d]["drain_jobs_per_s"])
-            if all(d in row and row[d]["drain_jobs_per_s"] for d in DESIGNS):
-                ratios.append(
-                    round(row["shardq"]["drain_jobs_per_s"] / row["bullmq"]["drain_jobs_per_s"], 2)
-                )
+            mine = row.get("shardq", {}).get("drain_jobs_per_s")
+            for d in ratios:
+                theirs = row.get(d, {}).get("drain_jobs_per_s")
+                if mine and theirs:
+                    ratios[d].append(round(mine / theirs, 2))
         out[mode] = {
-            **{f"{d}_jobs_per_s": _span(rates[d]) for d in DESIGNS},
-            "ratio_shardq_over_bullmq": _span(ratios),
+            **{f"{d.replace('-', '_')}_jobs_per_s": _span(rates[d]) for d in designs},
+            **{f"ratio_shardq_over_{d.replace('-', '_')}": _span(ratios[d]) for d in ratios},
             "lost": sum(r["lost"] for r in runs if r["scenario"] == mode),
             "duplicates": sum(r["duplicates"] for r in runs if r["scenario"] == mode),
         }
@@ -114,7 +118,9 @@ def compare(
         bullmq_lock=base.bullmq_lock,
         bullmq_stalled_interval=base.bullmq_stalled_interval,
         lead=lead,
+        reference=base.reference,
     )
+    designs = (*DESIGNS, REFERENCE) if base.reference is not None else DESIGNS
     doc: dict[str, Any] = {
         "url": url,
         "jobs": jobs,
@@ -136,7 +142,7 @@ def compare(
     )
     runs: list[dict[str, Any]] = []
     for rnd in range(1, rounds + 1):
-        order = DESIGNS if rnd % 2 else DESIGNS[::-1]
+        order = designs if rnd % 2 else designs[::-1]
         for mode in modes:
             by_design: dict[str, dict[str, Any]] = {}
             for design in order:
@@ -162,29 +168,48 @@ def _rate(r: dict[str, Any]) -> str:
 
 
 def _round_line(rnd: int, mode: str, by: dict[str, dict[str, Any]]) -> str:
-    b, s = by["bullmq"], by["shardq"]
-    ratio = (
-        f"{s['drain_jobs_per_s'] / b['drain_jobs_per_s']:.2f}"
-        if s.get("drain_jobs_per_s") and b.get("drain_jobs_per_s")
-        else "-"
+    s = by["shardq"]
+    parts = [f"round {rnd}  {mode:<7}"]
+    parts += [f"{d} {_rate(r)}" for d, r in by.items()]
+    for d, r in by.items():
+        if d != "shardq":
+            ratio = (
+                f"{s['drain_jobs_per_s'] / r['drain_jobs_per_s']:.2f}"
+                if s.get("drain_jobs_per_s") and r.get("drain_jobs_per_s")
+                else "-"
+            )
+            parts.append(f"shardq/{d} {ratio}")
+    parts.append("lost " + "/".join(str(r["lost"]) for r in by.values()))
+    parts.append("dup " + "/".join(str(r["duplicates"]) for r in by.values()))
+    parts.append(
+        "(enqueue s "
+        + "/".join(str(r["enqueue_seconds"]) for r in by.values())
+        + ", drain s "
+        + "/".join(str(r["drain_seconds"]) for r in by.values())
+        + ", "
+        + "/".join(by)
+        + ")"
     )
-    return (
-        f"round {rnd}  {mode:<7}  bullmq {_rate(b)}  shardq {_rate(s)}  "
-        f"shardq/bullmq {ratio}  lost {b['lost']}/{s['lost']}  dup {b['duplicates']}/"
-        f"{s['duplicates']}  (enqueue s {b['enqueue_seconds']}/{s['enqueue_seconds']}, "
-        f"drain s {b['drain_seconds']}/{s['drain_seconds']}, bullmq/shardq)"
-    )
+    return "  ".join(parts)
 
 
 def _summary_line(mode: str, s: dict[str, Any], rounds: int) -> str:
     def span(v: dict[str, float] | None, fmt: str) -> str:
         return "-" if v is None else f"{v['min']:{fmt}} - {v['max']:{fmt}}"
 
+    rates = [
+        f"{k.removesuffix('_jobs_per_s').replace('_', '-')} {span(v, ',.0f')} jobs/s"
+        for k, v in s.items()
+        if k.endswith("_jobs_per_s")
+    ]
+    ratios = [
+        f"shardq/{k.removeprefix('ratio_shardq_over_').replace('_', '-')} {span(v, '.2f')}"
+        for k, v in s.items()
+        if k.startswith("ratio_")
+    ]
     return (
-        f"{mode:<7} over {rounds} round(s): bullmq {span(s['bullmq_jobs_per_s'], ',.0f')} "
-        f"jobs/s, shardq {span(s['shardq_jobs_per_s'], ',.0f')} jobs/s, shardq/bullmq "
-        f"{span(s['ratio_shardq_over_bullmq'], '.2f')}; lost {s['lost']}, duplicates "
-        f"{s['duplicates']}"
+        f"{mode:<7} over {rounds} round(s): {', '.join(rates)}; {', '.join(ratios)}; "
+        f"lost {s['lost']}, duplicates {s['duplicates']}"
     )
 
 
@@ -207,6 +232,12 @@ def main(argv: list[str] | None = None) -> None:
         "--lead", type=float, default=None, help="seconds to the due time (2 + jobs/10,000)"
     )
     parser.add_argument("--payload-bytes", type=int, default=20)
+    parser.add_argument(
+        "--reference",
+        default="",
+        help="also run shardq's consumer from this git revision (e.g. the last release), "
+        "side by side: design shardq-ref",
+    )
     parser.add_argument("--out", default="", help="also write the JSON document here")
     parser.add_argument("--json", action="store_true", help="JSON on stdout, tables on stderr")
     args = parser.parse_args(argv)
@@ -217,16 +248,24 @@ def main(argv: list[str] | None = None) -> None:
     def say(line: str) -> None:
         print(line, file=sys.stderr if args.json else sys.stdout, flush=True)
 
+    reference_sha, reference = (
+        reference_mod.checkout(args.reference) if args.reference else ("", None)
+    )
+    if reference_sha:
+        say(f"shardq-ref: shardq's consumer at {reference_sha[:12]} ({reference})")
     cfg = ScenarioConfig(
         bullmq_concurrency=args.bullmq_concurrency,
         lead=args.lead,
         payload_bytes=args.payload_bytes,
+        reference=reference,
     )
     try:
         doc = compare(args.url, args.jobs, args.rounds, modes, cfg, say)
     except bullmq_node.Unavailable as exc:
         raise SystemExit(f"BullMQ baseline unavailable: {exc}") from exc
     doc = {"command": "python -m bench.baselines.drain " + " ".join(sys.argv[1:]), **doc}
+    if reference_sha:
+        doc["reference_revision"] = reference_sha
     data = orjson.dumps(doc, option=orjson.OPT_INDENT_2)
     if args.out:
         with open(args.out, "wb") as f:

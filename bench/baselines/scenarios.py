@@ -52,6 +52,9 @@ DESIGNS: dict[str, ModuleType] = {
     "shardq": shardq_consumer,
     "ttl-timer-claim": ttl_timer,  # HDEL as an atomic claim before running
     "bullmq": bullmq_node,  # Node.js, bench/baselines/bullmq/ (needs node and npm)
+    # shardq's consumer from another revision of this repository (ScenarioConfig.reference):
+    # the same data layout, so the jobs are produced by this checkout's client.
+    "shardq-ref": shardq_consumer,
 }
 DESIGN_ARGS: dict[str, list[str]] = {"ttl-timer-claim": ["--claim"]}
 MAIN_DESIGNS = ("ttl-timer", "zset-poller", "shardq")
@@ -76,10 +79,12 @@ class ScenarioConfig:
     bullmq_stalled_interval: float = 5.0
     # seconds from the start of the enqueue to the first due time (None: 1 + jobs / 20,000)
     lead: float | None = None
+    # a checkout of another revision (bench.baselines.reference) whose consumer "shardq-ref" runs
+    reference: Path | None = None
     extra_args: dict[str, list[str]] = field(default_factory=dict)
 
     def quiet(self, design: str) -> float:
-        if design == "shardq":
+        if design in ("shardq", "shardq-ref"):
             return self.shardq_lease + self.shardq_visibility + 2.0
         if design == "bullmq":
             return self.bullmq_lock + self.bullmq_stalled_interval + 2.0
@@ -92,14 +97,23 @@ class ScenarioConfig:
 class Consumer:
     """One consumer process of a design."""
 
-    def __init__(self, design: str, url: str, prefix: str, out: Path, args: list[str]) -> None:
+    def __init__(
+        self,
+        design: str,
+        url: str,
+        prefix: str,
+        out: Path,
+        args: list[str],
+        root: Path = REPO,
+    ) -> None:
         module = DESIGNS[design].__name__
         cmd = [sys.executable, "-m", module, "--url", url, "--prefix", prefix, "--out", str(out)]
         if DESIGNS[design] is bullmq_node:
             cmd = bullmq_node.consumer_argv(url, prefix, str(out))
         env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
-        self.proc = subprocess.Popen(cmd + args, cwd=REPO, env=env, stdout=subprocess.PIPE)
+        # root first: a reference checkout's own shardq, not the installed one
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(root), env.get("PYTHONPATH")]))
+        self.proc = subprocess.Popen(cmd + args, cwd=root, env=env, stdout=subprocess.PIPE)
         self.peak_mb = 0.0
 
     def wait_ready(self, timeout: float = 20.0) -> None:
@@ -203,7 +217,12 @@ def run_scenario(design: str, scenario: str, url: str, cfg: ScenarioConfig) -> d
     logs = RunLogs(workdir)
     consumers: list[Consumer] = []
     args = DESIGN_ARGS.get(design, []) + cfg.extra_args.get(design, [])
-    if design == "shardq":
+    root = REPO
+    if design == "shardq-ref":
+        if cfg.reference is None:
+            raise ValueError("design shardq-ref needs ScenarioConfig.reference (a checkout)")
+        root = cfg.reference
+    if design in ("shardq", "shardq-ref"):
         args = [*args, "--lease", str(cfg.shardq_lease), "--visibility", str(cfg.shardq_visibility)]
     if design == "bullmq":
         args = [
@@ -217,7 +236,7 @@ def run_scenario(design: str, scenario: str, url: str, cfg: ScenarioConfig) -> d
         ]
 
     def start() -> Consumer:
-        c = Consumer(design, url, prefix, workdir / f"c{len(consumers)}.log", args)
+        c = Consumer(design, url, prefix, workdir / f"c{len(consumers)}.log", args, root)
         consumers.append(c)
         c.wait_ready()
         logs.last_change = time.monotonic()
