@@ -3,227 +3,75 @@
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import importlib
 import json
 import signal
 import sys
 from collections.abc import Callable
-from datetime import datetime
 from typing import Any, TypeVar
 
 import click
-import orjson
 
+from shardq import __version__
+from shardq import cli_format as fmt
 from shardq.cli_common import (
-    friendly_errors,
+    ShardqGroup,
+    open_client,
+    queue_option,
     redis_options,
+    redis_settings,
     restart_without_password_in_argv,
-    settings_from,
 )
 from shardq.cli_dev import dev
+from shardq.cli_jobs import enqueue, job, queue
 from shardq.cli_ops import dlq, owners, rebalance, stats
+from shardq.cli_params import LOG_LEVELS
 from shardq.cli_security import acl_group, functions_group
 from shardq.cli_settings import build_settings, settings_options
-from shardq.client import Client
 from shardq.config import DispatcherSettings, WorkerSettings
-from shardq.errors import ShardqError
 from shardq.logs import setup_logging
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-@click.group()
-@click.option("--log-level", default="INFO", show_default=True, envvar="SHARDQ_LOG_LEVEL")
+@click.group(cls=ShardqGroup)
+@click.version_option(__version__, "--version", prog_name="shardq")
+@click.option(
+    "--log-level",
+    type=LOG_LEVELS,
+    default="INFO",
+    show_default=True,
+    envvar="SHARDQ_LOG_LEVEL",
+    help="Logging threshold (logs go to stderr). Env: SHARDQ_LOG_LEVEL.",
+)
+@redis_options
 def main(log_level: str) -> None:
-    """shardq: delayed jobs over the partitions of a Redis Cluster."""
+    """shardq: delayed jobs over the partitions of a Redis Cluster.
+
+    Connection options (--url, --username, --password-file, --ca-certs) go here or after any
+    command that talks to Redis; every one also reads a SHARDQ_REDIS_* variable.  Commands
+    name their queue with --queue/-q (or SHARDQ_QUEUE).
+    """
     setup_logging(log_level)
 
 
-main.add_command(dev)
-for _command in (owners, rebalance, stats, dlq, acl_group, functions_group):
+for _command in (
+    dev,
+    queue,
+    enqueue,
+    job,
+    owners,
+    rebalance,
+    stats,
+    dlq,
+    acl_group,
+    functions_group,
+):
     main.add_command(_command)
 
 
-# queues ------------------------------------------------------------------------------------
-
-
-@main.group()
-def queue() -> None:
-    """Create and list queues."""
-
-
-@queue.command("create")
-@click.argument("name")
-@click.option("--partitions", default=64, show_default=True, help="Partition count (fixed).")
-@click.option(
-    "--ack-retention",
-    default=0.0,
-    show_default=True,
-    help="Seconds to keep acknowledged ready entries before trimming.",
-)
-@click.option(
-    "--dead-letter-cap",
-    default=100_000,
-    show_default=True,
-    help="Most dead letters kept per partition; older ones are dropped and counted.",
-)
-@click.option(
-    "--allow-evicting-redis",
-    is_flag=True,
-    envvar="SHARDQ_ALLOW_EVICTING_REDIS",
-    help="Create it even if a primary's maxmemory-policy evicts keys (jobs would vanish).",
-)
-@redis_options
-@friendly_errors
-def queue_create(
-    name: str,
-    partitions: int,
-    ack_retention: float,
-    dead_letter_cap: int,
-    allow_evicting_redis: bool,
-    url: str,
-    username: str | None,
-    password: str | None,
-) -> None:
-    """Create queue NAME (safe to repeat with the same partition count).
-
-    Refused when a Redis primary's maxmemory-policy would evict keys."""
-    with Client(settings_from(url, username, password)) as client:
-        created = client.create_queue(
-            name,
-            partitions,
-            ack_retention=ack_retention,
-            dead_letter_cap=dead_letter_cap,
-            allow_evicting_redis=allow_evicting_redis,
-        )
-    click.echo(f"queue {name}: {'created' if created else 'exists'} with {partitions} partitions")
-
-
-@queue.command("list")
-@redis_options
-@friendly_errors
-def queue_list(url: str, username: str | None, password: str | None) -> None:
-    """List queues with their partition counts."""
-    with Client(settings_from(url, username, password)) as client:
-        for name in client.queues():
-            try:
-                count: object = client.partitions(name)
-            except ShardqError as exc:  # a registry entry whose queue is gone or damaged
-                count = f"? ({type(exc).__name__})"
-            click.echo(f"{name}\t{count}")
-
-
-# jobs --------------------------------------------------------------------------------------
-
-
 @main.command()
-@click.argument("queue_name", metavar="QUEUE")
-@click.argument("job_type")
-@click.option("--payload", default="null", help="JSON payload.")
-@click.option("--delay", type=float, default=None, help="Seconds from now (Redis clock).")
-@click.option(
-    "--at", "run_at", default=None, help="ISO-8601 time with zone, e.g. 2030-01-01T00:00:00+00:00."
-)
-@click.option("--job-id", default=None)
-@click.option("--idempotency-key", default=None)
-@click.option("--max-attempts", type=int, default=None)
-@redis_options
-@friendly_errors
-def enqueue(
-    queue_name: str,
-    job_type: str,
-    payload: str,
-    delay: float | None,
-    run_at: str | None,
-    job_id: str | None,
-    idempotency_key: str | None,
-    max_attempts: int | None,
-    url: str,
-    username: str | None,
-    password: str | None,
-) -> None:
-    """Enqueue one job and print its id."""
-    try:
-        # orjson: rejects NaN/Infinity literals and documents nested deeper than 1024 levels
-        # with a JSONDecodeError (json.loads would hit RecursionError).
-        data = orjson.loads(payload)
-    except orjson.JSONDecodeError as exc:
-        raise click.BadParameter(f"not JSON: {exc}", param_hint="--payload") from None
-    when: datetime | None = None
-    if run_at is not None:
-        try:
-            when = datetime.fromisoformat(run_at)
-        except ValueError as exc:
-            raise click.BadParameter(str(exc), param_hint="--at") from None
-    with Client(settings_from(url, username, password)) as client:
-        click.echo(
-            client.enqueue(
-                queue_name,
-                job_type,
-                data,
-                run_at=when,
-                delay=delay,
-                job_id=job_id,
-                idempotency_key=idempotency_key,
-                max_attempts=max_attempts,
-            )
-        )
-
-
-@main.group()
-def job() -> None:
-    """Inspect, cancel or reschedule a job by id."""
-
-
-@job.command("get")
-@click.argument("queue_name", metavar="QUEUE")
-@click.argument("job_id")
-@redis_options
-@friendly_errors
-def job_get(
-    queue_name: str, job_id: str, url: str, username: str | None, password: str | None
-) -> None:
-    """Show a job as JSON."""
-    with Client(settings_from(url, username, password)) as client:
-        info = client.get(queue_name, job_id)
-    if info is None:
-        raise click.ClickException(f"job {job_id!r} not found (completed, cancelled or unknown)")
-    click.echo(json.dumps(dataclasses.asdict(info), indent=2, default=str))
-
-
-@job.command("cancel")
-@click.argument("queue_name", metavar="QUEUE")
-@click.argument("job_id")
-@redis_options
-@friendly_errors
-def job_cancel(
-    queue_name: str, job_id: str, url: str, username: str | None, password: str | None
-) -> None:
-    """Cancel a job that has not started."""
-    with Client(settings_from(url, username, password)) as client:
-        if not client.cancel(queue_name, job_id):
-            raise click.ClickException(f"job {job_id!r} not found")
-    click.echo(f"cancelled {job_id}")
-
-
-@job.command("reschedule")
-@click.argument("queue_name", metavar="QUEUE")
-@click.argument("job_id")
-@click.option("--delay", type=float, required=True, help="Seconds from now (Redis clock).")
-@redis_options
-@friendly_errors
-def job_reschedule(
-    queue_name: str, job_id: str, delay: float, url: str, username: str | None, password: str | None
-) -> None:
-    """Move a waiting job to a new due time."""
-    with Client(settings_from(url, username, password)) as client:
-        due = client.reschedule(queue_name, job_id, delay=delay)
-    click.echo(f"{job_id} due at {due} ms")
-
-
-@main.command()
-@click.option("--queue", "queue_name", default=None, help="Also check that this queue exists.")
+@queue_option(required=False, help="Also check that this queue exists. Env: SHARDQ_QUEUE.")
 @click.option(
     "--require-appendonly",
     is_flag=True,
@@ -236,15 +84,10 @@ def job_reschedule(
     envvar="SHARDQ_ALLOW_EVICTING_REDIS",
     help="Report an evicting maxmemory-policy without failing.",
 )
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @redis_options
-@friendly_errors
 def health(
-    queue_name: str | None,
-    require_appendonly: bool,
-    allow_evicting_redis: bool,
-    url: str,
-    username: str | None,
-    password: str | None,
+    queue_name: str | None, require_appendonly: bool, allow_evicting_redis: bool, as_json: bool
 ) -> None:
     """Exit 0 when Redis answers (every primary, in cluster mode), the queue exists, and no
     primary runs with a setting that loses jobs (an evicting maxmemory-policy; appendonly off
@@ -254,18 +97,30 @@ def health(
     """
     from redis.exceptions import RedisError
 
-    settings = settings_from(url, username, password)
+    settings = redis_settings()
     try:
-        with Client(settings) as client:
+        with open_client() as client:
             client.redis.ping()
             if queue_name is not None:
                 client.partitions(queue_name)
             found = client.check_redis(require_appendonly)
     except RedisError as exc:
         raise click.ClickException(f"unhealthy: Redis at {settings.url}: {exc}") from None
+    failing = any(f.check != "eviction" or not allow_evicting_redis for f in found)
+    if as_json:
+        fmt.echo_json(
+            {
+                "ok": not failing,
+                "queue": queue_name,
+                "findings": [{"node": f.node, "check": f.check, "detail": f.detail} for f in found],
+            }
+        )
+        if failing:
+            raise click.exceptions.Exit(1)
+        return
     for f in found:
         click.echo(f"{f.node}: {f.detail}", err=True)
-    if any(f.check != "eviction" or not allow_evicting_redis for f in found):
+    if failing:
         raise click.ClickException("unhealthy: Redis would lose jobs silently (see above)")
     click.echo("ok" + (f": queue {queue_name} reachable" if queue_name else ""))
 
@@ -277,12 +132,17 @@ def _parse_partitions(value: str | None) -> list[int] | None:
     if not value:
         return None
     out: list[int] = []
-    for part in value.split(","):
-        if "-" in part:
-            lo, hi = part.split("-", 1)
-            out.extend(range(int(lo), int(hi) + 1))
-        else:
-            out.append(int(part))
+    try:
+        for part in value.split(","):
+            if "-" in part:
+                lo, hi = part.split("-", 1)
+                out.extend(range(int(lo), int(hi) + 1))
+            else:
+                out.append(int(part))
+    except ValueError:
+        raise click.BadParameter(
+            f"{value!r}: use partition numbers and ranges, e.g. 0-15,32", param_hint="--partitions"
+        ) from None
     return out
 
 
@@ -345,7 +205,7 @@ def _process_options(fn: F) -> F:
         "instance takes over its predecessor's work at once. Default: host:pid.",
     )(fn)
     fn = click.option("--partitions", default=None, help="Only these partitions, e.g. 0-15,32.")(fn)
-    return click.option("--queue", "queue_name", required=True, envvar="SHARDQ_QUEUE")(fn)
+    return queue_option()(fn)  # type: ignore[no-any-return]
 
 
 @main.group()
@@ -357,19 +217,15 @@ def dispatcher() -> None:
 @_process_options
 @settings_options(DispatcherSettings, "SHARDQ_DISPATCHER_")
 @redis_options
-@friendly_errors
 def dispatcher_run(
     queue_name: str,
     partitions: str | None,
     instance: str | None,
     metrics_port: int | None,
     metrics_addr: str,
-    url: str,
-    username: str | None,
-    password: str | None,
     **given: Any,
 ) -> None:
-    """Promote due jobs of QUEUE until SIGTERM/SIGINT (leases are released on the way out).
+    """Promote due jobs of the queue until SIGTERM/SIGINT (leases are released on the way out).
 
     Every setting can also come from the environment (SHARDQ_DISPATCHER_<SETTING>)."""
     from shardq.dispatcher import Dispatcher
@@ -382,7 +238,7 @@ def dispatcher_run(
             lambda redis: Dispatcher(
                 redis, queue_name, settings=settings, partitions=pinned, instance=instance
             ),
-            settings_from(url, username, password),
+            redis_settings(),
         )
     )
 
@@ -422,7 +278,6 @@ def worker() -> None:
 @_process_options
 @settings_options(WorkerSettings, "SHARDQ_WORKER_")
 @redis_options
-@friendly_errors
 def worker_run(
     handlers_spec: str,
     queue_name: str,
@@ -430,12 +285,9 @@ def worker_run(
     instance: str | None,
     metrics_port: int | None,
     metrics_addr: str,
-    url: str,
-    username: str | None,
-    password: str | None,
     **given: Any,
 ) -> None:
-    """Run jobs of QUEUE until SIGTERM/SIGINT, then finish in-flight jobs within the grace.
+    """Run jobs of the queue until SIGTERM/SIGINT, then finish in-flight jobs within the grace.
 
     Every setting can also come from the environment (SHARDQ_WORKER_<SETTING>)."""
     from shardq.worker import Worker
@@ -456,7 +308,7 @@ def worker_run(
             handlers(w)
         return w
 
-    asyncio.run(_run_until_signal(make, settings_from(url, username, password)))
+    asyncio.run(_run_until_signal(make, redis_settings()))
 
 
 # benchmarks and demo -----------------------------------------------------------------------
@@ -478,7 +330,6 @@ def bench() -> None:
 @click.option("--timeout", default=300.0, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @redis_options
-@friendly_errors
 def bench_e2e(
     jobs: int,
     spread: float,
@@ -489,15 +340,13 @@ def bench_e2e(
     backlog: bool,
     timeout: float,
     as_json: bool,
-    url: str,
-    username: str | None,
-    password: str | None,
 ) -> None:
     """Run a fresh queue end to end in subprocesses and report throughput, lateness, memory."""
     from shardq.bench import E2EConfig, format_summary, run_e2e
 
+    conn = redis_settings()
     cfg = E2EConfig(
-        url=url,
+        url=conn.url,
         jobs=jobs,
         spread=spread,
         dispatchers=dispatchers,
@@ -506,8 +355,8 @@ def bench_e2e(
         payload_bytes=payload_bytes,
         backlog=backlog,
         timeout=timeout,
-        password=password,
-        username=username,
+        password=conn.password,
+        username=conn.username,
     )
     result = run_e2e(cfg, progress=None if as_json else sys.stderr)
     click.echo(json.dumps(result) if as_json else format_summary(result))
@@ -517,23 +366,31 @@ def bench_e2e(
 @click.option("--jobs", default=50_000, show_default=True, help="Jobs for enqueue_many.")
 @click.option("--single-jobs", default=3_000, show_default=True, help="Jobs for the single loop.")
 @click.option("--partitions", default=64, show_default=True)
+@click.option(
+    "--rounds", default=3, show_default=True, help="enqueue_many and script-limit runs each."
+)
 @redis_options
-@friendly_errors
 def bench_enqueue(
     jobs: int,
     single_jobs: int,
     partitions: int,
-    url: str,
-    username: str | None,
-    password: str | None,
+    rounds: int,
 ) -> None:
-    """Enqueue rate: a loop of single enqueues against bulk enqueue_many, in one run (JSON)."""
+    """Enqueue rates in one run (JSON): single enqueues, enqueue_many, and the batched script's
+    limit (the same calls prepared beforehand); each starts on an empty queue."""
     from shardq.bench import run_enqueue_bench
 
+    conn = redis_settings()
     click.echo(
         json.dumps(
             run_enqueue_bench(
-                url, jobs, single_jobs, partitions, username=username, password=password
+                conn.url,
+                jobs,
+                single_jobs,
+                partitions,
+                username=conn.username,
+                password=conn.password,
+                rounds=rounds,
             )
         )
     )
@@ -547,7 +404,6 @@ def bench_enqueue(
 @click.option("--renew-interval", default=1.0, show_default=True)
 @click.option("--idle-seconds", default=10.0, show_default=True)
 @redis_options
-@friendly_errors
 def bench_fleet(
     dispatchers: int,
     partitions: int,
@@ -555,24 +411,22 @@ def bench_fleet(
     lease_time: float,
     renew_interval: float,
     idle_seconds: float,
-    url: str,
-    username: str | None,
-    password: str | None,
 ) -> None:
     """Lease convergence after start, SIGKILL and SIGTERM, and the idle fleet's Redis calls/s."""
     from shardq.bench_fleet import run_fleet
 
+    conn = redis_settings()
     click.echo(
         json.dumps(
             run_fleet(
-                url,
+                conn.url,
                 dispatchers,
                 partitions,
                 workers,
                 lease_time,
                 renew_interval,
                 idle_seconds,
-                password=password,
+                password=conn.password,
             )
         )
     )
@@ -584,7 +438,6 @@ def bench_fleet(
 @click.option("--spread", default=10.0, show_default=True)
 @click.option("--workers", default=2, show_default=True)
 @click.option("--keep", is_flag=True, help="Leave the demo cluster running afterwards.")
-@friendly_errors
 def demo(base_port: int, jobs: int, spread: float, workers: int, keep: bool) -> None:
     """Start a local cluster, schedule JOBS due over SPREAD seconds, run a fleet, summarise."""
     from shardq.bench import E2EConfig, format_summary, run_e2e

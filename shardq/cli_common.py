@@ -1,8 +1,14 @@
-"""Options and error handling shared by every ``shardq`` command that talks to Redis."""
+"""What every ``shardq`` command shares: the connection options (declared once, here), the
+root group that turns expected failures into one line, and the ``--queue`` option.
+
+The connection options belong to the root group (``shardq --url URL stats``); commands that
+talk to Redis accept them after their name too (``shardq stats --url URL``), as kubectl does,
+because that is how scripts and manifests write them.  Either way the values land in one place
+in the click context, and :func:`redis_settings` reads them from there.
+"""
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -10,123 +16,169 @@ from typing import Any, TypeVar
 import click
 from click.core import ParameterSource
 
-from shardq.config import RedisSettings, url_has_password
-from shardq.errors import ShardqError
+from shardq.cli_errors import to_click
+from shardq.cli_params import QUEUE_NAME
+from shardq.config import DEFAULT_URL, RedisSettings, url_has_password
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-
-_PASSWORD_FROM_FILE = "shardq.password_file"
+_CONNECTION = "shardq.connection"  # ctx.meta key: {option name: (value, source)}
 _ARGV_WARNING = (
     "warning: a password on the command line is visible to every user of this machine "
     "(ps, /proc/<pid>/cmdline): pass it in SHARDQ_REDIS_PASSWORD or with --password-file"
 )
+# Where a value came from, weakest first: a flag after the command beats one before it,
+# which beats the environment, which beats the default.
+_RANK = {
+    ParameterSource.DEFAULT: 0,
+    ParameterSource.DEFAULT_MAP: 1,
+    ParameterSource.ENVIRONMENT: 2,
+    ParameterSource.PROMPT: 3,
+    ParameterSource.COMMANDLINE: 4,
+}
 
 
-def _read_password_file(ctx: click.Context, _param: click.Parameter, value: str | None) -> None:
-    if value is None:
-        return
+def _read_password_file(value: str) -> str:
     try:
         secret = Path(value).read_text().strip()
     except OSError as exc:
         raise click.BadParameter(f"cannot read {value}: {exc.strerror}") from None
     if not secret:
         raise click.BadParameter(f"{value} is empty: write the password into it")
-    ctx.meta[_PASSWORD_FROM_FILE] = secret
+    return secret
+
+
+def _remember(ctx: click.Context, param: click.Parameter, value: Any) -> None:
+    """Keep the strongest value seen for this option in the context shared by the command
+    chain (ctx.meta is one dict for the root group and its subcommands)."""
+    assert param.name is not None
+    source = ctx.get_parameter_source(param.name) or ParameterSource.DEFAULT
+    if value is not None and param.name == "password_file":
+        value = _read_password_file(value)
+    store: dict[str, tuple[Any, ParameterSource]] = ctx.meta.setdefault(_CONNECTION, {})
+    old = store.get(param.name)
+    if old is None or (value is not None and _RANK[source] >= _RANK[old[1]]):
+        store[param.name] = (value, source)
+
+
+_OPTIONS: list[tuple[tuple[str, ...], dict[str, Any]]] = [
+    (
+        ("--url",),
+        {
+            "envvar": "SHARDQ_REDIS_URL",
+            "default": DEFAULT_URL,
+            "show_default": True,
+            "help": "Redis URL, cluster or standalone (detected); rediss:// for TLS. "
+            "Env: SHARDQ_REDIS_URL.",
+        },
+    ),
+    (("--username",), {"envvar": "SHARDQ_REDIS_USERNAME", "help": "Redis ACL user."}),
+    (
+        ("--password",),
+        {
+            "envvar": "SHARDQ_REDIS_PASSWORD",
+            "help": "Redis password (or ACL password). Env: SHARDQ_REDIS_PASSWORD.",
+        },
+    ),
+    (
+        ("--password-file",),
+        {
+            "envvar": "SHARDQ_REDIS_PASSWORD_FILE",
+            "help": "Read the Redis password from this file (a mounted secret). "
+            "Env: SHARDQ_REDIS_PASSWORD_FILE.",
+        },
+    ),
+    (
+        ("--ca-certs",),
+        {
+            "envvar": "SHARDQ_REDIS_SSL_CA_CERTS",
+            "type": click.Path(dir_okay=False),
+            "help": "CA bundle that signed the server's TLS certificate (with rediss://). "
+            "Env: SHARDQ_REDIS_SSL_CA_CERTS.",
+        },
+    ),
+]
 
 
 def redis_options(fn: F) -> F:
-    """Connection options shared by every command that talks to Redis (env vars too)."""
-    fn = click.option(
-        "--password-file",
-        envvar="SHARDQ_REDIS_PASSWORD_FILE",
-        default=None,
-        expose_value=False,
-        callback=_read_password_file,
-        help="Read the Redis password from this file (a mounted secret). "
-        "Env: SHARDQ_REDIS_PASSWORD_FILE.",
-    )(fn)
-    fn = click.option(
-        "--password",
-        envvar="SHARDQ_REDIS_PASSWORD",
-        default=None,
-        help="Redis password (or ACL password). Env: SHARDQ_REDIS_PASSWORD.",
-    )(fn)
-    fn = click.option(
-        "--username", envvar="SHARDQ_REDIS_USERNAME", default=None, help="Redis ACL user."
-    )(fn)
-    fn = click.option(
-        "--url",
-        envvar="SHARDQ_REDIS_URL",
-        default="redis://127.0.0.1:7000",
-        show_default=True,
-        help="Redis URL, cluster or standalone (detected). Env: SHARDQ_REDIS_URL.",
-    )(fn)
+    """The connection options (declared once, in _OPTIONS), for the root group and for every
+    command that talks to Redis; read them back with :func:`redis_settings`."""
+    for decls, kwargs in reversed(_OPTIONS):
+        fn = click.option(*decls, expose_value=False, callback=_remember, **kwargs)(fn)
     return fn
 
 
-def settings_from(url: str, username: str | None, password: str | None) -> RedisSettings:
-    """Settings from the command line, with the other SHARDQ_REDIS_* variables (cluster mode,
-    TLS CA file) read from the environment as RedisSettings.from_env does."""
+def _given(name: str) -> tuple[Any, ParameterSource]:
+    ctx = click.get_current_context()
+    store: dict[str, tuple[Any, ParameterSource]] = ctx.meta.get(_CONNECTION, {})
+    return store.get(name, (None, ParameterSource.DEFAULT))
+
+
+def redis_settings() -> RedisSettings:
+    """Settings from the connection options, with SHARDQ_REDIS_CLUSTER read from the
+    environment as RedisSettings.from_env does."""
+    ctx = click.get_current_context()
+    url, url_source = _given("url")
+    password, password_source = _given("password")
+    from_file, _ = _given("password_file")
+    username, _ = _given("username")
+    ca_certs, _ = _given("ca_certs")
+    url = url or DEFAULT_URL
+    on_argv = password_source == ParameterSource.COMMANDLINE or (
+        url_source == ParameterSource.COMMANDLINE and url_has_password(url)
+    )
+    if on_argv and not ctx.meta.get(_ARGV_WARNING):
+        ctx.meta[_ARGV_WARNING] = True
+        click.echo(_ARGV_WARNING, err=True)
     env = RedisSettings.from_env()
-    ctx = click.get_current_context(silent=True)
-    if ctx is not None:
-        from_file = ctx.meta.get(_PASSWORD_FROM_FILE)
-        if from_file and not password:
-            password = from_file
-        on_argv = ctx.get_parameter_source("password") == ParameterSource.COMMANDLINE or (
-            ctx.get_parameter_source("url") == ParameterSource.COMMANDLINE and url_has_password(url)
-        )
-        if on_argv and not ctx.meta.get(_ARGV_WARNING):
-            ctx.meta[_ARGV_WARNING] = True
-            click.echo(_ARGV_WARNING, err=True)
-    overrides: dict[str, Any] = {"ssl_ca_certs": env.ssl_ca_certs}
+    overrides: dict[str, Any] = {"ssl_ca_certs": ca_certs or env.ssl_ca_certs}
     if env.cluster is not None:
         overrides["cluster"] = env.cluster
     if username:
         overrides["username"] = username
-    if password:
-        overrides["password"] = password
+    if password or from_file:
+        overrides["password"] = password or from_file
     return RedisSettings.from_url(url, **overrides)
 
 
-def friendly_errors(fn: F) -> F:
-    """Show shardq's typed errors as one clear line instead of a traceback."""
+def open_client() -> Any:
+    """A sync :class:`~shardq.Client` on the connection options (use it in ``with``)."""
+    from shardq.client import Client
 
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        from redis.exceptions import (
-            AuthenticationError,
-            AuthorizationError,
-            NoPermissionError,
-            RedisError,
-        )
-        from redis.exceptions import ConnectionError as RedisConnectionError
+    return Client(redis_settings())
 
+
+def queue_option(
+    required: bool = True, help: str = "Queue name. Env: SHARDQ_QUEUE."
+) -> Callable[[F], F]:
+    """``--queue/-q``: how every command names its queue (env SHARDQ_QUEUE)."""
+    return click.option(
+        "--queue",
+        "-q",
+        "queue_name",
+        type=QUEUE_NAME,
+        required=required,
+        envvar="SHARDQ_QUEUE",
+        help=help,
+    )
+
+
+class ShardqGroup(click.Group):
+    """The root group: an expected failure anywhere below it (Redis unreachable, refused
+    credentials, an unknown queue, input the library refuses) becomes one line and exit 1,
+    here, instead of a try/except in every command.  Anything else is a bug: its traceback
+    stays."""
+
+    def invoke(self, ctx: click.Context) -> Any:
         try:
-            return fn(*args, **kwargs)
-        except ShardqError as exc:
-            raise click.ClickException(f"{type(exc).__name__}: {exc}") from None
-        except (AuthenticationError, AuthorizationError) as exc:
-            raise click.ClickException(
-                f"Redis refused the credentials ({exc}): check --username and the password "
-                "(SHARDQ_REDIS_PASSWORD or --password-file)"
-            ) from None
-        except NoPermissionError as exc:
-            raise click.ClickException(
-                f"the Redis user may not do this ({exc}): run it as a user with that role "
-                "(see `shardq acl print`)"
-            ) from None
-        except RedisConnectionError as exc:
-            raise click.ClickException(
-                f"cannot reach Redis ({exc}): check --url and that the server runs"
-            ) from None
-        except RedisError as exc:
-            raise click.ClickException(
-                f"Redis answered an error: {type(exc).__name__}: {exc}"
-            ) from None
-
-    return wrapper  # type: ignore[return-value]
+            return super().invoke(ctx)
+        except (click.ClickException, click.exceptions.Exit, click.Abort):
+            raise
+        except Exception as exc:
+            mapped = to_click(exc)
+            if mapped is None:
+                raise
+            raise click.ClickException(" ".join(mapped.message.split())) from None
 
 
 # Keeping passwords off the process list -----------------------------------------------------

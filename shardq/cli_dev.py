@@ -6,25 +6,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TypeVar
-
 import click
 
 from shardq import devcluster
-from shardq.errors import ShardqError
+from shardq.cli_common import ShardqGroup
 
 __all__ = ["dev"]
-
-T = TypeVar("T")
-
-
-def _run(action: Callable[[], T]) -> T:
-    """Run ``action``, turning shardq errors into a clean CLI error (exit 1, no traceback)."""
-    try:
-        return action()
-    except ShardqError as exc:
-        raise click.ClickException(str(exc)) from exc
 
 
 def _progress(message: str) -> None:
@@ -38,7 +25,7 @@ def _echo_stopped(pids: list[int], what: str) -> None:
         click.echo(f"{what}: nothing was running")
 
 
-@click.group()
+@click.group(cls=ShardqGroup)
 def dev() -> None:
     """Local Redis servers for development, tests, the demo and benchmarks."""
 
@@ -54,10 +41,8 @@ def cluster() -> None:
 @click.option("--timeout", type=float, default=60.0, show_default=True, help="Seconds.")
 def cluster_up(base_port: int, appendonly: bool, timeout: float) -> None:
     """Start the cluster (or keep the healthy one) and print its URL."""
-    url = _run(
-        lambda: devcluster.cluster_up(
-            base_port, appendonly=appendonly, timeout=timeout, progress=_progress
-        )
+    url = devcluster.cluster_up(
+        base_port, appendonly=appendonly, timeout=timeout, progress=_progress
     )
     click.echo(url)
 
@@ -66,7 +51,7 @@ def cluster_up(base_port: int, appendonly: bool, timeout: float) -> None:
 @click.option("--base-port", type=int, default=7000, show_default=True, help="First port.")
 def cluster_down(base_port: int) -> None:
     """Stop the cluster's nodes and delete their data directory."""
-    pids = _run(lambda: devcluster.cluster_down(base_port))
+    pids = devcluster.cluster_down(base_port)
     _echo_stopped(pids, f"cluster {base_port}")
 
 
@@ -74,7 +59,7 @@ def cluster_down(base_port: int) -> None:
 @click.option("--base-port", type=int, default=7000, show_default=True, help="First port.")
 def cluster_status(base_port: int) -> None:
     """Show each node's pid, role and state."""
-    for node in _run(lambda: devcluster.cluster_status(base_port)):
+    for node in devcluster.cluster_status(base_port):
         click.echo(node.describe())
 
 
@@ -89,11 +74,7 @@ def standalone() -> None:
 @click.option("--timeout", type=float, default=30.0, show_default=True, help="Seconds.")
 def standalone_up(port: int, appendonly: bool, timeout: float) -> None:
     """Start the node (or keep the running one) and print its URL."""
-    url = _run(
-        lambda: devcluster.standalone_up(
-            port, appendonly=appendonly, timeout=timeout, progress=_progress
-        )
-    )
+    url = devcluster.standalone_up(port, appendonly=appendonly, timeout=timeout, progress=_progress)
     click.echo(url)
 
 
@@ -101,7 +82,7 @@ def standalone_up(port: int, appendonly: bool, timeout: float) -> None:
 @click.option("--port", type=int, default=6390, show_default=True)
 def standalone_down(port: int) -> None:
     """Stop the node and delete its data directory."""
-    pids = _run(lambda: devcluster.standalone_down(port))
+    pids = devcluster.standalone_down(port)
     _echo_stopped(pids, f"standalone {port}")
 
 
@@ -109,4 +90,4 @@ def standalone_down(port: int) -> None:
 @click.option("--port", type=int, default=6390, show_default=True)
 def standalone_status(port: int) -> None:
     """Show the node's pid, role and state."""
-    click.echo(_run(lambda: devcluster.standalone_status(port)).describe())
+    click.echo(devcluster.standalone_status(port).describe())

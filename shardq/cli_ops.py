@@ -6,19 +6,17 @@ Commands that change state print what they will do and act only with ``--yes``.
 from __future__ import annotations
 
 import dataclasses
-import json
+import sys
 import time
 from typing import Any
 
 import click
 
 from shardq import admin, slots
-from shardq.cli_common import friendly_errors, redis_options, settings_from
+from shardq import cli_format as fmt
+from shardq.cli_common import open_client, queue_option, redis_options
+from shardq.cli_jobs import JSON_OPTION, show_job
 from shardq.client import Client
-
-
-def _client(url: str, username: str | None, password: str | None) -> Client:
-    return Client(settings_from(url, username, password))
 
 
 def _fmt(value: float | None, unit: str = "s") -> str:
@@ -26,26 +24,37 @@ def _fmt(value: float | None, unit: str = "s") -> str:
 
 
 @click.command()
-@click.option("--queue", "queue_name", required=True)
-@click.option("--json", "as_json", is_flag=True)
+@queue_option()
+@JSON_OPTION
 @redis_options
-@friendly_errors
-def owners(
-    queue_name: str, as_json: bool, url: str, username: str | None, password: str | None
-) -> None:
-    """Partition, owner, token, lease age and next due time of every partition of QUEUE."""
-    with _client(url, username, password) as client:
+def owners(queue_name: str, as_json: bool) -> None:
+    """Partition, owner, token, lease age and next due time of every partition of the queue."""
+    with open_client() as client:
         rows = admin.owners(client, queue_name)
     if as_json:
-        click.echo(json.dumps([dataclasses.asdict(r) for r in rows]))
+        fmt.echo_json_lines(dataclasses.asdict(r) for r in rows)
         return
-    click.echo(f"{'partition':>9}  {'token':>6}  {'age':>7}  {'ttl':>6}  {'next due':>9}  owner")
-    for r in rows:
-        click.echo(
-            f"{r.partition:>9}  {r.token if r.token is not None else '-':>6}  "
-            f"{_fmt(r.lease_age_s):>7}  {_fmt(r.lease_ttl_s):>6}  {_fmt(r.next_due_in_s):>9}  "
-            f"{r.owner or '(free)'}"
+    click.echo(
+        fmt.table(
+            ["partition", "token", "age", "ttl", "next due", "owner"],
+            [
+                [
+                    r.partition,
+                    r.token,
+                    _fmt(r.lease_age_s),
+                    _fmt(r.lease_ttl_s),
+                    None if r.next_due_in_s is None else _relative_s(r.next_due_in_s),
+                    r.owner or "(free)",
+                ]
+                for r in rows
+            ],
+            right=[0, 1, 2, 3],
         )
+    )
+
+
+def _relative_s(seconds: float) -> str:
+    return fmt.relative(seconds * 1000, 0) or "-"
 
 
 def _print_spread(s: admin.Spread) -> None:
@@ -62,7 +71,7 @@ def _print_spread(s: admin.Spread) -> None:
 
 
 @click.command()
-@click.option("--queue", "queue_name", required=True)
+@queue_option()
 @click.option(
     "--drain",
     "drain_id",
@@ -96,7 +105,6 @@ def _print_spread(s: admin.Spread) -> None:
 @click.option("--yes", is_flag=True, help="Do it (without it, only print the plan).")
 @click.option("--timeout", default=60.0, show_default=True, help="Seconds to wait for a drain.")
 @redis_options
-@friendly_errors
 def rebalance(
     queue_name: str,
     drain_id: str | None,
@@ -109,13 +117,10 @@ def rebalance(
     migrate_timeout: float,
     yes: bool,
     timeout: float,
-    url: str,
-    username: str | None,
-    password: str | None,
 ) -> None:
-    """Rebalance QUEUE: partitions over dispatchers (leases), or over Redis primaries (slots).
+    """Rebalance the queue: partitions over dispatchers (leases), or over Redis primaries (slots).
 
-    Without --nodes or --move-partition: show the spread of QUEUE's partitions over
+    Without --nodes or --move-partition: show the spread of the queue's partitions over
     dispatchers against fair share; --drain, --undrain and --even move leases. Safe under
     load: a revoked or drained partition is fenced off its old owner before a peer promotes
     it, so no job is promoted twice or lost.
@@ -133,7 +138,7 @@ def rebalance(
         )
     if (move_partition is None) != (to_node is None):
         raise click.UsageError("--move-partition and --to go together")
-    with _client(url, username, password) as client:
+    with open_client() as client:
         if node_mode:
             _rebalance_nodes(
                 client, queue_name, move_partition, to_node, window, migrate_timeout, yes
@@ -267,66 +272,96 @@ def _rebalance_nodes(
 
 def _render_stats(data: dict[str, Any], top: int) -> str:
     q = data["queue"]
-    lines = [
+    nodes = fmt.table(
+        ["node", "parts", "due", "overdue", "pending", "dead", "rate/s"],
+        [
+            [
+                n["node"],
+                n["partitions"],
+                f"{n['due']:,}",
+                f"{n['overdue']:,}",
+                f"{n['pending']:,}",
+                f"{n['dead']:,}",
+                f"{n['rate_per_s']:,}",
+            ]
+            for n in data["nodes"]
+        ],
+        right=[1, 2, 3, 4, 5, 6],
+    )
+    ranked = sorted(data["partitions"], key=lambda r: (-r["rate_per_s"], -r["due"]))
+    parts = fmt.table(
+        ["part", "node", "due", "overdue", "lag s", "ready", "pending", "dead", "rate/s"],
+        [
+            [
+                r["partition"],
+                r["node"],
+                f"{r['due']:,}",
+                f"{r['overdue']:,}",
+                r["lag_s"],
+                f"{r['ready']:,}",
+                f"{r['pending']:,}",
+                f"{r['dead']:,}",
+                f"{r['rate_per_s']:,}",
+            ]
+            for r in ranked[:top]
+        ],
+        right=[0, 2, 3, 4, 5, 6, 7, 8],
+    )
+    head = (
         f"queue {q['queue']}: {q['partitions']} partitions  due {q['due']:,}  overdue "
         f"{q['overdue']:,}  max lag {q['max_lag_s']}s  ready {q['ready']:,}  pending "
         f"{q['pending']:,}  dead {q['dead']:,}  rate {q['rate_per_s']:,}/s  hot partition x"
-        f"{q['hot_partition_ratio']}  hot node x{q['hot_node_ratio']}",
-        f"{'node':<22}{'parts':>6}{'due':>11}{'overdue':>9}{'pending':>9}{'dead':>7}{'rate/s':>10}",
-    ]
-    for n in data["nodes"]:
-        lines.append(
-            f"{n['node']:<22}{n['partitions']:>6}{n['due']:>11,}{n['overdue']:>9,}"
-            f"{n['pending']:>9,}{n['dead']:>7,}{n['rate_per_s']:>10,}"
-        )
-    lines.append(f"hottest partitions (top {top}):")
-    lines.append(
-        f"{'part':>6}{'node':>22}{'due':>10}{'overdue':>9}{'lag s':>8}{'ready':>8}"
-        f"{'pending':>9}{'dead':>7}{'rate/s':>9}"
+        f"{q['hot_partition_ratio']}  hot node x{q['hot_node_ratio']}"
     )
-    ranked = sorted(data["partitions"], key=lambda r: (-r["rate_per_s"], -r["due"]))
-    for r in ranked[:top]:
-        lines.append(
-            f"{r['partition']:>6}{r['node']:>22}{r['due']:>10,}{r['overdue']:>9,}"
-            f"{r['lag_s']:>8}{r['ready']:>8,}{r['pending']:>9,}{r['dead']:>7,}"
-            f"{r['rate_per_s']:>9,}"
-        )
-    return "\n".join(lines)
+    return "\n".join([head, nodes, f"hottest partitions (top {top}):", parts])
+
+
+# Clear the screen and move home: `--watch` on a terminal redraws in place.
+_CLEAR = "\x1b[H\x1b[2J"
 
 
 @click.command()
-@click.option("--queue", "queue_name", default=None, help="One queue (default: every queue).")
+@queue_option(required=False, help="One queue (default: every queue). Env: SHARDQ_QUEUE.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per queue per refresh.")
-@click.option("--watch", is_flag=True, help="Refresh until interrupted.")
 @click.option(
-    "--window", default=1.0, show_default=True, help="Seconds over which rates are taken."
+    "--watch", is_flag=True, help="Refresh until Ctrl-C (redraws in place on a terminal)."
 )
-@click.option("--top", default=10, show_default=True, help="Partitions to list.")
+@click.option(
+    "--window",
+    type=click.FloatRange(0.0, 3600.0),
+    default=1.0,
+    show_default=True,
+    help="Seconds over which rates are taken (and between --watch refreshes).",
+)
+@click.option(
+    "--top", type=click.IntRange(0), default=10, show_default=True, help="Partitions to list."
+)
 @redis_options
-@friendly_errors
-def stats(
-    queue_name: str | None,
-    as_json: bool,
-    watch: bool,
-    window: float,
-    top: int,
-    url: str,
-    username: str | None,
-    password: str | None,
-) -> None:
+def stats(queue_name: str | None, as_json: bool, watch: bool, window: float, top: int) -> None:
     """Backlog, overdue, lag, pending, dead letters and rates per queue, node and partition."""
-    with _client(url, username, password) as client:
-        queues = [queue_name] if queue_name else client.queues()
-        if not queues:
-            raise click.ClickException("no queues: create one with `shardq queue create NAME`")
-        while True:
-            for q in queues:
-                data = admin.queue_stats(client, q, window)
-                click.echo(json.dumps(data) if as_json else _render_stats(data, top))
-            if not watch:
-                return
-            if not as_json:
-                click.echo("")
+    redraw = watch and not as_json and sys.stdout.isatty()
+    try:
+        with open_client() as client:
+            queues = [queue_name] if queue_name else client.queues()
+            if not queues:
+                raise click.ClickException(
+                    "no queues: create one with `shardq queue create --queue NAME`"
+                )
+            while True:
+                frames = []
+                for q in queues:
+                    data = admin.queue_stats(client, q, window)
+                    frames.append(fmt.json_text(data) if as_json else _render_stats(data, top))
+                if redraw:
+                    click.echo(_CLEAR, nl=False)
+                click.echo("\n\n".join(frames) if not as_json else "\n".join(frames))
+                if not watch:
+                    return
+                if not as_json and not redraw:
+                    click.echo("")
+    except KeyboardInterrupt:
+        # Ctrl-C is how --watch ends: a normal exit, not click's "Aborted!" and exit 1
+        return
 
 
 @click.group()
@@ -335,51 +370,55 @@ def dlq() -> None:
 
 
 @dlq.command("list")
-@click.option("--queue", "queue_name", required=True)
-@click.option("--limit", default=50, show_default=True)
-@click.option("--partition", type=int, default=None)
-@click.option("--json", "as_json", is_flag=True)
+@queue_option()
+@click.option("--limit", type=click.IntRange(1), default=50, show_default=True)
+@click.option("--partition", type=click.IntRange(0), default=None)
+@click.option("--json", "as_json", is_flag=True, help="JSON lines, one dead letter each.")
 @redis_options
-@friendly_errors
-def dlq_list(
-    queue_name: str,
-    limit: int,
-    partition: int | None,
-    as_json: bool,
-    url: str,
-    username: str | None,
-    password: str | None,
-) -> None:
+def dlq_list(queue_name: str, limit: int, partition: int | None, as_json: bool) -> None:
     """Newest dead letters first."""
-    with _client(url, username, password) as client:
+    with open_client() as client:
         letters = admin.dead_letters(client, queue_name, limit, partition)
         total = admin.dead_count(client, queue_name)
     if as_json:
-        click.echo(json.dumps([dataclasses.asdict(d) for d in letters]))
+        fmt.echo_json_lines(
+            {**dataclasses.asdict(d), "died": fmt.iso(_died_ms(d))} for d in letters
+        )
         return
     click.echo(f"{total} dead letter(s) in {queue_name}; newest {len(letters)}:")
-    for d in letters:
-        error = d.error.splitlines()[0] if d.error else ""
-        click.echo(
-            f"  p{d.partition} {d.entry_id} job={d.job_id or '(malformed)'} "
-            f"attempt={d.attempt} {error[:120]}"
+    if not letters:
+        return
+    click.echo(
+        fmt.table(
+            ["died", "part", "job", "attempt", "error"],
+            [
+                [
+                    fmt.when(_died_ms(d)),
+                    d.partition,
+                    d.job_id or "(malformed)",
+                    d.attempt,
+                    (d.error.splitlines()[0] if d.error else "")[:120],
+                ]
+                for d in letters
+            ],
+            right=[1, 3],
         )
+    )
+
+
+def _died_ms(d: admin.DeadLetter) -> int | None:
+    """When the job went dead: the record's own time, else its stream entry id's."""
+    return d.at_ms if d.at_ms is not None else fmt.stream_id_ms(d.entry_id)
 
 
 @dlq.command("show")
-@click.option("--queue", "queue_name", required=True)
+@queue_option()
 @click.argument("job_id")
+@JSON_OPTION
 @redis_options
-@friendly_errors
-def dlq_show(
-    queue_name: str, job_id: str, url: str, username: str | None, password: str | None
-) -> None:
+def dlq_show(queue_name: str, job_id: str, as_json: bool) -> None:
     """A dead job in full: payload, attempts and last error."""
-    with _client(url, username, password) as client:
-        info = client.get(queue_name, job_id)
-    if info is None:
-        raise click.ClickException(f"job {job_id!r} not found")
-    click.echo(json.dumps(dataclasses.asdict(info), indent=2, default=str))
+    show_job(queue_name, job_id, as_json)
 
 
 def _job_ids(job_ids: tuple[str, ...], all_jobs: bool) -> list[str] | None:
@@ -389,24 +428,15 @@ def _job_ids(job_ids: tuple[str, ...], all_jobs: bool) -> list[str] | None:
 
 
 @dlq.command("replay")
-@click.option("--queue", "queue_name", required=True)
+@queue_option()
 @click.argument("job_ids", nargs=-1)
 @click.option("--all", "all_jobs", is_flag=True, help="Every dead job of the queue.")
 @click.option("--yes", is_flag=True, help="Do it (without it, only count).")
 @redis_options
-@friendly_errors
-def dlq_replay(
-    queue_name: str,
-    job_ids: tuple[str, ...],
-    all_jobs: bool,
-    yes: bool,
-    url: str,
-    username: str | None,
-    password: str | None,
-) -> None:
+def dlq_replay(queue_name: str, job_ids: tuple[str, ...], all_jobs: bool, yes: bool) -> None:
     """Put dead jobs back, due now, with attempts reset; says how many moved."""
     wanted = _job_ids(job_ids, all_jobs)
-    with _client(url, username, password) as client:
+    with open_client() as client:
         if not yes:
             n = admin.dead_count(client, queue_name) if wanted is None else len(wanted)
             click.echo(f"would replay {n} dead job(s) of {queue_name}; add --yes to do it")
@@ -416,24 +446,15 @@ def dlq_replay(
 
 
 @dlq.command("purge")
-@click.option("--queue", "queue_name", required=True)
+@queue_option()
 @click.argument("job_ids", nargs=-1)
 @click.option("--all", "all_jobs", is_flag=True, help="Every dead letter of the queue.")
 @click.option("--yes", is_flag=True, help="Do it (without it, only count).")
 @redis_options
-@friendly_errors
-def dlq_purge(
-    queue_name: str,
-    job_ids: tuple[str, ...],
-    all_jobs: bool,
-    yes: bool,
-    url: str,
-    username: str | None,
-    password: str | None,
-) -> None:
+def dlq_purge(queue_name: str, job_ids: tuple[str, ...], all_jobs: bool, yes: bool) -> None:
     """Delete dead letters and their dead jobs for good."""
     wanted = _job_ids(job_ids, all_jobs)
-    with _client(url, username, password) as client:
+    with open_client() as client:
         if not yes:
             n = admin.dead_count(client, queue_name) if wanted is None else len(wanted)
             click.echo(f"would purge {n} dead letter(s) of {queue_name}; add --yes to do it")

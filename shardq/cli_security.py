@@ -6,7 +6,9 @@ from __future__ import annotations
 import click
 
 from shardq import acl
-from shardq.cli_common import friendly_errors, redis_options, settings_from
+from shardq import cli_format as fmt
+from shardq.cli_common import redis_options, redis_settings
+from shardq.cli_params import QUEUE_NAME
 from shardq.connection import connect
 from shardq.store import functions
 
@@ -25,16 +27,14 @@ def acl_group() -> None:
 )
 @click.option(
     "--queue",
+    "-q",
     "queues",
     multiple=True,
+    type=QUEUE_NAME,
     help="Confine the users to these queues (repeat); every queue by default.",
 )
 def acl_print(role: str | None, queues: tuple[str, ...]) -> None:
     """Print least-privilege ACL rules: one role's, or every role's as an ACL file."""
-    for q in queues:
-        from shardq.jobs import check_queue_name
-
-        check_queue_name(q)
     qs = list(queues) or ["*"]
     click.echo(acl.rules(role, qs) if role else acl.acl_file(qs), nl=role is not None)
 
@@ -46,10 +46,9 @@ def functions_group() -> None:
 
 @functions_group.command("load")
 @redis_options
-@friendly_errors
-def functions_load(url: str, username: str | None, password: str | None) -> None:
+def functions_load() -> None:
     """Load this version's library on every primary (as an admin user; safe to repeat)."""
-    client = connect(settings_from(url, username, password))
+    client = connect(redis_settings())
     try:
         for node, state in functions.load_everywhere(client).items():
             click.echo(f"{node}: {state}")
@@ -58,16 +57,19 @@ def functions_load(url: str, username: str | None, password: str | None) -> None
 
 
 @functions_group.command("status")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object: node -> loaded.")
 @redis_options
-@friendly_errors
-def functions_status(url: str, username: str | None, password: str | None) -> None:
+def functions_status(as_json: bool) -> None:
     """Whether this version's library is loaded on every primary (exit 1 if not)."""
-    client = connect(settings_from(url, username, password))
+    client = connect(redis_settings())
     try:
         states = functions.status(client)
     finally:
         client.close()
-    for node, loaded in states.items():
-        click.echo(f"{node}: {'loaded' if loaded else 'MISSING'} ({functions.name()})")
+    if as_json:
+        fmt.echo_json({"library": functions.name(), "nodes": states})
+    else:
+        for node, loaded in states.items():
+            click.echo(f"{node}: {'loaded' if loaded else 'MISSING'} ({functions.name()})")
     if not all(states.values()):
         raise click.ClickException("run `shardq functions load` as an admin user")

@@ -86,11 +86,15 @@ def settings_options(cls: type, env_prefix: str, skip: tuple[str, ...] = ()) -> 
                 continue
             default = f.default
             flag = "--" + f.name.replace("_", "-")
+            param_type = _param_type(f.type)
+            if param_type is click.BOOL:
+                # a bool is a flag pair, --x/--no-x (None when neither is given)
+                flag = f"{flag}/--no-{flag[2:]}"
             help_text = docs.get(f.name, "")
             fn = click.option(
                 flag,
                 f.name,
-                type=_param_type(f.type),
+                type=param_type,
                 default=None,
                 envvar=f"{env_prefix}{f.name.upper()}",
                 help=f"{help_text} [default: {default}; env {env_prefix}{f.name.upper()}]",

@@ -805,7 +805,7 @@ def test_compose_cluster_and_start_order() -> None:
     assert init["depends_on"] == {n: {"condition": "service_healthy"} for n in nodes}
     assert "./deploy/redis/cluster-init.sh:/cluster-init.sh:ro" in init["volumes"]
     queue_init = services["queue-init"]
-    assert queue_init["command"][:3] == ["queue", "create", "demo"]
+    assert queue_init["command"][:4] == ["queue", "create", "--queue", "demo"]
     assert queue_init["depends_on"]["redis-init"]["condition"] == "service_completed_successfully"
     for name in ("dispatcher", "worker"):
         svc = services[name]
@@ -1067,7 +1067,8 @@ def test_images_ports_and_queue_agree() -> None:
         if "--metrics-port" in argv:
             assert int(argv[argv.index("--metrics-port") + 1]) == port, where
     queues = {one(t, "ConfigMap", "shardq-config")["data"]["SHARDQ_QUEUE"] for t in OVERLAYS}
-    queues.add(compose()["services"]["queue-init"]["command"][2])
+    init = compose()["services"]["queue-init"]["command"]
+    queues.add(init[init.index("--queue") + 1])
     assert len(queues) == 1, queues
 
 
@@ -1188,9 +1189,9 @@ def test_cluster_init_forms_a_cluster_and_is_idempotent(local_cluster: LocalClus
 
     url = local_cluster.url
     shardq = tool("shardq")
-    created = run([shardq, "queue", "create", "demo", "--partitions", "64", "--url", url])
+    created = run([shardq, "queue", "create", "-q", "demo", "--partitions", "64", "--url", url])
     assert created.returncode == 0 and "created" in created.stdout, created.stderr
-    again = run([shardq, "queue", "create", "demo", "--partitions", "64", "--url", url])
+    again = run([shardq, "queue", "create", "-q", "demo", "--partitions", "64", "--url", url])
     assert again.returncode == 0 and "exists" in again.stdout, again.stderr
     assert run([shardq, "health", "--queue", "demo", "--url", url]).returncode == 0
     assert run([shardq, "health", "--queue", "absent", "--url", url]).returncode == 1
@@ -1269,7 +1270,9 @@ def test_every_role_runs_with_its_acl_user(local_cluster: LocalCluster) -> None:
         return result.stdout
 
     # Only the admin loads code: the operator is told what to do instead.
-    refused = run([shardq, "queue", "create", "acl", "--partitions", "8"], env=env("operator"))
+    refused = run(
+        [shardq, "queue", "create", "-q", "acl", "--partitions", "8"], env=env("operator")
+    )
     assert refused.returncode == 1 and "shardq functions load" in refused.stderr, refused.stderr
     assert "pw-shardq" not in refused.stderr + refused.stdout
     for port in local_cluster.ports:  # that refusal was the point; from here on, none
@@ -1277,7 +1280,7 @@ def test_every_role_runs_with_its_acl_user(local_cluster: LocalCluster) -> None:
     loaded = run([shardq, "functions", "load"], env=env("admin"))
     assert loaded.returncode == 0, loaded.stderr
     assert "loaded" in run([shardq, "functions", "status"], env=env("operator")).stdout
-    operator("queue", "create", "acl", "--partitions", "8")
+    operator("queue", "create", "-q", "acl", "--partitions", "8")
     assert run([shardq, "health", "--queue", "acl"], env=env("worker")).returncode == 0
 
     producer = RedisSettings.from_url(

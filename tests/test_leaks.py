@@ -71,12 +71,12 @@ def test_cli_output_and_errors_never_show_the_password(user: User, queue: str) -
         ("health", "--url", f"http://{user.name}:{user.secret}@127.0.0.1:1"),
         ("queue", "list", "--url", user.url),
         ("queue", "list", "--url", user.wrong_url),
-        ("queue", "create", queue, "--partitions", "2", "--url", user.url),
+        ("queue", "create", "--queue", queue, "--partitions", "2", "--url", user.url),
         ("stats", "--queue", queue, "--url", user.url),
-        ("job", "get", queue, "nope", "--url", user.url),
+        ("job", "get", "--queue", queue, "nope", "--url", user.url),
         ("health", "--url", f"redis://{user.hostport}", "--password", user.secret),
         ("health", "--url", f"redis://{user.hostport}", "--password", user.wrong),
-        ("enqueue", queue, "t", "--payload", "{bad", "--url", user.url),
+        ("enqueue", "--queue", queue, "t", "--payload", "{bad", "--url", user.url),
     ]
     outcomes = []
     for args in runs:

@@ -192,7 +192,8 @@ def test_cli_commands_answer_despite_bad_records(
         assert "Traceback" not in out.output, (args, out.output)
         assert out.exception is None or isinstance(out.exception, SystemExit), (args, out.output)
     r.hset(pk.jobs, job_id_in(0, 2, "weird"), "S0|{not json")
-    out = runner.invoke(cli, ["job", "get", queue, job_id_in(0, 2, "weird"), "--url", cluster_url])
+    weird = job_id_in(0, 2, "weird")
+    out = runner.invoke(cli, ["job", "get", "-q", queue, weird, "--url", cluster_url])
     assert out.exit_code == 1 and "Traceback" not in out.output, out.output
     r.srem(keys.QUEUES_KEY, "gone-queue")
 

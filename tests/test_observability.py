@@ -262,11 +262,11 @@ def test_dlq_commands(cluster_client: Client, cluster_url: str, queue: str) -> N
         )
         listed = runner.invoke(cli, ["dlq", "list", *base, "--json"])
         assert listed.exit_code == 0, listed.output
-        letters = json.loads(listed.output)
+        letters = [json.loads(line) for line in listed.output.splitlines()]
         assert sorted(d["job_id"] for d in letters) == sorted(ids)
         assert all("first time fails" in d["error"] for d in letters)
-        shown = runner.invoke(cli, ["dlq", "show", *base, ids[0]])
-        assert shown.exit_code == 0 and '"state": "dead"' in shown.output
+        shown = runner.invoke(cli, ["dlq", "show", *base, ids[0], "--json"])
+        assert shown.exit_code == 0 and json.loads(shown.output)["state"] == "dead"
         dry = runner.invoke(cli, ["dlq", "replay", *base, "--all"])
         assert "add --yes" in dry.output and len(attempts) == 3
         replay = runner.invoke(cli, ["dlq", "replay", *base, "--all", "--yes"])

@@ -1,0 +1,86 @@
+"""The one place the CLI turns an expected failure into one line and exit code 1.
+
+Library messages speak Python (``run_at``, ``past_tolerance``, ``client.create_queue(...)``);
+:func:`cli_message` says the command-line equivalent instead, so a user is never told to
+change an argument the CLI does not have.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+import click
+
+from shardq.config import ProducerSettings
+from shardq.errors import ShardqError
+
+# Python spellings in shared library messages -> what the CLI user types instead.
+_REWRITES: list[tuple[re.Pattern[str], str]] = [
+    (re.compile(r" or client\.\w+\([^)]*\)"), ""),
+    (re.compile(r"`shardq queue create (?!-)(\S+?)( |`)"), r"`shardq queue create --queue \1\2"),
+    (re.compile(r"\bdelay=0\b"), "--delay 0"),
+    (re.compile(r"\brun_at\b"), "--at"),
+    (re.compile(r"\bjob_id\b"), "--job-id"),
+    (re.compile(r"\bidempotency_key\b"), "--idempotency-key"),
+    (re.compile(r"\bmax_attempts\b"), "--max-attempts"),
+    (re.compile(r"\bpartitions must be\b"), "--partitions must be"),
+    (re.compile(r"\bdead_letter_cap\b"), "--dead-letter-cap"),
+    (re.compile(r"\back_retention\b"), "--ack-retention"),
+    (re.compile(r"\berror\.retry_requests\b"), "the jobs that were not stored"),
+] + [
+    # every producer setting is an `enqueue` flag (see cli_jobs), so "raise max_horizon"
+    # becomes "raise --max-horizon"
+    (re.compile(rf"\b{f.name}\b"), "--" + f.name.replace("_", "-"))
+    for f in dataclasses.fields(ProducerSettings)
+]
+
+
+def cli_message(text: str) -> str:
+    """``text`` with Python argument names replaced by the CLI's flags."""
+    for pattern, replacement in _REWRITES:
+        text = pattern.sub(replacement, text)
+    return text
+
+
+def _redis_error_classes() -> tuple[type[BaseException], ...]:
+    from redis.exceptions import RedisClusterException, RedisError
+
+    # RedisClusterException ("all nodes unreachable") is not a RedisError.
+    return (RedisError, RedisClusterException)
+
+
+def to_click(exc: BaseException) -> click.ClickException | None:
+    """The one-line CLI error for an expected failure, or None for a bug (keep the traceback)."""
+    from redis.exceptions import (
+        AuthenticationError,
+        AuthorizationError,
+        NoPermissionError,
+        ResponseError,
+    )
+    from redis.exceptions import ConnectionError as RedisConnectionError
+    from redis.exceptions import TimeoutError as RedisTimeoutError
+
+    if isinstance(exc, ShardqError):
+        return click.ClickException(cli_message(str(exc)))
+    if isinstance(exc, AuthenticationError | AuthorizationError):
+        return click.ClickException(
+            f"Redis refused the credentials ({exc}): check --username and the password "
+            "(SHARDQ_REDIS_PASSWORD or --password-file)"
+        )
+    if isinstance(exc, NoPermissionError):
+        return click.ClickException(
+            f"the Redis user may not do this ({exc}): run it as a user with that role "
+            "(see `shardq acl print`)"
+        )
+    if isinstance(exc, RedisTimeoutError):
+        return click.ClickException(f"Redis did not answer in time ({exc}): check --url")
+    if isinstance(exc, RedisConnectionError):
+        return click.ClickException(
+            f"cannot reach Redis ({exc}): check --url and that the server runs"
+        )
+    if isinstance(exc, ResponseError):
+        return click.ClickException(f"Redis answered an error: {exc}")
+    if isinstance(exc, _redis_error_classes()):
+        return click.ClickException(f"Redis: {type(exc).__name__}: {exc}")
+    return None

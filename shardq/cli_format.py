@@ -1,0 +1,109 @@
+"""How the CLI prints: times (ISO 8601 UTC plus a relative form), aligned tables, JSON.
+
+One module so every command shows a time, a table and a JSON line the same way.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Iterable, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+import click
+import orjson
+
+
+def now_ms() -> int:
+    """This machine's clock in ms: only for the relative form, never to decide what is due."""
+    return int(time.time() * 1000)
+
+
+def iso(ms: int | float | None) -> str | None:
+    """``2030-01-01T00:00:00.123Z`` for epoch ms; None stays None."""
+    if ms is None:
+        return None
+    moment = datetime.fromtimestamp(ms / 1000, UTC)
+    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def span(seconds: float) -> str:
+    """A duration in at most two units: ``45s``, ``5m12s``, ``2h5m``, ``3d4h``."""
+    s = int(abs(seconds))
+    if s < 60:
+        return f"{s}s"
+    units = [("d", 86400), ("h", 3600), ("m", 60), ("s", 1)]
+    parts: list[str] = []
+    for name, size in units:
+        if s >= size or parts:
+            n, s = divmod(s, size)
+            parts.append(f"{n}{name}")
+        if len(parts) == 2:
+            break
+    return "".join(p for p in parts if not p.startswith("0"))
+
+
+def relative(ms: int | float | None, now: int | None = None) -> str | None:
+    """``in 5m``, ``3s ago`` or ``now`` for epoch ms, against this machine's clock."""
+    if ms is None:
+        return None
+    delta = (ms - (now_ms() if now is None else now)) / 1000
+    if abs(delta) < 1:
+        return "now"
+    return f"in {span(delta)}" if delta > 0 else f"{span(delta)} ago"
+
+
+def when(ms: int | float | None, now: int | None = None) -> str:
+    """``2030-01-01T00:00:00.000Z (in 5m)``, or ``-`` for no time."""
+    if ms is None:
+        return "-"
+    return f"{iso(ms)} ({relative(ms, now)})"
+
+
+def stream_id_ms(entry_id: str) -> int | None:
+    """The ms timestamp at the front of a Redis stream entry id (``1714000000000-0``)."""
+    head = entry_id.split("-", 1)[0]
+    return int(head) if head.isdigit() else None
+
+
+def table(headers: Sequence[str], rows: Iterable[Sequence[Any]], right: Sequence[int] = ()) -> str:
+    """Columns padded to their widest cell; columns listed in ``right`` (numbers) align right."""
+    cells = [list(headers)] + [["-" if c is None else str(c) for c in row] for row in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    lines = []
+    for row in cells:
+        padded = [
+            c.rjust(w) if i in right else c.ljust(w)
+            for i, (c, w) in enumerate(zip(row, widths, strict=True))
+        ]
+        lines.append("  ".join(padded).rstrip())
+    return "\n".join(lines)
+
+
+def fields(pairs: Sequence[tuple[str, Any]]) -> str:
+    """``key: value`` lines with the values aligned."""
+    width = max(len(k) for k, _ in pairs)
+    return "\n".join(f"{k + ':':<{width + 1}} {'-' if v is None else v}" for k, v in pairs)
+
+
+def _default(value: Any) -> Any:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return dataclasses.asdict(value)
+    return str(value)
+
+
+def json_text(value: Any) -> str:
+    """One line of JSON (orjson: dataclasses, datetimes; anything else as text)."""
+    return orjson.dumps(value, default=_default).decode()
+
+
+def echo_json(value: Any) -> None:
+    """Print one JSON object (or array) on one line."""
+    click.echo(json_text(value))
+
+
+def echo_json_lines(items: Iterable[Any]) -> None:
+    """Print a list as JSON lines: one object per line, so ``jq -c`` and ``while read`` work."""
+    for item in items:
+        click.echo(json_text(item))

@@ -1,0 +1,343 @@
+"""The ``shardq`` command line against the real local cluster: every command's exit code and
+output shape, and the failures a user meets (Redis down, bad input, unknown queue) as one
+line, exit 1 — or exit 2 for usage errors, as click does."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from click.testing import CliRunner, Result
+from helpers import Runner, scaled, wait_for
+
+from shardq import __version__, cli_format
+from shardq.cli import main as cli
+from shardq.cli_errors import cli_message
+from shardq.client import Client
+from shardq.config import WorkerSettings
+from shardq.errors import PermanentError
+from shardq.store import keys
+
+REFUSED = "redis://127.0.0.1:1"  # nothing listens on port 1
+
+
+def run(*args: str, env: dict[str, str] | None = None) -> Result:
+    return CliRunner().invoke(cli, list(args), env=env)
+
+
+def ok(*args: str) -> str:
+    result = run(*args)
+    assert result.exit_code == 0, f"{args}: {result.output}"
+    return result.stdout
+
+
+def json_lines(text: str) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+def assert_one_line_error(result: Result, code: int = 1) -> str:
+    assert result.exit_code == code, result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.output
+    assert "Traceback" not in result.output
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert lines and lines[-1].startswith("Error: "), result.stderr
+    if code == 1:
+        assert len(lines) == 1, result.stderr
+    return lines[-1]
+
+
+# failures ------------------------------------------------------------------------------------
+
+
+def test_connection_refused_is_one_line_exit_1_in_a_real_process() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "shardq.cli", "stats", "--url", REFUSED],
+        capture_output=True,
+        text=True,
+        timeout=scaled(60),
+        env={**os.environ},
+    )
+    assert done.returncode == 1, done.stderr
+    assert "Traceback" not in done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "cannot reach Redis" in lines[0], done.stderr
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["stats"],
+        ["queue", "list"],
+        ["job", "get", "-q", "q", "x"],
+        ["enqueue", "-q", "q", "t"],
+        ["owners", "-q", "q"],
+        ["dlq", "list", "-q", "q"],
+        ["functions", "status"],
+    ],
+)
+def test_connection_refused_for_every_command(args: list[str]) -> None:
+    # the connection option works before the command and after it
+    assert "cannot reach Redis" in assert_one_line_error(run("--url", REFUSED, *args))
+    assert_one_line_error(run(*args, "--url", REFUSED))
+
+
+def test_auth_failure_is_one_line(standalone_url: str) -> None:
+    env = {"SHARDQ_REDIS_USERNAME": "nobody", "SHARDQ_REDIS_PASSWORD": "wrong-pw"}
+    line = assert_one_line_error(run("queue", "list", "--url", standalone_url, env=env))
+    assert "credentials" in line and "wrong-pw" not in line
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--log-level", "bogus", "queue", "list"], "--log-level"),
+        (["queue", "create", "-q", "bad:name"], "1-64 characters"),
+        (["queue", "create", "-q", "ok", "--partitions", "5000"], "1<=x<=1024"),
+        (["enqueue", "-q", "q", "bad type!"], "1-128 characters"),
+        (["enqueue", "-q", "q", "t", "--at", "2030-01-01T00:00:00"], "no time zone"),
+        (["enqueue", "-q", "q", "t", "--delay", "-5"], "not negative"),
+        (["enqueue", "-q", "q", "t", "--max-attempts", "0"], "--max-attempts"),
+        (["enqueue", "-q", "q", "t", "--backoff", "random"], "--backoff"),
+        (["enqueue", "-q", "q", "t", "--header", "novalue"], "name=value"),
+        (["enqueue", "-q", "q", "t", "--payload", "{bad"], "not JSON"),
+        (["enqueue", "t"], "--queue"),
+        (["worker", "run", "-q", "q", "--handlers", "x:y", "--concurrency", "many"], "many"),
+    ],
+)
+def test_usage_errors_exit_2_and_name_the_rule(args: list[str], needle: str) -> None:
+    result = run(*args, "--url", REFUSED)
+    assert result.exit_code == 2, result.output
+    assert needle in result.stderr, result.stderr
+    assert "Error" not in result.stderr.replace("Error:", ""), result.stderr  # no class names
+
+
+def test_unknown_queue_is_exit_1_with_the_cli_command(cluster_url: str, queue: str) -> None:
+    line = assert_one_line_error(run("job", "get", "-q", queue, "x", "--url", cluster_url))
+    assert f"shardq queue create --queue {queue}" in line
+    assert "client." not in line and "UnknownQueueError" not in line
+
+
+def test_library_messages_speak_flags_not_python() -> None:
+    text = (
+        "run time 1 ms is more than 300000 ms before the Redis clock (2 ms): pass a time in "
+        "the future, use delay=0 to run now, or raise past_tolerance"
+    )
+    said = cli_message(text)
+    assert "--delay 0" in said and "--past-tolerance" in said and "past_tolerance" not in said
+    said = cli_message("create it first with `shardq queue create q1` or client.create_queue('q1')")
+    assert said == "create it first with `shardq queue create --queue q1`"
+
+
+def test_version_and_help() -> None:
+    assert ok("--version").strip() == f"shardq, version {__version__}"
+    assert "--url" in ok("--help") and "--url" in ok("stats", "--help")
+
+
+# producer commands -----------------------------------------------------------------------------
+
+
+def test_queue_create_list_and_json(cluster_url: str, queue: str) -> None:
+    out = ok("queue", "create", "--queue", queue, "--partitions", "4", "--url", cluster_url)
+    assert "created" in out
+    assert "exists" in ok("--url", cluster_url, "queue", "create", "-q", queue, "--partitions", "4")
+    conflict = run("queue", "create", "-q", queue, "--partitions", "8", "--url", cluster_url)
+    assert "exists with 4 partitions" in assert_one_line_error(conflict)
+    rows = json_lines(ok("queue", "list", "--json", "--url", cluster_url))
+    assert {"queue": queue, "partitions": 4} in rows
+    table = ok("queue", "list", "--url", cluster_url)
+    assert table.splitlines()[0].split() == ["queue", "partitions"]
+    assert any(line.split() == [queue, "4"] for line in table.splitlines())
+
+
+def test_queue_from_the_environment(cluster_url: str, queue: str) -> None:
+    env = {"SHARDQ_QUEUE": queue, "SHARDQ_REDIS_URL": cluster_url}
+    assert run("queue", "create", "--partitions", "2", env=env).exit_code == 0
+    result = run("enqueue", "t", "--json", env=env)
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["created"] is True
+
+
+def test_enqueue_reports_dedup_and_takes_every_client_option(
+    cluster_client: Client, cluster_url: str, queue: str
+) -> None:
+    cluster_client.create_queue(queue, 4)
+    args = ["enqueue", "-q", queue, "mail.send", "--url", cluster_url, "--json"]
+    opts = [
+        "--payload",
+        '{"to": "a@example.com"}',
+        "--in",
+        "5m",
+        "--idempotency-key",
+        "k-1",
+        "--max-attempts",
+        "3",
+        "--backoff",
+        "exponential",
+        "--backoff-base",
+        "2s",
+        "--header",
+        "traceparent=00-abc-def-01",
+        "--header",
+        "tenant=acme",
+    ]
+    first = json.loads(ok(*args, *opts))
+    assert first["created"] is True and first["deduplicated"] is False
+    assert set(first) >= {"job_id", "created", "due_ms", "due", "partition"}
+    assert 250_000 < first["due_ms"] - cli_format.now_ms() < 350_000
+    assert first["due"].endswith("Z")
+    again = json.loads(ok(*args, *opts))
+    assert again["job_id"] == first["job_id"] and again["created"] is False
+    assert again["deduplicated"] is True and again["deduplicated_by"] == "idempotency_key"
+    assert again["due_ms"] == first["due_ms"]  # the existing job's due time
+    human = ok(*args[:-1], *opts)
+    assert human.startswith(first["job_id"]) and "deduplicated" in human and "(in 4m" in human
+    info = cluster_client.get(queue, first["job_id"])
+    assert info is not None and info.max_attempts == 3 and info.payload == {"to": "a@example.com"}
+    raw = cluster_client.redis.hget(keys.partition_keys(queue, info.partition, 4).jobs, info.id)
+    assert b"traceparent" in raw and b"tenant" in raw and b'"b"' in raw  # headers, backoff
+    at = (datetime.now(UTC) + timedelta(hours=1)).replace(microsecond=0)
+    durable = json.loads(
+        ok(*args[:-1], "--json", "--at", at.isoformat().replace("+00:00", "Z"), "--job-id", "j-1")
+    )
+    assert durable["job_id"] == "j-1" and durable["due_ms"] == int(at.timestamp() * 1000)
+
+
+def test_enqueue_durable_flag(cluster_client: Client, cluster_url: str, queue: str) -> None:
+    cluster_client.create_queue(queue, 2)
+    result = run(
+        "enqueue", "-q", queue, "t", "--durable", "--durable-timeout", "2", "--url", cluster_url
+    )
+    # the test cluster has replicas: the WAIT is confirmed (or, if a replica lags, one line)
+    assert result.exit_code in (0, 1), result.output
+    assert "Traceback" not in result.output
+
+
+def test_enqueue_past_time_says_the_flag(
+    cluster_client: Client, cluster_url: str, queue: str
+) -> None:
+    cluster_client.create_queue(queue, 2)
+    past = "2001-01-01T00:00:00Z"
+    line = assert_one_line_error(
+        run("enqueue", "-q", queue, "t", "--at", past, "--url", cluster_url)
+    )
+    assert "--past-tolerance" in line and "past_tolerance" not in line and "delay=" not in line
+
+
+def test_job_get_cancel_reschedule(cluster_client: Client, cluster_url: str, queue: str) -> None:
+    cluster_client.create_queue(queue, 4)
+    job_id = cluster_client.enqueue(queue, "t", {"n": 1}, delay=600)
+    base = ["-q", queue, job_id, "--url", cluster_url]
+    data = json.loads(ok("job", "get", *base, "--json"))
+    assert data["id"] == job_id and data["state"] == "scheduled" and data["payload"] == {"n": 1}
+    assert data["max_attempts"] == WorkerSettings().default_max_attempts
+    assert data["max_attempts_default"] is True
+    assert datetime.fromisoformat(data["due"]).timestamp() * 1000 == pytest.approx(
+        data["due_ms"], abs=1
+    )
+    human = ok("job", "get", *base)
+    assert "due:" in human and "(in 9m" in human and "null" not in human
+    assert f"{WorkerSettings().default_max_attempts} (worker default" in human
+    moved = ok("job", "reschedule", *base, "--in", "2h")
+    assert moved.startswith(f"{job_id} due ") and ("Z (in 1h59m" in moved or "Z (in 2h)" in moved)
+    moved_json = json.loads(ok("job", "reschedule", *base, "--delay", "60", "--json"))
+    assert set(moved_json) == {"job_id", "due_ms", "due"}
+    both = run("job", "reschedule", *base)
+    assert both.exit_code == 2
+    assert ok("job", "cancel", *base).strip() == f"cancelled {job_id}"
+    assert "not found" in assert_one_line_error(run("job", "get", *base))
+    assert "not found" in assert_one_line_error(run("job", "cancel", *base))
+
+
+# operator commands -----------------------------------------------------------------------------
+
+
+def test_stats_owners_health_functions(
+    cluster_client: Client, cluster_url: str, queue: str
+) -> None:
+    cluster_client.create_queue(queue, 4)
+    cluster_client.enqueue(queue, "t", None, delay=60)
+    q = ["-q", queue, "--url", cluster_url]
+    data = json_lines(ok("stats", *q, "--json", "--window", "0.1"))
+    assert len(data) == 1 and data[0]["queue"]["due"] == 1
+    assert "hottest partitions" in ok("stats", *q, "--window", "0.1")
+    rows = json_lines(ok("owners", *q, "--json"))
+    assert [r["partition"] for r in rows] == [0, 1, 2, 3]
+    assert set(rows[0]) == {
+        "partition",
+        "owner",
+        "token",
+        "lease_age_s",
+        "lease_ttl_s",
+        "next_due_in_s",
+    }
+    table = ok("owners", *q).splitlines()
+    assert table[0].split()[:2] == ["partition", "token"] and len(table) == 5
+    health = json.loads(ok("health", *q, "--json"))
+    assert health["ok"] is True and health["queue"] == queue
+    status = json.loads(ok("functions", "status", "--json", "--url", cluster_url))
+    assert status["nodes"] and all(status["nodes"].values())
+
+
+def test_stats_watch_plain_output_and_ctrl_c_exits_0(
+    cluster_client: Client, cluster_url: str, queue: str
+) -> None:
+    cluster_client.create_queue(queue, 2)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "shardq.cli", "stats", "-q", queue, "--watch", "--window", "0.1"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "SHARDQ_REDIS_URL": cluster_url},
+    )
+    try:
+        time.sleep(scaled(2.0))
+        proc.send_signal(2)  # SIGINT, as Ctrl-C sends
+        out, err = proc.communicate(timeout=scaled(20))
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err
+    assert "Aborted" not in err and "Traceback" not in err
+    assert "\x1b[" not in out  # not a terminal: plain repeated output, no escape codes
+    assert out.count(f"queue {queue}:") >= 2
+
+
+def test_dlq_list_and_show(cluster_client: Client, cluster_url: str, queue: str) -> None:
+    cluster_client.create_queue(queue, 2)
+
+    def fail(job: object) -> None:
+        raise PermanentError("no")
+
+    job_id = cluster_client.enqueue(queue, "t", {"x": 1})
+    with Runner(cluster_url, queue, {"t": fail}):
+        wait_for(
+            lambda: (
+                (info := cluster_client.get(queue, job_id)) is not None and info.state == "dead"
+            ),
+            15,
+            "job did not go dead",
+        )
+    q = ["-q", queue, "--url", cluster_url]
+    letters = json_lines(ok("dlq", "list", *q, "--json"))
+    assert [d["job_id"] for d in letters] == [job_id]
+    assert letters[0]["died"].endswith("Z")
+    human = ok("dlq", "list", *q)
+    assert job_id in human and " ago)" in human
+    shown = json.loads(ok("dlq", "show", *q, job_id, "--json"))
+    assert shown["state"] == "dead" and "no" in shown["last_error"]
+
+
+def test_time_helpers() -> None:
+    assert cli_format.iso(0) == "1970-01-01T00:00:00.000Z"
+    assert cli_format.relative(10_000 + 300_000, now=10_000) == "in 5m"
+    assert cli_format.relative(10_000 - 3_000, now=10_000) == "3s ago"
+    assert cli_format.relative(10_000, now=10_000) == "now"
+    assert cli_format.span(3600 * 2 + 5 * 60 + 7) == "2h5m"
+    assert cli_format.span(86400 + 3600) == "1d1h"
+    assert cli_format.stream_id_ms("1714000000000-3") == 1714000000000
