@@ -159,7 +159,7 @@ def enqueue_due_at(
     """Bulk-enqueue n jobs all due at ``due_at`` (epoch seconds); returns their ids."""
     ids: list[str] = []
     for start in range(0, n, chunk):
-        reqs = [JobRequest("bench", payload, run_at=due_at)] * min(chunk, n - start)
+        reqs = [JobRequest("bench", payload, run_at=due_at) for _ in range(min(chunk, n - start))]
         ids.extend(r.job_id for r in client.enqueue_many(queue, reqs))
     return ids
 

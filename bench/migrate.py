@@ -78,7 +78,9 @@ def migrate_pause(url: str, sizes: list[int]) -> list[dict[str, Any]]:
             try:
                 for start in range(0, n, 10_000):
                     m = min(10_000, n - start)
-                    client.enqueue_many(queue, [JobRequest("bench", "x" * 20, delay=3600)] * m)
+                    client.enqueue_many(
+                        queue, [JobRequest("bench", "x" * 20, delay=3600) for _ in range(m)]
+                    )
                 owner = cluster.nodes_manager.get_node_from_slot(slot)  # type: ignore[union-attr]
                 prim = cluster.get_primaries()  # type: ignore[union-attr]
                 target = next(p for p in prim if p.name != owner.name)

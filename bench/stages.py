@@ -142,7 +142,9 @@ def stage_costs(
         cpu = time.process_time()
         for start in range(0, jobs, 10_000):
             n = min(10_000, jobs - start)
-            client.enqueue_many(queue, [JobRequest("bench", payload, run_at=due_at)] * n)
+            client.enqueue_many(
+                queue, [JobRequest("bench", payload, run_at=due_at) for _ in range(n)]
+            )
         out["enqueue_bulk"] = _per_job(s.delta(), jobs)
         out["enqueue_bulk"]["producer_cpu_usec_per_job"] = _client_cpu(cpu, jobs)
         cpu = time.process_time()
@@ -200,7 +202,9 @@ def promote_k(url: str, jobs: int, ks: list[int], partitions: int = 64) -> list[
             due_at = time.time() + 2.0 + jobs / 40_000
             for start in range(0, jobs, 10_000):
                 n = min(10_000, jobs - start)
-                client.enqueue_many(queue, [JobRequest("bench", "x" * 20, run_at=due_at)] * n)
+                client.enqueue_many(
+                    queue, [JobRequest("bench", "x" * 20, run_at=due_at) for _ in range(n)]
+                )
             tokens = acquire_leases(client, pks)
             wait_until(lambda due=due_at: time.time() > due + 0.2, 60)
             s = Sampler(client)
