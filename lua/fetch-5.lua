@@ -14,7 +14,8 @@ ARGV[1] consumer group
 ARGV[2] consumer (worker) name
 ARGV[3] max entries to read
 
-Returns {now ms, entry id, job id, due ms, attempt, body, ...} (5 fields per job)
+Returns {now ms, entry id, job id, due ms, attempt, body, ...} (5 fields per job; none while
+the partition is paused)
   {-10, key, found, expected}         E_WRONG_TYPE: a key was overwritten outside shardq
   {-11, argv index, value, lo, hi}    E_BAD_ARGUMENT
 Every check comes before the first write: a refused call writes nothing.
@@ -31,6 +32,8 @@ local wrong = wrong_type({KEYS[1], 'stream', KEYS[2], 'hash', KEYS[3], 'stream',
 if wrong then return wrong end
 local now = now_ms()
 local out = {now}
+-- A paused partition (pause.lua) delivers nothing; resuming publishes the ready hint.
+if redis.pcall('HGET', KEYS[5], 'paused') == '1' then return out end
 local r = redis.call('XREADGROUP', 'GROUP', ARGV[1], ARGV[2], 'COUNT', n, 'STREAMS', KEYS[1], '>')
 if not r then return out end
 local dead_keys = {KEYS[2], KEYS[3], KEYS[4], KEYS[5]}

@@ -16,6 +16,7 @@ ARGV[4] lease time ms: a successful promote also extends the caller's lease, so 
 
 Returns
   {moved, next due ms or -1, now ms}   next due is the earliest remaining job's due time
+                                       ({0, -1, now} while the partition is paused)
   {-1, token, lease}                    E_FENCED: the caller's token is not current
   {-10, key, found, expected}         E_WRONG_TYPE: a key was overwritten outside shardq
   {-11, argv index, value, lo, hi}    E_BAD_ARGUMENT
@@ -38,6 +39,9 @@ if stale then return stale end
 
 redis.call('PEXPIRE', KEYS[3], lease_ms)
 local now = now_ms()
+-- A paused partition (pause.lua) promotes nothing; "nothing due" makes the dispatcher wait
+-- for the hint that resuming publishes.
+if redis.pcall('HGET', KEYS[4], 'paused') == '1' then return {0, -1, now} end
 local batch = redis.call('ZRANGE', KEYS[1], '-inf', now, 'BYSCORE', 'LIMIT', 0, k, 'WITHSCORES')
 local moved = #batch / 2
 for i = 1, #batch, 2 do

@@ -21,7 +21,8 @@ ARGV[5] delivery limit
 ARGV[6] orphan idle ms: a delivery of a consumer not in ARGV[7..] is taken once idle this long
 ARGV[7..] live consumers (worker names whose membership has not expired)
 
-Returns {now ms, entry id, job id, due ms, attempt, body, deliveries, ...} (6 fields per job)
+Returns {now ms, entry id, job id, due ms, attempt, body, deliveries, ...} (6 fields per job;
+none while the partition is paused)
   {-10, key, found, expected}         E_WRONG_TYPE: a key was overwritten outside shardq
   {-11, argv index, value, lo, hi}    E_BAD_ARGUMENT
 Every check comes before the first write: a refused call writes nothing.
@@ -48,6 +49,8 @@ local live = {}
 for i = 7, #ARGV do live[ARGV[i]] = true end
 local dead_keys = {KEYS[2], KEYS[3], KEYS[4], KEYS[5]}
 if redis.call('EXISTS', KEYS[1]) == 0 then return out end
+-- A paused partition (pause.lua) hands out no delivery, not even an abandoned one.
+if redis.pcall('HGET', KEYS[5], 'paused') == '1' then return out end
 local pending = redis.call('XPENDING', KEYS[1], ARGV[1], 'IDLE', math.min(visibility, orphan_idle),
   '-', '+', n)
 

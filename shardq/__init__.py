@@ -6,16 +6,19 @@ from shardq.config import DispatcherSettings, ProducerSettings, RedisSettings, W
 from shardq.connection import connect, connect_async
 from shardq.dispatcher import Dispatcher
 from shardq.errors import PermanentError, RetryAfter, ShardqError
+from shardq.inspector import AsyncInspector, Inspector
 from shardq.jobs import Backoff, EnqueueResult, Job, JobInfo, JobRequest
 from shardq.worker import Worker, inline
 
 __all__ = [
     "AsyncClient",
+    "AsyncInspector",
     "Backoff",
     "Client",
     "Dispatcher",
     "DispatcherSettings",
     "EnqueueResult",
+    "Inspector",
     "Job",
     "JobInfo",
     "JobRequest",

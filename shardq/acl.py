@@ -68,7 +68,7 @@ GRANTS: dict[str, tuple[Grant, ...]] = {
         Grant(("dead",), ("+exists", "+xlen", "+xrange", "+xdel")),
         Grant(("jobs",), ("+hget", "+hdel")),
         Grant(("errors",), ("+hdel",)),
-        Grant(("stats",), ("+hincrby", "+hset", "+hgetall")),
+        Grant(("stats",), ("+hincrby", "+hset", "+hgetall", "+hget")),
     ),
     "worker": (
         Grant(("meta",), ("+hget", "+hgetall"), read_only=True),
@@ -91,7 +91,7 @@ GRANTS: dict[str, tuple[Grant, ...]] = {
         Grant(("errors",), ("+hset", "+hdel", "+hlen")),
         Grant(("dead",), ("+xadd",)),
         Grant(("due",), ("+zadd", "+zrange")),
-        Grant(("stats",), ("+hincrby", "+hset")),
+        Grant(("stats",), ("+hincrby", "+hset", "+hget")),
     ),
 }
 # The operator runs the tools (queue create, job, dlq, owners, rebalance, stats): everything
@@ -107,6 +107,10 @@ GRANTS["operator"] = (
     Grant(("due",), ("+zrangebyscore", "+zcard")),
     Grant(("drain",), ("+sadd",)),
     Grant(("dispatchers",), ("+zrangebyscore",), read_only=True),
+    # the inspector: listing (HSCAN of failed jobs), pause flags, deleting a queue
+    Grant(("errors",), ("+hscan",), read_only=True),
+    Grant(("stats",), ("+hdel",)),
+    Grant(PARTITION_KINDS + QUEUE_KINDS, ("+unlink",)),
 )
 # The admin loads the functions library and moves slots between primaries (MIGRATE moves every
 # key of a slot, so its keys are all keys).

@@ -106,6 +106,10 @@ class AsyncClient:
             if isinstance(result, ResponseError) and "BUSYGROUP" not in str(result):
                 raise result
 
+    def forget(self, queue: str) -> None:
+        """Drop the cached partition count of ``queue`` (it was deleted or re-created)."""
+        self._partitions.pop(queue, None)
+
     async def partitions(self, queue: str) -> int:
         cached = self._partitions.get(queue)
         if cached is not None:

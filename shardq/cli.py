@@ -12,7 +12,10 @@ from typing import Any, TypeVar
 
 import click
 
-from shardq import __version__
+from shardq import (
+    __version__,
+    cli_inspect,  # noqa: F401 - adds the inspector's commands to job and queue
+)
 from shardq import cli_format as fmt
 from shardq.cli_common import (
     ShardqGroup,

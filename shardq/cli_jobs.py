@@ -313,6 +313,10 @@ def show_job(queue_name: str, job_id: str, as_json: bool) -> None:
         raise click.ClickException(
             f"job {job_id!r} not found in {queue_name} (completed, cancelled or unknown)"
         )
+    show_info(info, as_json)
+
+
+def show_info(info: JobInfo, as_json: bool) -> None:
     click.echo(fmt.json_text(job_row(info)) if as_json else render_job(info))
 
 

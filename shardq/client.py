@@ -208,6 +208,10 @@ class Client:
             self.redis, fn, self.settings.retry_timeout, safe_to_repeat=True, what=what
         )
 
+    def forget(self, queue: str) -> None:
+        """Drop the cached partition count of ``queue`` (it was deleted or re-created)."""
+        self._partitions.pop(queue, None)
+
     def partitions(self, queue: str) -> int:
         """The queue's partition count (cached after the first lookup)."""
         cached = self._partitions.get(queue)

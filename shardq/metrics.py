@@ -299,6 +299,10 @@ class PartitionCollector(Collector):
                 lambda s: s.oldest_pending_seconds,
             ),
             "dead_letters": ("Entries in the dead-letter stream.", lambda s: s.dead),
+            "paused": (
+                "1 while the partition is paused (shardq queue pause), else 0.",
+                lambda s: float(s.paused),
+            ),
         }
         snaps = list(self.snapshots.values())
         for name, (doc, get) in gauges.items():

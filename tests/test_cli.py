@@ -341,3 +341,45 @@ def test_time_helpers() -> None:
     assert cli_format.span(3600 * 2 + 5 * 60 + 7) == "2h5m"
     assert cli_format.span(86400 + 3600) == "1d1h"
     assert cli_format.stream_id_ms("1714000000000-3") == 1714000000000
+
+
+def test_inspector_commands(cluster_client: Client, cluster_url: str, queue: str) -> None:
+    """job list/find/run-now and queue info/members/pause/resume/cancel/retry-dead/empty/delete:
+    exit codes, --json shapes, and --yes required for what cannot be undone."""
+    from shardq import JobRequest
+
+    u = ["--url", cluster_url, "-q", queue]
+    cluster_client.create_queue(queue, 4)
+    cluster_client.enqueue_many(
+        queue, [JobRequest("a" if i % 2 else "b", i, delay=600) for i in range(30)]
+    )
+    job_id = cluster_client.enqueue(queue, "a", 1, delay=900, idempotency_key="k-1")
+    page = json_lines(ok("job", "list", *u, "--state", "scheduled", "--limit", "7", "--json"))
+    assert len(page) == 8 and "cursor" in page[-1]  # 7 jobs, then where to go on
+    assert {"id", "partition", "state", "type", "due_ms", "attempt"} <= set(page[0])
+    every = json_lines(ok("job", "list", *u, "--all", "--limit", "7", "--type", "b", "--json"))
+    assert len(every) == 15 and {j["type"] for j in every} == {"b"}
+    human = ok("job", "list", *u, "--limit", "3")
+    assert "in 10m" in human or "in 9m" in human
+    found = json.loads(ok("job", "find", *u, "--idempotency-key", "k-1", "--json"))
+    assert found["id"] == job_id
+    assert run("job", "find", *u, "--idempotency-key", "k-2").exit_code == 1
+    assert "was scheduled" in ok("job", "run-now", *u, job_id)
+    info = json_lines(ok("queue", "info", *u, "--json"))
+    assert [i["partition"] for i in info] == [0, 1, 2, 3]
+    assert ok("queue", "members", *u).strip() == "no live members"
+    assert "4 partitions changed" in ok("queue", "pause", *u)
+    assert all(i["paused"] for i in json_lines(ok("queue", "info", *u, "--json")))
+    assert "4 partitions changed" in ok("queue", "resume", *u)
+    assert_one_line_error(run("queue", "cancel", *u, "--type", "b"), 2)  # no --yes
+    cancelled = run("queue", "cancel", *u, "--type", "b", "--yes")
+    assert cancelled.exit_code == 0 and "cancelled 15 jobs" in cancelled.output
+    assert "replayed 0 dead jobs" in run("queue", "retry-dead", *u).output
+    assert_one_line_error(run("queue", "empty", *u, "--state", "scheduled"), 2)
+    emptied = run("queue", "empty", *u, "--state", "scheduled", "--yes")
+    assert (
+        emptied.exit_code == 0 and "deleted 16 scheduled jobs" in emptied.output
+    )  # 15 + the run-now one
+    assert_one_line_error(run("queue", "delete", *u), 2)
+    assert "deleted" in ok("queue", "delete", *u, "--yes")
+    assert_one_line_error(run("queue", "info", *u))  # unknown queue now: exit 1

@@ -1335,6 +1335,13 @@ def test_every_role_runs_with_its_acl_user(local_cluster: LocalCluster) -> None:
 
         operator("owners", "--queue", "acl")
         operator("rebalance", "--queue", "acl")
+        # The inspector's reads and controls, as the operator.
+        for state in ("scheduled", "ready", "running", "retrying", "dead"):
+            operator("job", "list", "--queue", "acl", "--state", state, "--json")
+        operator("queue", "info", "--queue", "acl")
+        assert "dispatcher" in operator("queue", "members", "--queue", "acl")
+        assert "8 partitions changed" in operator("queue", "pause", "--queue", "acl")
+        assert "8 partitions changed" in operator("queue", "resume", "--queue", "acl")
         assert "no-such-type" in operator("dlq", "list", "--queue", "acl")
         operator("dlq", "replay", "--queue", "acl", "--all", "--yes")
         operator("dlq", "purge", "--queue", "acl", "--all", "--yes")

@@ -37,6 +37,11 @@ class PartitionSnapshot:
         return max(0.0, (self.now_ms - self.oldest_due_ms) / 1000.0)
 
     @property
+    def paused(self) -> bool:
+        """Paused by an operator (``shardq queue pause``): nothing promoted or delivered."""
+        return self.counters.get("paused", 0) == 1
+
+    @property
     def oldest_pending_seconds(self) -> float:
         return (self.oldest_pending_idle_ms or 0) / 1000.0
 
@@ -97,3 +102,142 @@ def dlq_replay(pk: keys.PartitionKeys, entry_ids: list[str]) -> Op[tuple[int, in
 def dlq_purge(pk: keys.PartitionKeys, entry_ids: list[str]) -> Op[int]:
     """Delete dead letters and the dead jobs they name; the op returns how many were deleted."""
     return op("dlq-purge", [pk.dead, pk.jobs, pk.errors], entry_ids, lambda r: int(check(r)[0]))
+
+
+# Listing and control (shardq.inspector) -------------------------------------------------------
+
+
+def list_due(
+    pk: keys.PartitionKeys, after_score: int, after_member: str, upto_ms: int, count: int
+) -> Op[tuple[int, list[tuple[int, str, bytes | None]]]]:
+    """(now ms, [(due ms, job id, envelope)]) of scheduled jobs after (score, member)."""
+
+    def parse(reply: Any) -> tuple[int, list[tuple[int, str, bytes | None]]]:
+        r = check(reply)
+        rows = [(_int(r[i]), as_text(r[i + 1]), r[i + 2] or None) for i in range(1, len(r) - 2, 3)]
+        return _int(r[0]), rows
+
+    return op("list-due", [pk.due, pk.jobs], [after_score, after_member, upto_ms, count], parse)
+
+
+def list_ready(
+    pk: keys.PartitionKeys, after_id: str, count: int
+) -> Op[tuple[int, list[tuple[str, str | None, int | None, bytes | None]]]]:
+    """(now ms, [(entry id, job id, due ms, envelope)]) of ready entries not yet delivered."""
+
+    def parse(reply: Any) -> tuple[int, list[tuple[str, str | None, int | None, bytes | None]]]:
+        r = check(reply)
+        rows = []
+        for i in range(1, len(r) - 3, 4):
+            due = r[i + 2]
+            rows.append(
+                (
+                    as_text(r[i]),
+                    as_text(r[i + 1]) if r[i + 1] else None,
+                    _int(due) if due not in (None, b"") else None,
+                    r[i + 3] or None,
+                )
+            )
+        return _int(r[0]), rows
+
+    return op("list-ready", [pk.ready, pk.jobs], [keys.WORKER_GROUP, after_id, count], parse)
+
+
+RunningRow = tuple[str, str | None, str, int, int, bytes | None]
+
+
+def list_running(
+    pk: keys.PartitionKeys, after_id: str, count: int
+) -> Op[tuple[int, list[RunningRow]]]:
+    """(now ms, [(entry id, job id, worker, idle ms, deliveries, envelope)]) of deliveries."""
+
+    def parse(reply: Any) -> tuple[int, list[RunningRow]]:
+        r = check(reply)
+        rows: list[RunningRow] = []
+        for i in range(1, len(r) - 5, 6):
+            rows.append(
+                (
+                    as_text(r[i]),
+                    as_text(r[i + 1]) if r[i + 1] else None,
+                    as_text(r[i + 2]),
+                    _int(r[i + 3]),
+                    _int(r[i + 4]),
+                    r[i + 5] or None,
+                )
+            )
+        return _int(r[0]), rows
+
+    return op("list-running", [pk.ready, pk.jobs], [keys.WORKER_GROUP, after_id, count], parse)
+
+
+def list_dead(
+    pk: keys.PartitionKeys, after_id: str, count: int
+) -> Op[tuple[int, list[tuple[str, dict[str, str], bytes | None]]]]:
+    """(now ms, [(entry id, letter fields, envelope)]) of dead letters after ``after_id``."""
+
+    def parse(reply: Any) -> tuple[int, list[tuple[str, dict[str, str], bytes | None]]]:
+        r = check(reply)
+        rows = []
+        for i in range(1, len(r) - 2, 3):
+            f = r[i + 1] or []
+            fields = {as_text(f[j]): as_text(f[j + 1]) for j in range(0, len(f) - 1, 2)}
+            rows.append((as_text(r[i]), fields, r[i + 2] or None))
+        return _int(r[0]), rows
+
+    return op("list-dead", [pk.dead, pk.jobs], [after_id, count], parse)
+
+
+RetryRow = tuple[str, int, str, bytes]
+
+
+def list_retrying(
+    pk: keys.PartitionKeys, cursor: str, count: int
+) -> Op[tuple[int, str, list[RetryRow]]]:
+    """(now ms, next HSCAN cursor, [(job id, due ms, last error, envelope)])."""
+
+    def parse(reply: Any) -> tuple[int, str, list[RetryRow]]:
+        r = check(reply)
+        raw = r[2] or []
+        rows = [
+            (as_text(raw[i]), _int(raw[i + 1]), as_text(raw[i + 2]), raw[i + 3])
+            for i in range(0, len(raw) - 3, 4)
+        ]
+        return _int(r[0]), as_text(r[1]), rows
+
+    return op("list-retrying", [pk.errors, pk.jobs, pk.due], [cursor, count], parse)
+
+
+def pause(pk: keys.PartitionKeys, paused: bool) -> Op[bool]:
+    """Pause or resume one partition; the op returns whether its state changed."""
+    return op(
+        "pause",
+        [pk.stats],
+        ["1" if paused else "0", pk.due_hint, pk.ready_hint],
+        lambda r: check(r)[0] == 1,
+    )
+
+
+def run_now(pk: keys.PartitionKeys, job_id: str) -> Op[str]:
+    """Make a scheduled or dead job due now; the op returns what it was ('scheduled', 'dead',
+    or 'ready' when it was already promoted)."""
+    return op(
+        "run-now",
+        [pk.jobs, pk.due, pk.errors, pk.stats],
+        [job_id, pk.due_hint],
+        lambda r: as_text(check(r)[1]),
+    )
+
+
+def empty_due(pk: keys.PartitionKeys, count: int) -> Op[int]:
+    """Delete up to ``count`` scheduled jobs, earliest first; the op returns how many."""
+    return op("empty-due", [pk.due, pk.jobs, pk.errors], [count], lambda r: int(check(r)[0]))
+
+
+def inflight(pk: keys.PartitionKeys) -> Op[dict[str, int]]:
+    """Deliveries each worker holds in this partition."""
+
+    def parse(reply: Any) -> dict[str, int]:
+        r = check(reply)
+        return {as_text(r[i]): _int(r[i + 1]) for i in range(0, len(r) - 1, 2)}
+
+    return op("inflight", [pk.ready], [keys.WORKER_GROUP], parse)

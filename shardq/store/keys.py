@@ -86,6 +86,11 @@ def workers_key(queue: str) -> str:
     return f"{{sq:{queue}}}:workers"
 
 
+def workers_drain_key(queue: str) -> str:
+    """Set of worker ids an operator asked to stop taking work (the workers' drain set)."""
+    return f"{{sq:{queue}}}:workers:drain"
+
+
 def drain_key(queue: str) -> str:
     """Set of dispatcher ids an operator asked to hand back every partition."""
     return f"{{sq:{queue}}}:drain"

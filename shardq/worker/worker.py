@@ -188,7 +188,7 @@ class Worker:
             else Membership(
                 self.transport,
                 keys.workers_key(self.queue),
-                keys.workers_key(self.queue) + ":drain",
+                keys.workers_drain_key(self.queue),
                 self.name,
                 s.membership_timeout,
             )

@@ -1,0 +1,29 @@
+--[[ empty-due: delete up to ARGV[1] scheduled jobs of a partition, earliest first.
+
+Bounded: one ZRANGE, one ZREMRANGEBYRANK and HDELs of at most ARGV[1] jobs; called again
+until it returns 0.  Only jobs waiting in the due set are touched (none has started).
+
+KEYS[1] due      zset    job id scored by due ms
+KEYS[2] jobs     hash    job id -> envelope
+KEYS[3] errors   hash    job id -> last error
+
+ARGV[1] most jobs to delete (1-1000)
+
+Returns {jobs deleted}
+  {-10, key, found, expected}         E_WRONG_TYPE: a key was overwritten outside shardq
+  {-11, argv index, value, lo, hi}    E_BAD_ARGUMENT
+Every check comes before the first write: a refused call writes nothing.
+Flags: allow-oom  (frees memory)
+]]
+--@include checks.lua
+
+local n, bad = arg_number(1, 1, 1000)
+if bad then return bad end
+local wrong = wrong_type({KEYS[1], 'zset', KEYS[2], 'hash', KEYS[3], 'hash'})
+if wrong then return wrong end
+local ids = redis.call('ZRANGE', KEYS[1], 0, n - 1)
+if #ids == 0 then return {0} end
+redis.call('ZREMRANGEBYRANK', KEYS[1], 0, #ids - 1)
+redis.call('HDEL', KEYS[2], unpack(ids))
+redis.call('HDEL', KEYS[3], unpack(ids))
+return {#ids}

@@ -1,0 +1,50 @@
+--[[ list-due: one page of a partition's scheduled jobs in due order, after a cursor.
+
+Bounded whatever the backlog: the page starts at a rank found by ZCOUNT and a binary search
+among the members of the cursor's own score (O(log^2 n)), then reads at most ARGV[4] members.
+
+KEYS[1] due      zset    job id scored by due ms
+KEYS[2] jobs     hash    job id -> envelope
+
+ARGV[1] cursor score: the page starts after (ARGV[1], ARGV[2]) in (score, member) order
+ARGV[2] cursor member, or '' to start at the first member scored >= ARGV[1]
+ARGV[3] highest due ms to list (inclusive)
+ARGV[4] most jobs in the page (1-1000)
+
+Returns {now ms, due ms, job id, envelope or false, ...} (3 fields per job)
+  {-10, key, found, expected}         E_WRONG_TYPE: a key was overwritten outside shardq
+  {-11, argv index, value, lo, hi}    E_BAD_ARGUMENT
+Flags: no-writes  (reads only)
+]]
+--@include now.lua
+--@include checks.lua
+
+local after, bad1 = arg_number(1, -1e18, 1e18)
+if bad1 then return bad1 end
+local upto, bad3 = arg_number(3, -1e18, 1e18)
+if bad3 then return bad3 end
+local n, bad4 = arg_number(4, 1, 1000)
+if bad4 then return bad4 end
+local wrong = wrong_type({KEYS[1], 'zset', KEYS[2], 'hash'})
+if wrong then return wrong end
+
+local out = {now_ms()}
+local start = redis.call('ZCOUNT', KEYS[1], '-inf', '(' .. ARGV[1])
+if ARGV[2] ~= '' then
+  -- Members of the cursor's score sit at ranks [start, start + ties); skip those <= member.
+  local lo, hi = start, start + redis.call('ZCOUNT', KEYS[1], ARGV[1], ARGV[1])
+  while lo < hi do
+    local mid = math.floor((lo + hi) / 2)
+    local m = redis.call('ZRANGE', KEYS[1], mid, mid)[1]
+    if m <= ARGV[2] then lo = mid + 1 else hi = mid end
+  end
+  start = lo
+end
+local page = redis.call('ZRANGE', KEYS[1], start, start + n - 1, 'WITHSCORES')
+for i = 1, #page, 2 do
+  if tonumber(page[i + 1]) > upto then break end
+  out[#out + 1] = page[i + 1]
+  out[#out + 1] = page[i]
+  out[#out + 1] = redis.call('HGET', KEYS[2], page[i])
+end
+return out

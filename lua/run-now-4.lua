@@ -1,0 +1,47 @@
+--[[ run-now: make a scheduled or dead job due now.
+
+A scheduled job keeps its attempts and is moved to the head of the due set; a dead job gets
+attempt 0 and its error cleared (its dead letter stays in the dead stream until trimmed or
+purged; listings show it as no longer dead).  Either way the dispatcher is woken.
+
+KEYS[1] jobs     hash    job id -> envelope
+KEYS[2] due      zset    job id scored by due ms
+KEYS[3] errors   hash    job id -> last error
+KEYS[4] stats    hash    counters
+
+ARGV[1] job id
+ARGV[2] due-hint channel (sharded pub/sub)
+
+Returns
+  {1, 'scheduled'}   was scheduled, now due
+  {1, 'dead'}        was dead, now due again with attempt 0
+  {0, 'ready'}       already promoted: a worker takes it as soon as it can
+  {-6, id}     E_JOB_NOT_FOUND
+  {-7, id}     E_JOB_RUNNING: a worker holds it
+  {-10, key, found, expected}         E_WRONG_TYPE: a key was overwritten outside shardq
+Every check comes before the first write: a refused call writes nothing.
+]]
+--@include now.lua
+--@include envelope.lua
+--@include checks.lua
+
+local wrong = wrong_type({KEYS[1], 'hash', KEYS[2], 'zset', KEYS[3], 'hash'})
+if wrong then return wrong end
+local v = redis.call('HGET', KEYS[1], ARGV[1])
+if not v then return {-6, ARGV[1]} end
+local state, attempt, body = split_envelope(v)
+if not state then return {-6, ARGV[1]} end
+if state == 'A' then return {-7, ARGV[1]} end
+local now = now_ms()
+if state == 'D' then
+  redis.call('HSET', KEYS[1], ARGV[1], 'S0|' .. body)
+  redis.call('HDEL', KEYS[3], ARGV[1])
+  redis.call('ZADD', KEYS[2], now, ARGV[1])
+  count(KEYS[4], 'replayed', 1)
+  redis.call('SPUBLISH', ARGV[2], '1')
+  return {1, 'dead'}
+end
+if not redis.call('ZSCORE', KEYS[2], ARGV[1]) then return {0, 'ready'} end
+redis.call('ZADD', KEYS[2], 'XX', now, ARGV[1])
+redis.call('SPUBLISH', ARGV[2], '1')
+return {1, 'scheduled'}
