@@ -213,7 +213,8 @@ def test_a_key_of_the_wrong_type_fails_the_script_before_any_write(
     _overwrite(r, key, key_type)
     before = _snapshot(r, s, op)
     if key_name == "stats" and name != "pause":
-        # Counters are advisory (the pause flag, kept in the same hash, is not): the operation goes on and leaves the stats key alone.
+        # Counters are advisory (the pause flag, kept in the same hash, is not): the
+        # operation goes on and leaves the stats key alone.
         transport.run(r, op)
         assert _snapshot(r, s, op)[key] == before[key]
         return
