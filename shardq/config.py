@@ -213,6 +213,10 @@ class DispatcherSettings:
     max_sleep: float = 1.0
     """Longest sleep with no due job in sight; wake-up hints usually come first.  Each wake-up
     also renews the partition's lease."""
+    coalesce: float = 0.002
+    """Extra wait after the earliest due time before a primary's promote round, so partitions
+    coming due within this window go in one round: fewer, fuller calls at high rates, at most
+    this much more lateness at any rate (0: promote each partition the moment it is due)."""
     lease_time: float = 10.0
     """A partition whose owner stops renewing is free after this long (the backstop: peers take
     a dead or paused owner's partitions as soon as its membership expires)."""
@@ -243,6 +247,7 @@ class DispatcherSettings:
         _check_int("batch", self.batch, 1, 1000, "a call must stay short")
         _check_int("max_inflight_calls", self.max_inflight_calls, 1, 10_000)
         _check_range("max_sleep", self.max_sleep, 0.001, 3600.0)
+        _check_range("coalesce", self.coalesce, 0.0, 1.0)
         _check_range("lease_time", self.lease_time, 0.1, 3600.0)
         _check_range("renew_interval", self.renew_interval, 0.01, 600.0)
         _check_range("membership_timeout", self.membership_timeout, 0.1, 3600.0)

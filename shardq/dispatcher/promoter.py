@@ -41,7 +41,6 @@ class Promoter:
         pks: list[keys.PartitionKeys],
         leases: Leases,
         settings: DispatcherSettings,
-        label: str,
     ) -> None:
         self.supervisor = supervisor
         self.transport = transport
@@ -62,9 +61,10 @@ class Promoter:
             range(len(pks)),
             lambda p: pks[p].due,
             self._loop,
+            settings.max_sleep,
         )
-        self._m_promoted = metrics.PROMOTED.labels(queue, label)
-        self._m_calls = metrics.PROMOTE_CALLS.labels(queue, label)
+        self._m_promoted = metrics.PROMOTED.labels(queue)
+        self._m_calls = metrics.PROMOTE_CALLS.labels(queue)
 
     def start(self) -> None:
         self.nodes.start()
@@ -100,8 +100,11 @@ class Promoter:
             wake_at = min((self.next_wake.get(p, 0.0) for p in mine), default=now + s.max_sleep)
             event.clear()
             state.ok()
+            # Wait out the coalescing window too: partitions coming due within it are then all
+            # due at once and share one round (one batch on this primary's connection).
+            timeout = min(max(0.0, wake_at - now) + s.coalesce, s.max_sleep)
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(event.wait(), min(max(0.0, wake_at - now), s.max_sleep))
+                await asyncio.wait_for(event.wait(), timeout)
 
     async def _promote(self, node: str, partitions: list[int]) -> None:
         s = self.settings
