@@ -41,6 +41,7 @@ class Promoter:
         pks: list[keys.PartitionKeys],
         leases: Leases,
         settings: DispatcherSettings,
+        label: str,
     ) -> None:
         self.supervisor = supervisor
         self.transport = transport
@@ -61,10 +62,9 @@ class Promoter:
             range(len(pks)),
             lambda p: pks[p].due,
             self._loop,
-            settings.max_sleep,
         )
-        self._m_promoted = metrics.PROMOTED.labels(queue)
-        self._m_calls = metrics.PROMOTE_CALLS.labels(queue)
+        self._m_promoted = metrics.PROMOTED.labels(queue, label)
+        self._m_calls = metrics.PROMOTE_CALLS.labels(queue, label)
 
     def start(self) -> None:
         self.nodes.start()
