@@ -36,6 +36,15 @@ class InvalidScheduleError(InvalidJobError):
     """The run time or delay is NaN, infinite, too far in the past or beyond the horizon."""
 
 
+class InvalidPeriodicScheduleError(InvalidJobError):
+    """A periodic schedule (shardq.schedules) was refused before anything was written: a bad
+    cron expression or name, an unknown time zone, an interval below the minimum, ..."""
+
+
+class ScheduleNotFoundError(ShardqError, LookupError):
+    """No periodic schedule of that name on the queue."""
+
+
 class UnknownQueueError(ShardqError, LookupError):
     """The queue has not been created."""
 

@@ -21,6 +21,7 @@ from shardq.errors import (
     JobNotScheduledError,
     JobRunningError,
     QueueConfigConflictError,
+    ScheduleNotFoundError,
     ScriptArgumentError,
     ScriptError,
     ShardqError,
@@ -41,6 +42,8 @@ class Code(IntEnum):
     JOB_DEAD = -9
     WRONG_TYPE = -10
     BAD_ARGUMENT = -11
+    SCHEDULE_NOT_FOUND = -12
+    SCHEDULE_CHANGED = -13
 
 
 def _text(value: Any) -> str:
@@ -122,6 +125,16 @@ def _bad_argument(d: list[str]) -> ShardqError:
     )
 
 
+def _schedule_not_found(d: list[str]) -> ShardqError:
+    return ScheduleNotFoundError(
+        f"no periodic schedule {d[0]!r} on this queue: see `shardq schedule list`"
+    )
+
+
+def _schedule_changed(d: list[str]) -> ShardqError:
+    return ScriptError(f"periodic schedule {d[0]!r} was updated while this call ran: run it again")
+
+
 _ERRORS: dict[Code, Callable[[list[str]], ShardqError]] = {
     Code.FENCED: _fenced,
     Code.DUE_IN_PAST: _past,
@@ -134,6 +147,8 @@ _ERRORS: dict[Code, Callable[[list[str]], ShardqError]] = {
     Code.JOB_DEAD: _dead,
     Code.WRONG_TYPE: _wrong_type,
     Code.BAD_ARGUMENT: _bad_argument,
+    Code.SCHEDULE_NOT_FOUND: _schedule_not_found,
+    Code.SCHEDULE_CHANGED: _schedule_changed,
 }
 
 

@@ -121,6 +121,9 @@ class PartitionKeys:
         "queue",
         "ready",
         "ready_hint",
+        "schedule_next",
+        "schedule_state",
+        "schedules",
         "stats",
         "tag",
     )
@@ -146,6 +149,12 @@ class PartitionKeys:
         self.stats = base + "stats"
         #: Hash: job id -> last error text, only for jobs that have failed at least once.
         self.errors = base + "errors"
+        #: Hash: periodic schedule name -> definition JSON (see shardq.schedules).
+        self.schedules = base + "sched"
+        #: Sorted set: active schedule name scored by its next tick in ms (paused ones absent).
+        self.schedule_next = base + "sched:next"
+        #: Hash: schedule name -> 'last fire ms|last tick ms|fires|misfires|paused'.
+        self.schedule_state = base + "sched:state"
         #: Sharded pub/sub channel: the due head moved earlier (wakes the dispatcher).
         self.due_hint = base + "hint:due"
         #: Sharded pub/sub channel: jobs landed in the ready stream (wakes workers).
@@ -181,6 +190,27 @@ def all_partition_keys(queue: str, partitions: int) -> list[PartitionKeys]:
     return [partition_keys(queue, p, partitions) for p in range(partitions)]
 
 
+# Periodic schedules (shardq.schedules): a name, and the id of the job one tick enqueues.
+SCHEDULE_NAME_RE = re.compile(r"[A-Za-z0-9_.\-]{1,100}")  # fullmatch
+SCHEDULE_JOB_PREFIX = "sq-sched:"
+
+
+def schedule_job_id(name: str, tick_ms: int) -> str:
+    """The job id of schedule ``name``'s tick at ``tick_ms``: ``sq-sched:<name>@<tick ms>``.
+
+    At most 9 + 100 + 1 + 16 characters, within a job id's 128.  The fire script builds the
+    same string (lua/schedule-fire-7.lua)."""
+    return f"{SCHEDULE_JOB_PREFIX}{name}@{tick_ms}"
+
+
 def partition_for(routing_key: str, partitions: int) -> int:
-    """The partition a job id or idempotency key belongs to (stable across processes)."""
+    """The partition a job id or idempotency key belongs to (stable across processes).
+
+    A tick job's id (``sq-sched:<name>@<tick ms>``, :func:`schedule_job_id`) routes by the
+    schedule's name, so it lives in its schedule's partition and get/cancel find it from the id;
+    every other key routes by its own CRC32, as it always has."""
+    if routing_key.startswith(SCHEDULE_JOB_PREFIX):
+        name, at, tick = routing_key[len(SCHEDULE_JOB_PREFIX) :].rpartition("@")
+        if at and tick.isascii() and tick.isdigit() and SCHEDULE_NAME_RE.fullmatch(name):
+            routing_key = name
     return binascii.crc32(routing_key.encode()) % partitions

@@ -1,0 +1,27 @@
+-- Periodic schedules' per-name state, kept in the schedule state hash as
+-- '<last fire ms>|<last tick ms>|<fires>|<misfires>|<paused 0/1>' (-1: never).
+-- sched_state(v) returns the five fields as a table of numbers (defaults for a missing or
+-- unreadable value, so a damaged entry never stops a schedule).
+local function sched_state(v)
+  local s = {-1, -1, 0, 0, 0}
+  if not v then return s end
+  local i = 1
+  for part in string.gmatch(v, '[^|]+') do
+    if i > 5 then break end
+    local n = tonumber(part)
+    if n then s[i] = n end
+    i = i + 1
+  end
+  return s
+end
+
+local function sched_state_text(s)
+  return string.format('%d|%d|%d|%d|%d', s[1], s[2], s[3], s[4], s[5])
+end
+
+-- sched_head(next_key): the earliest next tick of the partition's schedules, or -1.
+local function sched_head(next_key)
+  local head = redis.call('ZRANGE', next_key, 0, 0, 'WITHSCORES')
+  if head[2] then return tonumber(head[2]) end
+  return -1
+end

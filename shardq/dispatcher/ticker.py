@@ -1,0 +1,228 @@
+"""Ticker: fires the periodic schedules of the partitions this dispatcher holds.
+
+One supervised loop.  Each pass reads, for every held partition whose wake time has come, the
+schedules whose next tick is at or before the Redis clock (lua/schedule-read-3.lua, one
+batched read), computes each one's ticks, misfires and next tick in Python
+(:func:`shardq.schedules.plan`: calendar arithmetic from the Redis time the read returned),
+and sends them to the fenced fire script (lua/schedule-fire-7.lua) with the partition's lease
+token.  It then sleeps until the earliest next tick of its partitions (bounded by
+``max_sleep``); a won lease and a due hint (an added schedule, an enqueue) wake it early.
+
+The Prometheus counters are labelled by queue only: schedule names are unbounded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Sequence
+
+from prometheus_client import Counter
+
+from shardq import metrics
+from shardq.config import DispatcherSettings
+from shardq.dispatcher.leases import Leases
+from shardq.errors import FencedError, InvalidPeriodicScheduleError
+from shardq.runtime.supervisor import Supervisor
+from shardq.schedules import Definition, plan
+from shardq.store import keys
+from shardq.store import schedules as ops
+from shardq.store.transport import AsyncTransport
+
+log = logging.getLogger("shardq.dispatcher")
+
+FIRES = Counter(
+    "shardq_schedule_fires_total",
+    "Jobs enqueued for periodic schedule ticks by this process.",
+    ["queue"],
+)
+MISFIRES = Counter(
+    "shardq_schedule_misfires_total",
+    "Periodic schedule ticks missed and not run (per the schedule's misfire policy).",
+    ["queue"],
+)
+
+# Most due schedules read (and fired) per partition per call; more are read again at once.
+READ_BATCH = 100
+# After a failed call, or a pass that fired nothing it read, a partition waits this long.
+ERROR_BACKOFF = 0.25
+LOOP = "schedules"
+
+
+# Seconds between looks at a partition that had no schedule (see Ticker._sleep_until).
+EMPTY_RECHECK = 10.0
+
+
+class Ticker:
+    """Fires due schedules of held partitions; see the module docstring."""
+
+    def __init__(
+        self,
+        supervisor: Supervisor,
+        transport: AsyncTransport,
+        queue: str,
+        pks: list[keys.PartitionKeys],
+        leases: Leases,
+        settings: DispatcherSettings,
+    ) -> None:
+        self.supervisor = supervisor
+        self.transport = transport
+        self.queue = queue
+        self.pks = pks
+        self.leases = leases
+        self.settings = settings
+        self.next_wake: dict[int, float] = {}
+        self.event = asyncio.Event()
+        self.fired = 0
+        self.misfired = 0
+        self.calls = 0
+        self._m_fires = FIRES.labels(queue)
+        self._m_misfires = MISFIRES.labels(queue)
+
+    def wake(self, partition: int) -> None:
+        """A lease was won or a hint came: look at the partition's schedules now."""
+        if partition in self.leases.tokens:
+            self.next_wake[partition] = 0.0
+            self.event.set()
+
+    def start(self) -> None:
+        self.supervisor.forever(LOOP, self.loop)
+
+    async def loop(self) -> None:
+        stop = self.supervisor.stop_event(LOOP)
+        state = self.supervisor.state(LOOP)
+        max_sleep = self.settings.max_sleep
+        while not stop.is_set():
+            state.progress()
+            now = time.monotonic()
+            tokens = dict(self.leases.tokens)
+            due = [p for p in tokens if self.next_wake.get(p, 0.0) <= now]
+            if due:
+                await self.round(due, tokens)
+                state.ok()
+                continue
+            wake_at = min((self.next_wake.get(p, 0.0) for p in tokens), default=now + max_sleep)
+            self.event.clear()
+            state.ok()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.event.wait(), min(max(0.0, wake_at - now), max_sleep))
+
+    def _sleep_until(self, p: int, head_ms: int | None, now_ms: int, at: float) -> None:
+        s = self.settings
+        if head_ms is None:
+            # No schedule in this partition (most partitions, most queues): a new one wakes it
+            # through the due hint its put publishes; the slow recheck only covers a lost hint,
+            # so an idle dispatcher's Redis calls do not grow by P per max_sleep.
+            self.next_wake[p] = at + max(s.max_sleep, EMPTY_RECHECK)
+        else:
+            self.next_wake[p] = at + min(max(0.0, (head_ms - now_ms) / 1000.0), s.max_sleep)
+
+    def _error(self, p: int, op: str, exc: BaseException) -> None:
+        metrics.SCRIPT_ERRORS.labels(self.queue, op, type(exc).__name__).inc()
+        self.next_wake[p] = time.monotonic() + ERROR_BACKOFF
+
+    async def round(self, partitions: Sequence[int], tokens: dict[int, str]) -> None:
+        """Read and fire the due schedules of ``partitions`` once."""
+        reads = await self.transport.run_many(
+            [ops.read(self.pks[p], "due", "", READ_BATCH) for p in partitions]
+        )
+        self.calls += len(partitions)
+        at = time.monotonic()
+        failures: list[BaseException] = []
+        found: list[tuple[int, ops.ReadResult]] = []
+        for p, got in zip(partitions, reads, strict=True):
+            if isinstance(got, BaseException):
+                failures.append(got)
+                self._error(p, "schedule-read", got)
+            elif not got.schedules:
+                self._sleep_until(p, got.head_ms, got.now_ms, at)
+            else:
+                found.append((p, got))
+        # Tick arithmetic off the event loop: after a long outage a cron schedule may count
+        # thousands of missed ticks, and leases must keep being renewed meanwhile.
+        calls = await asyncio.to_thread(self._plan, found) if found else []
+        if calls:
+            fire_ops = [ops.fire(self.pks[p], tokens[p], chunk) for p, _, chunk in calls]
+            results = await self.transport.run_many(fire_ops)
+            self.calls += len(fire_ops)
+            at = time.monotonic()
+            for (p, got, chunk), result in zip(calls, results, strict=True):
+                if isinstance(result, FencedError):
+                    self.leases.fenced(p, str(result), tokens[p])
+                    continue
+                if isinstance(result, BaseException):
+                    failures.append(result)
+                    self._error(p, "schedule-fire", result)
+                    continue
+                self._settled(p, got, chunk, result, at)
+        if failures and not calls and len(failures) == len(partitions):
+            raise failures[0]  # every read failed: let the supervisor log it and back off
+
+    def _settled(
+        self,
+        p: int,
+        got: ops.ReadResult,
+        chunk: list[ops.Fire],
+        result: ops.FireResult,
+        at: float,
+    ) -> None:
+        created = sum(c for _, c in result.statuses)
+        fired = [f for f, (status, _) in zip(chunk, result.statuses, strict=True) if status == 1]
+        misfires = sum(f.misfires for f in fired)
+        self.fired += created
+        self.misfired += misfires
+        if created:
+            self._m_fires.inc(created)
+        if misfires:
+            self._m_misfires.inc(misfires)
+        if len(got.schedules) >= READ_BATCH:
+            self.next_wake[p] = at  # more may be due: read again at once
+        elif not fired:
+            # Every schedule read changed meanwhile (or a clock went back): read again soon,
+            # not in a tight loop.
+            self.next_wake[p] = at + ERROR_BACKOFF
+        else:
+            self._sleep_until(p, result.head_ms, result.now_ms, at)
+
+    def _plan(
+        self, found: list[tuple[int, ops.ReadResult]]
+    ) -> list[tuple[int, ops.ReadResult, list[ops.Fire]]]:
+        calls = []
+        for p, got in found:
+            fires = [self._fire(row, got.now_ms) for row in got.schedules]
+            calls += [(p, got, chunk) for chunk in _chunks(fires)]
+        return calls
+
+    def _fire(self, row: ops.StoredSchedule, now_ms: int) -> ops.Fire:
+        expected = row.next_ms if row.next_ms is not None else 0
+        if row.definition is None:
+            # A next tick without a definition: the script drops it.
+            return ops.Fire(row.name, expected, "", -1, 0, b"", ())
+        sha = ops.definition_sha(row.definition)
+        try:
+            d = Definition.from_json(row.name, row.definition)
+            fp = plan(d, expected, now_ms)
+        except (InvalidPeriodicScheduleError, ValueError, OverflowError) as exc:
+            # Unreadable (written by hand or by a newer shardq): stop it rather than read it
+            # again on every pass; `shardq schedule add` with the same name repairs it.
+            log.error(
+                "schedule %r of %s cannot be fired and is stopped: %s", row.name, self.queue, exc
+            )
+            return ops.Fire(row.name, expected, sha, -1, 0, b"", ())
+        body = d.body.encode()
+        return ops.Fire(row.name, expected, sha, fp.next_ms, fp.misfires, body, fp.ticks)
+
+
+def _chunks(fires: list[ops.Fire]) -> list[list[ops.Fire]]:
+    """Split one partition's fires into calls of at most FIRE_TICKS ticks each."""
+    out: list[list[ops.Fire]] = [[]]
+    ticks = 0
+    for f in fires:
+        if out[-1] and ticks + len(f.ticks) > ops.FIRE_TICKS:
+            out.append([])
+            ticks = 0
+        out[-1].append(f)
+        ticks += len(f.ticks)
+    return out

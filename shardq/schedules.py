@@ -1,0 +1,777 @@
+"""Periodic jobs: named schedules (cron or fixed interval) fired once per tick by the fleet.
+
+Design
+------
+**Storage.**  A schedule lives in the partition its name hashes to
+(:func:`shardq.store.keys.partition_for`), in three keys of that partition's hash tag, owned by
+:mod:`shardq.store.keys`: ``sched`` (hash: name -> definition JSON), ``sched:next`` (sorted
+set: name scored by its next tick in ms; a paused or finished schedule has no entry) and
+``sched:state`` (hash: name -> ``last fire ms|last tick ms|fires|misfires|paused``).  So
+schedules spread over the queue's partitions like jobs, and the dispatcher holding a
+partition's lease is the only one that fires its schedules.
+
+**Ticks on the Redis clock.**  Whether a tick is due is judged on the Redis primary's clock
+only.  The client reads the Redis time (with the current definition, lua/schedule-read-3.lua)
+and computes the first tick after it before storing (lua/schedule-put-3.lua).  The dispatcher
+(:mod:`shardq.dispatcher.ticker`) reads the schedules whose next tick is at or before Redis
+``TIME``, computes in Python each one's ticks up to that time and its following tick (calendar
+arithmetic from the cron expression or interval, never the dispatcher's clock), applies the
+misfire policy, and sends them to lua/schedule-fire-7.lua, fenced by its lease token like
+promote.  That script checks, per schedule, that the stored next tick and definition are still
+the ones read, then atomically stores each tick's job exactly as enqueue stores a job that is
+due now (envelope ``S0|body`` in ``jobs``, entry in ``ready``), advances the next tick and
+updates the state.  A resent or duplicate fire finds the next tick moved and writes nothing;
+the tick's job id ``sq-sched:<name>@<tick ms>`` (:func:`shardq.store.keys.schedule_job_id`)
+is a second guard and routes to the schedule's partition, so ``client.get``/``cancel`` find a
+tick's job by id.  The dispatcher sleeps until the earliest next tick of its partitions
+(bounded by ``max_sleep``); adding a schedule whose tick is earlier wakes it (the due hint).
+
+**Misfires** are ticks that passed while no dispatcher could fire them (all down, a lease
+handover, a paused primary).  When the dispatcher finds ticks t1 < ... < tn all due:
+``run_once`` (default) enqueues tn only; ``skip`` enqueues tn only if it is at most
+``misfire_grace`` seconds old, else nothing; ``catch_up`` enqueues the latest
+``catch_up_limit`` ticks (each its own job).  The others are counted in the schedule's
+``misfires`` (exactly up to 10,000 per fire, at least that many beyond).  Ticks that pass while
+a schedule is paused are not misfires: resuming starts at the next tick after now.
+
+**Cron and time zones.**  Expressions have 5 fields, or 6 with seconds first
+(``*/15 * * * * *``), plus ``L``, ``LW``, ``#`` and names.  Ticks are computed in the
+schedule's IANA time zone (:mod:`zoneinfo`) like Debian's cron: a time in a spring-forward gap
+runs at the end of the gap (02:30 Europe/Berlin on the last Sunday of March runs at 03:00),
+and a fixed time in the autumn repeat runs once, while jobs more frequent than hourly run in
+both passes of the repeated hour.  Fixed intervals (at least :data:`MIN_INTERVAL` seconds)
+count elapsed time from ``start`` (or from when the schedule was added): no time zone applies.
+
+**Library**: cronsim (https://github.com/cuu508/cronsim) rather than croniter.  cronsim has no
+dependencies, is typed, is maintained for Healthchecks.io (releases in 2026) and matches
+Debian cron's DST behaviour on purpose (its test suite has DST transition cases), with a
+seconds field.  croniter pulls in python-dateutil, has a long record of DST bugs, and its
+original maintainer announced the end of its maintenance; it lives on under pallets-eco, but
+its DST rules are its own rather than cron's.
+"""
+
+from __future__ import annotations
+
+import builtins
+import dataclasses
+import math
+from collections import deque
+from collections.abc import Generator, Iterator
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+import orjson
+from cronsim import CronSim, CronSimError
+
+from shardq import jobs as jobmod
+from shardq.config import ProducerSettings
+from shardq.errors import InvalidJobError, InvalidPeriodicScheduleError, ScheduleNotFoundError
+from shardq.jobs import Backoff
+from shardq.store import keys
+from shardq.store import schedules as ops
+from shardq.store.op import Op
+
+if TYPE_CHECKING:
+    from shardq.aio import AsyncClient
+    from shardq.client import Client
+
+MisfirePolicy = Literal["skip", "run_once", "catch_up"]
+MISFIRE_POLICIES: tuple[MisfirePolicy, ...] = ("skip", "run_once", "catch_up")
+MIN_INTERVAL = 1.0
+MAX_INTERVAL = 366 * 86400.0
+MAX_CATCH_UP = ops.FIRE_TICKS
+DEFAULT_CATCH_UP = 100
+DEFAULT_GRACE = 60.0
+# Ticks counted one by one per fire; past this, misfires are counted as this many.
+# (cron: about 10 ms per 1,000 ticks, so a fire after a long outage stays short).
+COUNT_LIMIT = 10_000
+MAX_NEXT = 1000
+FORMAT_VERSION = 1
+
+T = TypeVar("T")
+Flow = Generator[Op[Any], Any, T]
+
+
+def check_name(name: str) -> None:
+    if not isinstance(name, str) or not keys.SCHEDULE_NAME_RE.fullmatch(name):
+        raise InvalidPeriodicScheduleError(
+            f"schedule name {name!r} is invalid: use 1-100 characters of letters, digits, '_', "
+            "'.' or '-'"
+        )
+
+
+def _zone(tz: str) -> ZoneInfo:
+    if not isinstance(tz, str) or not tz or tz.startswith(("/", ".")) or ".." in tz:
+        raise InvalidPeriodicScheduleError(f"time zone {tz!r} is not an IANA name")
+    try:
+        return ZoneInfo(tz)
+    except (ZoneInfoNotFoundError, ValueError, OSError):
+        raise InvalidPeriodicScheduleError(
+            f"unknown time zone {tz!r}: use an IANA name such as 'Europe/Berlin' or 'UTC'"
+        ) from None
+
+
+def _ms(value: datetime | float | None, what: str) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, datetime):
+        if value.tzinfo is None:
+            raise InvalidPeriodicScheduleError(f"{what} must be timezone-aware")
+        value = value.timestamp()
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise InvalidPeriodicScheduleError(f"{what} must be a datetime or epoch seconds")
+    if not 0 < value < 1e13:
+        raise InvalidPeriodicScheduleError(f"{what} {value} is not a time after 1970")
+    return round(value * 1000)
+
+
+@dataclass(frozen=True, slots=True)
+class Definition:
+    """A validated schedule as stored (the JSON in the ``sched`` hash)."""
+
+    name: str
+    job_type: str
+    body: str  # the tick job's stored body (jobs.encode_body), JSON text
+    cron: str | None = None
+    every_ms: int | None = None
+    tz: str = "UTC"
+    start_ms: int | None = None
+    end_ms: int | None = None
+    misfire: MisfirePolicy = "run_once"
+    catch_up_limit: int = DEFAULT_CATCH_UP
+    grace_ms: int = round(DEFAULT_GRACE * 1000)
+    anchor_ms: int = 0  # interval schedules: ticks at anchor + k * every
+
+    # encoding ------------------------------------------------------------------------------
+
+    def to_json(self) -> str:
+        raw = {
+            "v": FORMAT_VERSION,
+            "type": self.job_type,
+            "body": self.body,
+            "cron": self.cron,
+            "every": self.every_ms,
+            "tz": self.tz,
+            "start": self.start_ms,
+            "end": self.end_ms,
+            "misfire": self.misfire,
+            "catch_up": self.catch_up_limit,
+            "grace": self.grace_ms,
+            "anchor": self.anchor_ms,
+        }
+        return orjson.dumps({k: v for k, v in raw.items() if v is not None}).decode()
+
+    @classmethod
+    def from_json(cls, name: str, text: str) -> Definition:
+        """Parse a stored definition; InvalidPeriodicScheduleError when it is not one."""
+        try:
+            raw = orjson.loads(text)
+            d = cls(
+                name=name,
+                job_type=raw["type"],
+                body=raw["body"],
+                cron=raw.get("cron"),
+                every_ms=raw.get("every"),
+                tz=raw.get("tz", "UTC"),
+                start_ms=raw.get("start"),
+                end_ms=raw.get("end"),
+                misfire=raw.get("misfire", "run_once"),
+                catch_up_limit=int(raw.get("catch_up", DEFAULT_CATCH_UP)),
+                grace_ms=int(raw.get("grace", DEFAULT_GRACE * 1000)),
+                anchor_ms=int(raw.get("anchor", 0)),
+            )
+        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise InvalidPeriodicScheduleError(
+                f"schedule {name!r} is not readable: {exc}"
+            ) from None
+        d.validate()
+        return d
+
+    def validate(self) -> None:
+        if (self.cron is None) == (self.every_ms is None):
+            raise InvalidPeriodicScheduleError("give exactly one of cron= and every=")
+        if self.misfire not in MISFIRE_POLICIES:
+            raise InvalidPeriodicScheduleError(
+                f"misfire policy {self.misfire!r}: use one of {', '.join(MISFIRE_POLICIES)}"
+            )
+        self.zone()
+        if self.cron is not None:
+            if not isinstance(self.cron, str) or len(self.cron.split()) not in (5, 6):
+                raise InvalidPeriodicScheduleError(
+                    f"cron expression {self.cron!r}: use 5 fields (minute hour day month "
+                    "weekday), or 6 with seconds first"
+                )
+            try:
+                CronSim(self.cron, datetime(2000, 1, 1, tzinfo=self.zone()))
+            except (CronSimError, ValueError, KeyError, IndexError) as exc:
+                raise InvalidPeriodicScheduleError(
+                    f"cron expression {self.cron!r} is invalid: {exc}"
+                ) from None
+
+    def zone(self) -> ZoneInfo:
+        return _zone(self.tz)
+
+    @property
+    def sha(self) -> str:
+        return ops.definition_sha(self.to_json())
+
+    # ticks ---------------------------------------------------------------------------------
+
+    def _forward(self, after_ms: int) -> Iterator[int]:
+        """Ticks strictly after ``after_ms`` (ignoring start/end), in order."""
+        if self.every_ms is not None:
+            every, anchor = self.every_ms, self.anchor_ms
+            k = 0 if after_ms < anchor else (after_ms - anchor) // every + 1
+            while True:
+                yield anchor + k * every
+                k += 1
+        assert self.cron is not None
+        start = datetime.fromtimestamp(max(after_ms, 0) // 1000, self.zone())
+        try:
+            for dt in CronSim(self.cron, start):
+                yield int(dt.timestamp()) * 1000
+        except StopIteration:  # cronsim found no match within 50 years
+            return
+
+    def _backward(self, at_or_before_ms: int) -> Iterator[int]:
+        """Ticks at or before ``at_or_before_ms``, latest first (ignoring start/end)."""
+        if self.every_ms is not None:
+            every, anchor = self.every_ms, self.anchor_ms
+            if at_or_before_ms < anchor:
+                return
+            k = (at_or_before_ms - anchor) // every
+            while k >= 0:
+                yield anchor + k * every
+                k -= 1
+            return
+        assert self.cron is not None
+        start = datetime.fromtimestamp(at_or_before_ms // 1000 + 1, self.zone())
+        try:
+            for dt in CronSim(self.cron, start, reverse=True):
+                yield int(dt.timestamp()) * 1000
+        except StopIteration:
+            return
+
+    def next_after(self, ms: int) -> int | None:
+        """The first tick strictly after ``ms`` within start/end, or None when there is none."""
+        if self.start_ms is not None:
+            ms = max(ms, self.start_ms - 1)
+        for tick in self._forward(ms):
+            if self.end_ms is not None and tick > self.end_ms:
+                return None
+            return tick
+        return None
+
+    def upcoming(self, after_ms: int, n: int) -> list[int]:
+        out: list[int] = []
+        tick = self.next_after(after_ms)
+        while tick is not None and len(out) < n:
+            out.append(tick)
+            tick = self.next_after(tick)
+        return out
+
+    def due(self, first_ms: int, now_ms: int, keep: int) -> tuple[int, list[int]]:
+        """How many ticks lie in [first_ms, now_ms] (within start/end; counted up to
+        :data:`COUNT_LIMIT`), and the latest ``keep`` of them in order."""
+        hi = now_ms if self.end_ms is None else min(now_ms, self.end_ms)
+        lo = first_ms if self.start_ms is None else max(first_ms, self.start_ms)
+        if hi < lo:
+            return 0, []
+        if self.every_ms is not None:
+            first = self.next_after(lo - 1)
+            if first is None or first > hi:
+                return 0, []
+            count = (hi - first) // self.every_ms + 1
+            last = first + (count - 1) * self.every_ms
+            kept = [last - i * self.every_ms for i in range(min(keep, count))]
+            return count, kept[::-1]
+        latest: deque[int] = deque(maxlen=keep)
+        count = 0
+        for tick in self._forward(lo - 1):
+            if tick > hi:
+                return count, list(latest)
+            count += 1
+            latest.append(tick)
+            if count >= COUNT_LIMIT:
+                break
+        # Too many to count one by one: take the latest ones counting back from now.
+        back: list[int] = []
+        for tick in self._backward(hi):
+            if tick < lo or len(back) >= keep:
+                break
+            back.append(tick)
+        return count, back[::-1]
+
+
+@dataclass(frozen=True, slots=True)
+class FirePlan:
+    ticks: list[int]
+    misfires: int
+    next_ms: int  # -1: none left
+
+
+def plan(d: Definition, expected_ms: int, now_ms: int) -> FirePlan:
+    """What one fire does for a schedule whose stored next tick ``expected_ms`` is due at
+    ``now_ms`` (Redis clock): the ticks to enqueue, misfires to count, and the next tick."""
+    keep = d.catch_up_limit if d.misfire == "catch_up" else 1
+    count, latest = d.due(expected_ms, now_ms, keep)
+    if d.misfire == "skip" and latest and now_ms - latest[-1] > d.grace_ms:
+        latest = []
+    nxt = d.next_after(now_ms)
+    return FirePlan(latest, max(count - len(latest), 0), -1 if nxt is None else nxt)
+
+
+def make_definition(
+    name: str,
+    job_type: str,
+    payload: Any = None,
+    *,
+    cron: str | None = None,
+    every: float | timedelta | None = None,
+    tz: str = "UTC",
+    max_attempts: int | None = None,
+    backoff: Backoff | None = None,
+    headers: dict[str, str] | None = None,
+    start: datetime | float | None = None,
+    end: datetime | float | None = None,
+    misfire: MisfirePolicy = "run_once",
+    catch_up_limit: int = DEFAULT_CATCH_UP,
+    misfire_grace: float = DEFAULT_GRACE,
+    settings: ProducerSettings | None = None,
+) -> Definition:
+    """Validate a schedule fully (typed errors, nothing written); the anchor is set later."""
+    check_name(name)
+    if (cron is None) == (every is None):
+        raise InvalidPeriodicScheduleError("give exactly one of cron= and every=")
+    every_ms = None
+    if every is not None:
+        seconds = every.total_seconds() if isinstance(every, timedelta) else every
+        if (
+            isinstance(seconds, bool)
+            or not isinstance(seconds, int | float)
+            or not math.isfinite(seconds)
+            or not MIN_INTERVAL <= seconds <= MAX_INTERVAL
+        ):
+            raise InvalidPeriodicScheduleError(
+                f"interval {every!r}: use {MIN_INTERVAL:g} s to {MAX_INTERVAL:g} s"
+            )
+        every_ms = round(seconds * 1000)
+    if (
+        isinstance(catch_up_limit, bool)
+        or not isinstance(catch_up_limit, int)
+        or not 1 <= catch_up_limit <= MAX_CATCH_UP
+    ):
+        raise InvalidPeriodicScheduleError(f"catch_up_limit must be an integer 1..{MAX_CATCH_UP}")
+    if (
+        isinstance(misfire_grace, bool)
+        or not isinstance(misfire_grace, int | float)
+        or not 0 <= misfire_grace <= 86400 * 366
+    ):
+        raise InvalidPeriodicScheduleError("misfire_grace must be 0..31622400 seconds")
+    start_ms, end_ms = _ms(start, "start"), _ms(end, "end")
+    if start_ms is not None and end_ms is not None and end_ms < start_ms:
+        raise InvalidPeriodicScheduleError("end is before start")
+    try:
+        body = jobmod.encode_body(
+            job_type,
+            payload,
+            max_attempts=max_attempts,
+            backoff=backoff,
+            idempotency_key=None,
+            headers=headers,
+            settings=settings or ProducerSettings(),
+        )
+    except InvalidJobError as exc:
+        if isinstance(exc, InvalidPeriodicScheduleError):
+            raise
+        raise InvalidPeriodicScheduleError(str(exc)) from None
+    d = Definition(
+        name=name,
+        job_type=job_type,
+        body=body.decode(),
+        cron=" ".join(cron.split()) if isinstance(cron, str) else cron,
+        every_ms=every_ms,
+        tz=tz,
+        start_ms=start_ms,
+        end_ms=end_ms,
+        misfire=misfire,
+        catch_up_limit=catch_up_limit,
+        grace_ms=round(misfire_grace * 1000),
+        anchor_ms=start_ms or 0,
+    )
+    d.validate()
+    return d
+
+
+# What users see ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleInfo:
+    """A schedule with its state; times in ms on the Redis clock (None: never / none)."""
+
+    name: str
+    queue: str
+    partition: int
+    job_type: str
+    payload: Any
+    cron: str | None
+    every: float | None
+    tz: str
+    max_attempts: int | None
+    backoff: dict[str, Any] | None
+    headers: dict[str, str] | None
+    start_ms: int | None
+    end_ms: int | None
+    misfire: MisfirePolicy
+    catch_up_limit: int
+    misfire_grace: float
+    paused: bool
+    next_fire_ms: int | None
+    last_fire_ms: int | None
+    last_tick_ms: int | None
+    fires: int
+    misfires: int
+    job_ids: dict[str, str] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _state(raw: str | None) -> tuple[int | None, int | None, int, int, bool]:
+    parts = (raw or "").split("|")
+    nums = []
+    for i, default in enumerate((-1, -1, 0, 0, 0)):
+        try:
+            nums.append(int(float(parts[i])))
+        except (IndexError, ValueError):
+            nums.append(default)
+    last_fire, last_tick, fires, misfires, paused = nums
+    return (
+        last_fire if last_fire >= 0 else None,
+        last_tick if last_tick >= 0 else None,
+        fires,
+        misfires,
+        paused == 1,
+    )
+
+
+def info(queue: str, partition: int, row: ops.StoredSchedule) -> ScheduleInfo:
+    assert row.definition is not None
+    d = Definition.from_json(row.name, row.definition)
+    body = jobmod.decode_body(d.body)
+    last_fire, last_tick, fires, misfires, paused = _state(row.state)
+    backoff = None
+    if "b" in body:
+        b = Backoff.decode(body["b"])
+        backoff = {"kind": b.kind, "base": b.base, "cap": b.cap}
+    job_ids = {}
+    if last_tick is not None:
+        job_ids["last"] = keys.schedule_job_id(d.name, last_tick)
+    return ScheduleInfo(
+        name=d.name,
+        queue=queue,
+        partition=partition,
+        job_type=d.job_type,
+        payload=body.get("p"),
+        cron=d.cron,
+        every=d.every_ms / 1000 if d.every_ms is not None else None,
+        tz=d.tz,
+        max_attempts=body.get("m"),
+        backoff=backoff,
+        headers=body.get("h"),
+        start_ms=d.start_ms,
+        end_ms=d.end_ms,
+        misfire=d.misfire,
+        catch_up_limit=d.catch_up_limit,
+        misfire_grace=d.grace_ms / 1000,
+        paused=paused,
+        next_fire_ms=row.next_ms,
+        last_fire_ms=last_fire,
+        last_tick_ms=last_tick,
+        fires=fires,
+        misfires=misfires,
+        job_ids=job_ids,
+    )
+
+
+# Flows: the steps of each call, shared by the sync and asyncio clients ------------------------
+
+
+def _pk(queue: str, partitions: int, name: str) -> keys.PartitionKeys:
+    check_name(name)
+    return keys.partition_keys(queue, keys.partition_for(name, partitions), partitions)
+
+
+def add_flow(queue: str, partitions: int, d: Definition) -> Flow[ScheduleInfo]:
+    pk = _pk(queue, partitions, d.name)
+    current: ops.ReadResult = yield ops.read(pk, "get", d.name)
+    now = current.now_ms
+    if d.every_ms is not None and d.start_ms is None:
+        # Keep the phase of an unchanged interval; a new one starts counting now.
+        anchor = -(-now // 1000) * 1000
+        if current.schedules and current.schedules[0].definition is not None:
+            try:
+                old = Definition.from_json(d.name, current.schedules[0].definition)
+            except InvalidPeriodicScheduleError:
+                old = None
+            if old is not None and old.every_ms == d.every_ms and old.start_ms is None:
+                anchor = old.anchor_ms
+        d = dataclasses.replace(d, anchor_ms=anchor)
+    nxt = d.next_after(now)
+    if nxt is None:
+        raise InvalidPeriodicScheduleError(
+            f"schedule {d.name!r} has no tick after now (Redis clock): check its end time "
+            "and cron expression"
+        )
+    yield ops.put(pk, "put", d.name, d.to_json(), nxt)
+    got: ops.ReadResult = yield ops.read(pk, "get", d.name)
+    return _one(queue, pk, d.name, got)
+
+
+def _one(queue: str, pk: keys.PartitionKeys, name: str, got: ops.ReadResult) -> ScheduleInfo:
+    if not got.schedules or got.schedules[0].definition is None:
+        raise ScheduleNotFoundError(
+            f"no periodic schedule {name!r} on queue {queue!r}: see `shardq schedule list`"
+        )
+    return info(queue, pk.partition, got.schedules[0])
+
+
+def get_flow(queue: str, partitions: int, name: str) -> Flow[ScheduleInfo]:
+    pk = _pk(queue, partitions, name)
+    got: ops.ReadResult = yield ops.read(pk, "get", name)
+    return _one(queue, pk, name, got)
+
+
+def list_flow(queue: str, partitions: int, page: int = 200) -> Flow[list[ScheduleInfo]]:
+    out: list[ScheduleInfo] = []
+    for pk in keys.all_partition_keys(queue, partitions):
+        cursor = "0"
+        while True:
+            got: ops.ReadResult = yield ops.read(pk, "scan", cursor, page)
+            out.extend(info(queue, pk.partition, row) for row in got.schedules)
+            cursor = got.cursor
+            if cursor == "0":
+                break
+    return sorted(out, key=lambda s: s.name)
+
+
+def pause_flow(queue: str, partitions: int, name: str) -> Flow[ScheduleInfo]:
+    pk = _pk(queue, partitions, name)
+    yield ops.put(pk, "pause", name)
+    got: ops.ReadResult = yield ops.read(pk, "get", name)
+    return _one(queue, pk, name, got)
+
+
+def resume_flow(queue: str, partitions: int, name: str) -> Flow[ScheduleInfo]:
+    pk = _pk(queue, partitions, name)
+    got: ops.ReadResult = yield ops.read(pk, "get", name)
+    row = _one(queue, pk, name, got)  # raises when there is no such schedule
+    definition = got.schedules[0].definition
+    assert definition is not None
+    d = Definition.from_json(name, definition)
+    nxt = d.next_after(got.now_ms)
+    yield ops.put(pk, "resume", name, ops.definition_sha(definition), -1 if nxt is None else nxt)
+    got = yield ops.read(pk, "get", name)
+    del row
+    return _one(queue, pk, name, got)
+
+
+def remove_flow(queue: str, partitions: int, name: str) -> Flow[bool]:
+    pk = _pk(queue, partitions, name)
+    result: ops.PutResult = yield ops.put(pk, "remove", name)
+    return result.created
+
+
+def next_flow(queue: str, partitions: int, name: str, n: int) -> Flow[list[datetime]]:
+    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_NEXT:
+        raise InvalidPeriodicScheduleError(f"n must be an integer 1..{MAX_NEXT}")
+    pk = _pk(queue, partitions, name)
+    got: ops.ReadResult = yield ops.read(pk, "get", name)
+    _one(queue, pk, name, got)
+    row = got.schedules[0]
+    assert row.definition is not None
+    d = Definition.from_json(name, row.definition)
+    zone = d.zone()
+    after = got.now_ms if row.next_ms is None else row.next_ms - 1
+    return [datetime.fromtimestamp(t / 1000, UTC).astimezone(zone) for t in d.upcoming(after, n)]
+
+
+# The clients' ``schedules`` attribute ---------------------------------------------------------
+
+
+class Schedules:
+    """``client.schedules``: periodic jobs of the sync :class:`~shardq.Client`.
+
+    >>> client.schedules.add("emails", "digest", "send_digest", cron="0 2 * * 1-5",
+    ...                      tz="Europe/Berlin")
+    """
+
+    def __init__(self, client: Client) -> None:
+        self._client = client
+
+    def _drive(self, flow: Flow[T], what: str) -> T:
+        try:
+            step = next(flow)
+            while True:
+                step = flow.send(self._client._run(step, what=what))
+        except StopIteration as stop:
+            return stop.value  # type: ignore[no-any-return]
+
+    def add(
+        self,
+        queue: str,
+        name: str,
+        job_type: str,
+        payload: Any = None,
+        *,
+        cron: str | None = None,
+        every: float | timedelta | None = None,
+        tz: str = "UTC",
+        max_attempts: int | None = None,
+        backoff: Backoff | None = None,
+        headers: dict[str, str] | None = None,
+        start: datetime | float | None = None,
+        end: datetime | float | None = None,
+        misfire: MisfirePolicy = "run_once",
+        catch_up_limit: int = DEFAULT_CATCH_UP,
+        misfire_grace: float = DEFAULT_GRACE,
+    ) -> ScheduleInfo:
+        """Add schedule ``name`` (or update it: same name) enqueueing ``job_type`` with
+        ``payload`` at every tick of ``cron`` (in time zone ``tz``) or ``every`` seconds.
+        Raises InvalidPeriodicScheduleError before anything is written when it is invalid."""
+        d = make_definition(
+            name,
+            job_type,
+            payload,
+            cron=cron,
+            every=every,
+            tz=tz,
+            max_attempts=max_attempts,
+            backoff=backoff,
+            headers=headers,
+            start=start,
+            end=end,
+            misfire=misfire,
+            catch_up_limit=catch_up_limit,
+            misfire_grace=misfire_grace,
+            settings=self._client.settings,
+        )
+        flow = add_flow(queue, self._client.partitions(queue), d)
+        return self._drive(flow, f"adding schedule {name!r}")
+
+    update = add
+
+    def get(self, queue: str, name: str) -> ScheduleInfo:
+        """One schedule with its state; ScheduleNotFoundError when there is none."""
+        return self._drive(get_flow(queue, self._client.partitions(queue), name), "reading")
+
+    show = get
+
+    def list(self, queue: str) -> list[ScheduleInfo]:
+        """Every schedule of the queue, by name."""
+        return self._drive(list_flow(queue, self._client.partitions(queue)), "listing")
+
+    def pause(self, queue: str, name: str) -> ScheduleInfo:
+        """Stop firing (from the next tick on) until :meth:`resume`."""
+        return self._drive(pause_flow(queue, self._client.partitions(queue), name), "pausing")
+
+    def resume(self, queue: str, name: str) -> ScheduleInfo:
+        """Fire again from the first tick after now (ticks while paused are not misfires)."""
+        return self._drive(resume_flow(queue, self._client.partitions(queue), name), "resuming")
+
+    def remove(self, queue: str, name: str) -> bool:
+        """Delete the schedule; True when it existed.  Jobs it already enqueued stay."""
+        return self._drive(remove_flow(queue, self._client.partitions(queue), name), "removing")
+
+    def next(self, queue: str, name: str, n: int = 5) -> builtins.list[datetime]:
+        """The next ``n`` tick times, in the schedule's time zone."""
+        return self._drive(next_flow(queue, self._client.partitions(queue), name, n), "reading")
+
+
+class AsyncSchedules:
+    """``AsyncClient.schedules``: the same methods as :class:`Schedules`, awaited."""
+
+    def __init__(self, client: AsyncClient) -> None:
+        self._client = client
+
+    async def _drive(self, flow: Flow[T], what: str) -> T:
+        try:
+            step = next(flow)
+            while True:
+                step = flow.send(await self._client._run(step, what=what))
+        except StopIteration as stop:
+            return stop.value  # type: ignore[no-any-return]
+
+    async def add(
+        self,
+        queue: str,
+        name: str,
+        job_type: str,
+        payload: Any = None,
+        *,
+        cron: str | None = None,
+        every: float | timedelta | None = None,
+        tz: str = "UTC",
+        max_attempts: int | None = None,
+        backoff: Backoff | None = None,
+        headers: dict[str, str] | None = None,
+        start: datetime | float | None = None,
+        end: datetime | float | None = None,
+        misfire: MisfirePolicy = "run_once",
+        catch_up_limit: int = DEFAULT_CATCH_UP,
+        misfire_grace: float = DEFAULT_GRACE,
+    ) -> ScheduleInfo:
+        d = make_definition(
+            name,
+            job_type,
+            payload,
+            cron=cron,
+            every=every,
+            tz=tz,
+            max_attempts=max_attempts,
+            backoff=backoff,
+            headers=headers,
+            start=start,
+            end=end,
+            misfire=misfire,
+            catch_up_limit=catch_up_limit,
+            misfire_grace=misfire_grace,
+            settings=self._client.settings,
+        )
+        flow = add_flow(queue, await self._client.partitions(queue), d)
+        return await self._drive(flow, f"adding schedule {name!r}")
+
+    update = add
+
+    async def get(self, queue: str, name: str) -> ScheduleInfo:
+        return await self._drive(
+            get_flow(queue, await self._client.partitions(queue), name), "reading"
+        )
+
+    show = get
+
+    async def list(self, queue: str) -> list[ScheduleInfo]:
+        return await self._drive(list_flow(queue, await self._client.partitions(queue)), "listing")
+
+    async def pause(self, queue: str, name: str) -> ScheduleInfo:
+        return await self._drive(
+            pause_flow(queue, await self._client.partitions(queue), name), "pausing"
+        )
+
+    async def resume(self, queue: str, name: str) -> ScheduleInfo:
+        return await self._drive(
+            resume_flow(queue, await self._client.partitions(queue), name), "resuming"
+        )
+
+    async def remove(self, queue: str, name: str) -> bool:
+        return await self._drive(
+            remove_flow(queue, await self._client.partitions(queue), name), "removing"
+        )
+
+    async def next(self, queue: str, name: str, n: int = 5) -> builtins.list[datetime]:
+        return await self._drive(
+            next_flow(queue, await self._client.partitions(queue), name, n), "reading"
+        )

@@ -1,0 +1,473 @@
+"""Periodic schedules (shardq.schedules): tick computation and DST, misfire policies, the API
+with typed errors before any write, and the dispatcher fleet firing every tick exactly once
+while dispatchers are SIGKILLed and SIGSTOPped.
+
+Ticks are counted by the tick jobs' ids (``sq-sched:<name>@<tick ms>``) in the ready streams:
+the queue keeps acknowledged entries and no worker runs, so every enqueued tick is there once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import binascii
+import dataclasses
+import itertools
+import json
+import signal
+import time
+from datetime import datetime, timedelta
+from zoneinfo import ZoneInfo
+
+import pytest
+from click.testing import CliRunner
+from helpers import ready_job_ids, wait_for
+from procs import Proc
+
+from shardq.aio import AsyncClient
+from shardq.bench_fleet import lease_owners
+from shardq.cli import main as cli
+from shardq.client import Client
+from shardq.errors import InvalidPeriodicScheduleError, ScheduleNotFoundError
+from shardq.schedules import Definition, make_definition, plan
+from shardq.store import keys
+
+BERLIN = ZoneInfo("Europe/Berlin")
+LEASE = 2.0
+
+
+def _ms(*args: int, tz: ZoneInfo = BERLIN, fold: int = 0) -> int:
+    return round(datetime(*args, tzinfo=tz, fold=fold).timestamp() * 1000)  # type: ignore[misc]
+
+
+def _local(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, BERLIN).isoformat()
+
+
+def cron(expr: str, **kw: object) -> Definition:
+    return make_definition("s", "t", None, cron=expr, tz="Europe/Berlin", **kw)  # type: ignore[arg-type]
+
+
+# Tick computation ----------------------------------------------------------------------------
+
+
+def test_spring_gap_runs_a_skipped_daily_time_once_at_the_end_of_the_gap() -> None:
+    d = cron("30 2 * * *")
+    ticks = d.upcoming(_ms(2026, 3, 28, 12, 0), 3)
+    assert [_local(t) for t in ticks] == [
+        "2026-03-29T03:00:00+02:00",  # 02:30 does not exist that night
+        "2026-03-30T02:30:00+02:00",
+        "2026-03-31T02:30:00+02:00",
+    ]
+
+
+def test_spring_gap_hourly_has_no_tick_in_the_gap_and_none_twice() -> None:
+    d = cron("0 * * * *")
+    ticks = d.upcoming(_ms(2026, 3, 29, 0, 30), 4)
+    assert [_local(t) for t in ticks] == [
+        "2026-03-29T01:00:00+01:00",
+        "2026-03-29T03:00:00+02:00",
+        "2026-03-29T04:00:00+02:00",
+        "2026-03-29T05:00:00+02:00",
+    ]
+    assert [b - a for a, b in itertools.pairwise(ticks)] == [3600_000] * 3
+
+
+def test_autumn_repeat_runs_a_daily_time_once() -> None:
+    d = cron("30 2 * * *")
+    ticks = d.upcoming(_ms(2026, 10, 24, 12, 0), 3)
+    assert [_local(t) for t in ticks] == [
+        "2026-10-25T02:30:00+02:00",
+        "2026-10-26T02:30:00+01:00",
+        "2026-10-27T02:30:00+01:00",
+    ]
+
+
+def test_autumn_repeat_runs_frequent_ticks_in_both_passes() -> None:
+    d = cron("*/30 * * * *")
+    ticks = d.upcoming(_ms(2026, 10, 25, 1, 50), 5)
+    assert [_local(t) for t in ticks] == [
+        "2026-10-25T02:00:00+02:00",
+        "2026-10-25T02:30:00+02:00",
+        "2026-10-25T02:00:00+01:00",
+        "2026-10-25T02:30:00+01:00",
+        "2026-10-25T03:00:00+01:00",
+    ]
+    assert len(set(ticks)) == 5 and ticks == sorted(ticks)
+
+
+def test_fire_plan_across_the_autumn_repeat_fires_each_tick_once() -> None:
+    """A dispatcher down over the whole repeated hour catches up each real tick exactly once."""
+    d = cron("*/30 * * * *", misfire="catch_up", catch_up_limit=10)
+    first = _ms(2026, 10, 25, 2, 0)
+    now = _ms(2026, 10, 25, 3, 10)
+    p = plan(d, first, now)
+    assert [_local(t) for t in p.ticks] == [
+        "2026-10-25T02:00:00+02:00",
+        "2026-10-25T02:30:00+02:00",
+        "2026-10-25T02:00:00+01:00",
+        "2026-10-25T02:30:00+01:00",
+        "2026-10-25T03:00:00+01:00",
+    ]
+    assert p.misfires == 0
+    assert _local(p.next_ms) == "2026-10-25T03:30:00+01:00"
+
+
+def test_seconds_field_and_interval() -> None:
+    d = cron("*/15 * * * * *")
+    base = _ms(2026, 1, 1, 0, 0)
+    assert [t - base for t in d.upcoming(base, 3)] == [15_000, 30_000, 45_000]
+    every = dataclasses.replace(make_definition("s", "t", every=2.5), anchor_ms=1000)
+    assert every.upcoming(1000, 3) == [3500, 6000, 8500]
+
+
+def test_misfire_policies() -> None:
+    now = 10_500  # ticks 1000 .. 10000 are due (10 of them), anchor 0
+
+    def with_policy(policy: str, **kw: int) -> Definition:
+        return make_definition("s", "t", every=1, misfire=policy, **kw)  # type: ignore[arg-type]
+
+    run_once = plan(with_policy("run_once"), 1000, now)
+    assert (run_once.ticks, run_once.misfires, run_once.next_ms) == ([10_000], 9, 11_000)
+    catch_up = plan(with_policy("catch_up", catch_up_limit=4), 1000, now)
+    assert (catch_up.ticks, catch_up.misfires) == ([7000, 8000, 9000, 10_000], 6)
+    skip = plan(make_definition("s", "t", every=1, misfire="skip", misfire_grace=0.2), 1000, now)
+    assert (skip.ticks, skip.misfires, skip.next_ms) == ([], 10, 11_000)
+    on_time = plan(make_definition("s", "t", every=1, misfire="skip"), 10_000, now)
+    assert (on_time.ticks, on_time.misfires) == ([10_000], 0)
+
+
+def test_start_and_end_bound_the_ticks() -> None:
+    d = make_definition("s", "t", every=1, start=10.0, end=12.5)
+    assert d.upcoming(0, 10) == [10_000, 11_000, 12_000]
+    assert d.next_after(12_000) is None
+    assert plan(d, 12_000, 20_000).next_ms == -1
+
+
+def test_tick_job_ids_route_to_the_schedules_partition() -> None:
+    for partitions in (1, 7, 64):
+        for name in ("nightly", "a.b-c_1"):
+            p = keys.partition_for(name, partitions)
+            assert (
+                keys.partition_for(keys.schedule_job_id(name, 1_700_000_000_000), partitions) == p
+            )
+    # Other ids keep their routing (their own CRC32), including look-alikes that are not ticks.
+    for job_id in ("job-1", "sq-sched:x@", "sq-sched:x@12a", "sq-sched:a b@1", "x@1"):
+        assert keys.partition_for(job_id, 64) == binascii.crc32(job_id.encode()) % 64
+
+
+# The API against Redis -----------------------------------------------------------------------
+
+
+def _schedule_keys_exist(client: Client, queue: str, partitions: int) -> list[str]:
+    found = []
+    for pk in keys.all_partition_keys(queue, partitions):
+        for key in (pk.schedules, pk.schedule_next, pk.schedule_state):
+            if client.redis.exists(key):
+                found.append(key)
+    return found
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"cron": "61 * * * *"}, "cron expression"),
+        ({"cron": "* * *"}, "5 fields"),
+        ({"cron": "0 2 * * *", "tz": "Mars/Olympus"}, "unknown time zone"),
+        ({"cron": "0 2 * * *", "tz": "../etc/passwd"}, "IANA"),
+        ({"every": 0.5}, "interval"),
+        ({"every": float("nan")}, "interval"),
+        ({}, "exactly one"),
+        ({"cron": "* * * * *", "every": 5}, "exactly one"),
+        ({"every": 5, "misfire": "sometimes"}, "misfire policy"),
+        ({"every": 5, "catch_up_limit": 0}, "catch_up_limit"),
+        ({"every": 5, "end": 1.0}, "no tick after now"),
+    ],
+)
+def test_bad_input_is_refused_before_anything_is_written(
+    cluster_client: Client, queue: str, kwargs: dict[str, object], match: str
+) -> None:
+    cluster_client.create_queue(queue, 4)
+    with pytest.raises(InvalidPeriodicScheduleError, match=match):
+        cluster_client.schedules.add(queue, "bad", "t", {"x": 1}, **kwargs)  # type: ignore[arg-type]
+    assert _schedule_keys_exist(cluster_client, queue, 4) == []
+
+
+def test_bad_name_and_payload_are_typed_errors(cluster_client: Client, queue: str) -> None:
+    cluster_client.create_queue(queue, 4)
+    with pytest.raises(InvalidPeriodicScheduleError, match="name"):
+        cluster_client.schedules.add(queue, "has space", "t", every=5)
+    with pytest.raises(InvalidPeriodicScheduleError, match="JSON"):
+        cluster_client.schedules.add(queue, "ok", "t", {1, 2}, every=5)
+    with pytest.raises(InvalidPeriodicScheduleError, match="job type"):
+        cluster_client.schedules.add(queue, "ok", "bad type!", every=5)
+    with pytest.raises(ScheduleNotFoundError):
+        cluster_client.schedules.pause(queue, "nope")
+    assert cluster_client.schedules.remove(queue, "nope") is False
+    assert _schedule_keys_exist(cluster_client, queue, 4) == []
+
+
+def test_add_update_list_pause_resume_remove(cluster_client: Client, queue: str) -> None:
+    c = cluster_client
+    c.create_queue(queue, 8)
+    s = c.schedules.add(
+        queue, "report", "build", {"k": 1}, cron="0 2 * * 1-5", tz="Europe/Berlin", max_attempts=3
+    )
+    assert s.partition == keys.partition_for("report", 8)
+    assert (s.cron, s.tz, s.payload, s.max_attempts, s.paused) == (
+        "0 2 * * 1-5",
+        "Europe/Berlin",
+        {"k": 1},
+        3,
+        False,
+    )
+    assert s.next_fire_ms is not None and (s.fires, s.misfires, s.last_fire_ms) == (0, 0, None)
+    nxt = c.schedules.next(queue, "report", 3)
+    assert [t.hour for t in nxt] == [2, 2, 2] and all(t.weekday() < 5 for t in nxt)
+    assert int(nxt[0].timestamp() * 1000) == s.next_fire_ms
+    c.schedules.add(queue, "tick", "t", every=60, headers={"a": "b"})
+    updated = c.schedules.add(queue, "report", "build", {"k": 2}, cron="0 3 * * *", tz="UTC")
+    assert (updated.payload, updated.cron, updated.tz) == ({"k": 2}, "0 3 * * *", "UTC")
+    assert [x.name for x in c.schedules.list(queue)] == ["report", "tick"]
+    paused = c.schedules.pause(queue, "report")
+    assert paused.paused and paused.next_fire_ms is None
+    kept = c.schedules.add(queue, "report", "build", {"k": 3}, cron="0 3 * * *")
+    assert kept.paused, "an update keeps the schedule paused"
+    resumed = c.schedules.resume(queue, "report")
+    assert not resumed.paused and resumed.next_fire_ms is not None
+    assert c.schedules.remove(queue, "report") is True
+    with pytest.raises(ScheduleNotFoundError):
+        c.schedules.get(queue, "report")
+    assert [x.name for x in c.schedules.list(queue)] == ["tick"]
+
+
+def test_async_client_has_the_same_methods(cluster_url: str, queue: str) -> None:
+    async def main() -> None:
+        client = await AsyncClient.from_url(cluster_url)
+        try:
+            await client.create_queue(queue, 4)
+            s = await client.schedules.add(queue, "a", "t", {"x": 1}, every=30)
+            assert s.every == 30.0
+            assert [x.name for x in await client.schedules.list(queue)] == ["a"]
+            assert (await client.schedules.pause(queue, "a")).paused
+            assert not (await client.schedules.resume(queue, "a")).paused
+            ticks = await client.schedules.next(queue, "a", 2)
+            assert (ticks[1] - ticks[0]) == timedelta(seconds=30)
+            assert (await client.schedules.get(queue, "a")).name == "a"
+            assert await client.schedules.remove(queue, "a")
+            with pytest.raises(InvalidPeriodicScheduleError):
+                await client.schedules.add(queue, "b", "t", every=0.1)
+        finally:
+            await client.close()
+
+    asyncio.run(main())
+
+
+def test_cli_schedule_commands(cluster_client: Client, cluster_url: str, queue: str) -> None:
+    cluster_client.create_queue(queue, 4)
+
+    def run(*args: str) -> tuple[int, str]:
+        result = CliRunner().invoke(cli, ["schedule", *args, "--url", cluster_url, "-q", queue])
+        return result.exit_code, result.output
+
+    code, out = run(
+        "add",
+        "nightly",
+        "report",
+        "--cron",
+        "30 2 * * *",
+        "--tz",
+        "Europe/Berlin",
+        "--payload",
+        '{"a": 1}',
+        "--json",
+    )
+    assert code == 0, out
+    added = json.loads(out)
+    assert added["name"] == "nightly" and added["next_fire"].endswith("Z") and added["fires"] == 0
+    assert run("add", "beat", "t", "--every", "5m")[0] == 0
+    code, out = run("list", "--json")
+    rows = [json.loads(line) for line in out.splitlines()]
+    assert [r["name"] for r in rows] == ["beat", "nightly"] and rows[0]["every"] == 300.0
+    code, out = run("list")
+    assert code == 0 and "nightly" in out and "30 2 * * *" in out and "every 5m" in out
+    code, out = run("show", "nightly")
+    assert code == 0 and "Europe/Berlin" in out and "misfires" in out
+    code, out = run("next", "nightly", "-n", "2", "--json")
+    assert code == 0 and all(t.startswith("20") and "T02:30:00+0" in t for t in json.loads(out))
+    assert "paused" in run("pause", "nightly")[1]
+    assert json.loads(run("show", "nightly", "--json")[1])["paused"] is True
+    assert "resumed" in run("resume", "nightly")[1]
+    code, out = run("remove", "nightly")
+    assert code == 0 and "--yes" in out
+    assert run("remove", "nightly", "--yes")[0] == 0
+    code, out = run("show", "nightly")
+    assert code == 1 and len(out.strip().splitlines()) == 1 and "nightly" in out
+    code, out = run("add", "bad", "t", "--cron", "* * * * 9")
+    assert code == 1 and len(out.strip().splitlines()) == 1, out
+    code, out = run("add", "bad", "t", "--every", "1", "--tz", "Nowhere/Land", "--cron", "x")
+    assert code != 0
+
+
+# The dispatcher fires them -------------------------------------------------------------------
+
+
+def start_dispatcher(url: str, queue: str, instance: str) -> Proc:
+    return Proc.dispatcher(
+        url,
+        queue,
+        "--lease-time",
+        str(LEASE),
+        "--renew-interval",
+        "0.5",
+        "--membership-timeout",
+        str(LEASE),
+        "--max-sleep",
+        "0.5",
+        env={"SHARDQ_INSTANCE": instance},
+    )
+
+
+def tick_jobs(client: Client, queue: str, partitions: int, name: str) -> dict[int, int]:
+    """Tick ms -> how many ready entries the schedule's tick job has."""
+    prefix = keys.schedule_job_id(name, 0)[:-1]
+    return {
+        int(job_id[len(prefix) :]): n
+        for job_id, n in ready_job_ids(client.redis, queue, partitions).items()
+        if job_id.startswith(prefix)
+    }
+
+
+def redis_now_ms(client: Client) -> int:
+    seconds, micros = client.redis.time()  # type: ignore[misc]
+    return int(seconds) * 1000 + int(micros) // 1000
+
+
+def test_pause_resume_remove_take_effect_by_the_next_tick(
+    cluster_client: Client, cluster_url: str, queue: str, procs: list[Proc]
+) -> None:
+    c, partitions = cluster_client, 4
+    c.create_queue(queue, partitions, ack_retention=3600)
+    procs.append(start_dispatcher(cluster_url, queue, "p0"))
+    c.schedules.add(queue, "beat", "t", every=1)
+    wait_for(lambda: len(tick_jobs(c, queue, partitions, "beat")) >= 2, 15, "no ticks fired")
+    # A fired tick's job is found by id (it routes to the schedule's partition).
+    first = min(tick_jobs(c, queue, partitions, "beat"))
+    job = c.get(queue, keys.schedule_job_id("beat", first))
+    assert job is not None and job.type == "t"
+    misfires_before = c.schedules.pause(queue, "beat").misfires
+    paused_at = redis_now_ms(c)
+    time.sleep(2.5)
+    fired = tick_jobs(c, queue, partitions, "beat")
+    assert max(fired) <= paused_at, "a tick fired after pause returned"
+    resumed = c.schedules.resume(queue, "beat")
+    assert resumed.next_fire_ms is not None and resumed.next_fire_ms > paused_at + 2000
+    wait_for(
+        lambda: max(tick_jobs(c, queue, partitions, "beat")) >= resumed.next_fire_ms,  # type: ignore[operator]
+        10,
+        "no tick after resume",
+    )
+    info = c.schedules.get(queue, "beat")
+    assert info.misfires == misfires_before, "ticks while paused are not misfires"
+    assert info.fires == len(tick_jobs(c, queue, partitions, "beat"))
+    assert c.schedules.remove(queue, "beat")
+    removed_at = redis_now_ms(c)
+    time.sleep(2.0)
+    assert max(tick_jobs(c, queue, partitions, "beat")) <= removed_at
+
+
+def test_run_once_fires_the_latest_missed_tick_and_counts_misfires(
+    cluster_client: Client, cluster_url: str, queue: str, procs: list[Proc]
+) -> None:
+    c, partitions = cluster_client, 2
+    c.create_queue(queue, partitions, ack_retention=3600)
+    c.schedules.add(queue, "m", "t", every=1)  # run_once is the default
+    time.sleep(4.0)  # no dispatcher: ticks are missed
+    procs.append(start_dispatcher(cluster_url, queue, "m0"))
+    wait_for(lambda: c.schedules.get(queue, "m").fires >= 1, 15, "no fire")
+    info = c.schedules.get(queue, "m")
+    fired = sorted(tick_jobs(c, queue, partitions, "m"))
+    assert info.misfires >= 2, info
+    assert fired[0] >= info.last_tick_ms - 1000 * len(fired)  # type: ignore[operator]
+    assert len(fired) == info.fires
+
+
+def _fleet_test(c: Client, url: str, queue: str, procs: list[Proc], window: float) -> None:
+    """One schedule every second while the dispatcher holding it is SIGKILLed, and then the
+    one that took over is SIGSTOPped (and later SIGCONTed): every tick of the window ran
+    exactly once (catch_up covers the handover gaps), and none was missed."""
+    partitions = 8
+    c.create_queue(queue, partitions, ack_retention=3600)
+    names = {f"d{i}": start_dispatcher(url, queue, f"d{i}") for i in range(3)}
+    procs.extend(names.values())
+    s = c.schedules.add(queue, "every-second", "t", every=1, misfire="catch_up")
+    p = s.partition
+    start = time.monotonic()
+
+    def holder() -> Proc | None:
+        owner = lease_owners(c.redis, queue, partitions)[p]
+        if owner is None:
+            return None
+        instance = owner.split(":", 1)[1].split("#", 1)[0]
+        return names.get(instance)
+
+    def held_by_live() -> Proc | None:
+        h = holder()
+        return h if h is not None and h.alive() else None
+
+    wait_for(lambda: held_by_live() is not None, 15, "nobody took the schedule's partition")
+    time.sleep(window * 0.25)
+    victim = held_by_live()
+    assert victim is not None
+    victim.kill9()
+    wait_for(lambda: held_by_live() not in (None, victim), 6 * LEASE, "no takeover after SIGKILL")
+    time.sleep(window * 0.2)
+    stopped = held_by_live()
+    assert stopped is not None
+    stopped.signal(signal.SIGSTOP)
+    try:
+        wait_for(
+            lambda: held_by_live() not in (None, stopped), 6 * LEASE, "no takeover after SIGSTOP"
+        )
+        time.sleep(window * 0.2)
+    finally:
+        stopped.signal(signal.SIGCONT)
+    remaining = window - (time.monotonic() - start)
+    time.sleep(max(remaining, 1.0))
+    c.schedules.pause(queue, "every-second")
+    end = redis_now_ms(c)
+    time.sleep(1.0)  # a fire sent just before the pause lands
+    ticks = tick_jobs(c, queue, partitions, "every-second")
+    twice = {t: n for t, n in ticks.items() if n > 1}
+    assert not twice, f"ticks enqueued more than once: {twice}"
+    expected = list(range(s.next_fire_ms or 0, end + 1, 1000))
+    missing = sorted(set(expected) - set(ticks))
+    assert not missing, f"{len(missing)} ticks never ran, e.g. {missing[:5]}"
+    assert sorted(ticks) == expected
+    info = c.schedules.get(queue, "every-second")
+    assert info.fires == len(expected) and info.misfires == 0, info
+    for proc in procs:
+        if proc.alive():
+            proc.check_alive()
+
+
+def test_fleet_fires_every_tick_once_through_sigkill_and_sigstop(
+    cluster_client: Client, cluster_url: str, queue: str, procs: list[Proc]
+) -> None:
+    _fleet_test(cluster_client, cluster_url, queue, procs, window=20.0)
+
+
+@pytest.mark.slow
+def test_fleet_fires_every_tick_once_for_a_minute(
+    cluster_client: Client, cluster_url: str, queue: str, procs: list[Proc]
+) -> None:
+    _fleet_test(cluster_client, cluster_url, queue, procs, window=60.0)
+
+
+def test_tick_time_is_the_redis_clock_not_the_callers() -> None:
+    """Ticks come from calendar arithmetic on the Redis time a read returned: the plan for a
+    given Redis time is the same whatever this machine's clock says."""
+    d = make_definition("s", "t", cron="0 * * * *")
+    now = _ms(2026, 6, 1, 12, 30, tz=ZoneInfo("UTC"))
+    first = _ms(2026, 6, 1, 12, 0, tz=ZoneInfo("UTC"))
+    assert plan(d, first, now).ticks == [first]
+    assert plan(d, first, now).next_ms == first + 3600_000
