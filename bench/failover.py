@@ -31,6 +31,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -74,6 +75,13 @@ class Proc:
             self.signal(signal.SIGKILL)
             self.popen.wait()
         os.unlink(self.log.name)
+
+
+def _log_time(record: dict[str, Any]) -> float:
+    """Epoch seconds of a JSON log line (``timestamp``: ISO 8601 UTC; older lines: ``ts``)."""
+    if "timestamp" in record:
+        return datetime.fromisoformat(record["timestamp"]).timestamp()
+    return float(record["ts"])
 
 
 def dispatcher(url: str, queue: str, env: dict[str, str] | None = None) -> Proc:
@@ -178,7 +186,7 @@ def worker_kill(url: str, client: Client, rng: random.Random) -> dict[str, Any]:
         runs = read_runs(runlog)
         restarts = [r["at"] - killed for r in runs if r["attempt"] == 2 and r["id"] in mine]
         gone_seen = [
-            json.loads(line)["ts"] - killed
+            _log_time(json.loads(line)) - killed
             for p in procs
             if p is not victim
             for line in p.text().splitlines()

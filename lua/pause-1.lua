@@ -15,6 +15,8 @@ Returns {1 when the state changed, else 0}
   {-10, key, found, expected}         E_WRONG_TYPE: a key was overwritten outside shardq
   {-11, argv index, value, lo, hi}    E_BAD_ARGUMENT
 Every check comes before the first write: a refused call writes nothing.
+
+Flags: allow-oom  (pausing is an emergency step that must work on a full Redis; it writes one field)
 ]]
 --@include checks.lua
 

@@ -38,7 +38,12 @@ class Grant:
 
 
 # Key kinds: partition keys {sq:<queue>:<p>.<s>}:<kind>, queue keys {sq:<queue>}:<kind>.
-PARTITION_KINDS = ("jobs", "due", "ready", "dead", "lease", "fence", "stats", "errors", "idem")
+# Periodic schedules (shardq.schedules): definitions, next ticks, state.
+SCHEDULE_KINDS = ("sched", "sched:next", "sched:state")
+PARTITION_KINDS: tuple[str, ...] = (
+    *("jobs", "due", "ready", "dead", "lease", "fence", "stats", "errors", "idem"),
+    *SCHEDULE_KINDS,
+)
 QUEUE_KINDS = ("meta", "dispatchers", "drain", "workers", "workers:drain", "owners")
 
 MEMBERS = ("+zremrangebyscore", "+zrem", "+zadd", "+zrange", "+zscore", "+smembers", "+srem")
@@ -53,6 +58,9 @@ GRANTS: dict[str, tuple[Grant, ...]] = {
         Grant(("ready",), ("+xadd",)),
         Grant(("errors",), ("+hget", "+hdel")),
         Grant(("stats",), ("+hincrby", "+hset")),
+        # client.schedules: add/update, pause, resume, remove, list (schedule-put/read)
+        Grant(("sched", "sched:state"), ("+hget", "+hset", "+hdel", "+hscan")),
+        Grant(("sched:next",), ("+zadd", "+zrem", "+zrange", "+zscore")),
     ),
     "dispatcher": (
         Grant(("meta",), ("+hget", "+hgetall"), read_only=True),
@@ -68,6 +76,10 @@ GRANTS: dict[str, tuple[Grant, ...]] = {
         Grant(("dead",), ("+exists", "+xlen", "+xrange", "+xdel")),
         Grant(("jobs",), ("+hget", "+hdel")),
         Grant(("errors",), ("+hdel",)),
+        # schedule-fire stores each tick's job (HSETNX, as enqueue) and advances the schedule
+        Grant(("jobs",), ("+hsetnx",)),
+        Grant(("sched", "sched:state"), ("+hget", "+hset")),
+        Grant(("sched:next",), ("+zadd", "+zrem", "+zrange", "+zscore")),
         Grant(("stats",), ("+hincrby", "+hset", "+hgetall", "+hget")),
     ),
     "worker": (

@@ -10,12 +10,14 @@ from typing import Any, TypeVar
 
 from redis.exceptions import ResponseError
 
+from shardq import tracing
 from shardq.client import BulkRun, unknown_queue
 from shardq.config import ProducerSettings, RedisSettings
 from shardq.connection import AsyncRedis, as_text, connect_async
 from shardq.errors import BulkEnqueueError
 from shardq.jobs import Backoff, EnqueueResult, JobInfo, JobRequest, check_queue_name
 from shardq.runtime import redis_config
+from shardq.schedules import AsyncSchedules
 from shardq.store import faults, keys, producer, retry
 from shardq.store.op import Op
 from shardq.store.producer import PreparedEnqueue
@@ -32,6 +34,8 @@ class AsyncClient:
         self.settings = settings or ProducerSettings()
         self.transport = AsyncTransport(redis)
         self._partitions: dict[str, int] = {}
+        #: Periodic jobs, as ``Client.schedules`` (see shardq.schedules).
+        self.schedules = AsyncSchedules(self)
 
     @classmethod
     async def from_url(
@@ -165,6 +169,15 @@ class AsyncClient:
         self, queue: str, request: JobRequest, *, durable: bool = False
     ) -> EnqueueResult:
         """See :meth:`shardq.Client.enqueue_detailed`."""
+        if tracing.ENABLED:
+            with tracing.producer_span(queue) as span:
+                request = tracing.with_headers(request, tracing.trace_headers())
+                done = await self._enqueue_one(queue, request, durable)
+                tracing.sent(span, done.job_id, done.partition)
+                return done
+        return await self._enqueue_one(queue, request, durable)
+
+    async def _enqueue_one(self, queue: str, request: JobRequest, durable: bool) -> EnqueueResult:
         partitions = await self.partitions(queue)
         prepared = producer.prepare_enqueue(queue, partitions, request, self.settings)
         if not durable:
@@ -183,6 +196,16 @@ class AsyncClient:
         durable: bool = False,
     ) -> list[EnqueueResult]:
         """See :meth:`shardq.Client.enqueue_many`."""
+        if tracing.ENABLED:
+            requests = list(requests)
+            with tracing.producer_span(queue, len(requests)):
+                stamped = tracing.stamp_all(requests, tracing.trace_headers())
+                return await self._enqueue_many(queue, stamped, chunk, durable)
+        return await self._enqueue_many(queue, requests, chunk, durable)
+
+    async def _enqueue_many(
+        self, queue: str, requests: Iterable[JobRequest], chunk: int, durable: bool
+    ) -> list[EnqueueResult]:
         partitions = await self.partitions(queue)
         prepared = producer.prepare_many(queue, partitions, requests, self.settings)
         results: list[EnqueueResult] = []

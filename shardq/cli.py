@@ -24,15 +24,17 @@ from shardq.cli_common import (
     redis_options,
     redis_settings,
     restart_without_password_in_argv,
+    warn_password_was_in_argv,
 )
 from shardq.cli_dev import dev
 from shardq.cli_jobs import enqueue, job, queue
 from shardq.cli_ops import dlq, owners, rebalance, stats
 from shardq.cli_params import LOG_LEVELS
+from shardq.cli_schedules import schedule
 from shardq.cli_security import acl_group, functions_group
 from shardq.cli_settings import build_settings, settings_options
 from shardq.config import DispatcherSettings, WorkerSettings
-from shardq.logs import setup_logging
+from shardq.logs import LOG_FORMATS, LogFormat, setup_logging
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -47,15 +49,25 @@ F = TypeVar("F", bound=Callable[..., Any])
     envvar="SHARDQ_LOG_LEVEL",
     help="Logging threshold (logs go to stderr). Env: SHARDQ_LOG_LEVEL.",
 )
+@click.option(
+    "--log-format",
+    type=click.Choice(LOG_FORMATS, case_sensitive=False),
+    default="json",
+    show_default=True,
+    envvar="SHARDQ_LOG_FORMAT",
+    help="json: one JSON object per line (for log collectors); text: for a terminal. "
+    "Env: SHARDQ_LOG_FORMAT.",
+)
 @redis_options
-def main(log_level: str) -> None:
+def main(log_level: str, log_format: LogFormat) -> None:
     """shardq: delayed jobs over the partitions of a Redis Cluster.
 
     Connection options (--url, --username, --password-file, --ca-certs) go here or after any
     command that talks to Redis; every one also reads a SHARDQ_REDIS_* variable.  Commands
     name their queue with --queue/-q (or SHARDQ_QUEUE).
     """
-    setup_logging(log_level)
+    setup_logging(log_level, log_format)
+    warn_password_was_in_argv()
 
 
 for _command in (
@@ -63,6 +75,7 @@ for _command in (
     queue,
     enqueue,
     job,
+    schedule,
     owners,
     rebalance,
     stats,

@@ -184,6 +184,7 @@ class ShardqGroup(click.Group):
 # Keeping passwords off the process list -----------------------------------------------------
 
 _SCRUBBED = "SHARDQ_ARGV_SCRUBBED"
+_WARN = "SHARDQ_ARGV_WARNING"  # set for the restarted process only: it logs the warning
 
 
 def scrub_argv(args: list[str]) -> tuple[list[str], str | None]:
@@ -245,10 +246,21 @@ def restart_without_password_in_argv() -> None:
     cleaned, secret = scrub_argv(sys.argv[1:])
     if secret is None:
         return
-    click.echo(_ARGV_WARNING, err=True)
     os.environ["SHARDQ_REDIS_PASSWORD"] = secret
     os.environ[_SCRUBBED] = "1"
+    os.environ[_WARN] = "1"
     prefix = sys.orig_argv[: len(sys.orig_argv) - len(sys.argv) + 1]
     sys.stdout.flush()
     sys.stderr.flush()
     os.execv(sys.executable, [sys.executable, *prefix[1:], *cleaned])
+
+
+def warn_password_was_in_argv() -> None:
+    """Log the warning of :func:`restart_without_password_in_argv` once logging is set up in
+    the restarted process (so it is a log line in the chosen format like every other), and
+    only there: processes this one starts do not repeat it."""
+    import logging
+    import os
+
+    if os.environ.pop(_WARN, None) == "1":
+        logging.getLogger("shardq.cli").warning(_ARGV_WARNING)

@@ -14,6 +14,7 @@ from typing import Any
 
 from redis.exceptions import ResponseError
 
+from shardq import tracing
 from shardq.config import ProducerSettings, RedisSettings
 from shardq.connection import SyncRedis, as_text, connect
 from shardq.errors import (
@@ -24,6 +25,7 @@ from shardq.errors import (
 )
 from shardq.jobs import Backoff, EnqueueResult, JobInfo, JobRequest, check_queue_name
 from shardq.runtime import redis_config
+from shardq.schedules import Schedules
 from shardq.store import faults, keys, producer, retry, transport
 from shardq.store.op import Op, result
 from shardq.store.producer import BulkCall, Outcome, PreparedEnqueue
@@ -132,6 +134,8 @@ class Client:
         self.redis: SyncRedis = connect(redis) if isinstance(redis, RedisSettings) else redis
         self.settings = settings or ProducerSettings()
         self._partitions: dict[str, int] = {}
+        #: Periodic jobs: add/list/get/pause/resume/remove/next (see shardq.schedules).
+        self.schedules = Schedules(self)
 
     @classmethod
     def from_url(cls, url: str, settings: ProducerSettings | None = None) -> Client:
@@ -272,6 +276,15 @@ class Client:
         self, queue: str, request: JobRequest, *, durable: bool = False
     ) -> EnqueueResult:
         """Enqueue one job and say whether it was new and when it is due."""
+        if tracing.ENABLED:
+            with tracing.producer_span(queue) as span:
+                request = tracing.with_headers(request, tracing.trace_headers())
+                done = self._enqueue_one(queue, request, durable)
+                tracing.sent(span, done.job_id, done.partition)
+                return done
+        return self._enqueue_one(queue, request, durable)
+
+    def _enqueue_one(self, queue: str, request: JobRequest, durable: bool) -> EnqueueResult:
         prepared = producer.prepare_enqueue(queue, self.partitions(queue), request, self.settings)
         if not durable:
             return self._run(prepared.op(), what=f"enqueue of job {prepared.job_id}")  # type: ignore[no-any-return]
@@ -296,6 +309,16 @@ class Client:
         a duplicate job id), BulkEnqueueError says exactly which were stored and gives the
         rest back as requests with their ids, safe to resend.
         """
+        if tracing.ENABLED:
+            requests = list(requests)
+            with tracing.producer_span(queue, len(requests)):
+                stamped = tracing.stamp_all(requests, tracing.trace_headers())
+                return self._enqueue_many(queue, stamped, chunk, durable)
+        return self._enqueue_many(queue, requests, chunk, durable)
+
+    def _enqueue_many(
+        self, queue: str, requests: Iterable[JobRequest], chunk: int, durable: bool
+    ) -> list[EnqueueResult]:
         partitions = self.partitions(queue)
         prepared = producer.prepare_many(queue, partitions, requests, self.settings)
         results: list[EnqueueResult] = []

@@ -2,24 +2,36 @@
 
 Per-partition figures (backlog, lag, pending, dead letters and the counters the scripts keep in
 each partition's ``stats`` hash) are read by the dispatcher that owns the partition, so the
-fleet shares the scraping work and each partition is exported once.  The dispatcher that owns
-partition 0 also samples every partition's counters for the hot-shard figures.  Labels are
-bounded: queue, partition, node, dispatcher id, job type, outcome; never a job id.
+fleet shares the scraping work and each partition is exported once, by its current owner only:
+a lease lost or released drops its series at once (:meth:`PartitionCollector.drop`), so
+``sum()`` never counts a partition twice during a rollout.  The dispatcher that owns
+partition 0 also samples every partition's counters for the hot-shard figures.
 
-Names are ``shardq_*`` in base units (seconds), counters end in ``_total``.
+Every label value comes from a bounded set: queue names, partition numbers, primaries, outcome
+and event names from this code, exception class names, and job types that have a handler
+registered on the worker (any other type a producer sends is counted as ``other``).  Never a job
+id, and no per-process id: Prometheus' ``instance`` label already tells processes apart, and an
+id that changes on every restart would start new series each time.
+
+Names are ``shardq_*`` in base units (seconds), counters end in ``_total``, fractions in
+``_ratio``.  prometheus-client's ``*_created`` series are turned off: they double the series
+count and no query here uses them.
 """
 
 from __future__ import annotations
 
 import bisect
+import importlib.metadata
 import logging
+import platform
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Container, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from prometheus_client import REGISTRY, Counter, Gauge
+import redis
+from prometheus_client import REGISTRY, Counter, Gauge, disable_created_metrics
 from prometheus_client.core import (
     CounterMetricFamily,
     GaugeMetricFamily,
@@ -32,6 +44,12 @@ from shardq.store import keys, transport
 from shardq.store.inspect import PartitionSnapshot, partition_stats
 
 log = logging.getLogger("shardq.metrics")
+
+disable_created_metrics()  # type: ignore[no-untyped-call]
+
+# The label a job type gets when no handler for it is registered on the worker: producers choose
+# job types freely, so only registered ones (a set the worker's code bounds) become label values.
+OTHER_TYPE = "other"
 
 COUNTERS = (
     "enqueued",
@@ -111,6 +129,33 @@ class HistogramFamily(Collector):
         yield family
 
 
+class CounterFamily(Collector):
+    """A counter metric kept in a plain dict of ints, rendered at scrape time.
+
+    Like :class:`LocalHistogram`, for counts bumped per job on the event loop thread: an add to
+    a dict entry instead of prometheus-client's lock per increment.
+    """
+
+    def __init__(self, name: str, doc: str, labels: list[str]) -> None:
+        self.name, self.doc, self.label_names = name, doc, labels
+        self.values: dict[tuple[str, ...], float] = {}
+        REGISTRY.register(self)
+
+    def inc(self, values: tuple[str, ...], amount: float = 1) -> None:
+        self.values[values] = self.values.get(values, 0) + amount
+
+    def collect(self) -> Iterator[Any]:
+        family = CounterMetricFamily(self.name, self.doc, labels=self.label_names)
+        for values, total in list(self.values.items()):
+            family.add_metric(list(values), total)
+        yield family
+
+
+def job_type_label(job_type: str, registered: Container[str]) -> str:
+    """The ``job_type`` label of a job: its type if a handler is registered, else ``other``."""
+    return job_type if job_type in registered else OTHER_TYPE
+
+
 JOB_LATENESS = HistogramFamily(
     "shardq_job_lateness_seconds",
     "Handler start minus due time, on the Redis clock.",
@@ -119,14 +164,18 @@ JOB_LATENESS = HistogramFamily(
 )
 JOB_DURATION = HistogramFamily(
     "shardq_job_duration_seconds",
-    "Handler run time.",
+    "Handler run time, by job type (a type with no handler registered counts as 'other').",
     ["queue", "job_type"],
     (0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 30.0, 120.0, 600.0),
 )
-WORKER_JOBS = Counter(
-    "shardq_worker_jobs_total",
-    "Jobs this worker settled, by outcome (completed, retried, dead).",
-    ["queue", "outcome"],
+OUTCOMES = ("completed", "retried", "dead", "gone", "abandoned")
+WORKER_JOBS = CounterFamily(
+    "shardq_worker_jobs",
+    "Jobs this worker settled, by job type ('other': no handler registered) and outcome: "
+    "completed (acked), retried (back to due with backoff, RetryAfter included), dead "
+    "(dead-lettered), gone (reclaimed by another worker or cancelled before the settle), "
+    "abandoned (the outcome could not be written; the job runs again after reclaim).",
+    ["queue", "job_type", "outcome"],
 )
 WORKER_RECLAIMED = Counter(
     "shardq_worker_reclaimed_total", "Deliveries taken over from dead workers.", ["queue"]
@@ -136,28 +185,30 @@ WORKER_LOST = Counter(
     "Running deliveries another worker reclaimed (this worker was paused too long).",
     ["queue"],
 )
-WORKER_INFLIGHT = Gauge("shardq_worker_inflight_jobs", "Jobs running now.", ["queue"])
+WORKER_INFLIGHT = Gauge(
+    "shardq_worker_inflight_jobs",
+    "Deliveries this worker holds now (running, or finished and not yet settled).",
+    ["queue"],
+)
 
 # dispatcher ------------------------------------------------------------------------------------
+# No dispatcher id label: one process's series are told apart by Prometheus' ``instance``.
 LEASES_HELD = Gauge(
-    "shardq_dispatcher_leases_held", "Partitions this dispatcher owns.", ["queue", "dispatcher"]
+    "shardq_dispatcher_leases_held", "Partitions this process's dispatchers own.", ["queue"]
 )
 LEASE_EVENTS = Counter(
     "shardq_dispatcher_lease_events_total",
     "Lease changes: acquired, lost, released, takeover (acquired after a peer's lease "
-    "expired), fenced (a write rejected for a stale token).",
-    ["queue", "dispatcher", "event"],
+    "expired), fenced (a write rejected for a stale token), <call>_failed.",
+    ["queue", "event"],
 )
-PROMOTED = Counter(
-    "shardq_dispatcher_promoted_total", "Jobs this dispatcher promoted.", ["queue", "dispatcher"]
-)
-PROMOTE_CALLS = Counter(
-    "shardq_dispatcher_promote_calls_total", "Promote script calls.", ["queue", "dispatcher"]
-)
+PROMOTED = Counter("shardq_dispatcher_promoted_total", "Jobs this process promoted.", ["queue"])
+PROMOTE_CALLS = Counter("shardq_dispatcher_promote_calls_total", "Promote script calls.", ["queue"])
 SCRIPT_ERRORS = Counter(
     "shardq_script_errors_total",
-    "Script calls that failed, by operation and error.",
-    ["queue", "op", "error"],
+    "Script calls that failed, by script (promote, fetch, ack, fail, reclaim, trim, "
+    "lease-acquire, lease-renew) and error class.",
+    ["queue", "script", "error"],
 )
 
 MALFORMED = Counter(
@@ -174,6 +225,24 @@ LOOP_ERRORS = Counter(
     "Errors of a background loop (retried with backoff), by process role and loop.",
     ["role", "loop"],
 )
+
+BUILD_INFO = Gauge(
+    "shardq_build_info",
+    "Always 1; the labels say which shardq, Python and redis-py this process runs.",
+    ["version", "python", "redis_py"],
+)
+
+
+def _shardq_version() -> str:
+    # From the installed distribution: shardq/__init__.py imports this module before it sets
+    # __version__, and the two are the same number (pyproject.toml).
+    try:
+        return importlib.metadata.version("shardq")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
+BUILD_INFO.labels(_shardq_version(), platform.python_version(), redis.__version__).set(1)
 
 
 def serve(port: int, addr: str = "127.0.0.1") -> None:
@@ -278,6 +347,17 @@ class PartitionCollector(Collector):
             if s.partition in owned:
                 self.snapshots[(queue, s.partition)] = s
 
+    def drop(self, queue: str, partitions: Iterable[int]) -> None:
+        """Stop exporting partitions whose lease this process just lost or gave back: their
+        new owner exports them from now on, and a sum over the fleet must not count them twice
+        until the next sample here."""
+        gone = set(partitions)
+        for p in gone:
+            self.snapshots.pop((queue, p), None)
+        if 0 in gone:
+            # The hot-shard figures come from partition 0's owner.
+            self.hot.pop(queue, None)
+
     def forget(self, queue: str) -> None:
         for key in [k for k in self.snapshots if k[0] == queue]:
             del self.snapshots[key]
@@ -328,8 +408,8 @@ class PartitionCollector(Collector):
             "shardq_hot_node_ratio", "Busiest primary's rate over the mean.", labels=["queue"]
         )
         share = GaugeMetricFamily(
-            "shardq_node_load_share",
-            "Share of the queue's rate on each primary.",
+            "shardq_node_load_share_ratio",
+            "Share of the queue's enqueue+promote rate on each primary (0-1).",
             labels=["queue", "node"],
         )
         for queue, report in self.hot.items():

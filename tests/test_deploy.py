@@ -213,6 +213,17 @@ def argv_of(command: list[str], where: str) -> list[list[str]]:
     raise AssertionError(f"{where}: runs {command!r}, neither shardq nor sh -c")
 
 
+_PROBE_URL = re.compile(r"urlopen\('(http://127\.0\.0\.1:\d+/\w+)'")
+
+
+def http_probe_url(test: list[str]) -> str | None:
+    """The URL a compose healthcheck fetches with Python's urllib (None: not such a probe)."""
+    if test[:3] != ["CMD", "python", "-c"]:
+        return None
+    found = _PROBE_URL.search(test[3])
+    return found.group(1) if found else None
+
+
 # the shardq CLI -----------------------------------------------------------------------------
 
 
@@ -284,7 +295,7 @@ def invocations() -> list[tuple[str, list[str]]]:
             continue
         found.append((f"compose {name}", list(svc.get("command", []))))
         test = svc.get("healthcheck", {}).get("test")
-        if test:
+        if test and http_probe_url(test) is None:
             found += [(f"compose {name} healthcheck", a) for a in argv_of(test[1:], name)]
     # k8s
     for target, obj, _spec, c in shardq_workloads():
@@ -729,15 +740,24 @@ def test_selectors_match() -> None:
 
 
 def test_keda_scales_workers_on_the_summed_backlog() -> None:
+    """Backlog (overdue + ready) plus running deliveries; missing metrics hold the fleet at the
+    fallback size instead of reading as 0 (which would scale to the minimum)."""
     scaled = one("overlays/prod", "ScaledObject", "shardq-worker")
     [trigger] = scaled["spec"]["triggers"]
     assert trigger["type"] == "prometheus"
     query = trigger["metadata"]["query"]
     queue = one("overlays/prod", "ConfigMap", "shardq-config")["data"]["SHARDQ_QUEUE"]
-    assert re.findall(r'queue="([^"]+)"', query) == [queue, queue]
-    assert "sum(shardq_partition_ready_entries" in query
-    assert "sum(shardq_partition_overdue_jobs" in query
+    assert re.findall(r'queue="([^"]+)"', query) == [queue] * 3
+    for term in ("overdue_jobs", "ready_entries", "pending_deliveries"):
+        assert f"sum(shardq_partition_{term}" in query, term
     assert float(trigger["metadata"]["threshold"]) > 0
+    # An empty answer must be an error (so the fallback applies), not a 0.
+    assert trigger["metadata"].get("ignoreNullValues", "true").lower() == "false"
+    assert trigger.get("metricType", "AverageValue") == "AverageValue"  # fallback needs it
+    fallback = scaled["spec"]["fallback"]
+    assert fallback["failureThreshold"] >= 1
+    spec = scaled["spec"]
+    assert spec["minReplicaCount"] < fallback["replicas"] <= spec["maxReplicaCount"]
 
 
 def test_secrets_and_tls() -> None:
@@ -820,6 +840,46 @@ def test_compose_cluster_and_start_order() -> None:
     assert "/app/loadtest/locustfile.py" in locust["command"]
     assert "./loadtest:/app/loadtest:ro" in locust["volumes"]
     assert locust["build"]["target"] == "loadtest"
+
+
+def test_compose_liveness_probes_use_healthz() -> None:
+    """Dispatchers and workers are probed on /healthz of their own metrics port, and the probe
+    command really exits 0 on 200 and 1 on 503 (run here against a small HTTP server)."""
+    import http.server
+    import threading
+
+    services = compose()["services"]
+    tests = []
+    for name in ("dispatcher", "worker"):
+        svc = services[name]
+        command = svc["command"]
+        port = command[command.index("--metrics-port") + 1]
+        test = svc["healthcheck"]["test"]
+        assert http_probe_url(test) == f"http://127.0.0.1:{port}/healthz", name
+        tests.append(test)
+    answer = {"code": 200}
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(answer["code"] if self.path == "/healthz" else 404)
+            self.end_headers()
+            self.wfile.write(b"{}")
+
+        def log_message(self, format: str, *args: Any) -> None:
+            return
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        for test in tests:
+            code = test[3].replace(
+                http_probe_url(test) or "", f"http://127.0.0.1:{server.server_port}/healthz"
+            )
+            for status, rc in ((200, 0), (503, 1)):
+                answer["code"] = status
+                assert run([sys.executable, "-c", code]).returncode == rc, (status, code)
+    finally:
+        server.shutdown()
 
 
 def test_locust_service_options() -> None:
@@ -1294,6 +1354,8 @@ def test_every_role_runs_with_its_acl_user(local_cluster: LocalCluster) -> None:
         assert client.get("acl", later) is not None
         client.reschedule("acl", later, delay=1800)
         assert client.cancel("acl", later)
+        # A periodic schedule: the producer adds it, the dispatcher fires it (checked below).
+        client.schedules.add("acl", "acl-beat", "demo", {"beat": True}, every=1)
 
     dispatcher_port, worker_port = _free_port(), _free_port()
     commands = {
@@ -1332,6 +1394,10 @@ def test_every_role_runs_with_its_acl_user(local_cluster: LocalCluster) -> None:
             time.sleep(0.5)
         assert counters.get("completed", 0) >= 30 and counters.get("dead", 0) >= 2, counters
         assert sampled, "the dispatcher never exported per-partition samples"
+        with Client(producer) as client:
+            beat = client.schedules.get("acl", "acl-beat")
+        assert beat.fires >= 1, beat
+        assert "acl-beat" in operator("schedule", "list", "--queue", "acl", "--json")
 
         operator("owners", "--queue", "acl")
         operator("rebalance", "--queue", "acl")
@@ -1469,9 +1535,24 @@ def test_dashboard_json() -> None:
         "shardq_partition_overdue_jobs", "shardq_partition_promotion_lag_seconds",
         "shardq_partition_pending_deliveries", "shardq_partition_dead_letters",
         "shardq_dispatcher_leases_held", "shardq_hot_partition_ratio",
+        "shardq_job_duration_seconds_bucket", "shardq_worker_inflight_jobs",
+        "shardq_script_errors_total", "shardq_worker_reclaimed_total",
+        "shardq_worker_jobs_total", "shardq_build_info",
     }  # fmt: skip
     exprs = " ".join(t["expr"] for p in dashboard["panels"] for t in p["targets"])
     assert expected <= set(re.findall(r"\bshardq_\w+", exprs))
+    # One queue at a time: a multi-value or "All" queue would mix queues in every aggregation
+    # that does not keep the queue label (quantiles, per-partition and per-node series).
+    queue = variables["queue"]
+    assert not queue.get("multi") and not queue.get("includeAll")
+    for panel in dashboard["panels"]:
+        for target in panel["targets"]:
+            for name, selector in re.findall(r"\b(shardq_\w+)(\{[^}]*\})?", target["expr"]):
+                if name == "shardq_build_info":  # process-wide, no queue label
+                    continue
+                assert 'queue="$queue"' in selector, f"{panel['title']!r}: {name}{selector}"
+    # No per-process id labels: processes are told apart by Prometheus' instance label.
+    assert "dispatcher)" not in exprs and "dispatcher," not in exprs
     prod = one("overlays/prod", "ConfigMap", "shardq-grafana-dashboard")
     assert prod["metadata"]["labels"]["grafana_dashboard"] == "1"
     assert json.loads(prod["data"][DASHBOARD.name]) == dashboard

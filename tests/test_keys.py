@@ -194,15 +194,15 @@ def test_dispatcher_and_worker_calls_stay_in_one_slot(
     def record(ops: Any) -> None:
         seen.extend((o.name, list(o.keys), list(o.argv)) for o in ops)
 
-    real_call, real_send = transport.call, transport.send_and_read
+    real_call, real_send = transport.call, transport.send
     real_acall, real_run_on = transport.AsyncTransport.call, transport.AsyncTransport.run_on
 
     def call(client: Any, op: Op[Any]) -> Any:
         record([op])
         return real_call(client, op)
 
-    def send_and_read(client: Any, ops: Any, wait: Any) -> Any:
-        record(ops)
+    def send(client: Any, ops: Any, wait: Any = None) -> Any:
+        record(ops)  # every pipelined batch (send_and_read and enqueue_many go through it)
         return real_send(client, ops, wait)
 
     async def acall(self: Any, op: Op[Any]) -> Any:
@@ -214,7 +214,7 @@ def test_dispatcher_and_worker_calls_stay_in_one_slot(
         return await real_run_on(self, node, ops)
 
     monkeypatch.setattr(transport, "call", call)
-    monkeypatch.setattr(transport, "send_and_read", send_and_read)
+    monkeypatch.setattr(transport, "send", send)
     monkeypatch.setattr(transport.AsyncTransport, "call", acall)
     monkeypatch.setattr(transport.AsyncTransport, "run_on", run_on)
 

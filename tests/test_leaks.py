@@ -5,6 +5,7 @@ added to the standalone node; every check greps for that password (and for a wro
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import secrets
 import subprocess
@@ -140,7 +141,29 @@ def test_long_running_processes_keep_the_password_off_their_title_and_logs(
         for p in procs:
             p.popen.wait(scaled(30))
     for p in procs:
-        user.assert_absent(p.log(), "a process log")
+        log = p.log()
+        user.assert_absent(log, "a process log")
+        assert_json_lines(log, queue)
+
+
+def assert_json_lines(log: str, queue: str) -> None:
+    """Every line a process wrote is one JSON object with the fixed fields; its loops' lines
+    name the queue."""
+    lines = log.splitlines()
+    assert lines, "the process wrote nothing"
+    records = []
+    for line in lines:
+        try:
+            record = json.loads(line)
+        except ValueError:
+            raise AssertionError(f"not a JSON line: {line!r}") from None
+        assert isinstance(record, dict), line
+        missing = {"timestamp", "level", "logger", "event"} - record.keys()
+        assert not missing, f"{missing} missing from {line}"
+        records.append(record)
+    # The argv warning too is a log line (written by the restarted process).
+    assert any("visible to every user" in r["event"] for r in records), log[-2000:]
+    assert any(r.get("queue") == queue and r["logger"].startswith("shardq.") for r in records)
 
 
 def test_settings_errors_and_reprs_never_show_the_password(user: User) -> None:

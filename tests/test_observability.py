@@ -66,7 +66,7 @@ def test_prometheus_endpoint(cluster_client: Client, cluster_url: str, queue: st
 
     with Runner(
         cluster_url, queue, {"t": runs.add, "bad": fail}, dispatcher_settings=METRIC_DISPATCHER
-    ) as runner:
+    ):
         cluster_client.enqueue_many(queue, [JobRequest("t", i, delay=0.2) for i in range(200)])
         cluster_client.enqueue(queue, "bad", None)
         cluster_client.enqueue_many(queue, [JobRequest("t", i, delay=3600) for i in range(30)])
@@ -92,31 +92,116 @@ def test_prometheus_endpoint(cluster_client: Client, cluster_url: str, queue: st
 
         wait_for(ready, 10, "partition metrics did not show up")
         text = scrape(port)
-        assert runner.dispatcher is not None
-        owner = runner.dispatcher.owner
-    held = sample(text, "shardq_dispatcher_leases_held", queue=queue, dispatcher=owner)
+    held = sample(text, "shardq_dispatcher_leases_held", queue=queue)
     assert held == partitions
-    acquired = sample(
-        text,
-        "shardq_dispatcher_lease_events_total",
-        queue=queue,
-        dispatcher=owner,
-        event="acquired",
-    )
+    acquired = sample(text, "shardq_dispatcher_lease_events_total", queue=queue, event="acquired")
     assert acquired is not None and acquired >= partitions
     assert (sample(text, "shardq_job_lateness_seconds_count", queue=queue) or 0) >= 200
     assert sample(text, "shardq_job_duration_seconds_count", queue=queue, job_type="t") == 200
-    assert (sample(text, "shardq_worker_jobs_total", queue=queue, outcome="dead") or 0) == 1
+    assert sample(text, "shardq_job_duration_seconds_count", queue=queue, job_type="bad") == 1
+    by_outcome = {"completed": 200, "dead": 1}
+    for job_type, outcome in (("t", "completed"), ("bad", "dead")):
+        series = sample(
+            text, "shardq_worker_jobs_total", queue=queue, job_type=job_type, outcome=outcome
+        )
+        assert series == by_outcome[outcome], (job_type, outcome, series)
+    assert sample(text, "shardq_build_info", version=metrics._shardq_version()) == 1
+    assert sample(text, "shardq_node_load_share_ratio", queue=queue) is not None
     dead = sum(
         sample(text, "shardq_partition_dead_letters", queue=queue, partition=str(p)) or 0
         for p in range(partitions)
     )
     assert dead == 1
     assert sample(text, "shardq_hot_partition_ratio", queue=queue) is not None
-    # Bounded labels: never a job id.
+    # Bounded labels: never a job id, never a per-process id; no *_created series.
     for line in text.splitlines():
         if line.startswith("shardq_"):
-            assert "job_id" not in line
+            assert "job_id" not in line and "dispatcher=" not in line, line
+        assert "_created" not in line, line
+
+
+def series_count(text: str) -> int:
+    return sum(1 for line in text.splitlines() if line.startswith("shardq_"))
+
+
+def test_unknown_job_types_add_no_series(
+    cluster_client: Client, cluster_url: str, queue: str
+) -> None:
+    """1,000 jobs of 1,000 distinct types no handler is registered for: each is counted under
+    job_type="other", and the number of series on /metrics does not change."""
+    cluster_client.create_queue(queue, 8)
+    port = free_port()
+    metrics.serve(port, "127.0.0.1")
+
+    def others(text: str, outcome: str) -> float:
+        value = sample(
+            text, "shardq_worker_jobs_total", queue=queue, job_type="other", outcome=outcome
+        )
+        return value or 0
+
+    with Runner(cluster_url, queue, {"t": lambda job: None}, dispatcher_settings=METRIC_DISPATCHER):
+        # Warm up: every series this run exports exists (one unknown type already seen, the
+        # dispatcher's samples and hot-shard figures in).
+        cluster_client.enqueue_many(
+            queue,
+            [JobRequest("t", i) for i in range(50)] + [JobRequest("warm-up", None, max_attempts=1)],
+        )
+        wait_for(
+            lambda: (
+                others(scrape(port), "dead") == 1
+                and sample(scrape(port), "shardq_hot_partition_ratio", queue=queue) is not None
+            ),
+            30,
+            "warm-up jobs did not settle",
+        )
+        time.sleep(1.5 * TIME_FACTOR)  # a few more sample rounds
+        before = scrape(port)
+        requests = [JobRequest(f"unknown-{i}", None, max_attempts=1) for i in range(1000)]
+        cluster_client.enqueue_many(queue, requests)
+        wait_for(lambda: others(scrape(port), "dead") == 1001, 60, "unknown types not settled")
+        time.sleep(1.5 * TIME_FACTOR)
+        after = scrape(port)
+    assert series_count(after) == series_count(before), sorted(
+        set(after.splitlines()) - set(before.splitlines())
+    )[:20]
+    assert "unknown-" not in after
+    assert sample(after, "shardq_job_duration_seconds_count", queue=queue, job_type="other") == 1001
+
+
+def test_lease_released_drops_partition_series_at_once(
+    cluster_client: Client, cluster_url: str, queue: str
+) -> None:
+    """A dispatcher that gives a lease back stops exporting that partition in the same step,
+    not a metrics interval later (its new owner exports it from then on)."""
+    import asyncio
+
+    from prometheus_client import REGISTRY, generate_latest
+
+    cluster_client.create_queue(queue, 4)
+    with Runner(cluster_url, queue, {}, dispatcher_settings=METRIC_DISPATCHER) as runner:
+        d = runner.dispatcher
+        assert d is not None and runner.loop is not None
+
+        def exported(text: str) -> set[str]:
+            return {
+                p
+                for p in map(str, range(4))
+                if sample(text, "shardq_partition_due_jobs", queue=queue, partition=p) is not None
+            }
+
+        wait_for(
+            lambda: exported(generate_latest(REGISTRY).decode()) == {"0", "1", "2", "3"},
+            15,
+            "partition series did not show up",
+        )
+
+        async def release_and_scrape() -> str:
+            assert d.leases is not None
+            await d.leases.release([1, 2], "test")
+            return generate_latest(REGISTRY).decode()
+
+        text = asyncio.run_coroutine_threadsafe(release_and_scrape(), runner.loop).result(10)
+        assert exported(text) == {"0", "3"}
 
 
 def test_hot_partition_is_reported(cluster_client: Client, queue: str) -> None:

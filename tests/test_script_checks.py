@@ -24,7 +24,9 @@ from shardq.client import Client
 from shardq.config import ProducerSettings
 from shardq.errors import CorruptKeyError, ScriptArgumentError
 from shardq.jobs import JobRequest
+from shardq.schedules import make_definition
 from shardq.store import delivery, fleet, inspect, keys, producer, transport
+from shardq.store import schedules as sched
 from shardq.store.loader import lua_dir
 from shardq.store.op import Op
 
@@ -44,6 +46,7 @@ class State:
     dead_entry: str
     token: str
     node: str
+    redis: Any = None
 
 
 def _prepare(client: Client) -> State:
@@ -76,6 +79,7 @@ def _prepare(client: Client) -> State:
         dead_entry,
         grant.token,
         node,
+        r,
     )
 
 
@@ -93,6 +97,14 @@ def _enqueue_batch(s: State) -> Op[Any]:
     calls = producer.plan_bulk(prepared)
     assert calls[0].op.name == "enqueue-batch"
     return calls[0].op
+
+
+def _schedule_fire(s: State) -> Op[Any]:
+    """A schedule whose next tick (1000 ms) is long past, fired with its one tick."""
+    d = make_definition("chk", "t", {"x": 1}, every=60)
+    transport.run(s.redis, sched.put(s.pk, "put", "chk", d.to_json(), 1000))
+    fire = sched.Fire("chk", 1000, d.sha, 10**13, 0, d.body.encode(), [1000])
+    return sched.fire(s.pk, s.token, [fire])
 
 
 OPS: dict[str, Callable[[State], Op[Any]]] = {
@@ -133,6 +145,11 @@ OPS: dict[str, Callable[[State], Op[Any]]] = {
     "pause": lambda s: inspect.pause(s.pk, True),
     "run-now": lambda s: inspect.run_now(s.pk, s.scheduled),
     "empty-due": lambda s: inspect.empty_due(s.pk, 10),
+    "schedule-put": lambda s: sched.put(
+        s.pk, "put", "chk", make_definition("chk", "t", every=5).to_json(), 10**13
+    ),
+    "schedule-read": lambda s: sched.read(s.pk, "scan", "0", 10),
+    "schedule-fire": _schedule_fire,
 }
 
 KEY_LINE = re.compile(r"^KEYS\[(\d+)\]\s+(\S+)\s+(\S+)", re.M)

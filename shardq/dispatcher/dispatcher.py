@@ -7,6 +7,7 @@ A small coordinator over components with one concern each, every background loop
 - ``promoter:<primary>`` (:mod:`.promoter`): one promote loop per Redis primary;
 - ``promoter-topology``: keeps those loops in step with the slot map;
 - ``hints``: wake-ups from enqueues over sharded pub/sub;
+- ``schedules`` (:mod:`.ticker`): fires the periodic schedules of held partitions;
 - ``trim`` (:mod:`.trimmer`) and ``sample`` (:mod:`.sampler`): stream bounds and metrics.
 
 Shutdown (SIGTERM, :meth:`Dispatcher.stop`) stops hints, then the promote loops (no new
@@ -27,8 +28,10 @@ from shardq.connection import AsyncRedis
 from shardq.dispatcher.leases import Leases
 from shardq.dispatcher.promoter import Promoter
 from shardq.dispatcher.sampler import Sampler
+from shardq.dispatcher.ticker import Ticker
 from shardq.dispatcher.trimmer import Trimmer
 from shardq.errors import UnknownQueueError
+from shardq.logs import log_context
 from shardq.runtime import health, hints, redis_config
 from shardq.runtime.identity import member_id
 from shardq.runtime.membership import Membership
@@ -55,7 +58,7 @@ class DispatcherStats:
     by_partition: dict[int, int] = field(default_factory=dict)
 
 
-STOP_ORDER = ["hints", "promoter:", "promoter-topology", "trim", "sample", "leases"]
+STOP_ORDER = ["hints", "schedules", "promoter:", "promoter-topology", "trim", "sample", "leases"]
 
 
 class Dispatcher:
@@ -88,6 +91,7 @@ class Dispatcher:
         self.supervisor = Supervisor("dispatcher", queue)
         self.leases: Leases | None = None
         self.promoter: Promoter | None = None
+        self.ticker: Ticker | None = None
         self.started = asyncio.Event()
 
     def stop(self) -> None:
@@ -118,13 +122,16 @@ class Dispatcher:
 
     def health(self) -> health.Status:
         ready = self.started.is_set() and not self.supervisor.failing()
-        return health.Status("dispatcher", self.queue, self.supervisor.problems(), ready)
+        sup = self.supervisor
+        return health.Status("dispatcher", self.queue, sup.problems(), ready, sup.stuck())
 
     async def run(self) -> None:
         """Run until :meth:`stop`; leases are released and membership left on the way out."""
         health.register(self.health)
         try:
-            await self._run()
+            # Every line this dispatcher's loops write names its queue and dispatcher.
+            with log_context(queue=self.queue, dispatcher=self.owner):
+                await self._run()
         finally:
             health.unregister(self.health)
             await self.transport.aclose()
@@ -149,7 +156,6 @@ class Dispatcher:
                 raise UnknownQueueError(
                     f"queue {self.queue!r} has partitions 0..{meta.partitions - 1}, not {bad}"
                 )
-        label = self.owner
         membership = Membership(
             self.transport,
             keys.dispatchers_key(self.queue),
@@ -159,24 +165,38 @@ class Dispatcher:
         )
         promoter: Promoter | None = None
 
+        ticker: Ticker | None = None
+
         def acquired(p: int) -> None:
             if promoter is not None:
                 promoter.acquired(p)
+            if ticker is not None:
+                ticker.wake(p)
 
-        leases = Leases(
-            self.transport, self.queue, pks, membership, s, self._pinned, acquired, label
+        leases = Leases(self.transport, self.queue, pks, membership, s, self._pinned, acquired)
+        promoter = Promoter(self.supervisor, self.transport, self.queue, pks, leases, s)
+        ticker = Ticker(self.supervisor, self.transport, self.queue, pks, leases, s)
+        self.leases, self.promoter, self.ticker = leases, promoter, ticker
+        on_hint = [promoter.hint, ticker.wake]
+
+        def hint(p: int) -> None:
+            for wake in on_hint:
+                wake(p)
+
+        trimmer = Trimmer(
+            self.transport, meta, pks, leases, lambda p: promoter.by_partition.get(p, 0)
         )
-        promoter = Promoter(self.supervisor, self.transport, self.queue, pks, leases, s, label)
-        self.leases, self.promoter = leases, promoter
-        trimmer = Trimmer(self.transport, meta, pks, leases)
         sampler = Sampler(self.transport, self.queue, pks, leases, s)
         listen = self._pinned if self._pinned is not None else range(meta.partitions)
         channels = {pks[p].due_hint: p for p in listen}
         sup = self.supervisor
         sup.every("leases", s.renew_interval, leases.round, first_at_once=True)
         promoter.start()
+        ticker.start()
         sup.forever(
-            "hints", lambda: hints.listen(self.redis, channels, promoter.hint, sup, "hints")
+            "hints",
+            lambda: hints.listen(self.redis, channels, hint, sup, "hints"),
+            pace=hints.PASS_WAIT,
         )
         sup.every("trim", s.trim_interval, trimmer.round)
         sup.every("sample", s.metrics_interval, sampler.round)

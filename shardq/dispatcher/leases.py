@@ -56,7 +56,6 @@ class Leases:
         settings: DispatcherSettings,
         pinned: list[int] | None,
         on_acquired: Callable[[int], None],
-        label: str,
     ) -> None:
         self.transport = transport
         self.queue = queue
@@ -66,20 +65,22 @@ class Leases:
         self.pinned = pinned
         self.on_acquired = on_acquired
         self.owner = membership.me
-        self.label = label
         self.tokens: dict[int, str] = {}
         self.renewed: dict[int, float] = {}
         self.target = 0
         self.rounds = 0
         self._warned_owners: frozenset[str] = frozenset()
         self.counts: dict[str, int] = {}
-        self._m_held = metrics.LEASES_HELD.labels(queue, label)
+        # Several dispatchers of one queue may share a process (tests, embedding): each adds
+        # its change to the shared series instead of setting it.
+        self._m_held = metrics.LEASES_HELD.labels(queue)
+        self._held_reported = 0
 
     # events --------------------------------------------------------------------------------
 
     def event(self, event: str, level: int = logging.INFO, **fields: Any) -> None:
         self.counts[event] = self.counts.get(event, 0) + 1
-        metrics.LEASE_EVENTS.labels(self.queue, self.label, event).inc()
+        metrics.LEASE_EVENTS.labels(self.queue, event).inc()
         log_event(log, f"lease.{event}", level, queue=self.queue, dispatcher=self.owner, **fields)
 
     def fenced(self, partition: int, reason: str, token: str | None = None) -> None:
@@ -94,7 +95,8 @@ class Leases:
         # Losing a partition to fencing means this process was paused or cut off: say so loudly.
         self.event("fenced", logging.WARNING, partition=partition, reason=reason)
         self.event("lost", partition=partition)
-        self._m_held.set(len(self.tokens))
+        metrics.PARTITIONS.drop(self.queue, [partition])
+        self._report_held()
 
     def extended(self, partition: int, at: float) -> None:
         """A promote extended the lease (it renews as a side effect)."""
@@ -127,7 +129,12 @@ class Leases:
         await self._fix_owner_entries(owners)
         if self.target - len(self.tokens) > 0:
             await self._take(wanted, owners)
-        self._m_held.set(len(self.tokens))
+        self._report_held()
+
+    def _report_held(self) -> None:
+        held = len(self.tokens)
+        self._m_held.inc(held - self._held_reported)
+        self._held_reported = held
 
     def _malformed_owners(self, fields: list[str]) -> None:
         """Count bad owners fields every round; say so once per distinct set (not every round)."""
@@ -247,7 +254,8 @@ class Leases:
         held = {p: self.tokens.pop(p) for p in partitions if p in self.tokens}
         for p in held:
             self.renewed.pop(p, None)
-        self._m_held.set(len(self.tokens))
+        metrics.PARTITIONS.drop(self.queue, held)
+        self._report_held()
         if not held:
             return
         try:

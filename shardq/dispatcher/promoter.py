@@ -41,7 +41,6 @@ class Promoter:
         pks: list[keys.PartitionKeys],
         leases: Leases,
         settings: DispatcherSettings,
-        label: str,
     ) -> None:
         self.supervisor = supervisor
         self.transport = transport
@@ -62,9 +61,10 @@ class Promoter:
             range(len(pks)),
             lambda p: pks[p].due,
             self._loop,
+            settings.max_sleep,
         )
-        self._m_promoted = metrics.PROMOTED.labels(queue, label)
-        self._m_calls = metrics.PROMOTE_CALLS.labels(queue, label)
+        self._m_promoted = metrics.PROMOTED.labels(queue)
+        self._m_calls = metrics.PROMOTE_CALLS.labels(queue)
 
     def start(self) -> None:
         self.nodes.start()

@@ -4,7 +4,8 @@ Every ``metrics_interval`` the dispatcher snapshots the partitions it holds (bac
 pending, dead letters, the scripts' counters), so a scrape never touches Redis and the fleet
 reads each partition about once per interval.  The owner of partition 0 snapshots every
 partition for the hot-shard figures.  Partitions whose snapshot failed (their primary is down)
-keep their last figures until the next success or until the lease is lost.
+keep their last figures until the next success or until the lease is lost or released, when
+:class:`~shardq.dispatcher.leases.Leases` drops them at once.
 """
 
 from __future__ import annotations
@@ -41,6 +42,9 @@ class Sampler:
         ]
         results = await self.transport.run_many(ops)
         snaps = [r for r in results if not isinstance(r, BaseException)]
+        # A lease lost while the snapshots were on the way was dropped from the export then;
+        # this round must not bring it back.
+        owned &= set(self.leases.tokens)
         metrics.PARTITIONS.update(self.queue, snaps, owned)
         if sample_all:
             self.hot.observe(snaps)

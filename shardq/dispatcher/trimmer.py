@@ -8,6 +8,7 @@ promote: only the partition's owner trims.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 from shardq import metrics
 from shardq.dispatcher.leases import Leases
@@ -24,6 +25,11 @@ log = logging.getLogger("shardq.dispatcher")
 # stream nodes (100 entries each) go at once, so even the maximum is a short call.  A
 # partition trimmed to the limit is trimmed again at once.
 TRIM_LIMIT = 100_000
+# A partition whose trim found nothing to remove, and that promoted nothing since, skips 1, 2,
+# 4, then 8 rounds before the next try: an idle queue costs one trim call per partition per
+# ~8 s, not per trim_interval.  A partition that promoted jobs since its last trim is trimmed
+# at the next round whatever its backoff (its acks are coming).
+MAX_SKIP = 8
 
 
 class Trimmer:
@@ -33,14 +39,28 @@ class Trimmer:
         meta: QueueMeta,
         pks: list[keys.PartitionKeys],
         leases: Leases,
+        activity: Callable[[int], int] = lambda p: 0,
     ) -> None:
         self.transport = transport
+        self.activity = activity  # jobs promoted so far in a partition (the promoter's count)
+        self.seen: dict[int, int] = {}
         self.meta = meta
         self.pks = pks
         self.leases = leases
+        self.skip: dict[int, int] = {}  # rounds left to skip, per partition
+        self.backoff: dict[int, int] = {}  # rounds it will skip after its next idle trim
 
     async def round(self) -> None:
-        held = dict(self.leases.tokens)
+        held: dict[int, str] = {}
+        for p, token in self.leases.tokens.items():
+            promoted = self.activity(p)
+            if promoted != self.seen.get(p):
+                self.seen[p] = promoted
+                self.skip[p] = self.backoff[p] = 0
+            if self.skip.get(p, 0) > 0:
+                self.skip[p] -= 1
+            else:
+                held[p] = token
         for _ in range(10):
             held = await self._trim(held)
             if not held:
@@ -70,6 +90,13 @@ class Trimmer:
                     dropped=result.dead_dropped,
                     cap=self.meta.dead_cap,
                 )
-            if not isinstance(result, BaseException) and result.ready_trimmed >= TRIM_LIMIT:
+            if isinstance(result, BaseException):
+                continue
+            if result.ready_trimmed >= TRIM_LIMIT:
                 again[p] = held[p]
+            if result.ready_trimmed or result.dead_dropped:
+                self.backoff[p] = 0
+            else:
+                self.skip[p] = self.backoff.get(p, 0)
+                self.backoff[p] = min(MAX_SKIP, max(1, 2 * self.skip[p]))
         return again

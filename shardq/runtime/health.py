@@ -2,11 +2,16 @@
 
 ``/healthz`` answers 200 while every loop makes progress and none keeps failing for a reason
 other than Redis being unreachable (a bug, a corrupt record): 503 tells an orchestrator to
-restart the process.  ``/readyz`` answers 200 once started and while no loop is in an error
-streak: Redis unreachable makes a process not ready, never unhealthy, so an outage of any length
-is ridden out without restarts.  ``/metrics`` serves Prometheus' exposition, as before.  The
-server runs in a thread, so it answers even while the event loop is blocked (and then reports
-the blocked loops as not making progress).
+restart the process, and the JSON body names the loops (``stuck``: no progress within the
+loop's bound, derived from its interval; ``problems``: why).  ``/readyz`` answers 200 once
+started and while no loop is in an error streak: Redis unreachable makes a process not ready,
+never unhealthy, so an outage of any length is ridden out without restarts.  Readiness is not a
+PING per request: it is the loops' own latest Redis calls, a cached check (a worker's heartbeat
+calls Redis every ``heartbeat_interval``, a dispatcher's lease round every ``renew_interval``),
+so it is at most about one interval plus the socket timeout old, and a probe costs Redis
+nothing.  ``/metrics`` serves Prometheus' exposition, as before.  The server runs in a
+thread, so it answers even while the event loop is blocked (and then reports the blocked loops
+as not making progress).
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ import json
 import logging
 import threading
 from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from socketserver import ThreadingMixIn
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
@@ -33,6 +38,7 @@ class Status:
     queue: str
     problems: list[str]
     ready: bool
+    stuck: list[str] = field(default_factory=list)  # loops that stopped making progress
 
     @property
     def healthy(self) -> bool:

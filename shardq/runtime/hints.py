@@ -28,6 +28,9 @@ from shardq.store.keys import slot_of
 
 log = logging.getLogger("shardq.hints")
 
+# The longest a pass of the listen loop waits before it reports progress (the stall bound).
+PASS_WAIT = 1.0
+
 
 async def _listen_one(
     client: Any,
@@ -119,7 +122,7 @@ async def listen(
             ]
             while not stop.is_set():
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(regroup.wait(), 1.0)
+                    await asyncio.wait_for(regroup.wait(), PASS_WAIT)
                 state.ok()
                 # Regroup when a listener ended, or when the client's slot map (refreshed by
                 # the other loops after a redirect or a failover) moved a channel's node;

@@ -33,8 +33,11 @@ class PerPrimary:
         partitions: Iterable[int],
         route_key: Callable[[int], str],
         body: Callable[[str], Awaitable[None]],
+        pace: float = 0.0,
     ) -> None:
+        """``pace``: the longest idle wait of one pass of ``body`` (for the stall bound)."""
         self.supervisor = supervisor
+        self.pace = pace
         self.transport = transport
         self.name = name
         self.partitions = list(partitions)
@@ -94,7 +97,7 @@ class PerPrimary:
         for node in sorted(wanted - self._nodes):
             self._nodes.add(node)
             self.event(node)
-            self.supervisor.forever(self.loop_name(node), self._bind(node))
+            self.supervisor.forever(self.loop_name(node), self._bind(node), pace=self.pace)
         for node in sorted(self._nodes - wanted):
             self._nodes.discard(node)
             self.wakeups.pop(node, None)
@@ -118,7 +121,7 @@ class PerPrimary:
                 await asyncio.wait_for(self._changed.wait(), SYNC_INTERVAL)
 
     def start(self) -> None:
-        self.supervisor.forever(f"{self.name}-topology", self.watch)
+        self.supervisor.forever(f"{self.name}-topology", self.watch, pace=SYNC_INTERVAL)
 
     @property
     def nodes(self) -> set[str]:

@@ -10,8 +10,12 @@ Two kinds of trouble are told apart:
 - Redis or the network failing (a failover, a slot move, an outage of any length) makes the
   process *not ready* while it lasts; loops keep retrying and resume by themselves.
 - A loop that keeps raising anything else (a bug, a corrupt record it cannot skip) for longer
-  than ``unhealthy_after``, or that stops making progress for ``stall_after``, makes the process
-  *unhealthy*, so an orchestrator restarts it instead of leaving a half-working process behind.
+  than ``unhealthy_after``, or that stops making progress, makes the process *unhealthy*, so an
+  orchestrator restarts it instead of leaving a half-working process behind.  "Stopped making
+  progress" is measured per loop against its own pace: no progress for ``stall_after`` plus
+  :data:`STALL_PASSES` of its interval (an ``every`` loop) or of the longest wait of one pass
+  (a ``forever`` loop's ``pace``).  ``stall_after`` covers a slow pass (a Redis call waits at
+  most its socket timeout, and a failed call counts as progress: failing is not hanging).
 
 Loops stop in the order the coordinator gives to :meth:`Supervisor.stop` (stated in
 docs/architecture.md); the rest stop together after them.
@@ -35,6 +39,8 @@ log = logging.getLogger("shardq.supervisor")
 
 BACKOFF_FIRST = 0.1
 BACKOFF_CAP = 5.0
+# A loop is stuck after this many of its own passes without progress, on top of stall_after.
+STALL_PASSES = 3
 
 
 def backoff_delay(failures: int, rng: random.Random | None = None) -> float:
@@ -79,6 +85,13 @@ class _Loop:
     interval: float | None
     stop: asyncio.Event
     task: asyncio.Task[None] | None = None
+    pace: float = 0.0  # a forever loop's longest wait between two progress reports
+
+    def stall_bound(self, stall_after: float) -> float:
+        """Seconds without progress after which this loop counts as stuck."""
+        return stall_after + STALL_PASSES * (
+            self.interval if self.interval is not None else self.pace
+        )
 
 
 class Supervisor:
@@ -95,7 +108,7 @@ class Supervisor:
         queue: str,
         *,
         unhealthy_after: float = 60.0,
-        stall_after: float = 120.0,
+        stall_after: float = 30.0,
     ) -> None:
         self.role = role
         self.queue = queue
@@ -109,9 +122,14 @@ class Supervisor:
         """Run ``body`` every ``interval`` seconds (measured from the end of the last round)."""
         self._add(name, body, interval, first_at_once)
 
-    def forever(self, name: str, body: Body) -> None:
-        """Run ``body`` (a coroutine that loops until its stop event); restart it on failure."""
+    def forever(self, name: str, body: Body, *, pace: float = 0.0) -> None:
+        """Run ``body`` (a coroutine that loops until its stop event); restart it on failure.
+
+        ``pace``: the longest a healthy pass of ``body`` waits between two calls of
+        :meth:`LoopState.progress` or :meth:`LoopState.ok` (its idle sleep); the stall bound is
+        derived from it."""
         self._add(name, body, None, True)
+        self.loops[name].pace = pace  # before the task's first step: it has not run yet
 
     def _add(self, name: str, body: Body, interval: float | None, at_once: bool) -> None:
         if name in self.loops:
@@ -139,17 +157,29 @@ class Supervisor:
         return [loop.state for loop in self.loops.values()]
 
     def problems(self) -> list[str]:
-        """Why the process is unhealthy (empty when healthy)."""
+        """Why the process is unhealthy (empty when healthy); each starts with the loop's name."""
         now = time.monotonic()
         out = []
         for loop in self.loops.values():
             s = loop.state
             if s.broken_since is not None and now - s.broken_since >= self.unhealthy_after:
                 out.append(f"{s.name}: failing for {now - s.broken_since:.0f} s ({s.last_error})")
-            stall = self.stall_after if loop.interval is None else self.stall_after + loop.interval
-            if now - s.last_progress >= stall and s.failing_since is None:
-                out.append(f"{s.name}: no progress for {now - s.last_progress:.0f} s")
+            if self._stuck(loop, now):
+                out.append(
+                    f"{s.name}: no progress for {now - s.last_progress:.0f} s "
+                    f"(bound {loop.stall_bound(self.stall_after):.0f} s)"
+                )
         return out
+
+    def stuck(self) -> list[str]:
+        """The loops that stopped making progress (hung, or the event loop is blocked)."""
+        now = time.monotonic()
+        return [loop.state.name for loop in self.loops.values() if self._stuck(loop, now)]
+
+    def _stuck(self, loop: _Loop, now: float) -> bool:
+        s = loop.state
+        bound = loop.stall_bound(self.stall_after)
+        return s.failing_since is None and now - s.last_progress >= bound
 
     def healthy(self) -> bool:
         return not self.problems()

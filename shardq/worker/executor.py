@@ -11,6 +11,7 @@ allowed to stop the worker.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import inspect
 import logging
 import time
@@ -20,7 +21,7 @@ from typing import Any
 
 import orjson
 
-from shardq import metrics
+from shardq import metrics, tracing
 from shardq.config import WorkerSettings
 from shardq.errors import HandlerTimeoutError, PermanentError, UnknownJobTypeError
 from shardq.jobs import Backoff, Job, decode_body
@@ -202,7 +203,9 @@ class Executor:
         handler = self.handlers.get(job.type)
         if handler is not None and job.type in self.inline_types:
             self._run_inline(d, handler)
-        elif handler is not None and self._is_async(handler):
+        elif handler is not None and self._is_async(handler) and not tracing.ENABLED:
+            # (Traced, an async handler runs in a task: its span is current in that task's
+            # context, which a coroutine driven by hand here could not keep apart.)
             self._run_eager(d, handler)
         else:
             d.task = self._spawn(self._execute(d))
@@ -211,13 +214,20 @@ class Executor:
         if job.due_ms is not None:
             self._m_lateness.observe(max(0.0, (job.redis_now_ms(started) - job.due_ms) / 1000.0))
 
+    @staticmethod
+    def _lateness_ms(job: Job, started: float) -> int | None:
+        return None if job.due_ms is None else round(job.redis_now_ms(started) - job.due_ms)
+
     def _run_inline(self, d: Delivery, handler: Handler) -> None:
         """An inline handler: called right here on the event loop; only failures need a task."""
         job = d.job
         started = time.monotonic()
         self._observe_lateness(job, started)
         try:
-            handler(job)
+            if tracing.ENABLED:
+                tracing.run_sync(handler, job, self._lateness_ms(job, started))
+            else:
+                handler(job)
         except Exception as exc:
             self._duration(job.type).observe(time.monotonic() - started)
             self.settler.failed(d, exc)
@@ -273,6 +283,10 @@ class Executor:
                     f"no handler for job type {job.type!r} on this worker: register one with "
                     f"worker.register({job.type!r}, fn) (known: {sorted(self.handlers)})"
                 )
+            elif tracing.ENABLED:
+                await tracing.run_async(
+                    lambda: self._call(handler, job), job, self._lateness_ms(job, started)
+                )
             else:
                 await self._call(handler, job)
         except asyncio.CancelledError:
@@ -300,9 +314,12 @@ class Executor:
             self.on_complete(job)
 
     def _duration(self, job_type: str) -> Any:
-        child = self._m_duration.get(job_type)
+        # Keyed by the label, not the raw type: a producer sending endless unknown types must
+        # grow neither the series nor this cache.
+        label = metrics.job_type_label(job_type, self.handlers)
+        child = self._m_duration.get(label)
         if child is None:
-            child = self._m_duration[job_type] = metrics.JOB_DURATION.labels(self.queue, job_type)
+            child = self._m_duration[label] = metrics.JOB_DURATION.labels(self.queue, label)
         return child
 
     def _is_async(self, handler: Handler) -> bool:
@@ -321,7 +338,14 @@ class Executor:
             )
         # A sync handler that overruns handler_timeout keeps its thread until it returns
         # (threads cannot be killed); the job itself is settled as failed at the timeout.
-        result = await asyncio.get_running_loop().run_in_executor(self._pool, handler, job)
+        loop = asyncio.get_running_loop()
+        if tracing.ENABLED:
+            # The job's span is current in this task's context: the pool's thread runs the
+            # handler in a copy of it, so the handler's own spans are the span's children.
+            ctx = contextvars.copy_context()
+            result = await loop.run_in_executor(self._pool, ctx.run, handler, job)
+        else:
+            result = await loop.run_in_executor(self._pool, handler, job)
         if inspect.isawaitable(result):
             await result
 

@@ -90,7 +90,13 @@ class Fetcher:
         self.hints: dict[int, int] = {}
         self._rotate = 0
         self.nodes = PerPrimary(
-            supervisor, transport, "fetcher", partitions, lambda p: pks[p].ready, self._loop
+            supervisor,
+            transport,
+            "fetcher",
+            partitions,
+            lambda p: pks[p].ready,
+            self._loop,
+            settings.idle_poll,
         )
         inflight.on_room = self.nodes.wake_all
 

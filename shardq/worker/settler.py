@@ -19,7 +19,7 @@ import math
 import random
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Container
 from typing import Any
 
 from shardq import metrics
@@ -92,6 +92,7 @@ class Settler:
         settings: WorkerSettings,
         stats: WorkerStats,
         wake: Callable[[int], None],
+        job_types: Container[str] = (),
     ) -> None:
         self.transport = transport
         self.queue = queue
@@ -103,10 +104,13 @@ class Settler:
         self.acks: dict[int, list[Delivery]] = {}
         self.pending_acks = 0
         self.tasks: set[asyncio.Task[None]] = set()
-        self._m_jobs = {
-            outcome: metrics.WORKER_JOBS.labels(queue, outcome)
-            for outcome in ("completed", "retried", "dead")
-        }
+        # The registered handler types (the worker's live dict): label values come only from
+        # these, every other type counts as "other".
+        self.job_types = job_types
+
+    def _count(self, job_type: str, outcome: str, n: int = 1) -> None:
+        label = metrics.job_type_label(job_type, self.job_types)
+        metrics.WORKER_JOBS.inc((self.queue, label, outcome), n)
 
     # successes -----------------------------------------------------------------------------
 
@@ -147,7 +151,8 @@ class Settler:
             for d in batch:
                 self.inflight.remove(p, d.entry_id)
             self.stats.completed += len(batch)
-            self._m_jobs["completed"].inc(len(batch))
+            for d in batch:
+                self._count(d.job.type, "completed")
 
     def partitions_with_acks(self) -> list[int]:
         return [p for p, batch in self.acks.items() if batch]
@@ -203,6 +208,7 @@ class Settler:
             # Reclaimed by another worker (this one was paused) or cancelled: its outcome is
             # theirs to settle, not ours to count.
             self.stats.settle_gone += 1
+            self._count(job.type, "gone")
             log_event(log, "job.settle_gone", logging.WARNING, **fields)
             return
         dead = result.outcome == "dead"
@@ -210,7 +216,7 @@ class Settler:
             self.stats.dead += 1
         else:
             self.stats.retried += 1
-        self._m_jobs["dead" if dead else "retried"].inc()
+        self._count(job.type, "dead" if dead else "retried")
         log_event(
             log,
             "job.dead" if dead else "job.retry",
@@ -223,6 +229,7 @@ class Settler:
         """The outcome could not be written: leave the delivery pending for reclaim."""
         self.inflight.remove(d.partition, d.entry_id)
         self.stats.abandoned += 1
+        self._count(d.job.type, "abandoned")
         log_event(
             log,
             "job.settle_failed",
@@ -242,6 +249,7 @@ class Settler:
         for p, batch in self.acks.items():
             for d in batch:
                 self.inflight.remove(p, d.entry_id)
+                self._count(d.job.type, "abandoned")
                 n += 1
         self.acks.clear()
         self.pending_acks = 0

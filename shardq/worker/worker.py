@@ -32,6 +32,7 @@ from shardq.config import WorkerSettings
 from shardq.connection import AsyncRedis
 from shardq.errors import UnknownQueueError
 from shardq.jobs import Job
+from shardq.logs import log_context
 from shardq.runtime import health, hints, redis_config
 from shardq.runtime.identity import member_id
 from shardq.runtime.membership import Membership
@@ -151,7 +152,8 @@ class Worker:
 
     def health(self) -> health.Status:
         ready = self.started.is_set() and not self.supervisor.failing()
-        return health.Status("worker", self.queue, self.supervisor.problems(), ready)
+        sup = self.supervisor
+        return health.Status("worker", self.queue, sup.problems(), ready, sup.stuck())
 
     # running -------------------------------------------------------------------------------
 
@@ -159,7 +161,9 @@ class Worker:
         """Run until :meth:`stop`, then drain in-flight jobs within the grace period."""
         health.register(self.health)
         try:
-            await self._run()
+            # Every line this worker's loops write names its queue and worker.
+            with log_context(queue=self.queue, worker=self.name):
+                await self._run()
         finally:
             health.unregister(self.health)
             await self.transport.aclose()
@@ -208,6 +212,7 @@ class Worker:
             s,
             self.stats,
             wake,
+            self.handlers,
         )
         executor = Executor(
             self.queue,
@@ -267,10 +272,14 @@ class Worker:
         channels = {pks[p].ready_hint: p for p in partitions}
         sup.every("heartbeat", s.heartbeat_interval, heartbeat.beat)
         fetcher.start()
-        sup.forever("recoverer", recoverer.loop)
+        sup.forever("recoverer", recoverer.loop, pace=s.reclaim_interval)
         sup.every("janitor", PRUNE_EVERY, janitor.round)
         sup.every("redis-config", s.redis_check_interval, watch.round)
-        sup.forever("hints", lambda: hints.listen(self.redis, channels, fetcher.hint, sup, "hints"))
+        sup.forever(
+            "hints",
+            lambda: hints.listen(self.redis, channels, fetcher.hint, sup, "hints"),
+            pace=hints.PASS_WAIT,
+        )
         self.started.set()
         log.info("worker %s started on %s (%d partitions)", self.name, self.queue, len(pks))
         try:
