@@ -30,9 +30,11 @@ RUN groupadd --system --gid 10001 shardq \
  && useradd --system --uid 10001 --gid shardq --no-create-home --home-dir /nonexistent \
       --shell /usr/sbin/nologin shardq
 # The wheel pulls its dependencies (redis[hiredis], orjson, click, prometheus-client) from PyPI
-# as binary wheels: no compiler in the image.
+# as binary wheels: no compiler in the image.  Then the `web` extra, for the console (`shardq
+# web`), with the same requirements as pyproject.toml (tests/test_deploy.py checks).
 COPY --from=build /wheels/ /wheels/
-RUN pip install /wheels/shardq-*.whl && rm -rf /wheels
+RUN pip install /wheels/shardq-*.whl && rm -rf /wheels \
+ && pip install "starlette>=0.37" "uvicorn>=0.29" "jinja2>=3.1" "python-multipart>=0.0.9"
 WORKDIR /app
 USER 10001:10001
 # Prometheus metrics of `dispatcher run` and `worker run` (SHARDQ_METRICS_PORT above).

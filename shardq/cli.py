@@ -33,6 +33,7 @@ from shardq.cli_params import LOG_LEVELS
 from shardq.cli_schedules import schedule
 from shardq.cli_security import acl_group, functions_group
 from shardq.cli_settings import build_settings, settings_options
+from shardq.cli_web import web
 from shardq.config import DispatcherSettings, WorkerSettings
 from shardq.logs import LOG_FORMATS, LogFormat, setup_logging
 
@@ -82,6 +83,7 @@ for _command in (
     dlq,
     acl_group,
     functions_group,
+    web,
 ):
     main.add_command(_command)
 

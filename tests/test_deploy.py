@@ -769,7 +769,8 @@ def test_secrets_and_tls() -> None:
         for _t, obj, _spec, c in (w for w in shardq_workloads() if w[0] == target):
             for var in c.get("env", []):
                 ref = var.get("valueFrom", {}).get("secretKeyRef")
-                if ref and target == "overlays/dev":
+                # an optional one (the web console's token) is the operator's to create
+                if ref and target == "overlays/dev" and not ref.get("optional"):
                     assert ref["name"] in names, f"{obj['metadata']['name']}: {ref['name']}"
     prod_config = one("overlays/prod", "ConfigMap", "shardq-config")["data"]
     assert prod_config["SHARDQ_REDIS_URL"].startswith("rediss://")
@@ -900,6 +901,47 @@ def test_locust_service_options() -> None:
         assert var.startswith("SHARDQ_LOADTEST_"), var
         option = var.removeprefix("SHARDQ_LOADTEST_").lower().replace("_", "-")
         assert f'"{option}"' in source, f"{var}: loadtest/locustfile.py has no option {option}"
+
+
+def test_web_console_is_read_only_on_loopback_with_probes() -> None:
+    """The console (compose service, k8s component in overlays/dev): read-only (no
+    --allow-actions), the token only ever from a Secret or the caller's environment, reachable
+    from this machine only (compose) or through port-forward (ClusterIP, no Ingress), probed on
+    /readyz and /healthz, and the image installs the `web` extra's own requirements."""
+    console = compose()["services"]["console"]
+    command = console["command"]
+    assert command[0] == "web" and "--allow-actions" not in command
+    port = command[command.index("--port") + 1]
+    assert all(str(p).startswith("127.0.0.1:") for p in console["ports"])
+    assert http_probe_url(console["healthcheck"]["test"]) == f"http://127.0.0.1:{port}/readyz"
+    assert console["environment"]["SHARDQ_WEB_TOKEN"].startswith("${")  # no literal secret
+
+    dev = "overlays/dev"
+    deployment = one(dev, "Deployment", "shardq-web")
+    spec = pod_spec(deployment)
+    assert spec is not None
+    [c] = containers(spec)
+    assert c["args"][0] == "web" and "--allow-actions" not in c["args"]
+    port_names = {p["name"]: p["containerPort"] for p in c["ports"]}
+    assert str(port_names["http"]) == c["args"][c["args"].index("--port") + 1]
+    assert c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "http"}
+    assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http"}
+    token = next(e for e in c["env"] if e["name"] == "SHARDQ_WEB_TOKEN")
+    assert token["valueFrom"]["secretKeyRef"]["optional"] is True
+    service = one(dev, "Service", "shardq-web")
+    assert service["spec"]["type"] == "ClusterIP"
+    assert (
+        service["spec"]["selector"].items()
+        <= deployment["spec"]["template"]["metadata"]["labels"].items()
+    )
+    assert service["spec"]["ports"][0]["targetPort"] == "http"
+    # optional: only the overlays that include the component have it
+    assert not any(o["metadata"]["name"] == "shardq-web" for o in render("base"))
+
+    web_extra = PYPROJECT["project"]["optional-dependencies"]["web"]
+    runs = " ".join(r for w, r in stage("runtime").instructions if w == "RUN")
+    assert all(f'"{req}"' in runs for req in web_extra), "the image must install the web extra"
+    assert set(web_extra) <= set(PYPROJECT["project"]["optional-dependencies"]["dev"])
 
 
 def test_prometheus_and_grafana_wiring() -> None:
@@ -1084,7 +1126,8 @@ def test_environment_variables_are_read_by_shardq() -> None:
     expanded = {"SHARDQ_QUEUE", "SHARDQ_PARTITIONS", "SHARDQ_HANDLERS"}
     # RedisSettings.from_env reads it; the TLS component sets it next to SSL_CERT_FILE
     assert "SSL_CA_CERTS" in (ROOT / "shardq" / "config.py").read_text()
-    library_only = {"SHARDQ_REDIS_SSL_CA_CERTS"}
+    # SHARDQ_WEB_TOKEN: `shardq web` reads it from the environment only, never as an option
+    library_only = {"SHARDQ_REDIS_SSL_CA_CERTS", "SHARDQ_WEB_TOKEN"}
     set_by_files: dict[str, str] = {}
     for name, svc in compose()["services"].items():
         if image_repo(svc.get("image", "")) == SHARDQ_IMAGE:

@@ -87,3 +87,8 @@ def test_installed_wheel_loads_every_script(tmp_path: Path) -> None:
 
     assert out["functions"] == {n: lua.function for n, lua in loader.scripts().items()}
     assert out["library"] == loader.library().name  # the same library, byte for byte
+    # the web console's assets ship in the package (no CDN): every template and static file
+    web = ROOT / "shardq" / "web"
+    for folder in ("static", "templates"):
+        shipped = sorted(p.name for p in (installed / "web" / folder).iterdir())
+        assert shipped == sorted(p.name for p in (web / folder).iterdir()), folder
