@@ -36,6 +36,9 @@ redis-server:
 	@command -v openssl >/dev/null 2>&1 || { \
 	  echo "openssl missing (the TLS tests make certificates with it): installing it"; \
 	  $(SUDO) apt-get update && $(SUDO) apt-get install -y openssl; }
+	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || { \
+	  echo "chromium missing (the web console's browser test drives it): installing it"; \
+	  $(SUDO) apt-get update && $(SUDO) apt-get install -y chromium; }
 
 lint: install
 	$(VENV)/bin/ruff check shardq tests bench loadtest
