@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -294,6 +295,9 @@ def test_stats_watch_plain_output_and_ctrl_c_exits_0(
         stderr=subprocess.PIPE,
         text=True,
         env={**os.environ, "SHARDQ_REDIS_URL": cluster_url},
+        # As from a terminal: a suite started in the background (`make test &`) inherits an
+        # ignored SIGINT, and Python only turns SIGINT into KeyboardInterrupt when it is not.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     try:
         time.sleep(scaled(2.0))

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,9 +49,26 @@ class State:
     redis: Any = None
 
 
+_CREATED: list[str] = []
+
+
+@pytest.fixture(autouse=True)
+def _delete_checked_queues(cluster_client: Client) -> Iterator[None]:
+    """The cases leave keys of the wrong type behind on purpose: delete each case's queues, so
+    nothing that lists every queue (stats, the web console) meets them in later tests."""
+    yield
+    from shardq.bench import delete_queue
+
+    while _CREATED:
+        queue = _CREATED.pop()
+        for name, partitions in ((queue, 1), (queue + "-new", 2)):
+            delete_queue(cluster_client.redis, name, partitions)
+
+
 def _prepare(client: Client) -> State:
     r = client.redis
     queue = "chk-" + uuid.uuid4().hex[:10]
+    _CREATED.append(queue)
     run = lambda op: transport.run(r, op)  # noqa: E731
     client.create_queue(queue, 1)
     pk = keys.partition_keys(queue, 0, 1)

@@ -21,8 +21,11 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
+from redis.exceptions import RedisError
+
 from shardq import slots
 from shardq.aio import AsyncClient
+from shardq.errors import ShardqError
 from shardq.inspector import AsyncInspector, PartitionInfo
 
 RATE_COUNTERS = ("enqueued", "completed", "failed", "retried", "dead", "promoted")
@@ -175,9 +178,15 @@ async def queue_view(
 
 async def overview(client: AsyncClient, rates: Rates) -> list[dict[str, Any]]:
     """Every queue's summary (2 P calls per queue)."""
-    out = []
+    out: list[dict[str, Any]] = []
     for queue in await client.queues():
-        view = await queue_view(client, rates, queue)
+        try:
+            view = await queue_view(client, rates, queue)
+        except (ShardqError, RedisError, ValueError) as exc:
+            # One damaged queue (a key overwritten by hand, a half-deleted queue) must not
+            # take the overview down: its row says what is wrong, the others render.
+            out.append({"queue": queue, "error": str(exc)})
+            continue
         out.append(view["summary"])
     return out
 
