@@ -222,7 +222,11 @@ def test_a_dispatcher_restarted_in_place_resumes_at_once(
             and old_owner not in lease_owners(client.redis, queue, partitions)
         ),
         60,
-        "the restarted dispatcher did not take over its predecessor's leases",
+        lambda: (
+            "the restarted dispatcher did not take over its predecessor's leases: owners "
+            f"{lease_owners(client.redis, queue, partitions)}, first {old_owner}; its log:\n"
+            + second.log()[-3000:]
+        ),
     )
     job = client.enqueue(queue, "t", delay=0.2)
     runs = Runs()
