@@ -195,7 +195,9 @@ def _list_due(
         *(((due, job_id, p, raw) for due, job_id, raw in rows) for p, (_, rows) in enumerate(pages))
     )
     picked = [row for _, row in zip(range(limit + 1), merged, strict=False)]
-    more = len(picked) > limit
+    # More may follow even when the merge came out exactly full: a partition that returned a
+    # whole page may hold more after it.
+    more = len(picked) > limit or any(len(rows) == limit for _, rows in pages)
     picked = picked[:limit]
     jobs = [
         _summary(queue, p, job_id, "scheduled", raw, due_ms=due, last_error=None)
@@ -236,7 +238,8 @@ def _list_stream(
 
     rows = [(key(row[0]), p, now, row) for p, (now, rs) in enumerate(pages) for row in rs]
     rows.sort(key=lambda r: (r[0], r[1]))
-    more = len(rows) > limit
+    # A partition that returned a whole page may hold more, even if the merge is exactly full.
+    more = len(rows) > limit or any(len(rs) == limit for _, rs in pages)
     rows = rows[:limit]
     jobs: list[JobSummary] = []
     for _, p, now, row in rows:

@@ -207,3 +207,20 @@ def test_cancel_retry_empty_and_delete(cluster_client: Client, queue: str) -> No
     assert all_pages(ins, queue, "scheduled", 100) == []
     assert ins.delete_queue(queue) > 0
     assert queue not in cluster_client.queues()
+
+
+def test_a_page_filled_by_one_partition_is_followed(cluster_client: Client, queue: str) -> None:
+    """Every job in one partition: each page is exactly one partition's page, and paging must
+    still go on (a merge that comes out exactly full does not mean the end)."""
+    from helpers import job_id_in
+
+    cluster_client.create_queue(queue, 2)
+    ins = Inspector(cluster_client)
+    ids = [job_id_in(0, 2, f"one-{i}") for i in range(10)]
+    cluster_client.enqueue_many(queue, [JobRequest("t", i, job_id=j) for i, j in enumerate(ids)])
+    assert {j.id for j in all_pages(ins, queue, "ready", 5)} == set(ids)
+    later = [job_id_in(0, 2, f"later-{i}") for i in range(10)]
+    cluster_client.enqueue_many(
+        queue, [JobRequest("t", i, job_id=j, delay=600) for i, j in enumerate(later)]
+    )
+    assert {j.id for j in all_pages(ins, queue, "scheduled", 5)} == set(later)
