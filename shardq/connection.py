@@ -29,6 +29,20 @@ AsyncRedis = redis.asyncio.Redis | redis.asyncio.cluster.RedisCluster
 # long-running loops of dispatchers and workers add their own back-off on top.
 _RETRY_ATTEMPTS = 3
 
+# How long a call waits for one of ``max_connections`` to come free.  redis-py's default pools
+# fail at once ("Too many connections") when a burst wants more: a worker settling a few hundred
+# failures together, or a producer gathering many enqueues.  Blocking pools make the burst
+# queue on the client instead; a call still waiting after this long fails with a (transient)
+# ConnectionError.
+POOL_WAIT = 10.0
+
+
+def _pooled(kwargs: dict[str, Any], ssl_class: type, plain_class: type) -> dict[str, Any]:
+    """Pool keyword arguments from client ones: ``ssl`` becomes the connection class."""
+    kwargs = dict(kwargs)
+    kwargs["connection_class"] = ssl_class if kwargs.pop("ssl", False) else plain_class
+    return kwargs
+
 
 def _standalone_kwargs(settings: RedisSettings) -> dict[str, Any]:
     kwargs = settings.connection_kwargs()
@@ -36,11 +50,61 @@ def _standalone_kwargs(settings: RedisSettings) -> dict[str, Any]:
     return kwargs
 
 
+def _standalone(settings: RedisSettings) -> redis.Redis:
+    """A sync standalone client whose pool waits for a free connection."""
+    kwargs = _pooled(
+        _standalone_kwargs(settings), redis.connection.SSLConnection, redis.connection.Connection
+    )
+    pool = redis.BlockingConnectionPool(timeout=POOL_WAIT, **kwargs)  # type: ignore[no-untyped-call]
+    return redis.Redis.from_pool(pool)
+
+
+def _standalone_async(settings: RedisSettings) -> redis.asyncio.Redis:
+    """An asyncio standalone client whose pool waits for a free connection."""
+    kwargs = _pooled(
+        _standalone_kwargs(settings),
+        redis.asyncio.connection.SSLConnection,
+        redis.asyncio.connection.Connection,
+    )
+    return redis.asyncio.Redis.from_pool(
+        redis.asyncio.BlockingConnectionPool(timeout=POOL_WAIT, **kwargs)
+    )
+
+
 def _cluster_kwargs(settings: RedisSettings) -> dict[str, Any]:
     kwargs = settings.connection_kwargs()
     kwargs.pop("max_connections")
     kwargs["max_connections"] = settings.max_connections
     return kwargs
+
+
+class _SyncCluster(redis.cluster.RedisCluster):
+    """redis-py's sync cluster client, whose close() also disconnects the nodes' pools: when
+    they come from connection_pool_class (see :func:`_sync_cluster_kwargs`) the node clients do
+    not own them, and ``RedisCluster.close`` alone leaves their connections open."""
+
+    def close(self) -> None:
+        manager = getattr(self, "nodes_manager", None)
+        nodes = list(manager.nodes_cache.values()) if manager is not None else []
+        super().close()
+        for node in nodes:
+            if node.redis_connection is not None:
+                node.redis_connection.connection_pool.disconnect()
+
+
+def _sync_cluster_kwargs(settings: RedisSettings) -> dict[str, Any]:
+    # The sync cluster client builds its nodes' pools from connection_pool_class only when it
+    # is given a URL (the asyncio cluster client has no such option: shardq's asyncio calls go
+    # through node_client_async instead).
+    kwargs = _cluster_kwargs(settings)
+    host, port = kwargs.pop("host"), kwargs.pop("port")
+    scheme = "rediss" if settings.ssl else "redis"
+    host = f"[{host}]" if ":" in host else host
+    return {
+        **kwargs,
+        "url": f"{scheme}://{host}:{port}",
+        "connection_pool_class": redis.BlockingConnectionPool,
+    }
 
 
 def connect(settings: RedisSettings) -> SyncRedis:
@@ -53,8 +117,8 @@ def connect(settings: RedisSettings) -> SyncRedis:
         finally:
             probe.close()
     if cluster:
-        return redis.cluster.RedisCluster(**_cluster_kwargs(settings))
-    return redis.Redis(**_standalone_kwargs(settings))
+        return _SyncCluster(**_sync_cluster_kwargs(settings))
+    return _standalone(settings)
 
 
 async def connect_async(settings: RedisSettings) -> AsyncRedis:
@@ -71,7 +135,7 @@ async def connect_async(settings: RedisSettings) -> AsyncRedis:
         client: AsyncRedis = redis.asyncio.cluster.RedisCluster(**_cluster_kwargs(settings))
         await client.initialize()
         return client
-    return redis.asyncio.Redis(**_standalone_kwargs(settings))
+    return _standalone_async(settings)
 
 
 def is_cluster(client: Any) -> bool:
@@ -83,7 +147,6 @@ def is_cluster(client: Any) -> bool:
 _NODE_CONNECTION_KEYS = (
     "username",
     "password",
-    "ssl",
     "ssl_ca_certs",
     "ssl_certfile",
     "ssl_keyfile",
@@ -92,15 +155,25 @@ _NODE_CONNECTION_KEYS = (
     "socket_connect_timeout",
     "socket_timeout",
     "credential_provider",
+    "client_name",
 )
 
 
 def node_client_async(node: Any) -> redis.asyncio.Redis:
     """A plain asyncio client of one cluster node (an asyncio ClusterNode), with the same
-    credentials and TLS settings, for commands that must stay on one connection (sharded
-    pub/sub, WAIT after a write)."""
+    credentials, TLS settings and connection limit, for per-primary batches and commands that
+    must stay on one connection (sharded pub/sub, WAIT after a write).  Its pool waits for a
+    free connection (:data:`POOL_WAIT`) rather than failing a burst."""
     kwargs = {k: v for k, v in node.connection_kwargs.items() if k in _NODE_CONNECTION_KEYS}
-    return redis.asyncio.Redis(host=node.host, port=node.port, **kwargs)
+    pool = redis.asyncio.BlockingConnectionPool(
+        host=node.host,
+        port=node.port,
+        max_connections=node.max_connections,
+        timeout=POOL_WAIT,
+        connection_class=node.connection_class,
+        **kwargs,
+    )
+    return redis.asyncio.Redis.from_pool(pool)
 
 
 def as_text(value: Any) -> str:

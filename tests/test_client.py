@@ -9,6 +9,8 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
+import redis
+import redis.cluster
 from helpers import (
     FAST_WORKER,
     Runner,
@@ -409,3 +411,79 @@ def test_job_id_routing_is_stable(client: Client, queue: str) -> None:
         job_id = job_id_in(p, 32)
         assert client.enqueue_detailed(queue, JobRequest("t", job_id=job_id)).partition == p
         assert client.get(queue, job_id).partition == p  # type: ignore[union-attr]
+
+
+def test_a_burst_larger_than_the_pool_waits_for_connections(url: str, queue: str) -> None:
+    """300 concurrent asyncio calls, and 16 threads on one sync client, through pools of 4
+    connections: every call waits for a free connection.  redis-py's default pools fail such a
+    burst at once ("Too many connections"): a worker settling a few hundred failures together
+    met that, and only its resends hid it.  Calls go through the transport, which does not
+    retry, so any such error shows; the connections opened stay within the limit."""
+    import asyncio
+
+    from shardq.aio import AsyncClient
+    from shardq.config import ProducerSettings, RedisSettings
+    from shardq.store import producer, transport
+
+    settings = RedisSettings.from_url(url, max_connections=4, client_name=queue)
+    with Client(settings) as sync:
+        sync.create_queue(queue, 8)
+        errors: list[BaseException] = []
+
+        def produce(k: int) -> None:
+            for i in range(20):
+                request = JobRequest("t", i, job_id=f"s-{k}-{i}")
+                op = producer.prepare_enqueue(queue, 8, request, ProducerSettings()).op()
+                try:
+                    transport.run(sync.redis, op)
+                except Exception as exc:
+                    errors.append(exc)
+
+        threads = [threading.Thread(target=produce, args=(k,)) for k in range(16)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert errors == [], errors[:3]
+
+    async def burst() -> tuple[list[object], int]:
+        async with await AsyncClient.from_url(settings) as client:
+            ops = [
+                producer.prepare_enqueue(
+                    queue, 8, JobRequest("t", i, job_id=f"a-{i}"), ProducerSettings()
+                ).op()
+                for i in range(300)
+            ]
+            results = await asyncio.gather(
+                *(client.transport.run(op) for op in ops), return_exceptions=True
+            )
+            peak = 0
+            for node in _primaries(url):
+                with node:
+                    names = [c.get("name") for c in node.client_list()]
+                peak = max(peak, names.count(queue))
+            return results, peak
+
+    results, peak = asyncio.run(burst())
+    assert [r for r in results if isinstance(r, BaseException)] == []
+    # 4 per node for the transport's per-primary pools, a few for the cluster client's own.
+    assert 0 < peak <= 4 + 4, f"{peak} connections on one node"
+    with Client.from_url(url) as check:
+        for name in [f"s-{k}-{i}" for k in range(16) for i in range(20)] + [
+            f"a-{i}" for i in range(300)
+        ]:
+            assert check.get(queue, name) is not None, name
+
+
+def _primaries(url: str) -> list[redis.Redis]:
+    from shardq.config import RedisSettings
+    from shardq.connection import connect
+
+    probe = connect(RedisSettings.from_url(url))
+    try:
+        if isinstance(probe, redis.cluster.RedisCluster):
+            return [redis.Redis(host=n.host, port=n.port) for n in probe.get_primaries()]
+        host, port = RedisSettings.from_url(url).host_port()
+        return [redis.Redis(host=host, port=port)]
+    finally:
+        probe.close()
