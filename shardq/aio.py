@@ -20,7 +20,6 @@ from shardq.runtime import redis_config
 from shardq.schedules import AsyncSchedules
 from shardq.store import faults, keys, producer, retry
 from shardq.store.op import Op
-from shardq.store.producer import PreparedEnqueue
 from shardq.store.transport import AsyncTransport
 
 T = TypeVar("T")
@@ -183,7 +182,10 @@ class AsyncClient:
         if not durable:
             return await self._run(prepared.op(), what=f"enqueue of job {prepared.job_id}")
         try:
-            return (await self._bulk([prepared], durable=True))[0]
+            run = BulkRun([prepared], self.settings)
+            deadline = time.monotonic() + self.settings.retry_timeout
+            await self._bulk(run, durable=True, deadline=deadline)
+            return run.outcome()[0]
         except BulkEnqueueError as exc:
             raise next(iter(exc.failed.values())) from None
 
@@ -208,15 +210,20 @@ class AsyncClient:
     ) -> list[EnqueueResult]:
         partitions = await self.partitions(queue)
         prepared = producer.prepare_many(queue, partitions, requests, self.settings)
-        results: list[EnqueueResult] = []
-        for start in range(0, len(prepared), chunk):
-            results.extend(await self._bulk(prepared[start : start + chunk], durable=durable))
-        return results
+        # One retry window for the whole call, and one error covering every chunk (see
+        # shardq.Client.enqueue_many): a later chunk is never left unsent or unreported.
+        deadline = time.monotonic() + self.settings.retry_timeout
+        runs = [
+            BulkRun(prepared[start : start + chunk], self.settings)
+            for start in range(0, len(prepared), chunk)
+        ]
+        for run in runs:
+            await self._bulk(run, durable=durable, deadline=deadline)
+        return BulkRun.merged(runs, self.settings).outcome()
 
-    async def _bulk(self, prepared: list[PreparedEnqueue], *, durable: bool) -> list[EnqueueResult]:
-        run = BulkRun(prepared, self.settings)
+    async def _bulk(self, run: BulkRun, *, durable: bool, deadline: float) -> None:
+        """Rounds until every call of ``run`` is settled or ``deadline`` passes."""
         s = self.settings
-        deadline = time.monotonic() + s.retry_timeout
         attempt = 0
         while run.pending:
             calls = run.pending
@@ -241,7 +248,6 @@ class AsyncClient:
                 if not faults.is_transient(exc):
                     raise
             await asyncio.sleep(retry.pause(attempt))
-        return run.outcome()
 
     async def cancel(self, queue: str, job_id: str) -> bool:
         """See :meth:`shardq.Client.cancel`."""

@@ -38,7 +38,12 @@ def unknown_queue(queue: str) -> UnknownQueueError:
     )
 
 
-def not_durable(job_ids: list[str], acked: int, settings: ProducerSettings) -> NotDurableError:
+def not_durable(
+    job_ids: list[str],
+    acked: int,
+    settings: ProducerSettings,
+    results: list[EnqueueResult] | None = None,
+) -> NotDurableError:
     return NotDurableError(
         f"{', '.join(job_ids[:5])}{' ...' if len(job_ids) > 5 else ''}: stored on the primary "
         f"but only {acked} of {settings.durable_replicas} replica(s) confirmed within "
@@ -46,6 +51,7 @@ def not_durable(job_ids: list[str], acked: int, settings: ProducerSettings) -> N
         "replicating it; resending with the same idempotency_key or job_id is safe. Check that "
         "the partition's primary has a replica in sync (after a failover it may have none).",
         job_ids,
+        list(results or []),
     )
 
 
@@ -63,6 +69,21 @@ class BulkRun:
         self.short: list[str] = []  # stored, but fewer replicas confirmed than asked
         self.pending: list[BulkCall] = producer.plan_bulk(prepared)
         self.last_error: dict[int, BaseException] = {}
+
+    @classmethod
+    def merged(cls, runs: list[BulkRun], settings: ProducerSettings) -> BulkRun:
+        """One run holding several chunks' outcomes, request indexes in call order: a call
+        split into chunks reports every chunk in one error, not just the first that failed."""
+        if len(runs) == 1:
+            return runs[0]
+        whole = cls([], settings)
+        for run in runs:
+            offset = len(whole.prepared)
+            whole.prepared.extend(run.prepared)
+            whole.results.extend(run.results)
+            whole.failed.update({offset + i: exc for i, exc in run.failed.items()})
+            whole.short.extend(run.short)
+        return whole
 
     def settle(
         self,
@@ -112,9 +133,10 @@ class BulkRun:
                 dict(self.failed),
                 [self.prepared[i].with_id() for i in sorted(self.failed)],
             )
+        done = [r for r in self.results if r is not None]
         if self.short:
-            raise not_durable(self.short, 0, self.settings)
-        return [r for r in self.results if r is not None]
+            raise not_durable(self.short, 0, self.settings, done)
+        return done
 
 
 class Client:
@@ -289,7 +311,9 @@ class Client:
         if not durable:
             return self._run(prepared.op(), what=f"enqueue of job {prepared.job_id}")  # type: ignore[no-any-return]
         try:
-            return self._bulk(BulkRun([prepared], self.settings), durable=True)[0]
+            run = BulkRun([prepared], self.settings)
+            self._bulk(run, durable=True, deadline=time.monotonic() + self.settings.retry_timeout)
+            return run.outcome()[0]
         except BulkEnqueueError as exc:
             raise next(iter(exc.failed.values())) from None
 
@@ -321,15 +345,19 @@ class Client:
     ) -> list[EnqueueResult]:
         partitions = self.partitions(queue)
         prepared = producer.prepare_many(queue, partitions, requests, self.settings)
-        results: list[EnqueueResult] = []
         chunks = [prepared[start : start + chunk] for start in range(0, len(prepared), chunk)]
+        # One retry window for the whole call: with Redis down, a call of many chunks gives
+        # up after retry_timeout, not once per chunk.
+        deadline = time.monotonic() + self.settings.retry_timeout
         if durable:
             runs = [BulkRun(c, self.settings) for c in chunks]
         else:
             runs = self._first_rounds(chunks)
+        # Every chunk is finished (or given up) before any error is raised, and the error
+        # covers them all: a later chunk is never left unsent or unreported.
         for run in runs:
-            results.extend(self._bulk(run, durable=durable))
-        return results
+            self._bulk(run, durable=durable, deadline=deadline)
+        return BulkRun.merged(runs, self.settings).outcome()
 
     def _first_rounds(self, chunks: list[list[PreparedEnqueue]]) -> list[BulkRun]:
         """Each chunk's first round, written before the previous chunk's replies are read: Redis
@@ -352,10 +380,10 @@ class Client:
         replies, _ = sent.read()
         run.settle(calls, transport.complete(self.redis, [c.op for c in calls], replies))
 
-    def _bulk(self, run: BulkRun, *, durable: bool) -> list[EnqueueResult]:
-        """Rounds until every call of ``run`` is settled or the retry window runs out."""
+    def _bulk(self, run: BulkRun, *, durable: bool, deadline: float) -> None:
+        """Rounds until every call of ``run`` is settled or ``deadline`` (monotonic) passes;
+        ``run.outcome()`` then says what was stored."""
         s = self.settings
-        deadline = time.monotonic() + s.retry_timeout
         attempt = 0
         while run.pending:
             calls = run.pending
@@ -376,7 +404,6 @@ class Client:
                 break
             retry.refresh_sync(self.redis)
             time.sleep(retry.pause(attempt))
-        return run.outcome()
 
     def cancel(self, queue: str, job_id: str) -> bool:
         """Cancel a job that has not started: True if cancelled, False if there is no such job.

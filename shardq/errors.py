@@ -77,12 +77,17 @@ class NotDurableError(ShardqError):
     """A durable enqueue was stored on the primary but not confirmed by enough replicas in time.
 
     The job exists and will run unless that primary fails before replicating it; resending
-    with the same idempotency key (or job id) is safe.
+    with the same idempotency key (or job id) is safe.  ``job_ids`` are the jobs not confirmed;
+    from ``enqueue_many``, ``results`` has every request's :class:`~shardq.EnqueueResult` (all
+    were stored), so the ids it generated are not lost with the error.
     """
 
-    def __init__(self, message: str, job_ids: list[str] | None = None) -> None:
+    def __init__(
+        self, message: str, job_ids: list[str] | None = None, results: list[object] | None = None
+    ) -> None:
         super().__init__(message)
         self.job_ids = job_ids or []
+        self.results = results or []
 
 
 class ScriptError(ShardqError):

@@ -487,3 +487,41 @@ def _primaries(url: str) -> list[redis.Redis]:
         return [redis.Redis(host=host, port=port)]
     finally:
         probe.close()
+
+
+def test_enqueue_many_reports_every_chunk_when_one_fails(url: str, queue: str) -> None:
+    """A refusal in the first chunk of a call split in chunks: the error covers every chunk
+    (stored results in request order, the failed index, retry requests), and the later chunks
+    are sent and stored, not dropped with the first chunk's error (sync and asyncio)."""
+    import asyncio
+
+    from shardq.aio import AsyncClient
+    from shardq.errors import BulkEnqueueError
+
+    with Client.from_url(url) as client:
+        client.create_queue(queue, 8)
+        client.enqueue(queue, "t", None, job_id="taken-sync")
+        client.enqueue(queue, "t", None, job_id="taken-async")
+
+        def requests(taken: str) -> list[JobRequest]:
+            reqs = [JobRequest("t", i, delay=60) for i in range(9)]
+            reqs[1] = JobRequest("t", 1, job_id=taken, delay=60)
+            return reqs
+
+        with pytest.raises(BulkEnqueueError) as sync_error:
+            client.enqueue_many(queue, requests("taken-sync"), chunk=3)
+
+        async def go() -> BulkEnqueueError:
+            async with await AsyncClient.from_url(url) as producer:
+                try:
+                    await producer.enqueue_many(queue, requests("taken-async"), chunk=3)
+                except BulkEnqueueError as exc:
+                    return exc
+            raise AssertionError("no BulkEnqueueError")
+
+        for exc in (sync_error.value, asyncio.run(go())):
+            assert len(exc.results) == 9 and list(exc.failed) == [1]
+            assert isinstance(exc.failed[1], DuplicateJobError), exc.failed
+            assert exc.results[1] is None and len(exc.stored) == 8
+            for job_id in exc.stored:
+                assert client.get(queue, job_id) is not None

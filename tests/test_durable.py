@@ -97,3 +97,29 @@ def test_one_stalled_replica_does_not_stall_other_partitions(cluster_url: str, q
             assert time.monotonic() - t0 < settings.durable_timeout  # not held up by the stall
         finally:
             os.kill(pid, signal.SIGCONT)
+
+
+def test_durable_enqueue_many_without_replica_keeps_every_id(
+    standalone_url: str, queue: str
+) -> None:
+    """NotDurableError from enqueue_many carries every request's result: the jobs were stored,
+    and the ids generated for them are not lost with the error (sync and asyncio)."""
+    requests = [JobRequest("t", i, delay=60) for i in range(7)]
+    with Client.from_url(standalone_url, SETTINGS) as client:
+        client.create_queue(queue, 4)
+        with pytest.raises(NotDurableError) as e:
+            client.enqueue_many(queue, requests, chunk=3, durable=True)
+
+        async def go() -> NotDurableError:
+            async with await AsyncClient.from_url(standalone_url, SETTINGS) as producer:
+                try:
+                    await producer.enqueue_many(queue, requests, chunk=3, durable=True)
+                except NotDurableError as exc:
+                    return exc
+            raise AssertionError("no NotDurableError")
+
+        for exc in (e.value, asyncio.run(go())):
+            ids = [r.job_id for r in exc.results]  # type: ignore[attr-defined]
+            assert len(set(ids)) == 7 and sorted(exc.job_ids) == sorted(ids)
+            for job_id in ids:
+                assert client.get(queue, job_id) is not None

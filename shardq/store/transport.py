@@ -243,9 +243,16 @@ class Sent:
         :func:`send_and_read`); a node that lacked the library gets it and its batch again."""
         missing = self._read_sent()
         if missing:
-            for node_client, _ in missing:
-                load_library(node_client)
-            self.write(missing)
+            again: list[tuple[Any, list[int]]] = []
+            for node_client, indexes in missing:
+                try:
+                    load_library(node_client)
+                except Exception as exc:  # reported per call: the caller decides on resends
+                    for i in indexes:
+                        self.replies[i] = exc
+                    continue
+                again.append((node_client, indexes))
+            self.write(again)
             self._read_sent()
         return self.replies, self.acked
 
