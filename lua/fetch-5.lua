@@ -14,8 +14,10 @@ ARGV[1] consumer group
 ARGV[2] consumer (worker) name
 ARGV[3] max entries to read
 
-Returns {now ms, entry id, job id, due ms, attempt, body, ...} (5 fields per job; none while
-the partition is paused)
+Returns {now ms, entry id, job id, due ms, attempt, body, reserved, ...} (6 fields per job;
+none while the partition is paused).  reserved is 1 for a job a rate limit deferred to a start
+it reserved for it (envelope state L, lua/defer-4.lua): the worker runs it without asking the
+limit again; else 0.
   {-10, key, found, expected}         E_WRONG_TYPE: a key was overwritten outside shardq
   {-11, argv index, value, lo, hi}    E_BAD_ARGUMENT
 Every check comes before the first write: a refused call writes nothing.
@@ -65,6 +67,7 @@ for _, entry in ipairs(r[1][2]) do
     out[#out + 1] = finite_due(due)
     out[#out + 1] = attempt
     out[#out + 1] = body
+    out[#out + 1] = (state == 'L') and 1 or 0
   end
 end
 return out

@@ -50,6 +50,9 @@ if not redis.call('ZSCORE', KEYS[1], id) then
   return {-5, id}
 end
 redis.call('ZADD', KEYS[1], 'XX', due, id)
+-- A start a rate limit reserved (state L) is for the old time: at the new one, ask again.
+local v = redis.call('HGET', KEYS[2], id)
+if v and string.sub(v, 1, 1) == 'L' then redis.call('HSET', KEYS[2], id, 'S' .. string.sub(v, 2)) end
 if redis.call('ZRANGE', KEYS[1], 0, 0)[1] == id then
   redis.call('SPUBLISH', ARGV[6], due)
 end

@@ -8,6 +8,7 @@ from shardq.dispatcher import Dispatcher
 from shardq.errors import PermanentError, RetryAfter, ShardqError
 from shardq.inspector import AsyncInspector, Inspector
 from shardq.jobs import Backoff, EnqueueResult, Job, JobInfo, JobRequest
+from shardq.limits import RateLimit
 from shardq.worker import Worker, inline
 
 __all__ = [
@@ -24,6 +25,7 @@ __all__ = [
     "JobRequest",
     "PermanentError",
     "ProducerSettings",
+    "RateLimit",
     "RedisSettings",
     "RetryAfter",
     "ShardqError",

@@ -44,7 +44,9 @@ PARTITION_KINDS: tuple[str, ...] = (
     *("jobs", "due", "ready", "dead", "lease", "fence", "stats", "errors", "idem"),
     *SCHEDULE_KINDS,
 )
-QUEUE_KINDS = ("meta", "dispatchers", "drain", "workers", "workers:drain", "owners")
+QUEUE_KINDS = ("meta", "dispatchers", "drain", "workers", "workers:drain", "owners", "limits")
+# Rate limits' state, one key per limit on its own slot: {sq:<queue>:limit:<name>}:limit.
+LIMIT_KINDS = ("limit",)
 
 MEMBERS = ("+zremrangebyscore", "+zrem", "+zadd", "+zrange", "+zscore", "+smembers", "+srem")
 
@@ -104,6 +106,9 @@ GRANTS: dict[str, tuple[Grant, ...]] = {
         Grant(("dead",), ("+xadd",)),
         Grant(("due",), ("+zadd", "+zrange")),
         Grant(("stats",), ("+hincrby", "+hset", "+hget")),
+        # rate limits: read the queue's limits, reserve starts (limit-take), defer (defer)
+        Grant(("limits",), ("+hgetall",), read_only=True),
+        Grant(("limit",), ("+get", "+set")),
     ),
 }
 # The operator runs the tools (queue create, job, dlq, owners, rebalance, stats): everything
@@ -122,7 +127,8 @@ GRANTS["operator"] = (
     # the inspector: listing (HSCAN of failed jobs), pause flags, deleting a queue
     Grant(("errors",), ("+hscan",), read_only=True),
     Grant(("stats",), ("+hdel",)),
-    Grant(PARTITION_KINDS + QUEUE_KINDS, ("+unlink",)),
+    Grant(("limits",), ("+hset", "+hdel")),  # shardq limit set / remove
+    Grant(PARTITION_KINDS + QUEUE_KINDS + LIMIT_KINDS, ("+unlink",)),
 )
 # The admin loads the functions library and moves slots between primaries (MIGRATE moves every
 # key of a slot, so its keys are all keys).
@@ -158,6 +164,8 @@ def key_patterns(kind: str, queues: Sequence[str]) -> list[str]:
             out.append(f"{{sq:{q}:*}}:idem:*" if kind == "idem" else f"{{sq:{q}:*}}:{kind}")
         elif kind in QUEUE_KINDS:
             out.append(f"{{sq:{q}}}:{kind}")
+        elif kind in LIMIT_KINDS:
+            out.append(f"{{sq:{q}:limit:*}}:{kind}")
         else:
             raise ValueError(f"unknown key kind {kind!r}")
     return out

@@ -14,11 +14,13 @@ from shardq import tracing
 from shardq.client import BulkRun, unknown_queue
 from shardq.config import ProducerSettings, RedisSettings
 from shardq.connection import AsyncRedis, as_text, connect_async
-from shardq.errors import BulkEnqueueError
+from shardq.errors import BulkEnqueueError, InvalidLimitError
 from shardq.jobs import Backoff, EnqueueResult, JobInfo, JobRequest, check_queue_name
+from shardq.limits import RateLimit
 from shardq.runtime import redis_config
 from shardq.schedules import AsyncSchedules
 from shardq.store import faults, keys, producer, retry
+from shardq.store import limits as store_limits
 from shardq.store.op import Op
 from shardq.store.transport import AsyncTransport
 
@@ -135,6 +137,38 @@ class AsyncClient:
         )
         return sorted(as_text(q) for q in members)
 
+    # rate limits ---------------------------------------------------------------------------
+
+    async def set_limit(self, queue: str, limit: RateLimit) -> None:
+        """See :meth:`shardq.Client.set_limit`."""
+        if not isinstance(limit, RateLimit):
+            raise InvalidLimitError(
+                "set_limit takes a shardq.RateLimit: limits.for_type(...) or limits.for_key(...)"
+            )
+        await self.partitions(queue)
+        await self._retry(
+            lambda: self.redis.hset(keys.limits_key(queue), limit.name, limit.to_json()),  # type: ignore[arg-type,return-value]
+            what=f"setting limit {limit.name}",
+        )
+
+    async def limits(self, queue: str) -> list[RateLimit]:
+        """See :meth:`shardq.Client.limits`."""
+        await self.partitions(queue)
+        raw = await self._retry(
+            lambda: self.redis.hgetall(keys.limits_key(queue)),  # type: ignore[arg-type,return-value]
+            what=f"reading limits of {queue!r}",
+        )
+        return store_limits.parse_table(raw)
+
+    async def remove_limit(self, queue: str, name: str) -> bool:
+        """See :meth:`shardq.Client.remove_limit`."""
+        await self.partitions(queue)
+        removed = await self._retry(
+            lambda: self.redis.hdel(keys.limits_key(queue), name),  # type: ignore[arg-type,return-value]
+            what=f"removing limit {name}",
+        )
+        return bool(removed)
+
     async def enqueue(
         self,
         queue: str,
@@ -149,6 +183,7 @@ class AsyncClient:
         backoff: Backoff | None = None,
         headers: dict[str, str] | None = None,
         durable: bool = False,
+        limit_key: str | None = None,
     ) -> str:
         """See :meth:`shardq.Client.enqueue`."""
         request = JobRequest(
@@ -161,6 +196,7 @@ class AsyncClient:
             max_attempts,
             backoff,
             headers,
+            limit_key,
         )
         return (await self.enqueue_detailed(queue, request, durable=durable)).job_id
 

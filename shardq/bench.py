@@ -112,6 +112,7 @@ def delete_queue(redis: SyncRedis, queue: str, partitions: int) -> None:
         keys.workers_key(queue),
         keys.drain_key(queue),
         keys.owners_key(queue),
+        keys.limits_key(queue),
     ):
         redis.delete(key)
     redis.srem(keys.QUEUES_KEY, queue)

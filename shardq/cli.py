@@ -28,6 +28,7 @@ from shardq.cli_common import (
 )
 from shardq.cli_dev import dev
 from shardq.cli_jobs import enqueue, job, queue
+from shardq.cli_limits import limit
 from shardq.cli_ops import dlq, owners, rebalance, stats
 from shardq.cli_params import LOG_LEVELS
 from shardq.cli_schedules import schedule
@@ -84,6 +85,7 @@ for _command in (
     acl_group,
     functions_group,
     web,
+    limit,
 ):
     main.add_command(_command)
 

@@ -199,6 +199,11 @@ def enqueue_row(result: EnqueueResult, idempotency_key: str | None) -> dict[str,
     is_flag=True,
     help="Return only once --durable-replicas replicas hold the job (WAIT).",
 )
+@click.option(
+    "--limit-key",
+    default=None,
+    help="Put the job under this key's rate limit (shardq limit set --key), e.g. an API host.",
+)
 @JSON_OPTION
 @settings_options(ProducerSettings, "SHARDQ_PRODUCER_")
 @redis_options
@@ -216,6 +221,7 @@ def enqueue(
     backoff_cap: float | None,
     headers: tuple[tuple[str, str], ...],
     durable: bool,
+    limit_key: str | None,
     as_json: bool,
     **limits: Any,
 ) -> None:
@@ -244,6 +250,7 @@ def enqueue(
         max_attempts=max_attempts,
         backoff=policy,
         headers=dict(headers) if headers else None,
+        limit_key=limit_key,
     )
     with _producer(limits) as client:
         result = client.enqueue_detailed(queue_name, request, durable=durable)
@@ -299,6 +306,7 @@ def render_job(info: JobInfo) -> str:
             ("attempt", info.attempt),
             ("max attempts", attempts),
             ("idempotency key", info.idempotency_key),
+            ("limit key", info.limit_key),
             ("payload", payload if len(payload) <= 2000 else payload[:2000] + " ..."),
             ("last error", info.last_error),
         ]

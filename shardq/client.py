@@ -19,14 +19,17 @@ from shardq.config import ProducerSettings, RedisSettings
 from shardq.connection import SyncRedis, as_text, connect
 from shardq.errors import (
     BulkEnqueueError,
+    InvalidLimitError,
     NotDurableError,
     ShardqError,
     UnknownQueueError,
 )
 from shardq.jobs import Backoff, EnqueueResult, JobInfo, JobRequest, check_queue_name
+from shardq.limits import RateLimit
 from shardq.runtime import redis_config
 from shardq.schedules import Schedules
 from shardq.store import faults, keys, producer, retry, transport
+from shardq.store import limits as store_limits
 from shardq.store.op import Op, result
 from shardq.store.producer import BulkCall, Outcome, PreparedEnqueue
 
@@ -258,6 +261,37 @@ class Client:
         members = self._run_plain(lambda: self.redis.smembers(keys.QUEUES_KEY), "listing")
         return sorted(as_text(q) for q in members)
 
+    # rate limits ---------------------------------------------------------------------------
+
+    def set_limit(self, queue: str, limit: RateLimit) -> None:
+        """Create or replace a rate limit of ``queue`` (see shardq.limits); workers apply it
+        within ``limits_refresh`` seconds."""
+        if not isinstance(limit, RateLimit):
+            raise InvalidLimitError(
+                "set_limit takes a shardq.RateLimit: limits.for_type(...) or limits.for_key(...)"
+            )
+        self.partitions(queue)  # an unknown queue is refused before anything is written
+        self._run_plain(
+            lambda: self.redis.hset(keys.limits_key(queue), limit.name, limit.to_json()),
+            f"setting limit {limit.name}",
+        )
+
+    def limits(self, queue: str) -> list[RateLimit]:
+        """The rate limits of ``queue``, by name."""
+        self.partitions(queue)
+        raw = self._run_plain(
+            lambda: self.redis.hgetall(keys.limits_key(queue)), f"reading limits of {queue!r}"
+        )
+        return store_limits.parse_table(raw)
+
+    def remove_limit(self, queue: str, name: str) -> bool:
+        """Remove the limit ``type:<job type>`` or ``key:<limit key>``; False if there was none."""
+        self.partitions(queue)
+        removed = self._run_plain(
+            lambda: self.redis.hdel(keys.limits_key(queue), name), f"removing limit {name}"
+        )
+        return bool(removed)
+
     # jobs ---------------------------------------------------------------------------------
 
     def enqueue(
@@ -274,12 +308,14 @@ class Client:
         backoff: Backoff | None = None,
         headers: dict[str, str] | None = None,
         durable: bool = False,
+        limit_key: str | None = None,
     ) -> str:
         """Enqueue one job to run now, at ``run_at`` or after ``delay`` seconds; return its id.
 
         With ``idempotency_key``, a repeat returns the first job's id and writes nothing.
         With ``durable=True`` it returns only once ``durable_replicas`` replicas hold the job
-        (WAIT on the connection that wrote), else raises NotDurableError.
+        (WAIT on the connection that wrote), else raises NotDurableError.  With ``limit_key``
+        the job is under that key's rate limit (:meth:`set_limit`), as well as its type's.
         """
         request = JobRequest(
             job_type,
@@ -291,6 +327,7 @@ class Client:
             max_attempts,
             backoff,
             headers,
+            limit_key,
         )
         return self.enqueue_detailed(queue, request, durable=durable).job_id
 

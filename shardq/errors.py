@@ -24,6 +24,10 @@ class InvalidJobError(ShardqError, ValueError):
     """The job as given cannot be enqueued (bad payload, type, id or option)."""
 
 
+class InvalidLimitError(ShardqError, ValueError):
+    """A rate limit as given cannot be kept (a zero or negative rate, a bad period or name)."""
+
+
 class PayloadNotSerializableError(InvalidJobError):
     """The payload contains something JSON (orjson) cannot encode."""
 

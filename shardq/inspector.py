@@ -559,6 +559,8 @@ def queue_key_names(queue: str) -> list[str]:
         keys.workers_drain_key(queue),
         keys.drain_key(queue),
         keys.owners_key(queue),
+        # (each limit's state key expires once its reservations are past)
+        keys.limits_key(queue),
     ]
 
 

@@ -171,6 +171,7 @@ def encode_body(
     idempotency_key: str | None,
     headers: dict[str, str] | None,
     settings: ProducerSettings,
+    limit_key: str | None = None,
 ) -> bytes:
     """Validate a job and build its stored JSON body.  Raises before anything is written.
 
@@ -182,6 +183,7 @@ def encode_body(
         and backoff is None
         and idempotency_key is None
         and headers is None
+        and limit_key is None
         and type(job_type) is str
         and job_type in _VALID_TYPES  # only valid type strings are ever added
     ):
@@ -222,6 +224,13 @@ def encode_body(
             )
         if headers:
             body["h"] = headers
+    if limit_key is not None:
+        from shardq.limits import check_limit_key
+
+        try:
+            body["l"] = check_limit_key(limit_key)
+        except ValueError as exc:
+            raise InvalidJobError(str(exc)) from None
     try:
         data = orjson.dumps([job_type, payload, body] if body else [job_type, payload])
     except (TypeError, orjson.JSONEncodeError) as exc:
@@ -307,6 +316,8 @@ class Job:
     backoff: Backoff | None = None
     fetched_redis_ms: int = 0
     fetched_monotonic: float = 0.0
+    limit_key: str | None = None
+    """The key its producer set for rate limits (shardq.limits), if any."""
 
     def redis_now_ms(self, monotonic_now: float) -> float:
         """The Redis clock now, extrapolated from when this job was fetched."""
@@ -330,6 +341,7 @@ class JobRequest:
     max_attempts: int | None = None
     backoff: Backoff | None = None
     headers: dict[str, str] | None = None
+    limit_key: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -358,6 +370,7 @@ class JobInfo:
     due_ms: int | None
     last_error: str | None
     idempotency_key: str | None
+    limit_key: str | None = None
 
 
 def decode_body(raw: bytes | str) -> dict[str, Any]:

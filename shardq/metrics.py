@@ -61,6 +61,7 @@ COUNTERS = (
     "cancelled",
     "reclaimed",
     "malformed",
+    "deferred",
 )
 LATENESS_BUCKETS = (
     0.001,
@@ -209,6 +210,13 @@ SCRIPT_ERRORS = Counter(
     "Script calls that failed, by script (promote, fetch, ack, fail, reclaim, trim, "
     "lease-acquire, lease-renew) and error class.",
     ["queue", "script", "error"],
+)
+
+JOBS_DEFERRED = Counter(
+    "shardq_worker_deferred_total",
+    "Fetched jobs a rate limit held back (put back in due until the limit's next free start, "
+    "no attempt used), by limit (type:<job type> or key:<limit key>).",
+    ["queue", "limit"],
 )
 
 MALFORMED = Counter(

@@ -20,12 +20,14 @@ from typing import Any
 
 import pytest
 
+from shardq import limits
 from shardq.client import Client
 from shardq.config import ProducerSettings
 from shardq.errors import CorruptKeyError, ScriptArgumentError
 from shardq.jobs import JobRequest
 from shardq.schedules import make_definition
 from shardq.store import delivery, fleet, inspect, keys, producer, transport
+from shardq.store import limits as store_limits
 from shardq.store import schedules as sched
 from shardq.store.loader import lua_dir
 from shardq.store.op import Op
@@ -167,6 +169,8 @@ OPS: dict[str, Callable[[State], Op[Any]]] = {
     ),
     "schedule-read": lambda s: sched.read(s.pk, "scan", "0", 10),
     "schedule-fire": _schedule_fire,
+    "limit-take": lambda s: store_limits.take(s.queue, limits.for_type("t", 10), 3),
+    "defer": lambda s: store_limits.defer(s.pk, [(s.pending_entry, s.pending_id, 10**13)]),
 }
 
 KEY_LINE = re.compile(r"^KEYS\[(\d+)\]\s+(\S+)\s+(\S+)", re.M)

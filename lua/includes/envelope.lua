@@ -1,6 +1,7 @@
 -- A job envelope in the jobs hash is '<state><attempt>|<json body>'.
 --   state: S = waiting (due set or ready stream, not started), A = active (held by a worker),
---          D = dead (in the dead-letter stream)
+--          D = dead (in the dead-letter stream), L = waiting for the start a rate limit
+--          reserved for it (lua/defer-4.lua): otherwise as S
 --   attempt: how many times a worker has started it.
 -- Scripts rewrite the short header and never parse the body, so payloads pass through untouched.
 -- split_envelope(v) returns state, attempt, body; or nil when v is not an envelope.

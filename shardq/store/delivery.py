@@ -25,6 +25,8 @@ class Delivered(NamedTuple):
     attempt: int
     body: bytes
     deliveries: int
+    reserved: bool = False
+    """A rate limit deferred it to a start reserved for it: run it without asking again."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,8 +49,8 @@ def _due(value: Any) -> int | None:
 def _parse_fetch(reply: Any) -> Batch:
     r = check(reply)
     jobs = [
-        Delivered(r[i], r[i + 1], _due(r[i + 2]), int(r[i + 3]), r[i + 4], 1)
-        for i in range(1, len(r) - 4, 5)
+        Delivered(r[i], r[i + 1], _due(r[i + 2]), int(r[i + 3]), r[i + 4], 1, r[i + 5] == 1)
+        for i in range(1, len(r) - 5, 6)
     ]
     return Batch(int(r[0]), jobs)
 

@@ -76,6 +76,19 @@ def queue_meta_key(queue: str) -> str:
     return f"{{sq:{queue}}}:meta"
 
 
+def limits_key(queue: str) -> str:
+    """Hash of a queue's rate limits: limit name (``type:<job type>`` or ``key:<limit key>``)
+    -> its JSON definition (shardq.limits)."""
+    return f"{{sq:{queue}}}:limits"
+
+
+def limit_state_key(queue: str, name: str) -> str:
+    """String holding one rate limit's next free start time (GCRA), on a slot of its own: each
+    limit's state lives where its name hashes, so the limits of a queue spread over the
+    primaries and none sits with a partition's hot keys."""
+    return f"{{sq:{queue}:limit:{name}}}:limit"
+
+
 def dispatchers_key(queue: str) -> str:
     """Sorted set of live dispatchers, scored by heartbeat expiry (ms, Redis clock)."""
     return f"{{sq:{queue}}}:dispatchers"

@@ -138,6 +138,7 @@ def prepare_enqueue(
         idempotency_key=req.idempotency_key,
         headers=req.headers,
         settings=settings,
+        limit_key=req.limit_key,
     )
     pk = keys.partition_keys(queue, partition, partitions)
     return PreparedEnqueue(req, job_id, partition, pk, body, schedule, settings)
@@ -171,6 +172,7 @@ def prepare_many(
             idempotency_key=None,
             headers=req.headers,
             settings=settings,
+            limit_key=req.limit_key,
         )
         append(PreparedEnqueue(req, job_id, partition, pks[partition], body, schedule, settings))
     return out
@@ -327,6 +329,7 @@ def get(queue: str, partitions: int, job_id: str) -> Op[JobInfo | None]:
             due_ms=int(float(due)) if due is not None else None,
             last_error=as_text(error) if error is not None else None,
             idempotency_key=body.get("k"),
+            limit_key=body.get("l"),
         )
 
     return op("get", [pk.jobs, pk.due, pk.errors], [job_id], parse)

@@ -27,6 +27,7 @@ from shardq.errors import HandlerTimeoutError, PermanentError, UnknownJobTypeErr
 from shardq.jobs import Backoff, Job, decode_body
 from shardq.store.delivery import Delivered
 from shardq.worker.inflight import Delivery, InFlight, WorkerStats
+from shardq.worker.limiter import Limiter
 from shardq.worker.settler import Settler
 
 log = logging.getLogger("shardq.worker")
@@ -114,6 +115,9 @@ def build_job(
         key = body.get("k")
         if key is not None and not isinstance(key, str):
             raise ValueError("idempotency key is not a string")
+        limit_key = body.get("l")
+        if limit_key is not None and not isinstance(limit_key, str):
+            raise ValueError("limit key is not a string")
     except Exception as exc:
         raise MalformedJobError(f"stored job cannot be read: {type(exc).__name__}: {exc}") from None
     return Job(
@@ -131,6 +135,7 @@ def build_job(
         backoff=backoff,
         fetched_redis_ms=redis_now,
         fetched_monotonic=monotonic_now,
+        limit_key=limit_key,
     )
 
 
@@ -161,6 +166,8 @@ class Executor:
         self._async: dict[Handler, bool] = {}
         self._m_lateness = metrics.JOB_LATENESS.labels(queue)
         self._m_duration: dict[str, Any] = {}
+        #: Set by the worker when the queue may have rate limits (shardq.worker.limiter).
+        self.limiter: Limiter | None = None
 
     def start(self, partition: int, item: Delivered, redis_now: int, now: float) -> None:
         """Run one delivered job (or dead-letter it when it cannot be read)."""
@@ -192,11 +199,18 @@ class Executor:
             metrics.MALFORMED.labels(self.queue, "job").inc()
             self.settler.failed(bad, exc)
             return None
-        d = Delivery(partition, item.entry_id, item.raw_id, job, now)
+        d = Delivery(partition, item.entry_id, item.raw_id, job, now, reserved=item.reserved)
         self.inflight.add(d)
         return d
 
     def run(self, d: Delivery) -> None:
+        """Start an admitted delivery's handler, unless a rate limit holds it first (the
+        limiter then starts it through :meth:`run_now`, or defers it)."""
+        if self.limiter is not None and self.limiter.holds(d):
+            return
+        self.run_now(d)
+
+    def run_now(self, d: Delivery) -> None:
         """Start an admitted delivery's handler."""
         self.stats.started += 1
         job = d.job

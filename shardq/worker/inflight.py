@@ -27,6 +27,7 @@ class Delivery:
     task: asyncio.Task[None] | None = None
     timed_out: bool = False
     finished: bool = False  # the handler returned or raised; only the settle is left
+    reserved: bool = False  # its start was reserved by a rate limit: run without asking again
 
 
 @dataclass(slots=True)
@@ -43,6 +44,7 @@ class WorkerStats:
     settle_gone: int = 0  # a failure settle found the delivery already reclaimed elsewhere
     abandoned: int = 0  # a settle that could not be written: left pending for reclaim
     malformed: int = 0
+    deferred: int = 0  # held back by a rate limit: back in due until the limit's time
 
 
 @dataclass(slots=True)

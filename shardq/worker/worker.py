@@ -45,8 +45,12 @@ from shardq.worker.fetcher import Fetcher
 from shardq.worker.heartbeat import Heartbeat
 from shardq.worker.inflight import InFlight, WorkerStats
 from shardq.worker.janitor import PRUNE_EVERY, Janitor
+from shardq.worker.limiter import Limiter
 from shardq.worker.recoverer import Recoverer
 from shardq.worker.settler import Settler
+
+# How often a worker re-reads its queue's rate limits: a limit set or removed applies this soon.
+LIMITS_REFRESH = 2.0
 
 log = logging.getLogger("shardq.worker")
 
@@ -224,6 +228,12 @@ class Worker:
             self._inline,
             self.on_complete,
         )
+        limiter = Limiter(
+            self.transport, self.queue, pks, inflight, s, self.stats, executor.run_now
+        )
+        executor.limiter = limiter
+        with contextlib.suppress(Exception):  # the limits loop retries it
+            await limiter.refresh()  # limits apply from the first job fetched
         fetcher = Fetcher(
             self.supervisor,
             self.transport,
@@ -274,6 +284,7 @@ class Worker:
         fetcher.start()
         sup.forever("recoverer", recoverer.loop, pace=s.reclaim_interval)
         sup.every("janitor", PRUNE_EVERY, janitor.round)
+        sup.every("limits", LIMITS_REFRESH, limiter.refresh)
         sup.every("redis-config", s.redis_check_interval, watch.round)
         sup.forever(
             "hints",
@@ -286,6 +297,7 @@ class Worker:
             await self._stop.wait()
         finally:
             await sup.stop(STOP_READING)  # heartbeat still runs: running jobs stay claimed
+            await limiter.drain()
             await executor.drain(s.shutdown_grace, settler.flush)
             await self._finish_settling(settler)
             await sup.stop()

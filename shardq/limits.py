@@ -1,0 +1,190 @@
+"""Rate limits: at most N job starts per period, per job type or per limit key, fleet-wide.
+
+A limit is kept in Redis (``shardq limit set``, :class:`Limits`) and applies to jobs of one type
+(``type:<job type>``) or to jobs whose producer set one ``limit_key`` (``key:<limit key>``,
+e.g. a customer or an API host).  Workers read the queue's limits every few seconds.
+
+How it is enforced on a sharded Redis (lua/limit-take-1.lua, lua/defer-4.lua): each limit has
+one small state key of its own, on the slot its name hashes to, holding the limit's next free
+start time (GCRA).  A worker that fetched jobs of a limited type asks that key for start times
+(one call per limit and batch, not per fetch or partition: queues and types without limits
+never touch it).  A job whose time is now runs; any other job goes back to its partition's due
+set until its reserved time, with its attempt given back, and the dispatcher hands it out again
+then.  A reservation counts at once, so a backlog is spread at the limit's pace, each job
+fetched at most twice; the state key sees one call per batch of that limit's jobs, and
+different limits live on different primaries.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import orjson
+
+from shardq.errors import InvalidLimitError
+
+LimitKind = Literal["type", "key"]
+
+# Limit keys travel in job bodies and key names: no braces (a hash tag), no spaces.
+LIMIT_KEY_RE = re.compile(r"[A-Za-z0-9_.:/@\-]{1,128}")
+MAX_RATE = 1_000_000
+MIN_PERIOD = 0.001
+MAX_PERIOD = 7 * 86400.0
+_UNITS = {"ms": 0.001, "s": 1.0, "sec": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0, "d": 86400.0}
+_RATE_RE = re.compile(r"\s*(\d+)\s*/\s*(\d*\.?\d*)\s*([a-z]+)\s*")
+
+
+def check_limit_key(key: object) -> str:
+    """A limit key as given, or InvalidLimitError saying what is allowed."""
+    if not isinstance(key, str) or not LIMIT_KEY_RE.fullmatch(key):
+        raise InvalidLimitError(
+            f"limit key {key!r:.80} is invalid: use 1-128 characters of letters, digits and "
+            "'_.:/@-' (e.g. a customer id or an API host)"
+        )
+    return key
+
+
+def parse_rate(text: str) -> tuple[int, float]:
+    """``"100/s"``, ``"10/min"``, ``"5/2s"``, ``"1000/h"`` -> (count, period seconds)."""
+    m = _RATE_RE.fullmatch(text.lower()) if isinstance(text, str) else None
+    if m is None or m.group(3) not in _UNITS:
+        raise InvalidLimitError(
+            f"rate {text!r:.40} is not COUNT/PERIOD: write e.g. 100/s, 10/min, 5/2s or 1000/h "
+            f"(units: {', '.join(sorted(_UNITS))})"
+        )
+    count = int(m.group(1))
+    multiple = float(m.group(2)) if m.group(2) else 1.0
+    return count, multiple * _UNITS[m.group(3)]
+
+
+@dataclass(frozen=True, slots=True)
+class RateLimit:
+    """At most ``rate`` starts per ``per`` seconds of the jobs it matches; up to ``burst`` (by
+    default ``rate``) may start at once after an idle spell."""
+
+    kind: LimitKind
+    match: str
+    rate: int
+    per: float = 1.0
+    burst: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("type", "key"):
+            raise InvalidLimitError(
+                f"a limit applies to a job 'type' or a 'key', not {self.kind!r}"
+            )
+        if self.kind == "key":
+            check_limit_key(self.match)
+        elif not isinstance(self.match, str) or not re.fullmatch(
+            r"[A-Za-z0-9_.:/\-]{1,128}", self.match
+        ):
+            raise InvalidLimitError(
+                f"job type {self.match!r:.80} is invalid: use 1-128 characters of letters, "
+                "digits and '_.:/-'"
+            )
+        if (
+            isinstance(self.rate, bool)
+            or not isinstance(self.rate, int)
+            or not (1 <= self.rate <= MAX_RATE)
+        ):
+            raise InvalidLimitError(
+                f"rate must be a whole number of jobs 1..{MAX_RATE} per period, got "
+                f"{self.rate!r}: to stop these jobs, pause the queue instead"
+            )
+        if (
+            isinstance(self.per, bool)
+            or not isinstance(self.per, int | float)
+            or not MIN_PERIOD <= self.per <= MAX_PERIOD
+        ):
+            raise InvalidLimitError(
+                f"period must be {MIN_PERIOD}..{MAX_PERIOD:.0f} seconds, got {self.per!r}"
+            )
+        if self.burst is not None and (
+            isinstance(self.burst, bool)
+            or not isinstance(self.burst, int)
+            or not 1 <= self.burst <= self.rate
+        ):
+            raise InvalidLimitError(
+                f"burst must be a whole number 1..rate ({self.rate}), got {self.burst!r}"
+            )
+
+    @property
+    def name(self) -> str:
+        """``type:<job type>`` or ``key:<limit key>``: the limit's id in Redis."""
+        return f"{self.kind}:{self.match}"
+
+    @property
+    def interval_ms(self) -> float:
+        """One start every this many ms at the limit's pace."""
+        return self.per * 1000.0 / self.rate
+
+    @property
+    def allowed_burst(self) -> int:
+        return self.burst if self.burst is not None else self.rate
+
+    def describe(self) -> str:
+        per = f"{self.per:g}s" if self.per != 1 else "s"
+        burst = f", burst {self.burst}" if self.burst is not None else ""
+        return f"{self.rate}/{per}{burst}"
+
+    def to_json(self) -> bytes:
+        data: dict[str, Any] = {"rate": self.rate, "per": self.per}
+        if self.burst is not None:
+            data["burst"] = self.burst
+        return orjson.dumps(data)
+
+    @classmethod
+    def from_stored(cls, name: str, raw: bytes | str) -> RateLimit:
+        """Parse one field of the limits hash; InvalidLimitError when it is damaged."""
+        kind, _, match = name.partition(":")
+        try:
+            data = orjson.loads(raw)
+            return cls(kind, match, data["rate"], data["per"], data.get("burst"))  # type: ignore[arg-type]
+        except InvalidLimitError:
+            raise
+        except Exception as exc:
+            raise InvalidLimitError(f"stored limit {name!r} cannot be read: {exc}") from None
+
+
+def for_type(
+    job_type: str, rate: int | str, per: float = 1.0, burst: int | None = None
+) -> RateLimit:
+    """A limit on every job of ``job_type``: ``for_type("send", "100/s")`` or ``(…, 100, 1.0)``."""
+    return _make("type", job_type, rate, per, burst)
+
+
+def for_key(
+    limit_key: str, rate: int | str, per: float = 1.0, burst: int | None = None
+) -> RateLimit:
+    """A limit on the jobs enqueued with ``limit_key=…``: ``for_key("api.example.com", "10/s")``."""
+    return _make("key", limit_key, rate, per, burst)
+
+
+def _make(kind: LimitKind, match: str, rate: int | str, per: float, burst: int | None) -> RateLimit:
+    if isinstance(rate, str):
+        rate, per = parse_rate(rate)
+    return RateLimit(kind, match, rate, per, burst)
+
+
+class LimitTable:
+    """The limits a worker enforces, looked up per job."""
+
+    def __init__(self, limits: list[RateLimit] | None = None) -> None:
+        self.by_name = {limit.name: limit for limit in limits or []}
+
+    def __bool__(self) -> bool:
+        return bool(self.by_name)
+
+    def matching(self, job_type: str, limit_key: str | None) -> list[RateLimit]:
+        """The limits a job is under: its type's, then its key's."""
+        found = []
+        by_type = self.by_name.get("type:" + job_type)
+        if by_type is not None:
+            found.append(by_type)
+        if limit_key is not None:
+            by_key = self.by_name.get("key:" + limit_key)
+            if by_key is not None:
+                found.append(by_key)
+        return found

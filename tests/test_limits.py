@@ -1,0 +1,208 @@
+"""Rate limits (shardq.limits): definitions and bad input, the limit-take and defer scripts, the
+worker's gate under several workers, and the CLI."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import threading
+import time
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+from helpers import Runner, wait_for
+
+from shardq import JobRequest, limits
+from shardq.cli import main as cli
+from shardq.client import Client
+from shardq.errors import InvalidJobError, InvalidLimitError, UnknownQueueError
+from shardq.jobs import Job
+from shardq.store import delivery, keys, producer, transport
+from shardq.store import limits as store_limits
+
+
+def test_rates_parse_and_bad_limits_are_refused_with_what_to_do() -> None:
+    assert limits.parse_rate("100/s") == (100, 1.0)
+    assert limits.parse_rate("10/min") == (10, 60.0)
+    assert limits.parse_rate("5/2s") == (5, 2.0)
+    assert limits.parse_rate(" 1000 / h ") == (1000, 3600.0)
+    limit = limits.for_type("send", "100/s")
+    assert limit.name == "type:send" and limit.interval_ms == 10.0 and limit.allowed_burst == 100
+    assert limits.for_key("api.example.com", 5, 2.0, burst=1).describe() == "5/2s, burst 1"
+    for text in ("0x/s", "100", "100/fortnight", "/s", "-1/s", ""):
+        with pytest.raises(InvalidLimitError, match="COUNT/PERIOD"):
+            limits.parse_rate(text)
+    with pytest.raises(InvalidLimitError, match="pause the queue instead"):
+        limits.for_type("send", 0)
+    with pytest.raises(InvalidLimitError, match="whole number"):
+        limits.for_type("send", -5)
+    with pytest.raises(InvalidLimitError, match="period"):
+        limits.for_type("send", 5, 0)
+    with pytest.raises(InvalidLimitError, match="burst"):
+        limits.for_type("send", 5, 1.0, burst=6)
+    with pytest.raises(InvalidLimitError, match="limit key"):
+        limits.for_key("has {braces}", 5)
+    with pytest.raises(InvalidLimitError, match="job type"):
+        limits.for_type("bad type", 5)
+    with pytest.raises(InvalidLimitError, match="'type' or a 'key'"):
+        limits.RateLimit("tenant", "x", 5)  # type: ignore[arg-type]
+
+
+def test_bad_limit_key_and_unknown_queue_write_nothing(cluster_client: Client, queue: str) -> None:
+    with pytest.raises(UnknownQueueError):
+        cluster_client.set_limit(queue, limits.for_type("t", 5))
+    assert not cluster_client.redis.exists(keys.limits_key(queue))
+    cluster_client.create_queue(queue, 4)
+    with pytest.raises(InvalidLimitError, match=r"takes a shardq\.RateLimit"):
+        cluster_client.set_limit(queue, "5/s")  # type: ignore[arg-type]
+    requests = [JobRequest("t", 1), JobRequest("t", 2, limit_key="no spaces please")]
+    with pytest.raises(InvalidJobError, match="limit key"):
+        cluster_client.enqueue_many(queue, requests)
+    assert sum(cluster_client.redis.hlen(pk.jobs) for pk in keys.all_partition_keys(queue, 4)) == 0
+
+
+def test_limits_are_kept_in_redis_by_name(cluster_client: Client, queue: str) -> None:
+    cluster_client.create_queue(queue, 4)
+    cluster_client.set_limit(queue, limits.for_type("send", "100/s"))
+    cluster_client.set_limit(queue, limits.for_key("api.example.com", "10/min", burst=2))
+    cluster_client.set_limit(queue, limits.for_type("send", "50/s"))  # replaces
+    got = cluster_client.limits(queue)
+    assert [(x.name, x.rate, x.per, x.burst) for x in got] == [
+        ("key:api.example.com", 10, 60.0, 2),
+        ("type:send", 50, 1.0, None),
+    ]
+    assert cluster_client.remove_limit(queue, "type:send")
+    assert not cluster_client.remove_limit(queue, "type:send")
+    assert [x.name for x in cluster_client.limits(queue)] == ["key:api.example.com"]
+
+
+def test_limit_take_reserves_one_start_per_interval(cluster_client: Client, queue: str) -> None:
+    """10 per second with a burst of 2: two start now, the next ones 100 ms apart, and a second
+    call continues the same schedule (reservations count at once)."""
+    limit = limits.for_type("t", 10, 1.0, burst=2)
+    first = transport.run(cluster_client.redis, store_limits.take(queue, limit, 5))
+    assert first.times[:2] == [0, 0]
+    later = first.times[2:]
+    assert all(t > first.now_ms for t in later)
+    gaps = [b - a for a, b in itertools.pairwise(later)]
+    assert all(g in (99, 100, 101) for g in gaps), gaps
+    second = transport.run(cluster_client.redis, store_limits.take(queue, limit, 1))
+    assert second.times[0] - later[-1] in (99, 100, 101)
+    key = keys.limit_state_key(queue, limit.name)
+    assert 0 < cluster_client.redis.pttl(key) <= 2000 + 1000  # gone once its reservations pass
+
+
+def test_a_deferred_job_waits_in_due_keeps_its_attempt_and_runs_on_its_reservation(
+    cluster_client: Client, queue: str
+) -> None:
+    r = cluster_client.redis
+    cluster_client.create_queue(queue, 1)
+    pk = keys.partition_keys(queue, 0, 1)
+    settings = cluster_client.settings
+    job_id = transport.run(
+        r, producer.prepare_enqueue(queue, 1, JobRequest("t", 1), settings).op()
+    ).job_id
+    got = transport.run(r, delivery.fetch(pk, "c1", 10)).jobs
+    assert [(j.attempt, j.reserved) for j in got] == [(1, False)]
+    at = got and transport.run(r, store_limits.take(queue, limits.for_type("t", 1), 1)).now_ms
+    deferred = transport.run(r, store_limits.defer(pk, [(got[0].entry_id, got[0].raw_id, at)]))
+    assert deferred == 1
+    assert r.xpending(pk.ready, keys.WORKER_GROUP)["pending"] == 0 and r.xlen(pk.ready) == 0
+    assert r.zscore(pk.due, job_id) == at
+    assert r.hget(pk.jobs, job_id).startswith(b"L0|")  # attempt given back, start reserved
+    info = cluster_client.get(queue, job_id)
+    assert info is not None and info.state == "scheduled" and info.attempt == 0
+    # Deferring again what is no longer pending does nothing.
+    assert transport.run(r, store_limits.defer(pk, [(got[0].entry_id, got[0].raw_id, at)])) == 0
+    # Back in ready (as the dispatcher would move it), the fetch says its start is reserved.
+    r.zrem(pk.due, job_id)
+    r.xadd(pk.ready, {"j": job_id, "d": at})
+    again = transport.run(r, delivery.fetch(pk, "c1", 10)).jobs
+    assert [(j.attempt, j.reserved) for j in again] == [(1, True)]
+
+
+def test_rescheduling_a_deferred_job_drops_its_reservation(
+    cluster_client: Client, queue: str
+) -> None:
+    r = cluster_client.redis
+    cluster_client.create_queue(queue, 1)
+    pk = keys.partition_keys(queue, 0, 1)
+    job_id = cluster_client.enqueue(queue, "t", None)
+    got = transport.run(r, delivery.fetch(pk, "c1", 10)).jobs[0]
+    transport.run(r, store_limits.defer(pk, [(got.entry_id, got.raw_id, 10**13)]))
+    cluster_client.reschedule(queue, job_id, delay=60)
+    assert r.hget(pk.jobs, job_id).startswith(b"S0|")  # asks the limit again at the new time
+
+
+def test_workers_keep_a_rate_limit_together_without_using_attempts(
+    cluster_url: str, cluster_client: Client, queue: str
+) -> None:
+    """3 workers, 60 jobs due now under 20/s with a burst of 1 (and 20 unlimited jobs): the
+    k-th limited start is no earlier than (k - 1) x 50 ms after the first fetch, every job runs
+    once on its first attempt, and the unlimited jobs are not held behind the limited ones."""
+    cluster_client.create_queue(queue, 8)
+    cluster_client.set_limit(queue, limits.for_type("limited", 20, 1.0, burst=1))
+    starts: list[tuple[str, float, int]] = []
+    fetched: list[int] = []
+    lock = threading.Lock()
+
+    def handler(job: Job) -> None:
+        now = job.redis_now_ms(time.monotonic())
+        with lock:
+            starts.append((job.type, now, job.attempt))
+            fetched.append(job.fetched_redis_ms)
+
+    handlers: dict[str, Any] = {"limited": handler, "free": handler}
+    with Runner(cluster_url, queue, handlers, workers=3):
+        requests = [JobRequest("limited", i) for i in range(60)]
+        requests += [JobRequest("free", i) for i in range(20)]
+        cluster_client.enqueue_many(queue, requests)
+        wait_for(lambda: len(starts) >= 80, 60, lambda: f"{len(starts)} of 80 jobs ran")
+        time.sleep(0.3)
+    assert len(starts) == 80, "a job ran twice"
+    assert all(attempt == 1 for _, _, attempt in starts), "a deferral used an attempt"
+    limited = sorted(t for kind, t, _ in starts if kind == "limited")
+    free = sorted(t for kind, t, _ in starts if kind == "free")
+    first = min(fetched)
+    for k, t in enumerate(limited):
+        assert t >= first + k * 50 - 5, f"start {k} at +{t - first:.0f} ms: over the limit"
+    # The limited jobs need about 3 s; the free ones are not queued behind them.
+    assert free[-1] < limited[-1]
+    stats = [
+        cluster_client.redis.hget(pk.stats, "deferred") for pk in keys.all_partition_keys(queue, 8)
+    ]
+    assert sum(int(x or 0) for x in stats) >= 40  # most limited jobs waited in due
+
+
+def test_cli_limit_set_list_remove_and_enqueue_with_a_limit_key(
+    cluster_url: str, cluster_client: Client, queue: str
+) -> None:
+    env = {"SHARDQ_REDIS_URL": cluster_url}
+
+    def cli_run(*args: str) -> Any:
+        return CliRunner().invoke(cli, list(args), env=env)
+
+    refused = cli_run("limit", "set", "-q", queue, "--type", "send", "--rate", "5/s")
+    assert refused.exit_code == 1 and "queue create" in refused.output, refused.output
+    cluster_client.create_queue(queue, 4)
+    bad = cli_run("limit", "set", "-q", queue, "--type", "send", "--rate", "0/s")
+    assert bad.exit_code == 1 and "pause the queue instead" in bad.output
+    assert not cluster_client.redis.exists(keys.limits_key(queue))
+    both = cli_run("limit", "set", "-q", queue, "--type", "a", "--key", "b", "--rate", "1/s")
+    assert both.exit_code == 2 and "one of them" in both.output
+    out = cli_run("limit", "set", "-q", queue, "--key", "api.example.com", "--rate", "10/min")
+    assert out.exit_code == 0 and "key:api.example.com: 10/60s" in out.output, out.output
+    listed = cli_run("limit", "list", "-q", queue)
+    assert "key:api.example.com" in listed.output and "1 per 6000 ms" in listed.output
+    as_json = cli_run("limit", "list", "-q", queue, "--json")
+    assert '"rate":10' in as_json.output.replace(" ", "")
+    made = cli_run("enqueue", "-q", queue, "t", "--limit-key", "api.example.com", "--json")
+    assert made.exit_code == 0, made.output
+    job_id = json.loads(made.output)["job_id"]
+    shown = cli_run("job", "get", "-q", queue, job_id)
+    assert "limit key:" in shown.output and "api.example.com" in shown.output
+    gone = cli_run("limit", "remove", "-q", queue, "--key", "api.example.com")
+    assert gone.exit_code == 0 and "removed" in gone.output
+    again = cli_run("limit", "remove", "-q", queue, "--key", "api.example.com")
+    assert again.exit_code == 1 and "shardq limit list" in again.output
