@@ -8,7 +8,7 @@ from shardq.dispatcher import Dispatcher
 from shardq.errors import PermanentError, RetryAfter, ShardqError
 from shardq.inspector import AsyncInspector, Inspector
 from shardq.jobs import Backoff, EnqueueResult, Job, JobInfo, JobRequest
-from shardq.limits import RateLimit
+from shardq.limits import Limit
 from shardq.worker import Worker, inline
 
 __all__ = [
@@ -23,9 +23,9 @@ __all__ = [
     "Job",
     "JobInfo",
     "JobRequest",
+    "Limit",
     "PermanentError",
     "ProducerSettings",
-    "RateLimit",
     "RedisSettings",
     "RetryAfter",
     "ShardqError",

@@ -45,8 +45,9 @@ PARTITION_KINDS: tuple[str, ...] = (
     *SCHEDULE_KINDS,
 )
 QUEUE_KINDS = ("meta", "dispatchers", "drain", "workers", "workers:drain", "owners", "limits")
-# Rate limits' state, one key per limit on its own slot: {sq:<queue>:limit:<name>}:limit.
-LIMIT_KINDS = ("limit",)
+# Flow limits' state, on each limit's own slot: {sq:<queue>:limit:<name>}:limit (the next
+# free start) and :running (the jobs holding running slots).
+LIMIT_KINDS = ("limit", "running")
 
 MEMBERS = ("+zremrangebyscore", "+zrem", "+zadd", "+zrange", "+zscore", "+smembers", "+srem")
 
@@ -109,6 +110,9 @@ GRANTS: dict[str, tuple[Grant, ...]] = {
         # rate limits: read the queue's limits, reserve starts (limit-take), defer (defer)
         Grant(("limits",), ("+hgetall",), read_only=True),
         Grant(("limit",), ("+get", "+set")),
+        Grant(
+            ("running",), ("+zremrangebyscore", "+zcard", "+zscore", "+zadd", "+zrem", "+pexpire")
+        ),
     ),
 }
 # The operator runs the tools (queue create, job, dlq, owners, rebalance, stats): everything

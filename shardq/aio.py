@@ -16,7 +16,7 @@ from shardq.config import ProducerSettings, RedisSettings
 from shardq.connection import AsyncRedis, as_text, connect_async
 from shardq.errors import BulkEnqueueError, InvalidLimitError
 from shardq.jobs import Backoff, EnqueueResult, JobInfo, JobRequest, check_queue_name
-from shardq.limits import RateLimit
+from shardq.limits import Limit
 from shardq.runtime import redis_config
 from shardq.schedules import AsyncSchedules
 from shardq.store import faults, keys, producer, retry
@@ -139,11 +139,11 @@ class AsyncClient:
 
     # rate limits ---------------------------------------------------------------------------
 
-    async def set_limit(self, queue: str, limit: RateLimit) -> None:
+    async def set_limit(self, queue: str, limit: Limit) -> None:
         """See :meth:`shardq.Client.set_limit`."""
-        if not isinstance(limit, RateLimit):
+        if not isinstance(limit, Limit):
             raise InvalidLimitError(
-                "set_limit takes a shardq.RateLimit: limits.for_type(...) or limits.for_key(...)"
+                "set_limit takes a shardq.Limit: limits.for_type(...) or limits.for_key(...)"
             )
         await self.partitions(queue)
         await self._retry(
@@ -151,7 +151,7 @@ class AsyncClient:
             what=f"setting limit {limit.name}",
         )
 
-    async def limits(self, queue: str) -> list[RateLimit]:
+    async def limits(self, queue: str) -> list[Limit]:
         """See :meth:`shardq.Client.limits`."""
         await self.partitions(queue)
         raw = await self._retry(

@@ -1,4 +1,4 @@
-"""``shardq limit set|list|remove``: a queue's rate limits, kept in Redis (shardq.limits).
+"""``shardq limit set|list|remove``: a queue's flow limits, kept in Redis (shardq.limits).
 
 Workers re-read them every few seconds, so a change applies to the whole fleet without a
 restart.
@@ -30,14 +30,18 @@ def _target(job_type: str | None, limit_key: str | None) -> tuple[limitmod.Limit
 
 @click.group()
 def limit() -> None:
-    """Rate limits: at most N job starts per period, per job type or limit key, fleet-wide."""
+    """Flow limits, per job type or limit key, fleet-wide: N starts per period (--rate) and
+    M running at once (--concurrency)."""
 
 
 @limit.command("set")
 @queue_option()
 @_TARGET[0]
 @_TARGET[1]
-@click.option("--rate", required=True, help="COUNT/PERIOD: 100/s, 10/min, 5/2s, 1000/h.")
+@click.option("--rate", default=None, help="COUNT/PERIOD: 100/s, 10/min, 5/2s, 1000/h.")
+@click.option(
+    "--concurrency", type=int, default=None, help="At most this many running at once, fleet-wide."
+)
 @click.option(
     "--burst",
     type=int,
@@ -46,12 +50,18 @@ def limit() -> None:
 )
 @redis_options
 def limit_set(
-    queue_name: str, job_type: str | None, limit_key: str | None, rate: str, burst: int | None
+    queue_name: str,
+    job_type: str | None,
+    limit_key: str | None,
+    rate: str | None,
+    concurrency: int | None,
+    burst: int | None,
 ) -> None:
-    """Create or replace a rate limit; workers apply it within a few seconds."""
+    """Create or replace a limit (--rate and/or --concurrency); workers apply it within a few
+    seconds."""
     kind, match = _target(job_type, limit_key)
-    count, per = limitmod.parse_rate(rate)
-    new = limitmod.RateLimit(kind, match, count, per, burst)
+    count, per = limitmod.parse_rate(rate) if rate is not None else (None, 1.0)
+    new = limitmod.Limit(kind, match, count, per, burst, concurrency)
     with open_client() as client:
         client.set_limit(queue_name, new)
     click.echo(f"limit {new.name}: {new.describe()}")
@@ -62,7 +72,7 @@ def limit_set(
 @JSON_OPTION
 @redis_options
 def limit_list(queue_name: str, as_json: bool) -> None:
-    """The queue's rate limits."""
+    """The queue's limits."""
     with open_client() as client:
         found = client.limits(queue_name)
     if as_json:
@@ -73,24 +83,34 @@ def limit_list(queue_name: str, as_json: bool) -> None:
                     "kind": x.kind,
                     "match": x.match,
                     "rate": x.rate,
-                    "per": x.per,
-                    "burst": x.allowed_burst,
+                    "per": x.per if x.rate is not None else None,
+                    "burst": x.allowed_burst if x.rate is not None else None,
+                    "concurrency": x.concurrency,
                 }
                 for x in found
             ]
         )
         return
     if not found:
-        click.echo(f"queue {queue_name}: no rate limits")
+        click.echo(f"queue {queue_name}: no limits")
         return
     click.echo(
         fmt.table(
-            ["limit", "rate", "per (s)", "burst", "pace"],
+            ["limit", "rate", "per (s)", "burst", "pace", "concurrency"],
             [
-                [x.name, x.rate, f"{x.per:g}", x.allowed_burst, f"1 per {x.interval_ms:g} ms"]
+                [x.name, None, None, None, None, x.concurrency]
+                if x.rate is None
+                else [
+                    x.name,
+                    x.rate,
+                    f"{x.per:g}",
+                    x.allowed_burst,
+                    f"1 per {x.interval_ms:g} ms",
+                    x.concurrency,
+                ]
                 for x in found
             ],
-            right=[1, 2, 3],
+            right=[1, 2, 3, 5],
         )
     )
 
@@ -101,7 +121,7 @@ def limit_list(queue_name: str, as_json: bool) -> None:
 @_TARGET[1]
 @redis_options
 def limit_remove(queue_name: str, job_type: str | None, limit_key: str | None) -> None:
-    """Remove a rate limit; its jobs run unlimited within a few seconds."""
+    """Remove a limit; its jobs run unlimited within a few seconds."""
     kind, match = _target(job_type, limit_key)
     name = f"{kind}:{match}"
     with open_client() as client:

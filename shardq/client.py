@@ -25,7 +25,7 @@ from shardq.errors import (
     UnknownQueueError,
 )
 from shardq.jobs import Backoff, EnqueueResult, JobInfo, JobRequest, check_queue_name
-from shardq.limits import RateLimit
+from shardq.limits import Limit
 from shardq.runtime import redis_config
 from shardq.schedules import Schedules
 from shardq.store import faults, keys, producer, retry, transport
@@ -263,12 +263,12 @@ class Client:
 
     # rate limits ---------------------------------------------------------------------------
 
-    def set_limit(self, queue: str, limit: RateLimit) -> None:
+    def set_limit(self, queue: str, limit: Limit) -> None:
         """Create or replace a rate limit of ``queue`` (see shardq.limits); workers apply it
         within ``limits_refresh`` seconds."""
-        if not isinstance(limit, RateLimit):
+        if not isinstance(limit, Limit):
             raise InvalidLimitError(
-                "set_limit takes a shardq.RateLimit: limits.for_type(...) or limits.for_key(...)"
+                "set_limit takes a shardq.Limit: limits.for_type(...) or limits.for_key(...)"
             )
         self.partitions(queue)  # an unknown queue is refused before anything is written
         self._run_plain(
@@ -276,7 +276,7 @@ class Client:
             f"setting limit {limit.name}",
         )
 
-    def limits(self, queue: str) -> list[RateLimit]:
+    def limits(self, queue: str) -> list[Limit]:
         """The rate limits of ``queue``, by name."""
         self.partitions(queue)
         raw = self._run_plain(

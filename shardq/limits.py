@@ -1,18 +1,26 @@
-"""Rate limits: at most N job starts per period, per job type or per limit key, fleet-wide.
+"""Flow limits, per job type or per limit key, fleet-wide: at most N job starts per period (rate)
+and at most M jobs running at once (concurrency).
 
-A limit is kept in Redis (``shardq limit set``, :class:`Limits`) and applies to jobs of one type
-(``type:<job type>``) or to jobs whose producer set one ``limit_key`` (``key:<limit key>``,
-e.g. a customer or an API host).  Workers read the queue's limits every few seconds.
+A limit is kept in Redis (``shardq limit set``, :meth:`Client.set_limit`) and applies to jobs
+of one type (``type:<job type>``) or to jobs whose producer set one ``limit_key``
+(``key:<limit key>``, e.g. a customer or an API host).  Workers read the queue's limits every
+few seconds.
 
-How it is enforced on a sharded Redis (lua/limit-take-1.lua, lua/defer-4.lua): each limit has
-one small state key of its own, on the slot its name hashes to, holding the limit's next free
-start time (GCRA).  A worker that fetched jobs of a limited type asks that key for start times
-(one call per limit and batch, not per fetch or partition: queues and types without limits
-never touch it).  A job whose time is now runs; any other job goes back to its partition's due
-set until its reserved time, with its attempt given back, and the dispatcher hands it out again
-then.  A reservation counts at once, so a backlog is spread at the limit's pace, each job
-fetched at most twice; the state key sees one call per batch of that limit's jobs, and
-different limits live on different primaries.
+How it is enforced on a sharded Redis (shardq/worker/limiter.py and its scripts): each limit has
+two small keys of its own, on the slot its name hashes to, so the limits of a queue spread over
+the primaries and none sits with a partition's hot keys; queues and types without a limit never
+touch them.
+
+- Rate (lua/limit-take-1.lua): the limit's next free start (GCRA).  A worker asks it for start
+  times once per fetched batch of that limit's jobs.  A job whose time is now runs; any other
+  goes back to its partition's due set until its reserved time, attempt given back
+  (lua/defer-4.lua), and runs then without asking again: a backlog is spread at the limit's
+  pace, each job fetched at most twice.
+- Concurrency (lua/limit-acquire-1.lua, lua/limit-release-1.lua): the jobs holding running
+  slots, scored by hold expiry.  A job takes a slot before it runs and gives it back when its
+  handler ends; the worker's heartbeat renews its holds, so a worker that dies gives its slots
+  back within one visibility timeout, as its deliveries.  A job refused a slot waits in due for
+  about one handler run per round of slots ahead of it.
 """
 
 from __future__ import annotations
@@ -30,6 +38,7 @@ LimitKind = Literal["type", "key"]
 # Limit keys travel in job bodies and key names: no braces (a hash tag), no spaces.
 LIMIT_KEY_RE = re.compile(r"[A-Za-z0-9_.:/@\-]{1,128}")
 MAX_RATE = 1_000_000
+MAX_CONCURRENCY = 1_000_000
 MIN_PERIOD = 0.001
 MAX_PERIOD = 7 * 86400.0
 _UNITS = {"ms": 0.001, "s": 1.0, "sec": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0, "d": 86400.0}
@@ -60,15 +69,17 @@ def parse_rate(text: str) -> tuple[int, float]:
 
 
 @dataclass(frozen=True, slots=True)
-class RateLimit:
-    """At most ``rate`` starts per ``per`` seconds of the jobs it matches; up to ``burst`` (by
-    default ``rate``) may start at once after an idle spell."""
+class Limit:
+    """Flow limits on the jobs it matches (a job type, or a limit key): at most ``rate`` starts
+    per ``per`` seconds (up to ``burst``, by default ``rate``, at once after an idle spell),
+    and/or at most ``concurrency`` running at once across the fleet.  At least one is set."""
 
     kind: LimitKind
     match: str
-    rate: int
+    rate: int | None = None
     per: float = 1.0
     burst: int | None = None
+    concurrency: int | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in ("type", "key"):
@@ -84,11 +95,11 @@ class RateLimit:
                 f"job type {self.match!r:.80} is invalid: use 1-128 characters of letters, "
                 "digits and '_.:/-'"
             )
-        if (
-            isinstance(self.rate, bool)
-            or not isinstance(self.rate, int)
-            or not (1 <= self.rate <= MAX_RATE)
-        ):
+        if self.rate is None and self.concurrency is None:
+            raise InvalidLimitError(
+                f"limit {self.name} sets neither a rate nor a concurrency: give one or both"
+            )
+        if self.rate is not None and not _whole(self.rate, 1, MAX_RATE):
             raise InvalidLimitError(
                 f"rate must be a whole number of jobs 1..{MAX_RATE} per period, got "
                 f"{self.rate!r}: to stop these jobs, pause the queue instead"
@@ -101,13 +112,14 @@ class RateLimit:
             raise InvalidLimitError(
                 f"period must be {MIN_PERIOD}..{MAX_PERIOD:.0f} seconds, got {self.per!r}"
             )
-        if self.burst is not None and (
-            isinstance(self.burst, bool)
-            or not isinstance(self.burst, int)
-            or not 1 <= self.burst <= self.rate
-        ):
+        if self.burst is not None and (self.rate is None or not _whole(self.burst, 1, self.rate)):
             raise InvalidLimitError(
                 f"burst must be a whole number 1..rate ({self.rate}), got {self.burst!r}"
+            )
+        if self.concurrency is not None and not _whole(self.concurrency, 1, MAX_CONCURRENCY):
+            raise InvalidLimitError(
+                f"concurrency must be a whole number 1..{MAX_CONCURRENCY} jobs running at once, "
+                f"got {self.concurrency!r}: to stop these jobs, pause the queue instead"
             )
 
     @property
@@ -117,67 +129,108 @@ class RateLimit:
 
     @property
     def interval_ms(self) -> float:
-        """One start every this many ms at the limit's pace."""
+        """One start every this many ms at the limit's pace (rate limits only)."""
+        assert self.rate is not None
         return self.per * 1000.0 / self.rate
 
     @property
     def allowed_burst(self) -> int:
+        assert self.rate is not None
         return self.burst if self.burst is not None else self.rate
 
     def describe(self) -> str:
-        per = f"{self.per:g}s" if self.per != 1 else "s"
-        burst = f", burst {self.burst}" if self.burst is not None else ""
-        return f"{self.rate}/{per}{burst}"
+        parts = []
+        if self.rate is not None:
+            per = f"{self.per:g}s" if self.per != 1 else "s"
+            burst = f", burst {self.burst}" if self.burst is not None else ""
+            parts.append(f"{self.rate}/{per}{burst}")
+        if self.concurrency is not None:
+            parts.append(f"{self.concurrency} at once")
+        return ", ".join(parts)
 
     def to_json(self) -> bytes:
-        data: dict[str, Any] = {"rate": self.rate, "per": self.per}
+        data: dict[str, Any] = {}
+        if self.rate is not None:
+            data["rate"], data["per"] = self.rate, self.per
         if self.burst is not None:
             data["burst"] = self.burst
+        if self.concurrency is not None:
+            data["concurrency"] = self.concurrency
         return orjson.dumps(data)
 
     @classmethod
-    def from_stored(cls, name: str, raw: bytes | str) -> RateLimit:
+    def from_stored(cls, name: str, raw: bytes | str) -> Limit:
         """Parse one field of the limits hash; InvalidLimitError when it is damaged."""
         kind, _, match = name.partition(":")
         try:
             data = orjson.loads(raw)
-            return cls(kind, match, data["rate"], data["per"], data.get("burst"))  # type: ignore[arg-type]
+            return cls(
+                kind,  # type: ignore[arg-type]
+                match,
+                data.get("rate"),
+                data.get("per", 1.0),
+                data.get("burst"),
+                data.get("concurrency"),
+            )
         except InvalidLimitError:
             raise
         except Exception as exc:
             raise InvalidLimitError(f"stored limit {name!r} cannot be read: {exc}") from None
 
 
+def _whole(value: object, lo: int, hi: int) -> bool:
+    return not isinstance(value, bool) and isinstance(value, int) and lo <= value <= hi
+
+
 def for_type(
-    job_type: str, rate: int | str, per: float = 1.0, burst: int | None = None
-) -> RateLimit:
-    """A limit on every job of ``job_type``: ``for_type("send", "100/s")`` or ``(…, 100, 1.0)``."""
-    return _make("type", job_type, rate, per, burst)
+    job_type: str,
+    rate: int | str | None = None,
+    per: float = 1.0,
+    burst: int | None = None,
+    *,
+    concurrency: int | None = None,
+) -> Limit:
+    """Limits on every job of ``job_type``: ``for_type("send", "100/s")``, ``for_type("send",
+    100, 1.0)``, ``for_type("call", concurrency=10)``, or both."""
+    return _make("type", job_type, rate, per, burst, concurrency)
 
 
 def for_key(
-    limit_key: str, rate: int | str, per: float = 1.0, burst: int | None = None
-) -> RateLimit:
-    """A limit on the jobs enqueued with ``limit_key=…``: ``for_key("api.example.com", "10/s")``."""
-    return _make("key", limit_key, rate, per, burst)
+    limit_key: str,
+    rate: int | str | None = None,
+    per: float = 1.0,
+    burst: int | None = None,
+    *,
+    concurrency: int | None = None,
+) -> Limit:
+    """Limits on the jobs enqueued with ``limit_key=…``: ``for_key("api.example.com",
+    "10/s", concurrency=5)``."""
+    return _make("key", limit_key, rate, per, burst, concurrency)
 
 
-def _make(kind: LimitKind, match: str, rate: int | str, per: float, burst: int | None) -> RateLimit:
+def _make(
+    kind: LimitKind,
+    match: str,
+    rate: int | str | None,
+    per: float,
+    burst: int | None,
+    concurrency: int | None,
+) -> Limit:
     if isinstance(rate, str):
         rate, per = parse_rate(rate)
-    return RateLimit(kind, match, rate, per, burst)
+    return Limit(kind, match, rate, per, burst, concurrency)
 
 
 class LimitTable:
     """The limits a worker enforces, looked up per job."""
 
-    def __init__(self, limits: list[RateLimit] | None = None) -> None:
+    def __init__(self, limits: list[Limit] | None = None) -> None:
         self.by_name = {limit.name: limit for limit in limits or []}
 
     def __bool__(self) -> bool:
         return bool(self.by_name)
 
-    def matching(self, job_type: str, limit_key: str | None) -> list[RateLimit]:
+    def matching(self, job_type: str, limit_key: str | None) -> list[Limit]:
         """The limits a job is under: its type's, then its key's."""
         found = []
         by_type = self.by_name.get("type:" + job_type)

@@ -7,11 +7,13 @@ import itertools
 import json
 import threading
 import time
+from collections import Counter
 from typing import Any
 
 import pytest
 from click.testing import CliRunner
-from helpers import Runner, wait_for
+from helpers import Runner, Runs, text, wait_for
+from procs import Proc
 
 from shardq import JobRequest, limits
 from shardq.cli import main as cli
@@ -30,9 +32,9 @@ def test_rates_parse_and_bad_limits_are_refused_with_what_to_do() -> None:
     limit = limits.for_type("send", "100/s")
     assert limit.name == "type:send" and limit.interval_ms == 10.0 and limit.allowed_burst == 100
     assert limits.for_key("api.example.com", 5, 2.0, burst=1).describe() == "5/2s, burst 1"
-    for text in ("0x/s", "100", "100/fortnight", "/s", "-1/s", ""):
+    for bad in ("0x/s", "100", "100/fortnight", "/s", "-1/s", ""):
         with pytest.raises(InvalidLimitError, match="COUNT/PERIOD"):
-            limits.parse_rate(text)
+            limits.parse_rate(bad)
     with pytest.raises(InvalidLimitError, match="pause the queue instead"):
         limits.for_type("send", 0)
     with pytest.raises(InvalidLimitError, match="whole number"):
@@ -46,7 +48,7 @@ def test_rates_parse_and_bad_limits_are_refused_with_what_to_do() -> None:
     with pytest.raises(InvalidLimitError, match="job type"):
         limits.for_type("bad type", 5)
     with pytest.raises(InvalidLimitError, match="'type' or a 'key'"):
-        limits.RateLimit("tenant", "x", 5)  # type: ignore[arg-type]
+        limits.Limit("tenant", "x", 5)  # type: ignore[arg-type]
 
 
 def test_bad_limit_key_and_unknown_queue_write_nothing(cluster_client: Client, queue: str) -> None:
@@ -54,7 +56,7 @@ def test_bad_limit_key_and_unknown_queue_write_nothing(cluster_client: Client, q
         cluster_client.set_limit(queue, limits.for_type("t", 5))
     assert not cluster_client.redis.exists(keys.limits_key(queue))
     cluster_client.create_queue(queue, 4)
-    with pytest.raises(InvalidLimitError, match=r"takes a shardq\.RateLimit"):
+    with pytest.raises(InvalidLimitError, match=r"takes a shardq\.Limit"):
         cluster_client.set_limit(queue, "5/s")  # type: ignore[arg-type]
     requests = [JobRequest("t", 1), JobRequest("t", 2, limit_key="no spaces please")]
     with pytest.raises(InvalidJobError, match="limit key"):
@@ -202,7 +204,116 @@ def test_cli_limit_set_list_remove_and_enqueue_with_a_limit_key(
     job_id = json.loads(made.output)["job_id"]
     shown = cli_run("job", "get", "-q", queue, job_id)
     assert "limit key:" in shown.output and "api.example.com" in shown.output
+    conc = cli_run("limit", "set", "-q", queue, "--type", "call", "--concurrency", "3")
+    assert conc.exit_code == 0 and "type:call: 3 at once" in conc.output, conc.output
+    neither = cli_run("limit", "set", "-q", queue, "--type", "call")
+    assert neither.exit_code == 1 and "neither a rate nor a concurrency" in neither.output
+    rows = json.loads(cli_run("limit", "list", "-q", queue, "--json").output)
+    assert {r["name"]: r["concurrency"] for r in rows} == {
+        "key:api.example.com": None,
+        "type:call": 3,
+    }
     gone = cli_run("limit", "remove", "-q", queue, "--key", "api.example.com")
     assert gone.exit_code == 0 and "removed" in gone.output
     again = cli_run("limit", "remove", "-q", queue, "--key", "api.example.com")
     assert again.exit_code == 1 and "shardq limit list" in again.output
+
+
+def test_concurrency_limits_are_validated() -> None:
+    assert limits.for_type("call", concurrency=10).describe() == "10 at once"
+    assert limits.for_key("api", "5/s", concurrency=2).describe() == "5/s, 2 at once"
+    with pytest.raises(InvalidLimitError, match="neither a rate nor a concurrency"):
+        limits.Limit("type", "call")
+    with pytest.raises(InvalidLimitError, match="concurrency must be"):
+        limits.for_type("call", concurrency=0)
+    with pytest.raises(InvalidLimitError, match="burst must be"):
+        limits.for_type("call", burst=2, concurrency=1)
+
+
+def test_limit_acquire_gives_at_most_n_slots_renews_holders_and_expires_the_dead(
+    cluster_client: Client, queue: str
+) -> None:
+    r = cluster_client.redis
+    limit = limits.for_type("call", concurrency=2)
+
+    def acquire(*ids: bytes, hold: int = 60_000) -> list[bool]:
+        return transport.run(r, store_limits.acquire(queue, limit, list(ids), hold)).held
+
+    assert acquire(b"a", b"b", b"c") == [True, True, False]
+    assert acquire(b"a") == [True]  # a holder asking again renews its slot
+    assert transport.run(r, store_limits.release(queue, limit, [b"a", b"zz"])) == 1
+    assert acquire(b"c", b"d") == [True, False]
+    # b's holder stops renewing (a worker that died): its slot comes back after the hold.
+    assert acquire(b"b", hold=100) == [True]
+    wait_for(lambda: acquire(b"d") == [True], 5, "an expired hold did not free its slot")
+    key = keys.limit_holders_key(queue, limit.name)
+    assert {m for m, _ in r.zrange(key, 0, -1, withscores=True)} == {b"c", b"d"}
+
+
+def test_workers_keep_a_concurrency_limit_together(
+    cluster_url: str, cluster_client: Client, queue: str
+) -> None:
+    """3 workers, 30 jobs due now that take 100 ms each, at most 3 running at once: never more
+    than 3 run at the same time, every job runs once on its first attempt, and the slots are
+    all given back at the end."""
+    import asyncio
+
+    cluster_client.create_queue(queue, 8)
+    cluster_client.set_limit(queue, limits.for_type("slow", concurrency=3))
+    running, peak, done = [0], [0], []
+    lock = threading.Lock()
+
+    async def slow(job: Job) -> None:
+        with lock:
+            running[0] += 1
+            peak[0] = max(peak[0], running[0])
+        await asyncio.sleep(0.1)
+        with lock:
+            running[0] -= 1
+            done.append((job.id, job.attempt))
+
+    with Runner(cluster_url, queue, {"slow": slow}, workers=3):
+        cluster_client.enqueue_many(queue, [JobRequest("slow", i) for i in range(30)])
+        wait_for(lambda: len(done) >= 30, 60, lambda: f"{len(done)} of 30 jobs ran")
+        holders = keys.limit_holders_key(queue, "type:slow")
+        wait_for(lambda: cluster_client.redis.zcard(holders) == 0, 10, "slots not given back")
+    assert peak[0] <= 3, f"{peak[0]} ran at once"
+    assert sorted(done) == sorted({(i, 1) for i, _ in done}) and len(done) == 30
+
+
+def test_a_killed_worker_gives_its_slots_back_within_the_visibility_timeout(
+    cluster_url: str, cluster_client: Client, queue: str, procs: list[Proc]
+) -> None:
+    """kill -9 of a worker holding both slots of a concurrency limit of 2: its holds expire
+    like its deliveries (visibility timeout 2 s), and another worker then runs every job, the
+    two it took over on their second attempt."""
+    client, r = cluster_client, cluster_client.redis
+    client.create_queue(queue, 4)
+    client.set_limit(queue, limits.for_type("t", concurrency=2))
+    record = f"rec:{queue}"
+    ids = [client.enqueue(queue, "t", {"i": i}) for i in range(8)]
+    doomed = Proc.helper("worker", cluster_url, queue, record, "60", "2")
+    procs.append(doomed)
+    wait_for(lambda: r.hlen(f"{record}:starts") == 2 or doomed.check_alive(), 20, "not started")
+    time.sleep(0.5)  # the other six are refused and wait in due
+    assert r.hlen(f"{record}:starts") == 2, "more than 2 ran at once"
+    holders = keys.limit_holders_key(queue, "type:t")
+    assert r.zcard(holders) == 2
+    doomed.kill9()
+    killed_at = time.monotonic()
+    took_over = {text(k) for k in r.hkeys(f"{record}:starts")}
+
+    runs, starts = Runs(), []
+
+    def handler(job: Job) -> None:
+        starts.append(time.monotonic())
+        runs.add(job)
+
+    with Runner(cluster_url, queue, {"t": handler}):
+        wait_for(lambda: set(runs.count()) == set(ids), 30, lambda: f"{len(runs.count())} ran")
+    assert runs.count() == Counter(dict.fromkeys(ids, 1))
+    # Nothing ran before the dead worker's holds expired (2 s after its last renewal, which
+    # came at most a heartbeat, 1 s, before the kill).
+    assert min(starts) - killed_at >= 0.9
+    for job in runs.jobs:
+        assert job.attempt == (2 if job.id in took_over else 1), job

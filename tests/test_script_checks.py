@@ -170,6 +170,12 @@ OPS: dict[str, Callable[[State], Op[Any]]] = {
     "schedule-read": lambda s: sched.read(s.pk, "scan", "0", 10),
     "schedule-fire": _schedule_fire,
     "limit-take": lambda s: store_limits.take(s.queue, limits.for_type("t", 10), 3),
+    "limit-acquire": lambda s: store_limits.acquire(
+        s.queue, limits.for_type("t", concurrency=2), [b"a"], 10_000
+    ),
+    "limit-release": lambda s: store_limits.release(
+        s.queue, limits.for_type("t", concurrency=2), [b"a"]
+    ),
     "defer": lambda s: store_limits.defer(s.pk, [(s.pending_entry, s.pending_id, 10**13)]),
 }
 

@@ -89,6 +89,12 @@ def limit_state_key(queue: str, name: str) -> str:
     return f"{{sq:{queue}:limit:{name}}}:limit"
 
 
+def limit_holders_key(queue: str, name: str) -> str:
+    """Sorted set of the jobs holding one concurrency limit's running slots, scored by hold
+    expiry (ms); on the same slot as the limit's rate state."""
+    return f"{{sq:{queue}:limit:{name}}}:running"
+
+
 def dispatchers_key(queue: str) -> str:
     """Sorted set of live dispatchers, scored by heartbeat expiry (ms, Redis clock)."""
     return f"{{sq:{queue}}}:dispatchers"

@@ -1,12 +1,13 @@
-"""Rate-limit operations: reserve start times (limit-take), put jobs back until then (defer),
-and the queue's limits hash (plain HSET/HGETALL/HDEL on one key; see shardq.limits)."""
+"""Flow-limit operations: reserve start times (limit-take), take and give back running slots
+(limit-acquire, limit-release), put jobs back in due (defer); and the queue's limits hash
+(plain HSET/HGETALL/HDEL on one key; see shardq.limits)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from typing import Any, NamedTuple
 
-from shardq.limits import RateLimit
+from shardq.limits import Limit
 from shardq.store import keys
 from shardq.store.codes import check
 from shardq.store.op import Op, op
@@ -24,13 +25,46 @@ def _parse_take(reply: Any) -> Starts:
     return Starts(int(r[0]), [int(t) for t in r[1:]])
 
 
-def take(queue: str, limit: RateLimit, n: int) -> Op[Starts]:
+def take(queue: str, limit: Limit, n: int) -> Op[Starts]:
     """Reserve start times for ``n`` jobs under ``limit``."""
     return op(
         "limit-take",
         [keys.limit_state_key(queue, limit.name)],
         [repr(limit.interval_ms), limit.allowed_burst, n],
         _parse_take,
+    )
+
+
+class Slots(NamedTuple):
+    """What limit-acquire gave: per job, whether it holds a running slot; the Redis clock."""
+
+    now_ms: int
+    held: list[bool]
+
+
+def _parse_acquire(reply: Any) -> Slots:
+    r = check(reply)
+    return Slots(int(r[0]), [g == 1 for g in r[1:]])
+
+
+def acquire(queue: str, limit: Limit, job_ids: list[bytes], hold_ms: int) -> Op[Slots]:
+    """Take or renew running slots of ``limit`` for jobs (see lua/limit-acquire-1.lua)."""
+    assert limit.concurrency is not None
+    return op(
+        "limit-acquire",
+        [keys.limit_holders_key(queue, limit.name)],
+        [limit.concurrency, hold_ms, *job_ids],
+        _parse_acquire,
+    )
+
+
+def release(queue: str, limit: Limit, job_ids: list[bytes]) -> Op[int]:
+    """Give back running slots; the op returns how many were held."""
+    return op(
+        "limit-release",
+        [keys.limit_holders_key(queue, limit.name)],
+        list(job_ids),
+        lambda r: int(check(r)[0]),
     )
 
 
@@ -43,11 +77,11 @@ def defer(pk: keys.PartitionKeys, items: Iterable[tuple[bytes, bytes, int]]) -> 
     return op("defer", [pk.ready, pk.jobs, pk.due, pk.stats], argv, lambda r: int(check(r)[0]))
 
 
-def parse_table(raw: dict[Any, Any]) -> list[RateLimit]:
+def parse_table(raw: dict[Any, Any]) -> list[Limit]:
     """The limits of an HGETALL of the limits hash, by name; a damaged field is skipped by
     workers (they log it) and shown by ``shardq limit list``."""
     out = []
     for name, value in sorted(raw.items()):
         text = name.decode() if isinstance(name, bytes) else str(name)
-        out.append(RateLimit.from_stored(text, value))
+        out.append(Limit.from_stored(text, value))
     return out

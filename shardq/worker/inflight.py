@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from shardq.jobs import Job
+from shardq.limits import Limit
 
 
 @dataclass(slots=True, eq=False)
@@ -28,6 +29,7 @@ class Delivery:
     timed_out: bool = False
     finished: bool = False  # the handler returned or raised; only the settle is left
     reserved: bool = False  # its start was reserved by a rate limit: run without asking again
+    slots: list[Limit] = field(default_factory=list)  # concurrency limits it holds a slot of
 
 
 @dataclass(slots=True)
@@ -58,6 +60,7 @@ class InFlight:
     finished: int = 0  # handlers done, acks not yet written: they no longer take room
     on_room: Callable[[], None] | None = None  # wakes readers that found no room
     starved: bool = False  # a reader found no room and waits for some
+    on_finished: Callable[[Delivery], None] | None = None  # gives back concurrency slots
 
     def add(self, d: Delivery) -> None:
         table = self.by_partition.get(d.partition)
@@ -81,6 +84,8 @@ class InFlight:
         if not d.finished:
             d.finished = True
             self.finished += 1
+            if d.slots and self.on_finished is not None:
+                self.on_finished(d)  # the handler ended: its running slots go back at once
             self._freed()
 
     def reserve(self, n: int) -> None:

@@ -1,12 +1,16 @@
-"""Limiter: holds fetched jobs that are under a rate limit until the limit gives them a start.
+"""Limiter: holds fetched jobs that are under a flow limit until the limit lets them run.
 
 Jobs of types and keys without a limit pass straight through (:meth:`Limiter.holds` is a dict
-lookup).  Limited jobs handed over in one event-loop turn are gated together: one limit-take
-call per limit for all of them, then each runs now or is deferred (back to its partition's due
-set until its reserved start, its attempt given back), one defer call per partition.  A call
-that fails is resent through faults for ``settle_window``; after that the delivery is given up
-(it leaves the in-flight table and another worker reclaims it after the visibility timeout,
-when the limit is asked again), so nothing here can run a job over its limit.
+lookup).  Limited jobs handed over in one event-loop turn are gated together, one call per
+limit: rate limits first (limit-take: a start time per job), then, for the jobs whose start is
+now, concurrency limits (limit-acquire: a running slot per job).  A job that must wait goes back
+to its partition's due set (defer, one call per partition, its attempt given back): until its
+reserved start, or, refused a slot, for about one handler run per round of slots ahead of it.
+Slots go back when the handler ends (limit-release, batched) and are renewed by the heartbeat;
+a dead worker's expire after one visibility timeout.  A call that fails is resent through
+faults for ``settle_window``; after that the delivery is given up (another worker reclaims it
+after the visibility timeout and asks the limits again), so a fault never runs a job over its
+limit.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from typing import Any
 
 from shardq import metrics
 from shardq.config import WorkerSettings
-from shardq.limits import LimitTable, RateLimit
+from shardq.limits import Limit, LimitTable
 from shardq.logs import log_event
 from shardq.runtime.supervisor import backoff_delay
 from shardq.store import faults, keys
@@ -31,7 +35,16 @@ from shardq.worker.inflight import Delivery, InFlight, WorkerStats
 
 log = logging.getLogger("shardq.worker")
 
-MAX_TAKE = 1000  # jobs per limit-take call (the script's bound)
+MAX_TAKE = 1000  # jobs per limit-take/acquire/release call (the scripts' bound)
+# A job refused a running slot asks again after about one handler run per round of slots
+# ahead of it: this long until this worker has seen the limit's jobs run, and within these.
+DEFAULT_RUN_MS = 1000.0
+MIN_RETRY_MS = 50
+MAX_RETRY_MS = 60_000
+
+
+def _chunks(members: list[int]) -> list[list[int]]:
+    return [members[lo : lo + MAX_TAKE] for lo in range(0, len(members), MAX_TAKE)]
 
 
 class Limiter:
@@ -55,21 +68,28 @@ class Limiter:
         self.stats = stats
         self.run = run
         self.table = LimitTable()
-        self._held: list[tuple[Delivery, list[RateLimit]]] = []
+        self._held: list[tuple[Delivery, list[Limit]]] = []
         self._flush: asyncio.Handle | None = None
         self.tasks: set[asyncio.Task[None]] = set()
         self._bad: set[str] = set()
+        # Concurrency: a hold lasts one visibility timeout unless renewed (heartbeat), so a
+        # dead worker's slots come back within the same bound as its deliveries.
+        self.hold_ms = round(settings.visibility_timeout * 1000)
+        self._typical_ms: dict[str, float] = {}
+        self._releases: dict[str, tuple[Limit, list[bytes]]] = {}
+        self._release_flush: asyncio.Handle | None = None
+        inflight.on_finished = self.finished
 
     # the limits ----------------------------------------------------------------------------
 
     async def refresh(self) -> None:
         """Re-read the queue's limits (a loop of the worker's supervisor calls this)."""
         raw = await self.transport.client.hgetall(keys.limits_key(self.queue))
-        found: list[RateLimit] = []
+        found: list[Limit] = []
         for name, value in raw.items():
             text = name.decode(errors="replace") if isinstance(name, bytes) else str(name)
             try:
-                found.append(RateLimit.from_stored(text, value))
+                found.append(Limit.from_stored(text, value))
             except ValueError as exc:
                 if text not in self._bad:  # once per damaged field, not every refresh
                     self._bad.add(text)
@@ -80,9 +100,11 @@ class Limiter:
 
     def holds(self, d: Delivery) -> bool:
         """Whether ``d`` is under a limit: then it is gated (run or deferred) soon, by this."""
-        if not self.table or d.reserved:
+        if not self.table:
             return False
         limits = self.table.matching(d.job.type, d.job.limit_key)
+        if d.reserved:  # its start was reserved when it was deferred: only slots are asked
+            limits = [x for x in limits if x.concurrency is not None]
         if not limits:
             return False
         self._held.append((d, limits))
@@ -98,35 +120,141 @@ class Limiter:
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
 
-    async def _gate(self, held: list[tuple[Delivery, list[RateLimit]]]) -> None:
-        by_limit: dict[str, tuple[RateLimit, list[int]]] = {}
-        for i, (_, limits) in enumerate(held):
-            for limit in limits:
-                by_limit.setdefault(limit.name, (limit, []))[1].append(i)
-        start = [0] * len(held)
+    async def _gate(self, held: list[tuple[Delivery, list[Limit]]]) -> None:
+        """Rate limits first (a start time per job), then concurrency limits (a running slot
+        per job and limit) for the jobs whose start is now; run those that got everything."""
         failed: set[int] = set()
-        for limit, members in by_limit.values():
-            for lo in range(0, len(members), MAX_TAKE):
-                part = members[lo : lo + MAX_TAKE]
+        start = [0] * len(held)
+        by_rate = self._group(held, lambda d, x: x.rate is not None and not d.reserved)
+        for limit, members in by_rate:
+            for part in _chunks(members):
                 try:
                     starts = await self._resend(store_limits.take(self.queue, limit, len(part)))
                 except Exception as exc:
+                    self._give_up([held[i][0] for i in part if i not in failed], exc)
                     failed.update(part)
-                    self._give_up([held[i][0] for i in part], exc)
                     continue
                 for i, t in zip(part, starts.times, strict=True):
                     start[i] = max(start[i], t)
                     if t:
                         metrics.JOBS_DEFERRED.labels(self.queue, limit.name).inc()
         deferred: dict[int, list[tuple[Delivery, int]]] = {}
-        for i, (d, _) in enumerate(held):
-            if i in failed:
-                continue
-            if start[i] == 0:
-                self.run(d)
-            else:
+        now_ok = [i for i in range(len(held)) if i not in failed and start[i] == 0]
+        for i in range(len(held)):
+            if i not in failed and start[i] > 0:
+                d = held[i][0]
                 deferred.setdefault(d.partition, []).append((d, start[i]))
+        # Concurrency: a slot of every concurrency limit of the job, or it waits in due.
+        waiting = set(range(len(held))) - set(now_ok)
+        by_slots = self._group(held, lambda d, x: x.concurrency is not None, skip=waiting)
+        granted: dict[int, list[Limit]] = {}
+        refused: dict[int, tuple[Limit, int, int]] = {}  # job -> (limit, its place, now ms)
+        for limit, members in by_slots:
+            place = 0
+            for part in _chunks(members):
+                ids = [held[i][0].raw_id for i in part]
+                try:
+                    got = await self._resend(
+                        store_limits.acquire(self.queue, limit, ids, self.hold_ms)
+                    )
+                except Exception as exc:
+                    self._give_up([held[i][0] for i in part if i not in failed], exc)
+                    failed.update(part)
+                    continue
+                for i, ok in zip(part, got.held, strict=True):
+                    if ok:
+                        granted.setdefault(i, []).append(limit)
+                    else:
+                        refused.setdefault(i, (limit, place, got.now_ms))
+                        place += 1
+                        metrics.JOBS_DEFERRED.labels(self.queue, limit.name).inc()
+        to_release: list[Delivery] = []
+        for i in now_ok:
+            d = held[i][0]
+            d.slots = granted.get(i, [])
+            if i in failed or i in refused:
+                if d.slots:
+                    to_release.append(d)
+                if i in refused:
+                    limit, place, now_ms = refused[i]
+                    deferred.setdefault(d.partition, []).append(
+                        (d, now_ms + self._retry_ms(limit, place))
+                    )
+                continue
+            self.run(d)
+        for d in to_release:
+            self.finished(d)  # slots of the job's other limits, taken for nothing
         await asyncio.gather(*(self._defer(p, items) for p, items in deferred.items()))
+
+    def _group(
+        self,
+        held: list[tuple[Delivery, list[Limit]]],
+        wanted: Callable[[Delivery, Limit], bool],
+        skip: set[int] | frozenset[int] = frozenset(),
+    ) -> list[tuple[Limit, list[int]]]:
+        by_name: dict[str, tuple[Limit, list[int]]] = {}
+        for i, (d, limits) in enumerate(held):
+            if i in skip:
+                continue
+            for limit in limits:
+                if wanted(d, limit):
+                    by_name.setdefault(limit.name, (limit, []))[1].append(i)
+        return list(by_name.values())
+
+    def _retry_ms(self, limit: Limit, place: int) -> int:
+        """When a job refused a running slot asks again: after about one handler run (this
+        worker's running average for the limit) per full round of slots ahead of it, with
+        jitter so the refused do not all come back at once."""
+        assert limit.concurrency is not None
+        typical = self._typical_ms.get(limit.name, DEFAULT_RUN_MS)
+        wait = typical * (1 + place // limit.concurrency) * random.uniform(1.0, 1.25)
+        return round(min(MAX_RETRY_MS, max(MIN_RETRY_MS, wait)))
+
+    # running slots -------------------------------------------------------------------------
+
+    def finished(self, d: Delivery) -> None:
+        """The handler ended (or never started): give back its running slots, batched."""
+        ran_ms = (time.monotonic() - d.started) * 1000.0
+        for limit in d.slots:
+            typical = self._typical_ms.get(limit.name, ran_ms)
+            self._typical_ms[limit.name] = 0.8 * typical + 0.2 * ran_ms
+            self._releases.setdefault(limit.name, (limit, []))[1].append(d.raw_id)
+        d.slots = []
+        if self._release_flush is None and self._releases:
+            loop = asyncio.get_running_loop()
+            self._release_flush = loop.call_soon(self._start_release)
+
+    def _start_release(self) -> None:
+        self._release_flush = None
+        batch, self._releases = self._releases, {}
+        task = asyncio.get_running_loop().create_task(self._release(batch))
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+    async def _release(self, batch: dict[str, tuple[Limit, list[bytes]]]) -> None:
+        for limit, ids in batch.values():
+            for lo in range(0, len(ids), MAX_TAKE):
+                try:
+                    await self._resend(
+                        store_limits.release(self.queue, limit, ids[lo : lo + MAX_TAKE])
+                    )
+                except Exception as exc:  # the holds expire by themselves after hold_ms
+                    log.warning("releasing %s slots failed: %s", limit.name, exc)
+
+    async def renew(self) -> None:
+        """Heartbeat: extend the holds of this worker's running limited jobs (a loop of the
+        worker's supervisor calls this every heartbeat interval)."""
+        by_name: dict[str, tuple[Limit, list[bytes]]] = {}
+        for d in self.inflight.all():
+            if d.finished:
+                continue
+            for limit in d.slots:
+                by_name.setdefault(limit.name, (limit, []))[1].append(d.raw_id)
+        for limit, ids in by_name.values():
+            for lo in range(0, len(ids), MAX_TAKE):
+                await self.transport.run(
+                    store_limits.acquire(self.queue, limit, ids[lo : lo + MAX_TAKE], self.hold_ms)
+                )
 
     async def _defer(self, partition: int, items: list[tuple[Delivery, int]]) -> None:
         op = store_limits.defer(
@@ -172,9 +300,13 @@ class Limiter:
         )
 
     async def drain(self) -> None:
-        """Shutdown: let gates in progress finish (each is bounded by settle_window)."""
+        """Shutdown: let gates and releases in progress finish (each bounded by
+        settle_window)."""
         if self._flush is not None:
             self._flush.cancel()
             self._start_gate()
-        if self.tasks:
+        if self._release_flush is not None:
+            self._release_flush.cancel()
+            self._start_release()
+        while self.tasks:
             await asyncio.gather(*list(self.tasks), return_exceptions=True)

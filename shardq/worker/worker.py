@@ -285,6 +285,7 @@ class Worker:
         sup.forever("recoverer", recoverer.loop, pace=s.reclaim_interval)
         sup.every("janitor", PRUNE_EVERY, janitor.round)
         sup.every("limits", LIMITS_REFRESH, limiter.refresh)
+        sup.every("limit-holds", s.heartbeat_interval, limiter.renew)
         sup.every("redis-config", s.redis_check_interval, watch.round)
         sup.forever(
             "hints",

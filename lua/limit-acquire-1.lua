@@ -1,0 +1,51 @@
+--[[ limit-acquire: take (or keep) running slots of one concurrency limit for jobs about to run.
+
+The holders are a sorted set of job ids scored by when their hold expires (Redis clock).  A
+worker renews the holds of its running jobs with every heartbeat (asking again for a job it
+holds renews it), and gives them back when the handler ends (limit-release-1); a worker that
+dies stops renewing, so its slots come back within the hold time, as its deliveries do.
+
+KEYS[1] holders  zset    job id scored by hold expiry ms
+
+ARGV[1] most holders at once (1 .. 1e6)
+ARGV[2] hold ms: how long a hold lasts without renewal (100 .. 86400000)
+ARGV[3..] job ids asking (1 .. 1000 of them)
+
+Returns
+  {now ms, g1, ..., gn}              gi = 1: job i holds a slot now (new or renewed); 0: full
+  {-10, key, found, expected}         E_WRONG_TYPE: a key was overwritten outside shardq
+  {-11, argv index, value, lo, hi}    E_BAD_ARGUMENT
+Every check comes before the first write: a refused call writes nothing.
+
+Flags: allow-oom  (keeps a full Redis draining: one small set per limit, bounded by its size)
+]]
+--@include now.lua
+--@include checks.lua
+
+local most, bad1 = arg_number(1, 1, 1000000)
+if bad1 then return bad1 end
+local hold, bad2 = arg_number(2, 100, 86400000)
+if bad2 then return bad2 end
+if #ARGV < 3 or #ARGV > 1002 then return {-11, 3, #ARGV - 2, 1, 1000} end
+local wrong = wrong_type({KEYS[1], 'zset'})
+if wrong then return wrong end
+local now = now_ms()
+-- Holds nobody renewed in time (a worker that died): their slots come back.
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+local held = redis.call('ZCARD', KEYS[1])
+local expiry = now + math.floor(hold)
+local out = {now}
+for i = 3, #ARGV do
+  if redis.call('ZSCORE', KEYS[1], ARGV[i]) then
+    redis.call('ZADD', KEYS[1], expiry, ARGV[i])
+    out[#out + 1] = 1
+  elseif held < most then
+    redis.call('ZADD', KEYS[1], expiry, ARGV[i])
+    held = held + 1
+    out[#out + 1] = 1
+  else
+    out[#out + 1] = 0
+  end
+end
+if held > 0 then redis.call('PEXPIRE', KEYS[1], math.floor(hold) + 1000) end
+return out
