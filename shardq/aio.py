@@ -204,7 +204,7 @@ class AsyncClient:
         self, queue: str, request: JobRequest, *, durable: bool = False
     ) -> EnqueueResult:
         """See :meth:`shardq.Client.enqueue_detailed`."""
-        if tracing.ENABLED:
+        if tracing.active():
             with tracing.producer_span(queue) as span:
                 request = tracing.with_headers(request, tracing.trace_headers())
                 done = await self._enqueue_one(queue, request, durable)
@@ -234,7 +234,7 @@ class AsyncClient:
         durable: bool = False,
     ) -> list[EnqueueResult]:
         """See :meth:`shardq.Client.enqueue_many`."""
-        if tracing.ENABLED:
+        if tracing.active():
             requests = list(requests)
             with tracing.producer_span(queue, len(requests)):
                 stamped = tracing.stamp_all(requests, tracing.trace_headers())

@@ -335,7 +335,7 @@ class Client:
         self, queue: str, request: JobRequest, *, durable: bool = False
     ) -> EnqueueResult:
         """Enqueue one job and say whether it was new and when it is due."""
-        if tracing.ENABLED:
+        if tracing.active():
             with tracing.producer_span(queue) as span:
                 request = tracing.with_headers(request, tracing.trace_headers())
                 done = self._enqueue_one(queue, request, durable)
@@ -370,7 +370,7 @@ class Client:
         a duplicate job id), BulkEnqueueError says exactly which were stored and gives the
         rest back as requests with their ids, safe to resend.
         """
-        if tracing.ENABLED:
+        if tracing.active():
             requests = list(requests)
             with tracing.producer_span(queue, len(requests)):
                 stamped = tracing.stamp_all(requests, tracing.trace_headers())

@@ -22,8 +22,12 @@ Attributes follow OpenTelemetry's messaging conventions: ``messaging.system`` = 
 ``shardq.job.type``.  An exception from the handler is recorded on the consumer span, whose
 status becomes ERROR.
 
-Without the extra, :data:`ENABLED` is False: the import is tried once, here, and the callers
-test that flag (one global load per job) before touching anything else in this module.
+Spans are made only while they can go somewhere (:func:`active`): the extra is installed *and*
+the process has set a tracer provider (opentelemetry-sdk's, say).  The OpenTelemetry API alone,
+which other libraries often pull in, leaves the API's default provider in place, whose spans
+are dropped: shardq then makes none, and its workers keep their fast path (an async handler
+started eagerly, without a task of its own).  Producers ask per call; a worker asks once, when
+it starts: configure the SDK before starting workers.
 """
 
 from __future__ import annotations
@@ -38,10 +42,20 @@ try:
     from opentelemetry import propagate, trace
     from opentelemetry.trace import SpanKind
 except ImportError:  # the otel extra is not installed: every hook below stays unused
-    ENABLED = False
+    INSTALLED = False
 else:
-    ENABLED = True
+    INSTALLED = True
     _tracer = trace.get_tracer("shardq")  # a proxy: follows the provider set later
+
+
+def active() -> bool:
+    """Whether spans go anywhere: the extra is installed and a tracer provider other than the
+    API's default (a proxy to a no-op) or an explicit no-op one is set."""
+    if not INSTALLED:
+        return False
+    provider = trace.get_tracer_provider()
+    return not isinstance(provider, trace.ProxyTracerProvider | trace.NoOpTracerProvider)
+
 
 if TYPE_CHECKING:
     from opentelemetry.trace import Span

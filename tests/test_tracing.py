@@ -37,7 +37,7 @@ def spans() -> Iterator[InMemorySpanExporter]:
         provider = TracerProvider()
         provider.add_span_processor(SimpleSpanProcessor(_EXPORTER))
         trace.set_tracer_provider(provider)
-    assert tracing.ENABLED
+    assert tracing.active()
     _EXPORTER.clear()
     yield _EXPORTER
     _EXPORTER.clear()
@@ -143,3 +143,22 @@ def test_an_exception_in_the_handler_is_recorded_on_the_consumer_span(
     assert event.attributes is not None
     assert event.attributes["exception.type"] == "ValueError"
     assert event.attributes["exception.message"] == "handler broke"
+
+
+def test_no_spans_without_a_tracer_provider() -> None:
+    """The OpenTelemetry API alone (another library's dependency, say) leaves its default
+    provider, which drops spans: shardq then makes none and its workers keep their fast path.
+    Asked in a fresh process: this one may have set a provider already."""
+    import subprocess
+    import sys
+
+    code = (
+        "from shardq import tracing; from opentelemetry import trace; "
+        "print(tracing.INSTALLED, tracing.active()); "
+        "from opentelemetry.sdk.trace import TracerProvider; "
+        "trace.set_tracer_provider(TracerProvider()); print(tracing.active())"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout.split()
+    assert out == ["True", "False", "True"], out

@@ -166,6 +166,8 @@ class Executor:
         self._async: dict[Handler, bool] = {}
         self._m_lateness = metrics.JOB_LATENESS.labels(queue)
         self._m_duration: dict[str, Any] = {}
+        # Asked once, at start (see shardq.tracing): untraced, an async handler starts eagerly.
+        self.traced = tracing.active()
         #: Set by the worker when the queue may have rate limits (shardq.worker.limiter).
         self.limiter: Limiter | None = None
 
@@ -217,7 +219,7 @@ class Executor:
         handler = self.handlers.get(job.type)
         if handler is not None and job.type in self.inline_types:
             self._run_inline(d, handler)
-        elif handler is not None and self._is_async(handler) and not tracing.ENABLED:
+        elif handler is not None and self._is_async(handler) and not self.traced:
             # (Traced, an async handler runs in a task: its span is current in that task's
             # context, which a coroutine driven by hand here could not keep apart.)
             self._run_eager(d, handler)
@@ -238,7 +240,7 @@ class Executor:
         started = time.monotonic()
         self._observe_lateness(job, started)
         try:
-            if tracing.ENABLED:
+            if self.traced:
                 tracing.run_sync(handler, job, self._lateness_ms(job, started))
             else:
                 handler(job)
@@ -297,7 +299,7 @@ class Executor:
                     f"no handler for job type {job.type!r} on this worker: register one with "
                     f"worker.register({job.type!r}, fn) (known: {sorted(self.handlers)})"
                 )
-            elif tracing.ENABLED:
+            elif self.traced:
                 await tracing.run_async(
                     lambda: self._call(handler, job), job, self._lateness_ms(job, started)
                 )
@@ -353,7 +355,7 @@ class Executor:
         # A sync handler that overruns handler_timeout keeps its thread until it returns
         # (threads cannot be killed); the job itself is settled as failed at the timeout.
         loop = asyncio.get_running_loop()
-        if tracing.ENABLED:
+        if self.traced:
             # The job's span is current in this task's context: the pool's thread runs the
             # handler in a copy of it, so the handler's own spans are the span's children.
             ctx = contextvars.copy_context()
