@@ -1,14 +1,16 @@
---[[ reschedule: move a waiting job to a new due time.
+--[[ reschedule: move a waiting job to a new due time, or give it a new priority level, or both.
 
 KEYS[1] due      zset    job id scored by due ms
 KEYS[2] jobs     hash    job id -> envelope
 
 ARGV[1] job id
-ARGV[2] 'at' (ARGV[3] is an absolute ms time) or 'in' (ARGV[3] is a delay in ms from Redis now)
+ARGV[2] 'at' (ARGV[3] is an absolute ms time), 'in' (ARGV[3] is a delay in ms from Redis now)
+        or 'keep' (the due time stays)
 ARGV[3] ms value
 ARGV[4] past tolerance ms
 ARGV[5] horizon ms
 ARGV[6] due-hint channel (sharded pub/sub) to wake the dispatcher when the head moves earlier
+ARGV[7] new priority level 'h', 'n' or 'l' (lua/includes/lanes.lua), or '' to keep it
 
 Returns
   {1, due ms}             rescheduled
@@ -27,8 +29,13 @@ Flags: allow-oom  (runs when Redis is at maxmemory: it frees memory or keeps a f
 --@include now.lua
 --@include schedule.lua
 --@include checks.lua
+--@include lanes.lua
 
-if ARGV[2] ~= 'in' and ARGV[2] ~= 'at' then return {-11, 2, ARGV[2], 'in', 'at'} end
+if ARGV[2] ~= 'in' and ARGV[2] ~= 'at' and ARGV[2] ~= 'keep' then
+  return {-11, 2, ARGV[2], 'in', 'at'}
+end
+local level = ARGV[7] or ''
+if level ~= '' and not LANE_COST[level] then return {-11, 7, level, 'h', 'l'} end
 local _, bad3 = arg_number(3, -1e15, 1e15)
 if bad3 then return bad3 end
 local tolerance, bad4 = arg_number(4, 0, 1e13)
@@ -38,10 +45,16 @@ if bad5 then return bad5 end
 local wrong = wrong_type({KEYS[1], 'zset', KEYS[2], 'hash'})
 if wrong then return wrong end
 local now = now_ms()
-local due, rejected = due_time(ARGV[2], ARGV[3], now, tolerance, horizon)
-if rejected then return rejected end
 local id = ARGV[1]
-if not redis.call('ZSCORE', KEYS[1], id) then
+local current = redis.call('ZSCORE', KEYS[1], id)
+local due, rejected
+if ARGV[2] == 'keep' then
+  due = tonumber(current)
+else
+  due, rejected = due_time(ARGV[2], ARGV[3], now, tolerance, horizon)
+  if rejected then return rejected end
+end
+if not current then
   local v = redis.call('HGET', KEYS[2], id)
   if not v then return {-6, id} end
   local state = string.sub(v, 1, 1)
@@ -52,7 +65,12 @@ end
 redis.call('ZADD', KEYS[1], 'XX', due, id)
 -- A start a rate limit reserved (state L) is for the old time: at the new one, ask again.
 local v = redis.call('HGET', KEYS[2], id)
-if v and string.sub(v, 1, 1) == 'L' then redis.call('HSET', KEYS[2], id, 'S' .. string.sub(v, 2)) end
+if v then
+  local nv = v
+  if ARGV[2] ~= 'keep' and string.sub(nv, 1, 1) == 'L' then nv = 'S' .. string.sub(nv, 2) end
+  if level ~= '' then nv = with_level(nv, level) end
+  if nv ~= v then redis.call('HSET', KEYS[2], id, nv) end
+end
 if redis.call('ZRANGE', KEYS[1], 0, 0)[1] == id then
   redis.call('SPUBLISH', ARGV[6], due)
 end

@@ -43,6 +43,8 @@ SCHEDULE_KINDS = ("sched", "sched:next", "sched:state")
 PARTITION_KINDS: tuple[str, ...] = (
     *("jobs", "due", "ready", "dead", "lease", "fence", "stats", "errors", "idem"),
     *SCHEDULE_KINDS,
+    # lanes (priorities and tenants, lua/includes/lanes.lua): due jobs by score, virtual time
+    *("lane", "vtime"),
 )
 QUEUE_KINDS = ("meta", "dispatchers", "drain", "workers", "workers:drain", "owners", "limits")
 # Flow limits' state, on each limit's own slot: {sq:<queue>:limit:<name>}:limit (the next
@@ -60,7 +62,10 @@ GRANTS: dict[str, tuple[Grant, ...]] = {
         Grant(("due",), ("+zadd", "+zrange", "+zscore", "+zrem")),
         Grant(("ready",), ("+xadd",)),
         Grant(("errors",), ("+hget", "+hdel")),
-        Grant(("stats",), ("+hincrby", "+hset")),
+        Grant(("stats",), ("+hincrby", "+hset", "+hget")),
+        # a job due at once goes to the lane when the partition has lanes on
+        Grant(("lane",), ("+zadd",)),
+        Grant(("vtime",), ("+hget", "+hset")),
         # client.schedules: add/update, pause, resume, remove, list (schedule-put/read)
         Grant(("sched", "sched:state"), ("+hget", "+hset", "+hdel", "+hscan")),
         Grant(("sched:next",), ("+zadd", "+zrem", "+zrange", "+zscore")),
@@ -84,6 +89,10 @@ GRANTS: dict[str, tuple[Grant, ...]] = {
         Grant(("sched", "sched:state"), ("+hget", "+hset")),
         Grant(("sched:next",), ("+zadd", "+zrem", "+zrange", "+zscore")),
         Grant(("stats",), ("+hincrby", "+hset", "+hgetall", "+hget")),
+        # promote moves due jobs to the lane when the partition has lanes on; the sampler
+        # counts it (partition-stats)
+        Grant(("lane",), ("+zadd", "+zcard")),
+        Grant(("vtime",), ("+hget", "+hset")),
     ),
     "worker": (
         Grant(("meta",), ("+hget", "+hgetall"), read_only=True),
@@ -107,6 +116,10 @@ GRANTS: dict[str, tuple[Grant, ...]] = {
         Grant(("dead",), ("+xadd",)),
         Grant(("due",), ("+zadd", "+zrange")),
         Grant(("stats",), ("+hincrby", "+hset", "+hget")),
+        # fetch moves lane jobs to the ready stream when the stream runs short
+        Grant(("lane",), ("+zpopmin",)),
+        Grant(("vtime",), ("+hget", "+hset", "+hdel")),
+        Grant(("ready",), ("+xadd",)),
         # rate limits: read the queue's limits, reserve starts (limit-take), defer (defer)
         Grant(("limits",), ("+hgetall",), read_only=True),
         Grant(("limit",), ("+get", "+set")),

@@ -15,7 +15,14 @@ from shardq.client import BulkRun, unknown_queue
 from shardq.config import ProducerSettings, RedisSettings
 from shardq.connection import AsyncRedis, as_text, connect_async
 from shardq.errors import BulkEnqueueError, InvalidLimitError
-from shardq.jobs import Backoff, EnqueueResult, JobInfo, JobRequest, check_queue_name
+from shardq.jobs import (
+    Backoff,
+    EnqueueResult,
+    JobInfo,
+    JobRequest,
+    Priority,
+    check_queue_name,
+)
 from shardq.limits import Limit
 from shardq.runtime import redis_config
 from shardq.schedules import AsyncSchedules
@@ -35,6 +42,7 @@ class AsyncClient:
         self.settings = settings or ProducerSettings()
         self.transport = AsyncTransport(redis)
         self._partitions: dict[str, int] = {}
+        self._lanes: set[str] = set()
         #: Periodic jobs, as ``Client.schedules`` (see shardq.schedules).
         self.schedules = AsyncSchedules(self)
 
@@ -79,6 +87,7 @@ class AsyncClient:
         ack_retention: float = 0.0,
         dead_letter_cap: int = producer.DEFAULT_DEAD_CAP,
         allow_evicting_redis: bool = False,
+        lanes: bool = False,
     ) -> bool:
         """See :meth:`shardq.Client.create_queue`."""
         op = producer.queue_create(queue, partitions, ack_retention, dead_letter_cap)
@@ -94,7 +103,52 @@ class AsyncClient:
             what="registering the queue",
         )
         self._partitions[queue] = partitions
+        if lanes:
+            await self.set_lanes(queue, True)
         return created
+
+    async def set_lanes(self, queue: str, on: bool) -> int:
+        """Turn the queue's lanes on or off; returns how many partitions changed.
+
+        With lanes on, due jobs wait in each partition's lane and are delivered by priority
+        (high, default, low shared 6:3:1) and round-robin between tenants, instead of in due
+        order; it costs every job a few more Redis commands (docs/capacity.md).  Jobs already
+        in a ready stream when lanes are turned on are delivered first; jobs in a lane when
+        they are turned off are still delivered.
+        """
+        from shardq.store import inspect
+
+        meta = keys.queue_meta_key(queue)
+        n = await self.partitions(queue)
+        # Producers check the meta flag: it is on only while every partition is.
+        if not on:
+            await self._retry(lambda: self.redis.hset(meta, "lanes", "0"), what="turning lanes off")
+        changed = 0
+        for pk in keys.all_partition_keys(queue, n):
+            changed += bool(await self._run(inspect.lanes(pk, on), what=f"lanes of {queue!r}"))
+        if on:
+            await self._retry(lambda: self.redis.hset(meta, "lanes", "1"), what="turning lanes on")
+            self._lanes.add(queue)
+        else:
+            self._lanes.discard(queue)
+        return changed
+
+    async def lanes(self, queue: str) -> bool:
+        """Whether the queue has lanes on (read from Redis, not cached)."""
+        await self.partitions(queue)
+        raw = await self._retry(
+            lambda: self.redis.hget(keys.queue_meta_key(queue), "lanes"),  # type: ignore[arg-type,return-value]
+            what="reading queue lanes",
+        )
+        return raw is not None and as_text(raw) == "1"
+
+    async def require_lanes(self, queue: str) -> None:
+        """LanesOffError unless the queue has lanes on (cached once seen on)."""
+        if queue in self._lanes:
+            return
+        if not await self.lanes(queue):
+            raise producer.lanes_off(queue)
+        self._lanes.add(queue)
 
     async def check_redis(self, require_appendonly: bool = False) -> list[redis_config.Finding]:
         """See :meth:`shardq.Client.check_redis`."""
@@ -143,7 +197,7 @@ class AsyncClient:
         """See :meth:`shardq.Client.set_limit`."""
         if not isinstance(limit, Limit):
             raise InvalidLimitError(
-                "set_limit takes a shardq.Limit: limits.for_type(...) or limits.for_key(...)"
+                "set_limit takes a shardq.Limit: limits.for_type(), for_key() or for_tenant()"
             )
         await self.partitions(queue)
         await self._retry(
@@ -184,6 +238,8 @@ class AsyncClient:
         headers: dict[str, str] | None = None,
         durable: bool = False,
         limit_key: str | None = None,
+        priority: Priority | None = None,
+        tenant: str | None = None,
     ) -> str:
         """See :meth:`shardq.Client.enqueue`."""
         request = JobRequest(
@@ -197,6 +253,8 @@ class AsyncClient:
             backoff,
             headers,
             limit_key,
+            priority,
+            tenant,
         )
         return (await self.enqueue_detailed(queue, request, durable=durable)).job_id
 
@@ -215,6 +273,8 @@ class AsyncClient:
     async def _enqueue_one(self, queue: str, request: JobRequest, durable: bool) -> EnqueueResult:
         partitions = await self.partitions(queue)
         prepared = producer.prepare_enqueue(queue, partitions, request, self.settings)
+        if prepared.body[:1] == b"@":
+            await self.require_lanes(queue)
         if not durable:
             return await self._run(prepared.op(), what=f"enqueue of job {prepared.job_id}")
         try:
@@ -246,6 +306,8 @@ class AsyncClient:
     ) -> list[EnqueueResult]:
         partitions = await self.partitions(queue)
         prepared = producer.prepare_many(queue, partitions, requests, self.settings)
+        if producer.needs_lanes(prepared):
+            await self.require_lanes(queue)
         # One retry window for the whole call, and one error covering every chunk (see
         # shardq.Client.enqueue_many): a later chunk is never left unsent or unreported.
         deadline = time.monotonic() + self.settings.retry_timeout
@@ -297,10 +359,11 @@ class AsyncClient:
         *,
         run_at: datetime | float | None = None,
         delay: timedelta | float | None = None,
+        priority: Priority | None = None,
     ) -> int:
         """See :meth:`shardq.Client.reschedule`."""
         op = producer.reschedule(
-            queue, await self.partitions(queue), job_id, run_at, delay, self.settings
+            queue, await self.partitions(queue), job_id, run_at, delay, self.settings, priority
         )
         return int(await self._run(op, what=f"reschedule of job {job_id}"))
 

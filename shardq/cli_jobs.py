@@ -77,6 +77,11 @@ def queue() -> None:
     envvar="SHARDQ_ALLOW_EVICTING_REDIS",
     help="Create it even if a primary's maxmemory-policy evicts keys (jobs would vanish).",
 )
+@click.option(
+    "--lanes",
+    is_flag=True,
+    help="Deliver by priority and share between tenants (see `shardq queue lanes`).",
+)
 @redis_options
 def queue_create(
     queue_name: str,
@@ -84,6 +89,7 @@ def queue_create(
     ack_retention: float,
     dead_letter_cap: int,
     allow_evicting_redis: bool,
+    lanes: bool,
 ) -> None:
     """Create the queue (safe to repeat with the same partition count).
 
@@ -95,10 +101,30 @@ def queue_create(
             ack_retention=ack_retention,
             dead_letter_cap=dead_letter_cap,
             allow_evicting_redis=allow_evicting_redis,
+            lanes=lanes,
         )
     click.echo(
         f"queue {queue_name}: {'created' if created else 'exists'} with {partitions} partitions"
+        + (", lanes on" if lanes else "")
     )
+
+
+@queue.command("lanes")
+@queue_option()
+@click.option("--on/--off", "on", default=None, help="Turn lanes on or off (omit: show).")
+@redis_options
+def queue_lanes(queue_name: str, on: bool | None) -> None:
+    """Show or set the queue's lanes: with them on, due jobs are delivered by --priority
+    (high, default, low shared 6:3:1) and round-robin between --tenant values, instead of in
+    due order, for a few more Redis commands per job (docs/capacity.md)."""
+    with open_client() as client:
+        if on is None:
+            state = client.lanes(queue_name)
+            click.echo(f"{queue_name}: lanes {'on' if state else 'off'}")
+            return
+        n = client.partitions(queue_name)
+        changed = client.set_lanes(queue_name, on)
+    click.echo(f"{queue_name}: lanes {'on' if on else 'off'} ({changed} of {n} partitions changed)")
 
 
 @queue.command("list")
@@ -204,6 +230,17 @@ def enqueue_row(result: EnqueueResult, idempotency_key: str | None) -> dict[str,
     default=None,
     help="Put the job under this key's rate limit (shardq limit set --key), e.g. an API host.",
 )
+@click.option(
+    "--priority",
+    type=click.Choice(["high", "default", "low"]),
+    default=None,
+    help="Delivery priority (a queue with lanes on: shardq queue lanes).",
+)
+@click.option(
+    "--tenant",
+    default=None,
+    help="Tenant (group) the job belongs to: due jobs are shared between tenants (lanes on).",
+)
 @JSON_OPTION
 @settings_options(ProducerSettings, "SHARDQ_PRODUCER_")
 @redis_options
@@ -222,6 +259,8 @@ def enqueue(
     headers: tuple[tuple[str, str], ...],
     durable: bool,
     limit_key: str | None,
+    priority: str | None,
+    tenant: str | None,
     as_json: bool,
     **limits: Any,
 ) -> None:
@@ -251,6 +290,8 @@ def enqueue(
         backoff=policy,
         headers=dict(headers) if headers else None,
         limit_key=limit_key,
+        priority=priority,  # type: ignore[arg-type]  # click.Choice guarantees the literal
+        tenant=tenant,
     )
     with _producer(limits) as client:
         result = client.enqueue_detailed(queue_name, request, durable=durable)
@@ -307,6 +348,8 @@ def render_job(info: JobInfo) -> str:
             ("max attempts", attempts),
             ("idempotency key", info.idempotency_key),
             ("limit key", info.limit_key),
+            ("priority", info.priority),
+            ("tenant", info.tenant),
             ("payload", payload if len(payload) <= 2000 else payload[:2000] + " ..."),
             ("last error", info.last_error),
         ]
@@ -360,6 +403,12 @@ def job_cancel(queue_name: str, job_id: str) -> None:
 @click.argument("job_id")
 @click.option("--delay", "--in", "delay", type=DURATION, default=None, help="Run after this long.")
 @click.option("--at", "run_at", type=UTC_TIME, default=None, help="Run at, e.g. 2030-01-01T09:00Z.")
+@click.option(
+    "--priority",
+    type=click.Choice(["high", "default", "low"]),
+    default=None,
+    help="A new delivery priority (the due time stays unless --delay or --at is given).",
+)
 @JSON_OPTION
 @settings_options(ProducerSettings, "SHARDQ_PRODUCER_")
 @redis_options
@@ -368,14 +417,23 @@ def job_reschedule(
     job_id: str,
     delay: float | None,
     run_at: datetime | None,
+    priority: str | None,
     as_json: bool,
     **limits: Any,
 ) -> None:
-    """Move a waiting job to a new due time (give --delay or --at)."""
-    if (delay is None) == (run_at is None):
-        raise click.UsageError("give --delay or --at (one of them)")
+    """Move a waiting job to a new due time (--delay or --at), or give it a new --priority."""
+    if delay is not None and run_at is not None:
+        raise click.UsageError("give --delay or --at, not both")
+    if delay is None and run_at is None and priority is None:
+        raise click.UsageError("give --delay, --at or --priority")
     with _producer(limits) as client:
-        due = client.reschedule(queue_name, job_id, run_at=run_at, delay=delay)
+        due = client.reschedule(
+            queue_name,
+            job_id,
+            run_at=run_at,
+            delay=delay,
+            priority=priority,  # type: ignore[arg-type]  # click.Choice guarantees the literal
+        )
     if as_json:
         fmt.echo_json({"job_id": job_id, "due_ms": due, "due": fmt.iso(due)})
         return

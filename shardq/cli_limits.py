@@ -19,18 +19,28 @@ _TARGET = (
     click.option(
         "--key", "limit_key", default=None, help="Limit the jobs enqueued with this --limit-key."
     ),
+    click.option(
+        "--tenant",
+        default=None,
+        help="Limit the jobs enqueued with this --tenant; '*': every tenant, each on its own.",
+    ),
 )
 
 
-def _target(job_type: str | None, limit_key: str | None) -> tuple[limitmod.LimitKind, str]:
-    if (job_type is None) == (limit_key is None):
-        raise click.UsageError("give --type JOB_TYPE or --key LIMIT_KEY (one of them)")
-    return ("type", job_type) if job_type is not None else ("key", limit_key)  # type: ignore[return-value]
+def _target(
+    job_type: str | None, limit_key: str | None, tenant: str | None
+) -> tuple[limitmod.LimitKind, str]:
+    given = [(k, v) for k, v in (("type", job_type), ("key", limit_key), ("tenant", tenant)) if v]
+    if len(given) != 1:
+        raise click.UsageError(
+            "give --type JOB_TYPE, --key LIMIT_KEY or --tenant TENANT (one of them)"
+        )
+    return given[0]  # type: ignore[return-value]
 
 
 @click.group()
 def limit() -> None:
-    """Flow limits, per job type or limit key, fleet-wide: N starts per period (--rate) and
+    """Flow limits, per job type, limit key or tenant, fleet-wide: N starts per period (--rate) and
     M running at once (--concurrency)."""
 
 
@@ -38,6 +48,7 @@ def limit() -> None:
 @queue_option()
 @_TARGET[0]
 @_TARGET[1]
+@_TARGET[2]
 @click.option("--rate", default=None, help="COUNT/PERIOD: 100/s, 10/min, 5/2s, 1000/h.")
 @click.option(
     "--concurrency", type=int, default=None, help="At most this many running at once, fleet-wide."
@@ -53,13 +64,14 @@ def limit_set(
     queue_name: str,
     job_type: str | None,
     limit_key: str | None,
+    tenant: str | None,
     rate: str | None,
     concurrency: int | None,
     burst: int | None,
 ) -> None:
     """Create or replace a limit (--rate and/or --concurrency); workers apply it within a few
     seconds."""
-    kind, match = _target(job_type, limit_key)
+    kind, match = _target(job_type, limit_key, tenant)
     count, per = limitmod.parse_rate(rate) if rate is not None else (None, 1.0)
     new = limitmod.Limit(kind, match, count, per, burst, concurrency)
     with open_client() as client:
@@ -119,10 +131,13 @@ def limit_list(queue_name: str, as_json: bool) -> None:
 @queue_option()
 @_TARGET[0]
 @_TARGET[1]
+@_TARGET[2]
 @redis_options
-def limit_remove(queue_name: str, job_type: str | None, limit_key: str | None) -> None:
+def limit_remove(
+    queue_name: str, job_type: str | None, limit_key: str | None, tenant: str | None
+) -> None:
     """Remove a limit; its jobs run unlimited within a few seconds."""
-    kind, match = _target(job_type, limit_key)
+    kind, match = _target(job_type, limit_key, tenant)
     name = f"{kind}:{match}"
     with open_client() as client:
         if not client.remove_limit(queue_name, name):

@@ -24,7 +24,14 @@ from shardq.errors import (
     ShardqError,
     UnknownQueueError,
 )
-from shardq.jobs import Backoff, EnqueueResult, JobInfo, JobRequest, check_queue_name
+from shardq.jobs import (
+    Backoff,
+    EnqueueResult,
+    JobInfo,
+    JobRequest,
+    Priority,
+    check_queue_name,
+)
 from shardq.limits import Limit
 from shardq.runtime import redis_config
 from shardq.schedules import Schedules
@@ -159,6 +166,7 @@ class Client:
         self.redis: SyncRedis = connect(redis) if isinstance(redis, RedisSettings) else redis
         self.settings = settings or ProducerSettings()
         self._partitions: dict[str, int] = {}
+        self._lanes: set[str] = set()
         #: Periodic jobs: add/list/get/pause/resume/remove/next (see shardq.schedules).
         self.schedules = Schedules(self)
 
@@ -194,6 +202,7 @@ class Client:
         ack_retention: float = 0.0,
         dead_letter_cap: int = producer.DEFAULT_DEAD_CAP,
         allow_evicting_redis: bool = False,
+        lanes: bool = False,
     ) -> bool:
         """Create a queue with ``partitions`` partitions; True if new.  Safe to repeat.
 
@@ -217,7 +226,51 @@ class Client:
         self._run_plain(lambda: self._create_groups(queue, partitions), "creating groups")
         self._run_plain(lambda: self.redis.sadd(keys.QUEUES_KEY, queue), "registering")
         self._partitions[queue] = partitions
+        if lanes:
+            self.set_lanes(queue, True)
         return created
+
+    def set_lanes(self, queue: str, on: bool) -> int:
+        """Turn the queue's lanes on or off; returns how many partitions changed.
+
+        With lanes on, due jobs wait in each partition's lane and are delivered by priority
+        (high, default, low shared 6:3:1) and round-robin between tenants, instead of in due
+        order; it costs every job a few more Redis commands (docs/capacity.md).  Jobs already
+        in a ready stream when lanes are turned on are delivered first; jobs in a lane when
+        they are turned off are still delivered.
+        """
+        from shardq.store import inspect
+
+        meta = keys.queue_meta_key(queue)
+        n = self.partitions(queue)
+        # Producers check the meta flag: it is on only while every partition is.
+        if not on:
+            self._run_plain(lambda: self.redis.hset(meta, "lanes", "0"), "turning lanes off")
+        changed = 0
+        for pk in keys.all_partition_keys(queue, n):
+            changed += bool(self._run(inspect.lanes(pk, on), what=f"lanes of {queue!r}"))
+        if on:
+            self._run_plain(lambda: self.redis.hset(meta, "lanes", "1"), "turning lanes on")
+            self._lanes.add(queue)
+        else:
+            self._lanes.discard(queue)
+        return changed
+
+    def lanes(self, queue: str) -> bool:
+        """Whether the queue has lanes on (read from Redis, not cached)."""
+        self.partitions(queue)
+        raw = self._run_plain(
+            lambda: self.redis.hget(keys.queue_meta_key(queue), "lanes"), "reading queue lanes"
+        )
+        return raw is not None and as_text(raw) == "1"
+
+    def require_lanes(self, queue: str) -> None:
+        """LanesOffError unless the queue has lanes on (cached once seen on)."""
+        if queue in self._lanes:
+            return
+        if not self.lanes(queue):
+            raise producer.lanes_off(queue)
+        self._lanes.add(queue)
 
     def check_redis(self, require_appendonly: bool = False) -> list[redis_config.Finding]:
         """Settings of the primaries that would lose jobs silently (an evicting
@@ -268,7 +321,7 @@ class Client:
         within ``limits_refresh`` seconds."""
         if not isinstance(limit, Limit):
             raise InvalidLimitError(
-                "set_limit takes a shardq.Limit: limits.for_type(...) or limits.for_key(...)"
+                "set_limit takes a shardq.Limit: limits.for_type(), for_key() or for_tenant()"
             )
         self.partitions(queue)  # an unknown queue is refused before anything is written
         self._run_plain(
@@ -285,7 +338,8 @@ class Client:
         return store_limits.parse_table(raw)
 
     def remove_limit(self, queue: str, name: str) -> bool:
-        """Remove the limit ``type:<job type>`` or ``key:<limit key>``; False if there was none."""
+        """Remove the limit ``type:<job type>``, ``key:<limit key>`` or ``tenant:<tenant>``;
+        False if there was none."""
         self.partitions(queue)
         removed = self._run_plain(
             lambda: self.redis.hdel(keys.limits_key(queue), name), f"removing limit {name}"
@@ -309,6 +363,8 @@ class Client:
         headers: dict[str, str] | None = None,
         durable: bool = False,
         limit_key: str | None = None,
+        priority: Priority | None = None,
+        tenant: str | None = None,
     ) -> str:
         """Enqueue one job to run now, at ``run_at`` or after ``delay`` seconds; return its id.
 
@@ -316,6 +372,8 @@ class Client:
         With ``durable=True`` it returns only once ``durable_replicas`` replicas hold the job
         (WAIT on the connection that wrote), else raises NotDurableError.  With ``limit_key``
         the job is under that key's rate limit (:meth:`set_limit`), as well as its type's.
+        ``priority`` ('high', 'default', 'low') and ``tenant`` order delivery in a queue with
+        lanes on (:meth:`set_lanes`); LanesOffError on a queue without.
         """
         request = JobRequest(
             job_type,
@@ -328,6 +386,8 @@ class Client:
             backoff,
             headers,
             limit_key,
+            priority,
+            tenant,
         )
         return self.enqueue_detailed(queue, request, durable=durable).job_id
 
@@ -345,6 +405,8 @@ class Client:
 
     def _enqueue_one(self, queue: str, request: JobRequest, durable: bool) -> EnqueueResult:
         prepared = producer.prepare_enqueue(queue, self.partitions(queue), request, self.settings)
+        if prepared.body[:1] == b"@":
+            self.require_lanes(queue)
         if not durable:
             return self._run(prepared.op(), what=f"enqueue of job {prepared.job_id}")  # type: ignore[no-any-return]
         try:
@@ -382,6 +444,8 @@ class Client:
     ) -> list[EnqueueResult]:
         partitions = self.partitions(queue)
         prepared = producer.prepare_many(queue, partitions, requests, self.settings)
+        if producer.needs_lanes(prepared):
+            self.require_lanes(queue)
         chunks = [prepared[start : start + chunk] for start in range(0, len(prepared), chunk)]
         # One retry window for the whole call: with Redis down, a call of many chunks gives
         # up after retry_timeout, not once per chunk.
@@ -459,10 +523,13 @@ class Client:
         *,
         run_at: datetime | float | None = None,
         delay: timedelta | float | None = None,
+        priority: Priority | None = None,
     ) -> int:
-        """Move a waiting job to a new due time; returns it in ms on the Redis clock."""
+        """Move a waiting job to a new due time, or give it a new ``priority``, or both;
+        returns its due time in ms on the Redis clock.  Only a job still scheduled (in the due
+        set) can change: JobNotScheduledError once it is due."""
         op = producer.reschedule(
-            queue, self.partitions(queue), job_id, run_at, delay, self.settings
+            queue, self.partitions(queue), job_id, run_at, delay, self.settings, priority
         )
         return int(self._run(op, what=f"reschedule of job {job_id}"))
 

@@ -53,6 +53,10 @@ class UnknownQueueError(ShardqError, LookupError):
     """The queue has not been created."""
 
 
+class LanesOffError(ShardqError):
+    """A job with a priority or tenant was sent to a queue whose lanes are off."""
+
+
 class QueueConfigConflictError(ShardqError):
     """The queue exists with a different partition count."""
 

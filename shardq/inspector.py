@@ -93,6 +93,7 @@ class PartitionInfo:
     lag_seconds: float
     owner: str | None
     paused: bool
+    lanes: bool
     counters: dict[str, int] = field(default_factory=dict)
 
 
@@ -450,6 +451,12 @@ def pause_plan(queue: str, partitions: int, paused: bool) -> Plan[int]:
     return sum(_ok((yield [inspect.pause(pk, paused) for pk in pks])))
 
 
+def lanes_plan(queue: str, partitions: int, on: bool) -> Plan[int]:
+    """Turn lanes on or off in every partition; returns how many changed state."""
+    pks = keys.all_partition_keys(queue, partitions)
+    return sum(_ok((yield [inspect.lanes(pk, on) for pk in pks])))
+
+
 def partitions_plan(
     queue: str, partitions: int, node_of: Callable[[str], str]
 ) -> Plan[list[PartitionInfo]]:
@@ -471,7 +478,8 @@ def partitions_plan(
             lag_seconds=s.lag_seconds,
             owner=lease.owner,
             paused=s.paused,
-            counters={k: v for k, v in s.counters.items() if k != "paused"},
+            lanes=s.lanes,
+            counters={k: v for k, v in s.counters.items() if k not in ("paused", "lanes")},
         )
         for s, lease in zip(snaps, leases, strict=True)
     ]
@@ -548,7 +556,10 @@ def registry_keys(queue: str) -> dict[str, str]:
 def partition_key_names(queue: str, partitions: int) -> Iterable[list[str]]:
     """Every key of every partition (for deleting a queue), a partition at a time."""
     for pk in keys.all_partition_keys(queue, partitions):
-        yield [pk.due, pk.jobs, pk.ready, pk.dead, pk.errors, pk.stats, pk.lease, pk.fence]
+        yield [
+            *(pk.due, pk.jobs, pk.ready, pk.dead, pk.errors, pk.stats, pk.lease, pk.fence),
+            *(pk.lane, pk.vtime),
+        ]
 
 
 def queue_key_names(queue: str) -> list[str]:

@@ -33,6 +33,14 @@ JOB_ID_RE = re.compile(r"[\x21-\x7e]{1,128}")
 MAX_IDEMPOTENCY_KEY = 256
 MAX_ATTEMPTS_LIMIT = 1000
 
+Priority = Literal["high", "default", "low"]
+#: Priority level -> its letter in a stored body's lane prefix (lua/includes/lanes.lua, which
+#: shares deliveries 6:3:1 between the levels of a partition with lanes on).
+PRIORITY_LEVELS: dict[str, str] = {"high": "h", "default": "n", "low": "l"}
+LEVEL_PRIORITIES: dict[str, Priority] = {"h": "high", "n": "default", "l": "low"}
+TENANT_RE = re.compile(r"[A-Za-z0-9_.:\-]{1,64}")  # the Lua side matches [%w_.:%-]*
+_FLOW_PREFIX_RE = re.compile(rb"@([hnl])([A-Za-z0-9_.:\-]{0,64})@")
+
 BackoffKind = Literal["fixed", "exponential", "jitter"]
 
 
@@ -108,7 +116,7 @@ class Schedule(NamedTuple):
     A named tuple, not a frozen dataclass: it is built for every job of an ``enqueue_many``
     and a tuple is several times cheaper to build."""
 
-    mode: Literal["at", "in"]
+    mode: Literal["at", "in", "keep"]
     ms: int
 
 
@@ -172,12 +180,29 @@ def encode_body(
     headers: dict[str, str] | None,
     settings: ProducerSettings,
     limit_key: str | None = None,
+    priority: str | None = None,
+    tenant: str | None = None,
 ) -> bytes:
     """Validate a job and build its stored JSON body.  Raises before anything is written.
 
     The body is ``[type, payload]`` or ``[type, payload, {options}]`` with only the options that
-    differ from the defaults, so a small job stays small in Redis.
+    differ from the defaults, so a small job stays small in Redis.  A job with a priority
+    other than the default or a tenant has a ``@<level><tenant>@`` prefix before the JSON: the
+    lane scripts read it there without parsing JSON (see :func:`flow_prefix`).
     """
+    if priority is not None or tenant is not None:
+        prefix = flow_prefix(priority, tenant)
+        rest = encode_body(
+            job_type,
+            payload,
+            max_attempts=max_attempts,
+            backoff=backoff,
+            idempotency_key=idempotency_key,
+            headers=headers,
+            settings=settings,
+            limit_key=limit_key,
+        )
+        return prefix + rest
     if (
         max_attempts is None
         and backoff is None
@@ -257,6 +282,41 @@ def encode_body(
 _VALID_TYPES: set[str] = set()
 
 
+def check_priority(priority: object) -> str:
+    """The level letter of a priority name; InvalidJobError for anything else."""
+    level = PRIORITY_LEVELS.get(priority) if isinstance(priority, str) else None
+    if level is None:
+        raise InvalidJobError(f"priority {priority!r} is unknown: use 'high', 'default' or 'low'")
+    return level
+
+
+def check_tenant(tenant: object) -> str:
+    if not isinstance(tenant, str) or not TENANT_RE.fullmatch(tenant):
+        raise InvalidJobError(
+            f"tenant {tenant!r} is invalid: use 1-64 characters of letters, digits and '_.:-'"
+        )
+    return tenant
+
+
+def flow_prefix(priority: str | None, tenant: str | None) -> bytes:
+    """The body prefix that carries a job's priority and tenant (empty for neither)."""
+    level = check_priority(priority) if priority is not None else "n"
+    name = check_tenant(tenant) if tenant is not None else ""
+    if level == "n" and not name:
+        return b""
+    return b"@" + level.encode() + name.encode() + b"@"
+
+
+def split_flow(raw: bytes) -> tuple[Priority, str | None, bytes]:
+    """A stored body's priority, tenant and JSON part."""
+    if raw[:1] != b"@":
+        return "default", None, raw
+    m = _FLOW_PREFIX_RE.match(raw)
+    if m is None:
+        raise ValueError("job body has a malformed priority/tenant prefix")
+    return LEVEL_PRIORITIES[m[1].decode()], (m[2].decode() or None), raw[m.end() :]
+
+
 def _has_non_finite(value: Any) -> bool:
     """Whether a (JSON-encodable, so at most 255 deep) value holds a NaN or infinite float."""
     if isinstance(value, float):
@@ -318,6 +378,8 @@ class Job:
     fetched_monotonic: float = 0.0
     limit_key: str | None = None
     """The key its producer set for rate limits (shardq.limits), if any."""
+    priority: Priority = "default"
+    tenant: str | None = None
 
     def redis_now_ms(self, monotonic_now: float) -> float:
         """The Redis clock now, extrapolated from when this job was fetched."""
@@ -342,6 +404,8 @@ class JobRequest:
     backoff: Backoff | None = None
     headers: dict[str, str] | None = None
     limit_key: str | None = None
+    priority: Priority | None = None
+    tenant: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -371,17 +435,26 @@ class JobInfo:
     last_error: str | None
     idempotency_key: str | None
     limit_key: str | None = None
+    priority: Priority = "default"
+    tenant: str | None = None
 
 
 def decode_body(raw: bytes | str) -> dict[str, Any]:
     """Parse a stored body into ``{"t": type, "p": payload, **options}``.
 
+    A body with a priority or tenant prefix also gives ``"priority"`` and ``"tenant"``.
     Raises ValueError when it is not a job body.
     """
+    if isinstance(raw, str):
+        raw = raw.encode()
+    flow: dict[str, Any] = {}
+    if raw[:1] == b"@":
+        priority, tenant, raw = split_flow(raw)
+        flow = {"priority": priority, "tenant": tenant}
     body = orjson.loads(raw)
     if not isinstance(body, list) or not 2 <= len(body) <= 3 or not isinstance(body[0], str):
         raise ValueError("job body is not [type, payload, options?]")
     options = body[2] if len(body) == 3 else {}
     if not isinstance(options, dict):
         raise ValueError("job body options are not an object")
-    return {**options, "t": body[0], "p": body[1]}
+    return {**options, **flow, "t": body[0], "p": body[1]}

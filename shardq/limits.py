@@ -1,10 +1,12 @@
-"""Flow limits, per job type or per limit key, fleet-wide: at most N job starts per period (rate)
-and at most M jobs running at once (concurrency).
+"""Flow limits, per job type, per limit key or per tenant, fleet-wide: at most N job starts per
+period (rate) and at most M jobs running at once (concurrency).
 
 A limit is kept in Redis (``shardq limit set``, :meth:`Client.set_limit`) and applies to jobs
 of one type (``type:<job type>``) or to jobs whose producer set one ``limit_key``
-(``key:<limit key>``, e.g. a customer or an API host).  Workers read the queue's limits every
-few seconds.
+(``key:<limit key>``, e.g. a customer or an API host), or to the jobs of a tenant
+(``tenant:<tenant>``; ``tenant:*`` gives every tenant a limit of its own, e.g. a per-tenant
+concurrency cap beside the lanes' fair sharing).  Workers read the queue's limits every few
+seconds.
 
 How it is enforced on a sharded Redis (shardq/worker/limiter.py and its scripts): each limit has
 two small keys of its own, on the slot its name hashes to, so the limits of a queue spread over
@@ -33,7 +35,9 @@ import orjson
 
 from shardq.errors import InvalidLimitError
 
-LimitKind = Literal["type", "key"]
+LimitKind = Literal["type", "key", "tenant"]
+#: ``tenant:*``: a limit every tenant gets a copy of, counted per tenant.
+EACH_TENANT = "*"
 
 # Limit keys travel in job bodies and key names: no braces (a hash tag), no spaces.
 LIMIT_KEY_RE = re.compile(r"[A-Za-z0-9_.:/@\-]{1,128}")
@@ -82,12 +86,20 @@ class Limit:
     concurrency: int | None = None
 
     def __post_init__(self) -> None:
-        if self.kind not in ("type", "key"):
+        if self.kind not in ("type", "key", "tenant"):
             raise InvalidLimitError(
-                f"a limit applies to a job 'type' or a 'key', not {self.kind!r}"
+                f"a limit applies to a job 'type', a 'key' or a 'tenant', not {self.kind!r}"
             )
         if self.kind == "key":
             check_limit_key(self.match)
+        elif self.kind == "tenant":
+            if self.match != EACH_TENANT and not (
+                isinstance(self.match, str) and re.fullmatch(r"[A-Za-z0-9_.:\-]{1,64}", self.match)
+            ):
+                raise InvalidLimitError(
+                    f"tenant {self.match!r:.80} is invalid: use 1-64 characters of letters, "
+                    "digits and '_.:-', or '*' for a limit of its own for every tenant"
+                )
         elif not isinstance(self.match, str) or not re.fullmatch(
             r"[A-Za-z0-9_.:/\-]{1,128}", self.match
         ):
@@ -124,7 +136,7 @@ class Limit:
 
     @property
     def name(self) -> str:
-        """``type:<job type>`` or ``key:<limit key>``: the limit's id in Redis."""
+        """``type:<job type>``, ``key:<limit key>`` or ``tenant:<tenant>``: its id in Redis."""
         return f"{self.kind}:{self.match}"
 
     @property
@@ -208,6 +220,19 @@ def for_key(
     return _make("key", limit_key, rate, per, burst, concurrency)
 
 
+def for_tenant(
+    tenant: str,
+    rate: int | str | None = None,
+    per: float = 1.0,
+    burst: int | None = None,
+    *,
+    concurrency: int | None = None,
+) -> Limit:
+    """Limits on the jobs enqueued with ``tenant=…``; ``for_tenant("*", concurrency=10)``
+    caps every tenant at 10 running at once, each counted on its own."""
+    return _make("tenant", tenant, rate, per, burst, concurrency)
+
+
 def _make(
     kind: LimitKind,
     match: str,
@@ -226,12 +251,17 @@ class LimitTable:
 
     def __init__(self, limits: list[Limit] | None = None) -> None:
         self.by_name = {limit.name: limit for limit in limits or []}
+        self.each_tenant = self.by_name.get("tenant:" + EACH_TENANT)
+        self._tenants: dict[str, Limit] = {}
 
     def __bool__(self) -> bool:
         return bool(self.by_name)
 
-    def matching(self, job_type: str, limit_key: str | None) -> list[Limit]:
-        """The limits a job is under: its type's, then its key's."""
+    def matching(
+        self, job_type: str, limit_key: str | None, tenant: str | None = None
+    ) -> list[Limit]:
+        """The limits a job is under: its type's, then its key's, then its tenant's (its own,
+        else its copy of ``tenant:*``)."""
         found = []
         by_type = self.by_name.get("type:" + job_type)
         if by_type is not None:
@@ -240,4 +270,22 @@ class LimitTable:
             by_key = self.by_name.get("key:" + limit_key)
             if by_key is not None:
                 found.append(by_key)
+        if tenant is not None:
+            by_tenant = self.by_name.get("tenant:" + tenant)
+            if by_tenant is None and self.each_tenant is not None:
+                by_tenant = self._tenants.get(tenant)
+                if by_tenant is None:
+                    e = self.each_tenant
+                    by_tenant = Limit("tenant", tenant, e.rate, e.per, e.burst, e.concurrency)
+                    if len(self._tenants) < 100_000:  # bounded: tenants come and go
+                        self._tenants[tenant] = by_tenant
+            if by_tenant is not None:
+                found.append(by_tenant)
         return found
+
+    def label(self, limit: Limit) -> str:
+        """The metrics label of a limit: a tenant's copy of ``tenant:*`` counts as ``tenant:*``
+        (one series, not one per tenant)."""
+        if limit.kind == "tenant" and limit.name not in self.by_name:
+            return "tenant:" + EACH_TENANT
+        return limit.name

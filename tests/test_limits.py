@@ -47,8 +47,8 @@ def test_rates_parse_and_bad_limits_are_refused_with_what_to_do() -> None:
         limits.for_key("has {braces}", 5)
     with pytest.raises(InvalidLimitError, match="job type"):
         limits.for_type("bad type", 5)
-    with pytest.raises(InvalidLimitError, match="'type' or a 'key'"):
-        limits.Limit("tenant", "x", 5)  # type: ignore[arg-type]
+    with pytest.raises(InvalidLimitError, match="'type', a 'key' or a 'tenant'"):
+        limits.Limit("group", "x", 5)  # type: ignore[arg-type]
 
 
 def test_bad_limit_key_and_unknown_queue_write_nothing(cluster_client: Client, queue: str) -> None:

@@ -70,7 +70,12 @@ def _worker_keys(pk: keys.PartitionKeys) -> list[str]:
 
 def fetch(pk: keys.PartitionKeys, consumer: str, count: int) -> Op[Batch]:
     """Up to ``count`` new ready jobs of one partition, marked active, with their bodies."""
-    return op("fetch", _worker_keys(pk), [keys.WORKER_GROUP, consumer, count], _parse_fetch)
+    return op(
+        "fetch",
+        [*_worker_keys(pk), pk.lane, pk.vtime],
+        [keys.WORKER_GROUP, consumer, count],
+        _parse_fetch,
+    )
 
 
 def ack(pk: keys.PartitionKeys, entries: Iterable[tuple[bytes, bytes]]) -> Op[int]:

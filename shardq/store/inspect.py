@@ -42,6 +42,11 @@ class PartitionSnapshot:
         return self.counters.get("paused", 0) == 1
 
     @property
+    def lanes(self) -> bool:
+        """Lanes on (priorities and tenants, ``shardq queue lanes``): due jobs wait in the lane."""
+        return self.counters.get("lanes", 0) == 1
+
+    @property
     def oldest_pending_seconds(self) -> float:
         return (self.oldest_pending_idle_ms or 0) / 1000.0
 
@@ -81,7 +86,12 @@ def partition_stats(pk: keys.PartitionKeys, node: str) -> Op[PartitionSnapshot]:
             counters=counters,
         )
 
-    return op("partition-stats", [pk.due, pk.ready, pk.dead, pk.stats], [keys.WORKER_GROUP], parse)
+    return op(
+        "partition-stats",
+        [pk.due, pk.ready, pk.dead, pk.stats, pk.lane],
+        [keys.WORKER_GROUP],
+        parse,
+    )
 
 
 def dlq_replay(pk: keys.PartitionKeys, entry_ids: list[str]) -> Op[tuple[int, int]]:
@@ -215,6 +225,11 @@ def pause(pk: keys.PartitionKeys, paused: bool) -> Op[bool]:
         ["1" if paused else "0", pk.due_hint, pk.ready_hint],
         lambda r: check(r)[0] == 1,
     )
+
+
+def lanes(pk: keys.PartitionKeys, on: bool) -> Op[bool]:
+    """Turn one partition's lanes on or off; the op returns whether its state changed."""
+    return op("lanes", [pk.stats], ["1" if on else "0"], lambda r: check(r)[0] == 1)
 
 
 def run_now(pk: keys.PartitionKeys, job_id: str) -> Op[str]:

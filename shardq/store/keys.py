@@ -135,6 +135,7 @@ class PartitionKeys:
         "errors",
         "fence",
         "jobs",
+        "lane",
         "lease",
         "partition",
         "queue",
@@ -145,6 +146,7 @@ class PartitionKeys:
         "schedules",
         "stats",
         "tag",
+        "vtime",
     )
 
     def __init__(self, queue: str, partition: int, tag: str) -> None:
@@ -158,6 +160,11 @@ class PartitionKeys:
         self.jobs = base + "jobs"
         #: Stream of due jobs, read by workers through the WORKER_GROUP consumer group.
         self.ready = base + "ready"
+        #: Sorted set: with lanes on, due jobs waiting for a worker as '<due> <flow> <job id>',
+        #: scored by fair-queueing virtual time (lua/includes/lanes.lua).
+        self.lane = base + "lane"
+        #: Hash: the lane's virtual time ('V') and each waiting flow's last score.
+        self.vtime = base + "vtime"
         #: Stream of dead-lettered jobs with the reason.
         self.dead = base + "dead"
         #: String with expiry: '<token>:<owner>' of the dispatcher draining this partition.

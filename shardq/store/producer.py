@@ -8,6 +8,7 @@ type.  The sync and asyncio clients run the same ops, so both have the same sema
 from __future__ import annotations
 
 import binascii
+import dataclasses
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -16,7 +17,13 @@ from typing import Any
 from shardq import jobs as jobmod
 from shardq.config import ProducerSettings
 from shardq.connection import as_text
-from shardq.errors import InvalidJobError, ScriptError, ShardqError
+from shardq.errors import (
+    InvalidJobError,
+    InvalidScheduleError,
+    LanesOffError,
+    ScriptError,
+    ShardqError,
+)
 from shardq.jobs import EnqueueResult, JobInfo, JobRequest
 from shardq.store import keys
 from shardq.store.codes import Code, check, error_for, is_code
@@ -83,7 +90,15 @@ class PreparedEnqueue:
         s, pk, idem = self.settings, self.pk, self.idempotency_key
         return op(
             "enqueue",
-            [pk.jobs, pk.due, pk.ready, pk.idem(idem) if idem else pk.idem_placeholder, pk.stats],
+            [
+                pk.jobs,
+                pk.due,
+                pk.ready,
+                pk.idem(idem) if idem else pk.idem_placeholder,
+                pk.stats,
+                pk.lane,
+                pk.vtime,
+            ],
             [
                 self.job_id,
                 self.body,
@@ -109,17 +124,7 @@ class PreparedEnqueue:
         req = self.request
         if req.job_id is not None or req.idempotency_key is not None:
             return req
-        return JobRequest(
-            req.job_type,
-            req.payload,
-            req.run_at,
-            req.delay,
-            self.job_id,
-            None,
-            req.max_attempts,
-            req.backoff,
-            req.headers,
-        )
+        return dataclasses.replace(req, job_id=self.job_id)
 
 
 def prepare_enqueue(
@@ -139,9 +144,24 @@ def prepare_enqueue(
         headers=req.headers,
         settings=settings,
         limit_key=req.limit_key,
+        priority=req.priority,
+        tenant=req.tenant,
     )
     pk = keys.partition_keys(queue, partition, partitions)
     return PreparedEnqueue(req, job_id, partition, pk, body, schedule, settings)
+
+
+def needs_lanes(prepared: Iterable[PreparedEnqueue]) -> bool:
+    """Whether any of the jobs has a priority other than the default or a tenant."""
+    return any(p.body[:1] == b"@" for p in prepared)
+
+
+def lanes_off(queue: str) -> LanesOffError:
+    return LanesOffError(
+        f"queue {queue!r} has lanes off, so it would deliver jobs in due order and ignore their "
+        f"priority and tenant: turn lanes on with `shardq queue lanes --queue {queue} --on` or "
+        "client.set_lanes(queue, True)"
+    )
 
 
 def prepare_many(
@@ -173,6 +193,8 @@ def prepare_many(
             headers=req.headers,
             settings=settings,
             limit_key=req.limit_key,
+            priority=req.priority,
+            tenant=req.tenant,
         )
         append(PreparedEnqueue(req, job_id, partition, pks[partition], body, schedule, settings))
     return out
@@ -230,7 +252,9 @@ def _batch(chunk: list[PreparedEnqueue]) -> Op[list[Outcome]]:
                 out.append(error_for(status, [str(detail), now, str(round(limit * 1000))]))
         return out
 
-    return op("enqueue-batch", [pk.jobs, pk.due, pk.ready, pk.stats], argv, parse)
+    return op(
+        "enqueue-batch", [pk.jobs, pk.due, pk.ready, pk.stats, pk.lane, pk.vtime], argv, parse
+    )
 
 
 def plan_bulk(prepared: list[PreparedEnqueue]) -> list[BulkCall]:
@@ -275,10 +299,19 @@ def reschedule(
     run_at: datetime | float | None,
     delay: timedelta | float | None,
     settings: ProducerSettings,
+    priority: str | None = None,
 ) -> Op[int]:
-    """Move a waiting job to a new due time; the op returns it in ms on the Redis clock."""
+    """Move a waiting job to a new due time, or give it a new priority (``run_at`` and
+    ``delay`` both None: the due time stays); the op returns the due time in ms on the Redis
+    clock."""
     pk = _partition_keys(queue, partitions, job_id)
-    schedule = jobmod.make_schedule(run_at, delay, settings)
+    level = jobmod.check_priority(priority) if priority is not None else ""
+    if run_at is None and delay is None:
+        if not level:
+            raise InvalidScheduleError("reschedule needs run_at, delay or priority")
+        schedule = jobmod.Schedule("keep", 0)
+    else:
+        schedule = jobmod.make_schedule(run_at, delay, settings)
     return op(
         "reschedule",
         [pk.due, pk.jobs],
@@ -289,6 +322,7 @@ def reschedule(
             round(settings.past_tolerance * 1000),
             round(settings.max_horizon * 1000),
             pk.due_hint,
+            level,
         ],
         lambda reply: int(check(reply)[1]),
     )
@@ -329,6 +363,8 @@ def get(queue: str, partitions: int, job_id: str) -> Op[JobInfo | None]:
             due_ms=int(float(due)) if due is not None else None,
             last_error=as_text(error) if error is not None else None,
             idempotency_key=body.get("k"),
+            priority=body.get("priority", "default"),
+            tenant=body.get("tenant"),
             limit_key=body.get("l"),
         )
 

@@ -79,7 +79,8 @@ def build_job(
     """The Job a handler sees; raises MalformedJobError when the stored job is damaged."""
     try:
         job_id = item.raw_id.decode()
-        raw = orjson.loads(item.body)
+        # A body with a priority/tenant prefix ('@', jobs.flow_prefix) takes the full path.
+        raw = orjson.loads(item.body) if item.body[:1] != b"@" else None
     except Exception as exc:
         raise MalformedJobError(f"stored job cannot be read: {type(exc).__name__}: {exc}") from None
     if type(raw) is list and len(raw) == 2 and type(raw[0]) is str:
@@ -136,6 +137,8 @@ def build_job(
         fetched_redis_ms=redis_now,
         fetched_monotonic=monotonic_now,
         limit_key=limit_key,
+        priority=body.get("priority", "default"),
+        tenant=body.get("tenant"),
     )
 
 

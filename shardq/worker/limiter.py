@@ -102,7 +102,7 @@ class Limiter:
         """Whether ``d`` is under a limit: then it is gated (run or deferred) soon, by this."""
         if not self.table:
             return False
-        limits = self.table.matching(d.job.type, d.job.limit_key)
+        limits = self.table.matching(d.job.type, d.job.limit_key, d.job.tenant)
         if d.reserved:  # its start was reserved when it was deferred: only slots are asked
             limits = [x for x in limits if x.concurrency is not None]
         if not limits:
@@ -137,7 +137,7 @@ class Limiter:
                 for i, t in zip(part, starts.times, strict=True):
                     start[i] = max(start[i], t)
                     if t:
-                        metrics.JOBS_DEFERRED.labels(self.queue, limit.name).inc()
+                        metrics.JOBS_DEFERRED.labels(self.queue, self.table.label(limit)).inc()
         deferred: dict[int, list[tuple[Delivery, int]]] = {}
         now_ok = [i for i in range(len(held)) if i not in failed and start[i] == 0]
         for i in range(len(held)):
@@ -167,7 +167,7 @@ class Limiter:
                     else:
                         refused.setdefault(i, (limit, place, got.now_ms))
                         place += 1
-                        metrics.JOBS_DEFERRED.labels(self.queue, limit.name).inc()
+                        metrics.JOBS_DEFERRED.labels(self.queue, self.table.label(limit)).inc()
         to_release: list[Delivery] = []
         for i in now_ok:
             d = held[i][0]

@@ -6,6 +6,7 @@ KEYS[1] due      zset    job id scored by due ms
 KEYS[2] ready    stream  due jobs
 KEYS[3] dead     stream  dead letters
 KEYS[4] stats    hash    counters
+KEYS[5] lane     zset    due jobs waiting for fetch with lanes on (counted as undelivered)
 
 ARGV[1] consumer group
 
@@ -20,7 +21,7 @@ Flags: no-writes  (reads only)
 
 -- The stats hash is advisory: of the wrong type, it reads as no counters (the backlog figures
 -- still matter more than the counters).
-local wrong = wrong_type({KEYS[1], 'zset', KEYS[2], 'stream', KEYS[3], 'stream'})
+local wrong = wrong_type({KEYS[1], 'zset', KEYS[2], 'stream', KEYS[3], 'stream', KEYS[5], 'zset'})
 if wrong then return wrong end
 
 local now = now_ms()
@@ -48,6 +49,8 @@ if redis.call('EXISTS', KEYS[2]) == 1 then
     if first then oldest_idle = first[3] end
   end
 end
+-- Jobs in the lane are due and waiting for a worker, exactly like undelivered entries.
+undelivered = undelivered + redis.call('ZCARD', KEYS[5])
 local dead = 0
 if redis.call('EXISTS', KEYS[3]) == 1 then dead = redis.call('XLEN', KEYS[3]) end
 local counters = {}

@@ -1,7 +1,12 @@
 --[[ fetch: hand up to ARGV[3] new ready jobs of one partition to a worker, with their envelopes.
 
 Reads the ready stream through the consumer group and marks each job active, so a cancel that
-comes later reports it running instead of pretending to stop it.  A ready entry whose job was
+comes later reports it running instead of pretending to stop it.  When the stream has fewer
+than ARGV[3] new entries, the rest come from the lane (lua/includes/lanes.lua): its
+lowest-scored jobs are appended to the stream and read at once, so the ready stream of a
+partition with lanes on holds little more than what workers hold.  Entries appended to the
+stream directly (run-now, dead-letter replay, periodic jobs, a backlog from before lanes were
+turned on) go first.  A ready entry whose job was
 cancelled is acknowledged and dropped; a malformed entry or envelope goes to the dead stream.
 
 KEYS[1] ready    stream  due jobs
@@ -9,6 +14,8 @@ KEYS[2] jobs     hash    job id -> envelope
 KEYS[3] dead     stream  dead letters
 KEYS[4] errors   hash    job id -> last error
 KEYS[5] stats    hash    counters
+KEYS[6] lane     zset    due jobs waiting for fetch, by fair-queueing score
+KEYS[7] vtime    hash    virtual time and per-flow last score of the lane
 
 ARGV[1] consumer group
 ARGV[2] consumer (worker) name
@@ -27,20 +34,35 @@ Flags: allow-oom  (runs when Redis is at maxmemory: it frees memory or keeps a f
 --@include now.lua
 --@include envelope.lua
 --@include checks.lua
+--@include lanes.lua
 
 local n, bad = arg_number(3, 1, 1000)
 if bad then return bad end
-local wrong = wrong_type({KEYS[1], 'stream', KEYS[2], 'hash', KEYS[3], 'stream', KEYS[4], 'hash'})
+local wrong = wrong_type({KEYS[1], 'stream', KEYS[2], 'hash', KEYS[3], 'stream', KEYS[4], 'hash',
+  KEYS[6], 'zset', KEYS[7], 'hash'})
 if wrong then return wrong end
 local now = now_ms()
 local out = {now}
 -- A paused partition (pause.lua) delivers nothing; resuming publishes the ready hint.
 if redis.pcall('HGET', KEYS[5], 'paused') == '1' then return out end
 local r = redis.call('XREADGROUP', 'GROUP', ARGV[1], ARGV[2], 'COUNT', n, 'STREAMS', KEYS[1], '>')
-if not r then return out end
+local entries = r and r[1][2] or {}
+if #entries < n then
+  local laned = lane_pop(KEYS[6], KEYS[7], n - #entries)
+  if #laned > 0 then
+    for i = 1, #laned, 2 do
+      redis.call('XADD', KEYS[1], '*', 'j', laned[i], 'd', laned[i + 1])
+    end
+    local more = redis.call('XREADGROUP', 'GROUP', ARGV[1], ARGV[2], 'COUNT', n - #entries,
+      'STREAMS', KEYS[1], '>')
+    if more then
+      for _, entry in ipairs(more[1][2]) do entries[#entries + 1] = entry end
+    end
+  end
+end
 local dead_keys = {KEYS[2], KEYS[3], KEYS[4], KEYS[5]}
 
-for _, entry in ipairs(r[1][2]) do
+for _, entry in ipairs(entries) do
   local eid, f = entry[1], entry[2]
   local id, due = ready_fields(f)
   local v = id and redis.call('HGET', KEYS[2], id)

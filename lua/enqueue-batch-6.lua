@@ -1,14 +1,16 @@
 --[[ enqueue-batch: store many jobs of ONE partition in one call (bulk enqueue).
 
-Each job is validated and stored on its own, exactly as enqueue-5 does for a job without an
-idempotency key (jobs with one go through enqueue-5, which owns the key's dedupe): a rejected
+Each job is validated and stored on its own, exactly as enqueue-7 does for a job without an
+idempotency key (jobs with one go through enqueue-7, which owns the key's dedupe): a rejected
 job writes nothing and does not stop the others.  Callers keep batches small (<= 100 jobs) so a
 call stays well under a millisecond.
 
 KEYS[1] jobs     hash    job id -> envelope
 KEYS[2] due      zset    job id scored by due ms
 KEYS[3] ready    stream  due jobs
-KEYS[4] stats    hash    counters
+KEYS[4] stats    hash    counters (and the 'lanes' flag)
+KEYS[5] lane     zset    due jobs waiting for fetch, by fair-queueing score (lanes on)
+KEYS[6] vtime    hash    virtual time and per-flow last score of the lane
 
 ARGV[1] past tolerance ms
 ARGV[2] horizon ms
@@ -27,6 +29,7 @@ or, for the whole call, before anything is written:
 --@include now.lua
 --@include schedule.lua
 --@include checks.lua
+--@include lanes.lua
 
 local now = now_ms()
 local tolerance, bad1 = arg_number(1, 0, 1e13)
@@ -39,11 +42,13 @@ for i = 5, #ARGV, 4 do
   local _, bad = arg_number(i + 3, -1e15, 1e15)
   if bad then return bad end
 end
-local wrong = wrong_type({KEYS[1], 'hash', KEYS[2], 'zset', KEYS[3], 'stream'})
+local wrong = wrong_type({KEYS[1], 'hash', KEYS[2], 'zset', KEYS[3], 'stream', KEYS[5], 'zset', KEYS[6], 'hash'})
 if wrong then return wrong end
 
 local out = {now}
 local created, earliest, readied = 0, nil, 0
+local lanes = lanes_on(KEYS[4])
+local laned = {}
 for i = 5, #ARGV, 4 do
   local id, body = ARGV[i], ARGV[i + 1]
   local due, rejected = due_time(ARGV[i + 2], ARGV[i + 3], now, tolerance, horizon)
@@ -63,7 +68,13 @@ for i = 5, #ARGV, 4 do
     -- overwrite a stored job.
     redis.call('HSETNX', KEYS[1], id, 'S0|' .. body)
     if due <= now then
-      redis.call('XADD', KEYS[3], '*', 'j', id, 'd', due)
+      if lanes then
+        laned[#laned + 1] = id
+        laned[#laned + 1] = flow_at(body, 1)
+        laned[#laned + 1] = due
+      else
+        redis.call('XADD', KEYS[3], '*', 'j', id, 'd', due)
+      end
       readied = readied + 1
     else
       redis.call('ZADD', KEYS[2], due, id)
@@ -78,6 +89,7 @@ end
 if created > 0 then
   count(KEYS[4], 'enqueued', created)
 end
+lane_add(KEYS[5], KEYS[6], laned)
 if readied > 0 then
   redis.call('SPUBLISH', ARGV[4], '1')
 end

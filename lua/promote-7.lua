@@ -1,12 +1,17 @@
---[[ promote: move due jobs of one partition from the due set to the ready stream.
+--[[ promote: move due jobs of one partition from the due set to the ready stream (to the lane,
+in a partition with lanes on: lua/includes/lanes.lua).
 
 One job at a time, at most ARGV[2] per call so a call stays well under a millisecond of Redis
-time; due is judged on the Redis clock.  The payload is never read.
+time; due is judged on the Redis clock.  The payload never leaves Redis (with lanes on, the
+envelope is read here for the job's priority and tenant prefix).
 
 KEYS[1] due      zset    job id scored by due ms
 KEYS[2] ready    stream  due jobs
 KEYS[3] lease    string  '<token>:<owner>' of the partition's dispatcher
-KEYS[4] stats    hash    counters
+KEYS[4] stats    hash    counters (and the 'paused' and 'lanes' flags)
+KEYS[5] jobs     hash    job id -> envelope (read with lanes on)
+KEYS[6] lane     zset    due jobs waiting for fetch, by fair-queueing score (lanes on)
+KEYS[7] vtime    hash    virtual time and per-flow last score of the lane
 
 ARGV[1] fencing token of the caller
 ARGV[2] max jobs to move in this call (K)
@@ -27,12 +32,14 @@ Flags: allow-oom  (runs when Redis is at maxmemory: it frees memory or keeps a f
 --@include now.lua
 --@include lease.lua
 --@include checks.lua
+--@include lanes.lua
 
 local k, bad2 = arg_number(2, 1, 1000)
 if bad2 then return bad2 end
 local lease_ms, bad4 = arg_number(4, 100, 3600000)
 if bad4 then return bad4 end
-local wrong = wrong_type({KEYS[1], 'zset', KEYS[2], 'stream', KEYS[3], 'string'})
+local wrong = wrong_type({KEYS[1], 'zset', KEYS[2], 'stream', KEYS[3], 'string', KEYS[5], 'hash',
+  KEYS[6], 'zset', KEYS[7], 'hash'})
 if wrong then return wrong end
 local stale = fenced(KEYS[3], ARGV[1])
 if stale then return stale end
@@ -44,8 +51,19 @@ local now = now_ms()
 if redis.pcall('HGET', KEYS[4], 'paused') == '1' then return {0, -1, now} end
 local batch = redis.call('ZRANGE', KEYS[1], '-inf', now, 'BYSCORE', 'LIMIT', 0, k, 'WITHSCORES')
 local moved = #batch / 2
-for i = 1, #batch, 2 do
-  redis.call('XADD', KEYS[2], '*', 'j', batch[i], 'd', batch[i + 1])
+if lanes_on(KEYS[4]) then
+  local items = {}
+  for i = 1, #batch, 2 do
+    local v = redis.call('HGET', KEYS[5], batch[i])
+    items[#items + 1] = batch[i]
+    items[#items + 1] = v and envelope_flow(v) or 'n'
+    items[#items + 1] = batch[i + 1]
+  end
+  lane_add(KEYS[6], KEYS[7], items)
+else
+  for i = 1, #batch, 2 do
+    redis.call('XADD', KEYS[2], '*', 'j', batch[i], 'd', batch[i + 1])
+  end
 end
 if moved > 0 then
   -- The batch is the lowest-scored members, so they are ranks 0..moved-1: one removal.

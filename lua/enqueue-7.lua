@@ -1,13 +1,16 @@
---[[ enqueue: store one job and put it in the due set, or straight into the ready stream.
+--[[ enqueue: store one job and put it in the due set, or straight into the ready stream (the
+lane instead, in a partition with lanes on: lua/includes/lanes.lua).
 
 KEYS[1] jobs     hash    job id -> envelope
 KEYS[2] due      zset    job id scored by due ms
 KEYS[3] ready    stream  due jobs
 KEYS[4] idem     string  idempotency key -> job id (placeholder key when ARGV[8] == '0')
-KEYS[5] stats    hash    counters
+KEYS[5] stats    hash    counters (and the 'lanes' flag)
+KEYS[6] lane     zset    due jobs waiting for fetch, by fair-queueing score (lanes on)
+KEYS[7] vtime    hash    virtual time and per-flow last score of the lane
 
 ARGV[1] job id
-ARGV[2] body (JSON, opaque to the script)
+ARGV[2] body (JSON, opaque to the script but for its '@<level><tenant>@' prefix, if any)
 ARGV[3] 'at' (ARGV[4] is an absolute ms time) or 'in' (ARGV[4] is a delay in ms from Redis now)
 ARGV[4] ms value
 ARGV[5] past tolerance ms: an 'at' time older than now - tolerance is rejected
@@ -31,6 +34,7 @@ Every check comes before the first write: a refused call writes nothing.
 --@include now.lua
 --@include schedule.lua
 --@include checks.lua
+--@include lanes.lua
 
 local now = now_ms()
 if ARGV[3] ~= 'in' and ARGV[3] ~= 'at' then return {-11, 3, ARGV[3], 'in', 'at'} end
@@ -43,7 +47,7 @@ if bad6 then return bad6 end
 local retention, bad7 = arg_number(7, 1, 1e13)
 if bad7 then return bad7 end
 local idem = ARGV[8] == '1'
-local types = {KEYS[1], 'hash', KEYS[2], 'zset', KEYS[3], 'stream'}
+local types = {KEYS[1], 'hash', KEYS[2], 'zset', KEYS[3], 'stream', KEYS[6], 'zset', KEYS[7], 'hash'}
 if idem then
   types[#types + 1] = KEYS[4]
   types[#types + 1] = 'string'
@@ -79,7 +83,11 @@ if idem then
   redis.call('SET', KEYS[4], id, 'PX', math.floor(math.max(due - now, 0) + retention))
 end
 if due <= now then
-  redis.call('XADD', KEYS[3], '*', 'j', id, 'd', due)
+  if lanes_on(KEYS[5]) then
+    lane_add(KEYS[6], KEYS[7], {id, flow_at(ARGV[2], 1), due})
+  else
+    redis.call('XADD', KEYS[3], '*', 'j', id, 'd', due)
+  end
   redis.call('SPUBLISH', ARGV[10], '1')
 else
   redis.call('ZADD', KEYS[2], due, id)

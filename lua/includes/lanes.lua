@@ -1,0 +1,113 @@
+-- Lanes: priorities and fair sharing between tenants inside one partition.
+--
+-- A partition whose stats hash has lanes = '1' (lua/lanes-1.lua) does not append due jobs to
+-- its ready stream: it keeps them in its lane sorted set, and fetch moves them to the stream
+-- in score order as workers ask (lua/fetch-7.lua).  The ready stream then holds what workers
+-- hold, so a job entering the lane is never behind a backlog already in the stream.
+--
+-- The order is start-time fair queueing.  A flow is a priority level and a tenant ('h', 'n' or
+-- 'l' followed by the tenant, '' when none).  The vtime hash keeps V (field 'V'), the score of
+-- the last job fetched, and per flow the score of its last job in the lane.  A job of flow f
+-- enters with score max(V, last[f]) + cost(level): each backlogged flow advances by its cost
+-- per job, so deliveries are shared in inverse proportion to the costs (high 10, default 20,
+-- low 60: 6:3:1 between levels, round-robin between tenants of one level), and a flow that
+-- had nothing waiting starts level with V instead of behind everyone's backlog.  Integer
+-- scores stay exact in a double (a partition would need 10^12 jobs to reach 2^53).
+--
+-- A lane member is '<due ms> <flow> <job id>': fetch needs the due time for the stream entry
+-- (lateness) and the flow to drop the vtime field of a flow that has nothing left.
+local LANE_COST = {h = 10, n = 20, l = 60}
+
+-- flow_at(s, pos): the flow of a job body starting at pos of s.  A body is plain JSON, or
+-- '@<level><tenant>@<JSON>' when the job has a priority or a tenant (shardq.jobs.encode_body).
+local function flow_at(s, pos)
+  if string.byte(s, pos) ~= 64 then return 'n' end -- '@'
+  local level, tenant = string.match(s, '^@([hnl])([%w_.:%-]*)@', pos)
+  if not level then return 'n' end
+  return level .. tenant
+end
+
+-- with_level(v, level): envelope v with its job's priority level set to level ('h', 'n' or
+-- 'l'), the tenant kept.  A default-level job without a tenant has no prefix.
+local function with_level(v, level)
+  local bar = string.find(v, '|', 1, true)
+  if not bar then return v end
+  local start, flow = bar + 1, 'n'
+  local old_level, tenant, after = string.match(v, '^@([hnl])([%w_.:%-]*)@()', bar + 1)
+  if old_level then
+    start = after
+  else
+    tenant = ''
+  end
+  flow = level .. tenant
+  local prefix = ''
+  if flow ~= 'n' then prefix = '@' .. flow .. '@' end
+  return string.sub(v, 1, bar) .. prefix .. string.sub(v, start)
+end
+
+-- envelope_flow(v): the flow of a stored envelope '<state><attempt>|<body>'.
+local function envelope_flow(v)
+  local bar = string.find(v, '|', 1, true)
+  if not bar then return 'n' end
+  return flow_at(v, bar + 1)
+end
+
+-- lanes_on(stats): whether the partition keeps due jobs in its lane.
+local function lanes_on(stats)
+  return redis.pcall('HGET', stats, 'lanes') == '1'
+end
+
+-- lane_add(lane, vtime, items): items = {job id, flow, due ms, ...}; scores them (see above)
+-- and adds them to the lane.  Returns how many were added.
+local function lane_add(lane, vtime, items)
+  if #items == 0 then return 0 end
+  local v = tonumber(redis.call('HGET', vtime, 'V')) or 0
+  local last = {}
+  local args = {}
+  for i = 1, #items, 3 do
+    local f = items[i + 1]
+    local t = last[f]
+    if t == nil then t = tonumber(redis.call('HGET', vtime, f)) or 0 end
+    if t < v then t = v end
+    t = t + (LANE_COST[string.sub(f, 1, 1)] or LANE_COST.n)
+    last[f] = t
+    args[#args + 1] = t
+    args[#args + 1] = items[i + 2] .. ' ' .. f .. ' ' .. items[i]
+    if #args >= 1000 then
+      redis.call('ZADD', lane, unpack(args))
+      args = {}
+    end
+  end
+  if #args > 0 then redis.call('ZADD', lane, unpack(args)) end
+  local fields = {}
+  for f, t in pairs(last) do
+    fields[#fields + 1] = f
+    fields[#fields + 1] = t
+  end
+  redis.call('HSET', vtime, unpack(fields))
+  return #items / 3
+end
+
+-- lane_pop(lane, vtime, n): the n lowest-scored lane jobs as {job id, due ms, ...}, removed;
+-- V moves to the last one's score and flows with nothing left lose their vtime field.
+local function lane_pop(lane, vtime, n)
+  local popped = redis.call('ZPOPMIN', lane, n)
+  local out = {}
+  if #popped == 0 then return out end
+  local v = popped[#popped]
+  local seen = {}
+  for i = 1, #popped, 2 do
+    local due, f, id = string.match(popped[i], '^(%S*) (%S*) (.*)$')
+    if id then
+      out[#out + 1] = id
+      out[#out + 1] = due
+      seen[f] = true
+    end
+  end
+  redis.call('HSET', vtime, 'V', v)
+  for f in pairs(seen) do
+    local t = tonumber(redis.call('HGET', vtime, f))
+    if t and t <= tonumber(v) then redis.call('HDEL', vtime, f) end
+  end
+  return out
+end
