@@ -135,6 +135,10 @@ def queue_info(queue_name: str, as_json: bool) -> None:
     headers = ["part", "node", "scheduled", "overdue", "ready", "running", "dead", "oldest due",
                "lag s", "paused", "owner"]  # fmt: skip
     click.echo(fmt.table(headers, rows, right=(0, 2, 3, 4, 5, 6, 8)))
+    on = sum(i.lanes for i in infos)
+    if on:
+        # 'ready' then counts the lane too: due jobs waiting for a worker, by priority/tenant
+        click.echo(f"lanes on in {on} of {len(infos)} partitions (ready includes the lanes)")
 
 
 @queue.command("members")

@@ -209,6 +209,9 @@ def _list_due(
     return Page(jobs, next_cursor)
 
 
+LANE_PREFIX = f"{inspect.LANE_ENTRY_MS}-"
+
+
 def _list_stream(
     state: Literal["ready", "running", "dead"],
     queue: str,
@@ -246,7 +249,9 @@ def _list_stream(
     for _, p, now, row in rows:
         if state == "ready":
             eid, job_id, due, raw = row
-            jobs.append(_summary(queue, p, job_id or "", "ready", raw, due_ms=due, entry_id=eid))
+            # A job in a lane (lanes on) has no stream entry yet: its id is only a cursor.
+            shown = None if eid.startswith(LANE_PREFIX) else eid
+            jobs.append(_summary(queue, p, job_id or "", "ready", raw, due_ms=due, entry_id=shown))
         elif state == "running":
             eid, job_id, worker, idle, deliveries, raw = row
             jobs.append(

@@ -130,10 +130,15 @@ def list_due(
     return op("list-due", [pk.due, pk.jobs], [after_score, after_member, upto_ms, count], parse)
 
 
+#: The ms part of the synthetic entry ids list-ready gives jobs waiting in a lane.
+LANE_ENTRY_MS = 9999999999999
+
+
 def list_ready(
     pk: keys.PartitionKeys, after_id: str, count: int
 ) -> Op[tuple[int, list[tuple[str, str | None, int | None, bytes | None]]]]:
-    """(now ms, [(entry id, job id, due ms, envelope)]) of ready entries not yet delivered."""
+    """(now ms, [(entry id, job id, due ms, envelope)]) of ready entries not yet delivered,
+    then of the jobs in the lane (entry ids from :data:`LANE_ENTRY_MS` on)."""
 
     def parse(reply: Any) -> tuple[int, list[tuple[str, str | None, int | None, bytes | None]]]:
         r = check(reply)
@@ -150,7 +155,9 @@ def list_ready(
             )
         return _int(r[0]), rows
 
-    return op("list-ready", [pk.ready, pk.jobs], [keys.WORKER_GROUP, after_id, count], parse)
+    return op(
+        "list-ready", [pk.ready, pk.jobs, pk.lane], [keys.WORKER_GROUP, after_id, count], parse
+    )
 
 
 RunningRow = tuple[str, str | None, str, int, int, bytes | None]
