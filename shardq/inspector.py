@@ -93,8 +93,9 @@ class PartitionInfo:
     lag_seconds: float
     owner: str | None
     paused: bool
-    lanes: bool
     counters: dict[str, int] = field(default_factory=dict)
+    lanes: bool = False
+    """Lanes on (priorities and tenants): ``ready`` includes the jobs waiting in the lane."""
 
 
 @dataclass(frozen=True, slots=True)
