@@ -88,6 +88,8 @@ class Fetcher:
         self.assigned: set[int] = set(partitions)
         self.fleet_size = 1
         self.hints: dict[int, int] = {}
+        #: Primaries whose loop has partitions to read but found no room, since when.
+        self.waiting: dict[str, float] = {}
         self._rotate = 0
         self.nodes = PerPrimary(
             supervisor,
@@ -179,6 +181,7 @@ class Fetcher:
                     self.executor.run(d)
                 state.ok()
         finally:
+            self.waiting.pop(node, None)  # a stopped loop waits for nothing
             # Rounds still in flight: cancelled; one whose reply was already in has fetched
             # jobs (pending for this worker in Redis): run them within the shutdown grace.
             for r in flight:
@@ -197,10 +200,23 @@ class Fetcher:
         s = self.settings
         mine = self.nodes.mine(node)
         now = time.monotonic()
-        room = self.inflight.room()
-        due = [p for p in mine if self.poll_at.get(p, 0.0) <= now] if room > 0 else []
+        free = self.inflight.room()
+        due = [p for p in mine if self.poll_at.get(p, 0.0) <= now]
+        # Freed room wakes every loop, but a loop that just took a reply plans its next round
+        # at once, before a woken one runs: without a share kept back, a busy primary takes
+        # every freed slot and an idle primary's new jobs wait for idle_poll (seen as 1-2 s
+        # lateness on one primary while the others drained a backlog).  So a loop leaves
+        # MIN_FETCH of room to each loop that has waited for room longer than it has.
+        since = self.waiting.get(node, now)
+        ahead = sum(1 for n, t in self.waiting.items() if n != node and t < since)
+        room = free - MIN_FETCH * ahead
         if room <= 0:
             self.inflight.starved = True  # woken as soon as room frees up
+            if due:
+                self.waiting.setdefault(node, now)
+            due = []
+        else:
+            self.waiting.pop(node, None)
         # A round takes at most a share of the concurrency, so the next ones still find room
         # while this one's jobs wait to run: that is what keeps rounds in flight all the time.
         room = min(room, max(1, self.inflight.concurrency // (PIPELINE + 1)))
