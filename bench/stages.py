@@ -121,10 +121,14 @@ def stage_costs(
     k: int = 100,
     fetch_count: int = 100,
     payload_bytes: int = 20,
+    lanes: bool = False,
 ) -> dict[str, Any]:
-    """Enqueue (bulk and single), promote, fetch and ack of ``jobs`` jobs, one stage at a time."""
+    """Enqueue (bulk and single), promote, fetch and ack of ``jobs`` jobs, one stage at a time
+    (with ``lanes``: on a queue with lanes on, promote filling the lanes, fetch emptying them)."""
     client = Client(url)
     queue = fresh_queue(client, "bench-stage", partitions)
+    if lanes:
+        client.set_lanes(queue, True)
     pks = keys.all_partition_keys(queue, partitions)
     payload = "x" * payload_bytes
     s = Sampler(client)
@@ -133,6 +137,7 @@ def stage_costs(
         "partitions": partitions,
         "k": k,
         "payload_bytes": payload_bytes,
+        "lanes": lanes,
     }
     try:
         s.calibrate(1.0)
