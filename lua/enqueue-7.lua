@@ -7,7 +7,7 @@ KEYS[3] ready    stream  due jobs
 KEYS[4] idem     string  idempotency key -> job id (placeholder key when ARGV[8] == '0')
 KEYS[5] stats    hash    counters (and the 'lanes' flag)
 KEYS[6] lane     zset    due jobs waiting for fetch, by fair-queueing score (lanes on)
-KEYS[7] vtime    hash    virtual time and per-flow last score of the lane
+KEYS[7] vtime    hash    virtual time and per-flow last score of the lane (lanes on)
 
 ARGV[1] job id
 ARGV[2] body (JSON, opaque to the script but for its '@<level><tenant>@' prefix, if any)
@@ -47,15 +47,20 @@ if bad6 then return bad6 end
 local retention, bad7 = arg_number(7, 1, 1e13)
 if bad7 then return bad7 end
 local idem = ARGV[8] == '1'
-local types = {KEYS[1], 'hash', KEYS[2], 'zset', KEYS[3], 'stream', KEYS[6], 'zset', KEYS[7], 'hash'}
+local due, rejected = due_time(ARGV[3], ARGV[4], now, tolerance, horizon)
+if rejected then return rejected end
+-- Only a job due at once goes to the lane: a later one waits in due, as without lanes.
+local lanes = due <= now and lanes_on(KEYS[5])
+local types = {KEYS[1], 'hash', KEYS[2], 'zset', KEYS[3], 'stream'}
+if lanes then
+  for _, kv in ipairs({KEYS[6], 'zset', KEYS[7], 'hash'}) do types[#types + 1] = kv end
+end
 if idem then
   types[#types + 1] = KEYS[4]
   types[#types + 1] = 'string'
 end
 local wrong = wrong_type(types)
 if wrong then return wrong end
-local due, rejected = due_time(ARGV[3], ARGV[4], now, tolerance, horizon)
-if rejected then return rejected end
 
 local id = ARGV[1]
 if idem then
@@ -83,7 +88,7 @@ if idem then
   redis.call('SET', KEYS[4], id, 'PX', math.floor(math.max(due - now, 0) + retention))
 end
 if due <= now then
-  if lanes_on(KEYS[5]) then
+  if lanes then
     lane_add(KEYS[6], KEYS[7], {id, flow_at(ARGV[2], 1), due})
   else
     redis.call('XADD', KEYS[3], '*', 'j', id, 'd', due)

@@ -10,7 +10,7 @@ KEYS[2] due      zset    job id scored by due ms
 KEYS[3] ready    stream  due jobs
 KEYS[4] stats    hash    counters (and the 'lanes' flag)
 KEYS[5] lane     zset    due jobs waiting for fetch, by fair-queueing score (lanes on)
-KEYS[6] vtime    hash    virtual time and per-flow last score of the lane
+KEYS[6] vtime    hash    virtual time and per-flow last score of the lane (lanes on)
 
 ARGV[1] past tolerance ms
 ARGV[2] horizon ms
@@ -42,12 +42,16 @@ for i = 5, #ARGV, 4 do
   local _, bad = arg_number(i + 3, -1e15, 1e15)
   if bad then return bad end
 end
-local wrong = wrong_type({KEYS[1], 'hash', KEYS[2], 'zset', KEYS[3], 'stream', KEYS[5], 'zset', KEYS[6], 'hash'})
+local lanes = lanes_on(KEYS[4])
+local spec = {KEYS[1], 'hash', KEYS[2], 'zset', KEYS[3], 'stream'}
+if lanes then
+  for _, kv in ipairs({KEYS[5], 'zset', KEYS[6], 'hash'}) do spec[#spec + 1] = kv end
+end
+local wrong = wrong_type(spec)
 if wrong then return wrong end
 
 local out = {now}
 local created, earliest, readied = 0, nil, 0
-local lanes = lanes_on(KEYS[4])
 local laned = {}
 for i = 5, #ARGV, 4 do
   local id, body = ARGV[i], ARGV[i + 1]

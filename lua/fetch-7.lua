@@ -14,7 +14,7 @@ KEYS[2] jobs     hash    job id -> envelope
 KEYS[3] dead     stream  dead letters
 KEYS[4] errors   hash    job id -> last error
 KEYS[5] stats    hash    counters
-KEYS[6] lane     zset    due jobs waiting for fetch, by fair-queueing score
+KEYS[6] lane     zset    due jobs waiting for fetch, by fair-queueing score (lanes on or draining)
 KEYS[7] vtime    hash    virtual time and per-flow last score of the lane
 
 ARGV[1] consumer group
@@ -38,16 +38,20 @@ Flags: allow-oom  (runs when Redis is at maxmemory: it frees memory or keeps a f
 
 local n, bad = arg_number(3, 1, 1000)
 if bad then return bad end
-local wrong = wrong_type({KEYS[1], 'stream', KEYS[2], 'hash', KEYS[3], 'stream', KEYS[4], 'hash',
-  KEYS[6], 'zset', KEYS[7], 'hash'})
+local paused, lanes = partition_flags(KEYS[5])
+local spec = {KEYS[1], 'stream', KEYS[2], 'hash', KEYS[3], 'stream', KEYS[4], 'hash'}
+if lanes then
+  for _, kv in ipairs({KEYS[6], 'zset', KEYS[7], 'hash'}) do spec[#spec + 1] = kv end
+end
+local wrong = wrong_type(spec)
 if wrong then return wrong end
 local now = now_ms()
 local out = {now}
 -- A paused partition (pause.lua) delivers nothing; resuming publishes the ready hint.
-if redis.pcall('HGET', KEYS[5], 'paused') == '1' then return out end
+if paused then return out end
 local r = redis.call('XREADGROUP', 'GROUP', ARGV[1], ARGV[2], 'COUNT', n, 'STREAMS', KEYS[1], '>')
 local entries = r and r[1][2] or {}
-if #entries < n then
+if lanes and #entries < n then
   local laned = lane_pop(KEYS[6], KEYS[7], n - #entries)
   if #laned > 0 then
     for i = 1, #laned, 2 do
@@ -58,6 +62,8 @@ if #entries < n then
     if more then
       for _, entry in ipairs(more[1][2]) do entries[#entries + 1] = entry end
     end
+  elseif lanes == '2' then
+    redis.call('HDEL', KEYS[5], 'lanes') -- turned off and now drained: done with the lane
   end
 end
 local dead_keys = {KEYS[2], KEYS[3], KEYS[4], KEYS[5]}

@@ -1,10 +1,11 @@
 --[[ lanes: turn a partition's lanes (priorities and fair sharing, lua/includes/lanes.lua) on or
 off.  With them on, enqueue and promote put due jobs in the lane instead of the ready stream;
-with them off, they append to the stream again.  Fetch reads the lane whenever the stream runs
-short, either way, so jobs already in the lane are delivered after lanes are turned off.
+with them off, they append to the stream again.  Turned off, the flag reads '2' (draining)
+until fetch finds the lane empty and drops it: jobs already in the lane are still delivered.
 
 The flag is the 'lanes' field of the partition's stats hash, which enqueue, promote and fetch
-already read (KEYS of their own), so it costs their calls no extra key.
+already read (KEYS of their own), so it costs their calls no extra key, and a partition without
+lanes never touches its lane keys.
 
 KEYS[1] stats    hash    counters (and the 'lanes' flag)
 
@@ -29,5 +30,5 @@ if ARGV[1] == '1' then
   return {1}
 end
 if not was then return {0} end
-redis.call('HDEL', KEYS[1], 'lanes')
+redis.call('HSET', KEYS[1], 'lanes', '2')
 return {1}

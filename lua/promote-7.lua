@@ -11,7 +11,7 @@ KEYS[3] lease    string  '<token>:<owner>' of the partition's dispatcher
 KEYS[4] stats    hash    counters (and the 'paused' and 'lanes' flags)
 KEYS[5] jobs     hash    job id -> envelope (read with lanes on)
 KEYS[6] lane     zset    due jobs waiting for fetch, by fair-queueing score (lanes on)
-KEYS[7] vtime    hash    virtual time and per-flow last score of the lane
+KEYS[7] vtime    hash    virtual time and per-flow last score of the lane (lanes on)
 
 ARGV[1] fencing token of the caller
 ARGV[2] max jobs to move in this call (K)
@@ -38,8 +38,13 @@ local k, bad2 = arg_number(2, 1, 1000)
 if bad2 then return bad2 end
 local lease_ms, bad4 = arg_number(4, 100, 3600000)
 if bad4 then return bad4 end
-local wrong = wrong_type({KEYS[1], 'zset', KEYS[2], 'stream', KEYS[3], 'string', KEYS[5], 'hash',
-  KEYS[6], 'zset', KEYS[7], 'hash'})
+local paused, lanes = partition_flags(KEYS[4])
+lanes = lanes == '1'
+local spec = {KEYS[1], 'zset', KEYS[2], 'stream', KEYS[3], 'string'}
+if lanes then
+  for _, kv in ipairs({KEYS[5], 'hash', KEYS[6], 'zset', KEYS[7], 'hash'}) do spec[#spec + 1] = kv end
+end
+local wrong = wrong_type(spec)
 if wrong then return wrong end
 local stale = fenced(KEYS[3], ARGV[1])
 if stale then return stale end
@@ -48,10 +53,10 @@ redis.call('PEXPIRE', KEYS[3], lease_ms)
 local now = now_ms()
 -- A paused partition (pause.lua) promotes nothing; "nothing due" makes the dispatcher wait
 -- for the hint that resuming publishes.
-if redis.pcall('HGET', KEYS[4], 'paused') == '1' then return {0, -1, now} end
+if paused then return {0, -1, now} end
 local batch = redis.call('ZRANGE', KEYS[1], '-inf', now, 'BYSCORE', 'LIMIT', 0, k, 'WITHSCORES')
 local moved = #batch / 2
-if lanes_on(KEYS[4]) then
+if lanes then
   local items = {}
   for i = 1, #batch, 2 do
     local v = redis.call('HGET', KEYS[5], batch[i])

@@ -185,6 +185,7 @@ def queue_stats(client: Client, queue: str, window: float = 1.0) -> dict[str, An
     counters: Counter[str] = Counter()
     for s in snaps:
         counters.update(s.counters)
+    counters.pop("lanes", None)  # a flag, not a counter: reported as lanes_partitions
     summary = {
         "queue": queue,
         "partitions": total,
@@ -194,6 +195,7 @@ def queue_stats(client: Client, queue: str, window: float = 1.0) -> dict[str, An
         "ready": sum(s.ready for s in snaps),
         "pending": sum(s.pending for s in snaps),
         "dead": sum(s.dead for s in snaps),
+        "lanes_partitions": sum(s.lanes for s in snaps),
         "rate_per_s": round(sum(rates.values()), 1),
         "hot_partition_ratio": round(report.hot_partition_ratio, 2) if report else 0.0,
         "hot_node_ratio": round(report.hot_node_ratio, 2) if report else 0.0,

@@ -4,6 +4,7 @@ partition, through the real scripts on the cluster; bad input; the worker's view
 from __future__ import annotations
 
 import dataclasses
+import json
 import random
 import signal
 import time
@@ -167,6 +168,11 @@ def test_a_laned_job_is_due_and_cannot_be_rescheduled_and_lanes_off_still_delive
     got = _fetch_ids(client, queue, 10)
     # The stream first (jobs appended directly go first), then what was left in the lane.
     assert got == ["m0000", "m0001", "j0000", "k0000", "k0001", "k0002"]
+    # Drained: the partition's flag is gone, so its calls no longer touch the lane keys.
+    pk = keys.partition_keys(queue, 0, 1)
+    assert client.redis.hget(pk.stats, "lanes") is not None  # draining until a fetch finds it empty
+    _fetch_ids(client, queue, 10)
+    assert client.redis.hget(pk.stats, "lanes") is None
 
 
 def test_cancelled_lane_jobs_are_dropped_and_async_client_agrees(
@@ -227,6 +233,10 @@ def test_cli_turns_lanes_on_and_enqueues_and_shows_priority_and_tenant(
     assert r.exit_code == 0 and "lanes on in 2 of 2 partitions" in r.output, r.output
     r = runner.invoke(cli, [*base, "queue", "lanes", "-q", queue])
     assert r.exit_code == 0 and "lanes on" in r.output, r.output
+    r = runner.invoke(cli, [*base, "stats", "-q", queue, "--json"])
+    assert r.exit_code == 0, r.output
+    summary = json.loads(r.output)["queue"]
+    assert summary["lanes_partitions"] == 2 and "lanes" not in summary["counters"], summary
     r = runner.invoke(cli, [*base, "queue", "lanes", "-q", queue, "--off"])
     assert r.exit_code == 0, r.output
     assert not client.lanes(queue)

@@ -52,9 +52,23 @@ local function envelope_flow(v)
   return flow_at(v, bar + 1)
 end
 
+-- The 'lanes' field of the stats hash: '1' on; '2' turned off while jobs may still wait in
+-- the lane (fetch keeps reading it and drops the field once it is empty); absent: off.  A
+-- partition without lanes never touches its lane keys (nor checks their types).
+
 -- lanes_on(stats): whether the partition keeps due jobs in its lane.
 local function lanes_on(stats)
   return redis.pcall('HGET', stats, 'lanes') == '1'
+end
+
+-- partition_flags(stats): paused (boolean) and the lanes field ('1', '2' or false), in one
+-- read; a stats key of the wrong type reads as neither (counters are advisory).
+local function partition_flags(stats)
+  local r = redis.pcall('HMGET', stats, 'paused', 'lanes')
+  if type(r) ~= 'table' or r['err'] then return false, false end
+  local lanes = r[2]
+  if lanes ~= '1' and lanes ~= '2' then lanes = false end
+  return r[1] == '1', lanes
 end
 
 -- lane_add(lane, vtime, items): items = {job id, flow, due ms, ...}; scores them (see above)
