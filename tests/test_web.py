@@ -284,3 +284,17 @@ def test_rates_come_from_successive_counter_reads() -> None:
     rates.add("q", [part(0, 30), part(1, 10)], now=110.0)
     assert rates.queue_rates("q")["enqueued"] == 4.0 and rates.queue_rates("q")["completed"] == 0
     assert rates.partition_rates("q") == {0: 3.0, 1: 1.0}
+
+
+def test_the_job_page_shows_priority_tenant_and_limit_key(
+    ro: TestClient, cluster_client: Client, queue: str
+) -> None:
+    cluster_client.create_queue(queue, 2, lanes=True)
+    job = cluster_client.enqueue(
+        queue, "t", 1, delay=600, priority="high", tenant="acme", limit_key="api.example.com"
+    )
+    plain = cluster_client.enqueue(queue, "t", 2, delay=600)
+    html = ro.get(f"/q/{queue}/job/{job}").text
+    assert re.search(r"<dt>priority</dt><dd>high</dd>", html), html
+    assert "acme" in html and "api.example.com" in html
+    assert "<dt>priority</dt>" not in ro.get(f"/q/{queue}/job/{plain}").text
