@@ -88,7 +88,7 @@ GRANTS: dict[str, tuple[Grant, ...]] = {
         Grant(("jobs",), ("+hsetnx",)),
         Grant(("sched", "sched:state"), ("+hget", "+hset")),
         Grant(("sched:next",), ("+zadd", "+zrem", "+zrange", "+zscore")),
-        Grant(("stats",), ("+hincrby", "+hset", "+hgetall", "+hget")),
+        Grant(("stats",), ("+hincrby", "+hset", "+hgetall", "+hget", "+hmget")),
         # promote moves due jobs to the lane when the partition has lanes on; the sampler
         # counts it (partition-stats)
         Grant(("lane",), ("+zadd", "+zcard")),
@@ -115,7 +115,7 @@ GRANTS: dict[str, tuple[Grant, ...]] = {
         Grant(("errors",), ("+hset", "+hdel", "+hlen")),
         Grant(("dead",), ("+xadd",)),
         Grant(("due",), ("+zadd", "+zrange")),
-        Grant(("stats",), ("+hincrby", "+hset", "+hget")),
+        Grant(("stats",), ("+hincrby", "+hset", "+hget", "+hmget", "+hdel")),
         # fetch moves lane jobs to the ready stream when the stream runs short
         Grant(("lane",), ("+zpopmin",)),
         Grant(("vtime",), ("+hget", "+hset", "+hdel")),
@@ -139,6 +139,7 @@ GRANTS["operator"] = (
     Grant(("dead",), ("+xrevrange", "+xrange", "+xlen", "+xdel")),
     Grant(("ready",), ("+xgroup|create", "+xrange", "+xlen")),
     Grant(("due",), ("+zrangebyscore", "+zcard")),
+    Grant(("lane",), ("+zrange",), read_only=True),  # job list --state ready (list-ready)
     Grant(("drain",), ("+sadd",)),
     Grant(("dispatchers",), ("+zrangebyscore",), read_only=True),
     # the inspector: listing (HSCAN of failed jobs), pause flags, deleting a queue

@@ -32,6 +32,7 @@ it starts: configure the SDK before starting workers.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Awaitable, Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
@@ -96,17 +97,10 @@ def with_headers(request: JobRequest, carrier: dict[str, str]) -> JobRequest:
     headers = request.headers
     if headers is not None and (not isinstance(headers, dict) or "traceparent" in headers):
         return request  # its own context, or invalid: validation reports that as usual
-    r = request
-    return JobRequest(
-        r.job_type,
-        r.payload,
-        r.run_at,
-        r.delay,
-        r.job_id,
-        r.idempotency_key,
-        r.max_attempts,
-        r.backoff,
-        carrier if headers is None else {**headers, **carrier},
+    # replace(): every other field kept (a positional copy here once dropped the limit key,
+    # priority and tenant of every job enqueued while tracing was on)
+    return dataclasses.replace(
+        request, headers=carrier if headers is None else {**headers, **carrier}
     )
 
 

@@ -1383,14 +1383,24 @@ def test_every_role_runs_with_its_acl_user(local_cluster: LocalCluster) -> None:
     loaded = run([shardq, "functions", "load"], env=env("admin"))
     assert loaded.returncode == 0, loaded.stderr
     assert "loaded" in run([shardq, "functions", "status"], env=env("operator")).stdout
-    operator("queue", "create", "-q", "acl", "--partitions", "8")
+    # with lanes on, so the roles also run the lane paths (enqueue, promote, fetch)
+    operator("queue", "create", "-q", "acl", "--partitions", "8", "--lanes")
     assert run([shardq, "health", "--queue", "acl"], env=env("worker")).returncode == 0
 
     producer = RedisSettings.from_url(
         url, username="shardq-producer", password="pw-shardq-producer"
     )
     with Client(producer) as client:
-        jobs = [JobRequest("demo", {"i": i}) for i in range(30)]
+        jobs = [
+            JobRequest(
+                "demo",
+                {"i": i},
+                delay=1.0 if i % 3 == 0 else None,
+                priority="high" if i % 2 else None,
+                tenant=f"tenant-{i % 4}",
+            )
+            for i in range(30)
+        ]
         jobs += [JobRequest("no-such-type", None, max_attempts=1) for _ in range(2)]
         client.enqueue_many("acl", jobs)
         later = client.enqueue("acl", "demo", {"later": True}, delay=3600)
@@ -1437,6 +1447,17 @@ def test_every_role_runs_with_its_acl_user(local_cluster: LocalCluster) -> None:
             time.sleep(0.5)
         assert counters.get("completed", 0) >= 30 and counters.get("dead", 0) >= 2, counters
         assert sampled, "the dispatcher never exported per-partition samples"
+        # lanes off: the worker's next fetches find the lanes empty and drop the flag
+        operator("queue", "lanes", "-q", "acl", "--off")
+        from shardq.store import keys as keymod
+
+        flags = [pk.stats for pk in keymod.all_partition_keys("acl", 8)]
+        admin_url = RedisSettings.from_url(url, username="shardq-admin", password="pw-shardq-admin")
+        with Client(admin_url) as watcher:
+            deadline = time.monotonic() + 20
+            while any(watcher.redis.hget(k, "lanes") for k in flags):
+                assert time.monotonic() < deadline, "the workers never dropped the lanes flag"
+                time.sleep(0.2)
         with Client(producer) as client:
             beat = client.schedules.get("acl", "acl-beat")
         assert beat.fires >= 1, beat

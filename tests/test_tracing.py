@@ -162,3 +162,19 @@ def test_no_spans_without_a_tracer_provider() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     ).stdout.split()
     assert out == ["True", "False", "True"], out
+
+
+def test_stamping_the_trace_context_keeps_every_other_field() -> None:
+    """A positional copy once dropped limit_key, priority and tenant of every job enqueued
+    while tracing was on."""
+    import dataclasses
+
+    from shardq import tracing
+
+    full = JobRequest(
+        "t", {"x": 1}, None, 5.0, "id-1", "idem-1", 3, None, {"a": "b"}, "api.example.com",
+        "high", "acme",
+    )  # fmt: skip
+    stamped = tracing.with_headers(full, {"traceparent": "00-" + "1" * 32 + "-" + "2" * 16 + "-01"})
+    assert stamped.headers is not None and stamped.headers["a"] == "b"
+    assert dataclasses.replace(stamped, headers=full.headers) == full
