@@ -90,6 +90,9 @@ class Fetcher:
         self.hints: dict[int, int] = {}
         #: Primaries whose loop has partitions to read but found no room, since when.
         self.waiting: dict[str, float] = {}
+        #: Partitions known to have jobs to read (a ready hint, or a full batch last time), as
+        #: opposed to a poll that may well find nothing: only those make a loop wait for room.
+        self.known_work: set[int] = set()
         self._rotate = 0
         self.nodes = PerPrimary(
             supervisor,
@@ -129,6 +132,7 @@ class Fetcher:
             return
         self.poll_at[partition] = 0.0
         self.hints[partition] = self.hints.get(partition, 0) + 1
+        self.known_work.add(partition)
         self.nodes.wake(partition)
 
     def wake(self, partition: int) -> None:
@@ -151,7 +155,7 @@ class Fetcher:
             while not stop.is_set():
                 state.progress()
                 while len(flight) < PIPELINE:
-                    planned = self._plan(node)
+                    planned = self._plan(node, len(flight))
                     if planned is None:
                         break
                     flight.append(planned)
@@ -171,7 +175,7 @@ class Fetcher:
                     continue
                 admitted = await self._finish(flight.popleft())
                 if admitted and len(flight) < PIPELINE:
-                    planned = self._plan(node)  # in flight while the jobs below run
+                    planned = self._plan(node, len(flight))  # in flight while the jobs run
                     if planned is not None:
                         flight.append(planned)
                         # Let its task run up to its send before the handlers below take the
@@ -194,9 +198,10 @@ class Fetcher:
                 for d in admitted:
                     self.executor.run(d)
 
-    def _plan(self, node: str) -> _Round | None:
+    def _plan(self, node: str, in_flight: int) -> _Round | None:
         """Send the next round of ``node`` (acks of finished jobs, fetches of due partitions
-        sharing the free room), or None when there is nothing to send."""
+        sharing the free room), or None when there is nothing to send.  ``in_flight``: rounds
+        of this loop not yet taken."""
         s = self.settings
         mine = self.nodes.mine(node)
         now = time.monotonic()
@@ -206,13 +211,15 @@ class Fetcher:
         # at once, before a woken one runs: without a share kept back, a busy primary takes
         # every freed slot and an idle primary's new jobs wait for idle_poll (seen as 1-2 s
         # lateness on one primary while the others drained a backlog).  So a loop leaves
-        # MIN_FETCH of room to each loop that has waited for room longer than it has.
+        # MIN_FETCH of room to each loop that has waited for room longer than it has: one with
+        # no round in flight (a busy loop gets its turn when its reply comes) and jobs known
+        # to wait (a hint, or a full batch last time; not a poll that may find nothing).
         since = self.waiting.get(node, now)
         ahead = sum(1 for n, t in self.waiting.items() if n != node and t < since)
         room = free - MIN_FETCH * ahead
         if room <= 0:
             self.inflight.starved = True  # woken as soon as room frees up
-            if due:
+            if not in_flight and not self.known_work.isdisjoint(due):
                 self.waiting.setdefault(node, now)
             due = []
         else:
@@ -261,6 +268,10 @@ class Fetcher:
             n = len(result.jobs)
             more = n >= r.count or self.hints.get(p, 0) != seen
             self.poll_at[p] = now if more else now + self.idle_interval(p)
+            if more:
+                self.known_work.add(p)
+            else:
+                self.known_work.discard(p)
             for item in result.jobs:
                 d = self.executor.admit(p, item, result.now_ms, now)
                 if d is not None:
