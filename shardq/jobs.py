@@ -38,8 +38,9 @@ Priority = Literal["high", "default", "low"]
 #: shares deliveries 6:3:1 between the levels of a partition with lanes on).
 PRIORITY_LEVELS: dict[str, str] = {"high": "h", "default": "n", "low": "l"}
 LEVEL_PRIORITIES: dict[str, Priority] = {"h": "high", "n": "default", "l": "low"}
-TENANT_RE = re.compile(r"[A-Za-z0-9_.:\-]{1,64}")  # the Lua side matches [%w_.:%-]*
-_FLOW_PREFIX_RE = re.compile(rb"@([hnl])([A-Za-z0-9_.:\-]{0,64})@")
+_TENANT_CHARS = r"[A-Za-z0-9_.:\-]"  # the Lua side matches [%w_.:%-]*
+TENANT_RE = re.compile(_TENANT_CHARS + "{1,64}")
+_FLOW_PREFIX_RE = re.compile(("@([hnl])(" + _TENANT_CHARS + "{0,64})@").encode())
 
 BackoffKind = Literal["fixed", "exponential", "jitter"]
 

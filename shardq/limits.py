@@ -34,6 +34,7 @@ from typing import Any, Literal
 import orjson
 
 from shardq.errors import InvalidLimitError
+from shardq.jobs import TENANT_RE
 
 LimitKind = Literal["type", "key", "tenant"]
 #: ``tenant:*``: a limit every tenant gets a copy of, counted per tenant.
@@ -94,7 +95,7 @@ class Limit:
             check_limit_key(self.match)
         elif self.kind == "tenant":
             if self.match != EACH_TENANT and not (
-                isinstance(self.match, str) and re.fullmatch(r"[A-Za-z0-9_.:\-]{1,64}", self.match)
+                isinstance(self.match, str) and TENANT_RE.fullmatch(self.match)
             ):
                 raise InvalidLimitError(
                     f"tenant {self.match!r:.80} is invalid: use 1-64 characters of letters, "
