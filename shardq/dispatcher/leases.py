@@ -219,6 +219,26 @@ class Leases:
         ttl = round(self.settings.lease_time * 1000)
         ops = [fleet.lease_acquire(self.pks[p], self.owner, ttl, displace) for p in candidates]
         results = await self.transport.run_many(ops)
+        # The owners hash is written after the leases are granted, so a dispatcher killed in
+        # between holds leases the hash does not name: ``displace`` (filtered by the hash) then
+        # missed it.  The refusal names the holder: take it over now if it may be displaced,
+        # rather than waiting a whole lease time for the lease to expire.
+        displaceable = self.membership.displaceable
+        again = [
+            (i, grant.owner)
+            for i, grant in enumerate(results)
+            if isinstance(grant, fleet.Grant)
+            and not grant.won
+            and grant.owner in displaceable
+            and grant.owner not in displace
+        ]
+        if again:
+            retry = [
+                fleet.lease_acquire(self.pks[candidates[i]], self.owner, ttl, [holder])
+                for i, holder in again
+            ]
+            for (i, _), grant in zip(again, await self.transport.run_many(retry), strict=True):
+                results[i] = grant
         now = time.monotonic()
         won: dict[int, str] = {}
         for p, grant in zip(candidates, results, strict=True):
