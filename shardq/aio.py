@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from datetime import datetime, timedelta
@@ -42,7 +43,7 @@ class AsyncClient:
         self.settings = settings or ProducerSettings()
         self.transport = AsyncTransport(redis)
         self._partitions: dict[str, int] = {}
-        self._lanes: set[str] = set()
+        self._lanes: dict[str, float] = {}  # queue -> when lanes were last seen on (monotonic)
         #: Periodic jobs, as ``Client.schedules`` (see shardq.schedules).
         self.schedules = AsyncSchedules(self)
 
@@ -116,21 +117,24 @@ class AsyncClient:
         in a ready stream when lanes are turned on are delivered first; jobs in a lane when
         they are turned off are still delivered.
         """
-        from shardq.store import inspect
+        from shardq import inspector
 
         meta = keys.queue_meta_key(queue)
         n = await self.partitions(queue)
         # Producers check the meta flag: it is on only while every partition is.
         if not on:
             await self._retry(lambda: self.redis.hset(meta, "lanes", "0"), what="turning lanes off")
-        changed = 0
-        for pk in keys.all_partition_keys(queue, n):
-            changed += bool(await self._run(inspect.lanes(pk, on), what=f"lanes of {queue!r}"))
+        changed: int = await self._retry(
+            lambda: inspector.drive_async(
+                inspector.lanes_plan(queue, n, on), self.transport.run_many
+            ),
+            what=f"turning lanes of {queue!r} {'on' if on else 'off'}",
+        )
         if on:
             await self._retry(lambda: self.redis.hset(meta, "lanes", "1"), what="turning lanes on")
-            self._lanes.add(queue)
+            self._lanes[queue] = time.monotonic()
         else:
-            self._lanes.discard(queue)
+            self._lanes.pop(queue, None)
         return changed
 
     async def lanes(self, queue: str) -> bool:
@@ -143,12 +147,13 @@ class AsyncClient:
         return raw is not None and as_text(raw) == "1"
 
     async def require_lanes(self, queue: str) -> None:
-        """LanesOffError unless the queue has lanes on (cached once seen on)."""
-        if queue in self._lanes:
+        """See :meth:`shardq.Client.require_lanes`."""
+        if time.monotonic() - self._lanes.get(queue, -math.inf) < producer.LANES_RECHECK:
             return
         if not await self.lanes(queue):
+            self._lanes.pop(queue, None)
             raise producer.lanes_off(queue)
-        self._lanes.add(queue)
+        self._lanes[queue] = time.monotonic()
 
     async def check_redis(self, require_appendonly: bool = False) -> list[redis_config.Finding]:
         """See :meth:`shardq.Client.check_redis`."""
@@ -166,8 +171,9 @@ class AsyncClient:
                 raise result
 
     def forget(self, queue: str) -> None:
-        """Drop the cached partition count of ``queue`` (it was deleted or re-created)."""
+        """Drop what is cached about ``queue`` (it was deleted or re-created)."""
         self._partitions.pop(queue, None)
+        self._lanes.pop(queue, None)
 
     async def partitions(self, queue: str) -> int:
         cached = self._partitions.get(queue)
@@ -362,6 +368,8 @@ class AsyncClient:
         priority: Priority | None = None,
     ) -> int:
         """See :meth:`shardq.Client.reschedule`."""
+        if producer.priority_needs_lanes(priority):
+            await self.require_lanes(queue)
         op = producer.reschedule(
             queue, await self.partitions(queue), job_id, run_at, delay, self.settings, priority
         )

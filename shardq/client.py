@@ -7,6 +7,7 @@ id and body, which the script recognises, so a resend never duplicates a job.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Iterable
 from datetime import datetime, timedelta
@@ -166,7 +167,7 @@ class Client:
         self.redis: SyncRedis = connect(redis) if isinstance(redis, RedisSettings) else redis
         self.settings = settings or ProducerSettings()
         self._partitions: dict[str, int] = {}
-        self._lanes: set[str] = set()
+        self._lanes: dict[str, float] = {}  # queue -> when lanes were last seen on (monotonic)
         #: Periodic jobs: add/list/get/pause/resume/remove/next (see shardq.schedules).
         self.schedules = Schedules(self)
 
@@ -239,21 +240,24 @@ class Client:
         in a ready stream when lanes are turned on are delivered first; jobs in a lane when
         they are turned off are still delivered.
         """
-        from shardq.store import inspect
+        from shardq import inspector
 
         meta = keys.queue_meta_key(queue)
         n = self.partitions(queue)
         # Producers check the meta flag: it is on only while every partition is.
         if not on:
             self._run_plain(lambda: self.redis.hset(meta, "lanes", "0"), "turning lanes off")
-        changed = 0
-        for pk in keys.all_partition_keys(queue, n):
-            changed += bool(self._run(inspect.lanes(pk, on), what=f"lanes of {queue!r}"))
+        changed: int = self._run_plain(
+            lambda: inspector.drive(
+                inspector.lanes_plan(queue, n, on), lambda ops: transport.run_many(self.redis, ops)
+            ),
+            f"turning lanes of {queue!r} {'on' if on else 'off'}",
+        )
         if on:
             self._run_plain(lambda: self.redis.hset(meta, "lanes", "1"), "turning lanes on")
-            self._lanes.add(queue)
+            self._lanes[queue] = time.monotonic()
         else:
-            self._lanes.discard(queue)
+            self._lanes.pop(queue, None)
         return changed
 
     def lanes(self, queue: str) -> bool:
@@ -265,12 +269,14 @@ class Client:
         return raw is not None and as_text(raw) == "1"
 
     def require_lanes(self, queue: str) -> None:
-        """LanesOffError unless the queue has lanes on (cached once seen on)."""
-        if queue in self._lanes:
+        """LanesOffError unless the queue has lanes on (seen on within the last
+        ``producer.LANES_RECHECK`` seconds, so lanes turned off reach every producer soon)."""
+        if time.monotonic() - self._lanes.get(queue, -math.inf) < producer.LANES_RECHECK:
             return
         if not self.lanes(queue):
+            self._lanes.pop(queue, None)
             raise producer.lanes_off(queue)
-        self._lanes.add(queue)
+        self._lanes[queue] = time.monotonic()
 
     def check_redis(self, require_appendonly: bool = False) -> list[redis_config.Finding]:
         """Settings of the primaries that would lose jobs silently (an evicting
@@ -291,8 +297,9 @@ class Client:
         )
 
     def forget(self, queue: str) -> None:
-        """Drop the cached partition count of ``queue`` (it was deleted or re-created)."""
+        """Drop what is cached about ``queue`` (it was deleted or re-created)."""
         self._partitions.pop(queue, None)
+        self._lanes.pop(queue, None)
 
     def partitions(self, queue: str) -> int:
         """The queue's partition count (cached after the first lookup)."""
@@ -527,7 +534,10 @@ class Client:
     ) -> int:
         """Move a waiting job to a new due time, or give it a new ``priority``, or both;
         returns its due time in ms on the Redis clock.  Only a job still scheduled (in the due
-        set) can change: JobNotScheduledError once it is due."""
+        set) can change: JobNotScheduledError once it is due.  A priority other than
+        ``'default'`` needs lanes on (LanesOffError)."""
+        if producer.priority_needs_lanes(priority):
+            self.require_lanes(queue)
         op = producer.reschedule(
             queue, self.partitions(queue), job_id, run_at, delay, self.settings, priority
         )

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import base64
 import heapq
-from collections.abc import Callable, Generator, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Generator, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
 
@@ -540,12 +540,22 @@ def run_now_plan(queue: str, partitions: int, job_id: str) -> Plan[str]:
 # drivers ---------------------------------------------------------------------------------------
 
 
-def _drive(plan: Plan[T], run: Callable[[list[Op[Any]]], list[Any]]) -> T:
+def drive(plan: Plan[T], run: Callable[[list[Op[Any]]], list[Any]]) -> T:
     """Run a plan synchronously: each batch it yields goes to ``run``."""
     try:
         ops = next(plan)
         while True:
             ops = plan.send(run(ops) if ops else [])
+    except StopIteration as stop:
+        return stop.value  # type: ignore[no-any-return]
+
+
+async def drive_async(plan: Plan[T], run: Callable[[list[Op[Any]]], Awaitable[list[Any]]]) -> T:
+    """Run a plan on asyncio: each batch it yields goes to ``run``."""
+    try:
+        ops = next(plan)
+        while True:
+            ops = plan.send(await run(ops) if ops else [])
     except StopIteration as stop:
         return stop.value  # type: ignore[no-any-return]
 

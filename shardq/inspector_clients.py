@@ -11,7 +11,6 @@ from shardq.connection import as_text
 from shardq.errors import ShardqError
 from shardq.jobs import JobInfo
 from shardq.store import keys, transport
-from shardq.store.op import Op
 
 if TYPE_CHECKING:
     from shardq.aio import AsyncClient
@@ -55,7 +54,7 @@ class Inspector:
         self.client = client
 
     def _drive(self, plan: plans.Plan[T]) -> T:
-        return plans._drive(plan, lambda ops: transport.run_many(self.client.redis, ops))
+        return plans.drive(plan, lambda ops: transport.run_many(self.client.redis, ops))
 
     def _node_of(self, key: str) -> str:
         manager = getattr(self.client.redis, "nodes_manager", None)
@@ -184,13 +183,7 @@ class AsyncInspector:
         self.client = client
 
     async def _drive(self, plan: plans.Plan[T]) -> T:
-        try:
-            ops: list[Op[Any]] = next(plan)
-            while True:
-                results = await self.client.transport.run_many(ops) if ops else []
-                ops = plan.send(results)
-        except StopIteration as stop:
-            return stop.value  # type: ignore[no-any-return]
+        return await plans.drive_async(plan, self.client.transport.run_many)
 
     async def list_jobs(
         self,

@@ -20,7 +20,7 @@ from shardq.cli import main as cli
 from shardq.client import Client
 from shardq.errors import InvalidJobError, JobNotScheduledError, LanesOffError
 from shardq.jobs import Job
-from shardq.store import delivery, inspect, keys, transport
+from shardq.store import delivery, inspect, keys, producer, transport
 
 
 def _lanes_queue(client: Client, queue: str, partitions: int = 1) -> None:
@@ -63,6 +63,36 @@ def test_bad_priority_tenant_and_lanes_off_are_refused_before_writing(
         client.reschedule(queue, job, priority="top")  # type: ignore[arg-type]
     with pytest.raises(InvalidJobError, match="run_at, delay or priority"):
         client.reschedule(queue, job)
+    # A new level on a queue without lanes would be ignored: refused, the job untouched.
+    before = client.redis.hget(pks[keys.partition_for(job, 2)].jobs, job)
+    with pytest.raises(LanesOffError):
+        client.reschedule(queue, job, priority="low")
+    assert client.redis.hget(pks[keys.partition_for(job, 2)].jobs, job) == before
+    client.reschedule(queue, job, priority="default")
+
+
+def test_a_producer_learns_that_lanes_were_turned_off(
+    url: str, client: Client, queue: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another process turns lanes off: forget() or LANES_RECHECK later, this producer's
+    priorities are refused instead of silently delivered in due order."""
+    _lanes_queue(client, queue)
+    client.enqueue(queue, "t", 1, priority="high")  # seen on: cached
+    with Client(url) as operator:
+        operator.set_lanes(queue, False)
+    client.enqueue(queue, "t", 2, priority="high")  # still trusted within LANES_RECHECK
+    client.forget(queue)
+    with pytest.raises(LanesOffError):
+        client.enqueue(queue, "t", 3, priority="high")
+    with Client(url) as operator:
+        operator.set_lanes(queue, True)
+    monkeypatch.setattr(producer, "LANES_RECHECK", 0.05)
+    client.enqueue(queue, "t", 4, tenant="a")
+    with Client(url) as operator:
+        operator.set_lanes(queue, False)
+    time.sleep(0.1)
+    with pytest.raises(LanesOffError):
+        client.enqueue(queue, "t", 5, tenant="a")
 
 
 def test_levels_share_deliveries_6_3_1_and_a_high_job_jumps_the_backlog(

@@ -151,6 +151,18 @@ def prepare_enqueue(
     return PreparedEnqueue(req, job_id, partition, pk, body, schedule, settings)
 
 
+# How long a producer trusts "lanes on" once read: turning lanes off reaches it this soon.
+LANES_RECHECK = 10.0
+
+
+def priority_needs_lanes(priority: str | None) -> bool:
+    """Whether a reschedule to ``priority`` needs lanes on (any level but the default);
+    InvalidJobError for an unknown priority, before anything else is checked."""
+    return priority is not None and jobmod.check_priority(priority) != jobmod.check_priority(
+        "default"
+    )
+
+
 def needs_lanes(prepared: Iterable[PreparedEnqueue]) -> bool:
     """Whether any of the jobs has a priority other than the default or a tenant."""
     return any(p.body[:1] == b"@" for p in prepared)
