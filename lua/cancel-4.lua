@@ -4,7 +4,7 @@ A job still in the due set is removed outright.  A job already promoted but not 
 its envelope removed, so the worker that reads its ready entry drops it without running it.
 
 KEYS[1] jobs     hash    job id -> envelope
-KEYS[2] due      zset    job id scored by due ms
+KEYS[2] due      zset    job id (or '<id> <body>', a compact job) scored by due ms
 KEYS[3] errors   hash    job id -> last error
 KEYS[4] stats    hash    counters
 
@@ -22,11 +22,18 @@ Every check comes before the first write: a refused call writes nothing.
 Flags: allow-oom  (runs when Redis is at maxmemory: it frees memory or keeps a full Redis draining)
 ]]
 --@include checks.lua
+--@include compact.lua
 
 local wrong = wrong_type({KEYS[1], 'hash', KEYS[2], 'zset', KEYS[3], 'hash'})
 if wrong then return wrong end
 local v = redis.call('HGET', KEYS[1], ARGV[1])
-if not v then return {-6, ARGV[1]} end
+if not v then
+  local member = compact_find(KEYS[2], ARGV[1])
+  if not member then return {-6, ARGV[1]} end
+  redis.call('ZREM', KEYS[2], member)
+  count(KEYS[4], 'cancelled', 1)
+  return {1, 1}
+end
 local state = string.sub(v, 1, 1)
 if state == 'A' then return {-7, ARGV[1]} end
 if state == 'D' then return {-9, ARGV[1]} end

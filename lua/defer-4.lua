@@ -8,7 +8,7 @@ then runs without asking the limit again, which would reserve a second start).
 
 KEYS[1] ready    stream  due jobs
 KEYS[2] jobs     hash    job id -> envelope
-KEYS[3] due      zset    job id scored by due ms
+KEYS[3] due      zset    job id (or '<id> <body>', a compact job) scored by due ms
 KEYS[4] stats    hash    counters
 
 ARGV[1] consumer group

@@ -2,7 +2,7 @@
 
 KEYS[1] dead     stream  dead letters
 KEYS[2] jobs     hash    job id -> envelope
-KEYS[3] due      zset    job id scored by due ms
+KEYS[3] due      zset    job id (or '<id> <body>', a compact job) scored by due ms
 KEYS[4] errors   hash    job id -> last error
 KEYS[5] stats    hash    counters
 

@@ -3,7 +3,7 @@
 Bounded: one ZRANGE, one ZREMRANGEBYRANK and HDELs of at most ARGV[1] jobs; called again
 until it returns 0.  Only jobs waiting in the due set are touched (none has started).
 
-KEYS[1] due      zset    job id scored by due ms
+KEYS[1] due      zset    job id (or '<id> <body>', a compact job) scored by due ms
 KEYS[2] jobs     hash    job id -> envelope
 KEYS[3] errors   hash    job id -> last error
 
@@ -16,6 +16,7 @@ Every check comes before the first write: a refused call writes nothing.
 Flags: allow-oom  (frees memory)
 ]]
 --@include checks.lua
+--@include compact.lua
 
 local n, bad = arg_number(1, 1, 1000)
 if bad then return bad end
@@ -24,6 +25,7 @@ if wrong then return wrong end
 local ids = redis.call('ZRANGE', KEYS[1], 0, n - 1)
 if #ids == 0 then return {0} end
 redis.call('ZREMRANGEBYRANK', KEYS[1], 0, #ids - 1)
+for i = 1, #ids do ids[i] = split_member(ids[i]) end
 redis.call('HDEL', KEYS[2], unpack(ids))
 redis.call('HDEL', KEYS[3], unpack(ids))
 return {#ids}

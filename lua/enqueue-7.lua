@@ -2,7 +2,7 @@
 lane instead, in a partition with lanes on: lua/includes/lanes.lua).
 
 KEYS[1] jobs     hash    job id -> envelope
-KEYS[2] due      zset    job id scored by due ms
+KEYS[2] due      zset    job id (or '<id> <body>', a compact job) scored by due ms
 KEYS[3] ready    stream  due jobs
 KEYS[4] idem     string  idempotency key -> job id (placeholder key when ARGV[8] == '0')
 KEYS[5] stats    hash    counters (and the 'lanes' flag)
@@ -11,7 +11,10 @@ KEYS[7] vtime    hash    virtual time and per-flow last score of the lane (lanes
 
 ARGV[1] job id
 ARGV[2] body (JSON, opaque to the script but for its '@<level><tenant>@' prefix, if any)
-ARGV[3] 'at' (ARGV[4] is an absolute ms time) or 'in' (ARGV[4] is a delay in ms from Redis now)
+ARGV[3] 'at' (ARGV[4] is an absolute ms time) or 'in' (ARGV[4] is a delay in ms from Redis now);
+        'tat'/'tin' the same for a generated timed id in a queue of layout 3: the job then waits
+        compactly (lua/includes/compact.lua), for 'tin' at the id's time when that is within
+        250 ms of now + delay
 ARGV[4] ms value
 ARGV[5] past tolerance ms: an 'at' time older than now - tolerance is rejected
 ARGV[6] horizon ms: a due time later than now + horizon is rejected
@@ -35,9 +38,10 @@ Every check comes before the first write: a refused call writes nothing.
 --@include schedule.lua
 --@include checks.lua
 --@include lanes.lua
+--@include compact.lua
 
 local now = now_ms()
-if ARGV[3] ~= 'in' and ARGV[3] ~= 'at' then return {-11, 3, ARGV[3], 'in', 'at'} end
+if not ENQUEUE_MODES[ARGV[3]] then return {-11, 3, ARGV[3], 'in', 'at'} end
 local _, bad = arg_number(4, -1e15, 1e15)
 if bad then return bad end
 local tolerance, bad5 = arg_number(5, 0, 1e13)
@@ -47,8 +51,10 @@ if bad6 then return bad6 end
 local retention, bad7 = arg_number(7, 1, 1e13)
 if bad7 then return bad7 end
 local idem = ARGV[8] == '1'
-local due, rejected = due_time(ARGV[3], ARGV[4], now, tolerance, horizon)
+local due, rejected = due_time(ENQUEUE_MODES[ARGV[3]], ARGV[4], now, tolerance, horizon)
 if rejected then return rejected end
+local compact
+due, compact = timed_due(ARGV[3], due, ARGV[1], now, horizon)
 -- Only a job due at once goes to the lane: a later one waits in due, as without lanes.
 local lanes = due <= now and lanes_on(KEYS[5])
 local types = {KEYS[1], 'hash', KEYS[2], 'zset', KEYS[3], 'stream'}
@@ -70,20 +76,33 @@ if idem then
   end
 end
 local stored = redis.call('HGET', KEYS[1], id)
+local stored_body
 if stored then
-  -- The same body under the same id is this very call sent again (a retry after a lost
-  -- reply), or an identical job under the same id: either way it is stored, so report it.
   local bar = string.find(stored, '|', 1, true)
-  if bar and string.sub(stored, bar + 1) == ARGV[2] then
-    return {2, id, 0, now}
-  end
+  stored_body = bar and string.sub(stored, bar + 1) or false
+elseif not compact then
+  local member = compact_find(KEYS[2], id)
+  if member then stored_body = select(2, split_member(member)) end
+end
+-- The same body under the same id is this very call sent again (a retry after a lost reply),
+-- or an identical job under the same id: either way it is stored, so report it.
+if stored_body ~= nil then
+  if stored_body == ARGV[2] then return {2, id, 0, now} end
   return {-4, id}
+end
+local member = id
+if compact then
+  -- The last check and the first write in one (a clash takes its write back).
+  member = id .. ' ' .. ARGV[2]
+  local claimed = compact_claim(KEYS[2], due, id, member)
+  if claimed == 2 then return {2, id, 0, now} end
+  if claimed == -4 then return {-4, id} end
 end
 
 -- Writes from here on; nothing below can fail on shardq's own keys.
 -- HSETNX (the id is known free): the producer's ACL grants no HSET, so it cannot overwrite
 -- a stored job.
-redis.call('HSETNX', KEYS[1], id, 'S0|' .. ARGV[2])
+if not compact then redis.call('HSETNX', KEYS[1], id, 'S0|' .. ARGV[2]) end
 if idem then
   redis.call('SET', KEYS[4], id, 'PX', math.floor(math.max(due - now, 0) + retention))
 end
@@ -95,10 +114,10 @@ if due <= now then
   end
   redis.call('SPUBLISH', ARGV[10], '1')
 else
-  redis.call('ZADD', KEYS[2], due, id)
+  if not compact then redis.call('ZADD', KEYS[2], due, id) end
   -- Wake the dispatcher only when this job is now the earliest: it sleeps until the head.
   local head = redis.call('ZRANGE', KEYS[2], 0, 0)
-  if head[1] == id then
+  if head[1] == member then
     redis.call('SPUBLISH', ARGV[9], due)
   end
 end

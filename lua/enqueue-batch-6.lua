@@ -6,7 +6,7 @@ job writes nothing and does not stop the others.  Callers keep batches small (<=
 call stays well under a millisecond.
 
 KEYS[1] jobs     hash    job id -> envelope
-KEYS[2] due      zset    job id scored by due ms
+KEYS[2] due      zset    job id (or '<id> <body>', a compact job) scored by due ms
 KEYS[3] ready    stream  due jobs
 KEYS[4] stats    hash    counters (and the 'lanes' flag)
 KEYS[5] lane     zset    due jobs waiting for fetch, by fair-queueing score (lanes on)
@@ -16,7 +16,7 @@ ARGV[1] past tolerance ms
 ARGV[2] horizon ms
 ARGV[3] due-hint channel (sharded pub/sub): dispatcher wake-up when the head moves earlier
 ARGV[4] ready-hint channel: worker wake-up when jobs land in the ready stream
-ARGV[5..] 4 per job: job id, body (JSON), 'at' or 'in', ms value
+ARGV[5..] 4 per job: job id, body (JSON), mode ('at', 'in', 'tat', 'tin': see enqueue-7), ms
 
 Returns {now ms, then 2 per job: status, detail}
   status 1: created, detail = due ms
@@ -30,6 +30,7 @@ or, for the whole call, before anything is written:
 --@include schedule.lua
 --@include checks.lua
 --@include lanes.lua
+--@include compact.lua
 
 local now = now_ms()
 local tolerance, bad1 = arg_number(1, 0, 1e13)
@@ -38,7 +39,7 @@ local horizon, bad2 = arg_number(2, 1, 1e13)
 if bad2 then return bad2 end
 if (#ARGV - 4) % 4 ~= 0 then return {-11, #ARGV, 'argument count', 4, 4} end
 for i = 5, #ARGV, 4 do
-  if ARGV[i + 2] ~= 'in' and ARGV[i + 2] ~= 'at' then return {-11, i + 2, ARGV[i + 2], 'in', 'at'} end
+  if not ENQUEUE_MODES[ARGV[i + 2]] then return {-11, i + 2, ARGV[i + 2], 'in', 'at'} end
   local _, bad = arg_number(i + 3, -1e15, 1e15)
   if bad then return bad end
 end
@@ -55,19 +56,36 @@ local created, earliest, readied = 0, nil, 0
 local laned = {}
 for i = 5, #ARGV, 4 do
   local id, body = ARGV[i], ARGV[i + 1]
-  local due, rejected = due_time(ARGV[i + 2], ARGV[i + 3], now, tolerance, horizon)
+  local mode = ARGV[i + 2]
+  local due, rejected = due_time(ENQUEUE_MODES[mode], ARGV[i + 3], now, tolerance, horizon)
+  local compact = false
   local status = 1
+  if not rejected then due, compact = timed_due(mode, due, id, now, horizon) end
   if rejected then
     status = rejected[1]
     if status == -2 then due = tonumber(ARGV[i + 3]) else due = tonumber(rejected[2]) end
   else
     local stored = redis.call('HGET', KEYS[1], id)
+    local stored_body
     if stored then
       local bar = string.find(stored, '|', 1, true)
-      if bar and string.sub(stored, bar + 1) == body then status = 2 else status = -4 end
+      stored_body = bar and string.sub(stored, bar + 1) or false
+    elseif not compact then
+      local member = compact_find(KEYS[2], id)
+      if member then stored_body = select(2, split_member(member)) end
+    end
+    if stored_body ~= nil then
+      if stored_body == body then status = 2 else status = -4 end
+    elseif compact then
+      -- The last check and the write in one (a clash takes its write back).
+      status = compact_claim(KEYS[2], due, id, id .. ' ' .. body)
+      if status == 1 then
+        created = created + 1
+        if not earliest or due < earliest then earliest = due end
+      end
     end
   end
-  if status == 1 then
+  if status == 1 and not compact then
     -- HSETNX (the id is known free): the producer's ACL grants no HSET, so it cannot
     -- overwrite a stored job.
     redis.call('HSETNX', KEYS[1], id, 'S0|' .. body)

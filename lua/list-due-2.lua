@@ -3,11 +3,11 @@
 Bounded whatever the backlog: the page starts at a rank found by ZCOUNT and a binary search
 among the members of the cursor's own score (O(log^2 n)), then reads at most ARGV[4] members.
 
-KEYS[1] due      zset    job id scored by due ms
+KEYS[1] due      zset    job id (or '<id> <body>', a compact job) scored by due ms
 KEYS[2] jobs     hash    job id -> envelope
 
-ARGV[1] cursor score: the page starts after (ARGV[1], ARGV[2]) in (score, member) order
-ARGV[2] cursor member, or '' to start at the first member scored >= ARGV[1]
+ARGV[1] cursor score: the page starts after (ARGV[1], ARGV[2]) in (score, job id) order
+ARGV[2] cursor job id, or '' to start at the first member scored >= ARGV[1]
 ARGV[3] highest due ms to list (inclusive)
 ARGV[4] most jobs in the page (1-1000)
 
@@ -18,6 +18,7 @@ Flags: no-writes  (reads only)
 ]]
 --@include now.lua
 --@include checks.lua
+--@include compact.lua
 
 local after, bad1 = arg_number(1, -1e18, 1e18)
 if bad1 then return bad1 end
@@ -36,15 +37,16 @@ if ARGV[2] ~= '' then
   while lo < hi do
     local mid = math.floor((lo + hi) / 2)
     local m = redis.call('ZRANGE', KEYS[1], mid, mid)[1]
-    if m <= ARGV[2] then lo = mid + 1 else hi = mid end
+    if not bytes_less(ARGV[2], (split_member(m))) then lo = mid + 1 else hi = mid end
   end
   start = lo
 end
 local page = redis.call('ZRANGE', KEYS[1], start, start + n - 1, 'WITHSCORES')
 for i = 1, #page, 2 do
   if tonumber(page[i + 1]) > upto then break end
+  local id, body = split_member(page[i])
   out[#out + 1] = page[i + 1]
-  out[#out + 1] = page[i]
-  out[#out + 1] = redis.call('HGET', KEYS[2], page[i])
+  out[#out + 1] = id
+  out[#out + 1] = body and ('S0|' .. body) or redis.call('HGET', KEYS[2], id)
 end
 return out

@@ -5,7 +5,7 @@ HSCAN step with COUNT ARGV[2] (Redis may return a few more) and a ZSCORE and HGE
 
 KEYS[1] errors   hash    job id -> last error
 KEYS[2] jobs     hash    job id -> envelope
-KEYS[3] due      zset    job id scored by due ms
+KEYS[3] due      zset    job id (or '<id> <body>', a compact job) scored by due ms
 
 ARGV[1] HSCAN cursor ('0' to start)
 ARGV[2] HSCAN COUNT (1-1000)

@@ -2,7 +2,7 @@
 
 KEYS[1] lease    string  '<token>:<owner>' with expiry
 KEYS[2] fence    hash    token, released, granted
-KEYS[3] due      zset    job id scored by due ms
+KEYS[3] due      zset    job id (or '<id> <body>', a compact job) scored by due ms
 
 Returns {now ms, lease value or '', lease ttl ms, granted ms or -1, next due ms or -1}
 

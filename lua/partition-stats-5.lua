@@ -2,7 +2,7 @@
 
 Bounded: ZCARD, ZCOUNT, XLEN and XINFO GROUPS are O(1) or O(log n); XPENDING reads one entry.
 
-KEYS[1] due      zset    job id scored by due ms
+KEYS[1] due      zset    job id (or '<id> <body>', a compact job) scored by due ms
 KEYS[2] ready    stream  due jobs
 KEYS[3] dead     stream  dead letters
 KEYS[4] stats    hash    counters

@@ -5,11 +5,11 @@ One job at a time, at most ARGV[2] per call so a call stays well under a millise
 time; due is judged on the Redis clock.  The payload never leaves Redis (with lanes on, the
 envelope is read here for the job's priority and tenant prefix).
 
-KEYS[1] due      zset    job id scored by due ms
+KEYS[1] due      zset    job id (or '<id> <body>', a compact job) scored by due ms
 KEYS[2] ready    stream  due jobs
 KEYS[3] lease    string  '<token>:<owner>' of the partition's dispatcher
 KEYS[4] stats    hash    counters (and the 'paused' and 'lanes' flags)
-KEYS[5] jobs     hash    job id -> envelope (read with lanes on)
+KEYS[5] jobs     hash    job id -> envelope (read with lanes on; a compact job's is written)
 KEYS[6] lane     zset    due jobs waiting for fetch, by fair-queueing score (lanes on)
 KEYS[7] vtime    hash    virtual time and per-flow last score of the lane (lanes on)
 
@@ -33,6 +33,7 @@ Flags: allow-oom  (runs when Redis is at maxmemory: it frees memory or keeps a f
 --@include lease.lua
 --@include checks.lua
 --@include lanes.lua
+--@include compact.lua
 
 local k, bad2 = arg_number(2, 1, 1000)
 if bad2 then return bad2 end
@@ -40,9 +41,9 @@ local lease_ms, bad4 = arg_number(4, 100, 3600000)
 if bad4 then return bad4 end
 local paused, lanes = partition_flags(KEYS[4])
 lanes = lanes == '1'
-local spec = {KEYS[1], 'zset', KEYS[2], 'stream', KEYS[3], 'string'}
+local spec = {KEYS[1], 'zset', KEYS[2], 'stream', KEYS[3], 'string', KEYS[5], 'hash'}
 if lanes then
-  for _, kv in ipairs({KEYS[5], 'hash', KEYS[6], 'zset', KEYS[7], 'hash'}) do spec[#spec + 1] = kv end
+  for _, kv in ipairs({KEYS[6], 'zset', KEYS[7], 'hash'}) do spec[#spec + 1] = kv end
 end
 local wrong = wrong_type(spec)
 if wrong then return wrong end
@@ -56,20 +57,27 @@ local now = now_ms()
 if paused then return {0, -1, now} end
 local batch = redis.call('ZRANGE', KEYS[1], '-inf', now, 'BYSCORE', 'LIMIT', 0, k, 'WITHSCORES')
 local moved = #batch / 2
-if lanes then
-  local items = {}
-  for i = 1, #batch, 2 do
-    local v = redis.call('HGET', KEYS[5], batch[i])
-    items[#items + 1] = batch[i]
+-- A compact job (lua/includes/compact.lua) gets its envelope in the jobs hash now: from here on
+-- it is like any other.  HSETNX: its id has no entry (enqueue checked), and the dispatcher's
+-- ACL grants no HSET.
+local items = {}
+for i = 1, #batch, 2 do
+  local id, body = split_member(batch[i])
+  local v
+  if body then
+    v = 'S0|' .. body
+    redis.call('HSETNX', KEYS[5], id, v)
+  end
+  if lanes then
+    if not body then v = redis.call('HGET', KEYS[5], id) end
+    items[#items + 1] = id
     items[#items + 1] = v and envelope_flow(v) or 'n'
     items[#items + 1] = batch[i + 1]
-  end
-  lane_add(KEYS[6], KEYS[7], items)
-else
-  for i = 1, #batch, 2 do
-    redis.call('XADD', KEYS[2], '*', 'j', batch[i], 'd', batch[i + 1])
+  else
+    redis.call('XADD', KEYS[2], '*', 'j', id, 'd', batch[i + 1])
   end
 end
+if lanes then lane_add(KEYS[6], KEYS[7], items) end
 if moved > 0 then
   -- The batch is the lowest-scored members, so they are ranks 0..moved-1: one removal.
   redis.call('ZREMRANGEBYRANK', KEYS[1], 0, moved - 1)

@@ -1,6 +1,6 @@
 --[[ reschedule: move a waiting job to a new due time, or give it a new priority level, or both.
 
-KEYS[1] due      zset    job id scored by due ms
+KEYS[1] due      zset    job id (or '<id> <body>', a compact job) scored by due ms
 KEYS[2] jobs     hash    job id -> envelope
 
 ARGV[1] job id
@@ -30,6 +30,7 @@ Flags: allow-oom  (runs when Redis is at maxmemory: it frees memory or keeps a f
 --@include schedule.lua
 --@include checks.lua
 --@include lanes.lua
+--@include compact.lua
 
 if ARGV[2] ~= 'in' and ARGV[2] ~= 'at' and ARGV[2] ~= 'keep' then
   return {-11, 2, ARGV[2], 'in', 'at'}
@@ -47,6 +48,11 @@ if wrong then return wrong end
 local now = now_ms()
 local id = ARGV[1]
 local current = redis.call('ZSCORE', KEYS[1], id)
+local member, body
+if not current then
+  member, current = compact_find(KEYS[1], id)
+  if member then body = select(2, split_member(member)) end
+end
 local due, rejected
 if ARGV[2] == 'keep' then
   due = tonumber(current)
@@ -62,6 +68,8 @@ if not current then
   if state == 'D' then return {-9, id} end
   return {-5, id}
 end
+-- A compact job takes the plain layout: its id no longer tells its due time.
+if member then expand_compact(KEYS[2], KEYS[1], id, member, current, body) end
 redis.call('ZADD', KEYS[1], 'XX', due, id)
 -- A start a rate limit reserved (state L) is for the old time: at the new one, ask again.
 local v = redis.call('HGET', KEYS[2], id)

@@ -5,7 +5,7 @@ attempt 0 and its error cleared (its dead letter stays in the dead stream until 
 purged; listings show it as no longer dead).  Either way the dispatcher is woken.
 
 KEYS[1] jobs     hash    job id -> envelope
-KEYS[2] due      zset    job id scored by due ms
+KEYS[2] due      zset    job id (or '<id> <body>', a compact job) scored by due ms
 KEYS[3] errors   hash    job id -> last error
 KEYS[4] stats    hash    counters
 
@@ -24,11 +24,18 @@ Every check comes before the first write: a refused call writes nothing.
 --@include now.lua
 --@include envelope.lua
 --@include checks.lua
+--@include compact.lua
 
 local wrong = wrong_type({KEYS[1], 'hash', KEYS[2], 'zset', KEYS[3], 'hash'})
 if wrong then return wrong end
 local v = redis.call('HGET', KEYS[1], ARGV[1])
-if not v then return {-6, ARGV[1]} end
+if not v then
+  local member, due = compact_find(KEYS[2], ARGV[1])
+  if not member then return {-6, ARGV[1]} end
+  local _, body = split_member(member)
+  expand_compact(KEYS[1], KEYS[2], ARGV[1], member, due, body)
+  v = 'S0|' .. body
+end
 local state, attempt, body = split_envelope(v)
 if not state then return {-6, ARGV[1]} end
 if state == 'A' then return {-7, ARGV[1]} end

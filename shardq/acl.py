@@ -59,7 +59,8 @@ GRANTS: dict[str, tuple[Grant, ...]] = {
         Grant(("registry",), ("+smembers",), read_only=True),
         Grant(("jobs",), ("+hsetnx", "+hget", "+hdel")),
         Grant(("idem",), ("+get", "+set")),
-        Grant(("due",), ("+zadd", "+zrange", "+zscore", "+zrem")),
+        # ZCOUNT: finding a compact waiting job by its id (lua/includes/compact.lua)
+        Grant(("due",), ("+zadd", "+zrange", "+zscore", "+zrem", "+zcount")),
         Grant(("ready",), ("+xadd",)),
         Grant(("errors",), ("+hget", "+hdel")),
         Grant(("stats",), ("+hincrby", "+hset", "+hget")),

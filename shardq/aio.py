@@ -44,6 +44,7 @@ class AsyncClient:
         self.transport = AsyncTransport(redis)
         self._partitions: dict[str, int] = {}
         self._lanes: dict[str, float] = {}  # queue -> when lanes were last seen on (monotonic)
+        self._compact: set[str] = set()  # queues of layout 3 (see Client.compact)
         #: Periodic jobs, as ``Client.schedules`` (see shardq.schedules).
         self.schedules = AsyncSchedules(self)
 
@@ -103,7 +104,7 @@ class AsyncClient:
             lambda: self.redis.sadd(keys.QUEUES_KEY, queue),  # type: ignore[arg-type,return-value]
             what="registering the queue",
         )
-        self._partitions[queue] = partitions
+        self.forget(queue)  # read back with its layout (an existing queue keeps its own)
         if lanes:
             await self.set_lanes(queue, True)
         return created
@@ -174,6 +175,7 @@ class AsyncClient:
         """Drop what is cached about ``queue`` (it was deleted or re-created)."""
         self._partitions.pop(queue, None)
         self._lanes.pop(queue, None)
+        self._compact.discard(queue)
 
     async def partitions(self, queue: str) -> int:
         cached = self._partitions.get(queue)
@@ -181,13 +183,41 @@ class AsyncClient:
             return cached
         check_queue_name(queue)
         raw = await self._retry(
-            lambda: self.redis.hget(keys.queue_meta_key(queue), "partitions"),  # type: ignore[arg-type,return-value]
+            lambda: self.redis.hgetall(keys.queue_meta_key(queue)),  # type: ignore[arg-type,return-value]
             what=f"reading queue {queue!r}",
         )
-        if raw is None:
+        meta = producer.read_meta(raw)
+        if meta is None:
             raise unknown_queue(queue)
-        self._partitions[queue] = int(raw)
-        return int(raw)
+        partitions, compact = meta
+        self._partitions[queue] = partitions
+        if compact:
+            self._compact.add(queue)
+        else:
+            self._compact.discard(queue)
+        return partitions
+
+    async def upgrade_queue(self, queue: str) -> int:
+        """See :meth:`shardq.Client.upgrade_queue`."""
+        meta = keys.queue_meta_key(queue)
+        await self.partitions(queue)
+        raw = await self._retry(
+            lambda: self.redis.hget(meta, "layout"),  # type: ignore[arg-type,return-value]
+            what="reading queue layout",
+        )
+        was = int(raw or 0)
+        if was < keys.LAYOUT_VERSION:
+            await self._retry(
+                lambda: self.redis.hset(meta, "layout", keys.LAYOUT_VERSION),  # type: ignore[arg-type,return-value]
+                what="upgrading",
+            )
+        self.forget(queue)
+        return was
+
+    async def compact(self, queue: str) -> bool:
+        """See :meth:`shardq.Client.compact`."""
+        await self.partitions(queue)
+        return queue in self._compact
 
     async def queues(self) -> list[str]:
         """Names of every queue created on this Redis."""
@@ -278,7 +308,9 @@ class AsyncClient:
 
     async def _enqueue_one(self, queue: str, request: JobRequest, durable: bool) -> EnqueueResult:
         partitions = await self.partitions(queue)
-        prepared = producer.prepare_enqueue(queue, partitions, request, self.settings)
+        prepared = producer.prepare_enqueue(
+            queue, partitions, request, self.settings, queue in self._compact
+        )
         if prepared.body[:1] == b"@":
             await self.require_lanes(queue)
         if not durable:
@@ -311,7 +343,9 @@ class AsyncClient:
         self, queue: str, requests: Iterable[JobRequest], chunk: int, durable: bool
     ) -> list[EnqueueResult]:
         partitions = await self.partitions(queue)
-        prepared = producer.prepare_many(queue, partitions, requests, self.settings)
+        prepared = producer.prepare_many(
+            queue, partitions, requests, self.settings, queue in self._compact
+        )
         if producer.needs_lanes(prepared):
             await self.require_lanes(queue)
         # One retry window for the whole call, and one error covering every chunk (see

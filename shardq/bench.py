@@ -342,7 +342,9 @@ def _script_limit(client: Client, queue: str, partitions: int, requests: list[Jo
     timed.  The ceiling enqueue_many's own producer work is measured against."""
     from shardq.store import producer, transport
 
-    prepared = producer.prepare_many(queue, partitions, requests, client.settings)
+    prepared = producer.prepare_many(
+        queue, partitions, requests, client.settings, client.compact(queue)
+    )
     ops = [call.op for call in producer.plan_bulk(prepared)]
     t0 = time.perf_counter()
     results = transport.run_many(client.redis, ops)

@@ -127,6 +127,23 @@ def queue_lanes(queue_name: str, on: bool | None) -> None:
     click.echo(f"{queue_name}: lanes {'on' if on else 'off'} ({changed} of {n} partitions changed)")
 
 
+@queue.command("upgrade")
+@queue_option()
+@redis_options
+def queue_upgrade(queue_name: str) -> None:
+    """Raise the queue's stored layout to this version's (3: waiting jobs stored compactly,
+    ~60 B less each).  Run it once every producer, dispatcher and worker of the queue runs this
+    version or later: an older dispatcher cannot promote compact jobs."""
+    from shardq.store import keys
+
+    with open_client() as client:
+        was = client.upgrade_queue(queue_name)
+    if was >= keys.LAYOUT_VERSION:
+        click.echo(f"{queue_name}: layout {was} already (nothing to do)")
+    else:
+        click.echo(f"{queue_name}: layout {was} -> {keys.LAYOUT_VERSION}")
+
+
 @queue.command("list")
 @JSON_OPTION
 @redis_options

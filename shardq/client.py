@@ -168,6 +168,7 @@ class Client:
         self.settings = settings or ProducerSettings()
         self._partitions: dict[str, int] = {}
         self._lanes: dict[str, float] = {}  # queue -> when lanes were last seen on (monotonic)
+        self._compact: set[str] = set()  # queues of layout 3 (see compact())
         #: Periodic jobs: add/list/get/pause/resume/remove/next (see shardq.schedules).
         self.schedules = Schedules(self)
 
@@ -226,7 +227,7 @@ class Client:
         # creation that was interrupted between steps.
         self._run_plain(lambda: self._create_groups(queue, partitions), "creating groups")
         self._run_plain(lambda: self.redis.sadd(keys.QUEUES_KEY, queue), "registering")
-        self._partitions[queue] = partitions
+        self.forget(queue)  # read back with its layout (an existing queue keeps its own)
         if lanes:
             self.set_lanes(queue, True)
         return created
@@ -300,6 +301,7 @@ class Client:
         """Drop what is cached about ``queue`` (it was deleted or re-created)."""
         self._partitions.pop(queue, None)
         self._lanes.pop(queue, None)
+        self._compact.discard(queue)
 
     def partitions(self, queue: str) -> int:
         """The queue's partition count (cached after the first lookup)."""
@@ -308,13 +310,45 @@ class Client:
             return cached
         check_queue_name(queue)
         raw = self._run_plain(
-            lambda: self.redis.hget(keys.queue_meta_key(queue), "partitions"),
+            lambda: self.redis.hgetall(keys.queue_meta_key(queue)),
             f"reading queue {queue!r}",
         )
-        if raw is None:
+        meta = producer.read_meta(raw)
+        if meta is None:
             raise unknown_queue(queue)
-        self._partitions[queue] = int(raw)
-        return int(raw)
+        partitions, compact = meta
+        self._partitions[queue] = partitions
+        if compact:
+            self._compact.add(queue)
+        else:
+            self._compact.discard(queue)
+        return partitions
+
+    def upgrade_queue(self, queue: str) -> int:
+        """Raise the queue's stored layout to this version's; returns the layout it had.
+
+        From layout 3 on, producers keep waiting jobs compactly (one due-set member each,
+        ~60 B less per job; lua/includes/compact.lua).  Upgrade once no process of an older
+        shardq serves the queue: an older dispatcher would promote such a member as an id.
+        Jobs already stored keep their layout; both are read alike.  Producers running now
+        pick the new layout up when they next read the queue (a restart, or :meth:`forget`).
+        """
+        meta = keys.queue_meta_key(queue)
+        self.partitions(queue)
+        raw = self._run_plain(lambda: self.redis.hget(meta, "layout"), "reading queue layout")
+        was = int(raw or 0)
+        if was < keys.LAYOUT_VERSION:
+            self._run_plain(
+                lambda: self.redis.hset(meta, "layout", keys.LAYOUT_VERSION), "upgrading"
+            )
+        self.forget(queue)
+        return was
+
+    def compact(self, queue: str) -> bool:
+        """Whether the queue keeps waiting jobs compactly (layout 3: one due-set member per
+        job, lua/includes/compact.lua); read with the partition count, cached alike."""
+        self.partitions(queue)
+        return queue in self._compact
 
     def queues(self) -> list[str]:
         """Names of every queue created on this Redis."""
@@ -411,7 +445,9 @@ class Client:
         return self._enqueue_one(queue, request, durable)
 
     def _enqueue_one(self, queue: str, request: JobRequest, durable: bool) -> EnqueueResult:
-        prepared = producer.prepare_enqueue(queue, self.partitions(queue), request, self.settings)
+        prepared = producer.prepare_enqueue(
+            queue, self.partitions(queue), request, self.settings, queue in self._compact
+        )
         if prepared.body[:1] == b"@":
             self.require_lanes(queue)
         if not durable:
@@ -450,7 +486,9 @@ class Client:
         self, queue: str, requests: Iterable[JobRequest], chunk: int, durable: bool
     ) -> list[EnqueueResult]:
         partitions = self.partitions(queue)
-        prepared = producer.prepare_many(queue, partitions, requests, self.settings)
+        prepared = producer.prepare_many(
+            queue, partitions, requests, self.settings, queue in self._compact
+        )
         if producer.needs_lanes(prepared):
             self.require_lanes(queue)
         chunks = [prepared[start : start + chunk] for start in range(0, len(prepared), chunk)]

@@ -128,6 +128,19 @@ def idem_key_in(partition: int, partitions: int, prefix: str = "idem") -> str:
 # raw Redis state ------------------------------------------------------------------------------
 
 
+def stored_envelope(redis: Any, pk: keys.PartitionKeys, job_id: str) -> bytes | None:
+    """A job's envelope as stored: its jobs-hash entry, or for a compact waiting job (layout 3,
+    lua/includes/compact.lua) 'S0|' + the body carried by its due-set member."""
+    raw = redis.hget(pk.jobs, job_id)
+    if raw is not None:
+        return bytes(raw)
+    prefix = job_id.encode() + b" "
+    for member in redis.zrange(pk.due, 0, -1):
+        if member.startswith(prefix):
+            return b"S0|" + member[len(prefix) :]
+    return None
+
+
 def partition_state(redis: Any, pk: keys.PartitionKeys, idem: Sequence[str] = ()) -> dict[str, Any]:
     """Everything one partition holds, read raw (for before/after comparisons)."""
     state: dict[str, Any] = {
@@ -176,13 +189,14 @@ def dead_entries(redis: Any, pk: keys.PartitionKeys) -> list[dict[str, str]]:
 
 
 def total(redis: Any, queue: str, partitions: int, kind: str) -> int:
-    """Sum over partitions of ZCARD due / XLEN ready / HLEN jobs / XLEN dead."""
+    """Sum over partitions of ZCARD due / XLEN ready / XLEN dead, or for ``jobs`` the jobs
+    stored: HLEN jobs plus the compact waiting jobs (due-set members '<id> <body>')."""
     n = 0
     for pk in keys.all_partition_keys(queue, partitions):
         if kind == "due":
             n += redis.zcard(pk.due)
         elif kind == "jobs":
-            n += redis.hlen(pk.jobs)
+            n += redis.hlen(pk.jobs) + sum(b" " in m for m in redis.zrange(pk.due, 0, -1))
         else:
             n += redis.xlen(getattr(pk, kind))
     return n

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner, Result
-from helpers import Runner, scaled, wait_for
+from helpers import Runner, scaled, stored_envelope, wait_for
 
 from shardq import __version__, cli_format
 from shardq.cli import main as cli
@@ -200,7 +200,9 @@ def test_enqueue_reports_dedup_and_takes_every_client_option(
     assert human.startswith(first["job_id"]) and "deduplicated" in human and "(in 4m" in human
     info = cluster_client.get(queue, first["job_id"])
     assert info is not None and info.max_attempts == 3 and info.payload == {"to": "a@example.com"}
-    raw = cluster_client.redis.hget(keys.partition_keys(queue, info.partition, 4).jobs, info.id)
+    raw = stored_envelope(
+        cluster_client.redis, keys.partition_keys(queue, info.partition, 4), info.id
+    )
     assert b"traceparent" in raw and b"tenant" in raw and b'"b"' in raw  # headers, backoff
     at = (datetime.now(UTC) + timedelta(hours=1)).replace(microsecond=0)
     durable = json.loads(

@@ -149,6 +149,8 @@ def _stored_ids(client: Client, queue: str, partitions: int) -> set[str]:
     out: set[str] = set()
     for pk in keys.all_partition_keys(queue, partitions):
         out |= {k.decode() for k in r.hkeys(pk.jobs)}
+        # compact waiting jobs: due-set members '<id> <body>' (lua/includes/compact.lua)
+        out |= {m.split(b" ", 1)[0].decode() for m in r.zrange(pk.due, 0, -1) if b" " in m}
     return out
 
 

@@ -21,7 +21,11 @@ from functools import lru_cache
 SLOTS = 16384
 MAX_PARTITIONS = 1024
 # Bump when the key layout changes; stored with the queue so old data is never misread.
-LAYOUT_VERSION = 2
+LAYOUT_VERSION = 3
+# From this layout on, a waiting job with a timed id is one due-set member '<id> <body>'
+# (lua/includes/compact.lua).  Queues created with layout 2 keep every job in the plain layout
+# until `shardq queue upgrade` sets 3 (every process must run a version that knows it).
+COMPACT_LAYOUT = 3
 
 QUEUE_NAME_RE = re.compile(r"[A-Za-z0-9_.\-]{1,64}")  # use fullmatch ("$" lets "\n" through)
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import binascii
 import dataclasses
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -34,8 +35,69 @@ from shardq.store.op import Op, op
 BATCH_JOBS = 100
 
 
-def route(partitions: int, job_id: str | None, idempotency_key: str | None) -> tuple[str, int]:
-    """Pick the job id and partition.
+# A 'tin' job's due time is its id's when that is within this of Redis now + delay (the same
+# constant as TIMED_SLACK_MS in lua/includes/compact.lua).
+TIMED_SLACK_MS = 250
+
+
+class RedisClock:
+    """This process's estimate of the Redis clock in ms: the local clock plus the offset the
+    last enqueue reply showed (its ``now``).  A timed job id carries it plus the delay, and the
+    enqueue script accepts that as the due time within 250 ms of its own ``now + delay``
+    (lua/includes/compact.lua); beyond that the job is stored at ``now + delay``, in the plain
+    layout.  Off by the reply's half round trip: well inside that."""
+
+    __slots__ = ("offset_ms",)
+
+    def __init__(self) -> None:
+        self.offset_ms = 0.0
+
+    def now_ms(self) -> int:
+        return int(time.time() * 1000.0 + self.offset_ms)
+
+    def saw(self, redis_now_ms: int) -> None:
+        self.offset_ms = redis_now_ms - time.time() * 1000.0
+
+
+REDIS_CLOCK = RedisClock()
+
+
+def read_meta(raw: dict[Any, Any]) -> tuple[int, bool] | None:
+    """A queue's partition count and whether it keeps waiting jobs compactly (layout 3 and
+    later), from HGETALL of its meta (a few fields; every role may read it); None when the
+    queue does not exist."""
+    partitions = raw.get(b"partitions", raw.get("partitions"))
+    if partitions is None:
+        return None
+    layout = raw.get(b"layout", raw.get("layout"))
+    return int(partitions), int(layout or 0) >= keys.COMPACT_LAYOUT
+
+
+def timed(schedule: jobmod.Schedule, compact: bool) -> int | None:
+    """The due ms a new job's timed id should carry, or None for a plain id: only in a queue of
+    layout 3 (``compact``) and for a job that waits (a delay, or a time not already past)."""
+    if not compact:
+        return None
+    if schedule.mode == "in":
+        return REDIS_CLOCK.now_ms() + schedule.ms if schedule.ms > 0 else None
+    return schedule.ms if schedule.ms > REDIS_CLOCK.now_ms() else None
+
+
+def timed_mode(schedule: jobmod.Schedule, compact: bool) -> jobmod.Schedule:
+    """The schedule as sent: 'tin'/'tat' in a queue of layout 3, so the script may store the job
+    compactly when its id encodes its due time (it checks; any other id stays plain)."""
+    if compact and schedule.mode in ("in", "at"):
+        return jobmod.Schedule("tin" if schedule.mode == "in" else "tat", schedule.ms)
+    return schedule
+
+
+def route(
+    partitions: int,
+    job_id: str | None,
+    idempotency_key: str | None,
+    due_ms: int | None = None,
+) -> tuple[str, int]:
+    """Pick the job id and partition (a generated id is timed when ``due_ms`` is given).
 
     A job's partition is a hash of its id, so cancel/get/reschedule find it from the id alone.
     With an idempotency key the partition is a hash of the key, so duplicates meet in one
@@ -53,7 +115,7 @@ def route(partitions: int, job_id: str | None, idempotency_key: str | None) -> t
                     "(a custom job_id is itself deduplicated)"
                 )
             return job_id, partition
-        base = jobmod.new_job_id()
+        base = jobmod.new_job_id() if due_ms is None else jobmod.new_timed_job_id(due_ms)
         n = 0
         while True:
             candidate = f"{base}{n:x}" if n else base
@@ -61,7 +123,7 @@ def route(partitions: int, job_id: str | None, idempotency_key: str | None) -> t
                 return candidate, partition
             n += 1
     if job_id is None:
-        job_id = jobmod.new_job_id()
+        job_id = jobmod.new_job_id() if due_ms is None else jobmod.new_timed_job_id(due_ms)
     else:
         jobmod.check_job_id(job_id)
     return job_id, keys.partition_for(job_id, partitions)
@@ -116,6 +178,7 @@ class PreparedEnqueue:
 
     def parse(self, reply: Any) -> EnqueueResult:
         r = check(reply)
+        REDIS_CLOCK.saw(int(r[3]))
         due = int(r[2]) if r[0] == 1 else None
         return EnqueueResult(as_text(r[1]), r[0] in (1, 2), due, self.partition)
 
@@ -128,13 +191,20 @@ class PreparedEnqueue:
 
 
 def prepare_enqueue(
-    queue: str, partitions: int, req: JobRequest, settings: ProducerSettings
+    queue: str,
+    partitions: int,
+    req: JobRequest,
+    settings: ProducerSettings,
+    compact: bool = False,
 ) -> PreparedEnqueue:
-    """Validate one job fully; raises before anything is sent."""
+    """Validate one job fully; raises before anything is sent.  ``compact``: the queue has
+    layout 3 (:meth:`shardq.Client.compact`), so a waiting job gets a timed id."""
     if not isinstance(req, JobRequest):
         raise InvalidJobError(f"enqueue_many takes shardq.JobRequest items, got {req!r}")
     schedule = jobmod.make_schedule(req.run_at, req.delay, settings)
-    job_id, partition = route(partitions, req.job_id, req.idempotency_key)
+    due = timed(schedule, compact) if req.job_id is None else None
+    job_id, partition = route(partitions, req.job_id, req.idempotency_key, due)
+    schedule = timed_mode(schedule, compact)
     body = jobmod.encode_body(
         req.job_type,
         req.payload,
@@ -177,7 +247,11 @@ def lanes_off(queue: str) -> LanesOffError:
 
 
 def prepare_many(
-    queue: str, partitions: int, requests: Iterable[JobRequest], settings: ProducerSettings
+    queue: str,
+    partitions: int,
+    requests: Iterable[JobRequest],
+    settings: ProducerSettings,
+    compact: bool = False,
 ) -> list[PreparedEnqueue]:
     """:func:`prepare_enqueue` for every request (all validated before any is sent).
 
@@ -191,10 +265,15 @@ def prepare_many(
     append = out.append
     for req in requests:
         if type(req) is not JobRequest or req.job_id is not None or req.idempotency_key is not None:
-            append(prepare_enqueue(queue, partitions, req, settings))
+            append(prepare_enqueue(queue, partitions, req, settings, compact))
             continue
         schedule = jobmod.make_schedule(req.run_at, req.delay, settings)
-        job_id = new_id()
+        if compact:
+            due = timed(schedule, True)
+            job_id = new_id() if due is None else jobmod.new_timed_job_id(due)
+            schedule = timed_mode(schedule, True)
+        else:
+            job_id = new_id()
         partition = crc32(job_id.encode()) % partitions  # keys.partition_for, inlined
         body = jobmod.encode_body(
             req.job_type,
@@ -249,6 +328,7 @@ def _batch(chunk: list[PreparedEnqueue]) -> Op[list[Outcome]]:
 
     def parse(reply: Any) -> list[Outcome]:
         r = check(reply)
+        REDIS_CLOCK.saw(int(r[0]))
         now = str(r[0])
         out: list[Outcome] = []
         for n, p in enumerate(chunk):
