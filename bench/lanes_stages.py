@@ -26,12 +26,20 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--jobs", type=int, default=100_000)
     args = parser.parse_args()
+    compare(args.url, args.rounds, args.jobs, "lanes", {"off": {}, "on": {"lanes": True}})
+
+
+def compare(
+    url: str, rounds: int, jobs: int, what: str, variants: dict[str, dict[str, Any]]
+) -> None:
+    """Stage costs of two variants (keyword arguments of stage_costs) side by side, alternating
+    their order between rounds; min-max per figure at the end."""
+    (a, a_kw), (b, b_kw) = variants.items()
     seen: dict[tuple[str, str], list[float]] = {}
-    for rnd in range(1, args.rounds + 1):
-        print(f"round {rnd}: {calibration_line(calibrate(args.url))}", flush=True)
-        for lanes in (False, True) if rnd % 2 else (True, False):
-            o = stage_costs(args.url, jobs=args.jobs, single_jobs=1_000, lanes=lanes)
-            mode = "on" if lanes else "off"
+    for rnd in range(1, rounds + 1):
+        print(f"round {rnd}: {calibration_line(calibrate(url))}", flush=True)
+        for mode, kw in [(a, a_kw), (b, b_kw)] if rnd % 2 else [(b, b_kw), (a, a_kw)]:
+            o = stage_costs(url, jobs=jobs, single_jobs=1_000, **kw)
             figures: dict[str, Any] = {}
             for st in STAGES:
                 figures[f"{st} script us/job"] = o[st]["script_usec_per_job"]
@@ -43,14 +51,14 @@ def main() -> None:
             for name, value in figures.items():
                 seen.setdefault((name, mode), []).append(value)
             print(
-                f"  lanes {mode:<3} complete={o['complete']} "
+                f"  {what} {mode:<3} complete={o['complete']} "
                 + ", ".join(f"{k} {v}" for k, v in figures.items()),
                 flush=True,
             )
-    print(f"min - max over {args.rounds} rounds:            lanes off            lanes on")
+    print(f"min - max over {rounds} rounds: {what + ' ' + a:>30} {what + ' ' + b:>18}")
     for name in dict.fromkeys(n for n, _ in seen):
         cells = []
-        for mode in ("off", "on"):
+        for mode in (a, b):
             v = seen.get((name, mode), [])
             cells.append(f"{min(v)} - {max(v)}" if v else "-")
         print(f"  {name:<30} {cells[0]:>18} {cells[1]:>18}")

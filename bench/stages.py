@@ -122,11 +122,16 @@ def stage_costs(
     fetch_count: int = 100,
     payload_bytes: int = 20,
     lanes: bool = False,
+    layout: int | None = None,
 ) -> dict[str, Any]:
     """Enqueue (bulk and single), promote, fetch and ack of ``jobs`` jobs, one stage at a time
-    (with ``lanes``: on a queue with lanes on, promote filling the lanes, fetch emptying them)."""
+    (with ``lanes``: on a queue with lanes on, promote filling the lanes, fetch emptying them;
+    with ``layout`` 2: as a queue created before compact waiting jobs)."""
     client = Client(url)
     queue = fresh_queue(client, "bench-stage", partitions)
+    if layout is not None:
+        client.redis.hset(keys.queue_meta_key(queue), "layout", layout)
+        client.forget(queue)
     if lanes:
         client.set_lanes(queue, True)
     pks = keys.all_partition_keys(queue, partitions)
@@ -138,6 +143,7 @@ def stage_costs(
         "k": k,
         "payload_bytes": payload_bytes,
         "lanes": lanes,
+        "compact": client.compact(queue),
     }
     try:
         s.calibrate(1.0)

@@ -12,9 +12,9 @@ KEYS[7] vtime    hash    virtual time and per-flow last score of the lane (lanes
 ARGV[1] job id
 ARGV[2] body (JSON, opaque to the script but for its '@<level><tenant>@' prefix, if any)
 ARGV[3] 'at' (ARGV[4] is an absolute ms time) or 'in' (ARGV[4] is a delay in ms from Redis now);
-        'tat'/'tin' the same for a generated timed id in a queue of layout 3: the job then waits
-        compactly (lua/includes/compact.lua), for 'tin' at the id's time when that is within
-        250 ms of now + delay
+        'tat'/'tin' the same for a timed id the producer has just generated, in a queue of
+        layout 3: the job then waits compactly (lua/includes/compact.lua), for 'tin' at the id's
+        time when that is within 250 ms of now + delay
 ARGV[4] ms value
 ARGV[5] past tolerance ms: an 'at' time older than now - tolerance is rejected
 ARGV[6] horizon ms: a due time later than now + horizon is rejected
@@ -92,11 +92,10 @@ if stored_body ~= nil then
 end
 local member = id
 if compact then
-  -- The last check and the first write in one (a clash takes its write back).
+  -- The last check and the first write in one: a fresh timed id is in the due set only if
+  -- this very call stored it before (a resend), as this very member.
   member = id .. ' ' .. ARGV[2]
-  local claimed = compact_claim(KEYS[2], due, id, member)
-  if claimed == 2 then return {2, id, 0, now} end
-  if claimed == -4 then return {-4, id} end
+  if redis.call('ZADD', KEYS[2], 'NX', due, member) == 0 then return {2, id, 0, now} end
 end
 
 -- Writes from here on; nothing below can fail on shardq's own keys.

@@ -77,9 +77,11 @@ for i = 5, #ARGV, 4 do
     if stored_body ~= nil then
       if stored_body == body then status = 2 else status = -4 end
     elseif compact then
-      -- The last check and the write in one (a clash takes its write back).
-      status = compact_claim(KEYS[2], due, id, id .. ' ' .. body)
-      if status == 1 then
+      -- The last check and the write in one: a fresh timed id is in the due set only if this
+      -- very job was stored before (a resent call), as this very member.
+      if redis.call('ZADD', KEYS[2], 'NX', due, id .. ' ' .. body) == 0 then
+        status = 2
+      else
         created = created + 1
         if not earliest or due < earliest then earliest = due end
       end

@@ -18,7 +18,7 @@ from shardq import Inspector, JobRequest
 from shardq.cli import main as cli
 from shardq.client import Client
 from shardq.errors import BulkEnqueueError, DuplicateJobError, JobNotScheduledError
-from shardq.jobs import new_timed_job_id, timed_id_due
+from shardq.jobs import timed_id_due
 from shardq.store import fleet, keys, producer, transport
 
 
@@ -88,26 +88,38 @@ def test_every_operation_by_id_finds_a_compact_job(
 
 @pytest.mark.parametrize("same_instant", [1, 50], ids=["alone", "crowded"])
 def test_resends_and_duplicate_ids_of_compact_jobs(
-    client: Client, queue: str, same_instant: int
+    client: Client, queue: str, same_instant: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """A resend of the very call (a lost reply) is recognised by its own member; the job sent
+    again with its id filled in (BulkEnqueueError.retry_requests, a caller's own id) is found
+    by the id search, also among many jobs of the same ms; another body under it is refused."""
     client.create_queue(queue, 1)
     at = time.time() + 600
-    crowd = [JobRequest("t", i, run_at=at) for i in range(same_instant - 1)]
-    client.enqueue_many(queue, crowd)
-    job_id = new_timed_job_id(round(at * 1000))
-    first = client.enqueue_detailed(queue, JobRequest("t", "x", job_id=job_id, run_at=at))
-    assert first.created and first.due_ms == round(at * 1000)
+    client.enqueue_many(queue, [JobRequest("t", i, run_at=at) for i in range(same_instant - 1)])
     pk = keys.partition_keys(queue, 0, 1)
+    sent: list[producer.PreparedEnqueue] = []
+    prepare = producer.prepare_enqueue
+
+    def keep(*args: object) -> producer.PreparedEnqueue:
+        sent.append(prepare(*args))  # type: ignore[arg-type]
+        return sent[-1]
+
+    monkeypatch.setattr(producer, "prepare_enqueue", keep)
+    first = client.enqueue_detailed(queue, JobRequest("t", "x", run_at=at))
+    job_id = first.job_id
+    assert first.created and first.due_ms == round(at * 1000) == timed_id_due(job_id)
     assert stored_envelope(client.redis, pk, job_id) == b'S0|["t","x"]'
     assert client.redis.hget(pk.jobs, job_id) is None
-    # The same call again (a lost reply): reported stored, nothing added.
-    again = client.enqueue_detailed(queue, JobRequest("t", "x", job_id=job_id, run_at=at))
+    # The same call sent again, as the retry layer does after a lost reply.
+    [op] = [p.op() for p in sent]
+    again = transport.run(client.redis, op)
     assert again.created and again.due_ms is None
-    [bulk] = client.enqueue_many(queue, [JobRequest("t", "x", job_id=job_id, run_at=at)])
+    assert client.redis.zcard(pk.due) == same_instant
+    # Sent again with its id filled in (the plain modes): found by the id, not stored twice.
+    resent = client.enqueue_detailed(queue, JobRequest("t", "x", job_id=job_id, run_at=at))
+    assert resent.created and resent.due_ms is None
+    [bulk] = client.enqueue_many(queue, [JobRequest("t", "x", job_id=job_id, delay=900)])
     assert bulk.created and bulk.due_ms is None
-    # Sent later as a delay whose time no longer matches the id: still the same job.
-    late = client.enqueue_detailed(queue, JobRequest("t", "x", job_id=job_id, delay=900))
-    assert late.created and late.due_ms is None
     # Another body under the id: refused, whichever way it is sent; nothing written.
     before = _members(client, pk)
     with pytest.raises(DuplicateJobError):

@@ -1,5 +1,6 @@
--- Compact waiting jobs (queue layout 3).  A job enqueued with a generated *timed* id
--- (shardq.jobs.new_timed_job_id: the first 8 characters are its due ms in base64, '.' for '-')
+-- Compact waiting jobs (queue layout 3).  A job enqueued with a freshly generated *timed* id
+-- (shardq.jobs.new_timed_job_id: the first 8 characters are its due ms in base64, '.' for '-',
+-- then 72 random bits, so the id is as unique as any generated id)
 -- waits as ONE due-set member '<id> <body>' scored by that due time, with no entry in the jobs
 -- hash: a hash entry costs ~60 B more per waiting job than the member's longer string does.
 -- Promote writes the envelope into the jobs hash when the job comes due; every other state
@@ -79,38 +80,6 @@ local function compact_find(due_key, id)
   return nil
 end
 
--- compact_claim(due, d, id, member): store a compact job (member '<id> <body>' at its id's
--- time d) unless the id is taken.  Returns 1 stored, 2 this very member is already there (a
--- resent call), -4 the id is stored with another body (nothing written).  enqueue's hot path:
--- no search when no other job waits at d; with many (a bulk enqueue for one instant), the
--- only members that can share the id's prefix are the new member's neighbours in byte order,
--- so it is added, its neighbours read, and taken out again on a clash (the script is atomic:
--- nothing of it is ever seen).
-local function compact_claim(due_key, d, id, member)
-  local n = redis.call('ZCOUNT', due_key, d, d)
-  if n > 0 then
-    if redis.call('ZSCORE', due_key, member) then return 2 end
-    local prefix = id .. ' '
-    if n <= 8 then
-      for _, m in ipairs(redis.call('ZRANGE', due_key, d, d, 'BYSCORE')) do
-        if string.sub(m, 1, #prefix) == prefix then return -4 end
-      end
-    else
-      redis.call('ZADD', due_key, d, member)
-      local r = redis.call('ZRANK', due_key, member)
-      for _, m in ipairs(redis.call('ZRANGE', due_key, math.max(r - 1, 0), r + 1)) do
-        if m ~= member and string.sub(m, 1, #prefix) == prefix then
-          redis.call('ZREM', due_key, member)
-          return -4
-        end
-      end
-      return 1
-    end
-  end
-  redis.call('ZADD', due_key, d, member)
-  return 1
-end
-
 -- expand_compact(jobs, due, member, score, body): turn a compact job into the plain layout in
 -- place (envelope in the jobs hash, bare id in the due set at the same score), for the scripts
 -- that change a waiting job (reschedule, run-now): they then go on as for any job.
@@ -124,8 +93,9 @@ end
 -- its estimate of the Redis clock (from earlier replies) plus the delay there.
 local TIMED_SLACK_MS = 250
 -- The schedule modes enqueue takes -> the due_time (schedule.lua) mode they use: 'in' (a
--- delay) and 'at' (absolute ms); 'tin' and 'tat' the same for a generated timed id in a queue
--- of layout 3, which may then be stored compactly (timed_due).
+-- delay) and 'at' (absolute ms); 'tin' and 'tat' the same for a timed id the producer has just
+-- generated, in a queue of layout 3: the job may then be stored compactly (timed_due), and its
+-- id needs no search (a resend of the same call finds its own member: ZADD NX adds nothing).
 local ENQUEUE_MODES = {['in'] = 'in', at = 'at', tin = 'in', tat = 'at'}
 
 -- timed_due(mode, due, id, now, horizon): the due ms (due_time's, or for 'tin' the id's when

@@ -83,10 +83,11 @@ def timed(schedule: jobmod.Schedule, compact: bool) -> int | None:
     return schedule.ms if schedule.ms > REDIS_CLOCK.now_ms() else None
 
 
-def timed_mode(schedule: jobmod.Schedule, compact: bool) -> jobmod.Schedule:
-    """The schedule as sent: 'tin'/'tat' in a queue of layout 3, so the script may store the job
-    compactly when its id encodes its due time (it checks; any other id stays plain)."""
-    if compact and schedule.mode in ("in", "at"):
+def timed_mode(schedule: jobmod.Schedule, timed_id: bool) -> jobmod.Schedule:
+    """The schedule as sent: 'tin'/'tat' for a timed id just generated (``timed_id``), so the
+    script may store the job compactly; an id passed by the caller (or resent with its id
+    filled in) goes as 'in'/'at' and waits in the plain layout."""
+    if timed_id and schedule.mode in ("in", "at"):
         return jobmod.Schedule("tin" if schedule.mode == "in" else "tat", schedule.ms)
     return schedule
 
@@ -204,7 +205,7 @@ def prepare_enqueue(
     schedule = jobmod.make_schedule(req.run_at, req.delay, settings)
     due = timed(schedule, compact) if req.job_id is None else None
     job_id, partition = route(partitions, req.job_id, req.idempotency_key, due)
-    schedule = timed_mode(schedule, compact)
+    schedule = timed_mode(schedule, due is not None)
     body = jobmod.encode_body(
         req.job_type,
         req.payload,
@@ -268,9 +269,9 @@ def prepare_many(
             append(prepare_enqueue(queue, partitions, req, settings, compact))
             continue
         schedule = jobmod.make_schedule(req.run_at, req.delay, settings)
-        if compact:
-            due = timed(schedule, True)
-            job_id = new_id() if due is None else jobmod.new_timed_job_id(due)
+        due = timed(schedule, True) if compact else None
+        if due is not None:
+            job_id = jobmod.new_timed_job_id(due)
             schedule = timed_mode(schedule, True)
         else:
             job_id = new_id()
