@@ -139,7 +139,7 @@ _B64_VALUE = {
 
 def timed_id_due(job_id: str) -> int | None:
     """The due ms a timed job id encodes (as lua/includes/compact.lua reads it), or None."""
-    if len(job_id) < 16:
+    if len(job_id) < 20:
         return None
     value = 0
     for c in job_id[:8]:

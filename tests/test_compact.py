@@ -57,7 +57,7 @@ def test_every_operation_by_id_finds_a_compact_job(
         )
         assert info.payload == {"n": ids.index(job_id)}
     # An id that looks timed but was never stored, at a busy instant: a miss, not a neighbour.
-    ghost = ids[0][:8] + "zzzzzzzz"
+    ghost = ids[0][:8] + "z" * 12
     assert client.get(queue, ghost) is None and client.cancel(queue, ghost) is False
     cancelled, moved, forced = picked[0], picked[1], picked[2]
     assert client.cancel(queue, cancelled) is True

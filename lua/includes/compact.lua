@@ -19,7 +19,7 @@ local B64
 
 -- id_due(id): the due ms a timed job id encodes, or nil when the id is not one.
 local function id_due(id)
-  if #id < 16 then return nil end
+  if #id < 20 then return nil end  -- timed ids are 20 characters (more with an idem suffix)
   if not B64 then
     B64 = {}
     local alphabet = 'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._'
