@@ -15,6 +15,7 @@ import string
 from collections import deque
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from functools import lru_cache
 from typing import Any, Literal, NamedTuple
 
 import orjson
@@ -130,6 +131,35 @@ def new_timed_job_id(due_ms: int) -> str:
     job whose id encodes exactly its due time as one member of the partition's due set, with
     no jobs-hash entry (lua/includes/compact.lua): about 60 B less per waiting job."""
     return timed_head(max(0, int(due_ms))) + _draw(_ID_POOL, 12)
+
+
+def _allocation(size: int) -> int:
+    """The bytes jemalloc (Redis's allocator) hands out for ``size``: multiples of 16 up to 128,
+    then four size classes per doubling (160, 192, 224, 256, 320, ...)."""
+    if size <= 8:
+        return 8
+    if size <= 128:
+        return (size + 15) // 16 * 16
+    step = 1 << ((size - 1).bit_length() - 3)
+    return (size + step - 1) // step * step
+
+
+def _sds(length: int) -> int:
+    """The allocation of a Redis string of ``length`` bytes (header and terminator included)."""
+    return _allocation(length + (3 if length < 256 else 5) + 1)
+
+
+@lru_cache(maxsize=4096)
+def compact_pays(body_len: int) -> bool:
+    """Whether a waiting job with a body of ``body_len`` bytes costs Redis less as one compact
+    due-set member ('<20-char id> <body>') than plain (a 12-character id in the due set, the
+    envelope 'S0|<body>' in the jobs hash, whose entry costs a 32-byte dict entry, ~10 bytes
+    of buckets and the id's string).  Nearly always; not when the 18 bytes more in the string
+    cross an allocation class the plain envelope stays under (a 1,000-byte payload: 1,280
+    bytes against 1,024)."""
+    compact = _sds(21 + body_len)
+    plain = _sds(12) + _sds(3 + body_len) + _sds(12) + 32 + 10
+    return compact < plain
 
 
 _B64_VALUE = {

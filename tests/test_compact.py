@@ -14,7 +14,7 @@ import pytest
 from click.testing import CliRunner
 from helpers import Runner, Runs, queue_settled, stored_envelope, text, wait_for
 
-from shardq import Inspector, JobRequest
+from shardq import Inspector, JobRequest, jobs
 from shardq.cli import main as cli
 from shardq.client import Client
 from shardq.errors import BulkEnqueueError, DuplicateJobError, JobNotScheduledError
@@ -218,3 +218,22 @@ def test_a_compact_job_due_already_is_not_rescheduled_twice(client: Client, queu
     transport.run(client.redis, fleet.promote(pk, grant.token, 10, 10_000))
     with pytest.raises(JobNotScheduledError):
         client.reschedule(queue, job_id, delay=10)
+
+
+def test_a_body_that_would_cost_more_compact_waits_plain(client: Client, queue: str) -> None:
+    """The member string is 18 bytes longer than the plain envelope: where that crosses one of
+    jemalloc's allocation classes (a 1,000-byte payload: 1,280 bytes against 1,024) the saved
+    hash entry does not pay for it, and the producer picks the plain layout."""
+    assert [jobs._allocation(n) for n in (8, 9, 100, 129, 161, 257, 1019, 1037)] == [
+        8, 16, 112, 160, 192, 320, 1024, 1280,
+    ]  # fmt: skip
+    client.create_queue(queue, 1)
+    pk = keys.partition_keys(queue, 0, 1)
+    small = client.enqueue(queue, "t", "x" * 20, delay=60)
+    unlucky = client.enqueue(queue, "t", "x" * 1000, delay=60)
+    large = client.enqueue(queue, "t", "x" * 1100, delay=60)
+    [bulk_unlucky] = client.enqueue_many(queue, [JobRequest("t", "y" * 1000, delay=60)])
+    assert timed_id_due(small) and timed_id_due(large)
+    assert len(unlucky) == 12 and len(bulk_unlucky.job_id) == 12
+    assert _compact_ids(client, queue, 1) == {small, large}
+    assert client.redis.hget(pk.jobs, unlucky).startswith(b"S0|")

@@ -203,9 +203,6 @@ def prepare_enqueue(
     if not isinstance(req, JobRequest):
         raise InvalidJobError(f"enqueue_many takes shardq.JobRequest items, got {req!r}")
     schedule = jobmod.make_schedule(req.run_at, req.delay, settings)
-    due = timed(schedule, compact) if req.job_id is None else None
-    job_id, partition = route(partitions, req.job_id, req.idempotency_key, due)
-    schedule = timed_mode(schedule, due is not None)
     body = jobmod.encode_body(
         req.job_type,
         req.payload,
@@ -218,6 +215,11 @@ def prepare_enqueue(
         priority=req.priority,
         tenant=req.tenant,
     )
+    due = None
+    if req.job_id is None and jobmod.compact_pays(len(body)):
+        due = timed(schedule, compact)
+    job_id, partition = route(partitions, req.job_id, req.idempotency_key, due)
+    schedule = timed_mode(schedule, due is not None)
     pk = keys.partition_keys(queue, partition, partitions)
     return PreparedEnqueue(req, job_id, partition, pk, body, schedule, settings)
 
@@ -261,6 +263,7 @@ def prepare_many(
     once per call rather than once per job."""
     pks = keys.all_partition_keys(queue, partitions)
     new_id = jobmod.new_job_id
+    compact_pays = jobmod.compact_pays
     crc32 = binascii.crc32
     out: list[PreparedEnqueue] = []
     append = out.append
@@ -269,13 +272,6 @@ def prepare_many(
             append(prepare_enqueue(queue, partitions, req, settings, compact))
             continue
         schedule = jobmod.make_schedule(req.run_at, req.delay, settings)
-        due = timed(schedule, True) if compact else None
-        if due is not None:
-            job_id = jobmod.new_timed_job_id(due)
-            schedule = timed_mode(schedule, True)
-        else:
-            job_id = new_id()
-        partition = crc32(job_id.encode()) % partitions  # keys.partition_for, inlined
         body = jobmod.encode_body(
             req.job_type,
             req.payload,
@@ -288,6 +284,13 @@ def prepare_many(
             priority=req.priority,
             tenant=req.tenant,
         )
+        due = timed(schedule, True) if compact and compact_pays(len(body)) else None
+        if due is not None:
+            job_id = jobmod.new_timed_job_id(due)
+            schedule = timed_mode(schedule, True)
+        else:
+            job_id = new_id()
+        partition = crc32(job_id.encode()) % partitions  # keys.partition_for, inlined
         append(PreparedEnqueue(req, job_id, partition, pks[partition], body, schedule, settings))
     return out
 
