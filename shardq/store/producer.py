@@ -203,6 +203,11 @@ def prepare_enqueue(
     if not isinstance(req, JobRequest):
         raise InvalidJobError(f"enqueue_many takes shardq.JobRequest items, got {req!r}")
     schedule = jobmod.make_schedule(req.run_at, req.delay, settings)
+    # The key and id first: a bad one is reported as such, not as the body it would be part of.
+    if req.idempotency_key is not None:
+        jobmod.check_idempotency_key(req.idempotency_key)
+    if req.job_id is not None:
+        jobmod.check_job_id(req.job_id)
     body = jobmod.encode_body(
         req.job_type,
         req.payload,
