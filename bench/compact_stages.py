@@ -12,18 +12,11 @@ min-max per figure.
 
 from __future__ import annotations
 
-import argparse
-
-from bench.lanes_stages import compare
+from bench.lanes_stages import cli
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--url", default="redis://127.0.0.1:7300")
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--jobs", type=int, default=100_000)
-    args = parser.parse_args()
-    compare(args.url, args.rounds, args.jobs, "layout", {"3": {}, "2": {"layout": 2}})
+    cli(__doc__, "layout", {"3": {}, "2": {"layout": 2}})
 
 
 if __name__ == "__main__":

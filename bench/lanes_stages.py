@@ -21,12 +21,17 @@ STAGES = ("enqueue_bulk", "enqueue_single", "promote", "fetch", "ack")
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    cli(__doc__, "lanes", {"off": {}, "on": {"lanes": True}})
+
+
+def cli(doc: str | None, what: str, variants: dict[str, dict[str, Any]]) -> None:
+    """The command line of a side-by-side stage bench: --url, --rounds, --jobs, then compare."""
+    parser = argparse.ArgumentParser(description=(doc or "").split("\n")[0])
     parser.add_argument("--url", default="redis://127.0.0.1:7300")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--jobs", type=int, default=100_000)
     args = parser.parse_args()
-    compare(args.url, args.rounds, args.jobs, "lanes", {"off": {}, "on": {"lanes": True}})
+    compare(args.url, args.rounds, args.jobs, what, variants)
 
 
 def compare(

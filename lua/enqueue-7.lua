@@ -75,19 +75,11 @@ if idem then
     return {0, existing, 0, now}
   end
 end
-local stored = redis.call('HGET', KEYS[1], id)
-local stored_body
-if stored then
-  local bar = string.find(stored, '|', 1, true)
-  stored_body = bar and string.sub(stored, bar + 1) or false
-elseif not compact then
-  local member = compact_find(KEYS[2], id)
-  if member then stored_body = select(2, split_member(member)) end
-end
 -- The same body under the same id is this very call sent again (a retry after a lost reply),
 -- or an identical job under the same id: either way it is stored, so report it.
-if stored_body ~= nil then
-  if stored_body == ARGV[2] then return {2, id, 0, now} end
+local stored = stored_body(KEYS[1], KEYS[2], id, not compact)
+if stored ~= nil then
+  if stored == ARGV[2] then return {2, id, 0, now} end
   return {-4, id}
 end
 local member = id

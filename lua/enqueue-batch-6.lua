@@ -65,17 +65,9 @@ for i = 5, #ARGV, 4 do
     status = rejected[1]
     if status == -2 then due = tonumber(ARGV[i + 3]) else due = tonumber(rejected[2]) end
   else
-    local stored = redis.call('HGET', KEYS[1], id)
-    local stored_body
-    if stored then
-      local bar = string.find(stored, '|', 1, true)
-      stored_body = bar and string.sub(stored, bar + 1) or false
-    elseif not compact then
-      local member = compact_find(KEYS[2], id)
-      if member then stored_body = select(2, split_member(member)) end
-    end
-    if stored_body ~= nil then
-      if stored_body == body then status = 2 else status = -4 end
+    local stored = stored_body(KEYS[1], KEYS[2], id, not compact)
+    if stored ~= nil then
+      if stored == body then status = 2 else status = -4 end
     elseif compact then
       -- The last check and the write in one: a fresh timed id is in the due set only if this
       -- very job was stored before (a resent call), as this very member.

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import math
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from datetime import datetime, timedelta
@@ -12,7 +11,7 @@ from typing import Any, TypeVar
 from redis.exceptions import ResponseError
 
 from shardq import tracing
-from shardq.client import BulkRun, unknown_queue
+from shardq.client import BulkRun
 from shardq.config import ProducerSettings, RedisSettings
 from shardq.connection import AsyncRedis, as_text, connect_async
 from shardq.errors import BulkEnqueueError, InvalidLimitError
@@ -29,6 +28,7 @@ from shardq.runtime import redis_config
 from shardq.schedules import AsyncSchedules
 from shardq.store import faults, keys, producer, retry
 from shardq.store import limits as store_limits
+from shardq.store.meta import QueueMeta
 from shardq.store.op import Op
 from shardq.store.transport import AsyncTransport
 
@@ -42,9 +42,7 @@ class AsyncClient:
         self.redis = redis
         self.settings = settings or ProducerSettings()
         self.transport = AsyncTransport(redis)
-        self._partitions: dict[str, int] = {}
-        self._lanes: dict[str, float] = {}  # queue -> when lanes were last seen on (monotonic)
-        self._compact: set[str] = set()  # queues of layout 3 (see Client.compact)
+        self._queues = producer.QueueCache()
         #: Periodic jobs, as ``Client.schedules`` (see shardq.schedules).
         self.schedules = AsyncSchedules(self)
 
@@ -133,9 +131,7 @@ class AsyncClient:
         )
         if on:
             await self._retry(lambda: self.redis.hset(meta, "lanes", "1"), what="turning lanes on")
-            self._lanes[queue] = time.monotonic()
-        else:
-            self._lanes.pop(queue, None)
+        self._queues.saw_lanes(queue, on)
         return changed
 
     async def lanes(self, queue: str) -> bool:
@@ -149,12 +145,12 @@ class AsyncClient:
 
     async def require_lanes(self, queue: str) -> None:
         """See :meth:`shardq.Client.require_lanes`."""
-        if time.monotonic() - self._lanes.get(queue, -math.inf) < producer.LANES_RECHECK:
+        if self._queues.lanes_trusted(queue):
             return
-        if not await self.lanes(queue):
-            self._lanes.pop(queue, None)
+        on = await self.lanes(queue)
+        self._queues.saw_lanes(queue, on)
+        if not on:
             raise producer.lanes_off(queue)
-        self._lanes[queue] = time.monotonic()
 
     async def check_redis(self, require_appendonly: bool = False) -> list[redis_config.Finding]:
         """See :meth:`shardq.Client.check_redis`."""
@@ -173,39 +169,27 @@ class AsyncClient:
 
     def forget(self, queue: str) -> None:
         """Drop what is cached about ``queue`` (it was deleted or re-created)."""
-        self._partitions.pop(queue, None)
-        self._lanes.pop(queue, None)
-        self._compact.discard(queue)
+        self._queues.forget(queue)
 
     async def partitions(self, queue: str) -> int:
-        cached = self._partitions.get(queue)
+        cached = self._queues.get(queue)
         if cached is not None:
-            return cached
+            return cached.meta.partitions
+        return (await self._read_meta(queue)).partitions
+
+    async def _read_meta(self, queue: str) -> QueueMeta:
+        """See :meth:`shardq.Client._read_meta`."""
         check_queue_name(queue)
         raw = await self._retry(
             lambda: self.redis.hgetall(keys.queue_meta_key(queue)),  # type: ignore[arg-type,return-value]
             what=f"reading queue {queue!r}",
         )
-        meta = producer.read_meta(raw)
-        if meta is None:
-            raise unknown_queue(queue)
-        partitions, compact = meta
-        self._partitions[queue] = partitions
-        if compact:
-            self._compact.add(queue)
-        else:
-            self._compact.discard(queue)
-        return partitions
+        return self._queues.store(queue, raw)
 
     async def upgrade_queue(self, queue: str) -> int:
         """See :meth:`shardq.Client.upgrade_queue`."""
         meta = keys.queue_meta_key(queue)
-        await self.partitions(queue)
-        raw = await self._retry(
-            lambda: self.redis.hget(meta, "layout"),  # type: ignore[arg-type,return-value]
-            what="reading queue layout",
-        )
-        was = int(raw or 0)
+        was = (await self._read_meta(queue)).layout
         if was < keys.LAYOUT_VERSION:
             await self._retry(
                 lambda: self.redis.hset(meta, "layout", keys.LAYOUT_VERSION),  # type: ignore[arg-type,return-value]
@@ -217,7 +201,7 @@ class AsyncClient:
     async def compact(self, queue: str) -> bool:
         """See :meth:`shardq.Client.compact`."""
         await self.partitions(queue)
-        return queue in self._compact
+        return self._queues.compact(queue)
 
     async def queues(self) -> list[str]:
         """Names of every queue created on this Redis."""
@@ -309,7 +293,7 @@ class AsyncClient:
     async def _enqueue_one(self, queue: str, request: JobRequest, durable: bool) -> EnqueueResult:
         partitions = await self.partitions(queue)
         prepared = producer.prepare_enqueue(
-            queue, partitions, request, self.settings, queue in self._compact
+            queue, partitions, request, self.settings, self._queues.compact(queue)
         )
         if prepared.body[:1] == b"@":
             await self.require_lanes(queue)
@@ -344,7 +328,7 @@ class AsyncClient:
     ) -> list[EnqueueResult]:
         partitions = await self.partitions(queue)
         prepared = producer.prepare_many(
-            queue, partitions, requests, self.settings, queue in self._compact
+            queue, partitions, requests, self.settings, self._queues.compact(queue)
         )
         if producer.needs_lanes(prepared):
             await self.require_lanes(queue)

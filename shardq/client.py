@@ -7,7 +7,6 @@ id and body, which the script recognises, so a resend never duplicates a job.
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Iterable
 from datetime import datetime, timedelta
@@ -23,7 +22,6 @@ from shardq.errors import (
     InvalidLimitError,
     NotDurableError,
     ShardqError,
-    UnknownQueueError,
 )
 from shardq.jobs import (
     Backoff,
@@ -38,15 +36,9 @@ from shardq.runtime import redis_config
 from shardq.schedules import Schedules
 from shardq.store import faults, keys, producer, retry, transport
 from shardq.store import limits as store_limits
+from shardq.store.meta import QueueMeta
 from shardq.store.op import Op, result
 from shardq.store.producer import BulkCall, Outcome, PreparedEnqueue
-
-
-def unknown_queue(queue: str) -> UnknownQueueError:
-    return UnknownQueueError(
-        f"queue {queue!r} does not exist: create it first with "
-        f"`shardq queue create --queue {queue} --partitions 64` or client.create_queue({queue!r})"
-    )
 
 
 def not_durable(
@@ -166,9 +158,7 @@ class Client:
             redis = RedisSettings.from_url(redis)
         self.redis: SyncRedis = connect(redis) if isinstance(redis, RedisSettings) else redis
         self.settings = settings or ProducerSettings()
-        self._partitions: dict[str, int] = {}
-        self._lanes: dict[str, float] = {}  # queue -> when lanes were last seen on (monotonic)
-        self._compact: set[str] = set()  # queues of layout 3 (see compact())
+        self._queues = producer.QueueCache()
         #: Periodic jobs: add/list/get/pause/resume/remove/next (see shardq.schedules).
         self.schedules = Schedules(self)
 
@@ -256,9 +246,7 @@ class Client:
         )
         if on:
             self._run_plain(lambda: self.redis.hset(meta, "lanes", "1"), "turning lanes on")
-            self._lanes[queue] = time.monotonic()
-        else:
-            self._lanes.pop(queue, None)
+        self._queues.saw_lanes(queue, on)
         return changed
 
     def lanes(self, queue: str) -> bool:
@@ -272,12 +260,12 @@ class Client:
     def require_lanes(self, queue: str) -> None:
         """LanesOffError unless the queue has lanes on (seen on within the last
         ``producer.LANES_RECHECK`` seconds, so lanes turned off reach every producer soon)."""
-        if time.monotonic() - self._lanes.get(queue, -math.inf) < producer.LANES_RECHECK:
+        if self._queues.lanes_trusted(queue):
             return
-        if not self.lanes(queue):
-            self._lanes.pop(queue, None)
+        on = self.lanes(queue)
+        self._queues.saw_lanes(queue, on)
+        if not on:
             raise producer.lanes_off(queue)
-        self._lanes[queue] = time.monotonic()
 
     def check_redis(self, require_appendonly: bool = False) -> list[redis_config.Finding]:
         """Settings of the primaries that would lose jobs silently (an evicting
@@ -299,30 +287,23 @@ class Client:
 
     def forget(self, queue: str) -> None:
         """Drop what is cached about ``queue`` (it was deleted or re-created)."""
-        self._partitions.pop(queue, None)
-        self._lanes.pop(queue, None)
-        self._compact.discard(queue)
+        self._queues.forget(queue)
 
     def partitions(self, queue: str) -> int:
         """The queue's partition count (cached after the first lookup)."""
-        cached = self._partitions.get(queue)
+        cached = self._queues.get(queue)
         if cached is not None:
-            return cached
+            return cached.meta.partitions
+        return self._read_meta(queue).partitions
+
+    def _read_meta(self, queue: str) -> QueueMeta:
+        """The queue's meta, read now and cached; UnknownQueueError when it does not exist."""
         check_queue_name(queue)
         raw = self._run_plain(
             lambda: self.redis.hgetall(keys.queue_meta_key(queue)),
             f"reading queue {queue!r}",
         )
-        meta = producer.read_meta(raw)
-        if meta is None:
-            raise unknown_queue(queue)
-        partitions, compact = meta
-        self._partitions[queue] = partitions
-        if compact:
-            self._compact.add(queue)
-        else:
-            self._compact.discard(queue)
-        return partitions
+        return self._queues.store(queue, raw)
 
     def upgrade_queue(self, queue: str) -> int:
         """Raise the queue's stored layout to this version's; returns the layout it had.
@@ -334,9 +315,7 @@ class Client:
         pick the new layout up when they next read the queue (a restart, or :meth:`forget`).
         """
         meta = keys.queue_meta_key(queue)
-        self.partitions(queue)
-        raw = self._run_plain(lambda: self.redis.hget(meta, "layout"), "reading queue layout")
-        was = int(raw or 0)
+        was = self._read_meta(queue).layout
         if was < keys.LAYOUT_VERSION:
             self._run_plain(
                 lambda: self.redis.hset(meta, "layout", keys.LAYOUT_VERSION), "upgrading"
@@ -348,7 +327,7 @@ class Client:
         """Whether the queue keeps waiting jobs compactly (layout 3: one due-set member per
         job, lua/includes/compact.lua); read with the partition count, cached alike."""
         self.partitions(queue)
-        return queue in self._compact
+        return self._queues.compact(queue)
 
     def queues(self) -> list[str]:
         """Names of every queue created on this Redis."""
@@ -446,7 +425,7 @@ class Client:
 
     def _enqueue_one(self, queue: str, request: JobRequest, durable: bool) -> EnqueueResult:
         prepared = producer.prepare_enqueue(
-            queue, self.partitions(queue), request, self.settings, queue in self._compact
+            queue, self.partitions(queue), request, self.settings, self._queues.compact(queue)
         )
         if prepared.body[:1] == b"@":
             self.require_lanes(queue)
@@ -487,7 +466,7 @@ class Client:
     ) -> list[EnqueueResult]:
         partitions = self.partitions(queue)
         prepared = producer.prepare_many(
-            queue, partitions, requests, self.settings, queue in self._compact
+            queue, partitions, requests, self.settings, self._queues.compact(queue)
         )
         if producer.needs_lanes(prepared):
             self.require_lanes(queue)

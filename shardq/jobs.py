@@ -92,22 +92,17 @@ _ID_POOL: deque[str] = deque()
 _ID_BATCH = 512
 
 
-def _draw(pool: deque[str], width: int) -> str:
-    """``width`` random URL-safe characters (6 bits each) from the OS CSPRNG, drawn in batches:
-    one urandom call per 512."""
+def new_job_id() -> str:
+    """A random job id: 72 bits from the OS CSPRNG, 12 URL-safe characters (short ids save
+    memory per job).  Ids are drawn in batches: one urandom call per 512 ids."""
     try:
-        return pool.popleft()  # deque operations are atomic: safe across threads
+        return _ID_POOL.popleft()  # deque operations are atomic: safe across threads
     except IndexError:
         # '-' becomes '.' so an id never looks like a command-line option.
-        raw = base64.urlsafe_b64encode(secrets.token_bytes(width * 3 // 4 * _ID_BATCH))
+        raw = base64.urlsafe_b64encode(secrets.token_bytes(9 * _ID_BATCH))
         text = raw.replace(b"-", b".").decode()
-        pool.extend(text[i : i + width] for i in range(width, len(text), width))
-        return text[:width]
-
-
-def new_job_id() -> str:
-    """A random job id: 72 bits, 12 URL-safe characters (short ids save memory per job)."""
-    return _draw(_ID_POOL, 12)
+        _ID_POOL.extend(text[i : i + 12] for i in range(12, len(text), 12))
+        return text[:12]
 
 
 _last_head: tuple[int, str] = (-1, "")
@@ -130,7 +125,7 @@ def new_timed_job_id(due_ms: int) -> str:
     timed id to be unique and does not search for it).  A queue of layout 3 keeps a waiting
     job whose id encodes exactly its due time as one member of the partition's due set, with
     no jobs-hash entry (lua/includes/compact.lua): about 60 B less per waiting job."""
-    return timed_head(max(0, int(due_ms))) + _draw(_ID_POOL, 12)
+    return timed_head(max(0, int(due_ms))) + new_job_id()
 
 
 def _allocation(size: int) -> int:

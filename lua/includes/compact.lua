@@ -80,6 +80,23 @@ local function compact_find(due_key, id)
   return nil
 end
 
+-- stored_body(jobs, due, id, search): the body of the job already stored under id: its
+-- jobs-hash envelope's, or with ``search`` a compact member's (compact_find); false for an
+-- envelope that is not one, nil when no job is stored under id.  Enqueue's duplicate check (a
+-- fresh timed id needs no search: see ENQUEUE_MODES).
+local function stored_body(jobs_key, due_key, id, search)
+  local stored = redis.call('HGET', jobs_key, id)
+  if stored then
+    local bar = string.find(stored, '|', 1, true)
+    return bar and string.sub(stored, bar + 1) or false
+  end
+  if search then
+    local member = compact_find(due_key, id)
+    if member then return select(2, split_member(member)) end
+  end
+  return nil
+end
+
 -- expand_compact(jobs, due, member, score, body): turn a compact job into the plain layout in
 -- place (envelope in the jobs hash, bare id in the due set at the same score), for the scripts
 -- that change a waiting job (reschedule, run-now): they then go on as for any job.

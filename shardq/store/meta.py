@@ -18,6 +18,19 @@ class QueueMeta:
     partitions: int
     ack_retention_ms: int
     dead_cap: int
+    layout: int = 0  # keys.LAYOUT_VERSION at creation (or `shardq queue upgrade`); 0: unknown
+
+    @property
+    def compact(self) -> bool:
+        """Waiting jobs with a timed id are stored compactly (lua/includes/compact.lua)."""
+        return self.layout >= keys.COMPACT_LAYOUT
+
+
+def unknown_queue(queue: str) -> UnknownQueueError:
+    return UnknownQueueError(
+        f"queue {queue!r} does not exist: create it first with "
+        f"`shardq queue create --queue {queue} --partitions 64` or client.create_queue({queue!r})"
+    )
 
 
 def _int(raw: Any, default: int) -> int:
@@ -31,15 +44,13 @@ def parse_meta(queue: str, raw: dict[Any, Any]) -> QueueMeta:
     fields = {as_text(k): v for k, v in raw.items()}
     partitions = _int(fields.get("partitions"), 0)
     if not 1 <= partitions <= keys.MAX_PARTITIONS:
-        raise UnknownQueueError(
-            f"queue {queue!r} does not exist (or its meta is damaged): create it with "
-            f"`shardq queue create {queue}`"
-        )
+        raise unknown_queue(queue)  # never created, or its meta was damaged by hand
     return QueueMeta(
         queue,
         partitions,
         max(0, _int(fields.get("ack_retention_ms"), 0)),
         max(1, _int(fields.get("dead_cap"), DEFAULT_DEAD_CAP)),
+        max(0, _int(fields.get("layout"), 0)),
     )
 
 

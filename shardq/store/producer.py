@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import binascii
 import dataclasses
+import math
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -29,6 +30,7 @@ from shardq.jobs import EnqueueResult, JobInfo, JobRequest
 from shardq.store import keys
 from shardq.store.codes import Code, check, error_for, is_code
 from shardq.store.meta import DEFAULT_DEAD_CAP as DEFAULT_DEAD_CAP
+from shardq.store.meta import QueueMeta, parse_meta
 from shardq.store.op import Op, op
 
 # Most jobs per enqueue-batch call: keeps one call well under a millisecond of Redis time.
@@ -62,34 +64,82 @@ class RedisClock:
 REDIS_CLOCK = RedisClock()
 
 
-def read_meta(raw: dict[Any, Any]) -> tuple[int, bool] | None:
-    """A queue's partition count and whether it keeps waiting jobs compactly (layout 3 and
-    later), from HGETALL of its meta (a few fields; every role may read it); None when the
-    queue does not exist."""
-    partitions = raw.get(b"partitions", raw.get("partitions"))
-    if partitions is None:
-        return None
-    layout = raw.get(b"layout", raw.get("layout"))
-    return int(partitions), int(layout or 0) >= keys.COMPACT_LAYOUT
+# How long a producer trusts "lanes on" once read: turning lanes off reaches it this soon.
+LANES_RECHECK = 10.0
 
 
-def timed(schedule: jobmod.Schedule, compact: bool) -> int | None:
+@dataclass(slots=True)
+class QueueFacts:
+    """What a producer caches about one queue: its meta, and when lanes were last read as on
+    (monotonic)."""
+
+    meta: QueueMeta
+    lanes_seen: float = -math.inf
+
+    @property
+    def compact(self) -> bool:
+        return self.meta.compact
+
+
+class QueueCache:
+    """The sync and asyncio clients' cache of :class:`QueueFacts`, one per queue."""
+
+    def __init__(self) -> None:
+        self._facts: dict[str, QueueFacts] = {}
+
+    def get(self, queue: str) -> QueueFacts | None:
+        return self._facts.get(queue)
+
+    def store(self, queue: str, raw: dict[Any, Any]) -> QueueMeta:
+        """Cache the queue's meta from HGETALL of it (a few fields every role may read);
+        UnknownQueueError when the queue does not exist."""
+        meta = parse_meta(queue, raw)
+        self._facts[queue] = QueueFacts(meta)
+        return meta
+
+    def forget(self, queue: str) -> None:
+        self._facts.pop(queue, None)
+
+    def compact(self, queue: str) -> bool:
+        facts = self._facts.get(queue)
+        return facts is not None and facts.compact
+
+    def lanes_trusted(self, queue: str) -> bool:
+        """Lanes were read as on less than LANES_RECHECK seconds ago."""
+        facts = self._facts.get(queue)
+        return facts is not None and time.monotonic() - facts.lanes_seen < LANES_RECHECK
+
+    def saw_lanes(self, queue: str, on: bool) -> None:
+        facts = self._facts.get(queue)
+        if facts is not None:
+            facts.lanes_seen = time.monotonic() if on else -math.inf
+
+
+def timed_due(schedule: jobmod.Schedule, body: bytes, compact: bool) -> int | None:
     """The due ms a new job's timed id should carry, or None for a plain id: only in a queue of
-    layout 3 (``compact``) and for a job that waits (a delay, or a time not already past)."""
-    if not compact:
+    layout 3 (``compact``), for a body the compact layout stores cheaper
+    (:func:`shardq.jobs.compact_pays`), and for a job that waits (a delay, or a time not
+    already past)."""
+    if not compact or not jobmod.compact_pays(len(body)):
         return None
     if schedule.mode == "in":
         return REDIS_CLOCK.now_ms() + schedule.ms if schedule.ms > 0 else None
     return schedule.ms if schedule.ms > REDIS_CLOCK.now_ms() else None
 
 
-def timed_mode(schedule: jobmod.Schedule, timed_id: bool) -> jobmod.Schedule:
-    """The schedule as sent: 'tin'/'tat' for a timed id just generated (``timed_id``), so the
-    script may store the job compactly; an id passed by the caller (or resent with its id
-    filled in) goes as 'in'/'at' and waits in the plain layout."""
-    if timed_id and schedule.mode in ("in", "at"):
-        return jobmod.Schedule("tin" if schedule.mode == "in" else "tat", schedule.ms)
-    return schedule
+def timed_mode(schedule: jobmod.Schedule) -> jobmod.Schedule:
+    """The schedule as sent with a timed id just generated: 'tin'/'tat', so the script may store
+    the job compactly (an id passed by the caller, or resent with its id filled in, goes as
+    'in'/'at' and waits in the plain layout)."""
+    return jobmod.Schedule("tin" if schedule.mode == "in" else "tat", schedule.ms)
+
+
+def check_ids(job_id: str | None, idempotency_key: str | None) -> None:
+    """InvalidJobError for a bad job id or idempotency key (before anything uses them)."""
+    if idempotency_key is not None:
+        jobmod.check_idempotency_key(idempotency_key)
+    if job_id is not None:
+        jobmod.check_job_id(job_id)
 
 
 def route(
@@ -98,7 +148,8 @@ def route(
     idempotency_key: str | None,
     due_ms: int | None = None,
 ) -> tuple[str, int]:
-    """Pick the job id and partition (a generated id is timed when ``due_ms`` is given).
+    """Pick the job id and partition (a generated id is timed when ``due_ms`` is given); the
+    id and key are valid (:func:`check_ids`).
 
     A job's partition is a hash of its id, so cancel/get/reschedule find it from the id alone.
     With an idempotency key the partition is a hash of the key, so duplicates meet in one
@@ -106,10 +157,8 @@ def route(
     average, a few microseconds).
     """
     if idempotency_key is not None:
-        jobmod.check_idempotency_key(idempotency_key)
         partition = keys.partition_for(idempotency_key, partitions)
         if job_id is not None:
-            jobmod.check_job_id(job_id)
             if keys.partition_for(job_id, partitions) != partition:
                 raise InvalidJobError(
                     "job_id and idempotency_key map to different partitions: pass only one "
@@ -125,8 +174,6 @@ def route(
             n += 1
     if job_id is None:
         job_id = jobmod.new_job_id() if due_ms is None else jobmod.new_timed_job_id(due_ms)
-    else:
-        jobmod.check_job_id(job_id)
     return job_id, keys.partition_for(job_id, partitions)
 
 
@@ -204,10 +251,7 @@ def prepare_enqueue(
         raise InvalidJobError(f"enqueue_many takes shardq.JobRequest items, got {req!r}")
     schedule = jobmod.make_schedule(req.run_at, req.delay, settings)
     # The key and id first: a bad one is reported as such, not as the body it would be part of.
-    if req.idempotency_key is not None:
-        jobmod.check_idempotency_key(req.idempotency_key)
-    if req.job_id is not None:
-        jobmod.check_job_id(req.job_id)
+    check_ids(req.job_id, req.idempotency_key)
     body = jobmod.encode_body(
         req.job_type,
         req.payload,
@@ -220,25 +264,19 @@ def prepare_enqueue(
         priority=req.priority,
         tenant=req.tenant,
     )
-    due = None
-    if req.job_id is None and jobmod.compact_pays(len(body)):
-        due = timed(schedule, compact)
+    due = timed_due(schedule, body, compact) if req.job_id is None else None
     job_id, partition = route(partitions, req.job_id, req.idempotency_key, due)
-    schedule = timed_mode(schedule, due is not None)
+    if due is not None:
+        schedule = timed_mode(schedule)
     pk = keys.partition_keys(queue, partition, partitions)
     return PreparedEnqueue(req, job_id, partition, pk, body, schedule, settings)
-
-
-# How long a producer trusts "lanes on" once read: turning lanes off reaches it this soon.
-LANES_RECHECK = 10.0
 
 
 def priority_needs_lanes(priority: str | None) -> bool:
     """Whether a reschedule to ``priority`` needs lanes on (any level but the default);
     InvalidJobError for an unknown priority, before anything else is checked."""
-    return priority is not None and jobmod.check_priority(priority) != jobmod.check_priority(
-        "default"
-    )
+    default = jobmod.PRIORITY_LEVELS["default"]
+    return priority is not None and jobmod.check_priority(priority) != default
 
 
 def needs_lanes(prepared: Iterable[PreparedEnqueue]) -> bool:
@@ -268,7 +306,6 @@ def prepare_many(
     once per call rather than once per job."""
     pks = keys.all_partition_keys(queue, partitions)
     new_id = jobmod.new_job_id
-    compact_pays = jobmod.compact_pays
     crc32 = binascii.crc32
     out: list[PreparedEnqueue] = []
     append = out.append
@@ -289,12 +326,12 @@ def prepare_many(
             priority=req.priority,
             tenant=req.tenant,
         )
-        due = timed(schedule, True) if compact and compact_pays(len(body)) else None
-        if due is not None:
-            job_id = jobmod.new_timed_job_id(due)
-            schedule = timed_mode(schedule, True)
-        else:
+        due = timed_due(schedule, body, compact) if compact else None
+        if due is None:
             job_id = new_id()
+        else:
+            job_id = jobmod.new_timed_job_id(due)
+            schedule = timed_mode(schedule)
         partition = crc32(job_id.encode()) % partitions  # keys.partition_for, inlined
         append(PreparedEnqueue(req, job_id, partition, pks[partition], body, schedule, settings))
     return out
