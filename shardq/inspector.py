@@ -31,7 +31,7 @@ from typing import Any, Literal, TypeVar
 import orjson
 
 from shardq import jobs as jobmod
-from shardq.errors import JobNotFoundError, ShardqError
+from shardq.errors import InvalidCursorError, JobNotFoundError
 from shardq.store import fleet, inspect, keys, producer
 from shardq.store.op import Op
 
@@ -43,10 +43,6 @@ MAX_LIMIT = 1000
 RETRY_STEPS = 8  # HSCAN steps per retrying page
 BATCH = 500  # jobs per round of a bulk action (cancel, retry, empty)
 Plan = Generator[list[Op[Any]], list[Any], T]
-
-
-class InvalidCursorError(ShardqError, ValueError):
-    """A page cursor that this inspector did not hand out (or for another state)."""
 
 
 @dataclass(frozen=True, slots=True)
