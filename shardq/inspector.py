@@ -131,7 +131,7 @@ def _is_int(value: Any, lo: int, hi: int) -> bool:
 
 def _entry_id(value: Any) -> bool:
     match = _ENTRY_ID_RE.fullmatch(value) if isinstance(value, str) else None
-    return bool(match) and int(match[1]) <= MAX_ENTRY_MS and int(match[2]) <= MAX_ENTRY_SEQ
+    return match is not None and int(match[1]) <= MAX_ENTRY_MS and int(match[2]) <= MAX_ENTRY_SEQ
 
 
 def _job_id_or_empty(value: Any) -> bool:
