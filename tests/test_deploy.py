@@ -1348,7 +1348,7 @@ def test_every_role_runs_with_its_acl_user(local_cluster: LocalCluster) -> None:
     from shardq import Client, JobRequest, RedisSettings, slots
 
     users = acl_users()
-    roles = ("producer", "dispatcher", "worker", "operator", "admin")
+    roles = ("producer", "dispatcher", "worker", "operator", "viewer", "admin")
     assert set(users) == {f"shardq-{r}" for r in roles}
     for port in local_cluster.ports:
         for name, rules in users.items():
@@ -1667,6 +1667,7 @@ ALLOWED: dict[str, set[str]] = {
     "dispatcher": {"SET {q}:lease"},
     "worker": {"XADD {q}:dead"},
     "operator": {"SET {q}:lease", "XADD {q}:dead"},
+    "viewer": set(),
     "admin": {"SET {q}:lease", "XADD {q}:dead", "FUNCTION LOAD", "MIGRATE"},
 }
 
@@ -1679,7 +1680,7 @@ def _dryrun(cluster: LocalCluster, user: str, command: tuple[str, ...]) -> bool:
 
 
 def test_each_role_is_refused_every_dangerous_command(local_cluster: LocalCluster) -> None:
-    """5 roles x the dangerous commands: refused, except the few a role's own functions need."""
+    """6 roles x the dangerous commands: refused, except the few a role's own functions need."""
     from shardq import acl
     from shardq.store import keys
 
