@@ -12,17 +12,17 @@ import uvicorn
 from helpers import free_port, wait_for
 
 from shardq.web import WebConfig, create_app
+from shardq.web.app import UVICORN_OPTIONS
 
 
 @contextmanager
 def serving(config: WebConfig) -> Iterator[str]:
     """The console under uvicorn in a thread on 127.0.0.1 (whatever ``config.host`` says: the
-    app's rules follow its config, the socket stays on loopback); stopped on exit."""
+    app's rules follow its config, the socket stays on loopback), served with the options
+    `shardq web` uses; stopped on exit."""
     port = free_port()
     server = uvicorn.Server(
-        uvicorn.Config(
-            create_app(config), host="127.0.0.1", port=port, log_config=None, access_log=False
-        )
+        uvicorn.Config(create_app(config), host="127.0.0.1", port=port, **UVICORN_OPTIONS)
     )
     thread = threading.Thread(target=server.run, name="console", daemon=True)
     thread.start()
