@@ -592,6 +592,25 @@ def test_the_read_only_console_runs_as_the_viewer_user(
         conn.close()
 
 
+def test_a_viewer_console_without_the_functions_says_what_to_run(
+    own_redis: Any, queue: str
+) -> None:
+    """The viewer may not load shardq's library: a node without it (a new node, FUNCTION
+    FLUSH) is a 503 page saying to run `shardq functions load`, not a 500."""
+    server = own_redis()
+    with Client.from_url(server.url) as admin:
+        admin.create_queue(queue, 2)
+        admin.redis.execute_command("FUNCTION", "FLUSH")
+        admin.redis.execute_command(
+            "ACL", "SETUSER", "viewer", "reset", *acl.rules("viewer").split()
+        )
+        admin.redis.execute_command("ACL", "SETUSER", "viewer", "on", ">viewer-password-1")
+    viewer = RedisSettings.from_url(server.url, username="viewer", password="viewer-password-1")
+    with serving(WebConfig(redis=viewer)) as base:
+        page = httpx.get(base + f"/q/{queue}")
+        assert page.status_code == 503 and "shardq functions load" in page.text, page.text[-500:]
+
+
 # Redis down at start ---------------------------------------------------------------------------
 
 

@@ -30,6 +30,7 @@ from shardq.aio import AsyncClient
 from shardq.config import RedisSettings, redact_url
 from shardq.connection import connect_async
 from shardq.errors import (
+    FunctionsNotLoadedError,
     JobNotFoundError,
     JobRunningError,
     RedisUnavailableError,
@@ -761,6 +762,11 @@ async def _redis_down(request: Request, exc: Exception) -> Response:
     return _error(request, 503, "Redis unavailable", f"{type(exc).__name__}: {exc}")
 
 
+async def _no_functions(request: Request, exc: Exception) -> Response:
+    # A node without shardq's library, and a user that may not load it (the viewer never may).
+    return _error(request, 503, "Functions not loaded", str(exc))
+
+
 async def _http(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
     return _error(request, exc.status_code, "Error", str(exc.detail))
@@ -868,6 +874,7 @@ def create_app(
         exception_handlers={
             UnknownQueueError: _unknown_queue,
             RedisUnavailableError: _redis_down,
+            FunctionsNotLoadedError: _no_functions,
             RedisError: _redis_down,
             HTTPException: _http,
         },
