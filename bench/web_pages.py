@@ -94,7 +94,11 @@ def main() -> None:
     page = Inspector(client).list_jobs(queue, "scheduled", limit=50)
     rows = []
     config = WebConfig(redis=RedisSettings.from_url(args.url), poll_seconds=3)
-    with TestClient(create_app(config), follow_redirects=False) as http:
+    # the Host of a loopback console (the console refuses TestClient's default "testserver")
+    http_client = TestClient(
+        create_app(config), base_url="http://127.0.0.1", follow_redirects=False
+    )
+    with http_client as http:
         for name, path in pages:
             if path is None:
                 path = f"/q/{queue}/jobs?state=scheduled&limit=50&cursor={page.cursor}"

@@ -21,11 +21,14 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-ROLES = ("producer", "dispatcher", "worker", "operator", "admin")
+ROLES = ("producer", "dispatcher", "worker", "operator", "viewer", "admin")
 
 # Every role: health, topology detection, slot map, the Redis clock.
 BASICS = ("+ping", "+info", "+command", "+cluster|slots", "+cluster|shards", "+time")
 FUNCTIONS = ("+fcall", "+fcall_ro")
+# Roles that write nothing: FCALL_RO only, which Redis refuses for any function not flagged
+# no-writes (the transport sends FCALL_RO for those), and every key read-only.
+READ_ONLY_ROLES = ("viewer",)
 
 
 @dataclass(frozen=True)
@@ -149,6 +152,33 @@ GRANTS["operator"] = (
     Grant(("limits",), ("+hset", "+hdel")),  # shardq limit set / remove
     Grant(PARTITION_KINDS + QUEUE_KINDS + LIMIT_KINDS, ("+unlink",)),
 )
+# The viewer runs a read-only console (`shardq web` without --allow-actions): exactly what its
+# pages read, through the no-writes functions (partition-stats, owner-info, inflight, list-due,
+# list-ready, list-running, list-dead, list-retrying, get, schedule-read) and a few plain reads
+# (the queue registry and meta, the fleet registries, idempotency keys for the search box).
+# Nothing it holds writes: an action is refused by Redis as well as by the console.
+GRANTS["viewer"] = (
+    Grant(("meta",), ("+hget", "+hgetall"), read_only=True),
+    Grant(("registry",), ("+smembers",), read_only=True),
+    Grant(("dispatchers", "workers"), ("+zrange",), read_only=True),
+    Grant(("drain", "workers:drain"), ("+smembers",), read_only=True),
+    Grant(("idem",), ("+get",), read_only=True),
+    Grant(("due",), ("+zcard", "+zcount", "+zrange", "+zscore"), read_only=True),
+    Grant(
+        ("ready",),
+        ("+exists", "+xlen", "+xrange", "+xpending", "+xinfo|groups", "+xinfo|consumers"),
+        read_only=True,
+    ),
+    Grant(("dead",), ("+exists", "+xlen", "+xrange"), read_only=True),
+    Grant(("jobs",), ("+hget",), read_only=True),
+    Grant(("errors",), ("+hget", "+hscan"), read_only=True),
+    Grant(("stats",), ("+hgetall",), read_only=True),
+    Grant(("lane",), ("+zcard", "+zrange"), read_only=True),
+    Grant(("lease",), ("+get", "+pttl"), read_only=True),
+    Grant(("fence",), ("+hget",), read_only=True),
+    Grant(("sched", "sched:state"), ("+hget", "+hscan"), read_only=True),
+    Grant(("sched:next",), ("+zrange", "+zscore"), read_only=True),
+)
 # The admin loads the functions library and moves slots between primaries (MIGRATE moves every
 # key of a slot, so its keys are all keys).
 ADMIN_EXTRA = (
@@ -170,6 +200,7 @@ PLAIN_EXTRA: dict[str, tuple[str, ...]] = {
     "dispatcher": ("+spublish", "+ssubscribe", "+sunsubscribe"),
     "worker": ("+spublish", "+ssubscribe", "+sunsubscribe"),
     "operator": ("+spublish", "+ssubscribe", "+sunsubscribe", "+function|list"),
+    "viewer": (),
 }
 
 
@@ -212,7 +243,11 @@ def rules(role: str, queues: Iterable[str] = ("*",)) -> str:
         grants = GRANTS[role]
         head += PLAIN_EXTRA[role]
     # FCALL is checked against the keys it declares: the queue's keys, one selector.
-    parts = [" ".join(head), "(" + " ".join([*(f"~{p}" for p in _all_keys(qs)), *FUNCTIONS]) + ")"]
+    if role in READ_ONLY_ROLES:
+        calls = " ".join([*(f"%R~{p}" for p in _all_keys(qs)), "+fcall_ro"])
+    else:
+        calls = " ".join([*(f"~{p}" for p in _all_keys(qs)), *FUNCTIONS])
+    parts = [" ".join(head), f"({calls})"]
     if role == "admin":
         return " ".join(parts[:1] + [_grant(g, qs) for g in _merge(grants)])
     return " ".join(parts + [_grant(g, qs) for g in _merge(grants)])
@@ -256,6 +291,9 @@ def markdown_table() -> str:
                 c.lstrip("+").upper().replace("|", " ") for c in g.commands if c != "+type"
             )
             rows.append(f"| {role} | {kinds} | `{commands}` |")
+        if role in READ_ONLY_ROLES:
+            rows.append(f"| {role} | (functions) | `FCALL_RO` only: the no-writes functions |")
+            continue
         plain = " ".join(c.lstrip("+").upper().replace("|", " ") for c in PLAIN_EXTRA[role])
         rows.append(f"| {role} | (channels `{{sq:*`) | `{plain}` |")
     admin = ", ".join(c.lstrip("+").upper().replace("|", " ") for c in ADMIN_EXTRA)

@@ -49,6 +49,11 @@ class ScheduleNotFoundError(ShardqError, LookupError):
     """No periodic schedule of that name on the queue."""
 
 
+class InvalidCursorError(ShardqError, ValueError):
+    """A page cursor that the inspector did not hand out (altered, truncated, for another state
+    or another queue): pass the previous page's cursor unchanged, or none for the first page."""
+
+
 class UnknownQueueError(ShardqError, LookupError):
     """The queue has not been created."""
 

@@ -101,10 +101,10 @@ class OwnRedis:
     """A standalone redis-server of one test (a spare port of the session's block), for
     settings the shared nodes must not get: a memory limit, a TLS port.  Killed by its pid."""
 
-    def __init__(self, *config: str) -> None:
+    def __init__(self, *config: str, port: int | None = None) -> None:
         from helpers import free_port, wait_for
 
-        self.port = free_port()
+        self.port = port or free_port()
         self.dir = Path(tempfile.mkdtemp(prefix="shardq-own-redis-"))
         self.popen = subprocess.Popen(
             ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",

@@ -627,6 +627,7 @@ def test_only_known_kinds() -> None:
     allowed = {
         "Namespace", "ServiceAccount", "ConfigMap", "Secret", "Service", "Deployment",
         "StatefulSet", "Job", "PodDisruptionBudget", "ScaledObject", "ServiceMonitor",
+        "NetworkPolicy",
     }  # fmt: skip
     for target in OVERLAYS:
         kinds = {o["kind"] for o in render(target)}
@@ -903,11 +904,13 @@ def test_locust_service_options() -> None:
         assert f'"{option}"' in source, f"{var}: loadtest/locustfile.py has no option {option}"
 
 
-def test_web_console_is_read_only_on_loopback_with_probes() -> None:
+def test_web_console_is_read_only_behind_the_token_with_probes() -> None:
     """The console (compose service, k8s component in overlays/dev): read-only (no
-    --allow-actions), the token only ever from a Secret or the caller's environment, reachable
-    from this machine only (compose) or through port-forward (ClusterIP, no Ingress), probed on
-    /readyz and /healthz, and the image installs the `web` extra's own requirements."""
+    --allow-actions), the token only ever from a Secret or the caller's environment and
+    required (the pod binds 0.0.0.0, so every page needs it), reachable from this machine only
+    (compose) or through port-forward (ClusterIP, no Ingress), probed on /readyz and /healthz,
+    running as the read-only `viewer` Redis user, and the image installs the `web` extra's own
+    requirements."""
     console = compose()["services"]["console"]
     command = console["command"]
     assert command[0] == "web" and "--allow-actions" not in command
@@ -922,18 +925,22 @@ def test_web_console_is_read_only_on_loopback_with_probes() -> None:
     assert spec is not None
     [c] = containers(spec)
     assert c["args"][0] == "web" and "--allow-actions" not in c["args"]
+    assert not any(e["name"] == "SHARDQ_WEB_ALLOW_ACTIONS" for e in c["env"])
     port_names = {p["name"]: p["containerPort"] for p in c["ports"]}
     assert str(port_names["http"]) == c["args"][c["args"].index("--port") + 1]
     assert c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "http"}
     assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http"}
-    token = next(e for e in c["env"] if e["name"] == "SHARDQ_WEB_TOKEN")
-    assert token["valueFrom"]["secretKeyRef"]["optional"] is True
+    secrets = {e["name"]: e["valueFrom"]["secretKeyRef"] for e in c["env"] if "valueFrom" in e}
+    # beyond loopback the console refuses to start without a token: it must not be optional
+    assert c["args"][c["args"].index("--host") + 1] == "0.0.0.0"
+    assert secrets["SHARDQ_WEB_TOKEN"]["name"].startswith("shardq-web-token")
+    assert not secrets["SHARDQ_WEB_TOKEN"].get("optional")
+    for var in ("SHARDQ_REDIS_USERNAME", "SHARDQ_REDIS_PASSWORD"):
+        assert secrets[var]["name"].startswith("shardq-redis-viewer"), var
     service = one(dev, "Service", "shardq-web")
     assert service["spec"]["type"] == "ClusterIP"
-    assert (
-        service["spec"]["selector"].items()
-        <= deployment["spec"]["template"]["metadata"]["labels"].items()
-    )
+    pod_labels = deployment["spec"]["template"]["metadata"]["labels"]
+    assert service["spec"]["selector"].items() <= pod_labels.items()
     assert service["spec"]["ports"][0]["targetPort"] == "http"
     # optional: only the overlays that include the component have it
     assert not any(o["metadata"]["name"] == "shardq-web" for o in render("base"))
@@ -942,6 +949,72 @@ def test_web_console_is_read_only_on_loopback_with_probes() -> None:
     runs = " ".join(r for w, r in stage("runtime").instructions if w == "RUN")
     assert all(f'"{req}"' in runs for req in web_extra), "the image must install the web extra"
     assert set(web_extra) <= set(PYPROJECT["project"]["optional-dependencies"]["dev"])
+
+
+def test_web_console_network_policy() -> None:
+    """The component's NetworkPolicy selects the console's pods (and nothing else), restricts
+    both directions, lets in only labelled client pods on the http port, and lets out only
+    Redis and DNS."""
+    dev = "overlays/dev"
+    policy = one(dev, "NetworkPolicy", "shardq-web")
+    deployment = one(dev, "Deployment", "shardq-web")
+    pod_labels = deployment["spec"]["template"]["metadata"]["labels"]
+    selector = policy["spec"]["podSelector"]["matchLabels"]
+    assert selector.items() <= pod_labels.items()
+    for other in render(dev):
+        spec = pod_spec(other)
+        if spec is not None and other["metadata"]["name"] != "shardq-web":
+            labels = other["spec"]["template"]["metadata"].get("labels", {})
+            assert not selector.items() <= labels.items(), other["metadata"]["name"]
+    assert sorted(policy["spec"]["policyTypes"]) == ["Egress", "Ingress"]
+    [ingress] = policy["spec"]["ingress"]
+    assert ingress["from"] == [{"podSelector": {"matchLabels": {"shardq.io/web-client": "true"}}}]
+    assert ingress["ports"] == [{"port": "http", "protocol": "TCP"}]
+    egress_ports = sorted(
+        (p["port"], p["protocol"]) for rule in policy["spec"]["egress"] for p in rule["ports"]
+    )
+    redis_port = int(one(dev, "ConfigMap", "shardq-config")["data"]["SHARDQ_REDIS_URL"]
+                     .split("?")[0].rsplit(":", 1)[1])  # fmt: skip
+    assert egress_ports == sorted([(redis_port, "TCP"), (53, "TCP"), (53, "UDP")])
+    prod_url = one("overlays/prod", "ConfigMap", "shardq-config")["data"]["SHARDQ_REDIS_URL"]
+    assert prod_url.split("?")[0].endswith(f":{redis_port}"), "prod's Redis port is let out too"
+
+
+def test_web_console_actions_component(tmp_path: Path) -> None:
+    """The actions variant (components web-console + web-console-actions): actions on, and the
+    operator's Redis user instead of the viewer's (the actions run writing functions); the
+    token stays required; every object still validates."""
+    rel = os.path.relpath(K8S, tmp_path)
+    (tmp_path / "kustomization.yaml").write_text(
+        "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n"
+        f"resources:\n  - {rel}/base\n"
+        f"components:\n  - {rel}/components/web-console\n"
+        f"  - {rel}/components/web-console-actions\n"
+    )
+    docs = render(str(tmp_path))
+    problems = [
+        f"{obj['kind']}/{obj['metadata']['name']}: {error}"
+        for obj in docs
+        for error in schema_errors(obj, k8s_versions()[-1])
+    ]
+    assert not problems, problems
+    [deployment] = [
+        d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] == "shardq-web"
+    ]
+    spec = pod_spec(deployment)
+    assert spec is not None
+    [c] = containers(spec)
+    env = {e["name"]: e for e in c["env"]}
+    assert env["SHARDQ_WEB_ALLOW_ACTIONS"]["value"] == "true"
+    for var in ("SHARDQ_REDIS_USERNAME", "SHARDQ_REDIS_PASSWORD"):
+        assert env[var]["valueFrom"]["secretKeyRef"]["name"] == "shardq-redis-operator", var
+    assert not env["SHARDQ_WEB_TOKEN"]["valueFrom"]["secretKeyRef"].get("optional")
+    assert [d for d in docs if d["kind"] == "NetworkPolicy"]
+    # `shardq web` reads that variable as its --allow-actions flag
+    from shardq.cli_web import web
+
+    [flag] = [p for p in web.params if p.name == "allow_actions"]
+    assert flag.envvar == "SHARDQ_WEB_ALLOW_ACTIONS"
 
 
 def test_prometheus_and_grafana_wiring() -> None:
@@ -1348,7 +1421,7 @@ def test_every_role_runs_with_its_acl_user(local_cluster: LocalCluster) -> None:
     from shardq import Client, JobRequest, RedisSettings, slots
 
     users = acl_users()
-    roles = ("producer", "dispatcher", "worker", "operator", "admin")
+    roles = ("producer", "dispatcher", "worker", "operator", "viewer", "admin")
     assert set(users) == {f"shardq-{r}" for r in roles}
     for port in local_cluster.ports:
         for name, rules in users.items():
@@ -1667,6 +1740,7 @@ ALLOWED: dict[str, set[str]] = {
     "dispatcher": {"SET {q}:lease"},
     "worker": {"XADD {q}:dead"},
     "operator": {"SET {q}:lease", "XADD {q}:dead"},
+    "viewer": set(),
     "admin": {"SET {q}:lease", "XADD {q}:dead", "FUNCTION LOAD", "MIGRATE"},
 }
 
@@ -1679,7 +1753,7 @@ def _dryrun(cluster: LocalCluster, user: str, command: tuple[str, ...]) -> bool:
 
 
 def test_each_role_is_refused_every_dangerous_command(local_cluster: LocalCluster) -> None:
-    """5 roles x the dangerous commands: refused, except the few a role's own functions need."""
+    """6 roles x the dangerous commands: refused, except the few a role's own functions need."""
     from shardq import acl
     from shardq.store import keys
 

@@ -35,7 +35,9 @@ def seeded(cluster_client: Client, queue: str) -> Seeded:
 
 def console(url: str, **kw: Any) -> TestClient:
     config = WebConfig(redis=RedisSettings.from_url(url), **kw)
-    return TestClient(create_app(config), follow_redirects=False)
+    # the Host a browser sends to a loopback console (TestClient's default, "testserver", is
+    # not one the console answers to)
+    return TestClient(create_app(config), base_url="http://127.0.0.1:8080", follow_redirects=False)
 
 
 @pytest.fixture

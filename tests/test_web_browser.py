@@ -10,10 +10,8 @@ from __future__ import annotations
 
 import os
 import shutil
-import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -22,13 +20,13 @@ import pytest
 pytest.importorskip("uvicorn")
 sync_api = pytest.importorskip("playwright.sync_api")
 
-import uvicorn  # noqa: E402
-from helpers import Runner, Runs, free_port, wait_for  # noqa: E402
+from helpers import Runner, Runs, wait_for  # noqa: E402
 from web_seed import PARTITIONS, TYPES, seed  # noqa: E402
+from web_serve import serving  # noqa: E402
 
 from shardq.client import Client  # noqa: E402
 from shardq.config import RedisSettings  # noqa: E402
-from shardq.web import WebConfig, create_app  # noqa: E402
+from shardq.web import WebConfig  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 SHOTS = ROOT / "results" / "screenshots"
@@ -45,27 +43,6 @@ def chromium() -> str | None:
 pytestmark = pytest.mark.skipif(
     chromium() is None, reason="no system chromium (.ci/run installs Debian's `chromium`)"
 )
-
-
-@contextmanager
-def serving(config: WebConfig) -> Iterator[str]:
-    """The console under uvicorn in a thread on 127.0.0.1; stopped on exit."""
-    port = free_port()
-    server = uvicorn.Server(
-        uvicorn.Config(
-            create_app(config), host="127.0.0.1", port=port, log_config=None, access_log=False
-        )
-    )
-    thread = threading.Thread(target=server.run, name="console", daemon=True)
-    thread.start()
-    try:
-        wait_for(lambda: server.started or not thread.is_alive(), 20, "console did not start")
-        assert server.started, "the console failed to start"
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(15)
-        assert not thread.is_alive(), "the console did not stop"
 
 
 @pytest.fixture(scope="module")

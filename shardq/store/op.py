@@ -38,8 +38,11 @@ class Op(Generic[T_co]):
         return self.keys[0]
 
     def command(self) -> tuple[Any, ...]:
-        """The FCALL that runs this op (see :mod:`shardq.store.loader`)."""
-        return ("FCALL", self.script.function, self.script.num_keys, *self.keys, *self.argv)
+        """The FCALL that runs this op (see :mod:`shardq.store.loader`): FCALL_RO for a
+        function flagged no-writes, so a read-only ACL user (the viewer: ``+fcall_ro`` only)
+        can run the reads and Redis itself refuses it every writing function."""
+        verb = "FCALL_RO" if self.script.read_only else "FCALL"
+        return (verb, self.script.function, self.script.num_keys, *self.keys, *self.argv)
 
 
 def op(name: str, keys: list[str], argv: list[Any], parse: Callable[[Any], T]) -> Op[T]:

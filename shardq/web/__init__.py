@@ -18,10 +18,14 @@ Every asset (CSS, one small script that polls ``/live/...`` for fresh figures) s
 package (``static/``, ``templates/``): no CDN, so the console works on an air-gapped network.
 The pages send a Content-Security-Policy that allows only this origin's scripts and styles.
 
-Safety: read-only unless started with ``--allow-actions``; actions then need the token in
-``SHARDQ_WEB_TOKEN`` (bearer header, or a login form that sets a session cookie), a CSRF token
-on every form POST, a confirmation step for destructive ones, and each is logged as a JSON
-event (``web.action``) with who and what.  See :mod:`shardq.web.auth` and docs/deploy.md.
+Safety (see :mod:`shardq.web.auth` and docs/deploy.md): the Host header must name the console
+(no DNS rebinding); every page needs the operator token (``SHARDQ_WEB_TOKEN``: bearer header, or
+a login form that sets a session cookie) when it listens beyond loopback or with
+``--require-login``, and it refuses to start beyond loopback without one; wrong tokens are rate
+limited per client.  It is read-only unless started with ``--allow-actions``; actions then
+need the token, a CSRF token on every form POST, a confirmation step for destructive ones,
+and each is logged as a JSON event (``web.action``) with who and what.  A read-only console
+can run as the ``viewer`` Redis user (:mod:`shardq.acl`), which Redis lets write nothing.
 
 Install with ``pip install 'shardq[web]'``.
 """

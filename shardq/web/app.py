@@ -7,11 +7,12 @@ import asyncio
 import contextlib
 import json
 import logging
+import re
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlencode
+from urllib.parse import quote, urlencode
 
 from redis.exceptions import RedisError
 from starlette.applications import Starlette
@@ -26,9 +27,10 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from shardq import cli_format as fmt
 from shardq.aio import AsyncClient
-from shardq.config import RedisSettings
+from shardq.config import RedisSettings, redact_url
 from shardq.connection import connect_async
 from shardq.errors import (
+    FunctionsNotLoadedError,
     JobNotFoundError,
     JobRunningError,
     RedisUnavailableError,
@@ -37,6 +39,7 @@ from shardq.errors import (
 )
 from shardq.inspector import EMPTY_STATES, LIST_STATES, AsyncInspector, InvalidCursorError
 from shardq.logs import log_event
+from shardq.runtime.supervisor import backoff_delay
 from shardq.web import auth
 from shardq.web.data import HEAT_METRICS, Rates, fleet, overview, queue_view
 
@@ -45,6 +48,17 @@ HERE = Path(__file__).resolve().parent
 PAGE_LIMITS = (20, 50, 100, 200)
 # Partition tables above this size are drawn at page load only (the heat map stays live).
 LIVE_TABLE_MAX = 256
+
+# How uvicorn serves the console (`shardq web`, and the tests' server): shardq's own JSON logging
+# (set up by the root command), no access log, no Server header, and no X-Forwarded-* handling
+# by uvicorn (which trusts 127.0.0.1 by default): the app reads them itself, from the
+# configured proxies only (WebConfig.trusted_proxies).
+UVICORN_OPTIONS: dict[str, Any] = {
+    "log_config": None,
+    "access_log": False,
+    "proxy_headers": False,
+    "server_header": False,
+}
 
 SECURITY_HEADERS = [
     (
@@ -61,16 +75,45 @@ SECURITY_HEADERS = [
 
 @dataclass
 class WebConfig:
-    """How the console runs.  ``token`` is required (and checked) when ``allow_actions``."""
+    """How the console runs, and its boundary (see :mod:`shardq.web.auth`).
+
+    ``host`` is the address it binds: beyond loopback, every page needs the token
+    (``require_login`` is forced on), so it refuses to start without one; actions and
+    ``require_login`` need it too.  ``allowed_hosts`` are the names it answers to besides its
+    address and loopback's; ``trusted_proxies`` the addresses (or networks) whose
+    X-Forwarded-Proto/-For it believes.  ``auth_failures`` wrong tokens per ``auth_window_s``
+    seconds are allowed per client address before it answers 429."""
 
     redis: RedisSettings = field(default_factory=RedisSettings)
     allow_actions: bool = False
     token: str | None = None
     poll_seconds: float = 3.0
+    host: str = "127.0.0.1"
+    allowed_hosts: tuple[str, ...] = ()
+    require_login: bool = False
+    trusted_proxies: tuple[str, ...] = ()
+    auth_failures: int = auth.AUTH_FAILURES
+    auth_window_s: float = auth.AUTH_WINDOW_S
 
     def __post_init__(self) -> None:
-        if self.allow_actions:
-            self.token = auth.check_token(self.token)
+        self.allowed_hosts = tuple(self.allowed_hosts)
+        self.trusted_proxies = tuple(self.trusted_proxies)
+        auth.parse_networks(self.trusted_proxies)  # a bad one fails here, not per request
+        why = None
+        if not auth.is_loopback(self.host):
+            self.require_login = True
+            why = f"--host {self.host} listens beyond loopback, so every page"
+        elif self.allow_actions:
+            why = "--allow-actions"
+        elif self.require_login:
+            why = "--require-login"
+        if why:
+            self.token = auth.check_token(self.token, why)
+
+    @property
+    def login(self) -> bool:
+        """Whether there is anything to log in to (actions, or reads behind the token)."""
+        return self.allow_actions or self.require_login
 
 
 @dataclass
@@ -78,13 +121,27 @@ class Console:
     config: WebConfig
     templates: Jinja2Templates
     sessions: auth.Sessions = field(default_factory=auth.Sessions)
+    forms: auth.LoginForms = field(default_factory=auth.LoginForms)
     rates: Rates = field(default_factory=Rates)
     client: AsyncClient | None = None
+    redis_error: str | None = "connecting"
+    limiter: auth.FailureLimiter = field(init=False)
+    hosts: auth.HostRule = field(init=False)
+    proxies: auth.ProxyRule = field(init=False)
+
+    def __post_init__(self) -> None:
+        c = self.config
+        self.limiter = auth.FailureLimiter(c.auth_failures, c.auth_window_s)
+        self.hosts = auth.HostRule(c.host, c.allowed_hosts)
+        self.proxies = auth.ProxyRule(c.trusted_proxies)
 
     @property
     def redis(self) -> AsyncClient:
-        if self.client is None:  # pragma: no cover - only before startup
-            raise RuntimeError("the console has not connected to Redis yet")
+        if self.client is None:
+            raise RedisUnavailableError(
+                f"Redis is unreachable ({self.redis_error}); the console keeps retrying (every "
+                "few seconds) and this page works again once Redis answers"
+            )
         return self.client
 
 
@@ -105,6 +162,118 @@ class SecurityHeaders:
             await send(message)
 
         await self.app(scope, receive, send_with_headers)
+
+
+# Paths anyone may fetch: the probes (kubelet, load balancers: any Host, no token), the assets
+# (the package's CSS and JS) and the login form.  Actions check the token themselves.
+PROBES = ("/healthz", "/readyz")
+OPEN_PATHS = ("/login", "/logout")
+ACTION_PATH = re.compile(r"/q/[^/]+/action/[^/]+")
+
+
+class Refused(Exception):
+    def __init__(self, status: int, reason: str, detail: str, retry_after: int = 0) -> None:
+        super().__init__(detail)
+        self.status, self.reason, self.detail = status, reason, detail
+        self.retry_after = retry_after
+
+    def headers(self) -> dict[str, str]:
+        return {"Retry-After": str(self.retry_after)} if self.retry_after else {}
+
+
+def _bearer(console: Console, request: Request) -> bool:
+    """Whether the request carries the operator token as a bearer; :class:`Refused` for a
+    wrong one (401) or a client that guessed too often (429, before any comparison)."""
+    header = request.headers.get("authorization", "")
+    if not header:
+        return False
+    remote = _remote(request)
+    wait = console.limiter.retry_after(remote)
+    if wait:
+        raise Refused(429, "rate limited", f"too many wrong tokens from {remote}: retry in "
+                      f"{wait} s", retry_after=wait)  # fmt: skip
+    scheme, _, token = header.partition(" ")
+    assert console.config.token is not None
+    if scheme.lower() == "bearer" and auth.same(token.strip(), console.config.token):
+        return True
+    console.limiter.failed(remote)
+    raise Refused(401, "bad token", "the bearer token is not this console's token")
+
+
+class Boundary:
+    """Who may read: the trusted proxy's scheme and client address first, then the Host header
+    (DNS rebinding), then, when reads need the token, a session or a bearer token."""
+
+    def __init__(self, app: ASGIApp, console: Console) -> None:
+        self.app = app
+        self.console = console
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        console = self.console
+        request = Request(scope)
+        peer = scope["client"][0] if scope.get("client") else None
+        if console.proxies.networks:
+            client, scheme = console.proxies.resolve(
+                peer,
+                scope.get("scheme", "http"),
+                request.headers.get("x-forwarded-proto"),
+                request.headers.get("x-forwarded-for"),
+            )
+            scope["scheme"] = scheme
+            if client is not None:
+                scope["client"] = (client, 0)
+        path = scope["path"]
+        if path in PROBES:
+            await self.app(scope, receive, send)
+            return
+        host = request.headers.get("host")
+        if not console.hosts.allows(host):
+            log_event(log, "web.host_refused", host=(host or "")[:100], remote=_remote(request))
+            refused = PlainTextResponse(
+                f"this console does not answer to the Host {(host or '')[:100]!r}: reach it by "
+                "its address or a name it was given (--allowed-host, SHARDQ_WEB_ALLOWED_HOSTS)",
+                status_code=400,
+            )
+            await refused(scope, receive, send)
+            return
+        if (
+            console.config.require_login
+            and path not in OPEN_PATHS
+            and not path.startswith("/static/")
+            and not (scope["method"] == "POST" and ACTION_PATH.fullmatch(path))
+        ):
+            response = self._login_needed(request)
+            if response is not None:
+                await response(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+    def _login_needed(self, request: Request) -> Response | None:
+        """None if the request may read; else what to answer instead."""
+        console = self.console
+        wants_json = request.url.path.startswith("/live/") or bool(
+            request.headers.get("authorization")
+        )
+        try:
+            if _bearer(console, request):
+                return None
+        except Refused as refused:
+            log_event(log, "web.read_refused", reason=refused.reason, remote=_remote(request))
+            return JSONResponse(
+                {"ok": False, "error": refused.detail}, refused.status, refused.headers()
+            )
+        if console.sessions.get(request.cookies.get(auth.SESSION_COOKIE)) is not None:
+            return None
+        if wants_json:
+            return JSONResponse(
+                {"ok": False, "error": "log in with the operator token first (or send "
+                 "Authorization: Bearer <token>)"}, 401,
+            )  # fmt: skip
+        target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+        return RedirectResponse("/login?" + urlencode({"next": target}), status_code=303)
 
 
 # helpers ---------------------------------------------------------------------------------------
@@ -131,9 +300,9 @@ def _context(request: Request, **extra: Any) -> dict[str, Any]:
         flash, session.flash = session.flash, []
     return {
         "allow_actions": console.config.allow_actions,
-        "can_act": console.config.allow_actions and session is not None and session.authenticated,
+        "can_act": console.config.allow_actions and session is not None,
         "csrf": session.csrf if session else "",
-        "who": session.who if session and session.authenticated else None,
+        "who": session.who if session else None,
         "poll_ms": int(console.config.poll_seconds * 1000),
         "flash": flash,
         "path": request.url.path + (f"?{request.url.query}" if request.url.query else ""),
@@ -174,6 +343,20 @@ def _limit(raw: str | None) -> int:
 
 def _queue(request: Request) -> str:
     return str(request.path_params["queue"])
+
+
+def job_url(queue: str, job_id: str, live: bool = False) -> str:
+    """A job's page (``live``: its JSON twin).  The id is quoted whole, so '/', '%', '?', '#'
+    are part of it; an id of dots only goes in the query (``?id=``), because a browser resolves
+    '.' and '..' path segments (also spelt %2e) before it sends the request."""
+    base = ("/live" if live else "") + f"/q/{queue}/job"
+    if not job_id.strip("."):
+        return f"{base}?{urlencode({'id': job_id})}"
+    return f"{base}/{quote(job_id, safe='')}"
+
+
+def _job_id(request: Request) -> str:
+    return str(request.path_params.get("job_id") or request.query_params.get("id") or "")
 
 
 # pages -----------------------------------------------------------------------------------------
@@ -274,7 +457,7 @@ async def dead_page(request: Request) -> Response:
 
 
 async def job_page(request: Request) -> Response:
-    queue, job_id = _queue(request), str(request.path_params["job_id"])
+    queue, job_id = _queue(request), _job_id(request)
     try:
         info = await _console(request).redis.get(queue, job_id)
     except ValueError as exc:
@@ -290,12 +473,12 @@ async def job_page(request: Request) -> Response:
         queue=queue,
         job=info,
         payload=json.dumps(info.payload, indent=2, sort_keys=True, ensure_ascii=False),
-        live=f"/live/q/{queue}/job/{job_id}",
+        live=job_url(queue, job_id, live=True),
     )
 
 
 async def job_live(request: Request) -> Response:
-    queue, job_id = _queue(request), str(request.path_params["job_id"])
+    queue, job_id = _queue(request), _job_id(request)
     try:
         info = await _console(request).redis.get(queue, job_id)
     except ValueError:
@@ -313,11 +496,11 @@ async def search(request: Request) -> Response:
     client = _console(request).redis
     with contextlib.suppress(ValueError):
         if await client.get(queue, text) is not None:
-            return RedirectResponse(f"/q/{queue}/job/{text}", status_code=303)
+            return RedirectResponse(job_url(queue, text), status_code=303)
     with contextlib.suppress(ValueError):
         found = await AsyncInspector(client).find(queue, text)
         if found is not None:
-            return RedirectResponse(f"/q/{queue}/job/{found.id}", status_code=303)
+            return RedirectResponse(job_url(queue, found.id), status_code=303)
     return _error(
         request, 404, "No such job", f"no job in {queue!r} has the id or idempotency key "
         f"{text!r} (finished jobs are gone; idempotency keys expire)",
@@ -348,8 +531,11 @@ async def healthz(request: Request) -> Response:
 
 
 async def readyz(request: Request) -> Response:
+    console = _console(request)
+    if console.client is None:
+        return PlainTextResponse(f"Redis unreachable: {console.redis_error}", status_code=503)
     try:
-        await asyncio.wait_for(_console(request).redis.redis.ping(), 2.0)  # type: ignore[misc]
+        await asyncio.wait_for(console.client.redis.ping(), 2.0)  # type: ignore[misc]
     except (RedisError, ShardqError, OSError, TimeoutError) as exc:
         return PlainTextResponse(f"Redis unreachable: {exc}", status_code=503)
     return PlainTextResponse("ready")
@@ -358,61 +544,78 @@ async def readyz(request: Request) -> Response:
 # login -----------------------------------------------------------------------------------------
 
 
-def _set_session_cookie(request: Request, response: Response, session: auth.Session) -> None:
+def _cookie(request: Request, response: Response, name: str, value: str, max_age: float,
+            path: str = "/") -> None:  # fmt: skip
+    # Secure whenever the browser speaks https to us, also through a trusted TLS proxy (the
+    # Boundary middleware set the scheme from its X-Forwarded-Proto).
     response.set_cookie(
-        auth.SESSION_COOKIE,
-        session.sid,
-        max_age=int(auth.SESSION_TTL_S),
+        name,
+        value,
+        max_age=int(max_age),
         httponly=True,
         samesite="strict",
         secure=request.url.scheme == "https",
-        path="/",
+        path=path,
     )
+
+
+def _no_login(request: Request) -> Response:
+    return _error(request, 404, "Nothing to log in to", "this console was started read-only "
+                  "and open on loopback (no --allow-actions, no --require-login)")  # fmt: skip
+
+
+def _login_form(request: Request, nxt: str, failed: bool, status: int = 200) -> Response:
+    """The login page with a fresh signed form token, also set as the browser's cookie."""
+    console = _console(request)
+    token = console.forms.issue()
+    response = console.templates.TemplateResponse(
+        request,
+        "login.html",
+        _context(request, csrf=token, next=nxt, failed=failed),
+        status_code=status,
+    )
+    _cookie(request, response, auth.LOGIN_COOKIE, token, console.forms.ttl, path="/login")
+    return response
 
 
 async def login_page(request: Request) -> Response:
-    console = _console(request)
-    if not console.config.allow_actions:
-        return _error(request, 404, "Read-only console", "this console was started without "
-                      "--allow-actions: there is nothing to log in to")  # fmt: skip
-    session = _session(request)
-    if session is None:
-        session = console.sessions.new(authenticated=False)
-    nxt = _local(request.query_params.get("next"), "/")
-    response = console.templates.TemplateResponse(
-        request, "login.html", _context(request, csrf=session.csrf, next=nxt, failed=False)
-    )
-    _set_session_cookie(request, response, session)
-    return response
+    if not _console(request).config.login:
+        return _no_login(request)
+    return _login_form(request, _local(request.query_params.get("next"), "/"), failed=False)
 
 
 async def login_submit(request: Request) -> Response:
     console = _console(request)
-    if not console.config.allow_actions:
-        return _error(request, 404, "Read-only console", "actions are disabled")
+    if not console.config.login:
+        return _no_login(request)
     form = await request.form()
-    session = _session(request)
     nxt = _local(str(form.get("next", "")), "/")
-    if session is None or not auth.same(str(form.get("csrf", "")), session.csrf):
-        log_event(log, "web.login_refused", reason="csrf", remote=_remote(request))
+    remote = _remote(request)
+    if not console.forms.valid(str(form.get("csrf", "")), request.cookies.get(auth.LOGIN_COOKIE)):
+        log_event(log, "web.login_refused", reason="csrf", remote=remote)
         return _error(request, 403, "Refused", "the form's CSRF token does not match this "
-                      "session: reload the login page and try again")  # fmt: skip
+                      "browser's, or is too old: reload the login page and try again")  # fmt: skip
+    wait = console.limiter.retry_after(remote)
+    if wait:
+        log_event(log, "web.login_refused", reason="rate limited", remote=remote)
+        page = _error(request, 429, "Too many attempts", f"too many wrong tokens from "
+                      f"{remote}: retry in {wait} s")  # fmt: skip
+        page.headers["Retry-After"] = str(wait)
+        return page
     assert console.config.token is not None
     if not auth.same(str(form.get("token", "")), console.config.token):
-        log_event(log, "web.login_refused", reason="bad token", remote=_remote(request))
-        await asyncio.sleep(0.5)  # slows guessing; the token is long anyway
-        response = console.templates.TemplateResponse(
-            request,
-            "login.html",
-            _context(request, csrf=session.csrf, next=nxt, failed=True),
-            status_code=401,
-        )
-        return response
-    console.sessions.drop(session.sid)
-    fresh = console.sessions.new(authenticated=True)
-    log_event(log, "web.login", logging.INFO, who=fresh.who, remote=_remote(request))
+        console.limiter.failed(remote)
+        log_event(log, "web.login_refused", reason="bad token", remote=remote)
+        await asyncio.sleep(0.5)  # slows a single guesser further
+        return _login_form(request, nxt, failed=True, status=401)
+    old = _session(request)
+    if old is not None:
+        console.sessions.drop(old.sid)
+    fresh = console.sessions.new()
+    log_event(log, "web.login", logging.INFO, who=fresh.who, remote=remote)
     done = RedirectResponse(nxt, status_code=303)
-    _set_session_cookie(request, done, fresh)
+    _cookie(request, done, auth.SESSION_COOKIE, fresh.sid, console.sessions.ttl)
+    done.delete_cookie(auth.LOGIN_COOKIE, path="/login")
     return done
 
 
@@ -447,27 +650,16 @@ ACTIONS: dict[str, Action] = {
 }
 
 
-class Refused(Exception):
-    def __init__(self, status: int, reason: str, detail: str) -> None:
-        super().__init__(detail)
-        self.status, self.reason, self.detail = status, reason, detail
-
-
 def _authorise(request: Request, form: FormData) -> tuple[str, bool]:
     """(who, by bearer) for an action request, or :class:`Refused`."""
     console = _console(request)
     if not console.config.allow_actions:
         raise Refused(403, "read-only", "this console is read-only: start it with "
                       "--allow-actions (and SHARDQ_WEB_TOKEN) to act on queues")  # fmt: skip
-    assert console.config.token is not None
-    header = request.headers.get("authorization", "")
-    if header:
-        scheme, _, token = header.partition(" ")
-        if scheme.lower() == "bearer" and auth.same(token.strip(), console.config.token):
-            return "bearer", True
-        raise Refused(401, "bad token", "the bearer token is not this console's token")
+    if _bearer(console, request):
+        return "bearer", True
     session = _session(request)
-    if session is None or not session.authenticated:
+    if session is None:
         raise Refused(401, "no token", "log in with the operator token first (or send "
                       "Authorization: Bearer <token>)")  # fmt: skip
     if not auth.same(str(form.get("csrf", "")), session.csrf):
@@ -512,8 +704,12 @@ async def action(request: Request) -> Response:
     except Refused as refused:
         log_event(log, "web.action_refused", reason=refused.reason, **what)
         if request.headers.get("authorization") or "json" in request.headers.get("accept", ""):
-            return JSONResponse({"ok": False, "error": refused.detail}, refused.status)
-        return _error(request, refused.status, "Refused", refused.detail)
+            return JSONResponse(
+                {"ok": False, "error": refused.detail}, refused.status, refused.headers()
+            )
+        page = _error(request, refused.status, "Refused", refused.detail)
+        page.headers.update(refused.headers())
+        return page
     spec = ACTIONS.get(name)
     if spec is None or (spec.needs_job and not job_id):
         detail = f"unknown action {name!r}" if spec is None else f"{name} needs a job_id"
@@ -566,6 +762,11 @@ async def _redis_down(request: Request, exc: Exception) -> Response:
     return _error(request, 503, "Redis unavailable", f"{type(exc).__name__}: {exc}")
 
 
+async def _no_functions(request: Request, exc: Exception) -> Response:
+    # A node without shardq's library, and a user that may not load it (the viewer never may).
+    return _error(request, 503, "Functions not loaded", str(exc))
+
+
 async def _http(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
     return _error(request, exc.status_code, "Error", str(exc.detail))
@@ -581,6 +782,7 @@ def _filters(templates: Jinja2Templates) -> None:
     env.filters["span"] = fmt.span
     env.filters["num"] = lambda n: "-" if n is None else f"{n:,}"
     env.filters["pct"] = lambda x: f"{100 * float(x):.0f}%"
+    env.globals["job_url"] = job_url
 
 
 def create_app(
@@ -595,14 +797,50 @@ def create_app(
     async def connect() -> AsyncClient:
         return AsyncClient(await connect_async(config.redis))
 
+    factory = client_factory or connect
+
+    async def attempt() -> bool:
+        try:
+            console.client = await factory()
+        except Exception as exc:
+            # Whatever it is (down, refused credentials, a cluster still forming), an operator
+            # is better served by a console that says so on every page and recovers by itself
+            # than by one that exits: `shardq web` has already refused what waiting cannot fix
+            # (see cli_web).  /readyz stays 503 meanwhile.
+            console.redis_error = f"{type(exc).__name__}: {exc}"
+            return False
+        console.redis_error = None
+        return True
+
+    async def keep_trying() -> None:
+        failures = 1
+        while True:
+            if failures == 1 or failures % 20 == 0:
+                log_event(log, "web.redis_unreachable", logging.WARNING,
+                          url=redact_url(config.redis.url), error=console.redis_error,
+                          attempts=failures)  # fmt: skip
+            await asyncio.sleep(backoff_delay(failures))
+            if await attempt():
+                log_event(log, "web.redis_connected", logging.INFO, attempts=failures + 1)
+                return
+            failures += 1
+
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        console.client = await (client_factory or connect)()
+        # One attempt before serving (so a console whose Redis answers never shows "not
+        # connected"); if it fails, serve at once and keep trying in the background, so the
+        # probes and the pages answer (with 503) during the outage.
+        retrying = None if await attempt() else asyncio.create_task(keep_trying())
         try:
             yield
         finally:
-            await console.client.close()
-            console.client = None
+            if retrying is not None:
+                retrying.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await retrying
+            if console.client is not None:
+                await console.client.close()
+                console.client = None
 
     q = "/q/{queue:str}"
     routes = [
@@ -610,7 +848,10 @@ def create_app(
         Route(q, queue_page),
         Route(q + "/jobs", jobs_page),
         Route(q + "/dead", dead_page),
-        Route(q + "/job/{job_id:str}", job_page),
+        # a job id may hold '/', '%', '?', '#' (see job_url): the path form takes the rest of
+        # the path, the query form (?id=) takes ids a browser would rewrite as a path
+        Route(q + "/job/{job_id:path}", job_page),
+        Route(q + "/job", job_page),
         Route(q + "/search", search),
         Route(q + "/schedules", schedules_page),
         Route(q + "/fleet", fleet_page),
@@ -618,7 +859,8 @@ def create_app(
         Route("/live/overview", overview_live),
         Route("/live" + q, queue_live),
         Route("/live" + q + "/fleet", fleet_live),
-        Route("/live" + q + "/job/{job_id:str}", job_live),
+        Route("/live" + q + "/job/{job_id:path}", job_live),
+        Route("/live" + q + "/job", job_live),
         Route("/healthz", healthz),
         Route("/readyz", readyz),
         Route("/login", login_page),
@@ -632,10 +874,12 @@ def create_app(
         exception_handlers={
             UnknownQueueError: _unknown_queue,
             RedisUnavailableError: _redis_down,
+            FunctionsNotLoadedError: _no_functions,
             RedisError: _redis_down,
             HTTPException: _http,
         },
     )
     app.state.console = console
-    app.add_middleware(SecurityHeaders)
+    app.add_middleware(Boundary, console=console)
+    app.add_middleware(SecurityHeaders)  # outermost: refusals get the headers too
     return app
