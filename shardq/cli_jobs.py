@@ -369,6 +369,7 @@ def render_job(info: JobInfo) -> str:
             ("tenant", info.tenant),
             ("payload", payload if len(payload) <= 2000 else payload[:2000] + " ..."),
             ("last error", info.last_error),
+            *fmt.malformed_fields(info.malformed),
         ]
     )
 

@@ -52,6 +52,8 @@ def owners(queue_name: str, as_json: bool) -> None:
         )
     )
 
+    fmt.echo_malformed((f"partition {r.partition}", r.malformed) for r in rows)
+
 
 def _relative_s(seconds: float) -> str:
     return fmt.relative(seconds * 1000, 0) or "-"
@@ -313,7 +315,8 @@ def _render_stats(data: dict[str, Any], top: int) -> str:
         f"{q['pending']:,}  dead {q['dead']:,}  rate {q['rate_per_s']:,}/s  hot partition x"
         f"{q['hot_partition_ratio']}  hot node x{q['hot_node_ratio']}"
     )
-    return "\n".join([head, nodes, f"hottest partitions (top {top}):", parts])
+    bad = fmt.malformed((f"partition {r['partition']}", r["malformed"]) for r in data["partitions"])
+    return "\n".join([head, nodes, f"hottest partitions (top {top}):", parts, *bad])
 
 
 # Clear the screen and move home: `--watch` on a terminal redraws in place.
@@ -404,6 +407,8 @@ def dlq_list(queue_name: str, limit: int, partition: int | None, as_json: bool) 
             right=[1, 3],
         )
     )
+
+    fmt.echo_malformed((f"dead letter {d.entry_id}", d.malformed) for d in letters)
 
 
 def _died_ms(d: admin.DeadLetter) -> int | None:

@@ -185,10 +185,11 @@ class Limit:
                 data.get("burst"),
                 data.get("concurrency"),
             )
-        except InvalidLimitError:
-            raise
-        except Exception as exc:
-            raise InvalidLimitError(f"stored limit {name!r} cannot be read: {exc}") from None
+        except Exception as exc:  # (an InvalidLimitError too: the name says which one)
+            raise InvalidLimitError(
+                f"stored limit {name!r} cannot be read ({exc}): set it again with `shardq limit "
+                "set`, or drop it with `shardq limit remove`"
+            ) from None
 
 
 def _whole(value: object, lo: int, hi: int) -> bool:

@@ -45,6 +45,16 @@ BAD_ENVELOPES = [
     ("bad-options", 'S0|["t",1,[1]]'),
     ("no-bar", "S0"),
     ("bad-attempt", 'Sx|["t",1]'),
+    # numbers no producer writes: each must end dead, never retried forever
+    ("bad-attempt-nan", 'Snan|["t",1]'),
+    ("bad-attempt-inf", 'Sinf|["t",1]'),
+    ("bad-attempt-huge", 'S1e400|["t",1]'),
+    ("bad-attempts-huge", 'S0|["t",1,{"m":1e308}]'),
+    ("bad-attempts-bigint", 'S0|["t",1,{"m":1000000000000000000000000000000}]'),
+    ("bad-attempts-float", 'S0|["t",1,{"m":1.5}]'),
+    ("bad-backoff-cap", 'S0|["t",1,{"b":["f",1,1e300]}]'),
+    ("bad-backoff-neg", 'S0|["t",1,{"b":["e",-5,10]}]'),
+    ("bad-backoff-text", 'S0|["t",1,{"b":["f","5","9"]}]'),
 ]
 # Ready entries a worker cannot trust: odd due times still run the job.
 ODD_DUES = ["-inf", "inf", "nan", "1.5", "abc", ""]
