@@ -27,6 +27,7 @@ from shardq.cli_common import (
     warn_password_was_in_argv,
 )
 from shardq.cli_dev import dev
+from shardq.cli_errors import to_click
 from shardq.cli_jobs import enqueue, job, queue
 from shardq.cli_limits import limit
 from shardq.cli_ops import dlq, owners, rebalance, stats
@@ -125,7 +126,9 @@ def health(
                 client.partitions(queue_name)
             found = client.check_redis(require_appendonly)
     except RedisError as exc:
-        raise click.ClickException(f"unhealthy: Redis at {settings.url}: {exc}") from None
+        mapped = to_click(exc)
+        why = mapped.message if mapped is not None else str(exc)
+        raise click.ClickException(f"unhealthy: Redis at {settings.url}: {why}") from None
     failing = any(f.check != "eviction" or not allow_evicting_redis for f in found)
     if as_json:
         fmt.echo_json(

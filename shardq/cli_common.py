@@ -21,6 +21,7 @@ from shardq.cli_params import QUEUE_NAME
 from shardq.config import (
     DEFAULT_URL,
     RedisSettings,
+    is_text,
     url_has_password,
     without_password,
 )
@@ -147,6 +148,12 @@ def redis_settings() -> RedisSettings:
         overrides["username"] = username
     if password or from_file:
         overrides["password"] = password or from_file
+    for name, hint in (("username", "'--username'"), ("password", "'--password'")):
+        if not is_text(overrides.get(name)):
+            raise click.BadParameter(
+                "is not valid text (it holds bytes that are not UTF-8): write it in UTF-8",
+                param_hint=hint,
+            )
     try:
         return RedisSettings.from_url(url, **overrides)
     except ConfigError as exc:

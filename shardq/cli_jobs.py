@@ -396,7 +396,7 @@ def job() -> None:
 
 @job.command("get")
 @queue_option()
-@click.argument("job_id")
+@click.argument("job_id", type=JOB_ID)
 @JSON_OPTION
 @redis_options
 def job_get(queue_name: str, job_id: str, as_json: bool) -> None:
@@ -406,7 +406,7 @@ def job_get(queue_name: str, job_id: str, as_json: bool) -> None:
 
 @job.command("cancel")
 @queue_option()
-@click.argument("job_id")
+@click.argument("job_id", type=JOB_ID)
 @redis_options
 def job_cancel(queue_name: str, job_id: str) -> None:
     """Cancel a job that has not started."""
@@ -418,7 +418,7 @@ def job_cancel(queue_name: str, job_id: str) -> None:
 
 @job.command("reschedule")
 @queue_option()
-@click.argument("job_id")
+@click.argument("job_id", type=JOB_ID)
 @click.option("--delay", "--in", "delay", type=DURATION, default=None, help="Run after this long.")
 @click.option("--at", "run_at", type=UTC_TIME, default=None, help="Run at, e.g. 2030-01-01T09:00Z.")
 @click.option(

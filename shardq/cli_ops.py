@@ -16,6 +16,7 @@ from shardq import admin, slots
 from shardq import cli_format as fmt
 from shardq.cli_common import open_client, queue_option, redis_options
 from shardq.cli_jobs import JSON_OPTION, show_job
+from shardq.cli_params import JOB_ID
 from shardq.client import Client
 
 
@@ -418,7 +419,7 @@ def _died_ms(d: admin.DeadLetter) -> int | None:
 
 @dlq.command("show")
 @queue_option()
-@click.argument("job_id")
+@click.argument("job_id", type=JOB_ID)
 @JSON_OPTION
 @redis_options
 def dlq_show(queue_name: str, job_id: str, as_json: bool) -> None:
@@ -434,7 +435,7 @@ def _job_ids(job_ids: tuple[str, ...], all_jobs: bool) -> list[str] | None:
 
 @dlq.command("replay")
 @queue_option()
-@click.argument("job_ids", nargs=-1)
+@click.argument("job_ids", nargs=-1, type=JOB_ID)
 @click.option("--all", "all_jobs", is_flag=True, help="Every dead job of the queue.")
 @click.option("--yes", is_flag=True, help="Do it (without it, only count).")
 @redis_options
@@ -452,7 +453,7 @@ def dlq_replay(queue_name: str, job_ids: tuple[str, ...], all_jobs: bool, yes: b
 
 @dlq.command("purge")
 @queue_option()
-@click.argument("job_ids", nargs=-1)
+@click.argument("job_ids", nargs=-1, type=JOB_ID)
 @click.option("--all", "all_jobs", is_flag=True, help="Every dead letter of the queue.")
 @click.option("--yes", is_flag=True, help="Do it (without it, only count).")
 @redis_options

@@ -69,6 +69,20 @@ def without_password(url: str) -> tuple[str, str | None]:
     return f"{head}{user}@{rest}" if user else head + rest, unquote(secret)
 
 
+def is_text(value: object) -> bool:
+    """None, or a str that can be sent (no lone surrogates: bytes that were not UTF-8 on a
+    command line or in the environment arrive as those, and fail only when sent)."""
+    if value is None:
+        return True
+    if not isinstance(value, str):
+        return False
+    try:
+        value.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def _parse_bool(name: str, value: str) -> bool:
     low = value.strip().lower()
     if low in _TRUE:
@@ -92,6 +106,15 @@ class RedisSettings:
     socket_connect_timeout: float = 5.0
     max_connections: int = 64
     client_name: str | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("username", "password"):
+            if not is_text(getattr(self, name)):
+                # (never the value: it may be the password)
+                raise ConfigError(
+                    f"the Redis {name} is not valid text (it holds bytes that are not UTF-8): "
+                    "write it in UTF-8"
+                )
 
     @classmethod
     def from_url(cls, url: str, **overrides: Any) -> Self:
