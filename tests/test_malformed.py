@@ -5,6 +5,7 @@ them run, every loop keeps working, and every CLI command still answers."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 import uuid
@@ -15,6 +16,7 @@ import orjson
 import pytest
 from click.testing import CliRunner
 from helpers import (
+    FAST_DISPATCHER,
     FAST_WORKER,
     Runner,
     Runs,
@@ -155,12 +157,31 @@ def test_bad_fleet_records_do_not_stop_dispatchers(
     client, r = cluster_client, cluster_client.redis
     partitions = 4
     client.create_queue(queue, partitions)
-    r.hset(keys.owners_key(queue), mapping={"notint": "x 1", "99": "ghost 1", "1": ""})
+    r.hset(
+        keys.owners_key(queue),
+        # '²' passed str.isdigit() and then failed int(); int() reads Arabic-Indic digits
+        mapping={"notint": "x 1", "99": "ghost 1", "1": "", "²": "x 1", "\u0661": "y 1"},
+    )
     r.zadd(keys.dispatchers_key(queue), {f"ghost-{i}": "+inf" for i in range(100)})
     for pk in keys.all_partition_keys(queue, partitions):
-        r.hset(pk.stats, mapping={"promoted": "not-a-number", "enqueued": "x"})
+        # 'cancelled' and 'reclaimed' no script bumps here: they stay bad for the sampler
+        r.hset(
+            pk.stats,
+            mapping={"promoted": "not-a-number", "enqueued": "x", "cancelled": "inf",
+                     "reclaimed": "1e400"},
+        )  # fmt: skip
+    # A schedule no producer writes (a zero interval divided by zero in the ticker): stopped,
+    # while a good one beside it keeps firing.
+    bad = keys.partition_keys(queue, keys.partition_for("bad-sched", partitions), partitions)
+    r.hset(bad.schedules, "bad-sched", '{"v":1,"type":"t","body":"[\\"t\\",1]","every":0}')
+    r.zadd(bad.schedule_next, {"bad-sched": 1})
+    client.schedules.add(queue, "good-sched", "t", {"tick": True}, every=1)
+    stats_before = counter_value("shardq_malformed_records_total", queue=queue, kind="stats")
     runs = Runs()
-    with Runner(cluster_url, queue, {"t": runs.add}, wait_leases=False) as runner:
+    settings = dataclasses.replace(FAST_DISPATCHER, metrics_interval=0.2)
+    with Runner(
+        cluster_url, queue, {"t": runs.add}, wait_leases=False, dispatcher_settings=settings
+    ) as runner:
         d = runner.dispatcher
         assert d is not None
         wait_for(lambda: len(d.tokens) == partitions, 30, "the dispatcher did not take over")
@@ -175,10 +196,24 @@ def test_bad_fleet_records_do_not_stop_dispatchers(
             30,
             "counters not repaired",
         )
+        wait_for(
+            lambda: (
+                counter_value("shardq_malformed_records_total", queue=queue, kind="stats")
+                > stats_before
+            ),
+            30,
+            "the sampler did not count the bad counters",
+        )
+        wait_for(
+            lambda: sum(1 for j in runs.jobs if j.payload == {"tick": True}) >= 2,
+            30,
+            "the good schedule stopped firing",
+        )
         time.sleep(0.1)
         runner.check()
         assert d.supervisor.healthy()
         assert counter_value("shardq_malformed_records_total", queue=queue, kind="owner") > 0
+        assert r.zscore(bad.schedule_next, "bad-sched") is None  # stopped, not looped on
     assert r.zcount(keys.dispatchers_key(queue), "-inf", "+inf") == 0  # endless ones pruned
 
 
