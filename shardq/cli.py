@@ -38,6 +38,7 @@ from shardq.cli_settings import build_settings, settings_options
 from shardq.cli_web import web
 from shardq.config import DispatcherSettings, WorkerSettings
 from shardq.logs import LOG_FORMATS, LogFormat, setup_logging
+from shardq.store import keys, numbers
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -155,16 +156,18 @@ def _parse_partitions(value: str | None) -> list[int] | None:
     if not value:
         return None
     out: list[int] = []
+    top = keys.MAX_PARTITIONS - 1  # (a range past it would also build a list of that size)
     try:
         for part in value.split(","):
             if "-" in part:
                 lo, hi = part.split("-", 1)
-                out.extend(range(int(lo), int(hi) + 1))
+                out.extend(range(numbers.integer(lo, 0, top), numbers.integer(hi, 0, top) + 1))
             else:
-                out.append(int(part))
+                out.append(numbers.integer(part, 0, top))
     except ValueError:
         raise click.BadParameter(
-            f"{value!r}: use partition numbers and ranges, e.g. 0-15,32", param_hint="--partitions"
+            f"{value!r:.40}: use partition numbers 0-{top} and ranges of them, e.g. 0-15,32",
+            param_hint="--partitions",
         ) from None
     return out
 

@@ -402,9 +402,21 @@ def test_every_cli_command_fails_in_one_line_on_a_bad_id_or_name(
         ["enqueue", "-q", queue, "t", "--idempotency-key", NOT_UTF8],
         ["enqueue", "-q", queue, "t", "--delay", "9" * 400],
         ["job", "reschedule", "-q", queue, "x", "--delay", "9" * 400],
+        # (a range of 10**11 partitions was built as a list before anything was checked)
+        [
+            "worker",
+            "run",
+            "-q",
+            queue,
+            "--handlers",
+            "shardq.bench:handlers",
+            "--partitions",
+            "0-99999999999",
+        ],
+        ["dispatcher", "run", "-q", queue, "--partitions", "\u0663"],
     ):
         line = _one_line_error(args, runner.invoke(cli, [*args, "--url", cluster_url]))
-        assert "not valid" in line or "invalid" in line or "too long" in line, (args, line)
+        assert any(w in line for w in ("not valid", "invalid", "too long", "0-1023")), (args, line)
 
 
 RECORD = st.one_of(
