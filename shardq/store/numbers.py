@@ -19,6 +19,8 @@ import math
 import re
 from typing import Any, TypeVar
 
+from shardq.errors import MalformedRecordError
+
 T = TypeVar("T")
 
 INT64_MIN = -(2**63)
@@ -32,8 +34,9 @@ _REAL = re.compile(rb"[-+]?(?:[0-9]{1,40}(?:\.[0-9]{0,40})?|\.[0-9]{1,40})(?:[eE
 _SHOWN = 40  # characters of a bad value shown in a message
 
 
-class BadNumber(ValueError):
-    """A value from Redis that is not a number the field can hold."""
+class BadNumber(MalformedRecordError):
+    """A value from Redis that is not a number the field can hold (a ValueError, and typed:
+    one that escapes a reader is one line in the CLI, not a traceback)."""
 
     def __init__(self, what: str, raw: Any, allowed: str) -> None:
         self.what = what
