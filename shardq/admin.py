@@ -8,14 +8,16 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from shardq import metrics
 from shardq.client import Client
 from shardq.connection import as_text
 from shardq.dispatcher.leases import fair_share
+from shardq.jobs import MAX_ATTEMPT
 from shardq.store import fleet, inspect, keys, transport
+from shardq.store.numbers import Checked
 
 # Most entries one dlq script call handles: keeps each call short.
 DLQ_BATCH = 100
@@ -29,6 +31,7 @@ class OwnerRow:
     lease_age_s: float | None
     lease_ttl_s: float | None
     next_due_in_s: float | None
+    malformed: dict[str, str] = field(default_factory=dict)
 
 
 def owners(client: Client, queue: str) -> list[OwnerRow]:
@@ -54,6 +57,7 @@ def owners(client: Client, queue: str) -> list[OwnerRow]:
                 next_due_in_s=(info.next_due_ms - now) / 1000
                 if info.next_due_ms is not None
                 else None,
+                malformed=info.malformed,
             )
         )
     return rows
@@ -164,6 +168,7 @@ def queue_stats(client: Client, queue: str, window: float = 1.0) -> dict[str, An
             "dead": s.dead,
             "rate_per_s": round(rates.get(s.partition, 0.0), 1),
             "counters": s.counters,
+            "malformed": s.malformed,
         }
         parts.append(row)
         node = nodes.setdefault(
@@ -204,6 +209,7 @@ def queue_stats(client: Client, queue: str, window: float = 1.0) -> dict[str, An
             for p, r in (report.hottest(5) if report else [])
         ],
         "counters": dict(counters),
+        "malformed_partitions": sum(1 for s in snaps if s.malformed),
     }
     return {
         "queue": summary,
@@ -224,13 +230,8 @@ class DeadLetter:
     error: str
     at_ms: int | None
     raw: str | None
-
-
-def _int_or_none(value: str | None) -> int | None:
-    try:
-        return int(value) if value is not None else None
-    except ValueError:
-        return None
+    malformed: dict[str, str] = field(default_factory=dict)
+    """Fields that are not numbers in range (name -> raw value), read as None."""
 
 
 def _parse_dead(partition: int, entry: Any) -> DeadLetter:
@@ -242,14 +243,16 @@ def _parse_dead(partition: int, entry: Any) -> DeadLetter:
         if isinstance(fields, dict)
         else {as_text(fields[i]): as_text(fields[i + 1]) for i in range(0, len(fields) - 1, 2)}
     )
+    c = Checked()
     return DeadLetter(
         partition=partition,
         entry_id=as_text(eid),
         job_id=f.get("j"),
-        attempt=_int_or_none(f.get("a")),
+        attempt=c.integer("attempt", f["a"], None, 0, MAX_ATTEMPT) if "a" in f else None,
         error=f.get("e", ""),
-        at_ms=_int_or_none(f.get("t")),
+        at_ms=c.time_ms("at_ms", f["t"]) if "t" in f else None,
         raw=f.get("raw"),
+        malformed=c.bad,
     )
 
 

@@ -27,6 +27,7 @@ from shardq.cli_common import (
     warn_password_was_in_argv,
 )
 from shardq.cli_dev import dev
+from shardq.cli_errors import to_click
 from shardq.cli_jobs import enqueue, job, queue
 from shardq.cli_limits import limit
 from shardq.cli_ops import dlq, owners, rebalance, stats
@@ -37,6 +38,7 @@ from shardq.cli_settings import build_settings, settings_options
 from shardq.cli_web import web
 from shardq.config import DispatcherSettings, WorkerSettings
 from shardq.logs import LOG_FORMATS, LogFormat, setup_logging
+from shardq.store import keys, numbers
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -125,7 +127,9 @@ def health(
                 client.partitions(queue_name)
             found = client.check_redis(require_appendonly)
     except RedisError as exc:
-        raise click.ClickException(f"unhealthy: Redis at {settings.url}: {exc}") from None
+        mapped = to_click(exc)
+        why = mapped.message if mapped is not None else str(exc)
+        raise click.ClickException(f"unhealthy: Redis at {settings.url}: {why}") from None
     failing = any(f.check != "eviction" or not allow_evicting_redis for f in found)
     if as_json:
         fmt.echo_json(
@@ -152,16 +156,18 @@ def _parse_partitions(value: str | None) -> list[int] | None:
     if not value:
         return None
     out: list[int] = []
+    top = keys.MAX_PARTITIONS - 1  # (a range past it would also build a list of that size)
     try:
         for part in value.split(","):
             if "-" in part:
                 lo, hi = part.split("-", 1)
-                out.extend(range(int(lo), int(hi) + 1))
+                out.extend(range(numbers.integer(lo, 0, top), numbers.integer(hi, 0, top) + 1))
             else:
-                out.append(int(part))
+                out.append(numbers.integer(part, 0, top))
     except ValueError:
         raise click.BadParameter(
-            f"{value!r}: use partition numbers and ranges, e.g. 0-15,32", param_hint="--partitions"
+            f"{value!r:.40}: use partition numbers 0-{top} and ranges of them, e.g. 0-15,32",
+            param_hint="--partitions",
         ) from None
     return out
 

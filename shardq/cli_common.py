@@ -18,7 +18,14 @@ from click.core import ParameterSource
 
 from shardq.cli_errors import to_click
 from shardq.cli_params import QUEUE_NAME
-from shardq.config import DEFAULT_URL, RedisSettings, url_has_password
+from shardq.config import (
+    DEFAULT_URL,
+    RedisSettings,
+    is_text,
+    url_has_password,
+    without_password,
+)
+from shardq.errors import ConfigError
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -130,15 +137,30 @@ def redis_settings() -> RedisSettings:
     if on_argv and not ctx.meta.get(_ARGV_WARNING):
         ctx.meta[_ARGV_WARNING] = True
         click.echo(_ARGV_WARNING, err=True)
-    env = RedisSettings.from_env()
-    overrides: dict[str, Any] = {"ssl_ca_certs": ca_certs or env.ssl_ca_certs}
-    if env.cluster is not None:
-        overrides["cluster"] = env.cluster
+    try:
+        env = RedisSettings.env_overrides()
+    except ConfigError as exc:
+        raise click.UsageError(str(exc)) from None
+    overrides: dict[str, Any] = {"ssl_ca_certs": ca_certs or env.get("ssl_ca_certs")}
+    if env.get("cluster") is not None:
+        overrides["cluster"] = env["cluster"]
     if username:
         overrides["username"] = username
     if password or from_file:
         overrides["password"] = password or from_file
-    return RedisSettings.from_url(url, **overrides)
+    for name, hint in (("username", "'--username'"), ("password", "'--password'")):
+        if not is_text(overrides.get(name)):
+            raise click.BadParameter(
+                "is not valid text (it holds bytes that are not UTF-8): write it in UTF-8",
+                param_hint=hint,
+            )
+    try:
+        return RedisSettings.from_url(url, **overrides)
+    except ConfigError as exc:
+        # A URL the user gave that cannot be one is a usage error (exit 2), named where it
+        # came from; the message shows the URL redacted (config.redact_url).
+        hint = "SHARDQ_REDIS_URL" if url_source == ParameterSource.ENVIRONMENT else "'--url'"
+        raise click.BadParameter(str(exc), param_hint=hint) from None
 
 
 def open_client() -> Any:
@@ -207,13 +229,13 @@ def scrub_argv(args: list[str]) -> tuple[list[str], str | None]:
             i += 1
             continue
         if arg in ("--url",) and i + 1 < len(args) and url_has_password(args[i + 1]):
-            url, found = _without_password(args[i + 1])
+            url, found = without_password(args[i + 1])
             secret = secret or found
             cleaned += [arg, url]
             i += 2
             continue
         if arg.startswith("--url=") and url_has_password(arg[6:]):
-            url, found = _without_password(arg[6:])
+            url, found = without_password(arg[6:])
             secret = secret or found
             cleaned.append("--url=" + url)
             i += 1
@@ -221,16 +243,6 @@ def scrub_argv(args: list[str]) -> tuple[list[str], str | None]:
         cleaned.append(arg)
         i += 1
     return cleaned, secret
-
-
-def _without_password(url: str) -> tuple[str, str | None]:
-    from urllib.parse import unquote, urlparse
-
-    parsed = urlparse(url)
-    password = unquote(parsed.password) if parsed.password is not None else None
-    host = parsed.netloc.rsplit("@", 1)[1]
-    netloc = f"{parsed.username}@{host}" if parsed.username else host
-    return parsed._replace(netloc=netloc).geturl(), password
 
 
 def restart_without_password_in_argv() -> None:

@@ -14,6 +14,8 @@ from typing import Any
 import click
 import orjson
 
+from shardq.store import numbers
+
 
 def now_ms() -> int:
     """This machine's clock in ms: only for the relative form, never to decide what is due."""
@@ -21,10 +23,14 @@ def now_ms() -> int:
 
 
 def iso(ms: int | float | None) -> str | None:
-    """``2030-01-01T00:00:00.123Z`` for epoch ms; None stays None."""
+    """``2030-01-01T00:00:00.123Z`` for epoch ms; None stays None; a number no datetime can
+    show (before 1970 or after 9999, not finite) as ``invalid time <ms>``."""
     if ms is None:
         return None
-    moment = datetime.fromtimestamp(ms / 1000, UTC)
+    try:
+        moment = datetime.fromtimestamp(numbers.time_ms(ms) / 1000, UTC)
+    except numbers.BadNumber:
+        return f"invalid time {numbers.shown(ms)}"
     return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
@@ -48,6 +54,10 @@ def relative(ms: int | float | None, now: int | None = None) -> str | None:
     """``in 5m``, ``3s ago`` or ``now`` for epoch ms, against this machine's clock."""
     if ms is None:
         return None
+    try:  # (a time, or a delta from 0: may be negative)
+        ms = numbers.real(ms, -numbers.MAX_TIME_MS, numbers.MAX_TIME_MS)
+    except numbers.BadNumber:
+        return "?"
     delta = (ms - (now_ms() if now is None else now)) / 1000
     if abs(delta) < 1:
         return "now"
@@ -63,8 +73,33 @@ def when(ms: int | float | None, now: int | None = None) -> str:
 
 def stream_id_ms(entry_id: str) -> int | None:
     """The ms timestamp at the front of a Redis stream entry id (``1714000000000-0``)."""
-    head = entry_id.split("-", 1)[0]
-    return int(head) if head.isdigit() else None
+    try:
+        return numbers.time_ms(entry_id.split("-", 1)[0])
+    except numbers.BadNumber:
+        return None
+
+
+def malformed(records: Iterable[tuple[str, dict[str, str]]]) -> list[str]:
+    """One line per record with fields that are not what shardq writes (a number that is
+    not one, read as unset): ``malformed: <record>: <field> = <raw value>, ...``."""
+    return [
+        f"malformed: {label}: " + ", ".join(f"{k} = {v}" for k, v in sorted(bad.items()))
+        for label, bad in records
+        if bad
+    ]
+
+
+def malformed_fields(bad: dict[str, str]) -> list[tuple[str, str]]:
+    """A ``malformed`` line for :func:`fields` when a record has bad fields (else none)."""
+    if not bad:
+        return []
+    return [("malformed", ", ".join(f"{k} = {v}" for k, v in sorted(bad.items())))]
+
+
+def echo_malformed(records: Iterable[tuple[str, dict[str, str]]]) -> None:
+    """Print :func:`malformed`'s lines, after a command's output (fix them with HSET/HDEL)."""
+    for line in malformed(records):
+        click.echo(line)
 
 
 def table(headers: Sequence[str], rows: Iterable[Sequence[Any]], right: Sequence[int] = ()) -> str:

@@ -70,6 +70,7 @@ def job_list(
                 headers = ["id", "partition", "type", "attempt", "when", "worker / error"]
                 if page.jobs:
                     click.echo(fmt.table(headers, [_row(j, now) for j in page.jobs], right=(1, 3)))
+                fmt.echo_malformed((f"job {j.id}", j.malformed) for j in page.jobs)
             cursor = page.cursor
             if not every or cursor is None:
                 break
@@ -135,6 +136,7 @@ def queue_info(queue_name: str, as_json: bool) -> None:
     headers = ["part", "node", "scheduled", "overdue", "ready", "running", "dead", "oldest due",
                "lag s", "paused", "owner"]  # fmt: skip
     click.echo(fmt.table(headers, rows, right=(0, 2, 3, 4, 5, 6, 8)))
+    fmt.echo_malformed((f"partition {i.partition}", i.malformed) for i in infos)
     on = sum(i.lanes for i in infos)
     if on:
         # 'ready' then counts the lane too: due jobs waiting for a worker, by priority/tenant
@@ -158,11 +160,12 @@ def queue_members(queue_name: str, as_json: bool) -> None:
     rows = [
         [m.role, m.id, len(m.partitions) if m.role == "dispatcher" else "",
          m.inflight if m.role == "worker" else "", "yes" if m.draining else "",
-         fmt.when(m.heartbeat_expires_ms, now)]
+         "(malformed)" if m.malformed else fmt.when(m.heartbeat_expires_ms, now)]
         for m in members
     ]  # fmt: skip
     headers = ["role", "id", "partitions", "in flight", "draining", "heartbeat expires"]
     click.echo(fmt.table(headers, rows, right=(2, 3)) if rows else "no live members")
+    fmt.echo_malformed((f"{m.role} {m.id}", m.malformed) for m in members)
 
 
 @queue.command("pause")

@@ -369,6 +369,7 @@ def render_job(info: JobInfo) -> str:
             ("tenant", info.tenant),
             ("payload", payload if len(payload) <= 2000 else payload[:2000] + " ..."),
             ("last error", info.last_error),
+            *fmt.malformed_fields(info.malformed),
         ]
     )
 
@@ -395,7 +396,7 @@ def job() -> None:
 
 @job.command("get")
 @queue_option()
-@click.argument("job_id")
+@click.argument("job_id", type=JOB_ID)
 @JSON_OPTION
 @redis_options
 def job_get(queue_name: str, job_id: str, as_json: bool) -> None:
@@ -405,7 +406,7 @@ def job_get(queue_name: str, job_id: str, as_json: bool) -> None:
 
 @job.command("cancel")
 @queue_option()
-@click.argument("job_id")
+@click.argument("job_id", type=JOB_ID)
 @redis_options
 def job_cancel(queue_name: str, job_id: str) -> None:
     """Cancel a job that has not started."""
@@ -417,7 +418,7 @@ def job_cancel(queue_name: str, job_id: str) -> None:
 
 @job.command("reschedule")
 @queue_option()
-@click.argument("job_id")
+@click.argument("job_id", type=JOB_ID)
 @click.option("--delay", "--in", "delay", type=DURATION, default=None, help="Run after this long.")
 @click.option("--at", "run_at", type=UTC_TIME, default=None, help="Run at, e.g. 2030-01-01T09:00Z.")
 @click.option(

@@ -16,6 +16,7 @@ from shardq import admin, slots
 from shardq import cli_format as fmt
 from shardq.cli_common import open_client, queue_option, redis_options
 from shardq.cli_jobs import JSON_OPTION, show_job
+from shardq.cli_params import JOB_ID
 from shardq.client import Client
 
 
@@ -51,6 +52,8 @@ def owners(queue_name: str, as_json: bool) -> None:
             right=[0, 1, 2, 3],
         )
     )
+
+    fmt.echo_malformed((f"partition {r.partition}", r.malformed) for r in rows)
 
 
 def _relative_s(seconds: float) -> str:
@@ -313,7 +316,8 @@ def _render_stats(data: dict[str, Any], top: int) -> str:
         f"{q['pending']:,}  dead {q['dead']:,}  rate {q['rate_per_s']:,}/s  hot partition x"
         f"{q['hot_partition_ratio']}  hot node x{q['hot_node_ratio']}"
     )
-    return "\n".join([head, nodes, f"hottest partitions (top {top}):", parts])
+    bad = fmt.malformed((f"partition {r['partition']}", r["malformed"]) for r in data["partitions"])
+    return "\n".join([head, nodes, f"hottest partitions (top {top}):", parts, *bad])
 
 
 # Clear the screen and move home: `--watch` on a terminal redraws in place.
@@ -405,6 +409,8 @@ def dlq_list(queue_name: str, limit: int, partition: int | None, as_json: bool) 
         )
     )
 
+    fmt.echo_malformed((f"dead letter {d.entry_id}", d.malformed) for d in letters)
+
 
 def _died_ms(d: admin.DeadLetter) -> int | None:
     """When the job went dead: the record's own time, else its stream entry id's."""
@@ -413,7 +419,7 @@ def _died_ms(d: admin.DeadLetter) -> int | None:
 
 @dlq.command("show")
 @queue_option()
-@click.argument("job_id")
+@click.argument("job_id", type=JOB_ID)
 @JSON_OPTION
 @redis_options
 def dlq_show(queue_name: str, job_id: str, as_json: bool) -> None:
@@ -429,7 +435,7 @@ def _job_ids(job_ids: tuple[str, ...], all_jobs: bool) -> list[str] | None:
 
 @dlq.command("replay")
 @queue_option()
-@click.argument("job_ids", nargs=-1)
+@click.argument("job_ids", nargs=-1, type=JOB_ID)
 @click.option("--all", "all_jobs", is_flag=True, help="Every dead job of the queue.")
 @click.option("--yes", is_flag=True, help="Do it (without it, only count).")
 @redis_options
@@ -447,7 +453,7 @@ def dlq_replay(queue_name: str, job_ids: tuple[str, ...], all_jobs: bool, yes: b
 
 @dlq.command("purge")
 @queue_option()
-@click.argument("job_ids", nargs=-1)
+@click.argument("job_ids", nargs=-1, type=JOB_ID)
 @click.option("--all", "all_jobs", is_flag=True, help="Every dead letter of the queue.")
 @click.option("--yes", is_flag=True, help="Do it (without it, only count).")
 @redis_options

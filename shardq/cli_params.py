@@ -49,6 +49,7 @@ class Pattern(click.ParamType):  # type: ignore[type-arg]
         return str(value)
 
 
+MAX_DURATION = 10 * 366 * 86400.0  # past any horizon a setting or a job may have
 _UNITS = {"": 1.0, "s": 1.0, "ms": 0.001, "m": 60.0, "h": 3600.0, "d": 86400.0}
 _DURATION = re.compile(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*(ms|s|m|h|d)?\s*")
 
@@ -75,6 +76,9 @@ class Duration(click.ParamType):  # type: ignore[type-arg]
             seconds = float(match.group(1)) * _UNITS[match.group(2) or ""]
         if seconds < 0:
             self.fail(f"{value!r} is negative: use 0 to run now", param, ctx)
+        if seconds > MAX_DURATION:  # (also inf: 400 digits read as a float)
+            text = str(value) if len(str(value)) <= 24 else str(value)[:24] + "..."
+            self.fail(f"{text!r} is too long: at most {MAX_DURATION:.0f} s (10 years)", param, ctx)
         return seconds
 
 

@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from dataclasses import dataclass, field, replace
 from typing import Any, Self
-from urllib.parse import parse_qs, unquote, urlparse
+from urllib.parse import parse_qs, unquote, urlparse, urlsplit
 
 from shardq.errors import ConfigError
 
@@ -18,28 +19,68 @@ _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
 
 
+# A password may hold '#', '/', '?', '@', ':' or '[' unescaped: urllib would read them as a
+# fragment, a path, a query, a port or an IPv6 host, and then put the password in a "bad port"
+# message.  So the credentials are cut out by hand first, between '://' and the LAST '@',
+# before anything parses the rest; every message shows the URL through redact_url.
+_QUERY_SECRET = re.compile(r"(?i)([?&;](?:password|pass|passwd|pwd)=)[^&;#]*")
+_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*://")
+
+
+def split_credentials(url: str) -> tuple[str, str | None, str]:
+    """``url`` as (scheme with '://', the credentials or None, the rest): split after a
+    leading scheme (absent: everything up to the last '@' is credentials) and at the LAST '@'."""
+    scheme = _SCHEME.match(url)
+    head = scheme.group() if scheme else ""
+    rest = url[len(head) :]
+    userinfo, at, hostpart = rest.rpartition("@")
+    if not at:
+        return head, None, rest
+    return head, userinfo, hostpart
+
+
 def redact_url(url: str) -> str:
-    """The URL with any password replaced by ``***`` (for messages and logs)."""
-    try:
-        parsed = urlparse(url)
-        if parsed.password is None:
-            return url
-        user = parsed.username or ""
-        host = parsed.netloc.rsplit("@", 1)[1]
-        return parsed._replace(netloc=f"{user}:***@{host}").geturl()
-    except ValueError:
-        # Unparseable: hide everything between the scheme and the last '@'.
-        scheme, sep, rest = url.partition("://")
-        if "@" in rest:
-            return f"{scheme}{sep}***@{rest.rsplit('@', 1)[1]}"
-        return url
+    """The URL with any password replaced by ``***`` (for messages and logs): what lies between
+    '://' and the last '@' (the username stays when it is ``user:password``), and a
+    ``password=`` query argument."""
+    if not isinstance(url, str):
+        return "<not a string>"
+    head, userinfo, rest = split_credentials(url)
+    rest = _QUERY_SECRET.sub(r"\1***", rest)
+    if userinfo is None:
+        return head + rest
+    user, colon, _ = userinfo.partition(":")
+    # Without a ':' the credentials may be a bare password (some clients read them so).
+    return f"{head}{user}:***@{rest}" if colon else f"{head}***@{rest}"
 
 
 def url_has_password(url: str) -> bool:
+    """Whether ``url`` carries a password (``user:password@`` or ``:password@``)."""
+    _, userinfo, _ = split_credentials(url)
+    return userinfo is not None and ":" in userinfo
+
+
+def without_password(url: str) -> tuple[str, str | None]:
+    """``url`` with its password cut out (the username stays), and the password (decoded)."""
+    head, userinfo, rest = split_credentials(url)
+    if userinfo is None or ":" not in userinfo:
+        return url, None
+    user, _, secret = userinfo.partition(":")
+    return f"{head}{user}@{rest}" if user else head + rest, unquote(secret)
+
+
+def is_text(value: object) -> bool:
+    """None, or a str that can be sent (no lone surrogates: bytes that were not UTF-8 on a
+    command line or in the environment arrive as those, and fail only when sent)."""
+    if value is None:
+        return True
+    if not isinstance(value, str):
+        return False
     try:
-        return urlparse(url).password is not None
-    except ValueError:
-        return "@" in url
+        value.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _parse_bool(name: str, value: str) -> bool:
@@ -66,40 +107,73 @@ class RedisSettings:
     max_connections: int = 64
     client_name: str | None = None
 
+    def __post_init__(self) -> None:
+        for name in ("username", "password"):
+            if not is_text(getattr(self, name)):
+                # (never the value: it may be the password)
+                raise ConfigError(
+                    f"the Redis {name} is not valid text (it holds bytes that are not UTF-8): "
+                    "write it in UTF-8"
+                )
+
     @classmethod
     def from_url(cls, url: str, **overrides: Any) -> Self:
         """Parse ``redis://[user:password@]host:port[?cluster=true]`` (``rediss://`` for TLS).
 
         The credentials move out of the stored URL, so ``repr`` never shows them.
         """
-        shown = redact_url(url) if isinstance(url, str) else repr(url)
         if not isinstance(url, str):
-            raise ConfigError(f"Redis URL must be a string, got {shown}")
+            raise ConfigError(f"Redis URL must be a string, got {type(url).__name__}")
+        shown = redact_url(url)
+        head, userinfo, rest = split_credentials(url)
+        scheme = head[:-3].lower()
+        if scheme not in ("redis", "rediss"):
+            raise ConfigError(f"Redis URL must start with redis:// or rediss://, got {shown!r}")
+        username = password = None
+        if userinfo is not None:
+            user, colon, secret = userinfo.partition(":")
+            username = unquote(user) or None
+            password = unquote(secret) if colon and secret else None
         try:
-            parsed = urlparse(url)
+            # The credentials are out: nothing urllib says about the rest can hold them.
+            parsed = urlsplit(f"{scheme}://{rest}")
             hostname = parsed.hostname
         except ValueError as exc:
-            raise ConfigError(f"Redis URL {shown!r} cannot be parsed: {exc}") from None
-        if parsed.scheme not in ("redis", "rediss"):
-            raise ConfigError(f"Redis URL must start with redis:// or rediss://, got {shown!r}")
+            raise ConfigError(
+                f"Redis URL {shown!r} cannot be parsed ({exc}): write redis://host:port, an IPv6 "
+                "host in brackets (redis://[::1]:6379)"
+            ) from None
         if not hostname:
             raise ConfigError(f"Redis URL {shown!r} has no host: use redis://host:port")
         try:
             port = parsed.port or 6379
         except ValueError as exc:
-            raise ConfigError(f"Redis URL {shown!r} has a bad port: {exc}") from None
+            raise ConfigError(
+                f"Redis URL {shown!r} has a bad port ({exc}): use a number 1-65535, as in "
+                "redis://host:6379"
+            ) from None
         query = parse_qs(parsed.query)
+        if any(_QUERY_SECRET.match("?" + name + "=") for name in query):
+            raise ConfigError(
+                f"Redis URL {shown!r} has a password as a query argument, which shardq does not "
+                "read: write redis://user:password@host:port, or set SHARDQ_REDIS_PASSWORD"
+            )
         cluster: bool | None = None
         if "cluster" in query:
-            cluster = _parse_bool("cluster", query["cluster"][-1])
+            try:
+                cluster = _parse_bool("cluster", query["cluster"][-1])
+            except ConfigError as exc:
+                raise ConfigError(
+                    f"Redis URL {shown!r}: {exc} (or leave ?cluster= out: it is detected)"
+                ) from None
         host = hostname if ":" not in hostname else f"[{hostname}]"
         clean = f"{parsed.scheme}://{host}:{port}"
         values: dict[str, Any] = {
             "url": clean,
-            "username": unquote(parsed.username) if parsed.username else None,
-            "password": unquote(parsed.password) if parsed.password else None,
+            "username": username,
+            "password": password,
             "cluster": cluster,
-            "ssl": parsed.scheme == "rediss",
+            "ssl": scheme == "rediss",
         }
         values.update(overrides)
         return cls(**values)
@@ -107,8 +181,14 @@ class RedisSettings:
     @classmethod
     def from_env(cls, prefix: str = "SHARDQ_REDIS_") -> Self:
         """Read SHARDQ_REDIS_URL, _USERNAME, _PASSWORD, _CLUSTER and _SSL_CA_CERTS."""
+        settings = cls.from_url(os.environ.get(prefix + "URL", DEFAULT_URL))
+        return replace(settings, **cls.env_overrides(prefix))
+
+    @staticmethod
+    def env_overrides(prefix: str = "SHARDQ_REDIS_") -> dict[str, Any]:
+        """What SHARDQ_REDIS_USERNAME, _PASSWORD, _CLUSTER and _SSL_CA_CERTS set (the URL is
+        not read: a caller with a URL of its own needs only these)."""
         env = os.environ
-        settings = cls.from_url(env.get(prefix + "URL", DEFAULT_URL))
         overrides: dict[str, Any] = {}
         if prefix + "USERNAME" in env:
             overrides["username"] = env[prefix + "USERNAME"]
@@ -118,7 +198,7 @@ class RedisSettings:
             overrides["cluster"] = _parse_bool(prefix + "CLUSTER", env[prefix + "CLUSTER"])
         if prefix + "SSL_CA_CERTS" in env:
             overrides["ssl_ca_certs"] = env[prefix + "SSL_CA_CERTS"]
-        return replace(settings, **overrides)
+        return overrides
 
     def host_port(self) -> tuple[str, int]:
         """The seed node's host and port."""
@@ -157,12 +237,9 @@ def _check_int(name: str, value: object, lo: int, hi: int, why: str = "") -> Non
 
 def _check_range(name: str, value: object, lo: float, hi: float) -> None:
     """A finite number of seconds (int or float) within [lo, hi]."""
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, int | float)
-        or not math.isfinite(value)
-        or not lo <= value <= hi
-    ):
+    # The comparison refuses nan and inf, and (unlike math.isfinite) huge ints without an
+    # OverflowError.
+    if isinstance(value, bool) or not isinstance(value, int | float) or not lo <= value <= hi:
         raise ConfigError(f"{name} must be a number of seconds in [{lo}, {hi}], got {value!r}")
 
 

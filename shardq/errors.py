@@ -183,5 +183,10 @@ class CorruptKeyError(ShardqError):
     The script refused before writing anything."""
 
 
+class MalformedRecordError(ShardqError, ValueError):
+    """A record read from Redis is not what shardq writes there (a body that is not JSON, a
+    number that is not one), written by hand or by a buggy release: it cannot be shown."""
+
+
 class ScriptArgumentError(ShardqError, ValueError):
     """A script refused an argument out of its bounds (a bug, or a shardq version mismatch)."""

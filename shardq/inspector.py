@@ -34,6 +34,7 @@ import orjson
 from shardq import jobs as jobmod
 from shardq.errors import InvalidCursorError, JobNotFoundError
 from shardq.store import fleet, inspect, keys, producer
+from shardq.store.numbers import MAX_TIME_MS, Checked, shown
 from shardq.store.op import Op
 
 T = TypeVar("T")
@@ -65,6 +66,8 @@ class JobSummary:
     deliveries: int | None = None
     dead_at_ms: int | None = None
     entry_id: str | None = None  # ready/running/dead: its stream entry
+    malformed: dict[str, str] = field(default_factory=dict)
+    """Stored fields that are not what shardq writes (name -> raw value), read as unset."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +96,8 @@ class PartitionInfo:
     counters: dict[str, int] = field(default_factory=dict)
     lanes: bool = False
     """Lanes on (priorities and tenants): ``ready`` includes the jobs waiting in the lane."""
+    malformed: dict[str, str] = field(default_factory=dict)
+    """Counters and figures that were not numbers in range (name -> raw value), left out."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +111,9 @@ class Member:
     draining: bool
     partitions: list[int]  # dispatchers: partitions whose lease it holds
     inflight: int  # workers: deliveries it holds, over every partition
+    malformed: dict[str, str] = field(default_factory=dict)
+    """A heartbeat score that is not a time (e.g. ``+inf``, written by hand): shown as it is;
+    such a member never expires by itself (the fleet's membership scripts prune it)."""
 
 
 # cursors ---------------------------------------------------------------------------------------
@@ -206,21 +214,37 @@ def _prev_entry_id(entry_id: str) -> str:
 # envelopes -------------------------------------------------------------------------------------
 
 
-def _envelope(raw: bytes | None) -> tuple[str | None, int | None, dict[str, Any]]:
-    """(state letter, attempt, body) of a stored envelope; (None, None, {}) if unreadable."""
+def _envelope(
+    raw: bytes | None, bad: dict[str, str] | None = None
+) -> tuple[str | None, int | None, dict[str, Any]]:
+    """(state letter, attempt, body) of a stored envelope; a part that cannot be read is None
+    (or {}), and named in ``bad`` when given."""
     if not raw:
         return None, None, {}
-    bar = raw.find(b"|")
+    c = Checked()
+    letter, attempt_raw, body_raw = jobmod.split_envelope(raw)
+    attempt = c.integer("attempt", attempt_raw, None, 0, jobmod.MAX_ATTEMPT)
     try:
-        return raw[:1].decode(), int(raw[1:bar]), jobmod.decode_body(raw[bar + 1 :])
-    except (ValueError, UnicodeDecodeError):
-        return None, None, {}
+        body = jobmod.decode_body(body_raw)
+    except ValueError:
+        c.bad["body"] = shown(body_raw)
+        body = {}
+    if bad is not None:
+        bad.update(c.bad)
+    return letter.decode(errors="replace"), attempt, body
 
 
 def _summary(
     queue: str, partition: int, job_id: str, state: str, raw: bytes | None, **extra: Any
 ) -> JobSummary:
-    _, attempt, body = _envelope(raw)
+    bad: dict[str, str] = dict(extra.pop("malformed", None) or {})
+    _, attempt, body = _envelope(raw, bad)
+    options = jobmod.stored_options(body, bad)
+    due = extra.pop("due_ms", None)
+    if due is not None and not 0 <= due <= MAX_TIME_MS:
+        # (a due-set score of +-inf, listed at the cursors' bound: see inspect.SCORE_BOUND)
+        bad["due_ms"] = shown(due)
+        due = None
     return JobSummary(
         id=job_id,
         queue=queue,
@@ -229,8 +253,9 @@ def _summary(
         type=body.get("t"),
         payload=body.get("p"),
         attempt=attempt,
-        max_attempts=body.get("m"),
-        due_ms=extra.pop("due_ms", None),
+        max_attempts=options.max_attempts,
+        due_ms=due,
+        malformed=bad,
         **extra,
     )
 
@@ -312,10 +337,14 @@ def _list_stream(
     jobs: list[JobSummary] = []
     for _, p, now, row in rows:
         if state == "ready":
-            eid, job_id, due, raw = row
+            eid, job_id, due, raw, bad = row
             # A job in a lane (lanes on) has no stream entry yet: its id is only a cursor.
-            shown = None if eid.startswith(LANE_PREFIX) else eid
-            jobs.append(_summary(queue, p, job_id or "", "ready", raw, due_ms=due, entry_id=shown))
+            entry = None if eid.startswith(LANE_PREFIX) else eid
+            jobs.append(
+                _summary(
+                    queue, p, job_id or "", "ready", raw, due_ms=due, entry_id=entry, malformed=bad
+                )
+            )
         elif state == "running":
             eid, job_id, worker, idle, deliveries, raw = row
             jobs.append(
@@ -334,7 +363,8 @@ def _list_stream(
         else:
             eid, fields, raw = row
             letter_state, _, _ = _envelope(raw)
-            dead_at = fields.get("t")
+            c = Checked()
+            dead_at = c.time_ms("dead_at_ms", fields["t"]) if fields.get("t") else None
             jobs.append(
                 _summary(
                     queue,
@@ -343,8 +373,9 @@ def _list_stream(
                     "dead" if letter_state == "D" else "dead-letter only",
                     raw,
                     last_error=fields.get("e"),
-                    dead_at_ms=int(dead_at) if dead_at and dead_at.isdigit() else None,
+                    dead_at_ms=dead_at,
                     entry_id=eid,
+                    malformed=c.bad,
                 )
             )
     last = rows[-1] if rows else None
@@ -361,8 +392,12 @@ def _list_retrying(queue: str, partitions: int, limit: int, cursor: str | None) 
     for _ in range(RETRY_STEPS):
         (result,) = _ok((yield [inspect.list_retrying(pks[p], scan, max(1, limit - len(jobs)))]))
         _, scan, rows = result
-        for job_id, due, error, raw in rows:
-            jobs.append(_summary(queue, p, job_id, "retrying", raw, due_ms=due, last_error=error))
+        for job_id, due, error, raw, bad in rows:
+            jobs.append(
+                _summary(
+                    queue, p, job_id, "retrying", raw, due_ms=due, last_error=error, malformed=bad
+                )
+            )
         if scan == "0":
             p, scan = p + 1, "0"
             if p == partitions:
@@ -549,6 +584,7 @@ def partitions_plan(
             paused=s.paused,
             lanes=s.lanes,
             counters={k: v for k, v in s.counters.items() if k not in ("paused", "lanes")},
+            malformed={**s.malformed, **lease.malformed},
         )
         for s, lease in zip(snaps, leases, strict=True)
     ]
@@ -572,15 +608,20 @@ def members_plan(
     out: list[Member] = []
     for role in ("dispatcher", "worker"):
         draining = set(raw[f"{role}_drain"])
-        for member_id, expires in raw[role]:
-            if expires < now_ms:
+        for member_id, score in raw[role]:
+            c = Checked()
+            expires = c.time_ms("heartbeat_expires_ms", score, None)
+            if expires is not None and expires < now_ms:
                 continue
+            if expires is None and isinstance(score, float) and score < now_ms:
+                continue  # (-inf: long expired)
             out.append(
                 Member(
                     role=role,
                     id=member_id,
                     instance=member_id.partition(":")[2].rpartition("#")[0] or member_id,
-                    heartbeat_expires_ms=int(expires),
+                    heartbeat_expires_ms=expires if expires is not None else 0,
+                    malformed=c.bad,
                     draining=member_id in draining,
                     partitions=held.get(member_id, []) if role == "dispatcher" else [],
                     inflight=pending.get(member_id, 0) if role == "worker" else 0,

@@ -8,9 +8,9 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from shardq import inspector as plans
 from shardq.connection import as_text
-from shardq.errors import ShardqError
+from shardq.errors import InvalidScheduleError, ShardqError
 from shardq.jobs import JobInfo
-from shardq.store import keys, transport
+from shardq.store import keys, numbers, transport
 
 if TYPE_CHECKING:
     from shardq.aio import AsyncClient
@@ -30,9 +30,12 @@ def _ms(when: datetime | float | None) -> int | None:
         return None
     if isinstance(when, datetime):
         if when.tzinfo is None:
-            raise ValueError("pass a timezone-aware datetime (e.g. datetime.now(UTC))")
+            raise InvalidScheduleError("pass a timezone-aware datetime (e.g. datetime.now(UTC))")
         return round(when.timestamp() * 1000)
-    return round(float(when) * 1000)
+    try:
+        return round(numbers.real(when, 0, numbers.MAX_TIME_MS / 1000, what="a time") * 1000)
+    except numbers.BadNumber as exc:
+        raise InvalidScheduleError(f"{exc}: pass a datetime or epoch seconds") from None
 
 
 def _members_raw(replies: list[Any]) -> tuple[int, dict[str, Any]]:

@@ -28,12 +28,16 @@ from shardq.errors import (
     PayloadTooLargeError,
     UnknownQueueError,
 )
+from shardq.store import numbers
 from shardq.store.keys import QUEUE_NAME_RE
 
 JOB_TYPE_RE = re.compile(r"[A-Za-z0-9_.:/\-]{1,128}")  # fullmatch: "$" would let "\n" through
 JOB_ID_RE = re.compile(r"[\x21-\x7e]{1,128}")
 MAX_IDEMPOTENCY_KEY = 256
 MAX_ATTEMPTS_LIMIT = 1000
+#: Most attempts an envelope's header may count (above any max_attempts a producer can set,
+#: with room for deliveries reclaimed on top; a header beyond it is malformed).
+MAX_ATTEMPT = 2**31 - 1
 
 Priority = Literal["high", "default", "low"]
 #: Priority level -> its letter in a stored body's lane prefix (lua/includes/lanes.lua, which
@@ -45,6 +49,10 @@ TENANT_RE = re.compile(_TENANT_CHARS + "{1,64}")
 _FLOW_PREFIX_RE = re.compile(("@([hnl])(" + _TENANT_CHARS + "{0,64})@").encode())
 
 BackoffKind = Literal["fixed", "exponential", "jitter"]
+#: Longest backoff base or cap: the fail script takes a retry delay of at most a year.
+MAX_BACKOFF = 366 * 86400.0
+#: Latest run_at (epoch seconds): 9999-12-31, the last time a datetime or the CLI can show.
+MAX_RUN_AT = numbers.MAX_TIME_MS / 1000
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,8 +72,14 @@ class Backoff:
             raise InvalidJobError(f"backoff kind {self.kind!r}: use fixed, exponential or jitter")
         for name in ("base", "cap"):
             value = getattr(self, name)
-            if not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
-                raise InvalidJobError(f"backoff {name} must be a finite number >= 0 seconds")
+            # A comparison, not math.isfinite: it refuses nan, inf and huge ints alike.
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                value = None
+            if value is None or not 0 <= value <= MAX_BACKOFF:
+                raise InvalidJobError(
+                    f"backoff {name} must be 0..{MAX_BACKOFF:.0f} seconds (a retry waits at "
+                    f"most a year), got {numbers.shown(getattr(self, name))}"
+                )
 
     def delay(self, attempt: int, rng: random.Random | None = None) -> float:
         """Seconds to wait after failed attempt number ``attempt``."""
@@ -81,8 +95,15 @@ class Backoff:
 
     @classmethod
     def decode(cls, raw: list[Any]) -> Backoff:
+        """A stored backoff (``[kind letter, base ms, cap ms]``); ValueError (InvalidJobError
+        or BadNumber, naming the value) for one no producer writes."""
         kinds: dict[str, BackoffKind] = {"f": "fixed", "e": "exponential", "j": "jitter"}
-        return cls(kinds[raw[0]], raw[1] / 1000, raw[2] / 1000)
+        if not isinstance(raw, list) or len(raw) != 3 or raw[0] not in kinds:
+            raise InvalidJobError(f"stored backoff {raw!r:.60} is not [kind, base ms, cap ms]")
+        top = MAX_BACKOFF * 1000
+        base = numbers.real(_json_number(raw[1], "backoff base ms"), 0, top, what="backoff base ms")
+        cap = numbers.real(_json_number(raw[2], "backoff cap ms"), 0, top, what="backoff cap ms")
+        return cls(kinds[raw[0]], base / 1000, cap / 1000)
 
 
 DEFAULT_BACKOFF = Backoff()
@@ -211,18 +232,20 @@ def make_schedule(
         if seconds is None:
             return Schedule("in", 0)
         if isinstance(seconds, bool) or not isinstance(seconds, int | float):
-            raise InvalidScheduleError(f"delay must be seconds or a timedelta, got {delay!r}")
-        if not math.isfinite(seconds):
+            raise InvalidScheduleError(f"delay must be seconds or a timedelta, got {delay!r:.40}")
+        # Comparisons, not math.isfinite: they refuse nan and inf, and huge ints (10**400)
+        # without an OverflowError.
+        if seconds != seconds or seconds in (math.inf, -math.inf):
             raise InvalidScheduleError(f"delay must be a finite number of seconds, got {seconds}")
         if seconds < -settings.past_tolerance:
             raise InvalidScheduleError(
-                f"delay {seconds} s is further in the past than past_tolerance "
+                f"delay {numbers.shown(seconds)} s is further in the past than past_tolerance "
                 f"({settings.past_tolerance} s): use delay=0 to run now"
             )
         if seconds > settings.max_horizon:
             raise InvalidScheduleError(
-                f"delay {seconds} s is beyond max_horizon ({settings.max_horizon} s): schedule "
-                "closer to now or raise max_horizon"
+                f"delay {numbers.shown(seconds)} s is beyond max_horizon "
+                f"({settings.max_horizon} s): schedule closer to now or raise max_horizon"
             )
         return Schedule("in", max(0, round(seconds * 1000)))
     if isinstance(run_at, datetime):
@@ -231,15 +254,20 @@ def make_schedule(
                 "run_at is a naive datetime: pass a timezone-aware one, e.g. "
                 "datetime.now(timezone.utc) + timedelta(minutes=5)"
             )
-        epoch = run_at.timestamp()
+        epoch: float = run_at.timestamp()
     elif isinstance(run_at, int | float) and not isinstance(run_at, bool):
-        epoch = float(run_at)
+        epoch = run_at
     else:
-        raise InvalidScheduleError(f"run_at must be a datetime or epoch seconds, got {run_at!r}")
-    if not math.isfinite(epoch):
+        raise InvalidScheduleError(
+            f"run_at must be a datetime or epoch seconds, got {run_at!r:.40}"
+        )
+    if epoch != epoch or epoch in (math.inf, -math.inf):
         raise InvalidScheduleError(f"run_at must be a finite time, got {epoch}")
-    if epoch <= 0:
-        raise InvalidScheduleError(f"run_at {epoch} is not a time after 1970: pass epoch seconds")
+    if not 0 < epoch <= MAX_RUN_AT:
+        raise InvalidScheduleError(
+            f"run_at {numbers.shown(epoch)} is not a time after 1970 and before the year 10000: "
+            f"pass epoch seconds 0..{int(MAX_RUN_AT)} or a datetime"
+        )
     return Schedule("at", round(epoch * 1000))
 
 
@@ -510,6 +538,78 @@ class JobInfo:
     limit_key: str | None = None
     priority: Priority = "default"
     tenant: str | None = None
+    malformed: dict[str, str] = field(default_factory=dict)
+    """Stored fields that are not what a producer writes (name -> raw value), read as unset:
+    e.g. ``{"due_ms": "'inf'"}``, ``{"m": "1e+300"}`` (written by hand or by a buggy release)."""
+
+
+def _json_number(value: Any, what: str) -> int | float:
+    """A number of a stored body as JSON gave it (producers write numbers there, never text
+    that the checked parsers would read as one); BadNumber for anything else."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return value
+    raise numbers.BadNumber(what, value, "a JSON number")
+
+
+def split_envelope(raw: bytes) -> tuple[bytes, bytes, bytes]:
+    """A stored envelope ``<state><attempt>|<body>`` as (state letter, attempt text, body); an
+    envelope without the bar gives an empty body (which :func:`decode_body` refuses)."""
+    bar = raw.find(b"|")
+    if bar < 0:
+        return raw[:1], raw[1:], b""
+    return raw[:1], raw[1:bar], raw[bar + 1 :]
+
+
+class StoredOptions(NamedTuple):
+    """A stored body's options, as a producer writes them (None: not set)."""
+
+    max_attempts: int | None
+    backoff: Backoff | None
+    headers: dict[str, str]
+    idempotency_key: str | None
+    limit_key: str | None
+
+
+def stored_options(body: dict[str, Any], bad: dict[str, str] | None = None) -> StoredOptions:
+    """The options of a decoded body (:func:`decode_body`), checked as a producer writes them:
+    max attempts an integer 1..MAX_ATTEMPTS_LIMIT, a backoff of [kind, base ms, cap ms] within
+    a year, headers of str to str, str keys.  An option no producer writes (a job stored by
+    hand or by a buggy release) raises ValueError naming it; with ``bad`` given, it is put
+    there instead (option -> raw value shown) and read as not set."""
+
+    def refuse(name: str, message: str) -> None:
+        if bad is None:
+            raise ValueError(message)
+        bad[name] = numbers.shown(body.get(name))
+
+    max_attempts: int | None = None
+    if body.get("m") is not None:
+        try:
+            max_attempts = numbers.integer(
+                _json_number(body["m"], "max attempts"), 1, MAX_ATTEMPTS_LIMIT, what="max attempts"
+            )
+        except numbers.BadNumber as exc:
+            refuse("m", str(exc))
+    backoff: Backoff | None = None
+    if body.get("b") is not None:
+        try:
+            backoff = Backoff.decode(body["b"])
+        except ValueError as exc:
+            refuse("b", str(exc))
+    headers = body.get("h") or {}
+    if not isinstance(headers, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in headers.items()
+    ):
+        refuse("h", f"headers {headers!r:.40} are not an object of strings")
+        headers = {}
+    keys_: list[str | None] = []
+    for name, what in (("k", "idempotency key"), ("l", "limit key")):
+        value = body.get(name)
+        if value is not None and not isinstance(value, str):
+            refuse(name, f"{what} {value!r:.40} is not a string")
+            value = None
+        keys_.append(value)
+    return StoredOptions(max_attempts, backoff, headers, keys_[0], keys_[1])
 
 
 def decode_body(raw: bytes | str) -> dict[str, Any]:

@@ -60,6 +60,22 @@ def check_limit_key(key: object) -> str:
     return key
 
 
+def check_name_text(name: object) -> str:
+    """A limit's name as a remove may give it: any text Redis can hold (a limit stored by hand
+    under an odd name must stay removable), so only refused when it is not text, or holds lone
+    surrogates (bytes that were not UTF-8 on a command line)."""
+    try:
+        if not isinstance(name, str):
+            raise TypeError
+        name.encode()
+    except (TypeError, UnicodeEncodeError):
+        raise InvalidLimitError(
+            f"limit name {name!r:.80} is not valid text: give type:<job type>, key:<limit key> "
+            "or tenant:<tenant>"
+        ) from None
+    return name
+
+
 def parse_rate(text: str) -> tuple[int, float]:
     """``"100/s"``, ``"10/min"``, ``"5/2s"``, ``"1000/h"`` -> (count, period seconds)."""
     m = _RATE_RE.fullmatch(text.lower()) if isinstance(text, str) else None
@@ -185,10 +201,11 @@ class Limit:
                 data.get("burst"),
                 data.get("concurrency"),
             )
-        except InvalidLimitError:
-            raise
-        except Exception as exc:
-            raise InvalidLimitError(f"stored limit {name!r} cannot be read: {exc}") from None
+        except Exception as exc:  # (an InvalidLimitError too: the name says which one)
+            raise InvalidLimitError(
+                f"stored limit {name!r} cannot be read ({exc}): set it again with `shardq limit "
+                "set`, or drop it with `shardq limit remove`"
+            ) from None
 
 
 def _whole(value: object, lo: int, hi: int) -> bool:

@@ -223,8 +223,9 @@ MALFORMED = Counter(
     "shardq_malformed_records_total",
     "Records read from Redis that could not be parsed and were skipped or dead-lettered, by "
     "kind (job: a stored job a worker cannot read, dead-lettered; owner: a bad field of the "
-    "advisory owners hash, skipped). Ready entries the scripts dead-letter count in the "
-    "partition's 'malformed' counter.",
+    "advisory owners hash, skipped; stats: a partition counter or figure that is not a number "
+    "in range, left out, counted per sample). Ready entries the scripts dead-letter count in "
+    "the partition's 'malformed' counter.",
     ["queue", "kind"],
 )
 
@@ -405,6 +406,8 @@ class PartitionCollector(Collector):
                 labels=["queue", "partition"],
             )
             for s in snaps:
+                if "counter " + counter in s.malformed:
+                    continue  # unreadable (not 0: a counter going to 0 would read as a reset)
                 counts.add_metric([s.queue, str(s.partition)], float(s.counters.get(counter, 0)))
             yield counts
         ratio = GaugeMetricFamily(

@@ -54,7 +54,6 @@ from __future__ import annotations
 
 import builtins
 import dataclasses
-import math
 from collections import deque
 from collections.abc import Generator, Iterator
 from dataclasses import asdict, dataclass, field
@@ -69,8 +68,9 @@ from shardq import jobs as jobmod
 from shardq.config import ProducerSettings
 from shardq.errors import InvalidJobError, InvalidPeriodicScheduleError, ScheduleNotFoundError
 from shardq.jobs import Backoff
-from shardq.store import keys
+from shardq.store import keys, numbers
 from shardq.store import schedules as ops
+from shardq.store.numbers import Checked
 from shardq.store.op import Op
 
 if TYPE_CHECKING:
@@ -84,6 +84,7 @@ MAX_INTERVAL = 366 * 86400.0
 MAX_CATCH_UP = ops.FIRE_TICKS
 DEFAULT_CATCH_UP = 100
 DEFAULT_GRACE = 60.0
+MAX_GRACE_MS = 366 * 86_400_000
 # Ticks counted one by one per fire; past this, misfires are counted as this many.
 # (cron: about 10 ms per 1,000 ticks, so a fire after a long outage stays short).
 COUNT_LIMIT = 10_000
@@ -100,6 +101,12 @@ def check_name(name: str) -> None:
             f"schedule name {name!r} is invalid: use 1-100 characters of letters, digits, '_', "
             "'.' or '-'"
         )
+
+
+def _text(value: Any, what: str) -> str:
+    if not isinstance(value, str):
+        raise InvalidPeriodicScheduleError(f"{what} {value!r:.40} is not a string")
+    return value
 
 
 def _zone(tz: str) -> ZoneInfo:
@@ -120,10 +127,13 @@ def _ms(value: datetime | float | None, what: str) -> int | None:
         if value.tzinfo is None:
             raise InvalidPeriodicScheduleError(f"{what} must be timezone-aware")
         value = value.timestamp()
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+    if isinstance(value, bool) or not isinstance(value, int | float):
         raise InvalidPeriodicScheduleError(f"{what} must be a datetime or epoch seconds")
-    if not 0 < value < 1e13:
-        raise InvalidPeriodicScheduleError(f"{what} {value} is not a time after 1970")
+    # A comparison, not math.isfinite: it refuses nan, inf and huge ints alike.
+    if not 0 < value <= numbers.MAX_TIME_MS / 1000:
+        raise InvalidPeriodicScheduleError(
+            f"{what} {numbers.shown(value)} is not a time after 1970 and before the year 10000"
+        )
     return round(value * 1000)
 
 
@@ -168,19 +178,30 @@ class Definition:
         """Parse a stored definition; InvalidPeriodicScheduleError when it is not one."""
         try:
             raw = orjson.loads(text)
+            every = raw.get("every")
+            start, end = raw.get("start"), raw.get("end")
+            top = round(MAX_INTERVAL * 1000)
             d = cls(
                 name=name,
-                job_type=raw["type"],
-                body=raw["body"],
-                cron=raw.get("cron"),
-                every_ms=raw.get("every"),
-                tz=raw.get("tz", "UTC"),
-                start_ms=raw.get("start"),
-                end_ms=raw.get("end"),
+                job_type=_text(raw["type"], "type"),
+                body=_text(raw["body"], "body"),
+                cron=_text(raw["cron"], "cron") if raw.get("cron") is not None else None,
+                # Every number as make_definition lets it be: a zero interval would divide by
+                # zero, a string start would fail the dispatcher's every pass.
+                every_ms=None
+                if every is None
+                else numbers.integer(every, round(MIN_INTERVAL * 1000), top, what="every"),
+                tz=_text(raw.get("tz", "UTC"), "tz"),
+                start_ms=None if start is None else numbers.time_ms(start, what="start"),
+                end_ms=None if end is None else numbers.time_ms(end, what="end"),
                 misfire=raw.get("misfire", "run_once"),
-                catch_up_limit=int(raw.get("catch_up", DEFAULT_CATCH_UP)),
-                grace_ms=int(raw.get("grace", DEFAULT_GRACE * 1000)),
-                anchor_ms=int(raw.get("anchor", 0)),
+                catch_up_limit=numbers.integer(
+                    raw.get("catch_up", DEFAULT_CATCH_UP), 1, MAX_CATCH_UP, what="catch_up"
+                ),
+                grace_ms=numbers.integer(
+                    raw.get("grace", round(DEFAULT_GRACE * 1000)), 0, MAX_GRACE_MS, what="grace"
+                ),
+                anchor_ms=numbers.time_ms(raw.get("anchor", 0), what="anchor"),
             )
         except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError) as exc:
             raise InvalidPeriodicScheduleError(
@@ -351,7 +372,6 @@ def make_definition(
         if (
             isinstance(seconds, bool)
             or not isinstance(seconds, int | float)
-            or not math.isfinite(seconds)
             or not MIN_INTERVAL <= seconds <= MAX_INTERVAL
         ):
             raise InvalidPeriodicScheduleError(
@@ -435,37 +455,56 @@ class ScheduleInfo:
     fires: int
     misfires: int
     job_ids: dict[str, str] = field(default_factory=dict)
+    malformed: dict[str, str] = field(default_factory=dict)
+    """Stored fields that are not what shardq writes (name -> raw value), read as unset; a
+    definition that cannot be read at all shows here as ``definition`` (type ``?``)."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
-def _state(raw: str | None) -> tuple[int | None, int | None, int, int, bool]:
-    parts = (raw or "").split("|")
-    nums = []
-    for i, default in enumerate((-1, -1, 0, 0, 0)):
-        try:
-            nums.append(int(float(parts[i])))
-        except (IndexError, ValueError):
-            nums.append(default)
-    last_fire, last_tick, fires, misfires, paused = nums
-    return (
-        last_fire if last_fire >= 0 else None,
-        last_tick if last_tick >= 0 else None,
-        fires,
-        misfires,
-        paused == 1,
-    )
+def _state(
+    raw: str | None, bad: dict[str, str] | None = None
+) -> tuple[int | None, int | None, int, int, bool]:
+    """``last fire ms|last tick ms|fires|misfires|paused`` (lua/includes/periodic.lua); a
+    part that is not a number in range reads as unset (and is named in ``bad``)."""
+    parts = (raw or "").split("|") + [""] * 5
+    c = Checked()
+    times = [
+        None if parts[i] in ("", "-1") else c.time_ms(name, parts[i])
+        for i, name in ((0, "last_fire_ms"), (1, "last_tick_ms"))
+    ]
+    fires, misfires = (c.count(name, parts[i] or 0) for i, name in ((2, "fires"), (3, "misfires")))
+    paused = c.integer("paused", parts[4] or 0, 0, 0, 1)
+    if bad is not None:
+        bad.update(c.bad)
+    return times[0], times[1], fires, misfires, paused == 1
 
 
 def info(queue: str, partition: int, row: ops.StoredSchedule) -> ScheduleInfo:
+    """A stored schedule as users see it.  One that cannot be read (written by hand, or by a
+    newer shardq) is still listed, as type ``?`` with its definition under ``malformed``:
+    `shardq schedule add` with its name repairs it, `shardq schedule remove` drops it."""
     assert row.definition is not None
-    d = Definition.from_json(row.name, row.definition)
-    body = jobmod.decode_body(d.body)
-    last_fire, last_tick, fires, misfires, paused = _state(row.state)
+    bad = dict(row.malformed)
+    last_fire, last_tick, fires, misfires, paused = _state(row.state, bad)
+    try:
+        d = Definition.from_json(row.name, row.definition)
+        body = jobmod.decode_body(d.body)
+    except (InvalidPeriodicScheduleError, ValueError) as exc:
+        bad["definition"] = f"{numbers.shown(row.definition)} ({exc})"
+        return ScheduleInfo(
+            name=row.name, queue=queue, partition=partition, job_type="?", payload=None,
+            cron=None, every=None, tz="UTC", max_attempts=None, backoff=None, headers=None,
+            start_ms=None, end_ms=None, misfire="run_once", catch_up_limit=DEFAULT_CATCH_UP,
+            misfire_grace=DEFAULT_GRACE, paused=paused, next_fire_ms=row.next_ms,
+            last_fire_ms=last_fire, last_tick_ms=last_tick, fires=fires, misfires=misfires,
+            malformed=bad,
+        )  # fmt: skip
+    options = jobmod.stored_options(body, bad)
     backoff = None
-    if "b" in body:
-        b = Backoff.decode(body["b"])
+    if options.backoff is not None:
+        b = options.backoff
         backoff = {"kind": b.kind, "base": b.base, "cap": b.cap}
     job_ids = {}
     if last_tick is not None:
@@ -479,9 +518,9 @@ def info(queue: str, partition: int, row: ops.StoredSchedule) -> ScheduleInfo:
         cron=d.cron,
         every=d.every_ms / 1000 if d.every_ms is not None else None,
         tz=d.tz,
-        max_attempts=body.get("m"),
+        max_attempts=options.max_attempts,
         backoff=backoff,
-        headers=body.get("h"),
+        headers=options.headers or None,
         start_ms=d.start_ms,
         end_ms=d.end_ms,
         misfire=d.misfire,
@@ -494,6 +533,7 @@ def info(queue: str, partition: int, row: ops.StoredSchedule) -> ScheduleInfo:
         fires=fires,
         misfires=misfires,
         job_ids=job_ids,
+        malformed=bad,
     )
 
 

@@ -278,7 +278,9 @@ def test_stats_owners_health_functions(
         "lease_age_s",
         "lease_ttl_s",
         "next_due_in_s",
+        "malformed",  # lease fields that are not numbers in range (none here)
     }
+    assert rows[0]["malformed"] == {}
     table = ok("owners", *q).splitlines()
     assert table[0].split()[:2] == ["partition", "token"] and len(table) == 5
     health = json.loads(ok("health", *q, "--json"))

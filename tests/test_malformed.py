@@ -5,12 +5,18 @@ them run, every loop keeps working, and every CLI command still answers."""
 
 from __future__ import annotations
 
+import dataclasses
+import os
 import time
+import uuid
 from collections import Counter
+from typing import Any
 
 import orjson
+import pytest
 from click.testing import CliRunner
 from helpers import (
+    FAST_DISPATCHER,
     FAST_WORKER,
     Runner,
     Runs,
@@ -45,6 +51,16 @@ BAD_ENVELOPES = [
     ("bad-options", 'S0|["t",1,[1]]'),
     ("no-bar", "S0"),
     ("bad-attempt", 'Sx|["t",1]'),
+    # numbers no producer writes: each must end dead, never retried forever
+    ("bad-attempt-nan", 'Snan|["t",1]'),
+    ("bad-attempt-inf", 'Sinf|["t",1]'),
+    ("bad-attempt-huge", 'S1e400|["t",1]'),
+    ("bad-attempts-huge", 'S0|["t",1,{"m":1e308}]'),
+    ("bad-attempts-bigint", 'S0|["t",1,{"m":1000000000000000000000000000000}]'),
+    ("bad-attempts-float", 'S0|["t",1,{"m":1.5}]'),
+    ("bad-backoff-cap", 'S0|["t",1,{"b":["f",1,1e300]}]'),
+    ("bad-backoff-neg", 'S0|["t",1,{"b":["e",-5,10]}]'),
+    ("bad-backoff-text", 'S0|["t",1,{"b":["f","5","9"]}]'),
 ]
 # Ready entries a worker cannot trust: odd due times still run the job.
 ODD_DUES = ["-inf", "inf", "nan", "1.5", "abc", ""]
@@ -141,12 +157,31 @@ def test_bad_fleet_records_do_not_stop_dispatchers(
     client, r = cluster_client, cluster_client.redis
     partitions = 4
     client.create_queue(queue, partitions)
-    r.hset(keys.owners_key(queue), mapping={"notint": "x 1", "99": "ghost 1", "1": ""})
+    r.hset(
+        keys.owners_key(queue),
+        # '²' passed str.isdigit() and then failed int(); int() reads Arabic-Indic digits
+        mapping={"notint": "x 1", "99": "ghost 1", "1": "", "²": "x 1", "\u0661": "y 1"},
+    )
     r.zadd(keys.dispatchers_key(queue), {f"ghost-{i}": "+inf" for i in range(100)})
     for pk in keys.all_partition_keys(queue, partitions):
-        r.hset(pk.stats, mapping={"promoted": "not-a-number", "enqueued": "x"})
+        # 'cancelled' and 'reclaimed' no script bumps here: they stay bad for the sampler
+        r.hset(
+            pk.stats,
+            mapping={"promoted": "not-a-number", "enqueued": "x", "cancelled": "inf",
+                     "reclaimed": "1e400"},
+        )  # fmt: skip
+    # A schedule no producer writes (a zero interval divided by zero in the ticker): stopped,
+    # while a good one beside it keeps firing.
+    bad = keys.partition_keys(queue, keys.partition_for("bad-sched", partitions), partitions)
+    r.hset(bad.schedules, "bad-sched", '{"v":1,"type":"t","body":"[\\"t\\",1]","every":0}')
+    r.zadd(bad.schedule_next, {"bad-sched": 1})
+    client.schedules.add(queue, "good-sched", "t", {"tick": True}, every=1)
+    stats_before = counter_value("shardq_malformed_records_total", queue=queue, kind="stats")
     runs = Runs()
-    with Runner(cluster_url, queue, {"t": runs.add}, wait_leases=False) as runner:
+    settings = dataclasses.replace(FAST_DISPATCHER, metrics_interval=0.2)
+    with Runner(
+        cluster_url, queue, {"t": runs.add}, wait_leases=False, dispatcher_settings=settings
+    ) as runner:
         d = runner.dispatcher
         assert d is not None
         wait_for(lambda: len(d.tokens) == partitions, 30, "the dispatcher did not take over")
@@ -161,11 +196,52 @@ def test_bad_fleet_records_do_not_stop_dispatchers(
             30,
             "counters not repaired",
         )
+        wait_for(
+            lambda: (
+                counter_value("shardq_malformed_records_total", queue=queue, kind="stats")
+                > stats_before
+            ),
+            30,
+            "the sampler did not count the bad counters",
+        )
+        wait_for(
+            lambda: sum(1 for j in runs.jobs if j.payload == {"tick": True}) >= 2,
+            30,
+            "the good schedule stopped firing",
+        )
         time.sleep(0.1)
         runner.check()
         assert d.supervisor.healthy()
         assert counter_value("shardq_malformed_records_total", queue=queue, kind="owner") > 0
+        assert r.zscore(bad.schedule_next, "bad-sched") is None  # stopped, not looped on
     assert r.zcount(keys.dispatchers_key(queue), "-inf", "+inf") == 0  # endless ones pruned
+
+
+def _one_line_error(args: list[str], result: Any, code: int | None = None) -> str:
+    """The command failed (with ``code``) in one line that starts with 'Error:' (click's usage
+    lines around it allowed), no traceback; returns that line."""
+    text = result.output + result.stderr
+    assert "Traceback" not in text, (args, text)
+    assert result.exception is None or isinstance(result.exception, SystemExit), (args, text)
+    assert result.exit_code != 0 and (code is None or result.exit_code == code), (args, text)
+    lines = [
+        line
+        for line in result.stderr.splitlines()
+        if line.strip()
+        and not line.startswith(("Usage:", "Try '"))
+        and "visible to every user" not in line  # (the argv password warning)
+    ]
+    assert len(lines) == 1 and lines[0].startswith("Error: "), (args, text)
+    return lines[0]
+
+
+def _answers(args: list[str], result: Any) -> None:
+    """The command printed its answer, or one error line (never a traceback)."""
+    if result.exit_code == 0:
+        assert "Traceback" not in result.output + result.stderr, (args, result.output)
+        assert result.exception is None, (args, result.output)
+    else:
+        _one_line_error(args, result)
 
 
 def test_cli_commands_answer_despite_bad_records(
@@ -176,26 +252,171 @@ def test_cli_commands_answer_despite_bad_records(
     pk = keys.partition_keys(queue, 0, 2)
     r.xadd(pk.dead, {"j": "x1", "a": "notint", "e": "boom", "t": "later"})
     r.xadd(pk.dead, {"e": "malformed", "raw": b"\xff\xfe\x00", "t": "1"})
+    r.xadd(pk.dead, {"j": "x2", "a": "nan", "e": "boom", "t": "inf"})
     r.hset(pk.jobs, "x1", "D1|[1,2]")
+    r.hset(pk.jobs, "x2", "Dnan|[1,2]")
+    r.hset(pk.stats, mapping={"enqueued": "inf", "dead": "1e400", "promoted": "²"})
+    r.zadd(keys.dispatchers_key(queue), {"dispatcher:ghost#1": "+inf"})
+    r.set(pk.lease, "²:ghost", px=60_000)
     r.sadd(keys.QUEUES_KEY, "gone-queue")  # registered, but its meta is missing
     runner = CliRunner()
     base = ["--queue", queue, "--url", cluster_url]
     for args in (
         ["dlq", "list", *base],
+        ["dlq", "list", *base, "--json"],
         ["dlq", "show", *base, "x1"],
         ["dlq", "replay", *base, "--all", "--yes"],
         ["dlq", "purge", *base, "--all", "--yes"],
         ["queue", "list", "--url", cluster_url],
-        ["stats", *base, "--json"],
+        ["queue", "info", *base],
+        ["queue", "members", *base],
+        ["owners", *base],
+        ["rebalance", *base],
+        ["stats", *base, "--json", "--window", "0"],
+        ["stats", *base, "--window", "0"],
+        ["job", "list", *base, "--state", "dead"],
     ):
-        out = runner.invoke(cli, args)
-        assert "Traceback" not in out.output, (args, out.output)
-        assert out.exception is None or isinstance(out.exception, SystemExit), (args, out.output)
+        _answers(args, runner.invoke(cli, args))
+    info = runner.invoke(cli, ["queue", "info", *base]).output
+    assert "malformed: partition 0:" in info and "'inf'" in info, info
     r.hset(pk.jobs, job_id_in(0, 2, "weird"), "S0|{not json")
     weird = job_id_in(0, 2, "weird")
-    out = runner.invoke(cli, ["job", "get", "-q", queue, weird, "--url", cluster_url])
-    assert out.exit_code == 1 and "Traceback" not in out.output, out.output
+    args = ["job", "get", "-q", queue, weird, "--url", cluster_url]
+    line = _one_line_error(args, runner.invoke(cli, args), 1)
+    assert "malformed body" in line and "job cancel" in line, line
     r.srem(keys.QUEUES_KEY, "gone-queue")
+
+
+# Every command that talks to Redis, with a queue ({q}), a job id ({id}) or a name ({name}).
+REDIS_COMMANDS: list[list[str]] = [
+    ["queue", "create", "-q", "{q}", "--partitions", "2"],
+    ["queue", "lanes", "-q", "{q}", "--on"],
+    ["queue", "upgrade", "-q", "{q}"],
+    ["queue", "list"],
+    ["queue", "info", "-q", "{q}"],
+    ["queue", "members", "-q", "{q}"],
+    ["queue", "pause", "-q", "{q}"],
+    ["queue", "resume", "-q", "{q}"],
+    ["queue", "cancel", "-q", "{q}", "--state", "scheduled", "--yes"],
+    ["queue", "retry-dead", "-q", "{q}"],
+    ["queue", "empty", "-q", "{q}", "--state", "dead", "--yes"],
+    ["queue", "delete", "-q", "{q}", "--yes"],
+    ["enqueue", "-q", "{q}", "t"],
+    ["job", "get", "-q", "{q}", "{id}"],
+    ["job", "cancel", "-q", "{q}", "{id}"],
+    ["job", "reschedule", "-q", "{q}", "{id}", "--delay", "5"],
+    ["job", "run-now", "-q", "{q}", "{id}"],
+    ["job", "list", "-q", "{q}", "--state", "scheduled"],
+    ["job", "find", "-q", "{q}", "--idempotency-key", "k"],
+    ["schedule", "add", "-q", "{q}", "{name}", "t", "--every", "60"],
+    ["schedule", "list", "-q", "{q}"],
+    ["schedule", "show", "-q", "{q}", "{name}"],
+    ["schedule", "pause", "-q", "{q}", "{name}"],
+    ["schedule", "resume", "-q", "{q}", "{name}"],
+    ["schedule", "remove", "-q", "{q}", "{name}"],
+    ["schedule", "next", "-q", "{q}", "{name}"],
+    ["owners", "-q", "{q}"],
+    ["rebalance", "-q", "{q}"],
+    ["stats", "-q", "{q}", "--window", "0"],
+    ["dlq", "list", "-q", "{q}"],
+    ["dlq", "show", "-q", "{q}", "{id}"],
+    ["dlq", "replay", "-q", "{q}", "--yes", "{id}"],
+    ["dlq", "purge", "-q", "{q}", "--yes", "{id}"],
+    ["limit", "set", "-q", "{q}", "--type", "t", "--rate", "10/s"],
+    ["limit", "list", "-q", "{q}"],
+    ["limit", "remove", "-q", "{q}", "--type", "t"],
+    ["functions", "status"],
+    ["functions", "load"],
+    ["health"],
+    ["health", "-q", "{q}"],
+]
+NOT_UTF8 = os.fsdecode(b"\xff\xfe")  # what a shell hands over for bytes that are not UTF-8
+
+
+def _fill(args: list[str], q: str, job_id: str = "some-id", name: str = "s1") -> list[str]:
+    return [a.format(q=q, id=job_id, name=name) for a in args]
+
+
+@pytest.mark.parametrize(
+    ("url", "code", "words"),
+    [
+        ("redis://[::1:7000", 2, ("'--url'", "cannot be parsed", "redis://[::1]:6379")),
+        ("redis://u:pw#x@127.0.0.1:notaport", 2, ("'--url'", "bad port", "1-65535")),
+        ("http://127.0.0.1:7000", 2, ("'--url'", "must start with redis://")),
+        ("redis://127.0.0.1:1", 1, ("cannot reach Redis", "check --url")),
+    ],
+)
+def test_every_cli_command_fails_in_one_line_on_a_bad_url_or_redis_down(
+    url: str, code: int, words: tuple[str, ...]
+) -> None:
+    """A URL that cannot be one is a usage error (exit 2) naming --url and the fix; Redis down
+    is one line naming it (exit 1); never a traceback, in any command."""
+    runner = CliRunner()
+    for command in REDIS_COMMANDS:
+        args = [*_fill(command, "some-queue"), "--url", url]
+        line = _one_line_error(args, runner.invoke(cli, args), code)
+        assert all(w in line for w in words), (args, line)
+        assert "pw#x" not in line and ":pw" not in line  # (the password stays hidden)
+
+
+def test_every_cli_command_fails_in_one_line_on_an_unknown_queue(cluster_url: str) -> None:
+    runner = CliRunner()
+    queue = "never-made-" + uuid.uuid4().hex[:8]
+    for command in REDIS_COMMANDS:
+        if "{q}" not in command or command[:2] in (["queue", "create"], ["queue", "delete"]):
+            continue
+        args = [*_fill(command, queue), "--url", cluster_url]
+        line = _one_line_error(args, runner.invoke(cli, args), 1)
+        assert f"queue {queue!r} does not exist" in line and "shardq queue create" in line, (
+            args,
+            line,
+        )
+
+
+def test_every_cli_command_fails_in_one_line_on_a_bad_id_or_name(
+    cluster_url: str, cluster_client: Client, queue: str
+) -> None:
+    """Ids and names that are not text (bytes that are not UTF-8) or break the id rule: a usage
+    error or one line naming the rule, before anything talks to Redis (dlq replay with a
+    non-UTF-8 id was a UnicodeEncodeError traceback)."""
+    cluster_client.create_queue(queue, 2)
+    cluster_client.redis.xadd(
+        keys.partition_keys(queue, 0, 2).dead, {"j": "x", "e": "boom", "t": "1"}
+    )
+    runner = CliRunner()
+    for bad in (NOT_UTF8, "has space", "x" * 200):
+        for command in REDIS_COMMANDS:
+            if "{id}" not in command and "{name}" not in command:
+                continue
+            args = [*_fill(command, queue, bad, bad), "--url", cluster_url]
+            line = _one_line_error(args, runner.invoke(cli, args))
+            assert "invalid" in line and ("use 1-128" in line or "use 1-100" in line), (
+                args,
+                line,
+            )
+    for args in (
+        ["limit", "remove", "-q", queue, "--type", NOT_UTF8],
+        ["health", "--username", NOT_UTF8],
+        ["health", "--password", NOT_UTF8],
+        ["job", "find", "-q", queue, "--idempotency-key", NOT_UTF8],
+        ["enqueue", "-q", queue, "t", "--idempotency-key", NOT_UTF8],
+        ["enqueue", "-q", queue, "t", "--delay", "9" * 400],
+        ["job", "reschedule", "-q", queue, "x", "--delay", "9" * 400],
+        # (a range of 10**11 partitions was built as a list before anything was checked)
+        [
+            "worker",
+            "run",
+            "-q",
+            queue,
+            "--handlers",
+            "shardq.bench:handlers",
+            "--partitions",
+            "0-99999999999",
+        ],
+        ["dispatcher", "run", "-q", queue, "--partitions", "\u0663"],
+    ):
+        line = _one_line_error(args, runner.invoke(cli, [*args, "--url", cluster_url]))
+        assert any(w in line for w in ("not valid", "invalid", "too long", "0-1023")), (args, line)
 
 
 RECORD = st.one_of(

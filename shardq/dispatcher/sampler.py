@@ -10,11 +10,16 @@ keep their last figures until the next success or until the lease is lost or rel
 
 from __future__ import annotations
 
+import logging
+
 from shardq import metrics
 from shardq.config import DispatcherSettings
 from shardq.dispatcher.leases import Leases
+from shardq.logs import log_event
 from shardq.store import inspect, keys
 from shardq.store.transport import AsyncTransport
+
+log = logging.getLogger("shardq.dispatcher")
 
 
 class Sampler:
@@ -31,6 +36,7 @@ class Sampler:
         self.pks = pks
         self.leases = leases
         self.hot = metrics.HotShardWatch(queue, settings.hot_multiple)
+        self._warned: set[tuple[int, str]] = set()
 
     async def round(self) -> None:
         owned = set(self.leases.tokens)
@@ -42,6 +48,7 @@ class Sampler:
         ]
         results = await self.transport.run_many(ops)
         snaps = [r for r in results if not isinstance(r, BaseException)]
+        self._malformed(snaps)
         # A lease lost while the snapshots were on the way was dropped from the export then;
         # this round must not bring it back.
         owned &= set(self.leases.tokens)
@@ -53,6 +60,27 @@ class Sampler:
         failed = [r for r in results if isinstance(r, BaseException)]
         if failed and not snaps:
             raise failed[0]
+
+    def _malformed(self, snaps: list[inspect.PartitionSnapshot]) -> None:
+        """Count unreadable counters and figures every round; say which once per distinct
+        set (a hand-written ``inf`` stays until someone fixes it)."""
+        bad = {(s.partition, name): raw for s in snaps for name, raw in s.malformed.items()}
+        if not bad:
+            return
+        metrics.MALFORMED.labels(self.queue, "stats").inc(len(bad))
+        if set(bad) != self._warned:
+            self._warned = set(bad)
+            log_event(
+                log,
+                "record.malformed",
+                logging.WARNING,
+                queue=self.queue,
+                fields=[f"partition {p} {name}={raw}" for (p, name), raw in sorted(bad.items())][
+                    :20
+                ],
+                action="left out of the metrics; HSET a number or HDEL the field of the "
+                "partition's stats hash",
+            )
 
     def forget(self) -> None:
         metrics.PARTITIONS.forget(self.queue)

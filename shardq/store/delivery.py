@@ -6,12 +6,11 @@ settling a job names exactly the hash field the script read (a job id is opaque 
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple
 
-from shardq.store import keys
+from shardq.store import keys, numbers
 from shardq.store.codes import check
 from shardq.store.op import Op, op
 
@@ -38,30 +37,49 @@ class Batch:
 
 
 def _due(value: Any) -> int | None:
-    """A ready entry's due ms; None when absent or not a finite number (written by hand)."""
+    """A ready entry's due ms; None when absent or not a time (written by hand: the job still
+    runs, with no lateness measured)."""
     try:
-        due = float(value)
-    except (TypeError, ValueError):
+        return numbers.time_ms(value, what="due ms")
+    except numbers.BadNumber:
         return None
-    return int(due) if math.isfinite(due) else None
+
+
+#: The attempt of a delivery whose envelope's attempt is not a count (the worker dead-letters
+#: it as malformed rather than fail the whole batch: the other jobs of it are fine).
+BAD_ATTEMPT = -1
+
+
+def _attempt(value: Any) -> int:
+    try:
+        return numbers.integer(value, 0, what="attempt")
+    except numbers.BadNumber:
+        return BAD_ATTEMPT
+
+
+def _parse_batch(reply: Any, reclaimed: bool) -> Batch:
+    r = check(reply)
+    jobs = [
+        Delivered(
+            r[i],
+            r[i + 1],
+            _due(r[i + 2]),
+            _attempt(r[i + 3]),
+            r[i + 4],
+            numbers.integer(r[i + 5], 0, what="deliveries") if reclaimed else 1,
+            not reclaimed and r[i + 5] == 1,
+        )
+        for i in range(1, len(r) - 5, 6)
+    ]
+    return Batch(numbers.integer(r[0], 0, what="now ms"), jobs)
 
 
 def _parse_fetch(reply: Any) -> Batch:
-    r = check(reply)
-    jobs = [
-        Delivered(r[i], r[i + 1], _due(r[i + 2]), int(r[i + 3]), r[i + 4], 1, r[i + 5] == 1)
-        for i in range(1, len(r) - 5, 6)
-    ]
-    return Batch(int(r[0]), jobs)
+    return _parse_batch(reply, reclaimed=False)
 
 
 def _parse_reclaim(reply: Any) -> Batch:
-    r = check(reply)
-    jobs = [
-        Delivered(r[i], r[i + 1], _due(r[i + 2]), int(r[i + 3]), r[i + 4], int(r[i + 5]))
-        for i in range(1, len(r) - 5, 6)
-    ]
-    return Batch(int(r[0]), jobs)
+    return _parse_batch(reply, reclaimed=True)
 
 
 def _worker_keys(pk: keys.PartitionKeys) -> list[str]:
@@ -99,9 +117,9 @@ class Failed(NamedTuple):
 def _parse_fail(reply: Any) -> Failed:
     r = check(reply)
     if r[0] == 1:
-        return Failed("retry", int(r[1]))
+        return Failed("retry", numbers.integer(r[1], what="retry at ms"))
     if r[0] == 2:
-        return Failed("dead", int(r[1]))
+        return Failed("dead", numbers.integer(r[1], what="dead at ms"))
     return Failed("gone", None)
 
 

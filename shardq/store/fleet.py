@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from shardq.connection import as_text
 from shardq.errors import FencedError
-from shardq.store import keys
+from shardq.store import keys, numbers
 from shardq.store.codes import Code, check, error_for, is_code
+from shardq.store.numbers import Checked
 from shardq.store.op import Op, op
 
 
@@ -23,7 +24,11 @@ class Members(NamedTuple):
 
 def _parse_members(reply: Any) -> Members:
     r = check(reply)
-    return Members(int(r[0]), [as_text(m) for m in r[1]], [as_text(m) for m in r[2]])
+    return Members(
+        numbers.integer(r[0], 0, what="now ms"),
+        [as_text(m) for m in r[1]],
+        [as_text(m) for m in r[2]],
+    )
 
 
 def members(
@@ -98,23 +103,29 @@ class LeaseInfo:
     ttl_ms: int | None
     granted_ms: int | None
     next_due_ms: int | None
+    malformed: dict[str, str] = field(default_factory=dict)
+    """Fields that were not numbers in range (name -> raw value), read as None."""
 
 
 def _parse_lease_info(reply: Any) -> LeaseInfo:
-    r = check(reply)
-    lease = as_text(r[1])
+    r = list(check(reply)) + [None] * 5  # (a script that met a bad value may reply short)
+    c = Checked()
+    lease = as_text(r[1]) if r[1] is not None else ""
     owner: str | None = None
     token: int | None = None
     if lease:
         token_text, _, owner = lease.partition(":")
-        token = int(token_text) if token_text.isdigit() else None
+        token = c.integer("token", token_text, None, 0)
+    ttl = c.integer("ttl_ms", r[2], None, -2) if lease else None
     return LeaseInfo(
-        now_ms=int(r[0]),
+        now_ms=c.integer("now_ms", r[0], 0, 0),
         owner=owner,
         token=token,
-        ttl_ms=int(r[2]) if lease and int(r[2]) >= 0 else None,
-        granted_ms=int(r[3]) if int(r[3]) >= 0 else None,
-        next_due_ms=int(r[4]) if int(r[4]) >= 0 else None,
+        # PTTL: -1 no expiry, -2 no key
+        ttl_ms=ttl if ttl is not None and ttl >= 0 else None,
+        granted_ms=c.optional_time_ms("granted_ms", r[3]),
+        next_due_ms=c.optional_time_ms("next_due_ms", r[4]),
+        malformed=c.bad,
     )
 
 
@@ -133,8 +144,10 @@ class Promoted(NamedTuple):
 
 def _parse_promote(reply: Any) -> Promoted:
     r = check(reply)  # raises FencedError for a stale token
-    next_due = int(r[1])
-    return Promoted(int(r[0]), next_due if next_due >= 0 else None, int(r[2]))
+    # A next due time that is not one (a score of +inf, written by hand) reads as none: the
+    # dispatcher then sleeps its longest sleep and asks again.
+    next_due = Checked().optional_time_ms("next_due_ms", r[1])
+    return Promoted(numbers.integer(r[0], 0), next_due, numbers.integer(r[2], 0))
 
 
 def promote(pk: keys.PartitionKeys, token: str, batch: int, lease_ms: int) -> Op[Promoted]:
@@ -155,7 +168,7 @@ class Trimmed(NamedTuple):
 
 def _parse_trim(reply: Any) -> Trimmed:
     r = check(reply)
-    return Trimmed(int(r[0]), int(r[1]))
+    return Trimmed(numbers.integer(r[0], 0), numbers.integer(r[1], 0))
 
 
 def trim(
@@ -190,13 +203,20 @@ def parse_owners(
     for field_raw, value_raw in raw.items():
         field, value = as_text(field_raw), as_text(value_raw)
         owner, _, token = value.partition(" ")
-        if not field.isdigit() or not 0 <= int(field) < partitions or not owner:
+        try:
+            partition = numbers.integer(field_raw, 0, partitions - 1, what="partition")
+        except numbers.BadNumber:
+            partition = None
+        if partition is None or not owner:
             if skipped is not None:
                 skipped.append(field)
             continue
-        if not token.isdigit() and skipped is not None:
-            skipped.append(field)  # still an owner name: worth knowing who holds it
-        owners[int(field)] = owner
+        try:
+            numbers.integer(token, 0, what="token")
+        except numbers.BadNumber:
+            if skipped is not None:
+                skipped.append(field)  # still an owner name: worth knowing who holds it
+        owners[partition] = owner
     return owners
 
 

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
 from shardq.connection import as_text
 from shardq.store import keys
 from shardq.store.codes import check
+from shardq.store.numbers import BadNumber, Checked, integer, real
 from shardq.store.op import Op, op
 
 
@@ -28,6 +30,9 @@ class PartitionSnapshot:
     dead: int
     consumers: int
     counters: dict[str, int] = field(default_factory=dict)
+    malformed: dict[str, str] = field(default_factory=dict)
+    """Figures and counters that were not numbers in range (name -> raw value): left out of
+    ``counters`` (figures read as 0 or None) and shown as they are."""
 
     @property
     def lag_seconds(self) -> float:
@@ -52,45 +57,46 @@ class PartitionSnapshot:
 
 
 def _int(value: Any) -> int:
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        return int(float(value))
+    """A count or time the scripts computed (never a stored string)."""
+    return integer(value)
+
+
+def _parse_snapshot(pk: keys.PartitionKeys, node: str, reply: Any) -> PartitionSnapshot:
+    r = check(reply)
+    c = Checked()
+    raw = r[9] if isinstance(r[9], list) else []
+    counters: dict[str, int] = {}
+    for i in range(0, len(raw) - 1, 2):
+        name = as_text(raw[i])
+        value = c.integer("counter " + name, raw[i + 1], None, 0)
+        if value is not None:
+            counters[name] = value
+    idle = None if r[6] == -1 else c.integer("oldest_pending_idle_ms", r[6], None, 0)
+    return PartitionSnapshot(
+        queue=pk.queue,
+        partition=pk.partition,
+        node=node,
+        now_ms=c.integer("now_ms", r[0], 0, 0),
+        due=c.count("due", r[1]),
+        overdue=c.count("overdue", r[2]),
+        oldest_due_ms=c.optional_time_ms("oldest_due_ms", r[3]),
+        ready=c.count("ready", r[4]),
+        pending=c.count("pending", r[5]),
+        oldest_pending_idle_ms=idle,
+        dead=c.count("dead", r[7]),
+        consumers=c.count("consumers", r[8]),
+        counters=counters,
+        malformed=c.bad,
+    )
 
 
 def partition_stats(pk: keys.PartitionKeys, node: str) -> Op[PartitionSnapshot]:
     """A consistent snapshot of one partition (bounded: O(1) and O(log n) reads only)."""
-
-    def parse(reply: Any) -> PartitionSnapshot:
-        r = check(reply)
-        raw = r[9]
-        counters: dict[str, int] = {}
-        for i in range(0, len(raw) - 1, 2):
-            try:
-                counters[as_text(raw[i])] = _int(raw[i + 1])
-            except (TypeError, ValueError):
-                continue  # a corrupt counter is left out, not fatal to the snapshot
-        return PartitionSnapshot(
-            queue=pk.queue,
-            partition=pk.partition,
-            node=node,
-            now_ms=_int(r[0]),
-            due=_int(r[1]),
-            overdue=_int(r[2]),
-            oldest_due_ms=None if _int(r[3]) < 0 else _int(r[3]),
-            ready=_int(r[4]),
-            pending=_int(r[5]),
-            oldest_pending_idle_ms=None if _int(r[6]) < 0 else _int(r[6]),
-            dead=_int(r[7]),
-            consumers=_int(r[8]),
-            counters=counters,
-        )
-
     return op(
         "partition-stats",
         [pk.due, pk.ready, pk.dead, pk.stats, pk.lane],
         [keys.WORKER_GROUP],
-        parse,
+        lambda reply: _parse_snapshot(pk, node, reply),
     )
 
 
@@ -117,6 +123,20 @@ def dlq_purge(pk: keys.PartitionKeys, entry_ids: list[str]) -> Op[int]:
 # Listing and control (shardq.inspector) -------------------------------------------------------
 
 
+#: Listing cursors send a page's last score back, and the list scripts take -1e18..1e18: a
+#: score beyond (+-inf, written by hand) is listed as this bound, so paging goes on past it;
+#: the job's due time then shows as malformed (inspector._summary).
+SCORE_BOUND = 10**18
+
+
+def _score(raw: Any) -> int:
+    """A due-set score as an int, for ordering and cursors (see :data:`SCORE_BOUND`)."""
+    try:
+        return math.floor(real(raw, -SCORE_BOUND, SCORE_BOUND, what="score"))
+    except BadNumber:
+        return -SCORE_BOUND if as_text(raw).lstrip().startswith("-") else SCORE_BOUND
+
+
 def list_due(
     pk: keys.PartitionKeys, after_score: int, after_member: str, upto_ms: int, count: int
 ) -> Op[tuple[int, list[tuple[int, str, bytes | None]]]]:
@@ -124,7 +144,9 @@ def list_due(
 
     def parse(reply: Any) -> tuple[int, list[tuple[int, str, bytes | None]]]:
         r = check(reply)
-        rows = [(_int(r[i]), as_text(r[i + 1]), r[i + 2] or None) for i in range(1, len(r) - 2, 3)]
+        rows = [
+            (_score(r[i]), as_text(r[i + 1]), r[i + 2] or None) for i in range(1, len(r) - 2, 3)
+        ]
         return _int(r[0]), rows
 
     return op("list-due", [pk.due, pk.jobs], [after_score, after_member, upto_ms, count], parse)
@@ -133,24 +155,28 @@ def list_due(
 #: The ms part of the synthetic entry ids list-ready gives jobs waiting in a lane.
 LANE_ENTRY_MS = 9999999999999
 
+#: The fields of a listed row that were not numbers in range (name -> raw value shown).
+Malformed = dict[str, str]
+ReadyRow = tuple[str, str | None, int | None, bytes | None, Malformed]
 
-def list_ready(
-    pk: keys.PartitionKeys, after_id: str, count: int
-) -> Op[tuple[int, list[tuple[str, str | None, int | None, bytes | None]]]]:
-    """(now ms, [(entry id, job id, due ms, envelope)]) of ready entries not yet delivered,
-    then of the jobs in the lane (entry ids from :data:`LANE_ENTRY_MS` on)."""
 
-    def parse(reply: Any) -> tuple[int, list[tuple[str, str | None, int | None, bytes | None]]]:
+def list_ready(pk: keys.PartitionKeys, after_id: str, count: int) -> Op[tuple[int, list[ReadyRow]]]:
+    """(now ms, [(entry id, job id, due ms, envelope, malformed)]) of ready entries not yet
+    delivered, then of the jobs in the lane (entry ids from :data:`LANE_ENTRY_MS` on)."""
+
+    def parse(reply: Any) -> tuple[int, list[ReadyRow]]:
         r = check(reply)
-        rows = []
+        rows: list[ReadyRow] = []
         for i in range(1, len(r) - 3, 4):
+            c = Checked()
             due = r[i + 2]
             rows.append(
                 (
                     as_text(r[i]),
                     as_text(r[i + 1]) if r[i + 1] else None,
-                    _int(due) if due not in (None, b"") else None,
+                    c.time_ms("due_ms", due) if due not in (None, b"", False) else None,
                     r[i + 3] or None,
+                    c.bad,
                 )
             )
         return _int(r[0]), rows
@@ -166,7 +192,8 @@ RunningRow = tuple[str, str | None, str, int, int, bytes | None]
 def list_running(
     pk: keys.PartitionKeys, after_id: str, count: int
 ) -> Op[tuple[int, list[RunningRow]]]:
-    """(now ms, [(entry id, job id, worker, idle ms, deliveries, envelope)]) of deliveries."""
+    """(now ms, [(entry id, job id, worker, idle ms, deliveries, envelope)]) of deliveries
+    (idle time and delivery count come from XPENDING: Redis' own numbers)."""
 
     def parse(reply: Any) -> tuple[int, list[RunningRow]]:
         r = check(reply)
@@ -177,8 +204,8 @@ def list_running(
                     as_text(r[i]),
                     as_text(r[i + 1]) if r[i + 1] else None,
                     as_text(r[i + 2]),
-                    _int(r[i + 3]),
-                    _int(r[i + 4]),
+                    integer(r[i + 3], 0, what="idle ms"),
+                    integer(r[i + 4], 0, what="deliveries"),
                     r[i + 5] or None,
                 )
             )
@@ -204,21 +231,22 @@ def list_dead(
     return op("list-dead", [pk.dead, pk.jobs], [after_id, count], parse)
 
 
-RetryRow = tuple[str, int, str, bytes]
+RetryRow = tuple[str, int | None, str, bytes, Malformed]
 
 
 def list_retrying(
     pk: keys.PartitionKeys, cursor: str, count: int
 ) -> Op[tuple[int, str, list[RetryRow]]]:
-    """(now ms, next HSCAN cursor, [(job id, due ms, last error, envelope)])."""
+    """(now ms, next HSCAN cursor, [(job id, due ms, last error, envelope, malformed)])."""
 
     def parse(reply: Any) -> tuple[int, str, list[RetryRow]]:
         r = check(reply)
         raw = r[2] or []
-        rows = [
-            (as_text(raw[i]), _int(raw[i + 1]), as_text(raw[i + 2]), raw[i + 3])
-            for i in range(0, len(raw) - 3, 4)
-        ]
+        rows: list[RetryRow] = []
+        for i in range(0, len(raw) - 3, 4):
+            c = Checked()
+            due = c.time_ms("due_ms", raw[i + 1])
+            rows.append((as_text(raw[i]), due, as_text(raw[i + 2]), raw[i + 3], c.bad))
         return _int(r[0]), as_text(r[1]), rows
 
     return op("list-retrying", [pk.errors, pk.jobs, pk.due], [cursor, count], parse)
@@ -260,6 +288,6 @@ def inflight(pk: keys.PartitionKeys) -> Op[dict[str, int]]:
 
     def parse(reply: Any) -> dict[str, int]:
         r = check(reply)
-        return {as_text(r[i]): _int(r[i + 1]) for i in range(0, len(r) - 1, 2)}
+        return {as_text(r[i]): integer(r[i + 1], 0) for i in range(0, len(r) - 1, 2)}
 
     return op("inflight", [pk.ready], [keys.WORKER_GROUP], parse)

@@ -7,8 +7,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any, NamedTuple
 
+from shardq.connection import as_text
 from shardq.limits import Limit
-from shardq.store import keys
+from shardq.store import keys, numbers
 from shardq.store.codes import check
 from shardq.store.op import Op, op
 
@@ -22,7 +23,8 @@ class Starts(NamedTuple):
 
 def _parse_take(reply: Any) -> Starts:
     r = check(reply)
-    return Starts(int(r[0]), [int(t) for t in r[1:]])
+    now = numbers.integer(r[0], 0, what="now ms")
+    return Starts(now, [numbers.time_ms(t, what="reserved start") for t in r[1:]])
 
 
 def take(queue: str, limit: Limit, n: int) -> Op[Starts]:
@@ -44,7 +46,7 @@ class Slots(NamedTuple):
 
 def _parse_acquire(reply: Any) -> Slots:
     r = check(reply)
-    return Slots(int(r[0]), [g == 1 for g in r[1:]])
+    return Slots(numbers.integer(r[0], 0, what="now ms"), [g == 1 for g in r[1:]])
 
 
 def acquire(queue: str, limit: Limit, job_ids: list[bytes], hold_ms: int) -> Op[Slots]:
@@ -78,10 +80,10 @@ def defer(pk: keys.PartitionKeys, items: Iterable[tuple[bytes, bytes, int]]) -> 
 
 
 def parse_table(raw: dict[Any, Any]) -> list[Limit]:
-    """The limits of an HGETALL of the limits hash, by name; a damaged field is skipped by
-    workers (they log it) and shown by ``shardq limit list``."""
+    """The limits of an HGETALL of the limits hash, by name; InvalidLimitError naming a damaged
+    field (workers skip it and log it instead: shardq.worker.limiter)."""
     out = []
     for name, value in sorted(raw.items()):
-        text = name.decode() if isinstance(name, bytes) else str(name)
+        text = as_text(name)
         out.append(Limit.from_stored(text, value))
     return out

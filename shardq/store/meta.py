@@ -6,8 +6,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from shardq.connection import as_text
-from shardq.errors import UnknownQueueError
-from shardq.store import keys
+from shardq.errors import MalformedRecordError, UnknownQueueError
+from shardq.store import keys, numbers
 
 DEFAULT_DEAD_CAP = 100_000
 
@@ -33,25 +33,35 @@ def unknown_queue(queue: str) -> UnknownQueueError:
     )
 
 
-def _int(raw: Any, default: int) -> int:
-    try:
-        return int(as_text(raw))
-    except (TypeError, ValueError):
-        return default
+#: Ranges of the meta's numbers (queue_create and lua/queue-create-1.lua refuse others).
+MAX_ACK_RETENTION_MS = 7 * 86_400_000
+MAX_DEAD_CAP = 10**12
 
 
 def parse_meta(queue: str, raw: dict[Any, Any]) -> QueueMeta:
     fields = {as_text(k): v for k, v in raw.items()}
-    partitions = _int(fields.get("partitions"), 0)
-    if not 1 <= partitions <= keys.MAX_PARTITIONS:
-        raise unknown_queue(queue)  # never created, or its meta was damaged by hand
-    return QueueMeta(
-        queue,
-        partitions,
-        max(0, _int(fields.get("ack_retention_ms"), 0)),
-        max(1, _int(fields.get("dead_cap"), DEFAULT_DEAD_CAP)),
-        max(0, _int(fields.get("layout"), 0)),
-    )
+    if "partitions" not in fields:
+        raise unknown_queue(queue)  # never created
+    try:
+        partitions = numbers.integer(
+            fields["partitions"], 1, keys.MAX_PARTITIONS, what="partitions"
+        )
+        ack = fields.get("ack_retention_ms", 0)
+        dead_cap = fields.get("dead_cap", DEFAULT_DEAD_CAP)
+        return QueueMeta(
+            queue,
+            partitions,
+            numbers.integer(ack, 0, MAX_ACK_RETENTION_MS, what="ack_retention_ms"),
+            numbers.integer(dead_cap, 1, MAX_DEAD_CAP, what="dead_cap"),
+            # 0: unknown (older than the field), read as the plain layout
+            numbers.integer(fields.get("layout", 0), 0, 1000, what="layout"),
+        )
+    except numbers.BadNumber as exc:
+        # Damaged by hand (or by a buggy release): no process may guess its partitions.
+        raise MalformedRecordError(
+            f"queue {queue!r} has a damaged meta ({keys.queue_meta_key(queue)}): {exc}; "
+            "set the field back with HSET as `shardq queue create` wrote it"
+        ) from None
 
 
 async def read_meta(client: Any, queue: str) -> QueueMeta:

@@ -23,14 +23,15 @@ from shardq.errors import (
     InvalidJobError,
     InvalidScheduleError,
     LanesOffError,
-    ScriptError,
+    MalformedRecordError,
     ShardqError,
 )
 from shardq.jobs import EnqueueResult, JobInfo, JobRequest
 from shardq.store import keys
 from shardq.store.codes import Code, check, error_for, is_code
 from shardq.store.meta import DEFAULT_DEAD_CAP as DEFAULT_DEAD_CAP
-from shardq.store.meta import QueueMeta, parse_meta
+from shardq.store.meta import MAX_DEAD_CAP, QueueMeta, parse_meta
+from shardq.store.numbers import Checked
 from shardq.store.op import Op, op
 
 # Most jobs per enqueue-batch call: keeps one call well under a millisecond of Redis time.
@@ -475,12 +476,19 @@ def get(queue: str, partitions: int, job_id: str) -> Op[JobInfo | None]:
         if envelope is None:
             return None
         raw = envelope if isinstance(envelope, bytes) else str(envelope).encode()
-        bar = raw.find(b"|")
+        state_char, attempt_raw, body_raw = jobmod.split_envelope(raw)
         try:
-            state_char, attempt = raw[:1], int(raw[1:bar])
-            body = jobmod.decode_body(raw[bar + 1 :])
+            body = jobmod.decode_body(body_raw)
         except ValueError as exc:
-            raise ScriptError(f"job {job_id!r} has a malformed envelope: {exc}") from None
+            raise MalformedRecordError(
+                f"job {job_id!r} of {queue} has a malformed body ({exc}): `shardq job cancel` "
+                "removes it"
+            ) from None
+        # Numbers that are not what a producer writes are shown as they are (malformed), not
+        # fatal to the read: the job can still be looked at, cancelled or run again.
+        c = Checked()
+        attempt = c.integer("attempt", attempt_raw, 0, 0, jobmod.MAX_ATTEMPT)
+        options = jobmod.stored_options(body, c.bad)
         if due is not None:
             state: jobmod.JobState = "scheduled"
         elif state_char == b"A":
@@ -497,13 +505,14 @@ def get(queue: str, partitions: int, job_id: str) -> Op[JobInfo | None]:
             type=body["t"],
             payload=body.get("p"),
             attempt=attempt,
-            max_attempts=body.get("m"),
-            due_ms=int(float(due)) if due is not None else None,
+            max_attempts=options.max_attempts,
+            due_ms=c.time_ms("due_ms", due) if due is not None else None,
             last_error=as_text(error) if error is not None else None,
-            idempotency_key=body.get("k"),
+            idempotency_key=options.idempotency_key,
             priority=body.get("priority", "default"),
             tenant=body.get("tenant"),
-            limit_key=body.get("l"),
+            limit_key=options.limit_key,
+            malformed=c.bad,
         )
 
     return op("get", [pk.jobs, pk.due, pk.errors], [job_id], parse)
@@ -525,14 +534,18 @@ def queue_create(
         raise InvalidJobError(
             f"partitions must be an integer 1..{keys.MAX_PARTITIONS}, got {partitions!r}"
         )
-    if not isinstance(ack_retention, int | float) or not 0 <= ack_retention <= 7 * 86400:
+    if (
+        isinstance(ack_retention, bool)
+        or not isinstance(ack_retention, int | float)
+        or not 0 <= ack_retention <= 7 * 86400
+    ):
         raise InvalidJobError("ack_retention must be 0..604800 seconds")
     if (
         isinstance(dead_letter_cap, bool)
         or not isinstance(dead_letter_cap, int)
-        or (dead_letter_cap < 1)
+        or not 1 <= dead_letter_cap <= MAX_DEAD_CAP
     ):
-        raise InvalidJobError("dead_letter_cap must be an integer >= 1")
+        raise InvalidJobError(f"dead_letter_cap must be an integer 1..{MAX_DEAD_CAP}")
     return op(
         "queue-create",
         [keys.queue_meta_key(queue)],

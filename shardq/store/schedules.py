@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from shardq.connection import as_text
-from shardq.store import keys
+from shardq.store import keys, numbers
 from shardq.store.codes import check
+from shardq.store.numbers import Checked
 from shardq.store.op import Op, op
 
 PutAction = Literal["put", "pause", "resume", "remove"]
@@ -68,6 +69,8 @@ class StoredSchedule:
     definition: str | None
     next_ms: int | None
     state: str | None
+    malformed: dict[str, str] = field(default_factory=dict)
+    """A next tick score that is not a time (name -> raw value), read as none."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,16 +86,18 @@ def _parse_read(reply: Any) -> ReadResult:
     rows = []
     for i in range(3, len(r), 4):
         definition, next_ms, state = r[i + 1], r[i + 2], r[i + 3]
+        c = Checked()
         rows.append(
             StoredSchedule(
                 as_text(r[i]),
                 as_text(definition) if definition is not None else None,
-                int(float(next_ms)) if next_ms is not None else None,
+                c.time_ms("next_ms", next_ms) if next_ms is not None else None,
                 as_text(state) if state is not None else None,
+                c.bad,
             )
         )
-    head = int(r[2])
-    return ReadResult(int(r[0]), as_text(r[1]), head if head >= 0 else None, rows)
+    head = Checked().optional_time_ms("head_ms", r[2])
+    return ReadResult(numbers.integer(r[0], 0), as_text(r[1]), head, rows)
 
 
 def read(
@@ -130,9 +135,9 @@ class FireResult:
 
 def _parse_fire(reply: Any) -> FireResult:
     r = check(reply)
-    head = int(r[1])
-    pairs = [(int(r[i]), int(r[i + 1])) for i in range(2, len(r), 2)]
-    return FireResult(int(r[0]), head if head >= 0 else None, pairs)
+    head = Checked().optional_time_ms("head_ms", r[1])
+    pairs = [(numbers.integer(r[i]), numbers.integer(r[i + 1], 0)) for i in range(2, len(r), 2)]
+    return FireResult(numbers.integer(r[0], 0), head, pairs)
 
 
 def fire(pk: keys.PartitionKeys, token: str, fires: Sequence[Fire]) -> Op[FireResult]:

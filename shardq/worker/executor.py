@@ -24,8 +24,8 @@ import orjson
 from shardq import metrics, tracing
 from shardq.config import WorkerSettings
 from shardq.errors import HandlerTimeoutError, PermanentError, UnknownJobTypeError
-from shardq.jobs import Backoff, Job, decode_body
-from shardq.store.delivery import Delivered
+from shardq.jobs import Job, decode_body, stored_options
+from shardq.store.delivery import BAD_ATTEMPT, Delivered
 from shardq.worker.inflight import Delivery, InFlight, WorkerStats
 from shardq.worker.limiter import Limiter
 from shardq.worker.settler import Settler
@@ -77,6 +77,8 @@ def build_job(
     default_max_attempts: int,
 ) -> Job:
     """The Job a handler sees; raises MalformedJobError when the stored job is damaged."""
+    if item.attempt == BAD_ATTEMPT:
+        raise MalformedJobError("stored job cannot be read: its attempt count is not a number")
     try:
         job_id = item.raw_id.decode()
         # A body with a priority/tenant prefix ('@', jobs.flow_prefix) takes the full path.
@@ -103,22 +105,7 @@ def build_job(
         )
     try:
         body = decode_body(item.body)
-        options_max = body.get("m")
-        if options_max is not None and (
-            isinstance(options_max, bool) or not isinstance(options_max, int) or options_max < 1
-        ):
-            raise ValueError(f"max attempts {options_max!r} is not a positive integer")
-        raw_backoff = body.get("b")
-        backoff = Backoff.decode(raw_backoff) if raw_backoff is not None else None
-        headers = body.get("h") or {}
-        if not isinstance(headers, dict):
-            raise ValueError("headers are not an object")
-        key = body.get("k")
-        if key is not None and not isinstance(key, str):
-            raise ValueError("idempotency key is not a string")
-        limit_key = body.get("l")
-        if limit_key is not None and not isinstance(limit_key, str):
-            raise ValueError("limit key is not a string")
+        options = stored_options(body)
     except Exception as exc:
         raise MalformedJobError(f"stored job cannot be read: {type(exc).__name__}: {exc}") from None
     return Job(
@@ -128,15 +115,15 @@ def build_job(
         type=body["t"],
         payload=body.get("p"),
         attempt=item.attempt,
-        max_attempts=options_max or default_max_attempts,
+        max_attempts=options.max_attempts or default_max_attempts,
         due_ms=item.due_ms,
-        idempotency_key=key,
-        headers=headers,
+        idempotency_key=options.idempotency_key,
+        headers=options.headers,
         deliveries=item.deliveries,
-        backoff=backoff,
+        backoff=options.backoff,
         fetched_redis_ms=redis_now,
         fetched_monotonic=monotonic_now,
-        limit_key=limit_key,
+        limit_key=options.limit_key,
         priority=body.get("priority", "default"),
         tenant=body.get("tenant"),
     )

@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import math
 import random
 import time
 import traceback
@@ -28,7 +27,7 @@ from shardq.errors import PermanentError, RetryAfter
 from shardq.jobs import DEFAULT_BACKOFF, Backoff
 from shardq.logs import log_event
 from shardq.runtime.supervisor import backoff_delay
-from shardq.store import delivery, faults, keys
+from shardq.store import delivery, faults, keys, numbers
 from shardq.store.op import Op
 from shardq.store.transport import AsyncTransport
 from shardq.worker.inflight import Delivery, InFlight, WorkerStats
@@ -66,18 +65,17 @@ def retry_delay_ms(
     if isinstance(exc, PermanentError) or attempt >= max_attempts:
         return -1
     if isinstance(exc, RetryAfter):
-        delay = exc.delay
-        if (
-            isinstance(delay, int | float)
-            and not isinstance(delay, bool)
-            and math.isfinite(delay)
-            and 0 <= delay <= MAX_RETRY_DELAY
-        ):
-            return round(delay * 1000)
+        try:
+            return round(numbers.real(exc.delay, 0, MAX_RETRY_DELAY) * 1000)
+        except numbers.BadNumber:
+            pass  # nan, inf, 10**400, '5', -1: the backoff decides
     try:
-        return max(0, round((backoff or DEFAULT_BACKOFF).delay(attempt) * 1000))
+        delay = (backoff or DEFAULT_BACKOFF).delay(attempt)
     except Exception:
-        return round(DEFAULT_BACKOFF.delay(attempt) * 1000)
+        delay = DEFAULT_BACKOFF.delay(attempt)
+    # The fail script takes at most a year (a backoff's base and cap are checked to stay
+    # within it; the clamp keeps a settle from ever being refused).
+    return round(min(max(delay, 0.0), MAX_RETRY_DELAY) * 1000)
 
 
 class Settler:
