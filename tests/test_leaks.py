@@ -414,8 +414,7 @@ def test_long_running_commands_never_show_a_url_password(
                 code, log = _long_running(argv, env, 30.0 if broken else 1.5)
                 where = f"{' '.join(args[:2])} ({how}) for {redact_url(case.url)}"
                 _assert_hidden(case.segments, log, where)
-                if args[0] != "web":  # (web with Redis down at start: its own fix, issue 22)
-                    assert "Traceback" not in log, (where, log)
+                assert "Traceback" not in log, (where, log)
                 if broken:
                     assert code == 2, (where, code, log)
                     errors = [line for line in log.splitlines() if line.startswith("Error:")]
