@@ -67,6 +67,11 @@ def is_transient(exc: BaseException) -> bool:
     return isinstance(exc, _TRANSIENT) or is_redirect(exc)
 
 
+def is_unreachable(exc: BaseException) -> bool:
+    """The node did not answer (refused, reset, timed out): not a redirect or a refusal."""
+    return isinstance(exc, rx.ConnectionError | rx.TimeoutError | TimeoutError | OSError)
+
+
 def surely_not_written(exc: BaseException) -> bool:
     """Whether a failed call certainly had no effect (the node refused it before running it).
 
