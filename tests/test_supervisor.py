@@ -154,8 +154,25 @@ def test_loops_stop_in_the_order_given() -> None:
 
 # every loop of a real worker and dispatcher --------------------------------------------------
 
-WORKER_LOOPS = ["heartbeat", "fetcher:", "fetcher-topology", "recoverer", "janitor", "hints"]
-DISPATCHER_LOOPS = ["leases", "promoter:", "promoter-topology", "hints", "trim", "sample"]
+WORKER_LOOPS = [
+    "membership",
+    "heartbeat",
+    "fetcher:",
+    "fetcher-topology",
+    "recoverer",
+    "janitor",
+    "hints",
+]
+DISPATCHER_LOOPS = [
+    "membership",
+    "leases",
+    "schedules:",
+    "promoter:",
+    "promoter-topology",
+    "hints",
+    "trim",
+    "sample",
+]
 
 
 @pytest.fixture
