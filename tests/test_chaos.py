@@ -5,6 +5,7 @@ far off Redis', a handler that never returns."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -113,6 +114,82 @@ def test_slot_migration_under_load(chaos_url: str, queue: str) -> None:
     assert slots.plan_move(mover, queue, 0, target_addr).needed is False
     client.close()
     mover.close()
+
+
+REDIRECT_TYPES = {"MovedError", "AskError", "TryAgainError", "ClusterError"}
+
+
+def test_a_slot_move_is_logged_as_redirects_not_loop_errors(
+    chaos_url: str, queue: str, procs: list[Proc], tmp_path: Path
+) -> None:
+    """MOVED, ASK, TRYAGAIN and "TTL exhausted" are the normal signals of a slot move: a
+    running ``shardq dispatcher run`` and ``shardq worker run`` (JSON logs, info level) log
+    them as ``topology.redirect`` events at info level with the slot and its new node, never
+    as ``loop.error`` or any other warning; every job still runs once."""
+    partitions = 4
+    client = Client.from_url(chaos_url)
+    client.create_queue(queue, partitions)
+    runlog = tmp_path / "runs"
+    env = {"SHARDQ_BENCH_RUNLOG": str(runlog), "PYTHONPATH": str(HANDLERS)}
+    base = ["--queue", queue, "--url", chaos_url]
+    procs.append(Proc.dispatcher(chaos_url, queue, env=env))
+    worker = cli_command("worker", "run", *base, "--handlers", "shardq_runlog:register")
+    worker[worker.index("--log-level") + 1] = "INFO"
+    procs.append(Proc(worker, env))
+    ins = Inspector(client)
+    wait_for(
+        lambda: len(ins.members(queue)) == 2 and all(i.owner for i in ins.partitions(queue)),
+        30,
+        "the fleet did not start",
+    )
+    n = 1200
+    now = time.time()
+    ids = [
+        r.job_id
+        for r in client.enqueue_many(
+            queue,
+            [
+                JobRequest("tick", None, job_id=job_id_in(i % partitions, partitions, f"m{i}"),
+                           run_at=now + 0.5 + 5 * i / n)
+                for i in range(n)
+            ],
+        )
+    ]  # fmt: skip
+    time.sleep(2.0)
+    plan = slots.plan_move(client, queue, 0, slots.primary_addresses(client)[0])
+    target = next(a for a in slots.primary_addresses(client) if a != plan.source)
+    assert slots.move(client, slots.plan_move(client, queue, 0, target)).keys_moved > 0
+    wanted = set(ids)
+    wait_for(lambda: wanted <= {r[0] for r in read_runlog(runlog)}, 60, "jobs did not run")
+    time.sleep(1.0)
+    for proc in procs:
+        proc.check_alive()
+        proc.stop()
+    runs = [r[0] for r in read_runlog(runlog)]
+    assert len(runs) == len(set(runs)) == n, "a job ran twice (or not at all) across the move"
+    records = [
+        json.loads(line)
+        for proc in procs
+        for line in proc.log().splitlines()
+        if line.startswith("{")
+    ]
+    loud = [
+        r
+        for r in records
+        if r["level"] not in ("debug", "info")
+        and (
+            r.get("error_type") in REDIRECT_TYPES
+            or any(t in str(r.get("error", "")) for t in REDIRECT_TYPES | {"TTL exhausted"})
+        )
+    ]
+    assert not loud, f"redirects logged as warnings: {loud[:3]}"
+    redirects = [r for r in records if r["event"] == "topology.redirect"]
+    assert redirects, "the move met no redirect: nothing was checked"
+    assert all(r["level"] == "info" for r in redirects), redirects
+    slot = keys.slot_of(keys.partition_keys(queue, 0, partitions).due)
+    moved = [r for r in redirects if r.get("redirect") in ("moved", "ask")]
+    assert moved and all(r["slot"] == slot and r["node"] == target for r in moved), moved
+    client.close()
 
 
 def test_rebalance_nodes_suggests_moving_the_hot_partition_and_moves_it(

@@ -29,8 +29,9 @@ from shardq.config import DispatcherSettings
 from shardq.logs import log_event
 from shardq.runtime.membership import Membership
 from shardq.runtime.pernode import PerPrimaryCalls
+from shardq.runtime.supervisor import log_redirect
 from shardq.store import fleet, keys
-from shardq.store.faults import is_transient
+from shardq.store.faults import is_migration, is_transient
 from shardq.store.transport import AsyncTransport
 
 log = logging.getLogger("shardq.dispatcher")
@@ -213,8 +214,12 @@ class Leases:
 
     def _refused(self, partition: int, what: str, exc: object) -> None:
         """A lease call failed (node down, OOM, READONLY during a failover): log and count it;
-        the lease expires on its own if this keeps up, and a peer takes over."""
+        the lease expires on its own if this keeps up, and a peer takes over.  A slot on the
+        move is no failure: an info event, and the next round goes to the new node."""
         metrics.SCRIPT_ERRORS.labels(self.queue, f"lease-{what}", type(exc).__name__).inc()
+        if isinstance(exc, BaseException) and is_migration(exc):
+            log_redirect(log, exc, queue=self.queue, partition=partition, call=f"lease-{what}")
+            return
         self.event(
             f"{what}_failed",
             logging.WARNING,

@@ -23,10 +23,9 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from redis.exceptions import AskError, MovedError
-
 from shardq.connection import AsyncRedis, is_cluster, node_client_async
-from shardq.runtime.supervisor import LoopState, Supervisor
+from shardq.runtime.supervisor import LoopState, Supervisor, log_redirect
+from shardq.store.faults import is_migration
 from shardq.store.keys import slot_of
 
 log = logging.getLogger("shardq.hints")
@@ -105,10 +104,9 @@ class _Listener:
     async def close(self) -> BaseException | None:
         """Stop it (by its event, see :func:`_listen_one`); returns what it raised, if anything."""
         self.end.set()
-        try:
-            await asyncio.wait_for(asyncio.shield(self.task), PASS_WAIT)
-        except TimeoutError:
-            self.task.cancel()
+        _, pending = await asyncio.wait([self.task], timeout=PASS_WAIT)
+        for task in pending:
+            task.cancel()
         results = await asyncio.gather(self.task, return_exceptions=True)
         with contextlib.suppress(Exception):
             await self.client.aclose()
@@ -164,8 +162,8 @@ async def listen(
             for name, error in zip(closing, errors, strict=True):
                 if error is None:
                     continue
-                if isinstance(error, MovedError | AskError):
-                    log.info("hint subscription redirected (%s); regrouping", error)
+                if is_migration(error):
+                    log_redirect(log, error, loop=loop, from_node=name)
                 else:
                     log.warning("hint subscription on %s failed: %s; resubscribing", name, error)
                     retry_at[name] = time.monotonic() + ERROR_BACKOFF

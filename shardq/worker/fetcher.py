@@ -27,7 +27,7 @@ from redis.exceptions import ResponseError
 from shardq import metrics
 from shardq.config import WorkerSettings
 from shardq.runtime.pernode import PerPrimary
-from shardq.runtime.supervisor import Supervisor
+from shardq.runtime.supervisor import Supervisor, log_redirect
 from shardq.store import delivery, faults, keys
 from shardq.store.delivery import Batch
 from shardq.store.transport import AsyncTransport
@@ -258,9 +258,21 @@ class Fetcher:
         now = time.monotonic()
         failures: list[BaseException] = []
         admitted: list[Delivery] = []
+        # A slot on the move is the normal signal of a move, not a failure: logged as such
+        # (topology.redirect, info), the slot map refreshed, the calls sent again later.
+        redirected = 0
+        for (p, _), result in zip(r.acked, results[:n_acks], strict=True):
+            if isinstance(result, BaseException) and faults.is_migration(result):
+                redirected += 1
+                log_redirect(log, result, partition=p, call="ack")
+                self.nodes.topology_changed()
         for p, result, seen in zip(r.due, results[n_acks:], r.hints_before, strict=True):
             if isinstance(result, BaseException):
-                failures.append(result)
+                if faults.is_migration(result):
+                    redirected += 1
+                    log_redirect(log, result, partition=p, call="fetch")
+                else:
+                    failures.append(result)
                 await self._failed(p, result)
                 self.poll_at[p] = now + ERROR_BACKOFF
                 continue
@@ -278,8 +290,13 @@ class Fetcher:
                     admitted.append(d)
         # Admitted jobs hold room in the table now: the reservation can go.
         self.inflight.release(r.reserve)
-        ack_failures = [x for x in results[:n_acks] if isinstance(x, BaseException)]
-        if (failures or ack_failures) and len(failures) + len(ack_failures) == len(results):
+        ack_failures = [
+            x
+            for x in results[:n_acks]
+            if isinstance(x, BaseException) and not faults.is_migration(x)
+        ]
+        failed = len(failures) + len(ack_failures) + redirected
+        if (failures or ack_failures) and failed == len(results):
             for d in admitted:
                 self.executor.run(d)
             raise (failures or ack_failures)[0]  # the whole primary failed: back off this loop
