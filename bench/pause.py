@@ -1,11 +1,18 @@
 """One primary paused while jobs come due on all of them: do the others keep flowing?
 
     python -m bench.pause --url redis://127.0.0.1:7300 [--rate 5000] [--pause 3] [--rounds 3]
-                          [--code DIR] [--json]
+                          [--mode all|write|sleep] [--code DIR] [--json]
 
 A queue of 64 partitions, one ``shardq dispatcher run`` and one ``shardq worker run`` with
 default settings, jobs due at ``--rate`` per second for 14 s.  Four seconds in, the primary
-holding partition 0 gets ``CLIENT PAUSE <pause ms> ALL`` (it answers nobody meanwhile).
+holding partition 0 is stalled for ``--pause`` seconds, as ``--mode`` says (BRIEF §7: they stall
+a primary in different ways, and isolation must hold for each):
+
+- ``all``: ``CLIENT PAUSE <ms> ALL``: every command waits (connections are accepted);
+- ``write``: ``CLIENT PAUSE <ms> WRITE``: reads are served, writes (and scripts that may
+  write, every FCALL of shardq's) wait;
+- ``sleep``: ``DEBUG SLEEP <s>``: the whole node is blocked, nothing answers at all.
+
 Reported per round:
 
 - lateness p50/p99/max of jobs on the *other* primaries that came due during the pause (they
@@ -60,7 +67,28 @@ def start(url: str, queue: str, runlog: str, code: str | None) -> list[Any]:
     return [subprocess.Popen(a, env=env, cwd=code or ROOT) for a in argv]
 
 
-def one_round(url: str, rate: int, pause_s: float, code: str | None) -> dict[str, Any]:
+MODES = ("all", "write", "sleep")
+
+
+def stall(host: str, port: int, mode: str, seconds: float) -> None:
+    """Stall one node for ``seconds`` as ``mode`` says; returns at once (DEBUG SLEEP, which
+    blocks its own connection, is sent from a thread)."""
+    if mode == "sleep":
+        import threading
+
+        def sleep() -> None:
+            with redis_lib.Redis(host=host, port=port) as r:
+                r.execute_command("DEBUG", "SLEEP", seconds)
+
+        threading.Thread(target=sleep, daemon=True).start()
+        return
+    with redis_lib.Redis(host=host, port=port) as r:
+        r.execute_command("CLIENT", "PAUSE", int(seconds * 1000), mode.upper())
+
+
+def one_round(
+    url: str, rate: int, pause_s: float, code: str | None, mode: str = "all"
+) -> dict[str, Any]:
     client = Client.from_url(url)
     queue = f"pause-{int(time.time() * 1000)}"
     client.create_queue(queue, PARTITIONS)
@@ -90,9 +118,7 @@ def one_round(url: str, rate: int, pause_s: float, code: str | None) -> dict[str
         while time.time() < t0 + 3.0:
             time.sleep(0.01)
         pause_at = time.time()
-        redis_lib.Redis(host=paused.host, port=paused.port).execute_command(
-            "CLIENT", "PAUSE", int(pause_s * 1000), "ALL"
-        )
+        stall(paused.host, paused.port, mode, pause_s)
         pause_end = pause_at + pause_s
         wait(lambda: len(read_runs(runlog)) >= n, 120, "every job to run")
         runs = read_runs(runlog)
@@ -107,6 +133,7 @@ def one_round(url: str, rate: int, pause_s: float, code: str | None) -> dict[str
             else:
                 others.append(r["late_ms"])
         return {
+            "mode": mode,
             "jobs": n,
             "ran": len({r["id"] for r in runs}),
             "others_late_ms": {
@@ -141,6 +168,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--rate", type=int, default=5000)
     ap.add_argument("--pause", type=float, default=3.0)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--mode", choices=MODES, default="all", help="how the primary is stalled")
     ap.add_argument("--code", default=None, help="run shardq from this checkout instead")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
@@ -148,8 +176,11 @@ def main(argv: list[str] | None = None) -> None:
     say = (lambda s: print(s, file=sys.stderr)) if args.json else print
     cal = calibrate(args.url)
     say(f"calibration: {calibration_line(cal)}")
-    say(f"{args.rate} jobs/s, one primary paused {args.pause} s, code {code or 'this checkout'}")
-    report = run(args.url, args.rate, args.pause, args.rounds, code, say)
+    say(
+        f"{args.rate} jobs/s, one primary stalled {args.pause} s ({args.mode}),"
+        f" code {code or 'this checkout'}"
+    )
+    report = run(args.url, args.rate, args.pause, args.rounds, code, say, args.mode)
     report["calibration"] = cal
     if args.json:
         print(json.dumps(report))
@@ -158,7 +189,8 @@ def main(argv: list[str] | None = None) -> None:
 def describe(i: int, r: dict[str, Any]) -> str:
     o, m = r["others_late_ms"], r["paused_node_late_ms"]
     return (
-        f"round {i + 1}: other primaries p50 {o['p50']} ms p99 {o['p99']} ms max {o['max']} ms"
+        f"round {i + 1} ({r.get('mode', 'all')}): other primaries p50 {o['p50']} ms"
+        f" p99 {o['p99']} ms max {o['max']} ms"
         f" (n={o['n']}); paused primary caught up {r['paused_node_caught_up_s_after_pause']} s"
         f" after the pause, its jobs p99 {m['p99']} ms; ran {r['ran']}/{r['jobs']}"
     )
@@ -171,15 +203,16 @@ def run(
     rounds: int,
     code: str | None = None,
     say: Any = None,
+    mode: str = "all",
 ) -> dict[str, Any]:
     """The rounds, as the bench suite's ``pause`` section runs them."""
     out = []
     for i in range(rounds):
-        r = one_round(url, rate, pause_s, code)
+        r = one_round(url, rate, pause_s, code, mode)
         out.append(r)
         if say is not None:
             say(describe(i, r))
-    return {"rate": rate, "pause_s": pause_s, "code": code, "rounds": out}
+    return {"rate": rate, "pause_s": pause_s, "mode": mode, "code": code, "rounds": out}
 
 
 if __name__ == "__main__":

@@ -281,8 +281,13 @@ def _list_due(
     pks = keys.all_partition_keys(queue, partitions)
     score, member = _decode_cursor(cursor, "scheduled") if cursor else (start_ms, "")
     pages = _ok((yield [inspect.list_due(pk, score, member, end_ms, limit) for pk in pks]))
+    # Each partition's rows are tagged in a list built now: a generator here would read the
+    # partition when the merge consumes it, after the loop, and tag every job with the last one.
     merged = heapq.merge(
-        *(((due, job_id, p, raw) for due, job_id, raw in rows) for p, (_, rows) in enumerate(pages))
+        *(
+            [(due, job_id, pk.partition, raw) for due, job_id, raw in rows]
+            for pk, (_, rows) in zip(pks, pages, strict=True)
+        )
     )
     picked = [row for _, row in zip(range(limit + 1), merged, strict=False)]
     # More may follow even when the merge came out exactly full: a partition that returned a

@@ -110,6 +110,60 @@ def test_redis_faults_make_a_process_unready_never_unhealthy() -> None:
     asyncio.run(main())
 
 
+def test_slot_move_signals_are_info_events_not_loop_errors(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """MOVED/ASK/TRYAGAIN/TTL exhausted met by a loop: ``topology.redirect`` at info level with
+    the slot and its new node; the loop is not failing (the process stays ready) and runs again
+    shortly.  One that keeps meeting them past REDIRECT_STREAK has them logged as errors."""
+    from redis.exceptions import AskError, ClusterError, MovedError, TryAgainError
+
+    from shardq.runtime.supervisor import REDIRECT_STREAK
+
+    signals: list[BaseException] = [
+        MovedError("1993 127.0.0.1:7001"),
+        AskError("1993 127.0.0.1:7001"),
+        TryAgainError("TRYAGAIN Multiple keys request during rehashing of slot"),
+        ClusterError("TTL exhausted."),
+    ]
+    seen_failing: list[list[str]] = []
+
+    async def main() -> Supervisor:
+        sup = Supervisor(ROLE, "q")
+        calls = {"moving": 0, "stuck": 0}
+
+        async def moving() -> None:
+            calls["moving"] += 1
+            seen_failing.append(sup.failing())
+            if calls["moving"] <= len(signals):
+                raise signals[calls["moving"] - 1]
+
+        async def stuck() -> None:
+            calls["stuck"] += 1
+            raise MovedError("7 127.0.0.1:7002")
+
+        sup.every("moving", 0.01, moving, first_at_once=True)
+        sup.every("stuck", 0.01, stuck, first_at_once=True)
+        await until(lambda: sup.state("moving").rounds >= 2)
+        await until(lambda: sup.state("stuck").errors >= 1)
+        await sup.stop()
+        return sup
+
+    with caplog.at_level(logging.INFO, logger="shardq.supervisor"):
+        sup = asyncio.run(main())
+    assert sup.state("moving").errors == 0 and not any(seen_failing)
+    events = [json.loads(r.getMessage()) for r in caplog.records if r.getMessage().startswith("{")]
+    moving = [e for e in events if e.get("loop") == "moving"]
+    assert [e["event"] for e in moving] == ["topology.redirect"] * len(signals), moving
+    assert [e["redirect"] for e in moving] == ["moved", "ask", "tryagain", "ttl_exhausted"]
+    assert (moving[0]["slot"], moving[0]["node"]) == (1993, "127.0.0.1:7001")
+    levels = {r.levelname for r in caplog.records if "topology.redirect" in r.getMessage()}
+    assert levels == {"INFO"}
+    stuck = [e for e in events if e.get("loop") == "stuck"]
+    assert [e["event"] for e in stuck[:REDIRECT_STREAK]] == ["topology.redirect"] * REDIRECT_STREAK
+    assert stuck[REDIRECT_STREAK]["event"] == "loop.error", stuck[REDIRECT_STREAK]
+
+
 def test_a_forever_loop_that_returns_is_started_again() -> None:
     starts: list[int] = []
 
@@ -154,8 +208,25 @@ def test_loops_stop_in_the_order_given() -> None:
 
 # every loop of a real worker and dispatcher --------------------------------------------------
 
-WORKER_LOOPS = ["heartbeat", "fetcher:", "fetcher-topology", "recoverer", "janitor", "hints"]
-DISPATCHER_LOOPS = ["leases", "promoter:", "promoter-topology", "hints", "trim", "sample"]
+WORKER_LOOPS = [
+    "membership",
+    "heartbeat",
+    "fetcher:",
+    "fetcher-topology",
+    "recoverer",
+    "janitor",
+    "hints",
+]
+DISPATCHER_LOOPS = [
+    "membership",
+    "leases",
+    "schedules:",
+    "promoter:",
+    "promoter-topology",
+    "hints",
+    "trim",
+    "sample",
+]
 
 
 @pytest.fixture

@@ -3,16 +3,19 @@
 A small coordinator over components with one concern each, every background loop under one
 :class:`~shardq.runtime.supervisor.Supervisor`:
 
-- ``leases`` (:mod:`.leases`): heartbeat, fair share, renew, hand back, take over;
+- ``membership``: the heartbeat into the fleet, on its own so nothing else can delay it;
+- ``leases`` (:mod:`.leases`): fair share, renew, hand back, take over;
 - ``promoter:<primary>`` (:mod:`.promoter`): one promote loop per Redis primary;
 - ``promoter-topology``: keeps those loops in step with the slot map;
 - ``hints``: wake-ups from enqueues over sharded pub/sub;
-- ``schedules`` (:mod:`.ticker`): fires the periodic schedules of held partitions;
+- ``schedules:<primary>`` (:mod:`.ticker`): fires the periodic schedules of held partitions,
+  one loop per Redis primary; ``schedules-topology`` keeps them in step with the slot map;
 - ``trim`` (:mod:`.trimmer`) and ``sample`` (:mod:`.sampler`): stream bounds and metrics.
 
 Shutdown (SIGTERM, :meth:`Dispatcher.stop`) stops hints, then the promote loops (no new
-promote is sent), then trimming and sampling, then the lease loop; it then releases every
-lease (peers take them on their next round, with no expiry to wait out) and leaves the fleet.
+promote is sent), then trimming and sampling, then the lease loop and the heartbeat; it then
+releases every lease (peers take them on their next round, with no expiry to wait out) and
+leaves the fleet.
 """
 
 from __future__ import annotations
@@ -58,7 +61,16 @@ class DispatcherStats:
     by_partition: dict[int, int] = field(default_factory=dict)
 
 
-STOP_ORDER = ["hints", "schedules", "promoter:", "promoter-topology", "trim", "sample", "leases"]
+STOP_ORDER = [
+    "hints",
+    "schedules:",
+    "schedules-topology",
+    "promoter:",
+    "promoter-topology",
+    "trim",
+    "sample",
+    "leases",
+]
 
 
 class Dispatcher:
@@ -190,12 +202,13 @@ class Dispatcher:
         listen = self._pinned if self._pinned is not None else range(meta.partitions)
         channels = {pks[p].due_hint: p for p in listen}
         sup = self.supervisor
+        sup.every("membership", s.renew_interval, leases.beat)
         sup.every("leases", s.renew_interval, leases.round, first_at_once=True)
         promoter.start()
         ticker.start()
         sup.forever(
             "hints",
-            lambda: hints.listen(self.redis, channels, hint, sup, "hints"),
+            lambda: hints.listen(self.redis, channels, hint, sup, "hints", self.transport.refresh),
             pace=hints.PASS_WAIT,
         )
         sup.every("trim", s.trim_interval, trimmer.round)
@@ -207,7 +220,8 @@ class Dispatcher:
             await self._stop.wait()
         finally:
             await sup.stop(STOP_ORDER)
-            await leases.release(list(leases.tokens), "shutdown")
+            await leases.calls.close()  # no grant may land after the leases are given back
+            await leases.release(list(leases.tokens), "shutdown", wait=True)
             with contextlib.suppress(Exception):
                 await membership.leave()
             sampler.forget()

@@ -1,8 +1,13 @@
 """Leases: which partitions this dispatcher drains, with fencing tokens.
 
-One round per ``renew_interval``: heartbeat into the fleet, compute this dispatcher's fair share
-(floor or ceiling of P / N, by sorted position among live, non-draining members), renew leases
-no promote extended lately, hand back what is above the share, take partitions up to it.
+One round per ``renew_interval``: compute this dispatcher's fair share (floor or ceiling of
+P / N, by sorted position among live, non-draining members), renew leases no promote extended
+lately, hand back what is above the share, take partitions up to it.  The heartbeat into the
+fleet is a loop of its own (:meth:`Leases.beat`), so a round held up never makes this
+dispatcher look dead to its peers; and the lease calls go out per primary
+(:class:`~shardq.runtime.pernode.PerPrimaryCalls`): a lease won on one primary is used at once
+whatever another primary is doing, and a stuck primary holds the round up for at most half a
+``renew_interval``.
 
 A partition is taken when it is free, when its lease expired, or at once when its owner is gone
 from the fleet (dead or paused a whole membership timeout) or is this process's predecessor
@@ -23,8 +28,10 @@ from shardq import metrics
 from shardq.config import DispatcherSettings
 from shardq.logs import log_event
 from shardq.runtime.membership import Membership
+from shardq.runtime.pernode import PerPrimaryCalls
+from shardq.runtime.supervisor import log_redirect
 from shardq.store import fleet, keys
-from shardq.store.faults import is_transient
+from shardq.store.faults import is_migration, is_transient
 from shardq.store.transport import AsyncTransport
 
 log = logging.getLogger("shardq.dispatcher")
@@ -75,6 +82,9 @@ class Leases:
         # its change to the shared series instead of setting it.
         self._m_held = metrics.LEASES_HELD.labels(queue)
         self._held_reported = 0
+        self.calls = PerPrimaryCalls(transport, "leases")
+        # How long a round waits for a primary's lease calls before going on without it.
+        self.wait = settings.renew_interval / 2
 
     # events --------------------------------------------------------------------------------
 
@@ -105,9 +115,18 @@ class Leases:
 
     # the round -----------------------------------------------------------------------------
 
-    async def round(self) -> None:
-        """Heartbeat, renew, hand back above the fair share, take up to it."""
+    async def beat(self) -> None:
+        """Heartbeat into the fleet (the ``membership`` loop, every ``renew_interval``)."""
         await self.membership.beat()
+
+    async def round(self) -> None:
+        """Renew, hand back above the fair share, take up to it."""
+        m = self.membership
+        if m.last_success is None:
+            await m.beat()  # no view of the fleet yet: no share can be computed without one
+        # A view older than the membership timeout (the fleet's node has not answered the
+        # heartbeats) says nothing about who is live now: keep what is held, take nothing.
+        stale = time.monotonic() - (m.last_success or 0.0) > m.timeout
         self.rounds += 1
         total = len(self.pks)
         skipped: list[str] = []
@@ -121,6 +140,9 @@ class Leases:
             wanted = list(range(total))
             self.target = fair_share(total, self.working_members(owners), self.owner)
         await self._renew()
+        if stale:
+            self._report_held()
+            return
         excess = len(self.tokens) - self.target
         if excess > 0:
             # Hand back the most recently acquired first: the others have warm state.
@@ -175,21 +197,29 @@ class Leases:
         ttl = round(self.settings.lease_time * 1000)
         sent = [self.tokens[p] for p in stale]
         ops = [fleet.lease_renew(self.pks[p], t, ttl) for p, t in zip(stale, sent, strict=True)]
-        results = await self.transport.run_many(ops)
-        for p, token, result in zip(stale, sent, results, strict=True):
-            if self.tokens.get(p) != token:
-                continue  # released (or taken again) meanwhile
-            if result is True:
-                self.renewed[p] = now
-            elif result is False:
-                self.fenced(p, "lease lost before renewal", token)
-            else:
-                self._refused(p, "renew", result)
+
+        def renewed(indexes: list[int], results: list[object]) -> None:
+            for i, result in zip(indexes, results, strict=True):
+                p, token = stale[i], sent[i]
+                if self.tokens.get(p) != token:
+                    continue  # released (or taken again) meanwhile
+                if result is True:
+                    self.renewed[p] = now
+                elif result is False:
+                    self.fenced(p, "lease lost before renewal", token)
+                else:
+                    self._refused(p, "renew", result)
+
+        await self.calls.run(ops, renewed, self.wait)
 
     def _refused(self, partition: int, what: str, exc: object) -> None:
         """A lease call failed (node down, OOM, READONLY during a failover): log and count it;
-        the lease expires on its own if this keeps up, and a peer takes over."""
+        the lease expires on its own if this keeps up, and a peer takes over.  A slot on the
+        move is no failure: an info event, and the next round goes to the new node."""
         metrics.SCRIPT_ERRORS.labels(self.queue, f"lease-{what}", type(exc).__name__).inc()
+        if isinstance(exc, BaseException) and is_migration(exc):
+            log_redirect(log, exc, queue=self.queue, partition=partition, call=f"lease-{what}")
+            return
         self.event(
             f"{what}_failed",
             logging.WARNING,
@@ -213,12 +243,25 @@ class Leases:
         while free and len(self.tokens) < self.target:
             room = self.target - len(self.tokens)
             batch, free = free[: room + 2], free[room + 2 :]
-            await self._acquire(batch, [o for o in displace if o in owners.values()])
+            if not await self._acquire(batch, [o for o in displace if o in owners.values()]):
+                break  # grants still on the way: count them before asking for more
 
-    async def _acquire(self, candidates: list[int], displace: list[str]) -> None:
+    async def _acquire(self, candidates: list[int], displace: list[str]) -> bool:
+        """Try to take ``candidates``; each primary's grants are used as they come.  False when
+        some grants were still on the way after the round's wait (they count when they land)."""
         ttl = round(self.settings.lease_time * 1000)
         ops = [fleet.lease_acquire(self.pks[p], self.owner, ttl, displace) for p in candidates]
-        results = await self.transport.run_many(ops)
+
+        async def granted(indexes: list[int], results: list[Any]) -> None:
+            await self._granted([candidates[i] for i in indexes], results, displace, ttl)
+
+        report = await self.calls.run(ops, granted, self.wait)
+        return report.late == 0
+
+    async def _granted(
+        self, candidates: list[int], results: list[Any], displace: list[str], ttl: int
+    ) -> None:
+        """Use the grants of one primary's acquire calls."""
         # The owners hash is written after the leases are granted, so a dispatcher killed in
         # between holds leases the hash does not name: ``displace`` (filtered by the hash) then
         # missed it.  The refusal names the holder: take it over now if it may be displaced,
@@ -268,9 +311,10 @@ class Leases:
         await fleet.forget_owners(self.transport.client, self.queue, wrong)
         await fleet.write_owners(self.transport.client, self.queue, self.owner, missing)
 
-    async def release(self, partitions: list[int], reason: str) -> None:
+    async def release(self, partitions: list[int], reason: str, wait: bool = False) -> None:
         """Give leases back.  Their tokens are forgotten first: a promote already running for
-        one of them is fenced harmlessly, and none is sent with a released token."""
+        one of them is fenced harmlessly, and none is sent with a released token.  ``wait``
+        (shutdown): for every primary's answer, not only the round's share of time."""
         held = {p: self.tokens.pop(p) for p in partitions if p in self.tokens}
         for p in held:
             self.renewed.pop(p, None)
@@ -280,7 +324,11 @@ class Leases:
             return
         try:
             ops = [fleet.lease_release(self.pks[p], token) for p, token in held.items()]
-            await self.transport.run_many(ops)
+            if wait:
+                await self.transport.run_many(ops)
+            else:
+                # A release that is not written expires on its own; nothing to do with replies.
+                await self.calls.run(ops, lambda _i, _r: None, self.wait)
             await fleet.forget_owners(self.transport.client, self.queue, held)
         except Exception as exc:
             log.warning("releasing leases failed (%s): they expire on their own", exc)

@@ -20,7 +20,7 @@ from shardq.config import DispatcherSettings
 from shardq.dispatcher.leases import Leases
 from shardq.errors import FencedError
 from shardq.runtime.pernode import PerPrimary
-from shardq.runtime.supervisor import Supervisor
+from shardq.runtime.supervisor import Supervisor, log_redirect
 from shardq.store import faults, fleet, keys
 from shardq.store.transport import AsyncTransport
 
@@ -123,14 +123,21 @@ class Promoter:
         self.calls += len(ops)
         self._m_calls.inc(len(ops))
         failures: list[BaseException] = []
+        redirected = 0
         for p, result, seen, token in zip(held, results, hints_before, sent_tokens, strict=True):
             if isinstance(result, FencedError):
                 self.leases.fenced(p, str(result), token)
                 continue
             if isinstance(result, BaseException):
-                failures.append(result)
                 self.errors += 1
                 metrics.SCRIPT_ERRORS.labels(self.queue, "promote", type(result).__name__).inc()
+                if faults.is_migration(result):
+                    # The partition's slot is moving (or moved): the normal signal of a move,
+                    # not an error.  The slot map is refreshed and the partition regrouped.
+                    redirected += 1
+                    log_redirect(log, result, partition=p, loop=self.nodes.loop_name(node))
+                else:
+                    failures.append(result)
                 if faults.is_redirect(result) or faults.is_transient(result):
                     self.nodes.topology_changed()
                 self.next_wake[p] = now + ERROR_BACKOFF
@@ -149,6 +156,6 @@ class Promoter:
             else:
                 wait = max(0.0, (result.next_due_ms - result.now_ms) / 1000.0)
                 self.next_wake[p] = now + min(wait, s.max_sleep)
-        if failures and len(failures) == len(ops):
+        if failures and len(failures) + redirected == len(ops):
             # The whole primary failed: let the supervisor log it and back off this loop.
             raise failures[0]

@@ -1,12 +1,14 @@
 """Ticker: fires the periodic schedules of the partitions this dispatcher holds.
 
-One supervised loop.  Each pass reads, for every held partition whose wake time has come, the
-schedules whose next tick is at or before the Redis clock (lua/schedule-read-3.lua, one
-batched read), computes each one's ticks, misfires and next tick in Python
-(:func:`shardq.schedules.plan`: calendar arithmetic from the Redis time the read returned),
-and sends them to the fenced fire script (lua/schedule-fire-7.lua) with the partition's lease
-token.  It then sleeps until the earliest next tick of its partitions (bounded by
-``max_sleep``); a won lease and a due hint (an added schedule, an enqueue) wake it early.
+One supervised loop per Redis primary (:class:`~shardq.runtime.pernode.PerPrimary`, as the
+promoter), so a stalled primary delays only its own partitions' ticks.  Each pass reads, for
+every held partition of its primary whose wake time has come, the schedules whose next tick is
+at or before the Redis clock (lua/schedule-read-3.lua, one batched read), computes each one's
+ticks, misfires and next tick in Python (:func:`shardq.schedules.plan`: calendar arithmetic
+from the Redis time the read returned), and sends them to the fenced fire script
+(lua/schedule-fire-7.lua) with the partition's lease token.  It then sleeps until the earliest
+next tick of its partitions (bounded by ``max_sleep``); a won lease and a due hint (an added
+schedule, an enqueue) wake it early.
 
 The Prometheus counters are labelled by queue only: schedule names are unbounded.
 """
@@ -25,6 +27,7 @@ from shardq import metrics
 from shardq.config import DispatcherSettings
 from shardq.dispatcher.leases import Leases
 from shardq.errors import FencedError, InvalidPeriodicScheduleError
+from shardq.runtime.pernode import PerPrimary
 from shardq.runtime.supervisor import Supervisor
 from shardq.schedules import Definition, plan
 from shardq.store import keys
@@ -48,7 +51,7 @@ MISFIRES = Counter(
 READ_BATCH = 100
 # After a failed call, or a pass that fired nothing it read, a partition waits this long.
 ERROR_BACKOFF = 0.25
-LOOP = "schedules"
+LOOP = "schedules"  # the loops are ``schedules:<primary>`` and ``schedules-topology``
 
 
 # Seconds between looks at a partition that had no schedule (see Ticker._sleep_until).
@@ -74,40 +77,52 @@ class Ticker:
         self.leases = leases
         self.settings = settings
         self.next_wake: dict[int, float] = {}
-        self.event = asyncio.Event()
         self.fired = 0
         self.misfired = 0
         self.calls = 0
         self._m_fires = FIRES.labels(queue)
         self._m_misfires = MISFIRES.labels(queue)
+        self.nodes = PerPrimary(
+            supervisor,
+            transport,
+            LOOP,
+            range(len(pks)),
+            lambda p: pks[p].due,
+            self._loop,
+            settings.max_sleep,
+        )
 
     def wake(self, partition: int) -> None:
         """A lease was won or a hint came: look at the partition's schedules now."""
         if partition in self.leases.tokens:
             self.next_wake[partition] = 0.0
-            self.event.set()
+            self.nodes.wake(partition)
 
     def start(self) -> None:
-        self.supervisor.forever(LOOP, self.loop)
+        self.nodes.start()
 
-    async def loop(self) -> None:
-        stop = self.supervisor.stop_event(LOOP)
-        state = self.supervisor.state(LOOP)
+    async def _loop(self, node: str) -> None:
+        name = self.nodes.loop_name(node)
+        stop = self.supervisor.stop_event(name)
+        state = self.supervisor.state(name)
+        event = self.nodes.event(node)
         max_sleep = self.settings.max_sleep
         while not stop.is_set():
             state.progress()
             now = time.monotonic()
-            tokens = dict(self.leases.tokens)
-            due = [p for p in tokens if self.next_wake.get(p, 0.0) <= now]
+            held = self.leases.tokens
+            mine = [p for p in self.nodes.mine(node) if p in held]
+            tokens = {p: held[p] for p in mine}
+            due = [p for p in mine if self.next_wake.get(p, 0.0) <= now]
             if due:
                 await self.round(due, tokens)
                 state.ok()
                 continue
-            wake_at = min((self.next_wake.get(p, 0.0) for p in tokens), default=now + max_sleep)
-            self.event.clear()
+            wake_at = min((self.next_wake.get(p, 0.0) for p in mine), default=now + max_sleep)
+            event.clear()
             state.ok()
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.event.wait(), min(max(0.0, wake_at - now), max_sleep))
+                await asyncio.wait_for(event.wait(), min(max(0.0, wake_at - now), max_sleep))
 
     def _sleep_until(self, p: int, head_ms: int | None, now_ms: int, at: float) -> None:
         s = self.settings

@@ -7,9 +7,10 @@ each partition gets one hint, covering any published while no subscription was i
 
 In cluster mode each primary gets its own subscriber connection and listening task: redis-py's
 cluster pub/sub polls nodes one after another, which would add up to one timeout per node to
-every hint.  Subscriptions are regrouped when a slot moves (the server sends ``sunsubscribe``),
-after any error, and when a look at the client's slot map (each second) finds a channel's node
-changed.
+every hint.  A node's subscription is made again when a slot moves (the server sends
+``sunsubscribe``), after an error on it, and when a look at the client's slot map (each second)
+finds its channels changed; the other nodes' subscriptions stay as they are, so a failover of
+one primary costs the others no hint.
 """
 
 from __future__ import annotations
@@ -17,19 +18,22 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
-from redis.exceptions import AskError, MovedError
-
 from shardq.connection import AsyncRedis, is_cluster, node_client_async
-from shardq.runtime.supervisor import LoopState, Supervisor
+from shardq.runtime.supervisor import LoopState, Supervisor, log_redirect
+from shardq.store.faults import is_migration
 from shardq.store.keys import slot_of
 
 log = logging.getLogger("shardq.hints")
 
 # The longest a pass of the listen loop waits before it reports progress (the stall bound).
 PASS_WAIT = 1.0
+# A node whose subscription failed is subscribed again after this long.
+ERROR_BACKOFF = 0.5
 
 
 async def _listen_one(
@@ -37,10 +41,12 @@ async def _listen_one(
     channels: dict[str, int],
     on_hint: Callable[[int], None],
     stop: asyncio.Event,
-    regroup: asyncio.Event,
+    end: asyncio.Event,
     state: LoopState,
+    ended: asyncio.Event,
 ) -> None:
-    """Listen on one connection until stop, regroup, a slot move (sunsubscribe) or an error.
+    """Listen on one connection until stop, ``end``, a slot move (sunsubscribe) or an error;
+    sets ``ended`` when it returns.
 
     Loops end by checking the events rather than by cancellation: redis-py drops a connection
     whose read was cancelled and, on reconnecting, resubscribes every channel in one SSUBSCRIBE,
@@ -55,7 +61,7 @@ async def _listen_one(
         # gone: wake every partition once so nobody waits out the fallback interval for them.
         for each in set(channels.values()):
             on_hint(each)
-        while not stop.is_set() and not regroup.is_set():
+        while not stop.is_set() and not end.is_set():
             state.progress()
             msg = await pubsub.get_message(ignore_subscribe_messages=False, timeout=0.5)
             if not msg:
@@ -71,19 +77,41 @@ async def _listen_one(
             elif kind == "sunsubscribe":
                 return  # a slot moved away from this node: regroup
     finally:
-        regroup.set()  # one listener ending makes all of them regroup together
+        ended.set()  # the listen loop looks at once: a new subscription for this node
         with contextlib.suppress(Exception):
             await pubsub.aclose()
 
 
-def _layout(cluster: Any, channels: dict[str, int]) -> dict[Any, dict[str, int]]:
-    """Channels grouped by the node serving their slot, per the client's slot map (redis-py's
-    ClusterNode compares and hashes by ``host:port``)."""
-    layout: dict[Any, dict[str, int]] = {}
+def _layout(cluster: Any, channels: dict[str, int]) -> dict[str, tuple[Any, dict[str, int]]]:
+    """Channels grouped by the name of the node serving their slot, per the client's slot map
+    (with the node itself, to open a connection to it)."""
+    layout: dict[str, tuple[Any, dict[str, int]]] = {}
     for name, partition in channels.items():
         node = cluster.nodes_manager.get_node_from_slot(slot_of(name))
-        layout.setdefault(node, {})[name] = partition
+        layout.setdefault(node.name, (node, {}))[1][name] = partition
     return layout
+
+
+@dataclass(eq=False)
+class _Listener:
+    """One node's subscriber: its channels, its connection, the task listening on it."""
+
+    channels: dict[str, int]
+    client: Any
+    end: asyncio.Event
+    task: asyncio.Task[None]
+
+    async def close(self) -> BaseException | None:
+        """Stop it (by its event, see :func:`_listen_one`); returns what it raised, if anything."""
+        self.end.set()
+        _, pending = await asyncio.wait([self.task], timeout=PASS_WAIT)
+        for task in pending:
+            task.cancel()
+        results = await asyncio.gather(self.task, return_exceptions=True)
+        with contextlib.suppress(Exception):
+            await self.client.aclose()
+        error = results[0]
+        return error if isinstance(error, Exception) else None
 
 
 async def listen(
@@ -92,64 +120,90 @@ async def listen(
     on_hint: Callable[[int], None],
     supervisor: Supervisor,
     loop: str,
+    refresh: Callable[[], Awaitable[None]] | None = None,
 ) -> None:
     """Call ``on_hint(partition)`` for each hint until the supervisor stops ``loop``;
     reconnects and regroups by itself after errors and slot moves (the supervisor restarts it
-    if it raises)."""
+    if it raises).  ``refresh`` re-reads the slot map (the process's coalesced refresh, see
+    :meth:`~shardq.store.transport.AsyncTransport.refresh`); by default the client's own."""
+    if not is_cluster(client):
+        await _listen_standalone(client, channels, on_hint, supervisor, loop)
+        return
+    cluster: Any = client
     stop = supervisor.stop_event(loop)
     state = supervisor.state(loop)
-    cluster = is_cluster(client)
-    refresh = False
-    while not stop.is_set():
-        groups: list[tuple[Any, dict[str, int]]] = []
-        tasks: list[asyncio.Task[None]] = []
-        regroup = asyncio.Event()
-        try:
-            if cluster and refresh:
+    reread = refresh or cluster.nodes_manager.initialize
+    listeners: dict[str, _Listener] = {}
+    retry_at: dict[str, float] = {}
+    changed = asyncio.Event()  # a listener ended: look at once
+    stale_map = False
+    try:
+        while not stop.is_set():
+            state.progress()
+            if stale_map:
                 # A slot moved or a node failed: group channels by the slot map as it is now,
                 # not as this client last saw it (else SSUBSCRIBE meets MOVED).
-                await client.nodes_manager.initialize()  # type: ignore[union-attr]
-            refresh = False
-            layout = _layout(client, channels) if cluster else {}
-            groups = (
-                [(node_client_async(node), chans) for node, chans in layout.items()]
-                if cluster
-                else [(client, channels)]
-            )
-            tasks = [
-                asyncio.create_task(_listen_one(c, chans, on_hint, stop, regroup, state))
-                for c, chans in groups
+                stale_map = False
+                await reread()
+            layout = _layout(cluster, channels)
+            # Only the nodes whose channels changed (a failover, a slot move) or whose listener
+            # ended get a new subscription: the others keep theirs, so a stalled or failing
+            # primary never opens a gap in the hints of the healthy ones.
+            closing = [
+                name
+                for name, listener in listeners.items()
+                if listener.task.done()
+                or name not in layout
+                or layout[name][1] != listener.channels
             ]
-            while not stop.is_set():
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(regroup.wait(), PASS_WAIT)
-                state.ok()
-                # Regroup when a listener ended, or when the client's slot map (refreshed by
-                # the other loops after a redirect or a failover) moved a channel's node;
-                # tearing down working subscriptions otherwise would open a gap for nothing.
-                if regroup.is_set() or (cluster and _layout(client, channels) != layout):
-                    break
-            refresh = regroup.is_set()  # a listener ended early: sunsubscribe or an error
-            regroup.set()
-            results = await asyncio.gather(*tasks, return_exceptions=True)
-            errors = [r for r in results if isinstance(r, Exception)]
-            if errors and not stop.is_set():
-                raise errors[0]
-        except asyncio.CancelledError:
-            raise
-        except (MovedError, AskError) as exc:  # the slot map changed under us: re-read it now
-            refresh = True
-            log.info("hint subscription redirected (%s); regrouping", exc)
-            await asyncio.sleep(0.05)
-        except Exception:
-            # Hints are best effort (the fallback poll covers the gap); the supervisor logs
-            # the error and starts this loop again after a backoff.
-            raise
-        finally:
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-            if cluster:
-                for node_client, _ in groups:
-                    with contextlib.suppress(Exception):
-                        await node_client.aclose()
+            # Closed together: one stuck node's listener (its server asleep) costs the pass at
+            # most PASS_WAIT, once.
+            errors = await asyncio.gather(*(listeners.pop(name).close() for name in closing))
+            for name, error in zip(closing, errors, strict=True):
+                if error is None:
+                    continue
+                if is_migration(error):
+                    log_redirect(log, error, loop=loop, from_node=name)
+                else:
+                    log.warning("hint subscription on %s failed: %s; resubscribing", name, error)
+                    retry_at[name] = time.monotonic() + ERROR_BACKOFF
+                stale_map = True
+            changed.clear()
+            now = time.monotonic()
+            for name, (node, chans) in layout.items():
+                if name in listeners or retry_at.get(name, 0.0) > now:
+                    continue
+                end = asyncio.Event()
+                node_client = node_client_async(node)
+                task = asyncio.create_task(
+                    _listen_one(node_client, chans, on_hint, stop, end, state, changed)
+                )
+                listeners[name] = _Listener(chans, node_client, end, task)
+            state.ok()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(changed.wait(), PASS_WAIT)
+    finally:
+        await asyncio.gather(*(listener.close() for listener in listeners.values()))
+
+
+async def _listen_standalone(
+    client: AsyncRedis,
+    channels: dict[str, int],
+    on_hint: Callable[[int], None],
+    supervisor: Supervisor,
+    loop: str,
+) -> None:
+    stop = supervisor.stop_event(loop)
+    state = supervisor.state(loop)
+    end = asyncio.Event()
+    task = asyncio.create_task(_listen_one(client, channels, on_hint, stop, end, state, end))
+    try:
+        while not stop.is_set() and not task.done():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(task), PASS_WAIT)
+            state.ok()
+    finally:
+        end.set()
+        results = await asyncio.gather(task, return_exceptions=True)
+    if isinstance(results[0], Exception) and not stop.is_set():
+        raise results[0]

@@ -8,16 +8,27 @@ partition comes from the cluster client's slot map, grouped once per :meth:`PerP
 so a round costs no slot lookups; sync starts a loop for each primary that serves some
 partition and retires loops whose primary serves none.  Every loop runs under the process's
 :class:`~shardq.runtime.supervisor.Supervisor`.
+
+Loops that are not split per primary but send calls to every primary (lease rounds,
+heartbeats, reclaims) send them through :class:`PerPrimaryCalls`, which handles each primary's
+replies as they come and does not let a stuck primary hold the loop up.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable, Iterable
+import logging
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
 
 from shardq.runtime.supervisor import Supervisor
+from shardq.store import faults
+from shardq.store.op import Op
 from shardq.store.transport import AsyncTransport
+
+log = logging.getLogger("shardq.runtime")
 
 SYNC_INTERVAL = 1.0
 
@@ -126,3 +137,101 @@ class PerPrimary:
     @property
     def nodes(self) -> set[str]:
         return set(self._nodes)
+
+
+Results = list[Any]
+Handle = Callable[[list[int], Results], Awaitable[None] | None]
+
+
+class PerPrimaryCalls:
+    """The calls of one loop that spans primaries (lease renewals and takes, touches, reclaims),
+    sent as one batch per primary, each batch's replies handled the moment its primary answers.
+
+    A loop waits for its batches at most ``wait`` seconds.  A primary that answers later (paused,
+    asleep, failing over: up to the socket timeout) finishes in the background and its replies
+    are handled then; until it has, this loop sends it nothing new (its calls of later rounds
+    are skipped, not queued behind the stuck ones).  So one slow primary holds up neither the
+    loop's next round (its heartbeat, its other primaries' leases) nor the handling of the
+    replies of the primaries that did answer: a lease won on a healthy primary is used at once.
+    """
+
+    def __init__(self, transport: AsyncTransport, name: str) -> None:
+        self.transport = transport
+        self.name = name
+        self._out: dict[str, asyncio.Task[list[BaseException]]] = {}
+
+    @property
+    def pending(self) -> set[str]:
+        """Primaries whose batch of an earlier round is still out."""
+        return set(self._out)
+
+    async def run(self, ops: Sequence[Op[Any]], handle: Handle, wait: float) -> RunReport:
+        """Send ``ops``, one batch per primary; ``handle(indexes, results)`` gets each batch's
+        op indexes and results (parsed, or the exception a call met), once per batch.  Ops of a
+        primary with a batch still out are not sent (:attr:`RunReport.skipped`)."""
+        report = RunReport()
+        started: list[asyncio.Task[list[BaseException]]] = []
+        for node, indexes in self.transport.group(ops).items():
+            if node in self._out:
+                report.skipped.extend(indexes)
+                continue
+            batch = [ops[i] for i in indexes]
+            task = asyncio.get_running_loop().create_task(
+                self._batch(node, batch, indexes, handle), name=f"{self.name}:{node}"
+            )
+            self._out[node] = task
+            task.add_done_callback(lambda t, n=node: self._done(n, t))  # type: ignore[misc]
+            started.append(task)
+        if started:
+            done, _ = await asyncio.wait(started, timeout=wait)
+            for task in started:
+                if task in done:
+                    report.errors.extend(task.result())
+                else:
+                    report.late += 1
+        return report
+
+    async def _batch(
+        self, node: str, batch: list[Op[Any]], indexes: list[int], handle: Handle
+    ) -> list[BaseException]:
+        results: Results = list(await self.transport.run_on(node, batch))
+        retry = [i for i, r in enumerate(results) if isinstance(r, BaseException)]
+        retry = [i for i in retry if faults.is_transient(results[i])]
+        if retry and any(faults.is_redirect(results[i]) for i in retry):
+            # The slot moved: the fresh slot map sends each call to its new primary, once.
+            await self.transport.refresh()
+            again = await asyncio.gather(
+                *(self.transport.run(batch[i]) for i in retry), return_exceptions=True
+            )
+            for i, r in zip(retry, again, strict=True):
+                results[i] = r
+        outcome = handle(indexes, results)
+        if outcome is not None:
+            await outcome
+        return [r for r in results if isinstance(r, BaseException)]
+
+    def _done(self, node: str, task: asyncio.Task[list[BaseException]]) -> None:
+        if self._out.get(node) is task:
+            del self._out[node]
+        if task.cancelled():
+            return
+        exc = task.exception()  # retrieved here: a late batch's handler error is logged
+        if exc is not None:
+            log.warning("%s: handling the replies of %s failed: %r", self.name, node, exc)
+
+    async def close(self) -> None:
+        """Cancel the batches still out (shutdown)."""
+        tasks = list(self._out.values())
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self._out.clear()
+
+
+@dataclass(slots=True)
+class RunReport:
+    """What :meth:`PerPrimaryCalls.run` saw within its wait."""
+
+    errors: list[BaseException] = field(default_factory=list)  # of the batches that answered
+    skipped: list[int] = field(default_factory=list)  # ops not sent: their primary was busy
+    late: int = 0  # batches still out when the wait ended (handled when they answer)

@@ -9,6 +9,11 @@ Two kinds of trouble are told apart:
 
 - Redis or the network failing (a failover, a slot move, an outage of any length) makes the
   process *not ready* while it lasts; loops keep retrying and resume by themselves.
+- A slot on the move (MOVED, ASK, TRYAGAIN, redis-py's "TTL exhausted") is neither: it is the
+  normal signal of a slot move, logged as a ``topology.redirect`` event at info level with the
+  slot and its new node, and the loop runs again after a short pause with the slot map
+  refreshed.  Only a loop that keeps meeting them (:data:`REDIRECT_STREAK` in a row: its slot
+  map is not catching up) has them logged and counted as errors.
 - A loop that keeps raising anything else (a bug, a corrupt record it cannot skip) for longer
   than ``unhealthy_after``, or that stops making progress, makes the process *unhealthy*, so an
   orchestrator restarts it instead of leaving a half-working process behind.  "Stopped making
@@ -33,7 +38,7 @@ from dataclasses import dataclass, field
 
 from shardq import metrics
 from shardq.logs import log_event
-from shardq.store.faults import is_transient
+from shardq.store.faults import is_migration, is_transient, redirect_fields
 
 log = logging.getLogger("shardq.supervisor")
 
@@ -41,6 +46,15 @@ BACKOFF_FIRST = 0.1
 BACKOFF_CAP = 5.0
 # A loop is stuck after this many of its own passes without progress, on top of stall_after.
 STALL_PASSES = 3
+# Redirects in a row a loop may meet (each followed by REDIRECT_PAUSE) before they count as
+# errors: a move is over for a loop once its slot map is refreshed, a round or two.
+REDIRECT_STREAK = 10
+REDIRECT_PAUSE = 0.1
+
+
+def log_redirect(logger: logging.Logger, exc: BaseException, **fields: object) -> None:
+    """A slot on the move was met: the ``topology.redirect`` event (info), never a warning."""
+    log_event(logger, "topology.redirect", logging.INFO, **redirect_fields(exc), **fields)
 
 
 def backoff_delay(failures: int, rng: random.Random | None = None) -> float:
@@ -63,6 +77,7 @@ class LoopState:
     last_progress: float = field(default_factory=time.monotonic)
     last_error: str | None = None
     on_recover: Callable[[LoopState], None] | None = None
+    redirects: int = 0  # slot-move signals met in a row (see REDIRECT_STREAK)
 
     def progress(self) -> None:
         """Called by a long-running loop on each pass, so a hung loop can be told apart."""
@@ -71,6 +86,7 @@ class LoopState:
     def ok(self) -> None:
         """Called by a long-running loop after a pass that worked: ends an error streak."""
         self.last_progress = time.monotonic()
+        self.redirects = 0
         if self.consecutive and self.on_recover is not None:
             self.on_recover(self)
 
@@ -219,6 +235,7 @@ class Supervisor:
     def _succeeded(self, state: LoopState) -> None:
         state.rounds += 1
         state.last_progress = time.monotonic()
+        state.redirects = 0
         if state.consecutive:
             log_event(
                 log,
@@ -237,6 +254,15 @@ class Supervisor:
     async def _failed(self, loop: _Loop, exc: BaseException) -> None:
         state = loop.state
         now = time.monotonic()
+        if is_migration(exc) and state.redirects < REDIRECT_STREAK:
+            # A slot moving: not a failure (the process stays ready); try again shortly, by
+            # when the loop's own slot-map refresh has caught up.
+            state.redirects += 1
+            state.last_progress = now
+            log_redirect(log, exc, role=self.role, queue=self.queue, loop=state.name)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(loop.stop.wait(), REDIRECT_PAUSE * random.uniform(0.5, 1.5))
+            return
         transient = is_transient(exc)
         state.errors += 1
         state.consecutive += 1

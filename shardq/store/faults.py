@@ -39,6 +39,29 @@ def is_redirect(exc: BaseException) -> bool:
     return isinstance(exc, rx.AskError)  # MovedError subclasses AskError
 
 
+def is_migration(exc: BaseException) -> bool:
+    """The normal signals of a slot on the move: MOVED or ASK, TRYAGAIN (a multi-key call while
+    the slot's keys are split between two nodes), and redis-py's ``ClusterError`` "TTL
+    exhausted" (redirects kept coming).  Matched on the types (redis-py's ``MovedError`` text
+    is ``"<slot> <host:port>"``, no MOVED prefix); ``ClusterDownError`` is a ``ClusterError``
+    too, but a shard down, not a move."""
+    if isinstance(exc, rx.AskError | rx.TryAgainError):
+        return True
+    return isinstance(exc, rx.ClusterError) and not isinstance(exc, rx.ClusterDownError)
+
+
+def redirect_fields(exc: BaseException) -> dict[str, object]:
+    """What a move signal says, for its log event: the kind, and for MOVED/ASK the slot and the
+    node that serves it now."""
+    if isinstance(exc, rx.AskError):
+        host, port = exc.node_addr
+        kind = "moved" if isinstance(exc, rx.MovedError) else "ask"
+        return {"redirect": kind, "slot": exc.slot_id, "node": f"{host}:{port}"}
+    if isinstance(exc, rx.TryAgainError):
+        return {"redirect": "tryagain"}
+    return {"redirect": "ttl_exhausted", "error": str(exc)[:200]}
+
+
 def is_code_missing(exc: BaseException) -> bool:
     """The node lacks shardq's functions (a new node, FUNCTION FLUSH): load them, resend."""
     return isinstance(exc, rx.NoScriptError) or (
@@ -65,6 +88,11 @@ def is_transient(exc: BaseException) -> bool:
     if isinstance(exc, _PERMANENT):
         return False
     return isinstance(exc, _TRANSIENT) or is_redirect(exc)
+
+
+def is_unreachable(exc: BaseException) -> bool:
+    """The node did not answer (refused, reset, timed out): not a redirect or a refusal."""
+    return isinstance(exc, rx.ConnectionError | rx.TimeoutError | TimeoutError | OSError)
 
 
 def surely_not_written(exc: BaseException) -> bool:

@@ -286,6 +286,9 @@ class AsyncTransport:
         self._nodes: dict[str, redis.asyncio.Redis] = {}
         self._refresh: asyncio.Task[None] | None = None
         self._refreshed_at = 0.0
+        # The primary that last failed to answer: a refresh asks it for the slot map last, so a
+        # paused or sleeping node does not hold every refresh for a socket timeout.
+        self._unreachable: str | None = None
 
     # topology ------------------------------------------------------------------------------
 
@@ -324,7 +327,7 @@ class AsyncTransport:
 
     async def _do_refresh(self) -> None:
         try:
-            await self.client.nodes_manager.initialize()
+            await self.client.nodes_manager.initialize(last_failed_node_name=self._unreachable)
         finally:
             self._refreshed_at = time.monotonic()
         live = {n.name for n in self.client.get_nodes()}
@@ -369,6 +372,8 @@ class AsyncTransport:
         except Exception as exc:
             return [exc] * len(ops)
         replies, _ = await _pipeline(client, ops)
+        if any(isinstance(r, BaseException) and faults.is_unreachable(r) for r in replies):
+            self._unreachable = node
         retry = [i for i, r in enumerate(replies) if faults.is_code_missing(r)]
         if retry:
             try:

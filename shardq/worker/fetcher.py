@@ -10,6 +10,12 @@ with p mod N == i and reads them on every ready hint and at least every ``idle_p
 other partition it sweeps every ``sweep_interval`` x (N - 1), so the fleet looks at each
 partition about once per ``sweep_interval`` whatever N is; a sweep that finds a full batch
 keeps reading, so a backlog bigger than its assigned worker's capacity is shared out.
+
+A round reserves room for the jobs it may bring.  One not answered within
+:data:`ROUND_STUCK` (its primary paused, asleep, failing over: up to the socket timeout) gives
+its reservation back, so a stuck primary does not hold two thirds of the concurrency away from
+the healthy ones; if it answers after all, the jobs it brings beyond the concurrency wait in
+:attr:`Fetcher.overflow` for handlers to finish.
 """
 
 from __future__ import annotations
@@ -27,7 +33,7 @@ from redis.exceptions import ResponseError
 from shardq import metrics
 from shardq.config import WorkerSettings
 from shardq.runtime.pernode import PerPrimary
-from shardq.runtime.supervisor import Supervisor
+from shardq.runtime.supervisor import Supervisor, log_redirect
 from shardq.store import delivery, faults, keys
 from shardq.store.delivery import Batch
 from shardq.store.transport import AsyncTransport
@@ -41,6 +47,8 @@ ERROR_BACKOFF = 0.25
 MIN_FETCH = 32
 # Rounds one primary's loop keeps in flight.
 PIPELINE = 2
+# A round in flight this long holds no room any more (see the module docstring).
+ROUND_STUCK = 0.25
 
 
 @dataclass(slots=True)
@@ -54,6 +62,7 @@ class _Round:
     reserve: int
     hints_before: list[int]
     task: asyncio.Task[list[Any]]
+    late: bool = False  # not answered within ROUND_STUCK: its reservation was given back
 
 
 class Fetcher:
@@ -94,6 +103,8 @@ class Fetcher:
         #: opposed to a poll that may well find nothing: only those make a loop wait for room.
         self.known_work: set[int] = set()
         self._rotate = 0
+        #: Jobs of late rounds that found the concurrency taken: started as handlers finish.
+        self.overflow: deque[Delivery] = deque()
         self.nodes = PerPrimary(
             supervisor,
             transport,
@@ -154,6 +165,7 @@ class Fetcher:
         try:
             while not stop.is_set():
                 state.progress()
+                self._drain_overflow()
                 while len(flight) < PIPELINE:
                     planned = self._plan(node, len(flight))
                     if planned is None:
@@ -173,6 +185,15 @@ class Fetcher:
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(event.wait(), min(timeout, s.idle_poll))
                     continue
+                head = flight[0]
+                if not head.task.done() and any(r.reserve for r in flight):
+                    await asyncio.wait([head.task], timeout=ROUND_STUCK)
+                    if not head.task.done():
+                        # This primary is not answering: its rounds hold no room meanwhile.
+                        for r in flight:
+                            self.inflight.release(r.reserve)
+                            r.reserve, r.late = 0, True
+                late = head.late
                 admitted = await self._finish(flight.popleft())
                 if admitted and len(flight) < PIPELINE:
                     planned = self._plan(node, len(flight))  # in flight while the jobs run
@@ -181,8 +202,7 @@ class Fetcher:
                         # Let its task run up to its send before the handlers below take the
                         # loop (a task only starts when the loop gets control).
                         await asyncio.sleep(0)
-                for d in admitted:
-                    self.executor.run(d)
+                self._start(admitted, late)
                 state.ok()
         finally:
             self.waiting.pop(node, None)  # a stopped loop waits for nothing
@@ -197,6 +217,28 @@ class Fetcher:
                     continue
                 for d in admitted:
                     self.executor.run(d)
+            while self.overflow:  # shutting down: they run within the shutdown grace
+                self.executor.run(self.overflow.popleft())
+
+    def _start(self, admitted: list[Delivery], late: bool) -> None:
+        """Run a reply's jobs; those of a late round (it held no room) beyond the concurrency
+        wait in the overflow."""
+        if not late and not self.overflow:
+            for d in admitted:
+                self.executor.run(d)
+            return
+        self.overflow.extend(admitted)
+        self._drain_overflow()
+
+    def _drain_overflow(self) -> None:
+        """Start waiting jobs while fewer handlers than the concurrency run."""
+        inflight = self.inflight
+        while self.overflow:
+            # Deliveries in the table whose handler has not finished, the waiting ones aside.
+            started = inflight.count - inflight.finished - len(self.overflow)
+            if started >= inflight.concurrency:
+                return
+            self.executor.run(self.overflow.popleft())
 
     def _plan(self, node: str, in_flight: int) -> _Round | None:
         """Send the next round of ``node`` (acks of finished jobs, fetches of due partitions
@@ -258,9 +300,21 @@ class Fetcher:
         now = time.monotonic()
         failures: list[BaseException] = []
         admitted: list[Delivery] = []
+        # A slot on the move is the normal signal of a move, not a failure: logged as such
+        # (topology.redirect, info), the slot map refreshed, the calls sent again later.
+        redirected = 0
+        for (p, _), result in zip(r.acked, results[:n_acks], strict=True):
+            if isinstance(result, BaseException) and faults.is_migration(result):
+                redirected += 1
+                log_redirect(log, result, partition=p, call="ack")
+                self.nodes.topology_changed()
         for p, result, seen in zip(r.due, results[n_acks:], r.hints_before, strict=True):
             if isinstance(result, BaseException):
-                failures.append(result)
+                if faults.is_migration(result):
+                    redirected += 1
+                    log_redirect(log, result, partition=p, call="fetch")
+                else:
+                    failures.append(result)
                 await self._failed(p, result)
                 self.poll_at[p] = now + ERROR_BACKOFF
                 continue
@@ -278,10 +332,14 @@ class Fetcher:
                     admitted.append(d)
         # Admitted jobs hold room in the table now: the reservation can go.
         self.inflight.release(r.reserve)
-        ack_failures = [x for x in results[:n_acks] if isinstance(x, BaseException)]
-        if (failures or ack_failures) and len(failures) + len(ack_failures) == len(results):
-            for d in admitted:
-                self.executor.run(d)
+        ack_failures = [
+            x
+            for x in results[:n_acks]
+            if isinstance(x, BaseException) and not faults.is_migration(x)
+        ]
+        failed = len(failures) + len(ack_failures) + redirected
+        if (failures or ack_failures) and failed == len(results):
+            self._start(admitted, r.late)
             raise (failures or ack_failures)[0]  # the whole primary failed: back off this loop
         return admitted
 

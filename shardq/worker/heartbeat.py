@@ -1,10 +1,15 @@
 """Heartbeat: the worker's membership and the claim on the deliveries it is running.
 
-Every ``heartbeat_interval`` the worker heartbeats into the queue's worker set (recomputing
-which partitions it reads eagerly), resets the idle time of every delivery it holds (so none is
-reclaimed while it runs, however long the handler takes), stops handlers past their timeout,
-and, when a member has gone from the fleet since the last beat, asks the recoverer to take that
-member's deliveries over at once.
+Two loops, every ``heartbeat_interval`` each.  ``membership`` heartbeats into the queue's
+worker set (recomputing which partitions it reads eagerly) and, when a member has gone from the
+fleet since the last beat, asks the recoverer to take that member's deliveries over at once.
+``heartbeat`` resets the idle time of every delivery the worker holds (so none is reclaimed
+while it runs, however long the handler takes) and stops handlers past their timeout.  They are
+apart so that touches waiting on a stalled primary never delay the membership heartbeat: a
+worker whose heartbeat lapsed looks dead to its peers, which then take its running jobs over
+and run them a second time.  The touches go out per primary
+(:class:`~shardq.runtime.pernode.PerPrimaryCalls`): a stalled primary's touches finish in the
+background while the other primaries' deliveries keep being touched on time.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from collections.abc import Callable
 
 from shardq import metrics
 from shardq.runtime.membership import Membership
+from shardq.runtime.pernode import PerPrimaryCalls
 from shardq.store import delivery, keys
 from shardq.store.transport import AsyncTransport
 from shardq.worker.executor import Executor
@@ -35,7 +41,9 @@ class Heartbeat:
         stats: WorkerStats,
         on_members: Callable[[list[str]], None],
         on_gone: Callable[[], None],
+        wait: float = 0.375,
     ) -> None:
+        """``wait``: how long a round of touches waits for a primary (half the interval)."""
         self.transport = transport
         self.queue = queue
         self.pks = pks
@@ -48,17 +56,25 @@ class Heartbeat:
         self.on_gone = on_gone
         self._gone_seen: set[str] = set()
         self._m_inflight = metrics.WORKER_INFLIGHT.labels(queue)
+        self.calls = PerPrimaryCalls(transport, "heartbeat")
+        # How long a round waits for a primary's touches before going on without it.
+        self.wait = wait
+
+    async def members(self) -> None:
+        """Heartbeat into the fleet and act on who is live (the ``membership`` loop)."""
+        if self.membership is None:
+            return
+        await self.membership.beat()
+        self.on_members(self.membership.live)
+        gone = self.membership.displaceable
+        if gone - self._gone_seen:
+            self.on_gone()
+        self._gone_seen = gone
 
     async def beat(self) -> None:
+        """Stop overdue handlers and touch every delivery held (the ``heartbeat`` loop)."""
         self.executor.watchdog()
         self._m_inflight.set(self.inflight.count)
-        if self.membership is not None:
-            await self.membership.beat()
-            self.on_members(self.membership.live)
-            gone = self.membership.displaceable
-            if gone - self._gone_seen:
-                self.on_gone()
-            self._gone_seen = gone
         await self.touch()
 
     async def touch(self) -> None:
@@ -68,19 +84,20 @@ class Heartbeat:
             delivery.touch(self.pks[p], self.consumer, list(self.inflight.by_partition[p]))
             for p in parts
         ]
-        failed: list[BaseException] = []
-        for p, result in zip(parts, await self.transport.run_many(ops), strict=True):
-            if isinstance(result, BaseException):
-                failed.append(result)
-                continue
-            if result:
-                self.stats.lost_deliveries += len(result)
-                metrics.WORKER_LOST.labels(self.queue).inc(len(result))
-                log.warning(
-                    "partition %d: %d deliveries were reclaimed by another worker while running "
-                    "(paused past visibility_timeout?); they may run twice",
-                    p,
-                    len(result),
-                )
-        if failed:
-            raise failed[0]  # logged and counted by the supervisor; the rest were touched
+
+        def touched(indexes: list[int], results: list[object]) -> None:
+            for i, result in zip(indexes, results, strict=True):
+                if result and isinstance(result, list):
+                    p = parts[i]
+                    self.stats.lost_deliveries += len(result)
+                    metrics.WORKER_LOST.labels(self.queue).inc(len(result))
+                    log.warning(
+                        "partition %d: %d deliveries were reclaimed by another worker while "
+                        "running (paused past visibility_timeout?); they may run twice",
+                        p,
+                        len(result),
+                    )
+
+        report = await self.calls.run(ops, touched, self.wait)
+        if report.errors:
+            raise report.errors[0]  # logged and counted by the supervisor; the rest were touched

@@ -6,7 +6,9 @@ every ``reclaim_interval`` and at once when the heartbeat sees a member leave th
 start, when this worker replaced a predecessor of its own instance).  A delivery of a consumer
 that is not a live member is taken once idle a couple of heartbeats (its worker stopped
 touching it); any delivery is taken once idle past the visibility timeout.  A job delivered
-``max_deliveries`` times without an ack is dead-lettered as poison instead.
+``max_deliveries`` times without an ack is dead-lettered as poison instead.  The reclaim calls
+go out per primary (:class:`~shardq.runtime.pernode.PerPrimaryCalls`): the deliveries of a dead
+worker on healthy primaries are taken over at once even while another primary is stalled.
 """
 
 from __future__ import annotations
@@ -15,10 +17,12 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Callable
+from typing import Any
 
 from shardq import metrics
 from shardq.config import WorkerSettings
 from shardq.runtime.membership import Membership
+from shardq.runtime.pernode import PerPrimaryCalls
 from shardq.runtime.supervisor import Supervisor
 from shardq.store import delivery, keys
 from shardq.store.transport import AsyncTransport
@@ -55,6 +59,7 @@ class Recoverer:
         self.rounds = 0
         self._now = asyncio.Event()
         self._follow_up: float | None = None
+        self.calls = PerPrimaryCalls(transport, "recoverer")
         self.trigger()  # at start: a predecessor's deliveries come back at once
 
     @property
@@ -118,21 +123,25 @@ class Recoverer:
             )
             for p in mine
         ]
-        results = await self.transport.run_many(ops)
-        self.rounds += 1
-        now = time.monotonic()
-        failed: list[BaseException] = []
         more = False
-        for p, result in zip(mine, results, strict=True):
-            if isinstance(result, BaseException):
-                failed.append(result)
-                metrics.SCRIPT_ERRORS.labels(self.queue, "reclaim", type(result).__name__).inc()
-                continue
-            more = more or len(result.jobs) >= count
-            for item in result.jobs:
-                self.stats.reclaimed += 1
-                metrics.WORKER_RECLAIMED.labels(self.queue).inc()
-                self.executor.start(p, item, result.now_ms, now)
-        if failed and len(failed) == len(results):
-            raise failed[0]
+
+        def reclaimed(indexes: list[int], results: list[Any]) -> None:
+            nonlocal more
+            now = time.monotonic()
+            for i, result in zip(indexes, results, strict=True):
+                if isinstance(result, BaseException):
+                    name = type(result).__name__
+                    metrics.SCRIPT_ERRORS.labels(self.queue, "reclaim", name).inc()
+                    continue
+                more = more or len(result.jobs) >= count
+                for item in result.jobs:
+                    self.stats.reclaimed += 1
+                    metrics.WORKER_RECLAIMED.labels(self.queue).inc()
+                    self.executor.start(mine[i], item, result.now_ms, now)
+
+        # Half an interval at most for a primary: a stalled one finishes in the background.
+        report = await self.calls.run(ops, reclaimed, s.reclaim_interval / 2)
+        self.rounds += 1
+        if report.errors and len(report.errors) == len(ops):
+            raise report.errors[0]
         return "more" if more else "done"

@@ -272,14 +272,17 @@ class Worker:
             self.stats,
             lambda live: fetcher.assign(live, pinned),
             recoverer.trigger,
+            wait=s.heartbeat_interval / 2,
         )
         janitor = Janitor(self.transport, self.queue, pks, s, lambda: fetcher.assigned)
         self.membership, self.recoverer = membership, recoverer
         if membership is not None:
-            with contextlib.suppress(Exception):  # the heartbeat loop retries it
-                await heartbeat.beat()
+            with contextlib.suppress(Exception):  # the membership loop retries it
+                await heartbeat.members()
         sup = self.supervisor
         channels = {pks[p].ready_hint: p for p in partitions}
+        if membership is not None:
+            sup.every("membership", s.heartbeat_interval, heartbeat.members)
         sup.every("heartbeat", s.heartbeat_interval, heartbeat.beat)
         fetcher.start()
         sup.forever("recoverer", recoverer.loop, pace=s.reclaim_interval)
@@ -289,7 +292,9 @@ class Worker:
         sup.every("redis-config", s.redis_check_interval, watch.round)
         sup.forever(
             "hints",
-            lambda: hints.listen(self.redis, channels, fetcher.hint, sup, "hints"),
+            lambda: hints.listen(
+                self.redis, channels, fetcher.hint, sup, "hints", self.transport.refresh
+            ),
             pace=hints.PASS_WAIT,
         )
         self.started.set()
@@ -302,6 +307,8 @@ class Worker:
             await executor.drain(s.shutdown_grace, settler.flush)
             await self._finish_settling(settler)
             await sup.stop()
+            await heartbeat.calls.close()
+            await recoverer.calls.close()
             executor.close()
             await self._retire(pks, partitions)
             if membership is not None:
