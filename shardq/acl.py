@@ -45,6 +45,8 @@ PARTITION_KINDS: tuple[str, ...] = (
     *SCHEDULE_KINDS,
     # lanes (priorities and tenants, lua/includes/lanes.lua): due jobs by score, virtual time
     *("lane", "vtime"),
+    # the operator's flags (paused, lanes): only the operator and admin write them
+    "ctl",
 )
 QUEUE_KINDS = ("meta", "dispatchers", "drain", "workers", "workers:drain", "owners", "limits")
 # Flow limits' state, on each limit's own slot: {sq:<queue>:limit:<name>}:limit (the next
@@ -65,6 +67,7 @@ GRANTS: dict[str, tuple[Grant, ...]] = {
         Grant(("errors",), ("+hget", "+hdel")),
         Grant(("stats",), ("+hincrby", "+hset", "+hget")),
         # a job due at once goes to the lane when the partition has lanes on
+        Grant(("ctl",), ("+hmget",), read_only=True),
         Grant(("lane",), ("+zadd",)),
         Grant(("vtime",), ("+hget", "+hset")),
         # client.schedules: add/update, pause, resume, remove, list (schedule-put/read)
@@ -92,6 +95,7 @@ GRANTS: dict[str, tuple[Grant, ...]] = {
         Grant(("stats",), ("+hincrby", "+hset", "+hgetall", "+hget", "+hmget")),
         # promote moves due jobs to the lane when the partition has lanes on; the sampler
         # counts it (partition-stats)
+        Grant(("ctl",), ("+hmget",), read_only=True),
         Grant(("lane",), ("+zadd", "+zcard")),
         Grant(("vtime",), ("+hget", "+hset")),
     ),
@@ -116,9 +120,11 @@ GRANTS: dict[str, tuple[Grant, ...]] = {
         Grant(("errors",), ("+hset", "+hdel", "+hlen")),
         Grant(("dead",), ("+xadd",)),
         Grant(("due",), ("+zadd", "+zrange")),
-        Grant(("stats",), ("+hincrby", "+hset", "+hget", "+hmget", "+hdel")),
-        # fetch moves lane jobs to the ready stream when the stream runs short
-        Grant(("lane",), ("+zpopmin",)),
+        Grant(("stats",), ("+hincrby", "+hset", "+hget", "+hmget")),
+        # fetch moves lane jobs to the ready stream when the stream runs short (and, with lanes
+        # turned off, while the lane still holds jobs)
+        Grant(("ctl",), ("+hmget",), read_only=True),
+        Grant(("lane",), ("+zpopmin", "+exists")),
         Grant(("vtime",), ("+hget", "+hset", "+hdel")),
         Grant(("ready",), ("+xadd",)),
         # rate limits: read the queue's limits, reserve starts (limit-take), defer (defer)
@@ -143,8 +149,11 @@ GRANTS["operator"] = (
     Grant(("lane",), ("+zrange",), read_only=True),  # job list --state ready (list-ready)
     Grant(("drain",), ("+sadd",)),
     Grant(("dispatchers",), ("+zrangebyscore",), read_only=True),
-    # the inspector: listing (HSCAN of failed jobs), pause flags, deleting a queue
+    # the inspector: listing (HSCAN of failed jobs), deleting a queue
     Grant(("errors",), ("+hscan",), read_only=True),
+    # the flags (pause, lanes), and moving them out of the stats hash of a queue created before
+    # the control hash (control-init)
+    Grant(("ctl",), ("+hset", "+hdel", "+hexists", "+hget")),
     Grant(("stats",), ("+hdel",)),
     Grant(("limits",), ("+hset", "+hdel")),  # shardq limit set / remove
     Grant(PARTITION_KINDS + QUEUE_KINDS + LIMIT_KINDS, ("+unlink",)),

@@ -137,6 +137,7 @@ OPS: dict[str, Callable[[State], Op[Any]]] = {
     "inflight": lambda s: inspect.inflight(s.pk),
     "pause": lambda s: inspect.pause(s.pk, True),
     "lanes": lambda s: inspect.lanes(s.pk, True),
+    "control-init": lambda s: inspect.control_init(s.pk),
     "run-now": lambda s: inspect.run_now(s.pk, s.scheduled),
     "empty-due": lambda s: inspect.empty_due(s.pk, 10),
     "schedule-put": lambda s: sched.put(

@@ -90,7 +90,8 @@ def _arg_cases() -> list[Any]:
 
 def _snapshot(r: Any, s: State, op: Op[Any]) -> dict[str, Any]:
     """Type and serialized value of every key of the partition and of the op."""
-    names = {getattr(s.pk, slot) for slot in ("dead", "due", "errors", "fence", "jobs", "lease")}
+    slots = ("dead", "due", "errors", "fence", "jobs", "lease", "ctl")
+    names = {getattr(s.pk, slot) for slot in slots}
     names |= {s.pk.ready, s.pk.stats, *op.keys}
     return {k: (r.type(k), r.dump(k), r.pttl(k) > 0) for k in sorted(names)}
 
@@ -116,14 +117,14 @@ def test_a_key_of_the_wrong_type_fails_the_script_before_any_write(
     s = prepare(cluster_client, _CREATED)
     if key_name in ("lane", "vtime") or (name == "promote" and key_name == "jobs"):
         # A partition without lanes never touches its lane keys: check them with lanes on.
-        r.hset(s.pk.stats, "lanes", "1")
+        r.hset(s.pk.ctl, "lanes", "1")
     op = OPS[name](s)
     key = op.keys[index - 1]
     _overwrite(r, key, key_type)
     before = _snapshot(r, s, op)
-    if key_name == "stats" and name not in ("pause", "lanes"):
-        # Counters are advisory (the pause flag, kept in the same hash, is not): the
-        # operation goes on and leaves the stats key alone.
+    if key_name == "stats":
+        # Counters are advisory (the flags live in the control hash): the operation goes on
+        # and leaves the stats key alone.
         transport.run(r, op)
         assert _snapshot(r, s, op)[key] == before[key]
         return

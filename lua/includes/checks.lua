@@ -34,3 +34,34 @@ local function count(stats, field, n)
     redis.pcall('HSET', stats, field, n)
   end
 end
+
+-- Redis ACLs cannot tell one function from another (FCALL is one command, and function names
+-- change with every release), but they can tell who may write which key, and a script may ask
+-- (redis.acl_check_cmd, Redis 7.0).  So a function that is one role's asks first whether the
+-- caller may make a write only that role (and the operator and admin) may make, and refuses
+-- with E_NOT_PERMITTED {-14, role, key} otherwise, before anything is written.
+
+-- operator_only(ctl, sibling): nil when the calling user may write the partition's control
+-- hash (the operator and admin roles: shardq.acl), else {-14, 'operator', ctl}.  For the
+-- functions that steer a partition (pause, lanes, empty, purge, replay, run now).  ctl must be
+-- the control hash of the partition the other keys belong to (sibling's tag + ':ctl'), or a
+-- caller could name a key it may write instead: {-14, 'operator', ctl, why} otherwise.
+local function operator_only(ctl, sibling)
+  local tag = string.match(sibling, '^{[^{}]+}:')
+  if not tag or ctl ~= tag .. 'ctl' then
+    return {-14, 'operator', ctl, 'not the control hash of ' .. sibling}
+  end
+  if not redis.acl_check_cmd('HSET', ctl, 'v', '1') then return {-14, 'operator', ctl} end
+  return nil
+end
+
+-- producer_only(jobs, due): nil when the calling user may store job envelopes (HSETNX) and
+-- add to the due set (ZADD), as only producers (and the operator and admin) may; else
+-- {-14, 'producer', key}.  Bulk enqueue asks once per call, so a dispatcher (which may store
+-- envelopes for periodic jobs) or a worker (which may put jobs back in the due set) is refused
+-- before its first job rather than half-way through it.
+local function producer_only(jobs, due)
+  if not redis.acl_check_cmd('HSETNX', jobs, 'j', 'v') then return {-14, 'producer', jobs} end
+  if not redis.acl_check_cmd('ZADD', due, '0', 'j') then return {-14, 'producer', due} end
+  return nil
+end

@@ -1,8 +1,8 @@
 -- Lanes: priorities and fair sharing between tenants inside one partition.
 --
--- A partition whose stats hash has lanes = '1' (lua/lanes-1.lua) does not append due jobs to
+-- A partition whose lanes are on (lua/lanes-3.lua) does not append due jobs to
 -- its ready stream: it keeps them in its lane sorted set, and fetch moves them to the stream
--- in score order as workers ask (lua/fetch-7.lua).  The ready stream then holds what workers
+-- in score order as workers ask (lua/fetch-8.lua).  The ready stream then holds what workers
 -- hold, so a job entering the lane is never behind a backlog already in the stream.
 --
 -- The order is start-time fair queueing.  A flow is a priority level and a tenant ('h', 'n' or
@@ -52,23 +52,44 @@ local function envelope_flow(v)
   return flow_at(v, bar + 1)
 end
 
--- The 'lanes' field of the stats hash: '1' on; '2' turned off while jobs may still wait in
--- the lane (fetch keeps reading it and drops the field once it is empty); absent: off.  A
--- partition without lanes never touches its lane keys (nor checks their types).
+-- The partition's flags live in its control hash ({...}:ctl), which only the operator and
+-- admin roles may write (lua/pause-2.lua, lua/lanes-3.lua: every other role reads it, never
+-- writes it): 'paused' = '1' while paused; 'lanes' = '1' on, '2' turned off while jobs may
+-- still wait in the lane (fetch keeps reading the lane while it exists), absent: off.  Its
+-- field 'v' marks it in use.  A partition of a queue created before the control hash (queue
+-- layout < 4) has no 'v' and keeps its flags in the stats hash, as before, until `shardq queue
+-- upgrade` moves them (lua/control-init-2.lua); so the readers below need one HMGET either
+-- way for a queue of this layout.  A partition without lanes never touches its lane keys
+-- (nor checks their types).
 
--- lanes_on(stats): whether the partition keeps due jobs in its lane.
-local function lanes_on(stats)
-  return redis.pcall('HGET', stats, 'lanes') == '1'
+-- partition_flags(ctl, stats): paused (boolean), the lanes field ('1', '2' or false), and nil;
+-- or false, false and the E_WRONG_TYPE reply when the control hash is not a hash (its flags are
+-- not advisory, unlike the counters: a legacy stats key of the wrong type reads as no flags).
+local function partition_flags(ctl, stats)
+  local r = redis.pcall('HMGET', ctl, 'v', 'paused', 'lanes')
+  if r['err'] then return false, false, {-10, ctl, redis.call('TYPE', ctl)['ok'], 'hash'} end
+  if not r[1] then
+    local old = redis.pcall('HMGET', stats, 'paused', 'lanes')
+    if old['err'] then return false, false, nil end
+    r = {false, old[1], old[2]}
+  end
+  local lanes = r[3]
+  if lanes ~= '1' and lanes ~= '2' then lanes = false end
+  return r[2] == '1', lanes, nil
 end
 
--- partition_flags(stats): paused (boolean) and the lanes field ('1', '2' or false), in one
--- read; a stats key of the wrong type reads as neither (counters are advisory).
-local function partition_flags(stats)
-  local r = redis.pcall('HMGET', stats, 'paused', 'lanes')
-  if type(r) ~= 'table' or r['err'] then return false, false end
-  local lanes = r[2]
-  if lanes ~= '1' and lanes ~= '2' then lanes = false end
-  return r[1] == '1', lanes
+-- lanes_on(ctl, stats): whether the partition keeps due jobs in its lane, and the E_WRONG_TYPE
+-- reply when its control hash is not a hash (see partition_flags).
+local function lanes_on(ctl, stats)
+  local _, lanes, wrong = partition_flags(ctl, stats)
+  return lanes == '1', wrong
+end
+
+-- flags_key(ctl, stats): where the partition's flags are written: its control hash once in
+-- use, else (a queue created before it) its stats hash, where this partition's readers look.
+local function flags_key(ctl, stats)
+  if redis.call('HEXISTS', ctl, 'v') == 1 then return ctl end
+  return stats
 end
 
 -- lane_add(lane, vtime, items): items = {job id, flow, due ms, ...}; scores them (see above)

@@ -72,7 +72,7 @@ def fetch(pk: keys.PartitionKeys, consumer: str, count: int) -> Op[Batch]:
     """Up to ``count`` new ready jobs of one partition, marked active, with their bodies."""
     return op(
         "fetch",
-        [*_worker_keys(pk), pk.lane, pk.vtime],
+        [*_worker_keys(pk), pk.lane, pk.vtime, pk.ctl],
         [keys.WORKER_GROUP, consumer, count],
         _parse_fetch,
     )
@@ -141,7 +141,7 @@ def reclaim(
     ``orphan_idle_ms``) or that are idle past the visibility timeout whoever holds them."""
     return op(
         "reclaim",
-        _worker_keys(pk),
+        [*_worker_keys(pk), pk.ctl],
         [
             keys.WORKER_GROUP,
             consumer,

@@ -142,7 +142,7 @@ def promote(pk: keys.PartitionKeys, token: str, batch: int, lease_ms: int) -> Op
     the lease by ``lease_ms``."""
     return op(
         "promote",
-        [pk.due, pk.ready, pk.lease, pk.stats, pk.jobs, pk.lane, pk.vtime],
+        [pk.due, pk.ready, pk.lease, pk.stats, pk.jobs, pk.lane, pk.vtime, pk.ctl],
         [token, batch, pk.ready_hint, lease_ms],
         _parse_promote,
     )

@@ -11,7 +11,8 @@ KEYS[1] ready    stream  due jobs
 KEYS[2] jobs     hash    job id -> envelope
 KEYS[3] dead     stream  dead letters
 KEYS[4] errors   hash    job id -> last error
-KEYS[5] stats    hash    counters
+KEYS[5] stats    hash    counters (and the flags of a queue of layout < 4: lua/includes/lanes.lua)
+KEYS[6] ctl      hash    the partition's flags: 'paused' (read only)
 
 ARGV[1] consumer group
 ARGV[2] consumer (worker) name taking the deliveries
@@ -32,6 +33,7 @@ Flags: allow-oom  (runs when Redis is at maxmemory: it frees memory or keeps a f
 --@include now.lua
 --@include envelope.lua
 --@include checks.lua
+--@include lanes.lua
 
 local visibility, bad3 = arg_number(3, 0, 30 * 86400000)
 if bad3 then return bad3 end
@@ -43,14 +45,16 @@ local orphan_idle, bad6 = arg_number(6, 0, 30 * 86400000)
 if bad6 then return bad6 end
 local wrong = wrong_type({KEYS[1], 'stream', KEYS[2], 'hash', KEYS[3], 'stream', KEYS[4], 'hash'})
 if wrong then return wrong end
+local paused, _, wrong_ctl = partition_flags(KEYS[6], KEYS[5])
+if wrong_ctl then return wrong_ctl end
 local now = now_ms()
 local out = {now}
 local live = {}
 for i = 7, #ARGV do live[ARGV[i]] = true end
 local dead_keys = {KEYS[2], KEYS[3], KEYS[4], KEYS[5]}
 if redis.call('EXISTS', KEYS[1]) == 0 then return out end
--- A paused partition (pause.lua) hands out no delivery, not even an abandoned one.
-if redis.pcall('HGET', KEYS[5], 'paused') == '1' then return out end
+-- A paused partition (pause-2.lua) hands out no delivery, not even an abandoned one.
+if paused then return out end
 local pending = redis.call('XPENDING', KEYS[1], ARGV[1], 'IDLE', math.min(visibility, orphan_idle),
   '-', '+', n)
 

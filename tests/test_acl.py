@@ -1,0 +1,292 @@
+"""The roles' ACL users (shardq.acl) against the functions library, on real Redis.
+
+- Roles x functions: every function of the library is called, on a prepared partition
+  (tests/script_cases.py), as each role's ACL user; :data:`MAY_CALL` says which roles may run
+  it.  A role that may not is refused (an operator-only function answers NotPermittedError,
+  any other refusal is Redis' NOPERM) and nothing is written.  A function without a row fails
+  the test.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from script_cases import OPS, prepare
+
+from shardq import acl
+from shardq.client import Client
+from shardq.config import RedisSettings
+from shardq.store import loader, transport
+
+ALL = frozenset(acl.ROLES)
+OPERATOR = frozenset({"operator", "admin"})
+PRODUCER = frozenset({"producer", "operator", "admin"})
+DISPATCHER = frozenset({"dispatcher", "operator", "admin"})
+WORKER = frozenset({"worker", "operator", "admin"})
+
+# Which roles may call each function of the library (on the prepared partition of
+# tests/script_cases.py, where each call succeeds for a role that may).
+MAY_CALL: dict[str, frozenset[str]] = {
+    # producers
+    "queue-create": OPERATOR,
+    "enqueue": PRODUCER,
+    "enqueue-batch": PRODUCER,
+    "cancel": PRODUCER,
+    "reschedule": PRODUCER,
+    "get": PRODUCER,
+    # (a dispatcher writes the schedule keys anyway: it fires them)
+    "schedule-put": PRODUCER | DISPATCHER,
+    # (the "scan" read of the listings: dispatchers read only the due ones)
+    "schedule-read": PRODUCER,
+    # dispatchers
+    # (the case heartbeats into the dispatchers' set)
+    "members": DISPATCHER,
+    "lease-acquire": DISPATCHER,
+    "lease-renew": DISPATCHER,
+    "lease-release": DISPATCHER,
+    "lease-revoke": DISPATCHER,
+    "owner-info": DISPATCHER,
+    "promote": DISPATCHER,
+    "trim": DISPATCHER,
+    "schedule-fire": DISPATCHER,
+    "partition-stats": DISPATCHER,
+    # workers
+    "fetch": WORKER,
+    "ack": WORKER,
+    "fail": WORKER,
+    "touch": WORKER,
+    "reclaim": WORKER,
+    "retire": WORKER,
+    "prune-consumers": WORKER,
+    "defer": WORKER,
+    "limit-take": WORKER,
+    "limit-acquire": WORKER,
+    "limit-release": WORKER,
+    # the operator's tools
+    "pause": OPERATOR,
+    "control-init": OPERATOR,
+    "lanes": OPERATOR,
+    "empty-due": OPERATOR,
+    "dlq-purge": OPERATOR,
+    "dlq-replay": OPERATOR,
+    "run-now": OPERATOR,
+    # the listings read only: whoever may read those keys
+    "inflight": OPERATOR,
+    "list-due": PRODUCER | DISPATCHER,
+    "list-ready": OPERATOR,
+    "list-running": DISPATCHER,
+    "list-dead": DISPATCHER,
+    "list-retrying": OPERATOR,
+}
+
+# Functions that ask Redis whether the caller is of their role before anything else
+# (lua/includes/checks.lua operator_only, producer_only): refused with NotPermittedError.
+ASKS = {"pause", "lanes", "control-init", "empty-due", "dlq-purge", "dlq-replay", "run-now"}
+ASKS |= {"enqueue-batch"}
+
+_CREATED: list[str] = []
+
+
+@pytest.fixture(scope="module")
+def role_clients(cluster_url: str) -> Iterator[dict[str, Client]]:
+    """One client per role, each logged in as that role's user (shardq.acl.rules, on every
+    node of the session's cluster); the users are deleted afterwards."""
+    suffix = uuid.uuid4().hex[:8]
+    admin = Client.from_url(cluster_url)
+    nodes = [admin.redis.get_redis_connection(n) for n in admin.redis.get_nodes()]
+    names = {role: f"t-{role}-{suffix}" for role in acl.ROLES}
+    for node in nodes:
+        for role, name in names.items():
+            rules = re.findall(r"\([^)]*\)|\S+", acl.rules(role))
+            node.execute_command("ACL", "SETUSER", name, *rules, "on", f">pw-{name}")
+    clients = {
+        role: Client(RedisSettings.from_url(cluster_url, username=name, password=f"pw-{name}"))
+        for role, name in names.items()
+    }
+    try:
+        yield clients
+    finally:
+        for c in clients.values():
+            c.close()
+        for node in nodes:
+            node.execute_command("ACL", "DELUSER", *names.values())
+        from shardq.bench import delete_queue
+
+        while _CREATED:
+            queue = _CREATED.pop()
+            for name, partitions in ((queue, 1), (queue + "-new", 2)):
+                delete_queue(admin.redis, name, partitions)
+        admin.close()
+
+
+def snapshot(r: Any, queue: str) -> dict[str, Any]:
+    """Every key of a queue (its partitions, its queue keys, its limits' state, and a queue
+    created from its name): type, serialized value, whether it expires."""
+    found = sorted({k for k in r.scan_iter(match="{sq:" + queue + "*", count=1000)})
+    return {k: (r.type(k), r.dump(k), r.pttl(k) > 0) for k in found}
+
+
+def _outcome(client: Client, op: Any) -> tuple[str, str]:
+    try:
+        transport.run(client.redis, op)
+    except Exception as exc:  # the refusal's kind is checked by the caller
+        return "refused", f"{type(exc).__name__}: {exc}"
+    return "ran", ""
+
+
+def test_every_function_has_a_row() -> None:
+    assert set(MAY_CALL) == set(loader.scripts()), set(MAY_CALL) ^ set(loader.scripts())
+    assert set(OPS) == set(loader.scripts())
+
+
+@pytest.mark.parametrize("name", sorted(MAY_CALL))
+def test_roles_x_functions(
+    cluster_client: Client, role_clients: dict[str, Client], name: str
+) -> None:
+    problems = []
+    for role in acl.ROLES:
+        s = prepare(cluster_client, _CREATED)
+        op = OPS[name](s)
+        before = snapshot(cluster_client.redis, s.queue)
+        outcome, detail = _outcome(role_clients[role], op)
+        after = snapshot(cluster_client.redis, s.queue)
+        wrote = sorted(k for k in set(before) | set(after) if before.get(k) != after.get(k))
+        allowed = role in MAY_CALL[name]
+        if allowed and outcome != "ran":
+            problems.append(f"{role} may call {name} but was refused: {detail}")
+        elif not allowed and outcome == "ran":
+            problems.append(f"{role} may not call {name} but ran it")
+        elif not allowed and wrote:
+            problems.append(f"{role} was refused {name} after writing {wrote}: {detail}")
+        elif not allowed and name in ASKS and not detail.startswith("NotPermittedError"):
+            problems.append(f"{role} refused {name} without NotPermittedError: {detail}")
+        elif (
+            not allowed
+            and name not in ASKS
+            and not re.search(r"NOPERM|can't (run this|access at least)", detail)
+        ):
+            problems.append(f"{role} refused {name} for another reason: {detail}")
+    assert not problems, "\n".join(problems)
+
+
+# flags have owners ------------------------------------------------------------------------
+
+
+def _deliverable(client: Client, pk: Any) -> tuple[int, int]:
+    """(jobs one promote moves, jobs one fetch hands out) on this partition, as the default
+    user: a paused partition answers (0, 0)."""
+    from shardq.store import delivery, fleet
+
+    grant = transport.run(client.redis, fleet.lease_acquire(pk, "d-" + uuid.uuid4().hex, 60_000))
+    moved = transport.run(client.redis, fleet.promote(pk, grant.token, 100, 60_000)).moved
+    fetched = transport.run(client.redis, delivery.fetch(pk, "c-flags", 100))
+    transport.run(client.redis, fleet.lease_release(pk, grant.token))
+    return moved, len(fetched.jobs)
+
+
+def test_only_the_operator_sets_flags_and_the_stats_hash_holds_none(
+    cluster_client: Client, role_clients: dict[str, Client], queue: str
+) -> None:
+    """The audit's case: `HSET <stats> paused 1` as the producer stopped a partition.  Now the
+    flags live in the control hash: producer, dispatcher and worker may read it, not write it,
+    and whatever they write into the stats hash under the flags' names is ignored."""
+    from redis.exceptions import NoPermissionError
+
+    from shardq import inspector
+    from shardq.errors import NotPermittedError
+    from shardq.store import inspect, keys
+
+    client = cluster_client
+    client.create_queue(queue, 1)
+    pk = keys.partition_keys(queue, 0, 1)
+    assert client.redis.hgetall(pk.ctl) == {b"v": b"1"}
+    for role in ("producer", "dispatcher", "worker"):
+        r = role_clients[role].redis
+        r.hset(pk.stats, mapping={"paused": "1", "lanes": "1"})  # counters: theirs to write
+        with pytest.raises(NoPermissionError):
+            r.hset(pk.ctl, "paused", "1")
+        with pytest.raises(NotPermittedError, match="shardq-operator"):
+            transport.run(r, inspect.pause(pk, True))
+        with pytest.raises(NotPermittedError):
+            inspector.drive(
+                inspector.lanes_plan(queue, 1, True), lambda ops, r=r: transport.run_many(r, ops)
+            )
+    client.enqueue(queue, "t", {"n": 1})
+    assert _deliverable(client, pk) == (0, 1)  # not paused; no lane: straight to the stream
+    assert transport.run(role_clients["operator"].redis, inspect.pause(pk, True))
+    client.enqueue(queue, "t", {"n": 2})
+    assert _deliverable(client, pk) == (0, 0)
+    snap = transport.run(client.redis, inspect.partition_stats(pk, "n"))
+    assert snap.paused and not snap.lanes and snap.counters.get("lanes") is None
+    assert transport.run(role_clients["admin"].redis, inspect.pause(pk, False))
+    assert _deliverable(client, pk) == (0, 1)
+
+
+def _make_legacy(client: Client, queue: str, partitions: int) -> None:
+    """Turn a fresh queue into one created before the control hash (layout 3)."""
+    from shardq.store import keys
+
+    for pk in keys.all_partition_keys(queue, partitions):
+        client.redis.delete(pk.ctl)
+    client.redis.hset(keys.queue_meta_key(queue), "layout", 3)
+    client.forget(queue)
+
+
+def test_a_queue_from_before_the_control_hash_keeps_its_flags_until_upgraded(
+    cluster_url: str, cluster_client: Client, role_clients: dict[str, Client], queue: str
+) -> None:
+    """A layout-3 queue's flags are in its stats hash: its partitions keep reading them there
+    (and the operator's pause and lanes write them there) until `shardq queue upgrade` moves
+    them into the control hashes; from then on the stats hash's copies mean nothing."""
+    from click.testing import CliRunner
+
+    from shardq.cli import main as cli
+    from shardq.store import inspect, keys
+
+    client, op_r = cluster_client, role_clients["operator"].redis
+    partitions = 2
+    client.create_queue(queue, partitions)
+    _make_legacy(client, queue, partitions)
+    pk0, pk1 = keys.all_partition_keys(queue, partitions)
+    client.redis.hset(pk0.stats, "paused", "1")  # as an older shardq's pause wrote it
+    assert transport.run(op_r, inspect.lanes(pk1, True))  # written where its readers look
+    assert client.redis.hget(pk1.stats, "lanes") == b"1" and not client.redis.exists(pk1.ctl)
+    job0 = client.enqueue(queue, "t", 0, job_id=_id_in(0, partitions))
+    job1 = client.enqueue(queue, "t", 1, job_id=_id_in(1, partitions))
+    assert client.redis.zcard(pk1.lane) == 1  # lanes on: the due job waits in the lane
+    assert _deliverable(client, pk0) == (0, 0)  # paused
+    assert transport.run(client.redis, inspect.partition_stats(pk0, "n")).paused
+
+    url = cluster_url
+    out = CliRunner().invoke(cli, ["queue", "upgrade", "-q", queue, "--url", url])
+    assert out.exit_code == 0 and f"layout 3 -> {keys.LAYOUT_VERSION}" in out.output, out.output
+    assert client.redis.hgetall(pk0.ctl) == {b"v": b"1", b"paused": b"1"}
+    assert client.redis.hgetall(pk1.ctl) == {b"v": b"1", b"lanes": b"1"}
+    for pk in (pk0, pk1):
+        assert client.redis.hmget(pk.stats, "paused", "lanes") == [None, None]
+    # The producer's stats writes no longer steer anything.
+    role_clients["producer"].redis.hset(pk1.stats, "paused", "1")
+    assert _deliverable(client, pk0) == (0, 0)
+    fetched = transport.run(client.redis, delivery_fetch(pk1))
+    assert [j.raw_id.decode() for j in fetched.jobs] == [job1]  # from the lane, not paused
+    assert transport.run(op_r, inspect.pause(pk0, False))
+    assert _deliverable(client, pk0) == (0, 1)
+    assert client.get(queue, job0) is not None
+    again = CliRunner().invoke(cli, ["queue", "upgrade", "-q", queue, "--url", url])
+    assert "already" in again.output, again.output
+
+
+def delivery_fetch(pk: Any) -> Any:
+    from shardq.store import delivery
+
+    return delivery.fetch(pk, "c-legacy", 10)
+
+
+def _id_in(partition: int, partitions: int) -> str:
+    from helpers import job_id_in
+
+    return job_id_in(partition, partitions, "flag-" + uuid.uuid4().hex[:6])
