@@ -10,11 +10,13 @@ KEYS[6] ctl      hash    the partition's flags (its type is checked: who may wri
 
 ARGV[1] due-hint channel (sharded pub/sub) to wake the dispatcher
 ARGV[2..] dead entry ids (bounded by the caller)
+Max ARGV: 1001  = 1 + at most 1000 entries (shardq.inspector.BATCH, shardq.admin.DLQ_BATCH)
 
 Returns {replayed, skipped}: an entry is skipped (and left in place) when it holds no job
 (a malformed ready entry: purge it) or its job is no longer dead (already replayed/cancelled).
   {-10, key, found, expected}         E_WRONG_TYPE: a key was overwritten outside shardq
   {-14, role, key}                    E_NOT_PERMITTED: the caller may not write the control hash
+  {-15, 'KEYS' or 'ARGV', n, cap}    E_TOO_MANY_ARGUMENTS: before anything else (store/loader.py)
 Every check comes before the first write: a refused call writes nothing.
 ]]
 --@include now.lua

@@ -18,6 +18,7 @@ ARGV[2] horizon ms
 ARGV[3] due-hint channel (sharded pub/sub): dispatcher wake-up when the head moves earlier
 ARGV[4] ready-hint channel: worker wake-up when jobs land in the ready stream
 ARGV[5..] 4 per job: job id, body (JSON), mode ('at', 'in', 'tat', 'tin': see enqueue-8), ms
+Max ARGV: 1004  = 4 + 4 per job: at most 250 jobs; bulk enqueue sends 100 (shardq.store.producer.BATCH_JOBS)
 
 Returns {now ms, then 2 per job: status, detail}
   status 1: created, detail = due ms
@@ -27,6 +28,7 @@ or, for the whole call, before anything is written:
   {-10, key, found, expected}         E_WRONG_TYPE
   {-11, argv index, value, lo, hi}    E_BAD_ARGUMENT
   {-14, role, key}                    E_NOT_PERMITTED: the caller is no producer (lua/includes/checks.lua)
+  {-15, 'KEYS' or 'ARGV', n, cap}    E_TOO_MANY_ARGUMENTS: before anything else (store/loader.py)
 ]]
 --@include now.lua
 --@include schedule.lua

@@ -10,6 +10,7 @@ Returns {envelope or nil, due ms or nil, last error or nil} (a compact job's env
 'S0|<body>', as promote will write it)
 
   {-10, key, found, expected}         E_WRONG_TYPE: a key was overwritten outside shardq
+  {-15, 'KEYS' or 'ARGV', n, cap}    E_TOO_MANY_ARGUMENTS: before anything else (store/loader.py)
 Flags: no-writes  (reads only)
 ]]
 --@include checks.lua

@@ -22,6 +22,7 @@ Returns {1 when the state changed (on <-> off), else 0}
   {-10, key, found, expected}         E_WRONG_TYPE: a key was overwritten outside shardq
   {-11, argv index, value, lo, hi}    E_BAD_ARGUMENT
   {-14, role, key}                    E_NOT_PERMITTED: the caller may not write the control hash
+  {-15, 'KEYS' or 'ARGV', n, cap}    E_TOO_MANY_ARGUMENTS: before anything else (store/loader.py)
 Every check comes before the first write: a refused call writes nothing.
 
 Flags: allow-oom  (an operator step that writes one field; a full Redis must stay steerable)

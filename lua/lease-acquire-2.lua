@@ -12,6 +12,7 @@ ARGV[2] lease time ms
 ARGV[3..] owners whose unexpired lease may be taken over: dispatchers whose membership expired
           (dead or paused) and earlier incarnations of this dispatcher (restarted in place).
           Safe, because every write of the displaced owner checks its now stale token.
+Max ARGV: 1026  = 2 + at most 1024 owners, one per partition (shardq.store.fleet.MAX_DISPLACE)
 
 Returns
   {1, token, 1, takeover}    newly granted; takeover 1 when the previous owner's lease expired
@@ -20,6 +21,7 @@ Returns
   {0, token, owner, ttl ms}  held by another owner
   {-10, key, found, expected}         E_WRONG_TYPE: a key was overwritten outside shardq
   {-11, argv index, value, lo, hi}    E_BAD_ARGUMENT
+  {-15, 'KEYS' or 'ARGV', n, cap}    E_TOO_MANY_ARGUMENTS: before anything else (store/loader.py)
 Every check comes before the first write: a refused call writes nothing.
 
 Flags: allow-oom  (runs when Redis is at maxmemory: it frees memory or keeps a full Redis draining)

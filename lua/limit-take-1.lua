@@ -16,6 +16,7 @@ Returns
   {now ms, t1, ..., tn}              ti = 0: start now; ti > 0: the Redis ms time its slot opens
   {-10, key, found, expected}         E_WRONG_TYPE: a key was overwritten outside shardq
   {-11, argv index, value, lo, hi}    E_BAD_ARGUMENT
+  {-15, 'KEYS' or 'ARGV', n, cap}    E_TOO_MANY_ARGUMENTS: before anything else (store/loader.py)
 Every check comes before the first write: a refused call writes nothing.
 
 Flags: allow-oom  (keeps a full Redis draining: the key it writes is a few bytes and expires)

@@ -14,6 +14,7 @@ ARGV[4] most jobs in the page (1-1000)
 Returns {now ms, due ms, job id, envelope or false, ...} (3 fields per job)
   {-10, key, found, expected}         E_WRONG_TYPE: a key was overwritten outside shardq
   {-11, argv index, value, lo, hi}    E_BAD_ARGUMENT
+  {-15, 'KEYS' or 'ARGV', n, cap}    E_TOO_MANY_ARGUMENTS: before anything else (store/loader.py)
 Flags: no-writes  (reads only)
 ]]
 --@include now.lua

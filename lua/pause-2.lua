@@ -18,6 +18,7 @@ Returns {1 when the state changed, else 0}
   {-10, key, found, expected}         E_WRONG_TYPE: a key was overwritten outside shardq
   {-11, argv index, value, lo, hi}    E_BAD_ARGUMENT
   {-14, role, key}                    E_NOT_PERMITTED: the caller may not write the control hash
+  {-15, 'KEYS' or 'ARGV', n, cap}    E_TOO_MANY_ARGUMENTS: before anything else (store/loader.py)
 Every check comes before the first write: a refused call writes nothing.
 
 Flags: allow-oom  (pausing is an emergency step that must work on a full Redis; it writes one field)

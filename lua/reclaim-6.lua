@@ -21,11 +21,13 @@ ARGV[4] max deliveries to look at in this call
 ARGV[5] delivery limit
 ARGV[6] orphan idle ms: a delivery of a consumer not in ARGV[7..] is taken once idle this long
 ARGV[7..] live consumers (worker names whose membership has not expired)
+Max ARGV: 1006  = 6 + at most 1000 live workers (shardq.store.delivery.MAX_LIVE)
 
 Returns {now ms, entry id, job id, due ms, attempt, body, deliveries, ...} (6 fields per job;
 none while the partition is paused)
   {-10, key, found, expected}         E_WRONG_TYPE: a key was overwritten outside shardq
   {-11, argv index, value, lo, hi}    E_BAD_ARGUMENT
+  {-15, 'KEYS' or 'ARGV', n, cap}    E_TOO_MANY_ARGUMENTS: before anything else (store/loader.py)
 Every check comes before the first write: a refused call writes nothing.
 
 Flags: allow-oom  (runs when Redis is at maxmemory: it frees memory or keeps a full Redis draining)

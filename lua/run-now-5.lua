@@ -22,6 +22,7 @@ Returns
   {-7, id}     E_JOB_RUNNING: a worker holds it
   {-10, key, found, expected}         E_WRONG_TYPE: a key was overwritten outside shardq
   {-14, role, key}                    E_NOT_PERMITTED: the caller may not write the control hash
+  {-15, 'KEYS' or 'ARGV', n, cap}    E_TOO_MANY_ARGUMENTS: before anything else (store/loader.py)
 Every check comes before the first write: a refused call writes nothing.
 ]]
 --@include now.lua

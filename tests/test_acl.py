@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import re
+import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -89,6 +90,8 @@ ASKS = {"pause", "lanes", "control-init", "empty-due", "dlq-purge", "dlq-replay"
 ASKS |= {"enqueue-batch"}
 
 _CREATED: list[str] = []
+# role -> (user name, password) of the role_clients fixture's users
+USERS: dict[str, tuple[str, str]] = {}
 
 
 @pytest.fixture(scope="module")
@@ -99,6 +102,7 @@ def role_clients(cluster_url: str) -> Iterator[dict[str, Client]]:
     admin = Client.from_url(cluster_url)
     nodes = [admin.redis.get_redis_connection(n) for n in admin.redis.get_nodes()]
     names = {role: f"t-{role}-{suffix}" for role in acl.ROLES}
+    USERS.update({role: (name, f"pw-{name}") for role, name in names.items()})
     for node in nodes:
         for role, name in names.items():
             rules = re.findall(r"\([^)]*\)|\S+", acl.rules(role))
@@ -290,3 +294,105 @@ def _id_in(partition: int, partitions: int) -> str:
     from helpers import job_id_in
 
     return job_id_in(partition, partitions, "flag-" + uuid.uuid4().hex[:6])
+
+
+# no call can hold a primary -----------------------------------------------------------------
+
+
+def _resp(*args: Any) -> bytes:
+    """One command in RESP (what redis-py would send), encoded once up front."""
+    out = [b"*%d\r\n" % len(args)]
+    for a in args:
+        b = a if isinstance(a, bytes) else str(a).encode()
+        out.append(b"$%d\r\n%s\r\n" % (len(b), b))
+    return b"".join(out)
+
+
+def _reply(sock: Any) -> bytes:
+    """Read until a complete (small) reply is in: enough for +OK, +PONG and the -15 array."""
+    data = b""
+    while True:
+        chunk = sock.recv(65536)
+        if not chunk:
+            raise ConnectionError("closed")
+        data += chunk
+        if data.startswith((b"+", b"-", b":")) and data.endswith(b"\r\n"):
+            return data
+        if data.startswith(b"*4\r\n") and data.count(b"\r\n") >= 6:
+            return data
+
+
+def _fcall_usec(node: Any) -> int:
+    return int(node.info("commandstats").get("cmdstat_fcall", {}).get("usec", 0))
+
+
+@pytest.mark.parametrize("name", sorted(MAY_CALL))
+def test_an_oversized_call_is_refused_at_once_and_the_node_keeps_answering(
+    cluster_client: Client, role_clients: dict[str, Client], name: str
+) -> None:
+    """The audit's case: one enqueue-batch call carrying 1.4M jobs held a primary for 5 s
+    (others got BUSY, FUNCTION KILL said UNKILLABLE); an ack of 1M ids stalled it for 1 s.
+    Every function, called as its own role with ten times its cap (at least 5,000 arguments),
+    is refused before it runs anything: nothing is written, the call costs the node about as
+    long as Redis takes to hand the arguments to Lua, and a PING from another client meanwhile
+    is answered within a few ms."""
+    import socket
+    import threading
+
+    from helpers import scaled
+
+    from shardq.errors import ScriptArgumentError
+    from shardq.store.codes import check
+
+    role = next(r for r in acl.ROLES if r in MAY_CALL[name])
+    username, password = USERS[role]
+    s = prepare(cluster_client, _CREATED)
+    good = OPS[name](s)
+    lua = good.script
+    n = max(10 * lua.max_argv, 5000)
+    pad = good.argv[-2:] if len(good.argv) >= 2 else ["1", "1"]
+    argv = list(good.argv) + [pad[i % 2] for i in range(n - len(good.argv))]
+    command = _resp("FCALL", lua.function, lua.num_keys, *good.keys, *argv)
+
+    where = cluster_client.redis.get_node_from_key(good.route_key)
+    host, port = where.host, int(where.port)
+    node = cluster_client.redis.get_redis_connection(where)
+    before = snapshot(cluster_client.redis, s.queue)
+    busy_before = _fcall_usec(node)
+
+    caller = socket.create_connection((host, port))
+    caller.sendall(_resp("AUTH", username, password))
+    assert _reply(caller) == b"+OK\r\n"
+    pinger = socket.create_connection((host, port))
+    answer: list[bytes] = []
+
+    def call() -> None:
+        caller.sendall(command)
+        answer.append(_reply(caller))
+
+    worst, pings = 0.0, 0
+    thread = threading.Thread(target=call, daemon=True)
+    started = time.perf_counter()
+    thread.start()
+    while thread.is_alive() or not pings:
+        t = time.perf_counter()
+        pinger.sendall(b"PING\r\n")
+        assert _reply(pinger) == b"+PONG\r\n"
+        worst, pings = max(worst, time.perf_counter() - t), pings + 1
+    thread.join()
+    elapsed = time.perf_counter() - started
+    caller.close()
+    pinger.close()
+
+    [reply] = answer
+    assert reply.startswith(
+        b"*4\r\n:-15\r\n$4\r\nARGV\r\n:%d\r\n:%d\r\n" % (len(argv), lua.max_argv)
+    ), reply
+    with pytest.raises(ScriptArgumentError):
+        check([-15, b"ARGV", len(argv), lua.max_argv])
+    assert snapshot(cluster_client.redis, s.queue) == before, "the refused call wrote"
+    busy_ms = (_fcall_usec(node) - busy_before) / 1000
+    assert busy_ms < scaled(10), f"{len(argv)} arguments held the node {busy_ms:.1f} ms"
+    assert worst < scaled(0.025), (
+        f"a PING waited {worst * 1000:.1f} ms ({pings} pings in {elapsed * 1000:.0f} ms)"
+    )

@@ -46,6 +46,7 @@ class Code(IntEnum):
     SCHEDULE_NOT_FOUND = -12
     SCHEDULE_CHANGED = -13
     NOT_PERMITTED = -14
+    TOO_MANY_ARGUMENTS = -15
 
 
 def _text(value: Any) -> str:
@@ -154,6 +155,13 @@ def _not_permitted(d: list[str]) -> ShardqError:
     )
 
 
+def _too_many(d: list[str]) -> ShardqError:
+    return ScriptArgumentError(
+        f"the call carries {d[1]} {d[0]} where the function takes at most {d[2]}: refused before "
+        "anything ran (a bug, or a version mismatch: run `shardq functions load` after upgrading)"
+    )
+
+
 _ERRORS: dict[Code, Callable[[list[str]], ShardqError]] = {
     Code.FENCED: _fenced,
     Code.DUE_IN_PAST: _past,
@@ -169,6 +177,7 @@ _ERRORS: dict[Code, Callable[[list[str]], ShardqError]] = {
     Code.SCHEDULE_NOT_FOUND: _schedule_not_found,
     Code.SCHEDULE_CHANGED: _schedule_changed,
     Code.NOT_PERMITTED: _not_permitted,
+    Code.TOO_MANY_ARGUMENTS: _too_many,
 }
 
 

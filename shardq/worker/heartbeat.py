@@ -63,11 +63,15 @@ class Heartbeat:
 
     async def touch(self) -> None:
         """Reset the idle time of every delivery this worker holds."""
-        parts = [p for p, table in self.inflight.by_partition.items() if table]
-        ops = [
-            delivery.touch(self.pks[p], self.consumer, list(self.inflight.by_partition[p]))
-            for p in parts
-        ]
+        parts: list[int] = []
+        ops = []
+        for p, table in self.inflight.by_partition.items():
+            held = list(table)
+            for lo in range(0, len(held), delivery.MAX_TOUCH):
+                parts.append(p)
+                ops.append(
+                    delivery.touch(self.pks[p], self.consumer, held[lo : lo + delivery.MAX_TOUCH])
+                )
         failed: list[BaseException] = []
         for p, result in zip(parts, await self.transport.run_many(ops), strict=True):
             if isinstance(result, BaseException):
