@@ -238,3 +238,39 @@ def test_the_callers_split_what_they_send_by_the_caps() -> None:
         pk, "c", visibility_ms=30_000, orphan_idle_ms=1500, live=many, count=10, max_deliveries=5
     )
     assert big.argv[5] == 30_000 and len(big.argv) == 6  # the visibility timeout only
+
+
+def test_a_worker_holding_more_than_one_call_carries_acks_them_in_chunks(
+    standalone_client: Client, queue: str
+) -> None:
+    """2,500 finished deliveries of one partition: three ack calls within the cap, all settled."""
+    from shardq.config import WorkerSettings
+    from shardq.store import delivery, transport
+    from shardq.worker.inflight import Delivery, InFlight, WorkerStats
+    from shardq.worker.settler import Settler
+
+    client, r = standalone_client, standalone_client.redis
+    client.create_queue(queue, 1)
+    client.enqueue_many(queue, [JobRequest("t", i) for i in range(2500)])
+    pk = keys.partition_keys(queue, 0, 1)
+    inflight = InFlight(concurrency=10_000)
+    settler = Settler(
+        None,  # type: ignore[arg-type]  # take_acks builds the ops; they are run here
+        queue,
+        [pk],
+        inflight,
+        WorkerSettings(),
+        WorkerStats(),
+        lambda p: None,
+    )
+    for _ in range(3):
+        for got in transport.run(r, delivery.fetch(pk, "c", 1000)).jobs:
+            d = Delivery(0, got.entry_id, got.raw_id, None)  # type: ignore[arg-type]
+            inflight.add(d)
+            settler.succeeded(d)
+    assert inflight.count == 2500
+    taken, ops = settler.take_acks([0])
+    assert [len(batch) for _, batch in taken] == [1000, 1000, 500]
+    assert all(len(o.argv) <= o.script.max_argv for o in ops)
+    assert sum(transport.run_many(r, ops)) == 2500
+    assert r.hlen(pk.jobs) == 0 and int(r.hget(pk.stats, "completed")) == 2500
