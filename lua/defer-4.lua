@@ -47,6 +47,9 @@ for i = 3, #ARGV, 3 do
     local state, attempt, body
     if v then state, attempt, body = split_envelope(v) end
     if state then
+      -- An attempt that is not a whole number (written since the fetch read it) starts again
+      -- at 0: counted from there, it runs out like any other.
+      attempt = attempt or 0
       if attempt > 0 then attempt = attempt - 1 end
       redis.call('HSET', KEYS[2], id, 'L' .. attempt .. '|' .. body)
       redis.call('ZADD', KEYS[3], due, id)

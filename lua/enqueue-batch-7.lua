@@ -118,7 +118,7 @@ if readied > 0 then
 end
 if earliest then
   local head = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
-  if head[2] and tonumber(head[2]) >= earliest then
+  if head[2] and score_ms(head[2]) >= earliest then
     redis.call('SPUBLISH', ARGV[3], earliest)
   end
 end

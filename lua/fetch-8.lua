@@ -7,7 +7,8 @@ lowest-scored jobs are appended to the stream and read at once, so the ready str
 partition with lanes on holds little more than what workers hold.  Entries appended to the
 stream directly (run-now, dead-letter replay, periodic jobs, a backlog from before lanes were
 turned on) go first.  A ready entry whose job was
-cancelled is acknowledged and dropped; a malformed entry or envelope goes to the dead stream.
+cancelled is acknowledged and dropped; a malformed entry or envelope goes to the dead stream
+(an envelope whose attempt is not a whole number 0..1e9 dead as a job, its body kept).
 
 KEYS[1] ready    stream  due jobs
 KEYS[2] jobs     hash    job id -> envelope
@@ -91,6 +92,11 @@ for _, entry in ipairs(entries) do
   elseif not state then
     dead_letter_raw(dead_keys, f, 'malformed envelope for job ' .. id, now)
     redis.call('HDEL', KEYS[2], id)
+    redis.call('XACK', KEYS[1], ARGV[1], eid)
+    redis.call('XDEL', KEYS[1], eid)
+  elseif not attempt then
+    -- Its attempts cannot be counted: dead, with its body kept (a replay starts it at 0).
+    dead_letter(dead_keys, id, 0, body, bad_attempt(id, v), now)
     redis.call('XACK', KEYS[1], ARGV[1], eid)
     redis.call('XDEL', KEYS[1], eid)
   else

@@ -48,9 +48,12 @@ if v then
     return {0, token or '', owner or v, redis.call('PTTL', KEYS[1])}
   end
 end
+-- The fencing token only grows: one that is not a whole number (nan, inf, hex: HINCRBY would
+-- fail on it, or a restart from 0 would hand out tokens a stale owner holds) is refused, and
+-- the partition stays unleased until an operator repairs it (CorruptKeyError says how).
 local last = redis.call('HGET', KEYS[2], 'token')
-if last and not tonumber(last) then
-  return {-10, KEYS[2], 'token ' .. last, 'a number'}
+if last and not int_of(last, 0, 2 ^ 53) then
+  return {-10, KEYS[2], 'token ' .. last, 'a whole number'}
 end
 local token = redis.call('HINCRBY', KEYS[2], 'token', 1)
 local takeover = 0

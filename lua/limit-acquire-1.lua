@@ -32,8 +32,11 @@ if #ARGV < 3 or #ARGV > 1002 then return {-11, 3, #ARGV - 2, 1, 1000} end
 local wrong = wrong_type({KEYS[1], 'zset'})
 if wrong then return wrong end
 local now = now_ms()
--- Holds nobody renewed in time (a worker that died): their slots come back.
+-- Holds nobody renewed in time (a worker that died): their slots come back.  So do holds
+-- expiring later than any hold can (86400000 ms, ARGV[2]'s bound): +inf, or a huge score,
+-- written by hand would hold a slot for ever.
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '(' .. (now + 86400000), '+inf')
 local held = redis.call('ZCARD', KEYS[1])
 local expiry = now + math.floor(hold)
 local out = {now}

@@ -36,7 +36,7 @@ local due = redis.call('ZCARD', KEYS[1])
 local overdue = redis.call('ZCOUNT', KEYS[1], '-inf', now)
 local oldest = -1
 if due > 0 then
-  oldest = tonumber(redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')[2])
+  oldest = score_ms(redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')[2])
 end
 local undelivered, pending, oldest_idle, consumers = 0, 0, -1, 0
 if redis.call('EXISTS', KEYS[2]) == 1 then

@@ -90,5 +90,5 @@ end
 
 local head = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
 local next_due = -1
-if head[2] then next_due = tonumber(head[2]) end
+if head[2] then next_due = score_ms(head[2]) end
 return {moved, next_due, now}

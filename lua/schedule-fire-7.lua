@@ -87,7 +87,8 @@ local created_all = 0
 for _, g in ipairs(groups) do
   local status, created = 1, 0
   local def = redis.call('HGET', KEYS[1], g.name)
-  local cur = tonumber(redis.call('ZSCORE', KEYS[2], g.name))
+  local cur = redis.call('ZSCORE', KEYS[2], g.name)
+  cur = cur and score_ms(cur)
   if not def then
     -- A next tick without a definition (never written by shardq): drop it.
     redis.call('ZREM', KEYS[2], g.name)

@@ -41,7 +41,8 @@ local function add(name, score)
   if not def and mode ~= 'due' then return end
   out[#out + 1] = name
   out[#out + 1] = def
-  out[#out + 1] = score or redis.call('ZSCORE', KEYS[2], name)
+  score = score or redis.call('ZSCORE', KEYS[2], name)
+  out[#out + 1] = score and score_ms(score)
   out[#out + 1] = redis.call('HGET', KEYS[3], name)
 end
 

@@ -14,12 +14,61 @@ local function wrong_type(spec)
   return nil
 end
 
--- arg_number(i, lo, hi): ARGV[i] as a finite number within [lo, hi], or nil and the reply
--- {-11, i, value, lo, hi} (E_BAD_ARGUMENT).  Limits that guard correctness are checked here
--- too, not only by the caller.
+-- Numbers read from Redis or ARGV are checked as numbers before use: Lua's tonumber takes
+-- 'nan', 'inf', '1e400' (inf), '0x10' and ' 5 ', and nan + 1 stays nan (a job whose attempt
+-- is nan never runs out of attempts; it reaches Python as -2^63).  These readers take decimal
+-- text only, and only within the range given; anything else is nil, for the caller to refuse,
+-- dead-letter, or replace with a safe default, before it writes.
+
+-- int_of(v, lo, hi): v (a string Redis returned, or a number) as an integer when it is the
+-- decimal text of one ('^-?%d+$') within [lo, hi]; else nil.
+local function int_of(v, lo, hi)
+  local n
+  if type(v) == 'number' then
+    n = v
+    if n ~= math.floor(n) then return nil end
+  elseif type(v) == 'string' and #v <= 17 and string.find(v, '^%-?%d+$') then
+    n = tonumber(v)
+  else
+    return nil
+  end
+  if n ~= n or n < lo or n > hi then return nil end
+  return n
+end
+
+-- float_of(v, lo, hi): v as a finite number within [lo, hi] when it is decimal text ('1.5',
+-- '-2', '1e-06'; no nan, inf, hex or spaces); else nil.
+local function float_of(v, lo, hi)
+  local n
+  if type(v) == 'number' then
+    n = v
+  elseif type(v) == 'string' and #v <= 40 and string.find(v, '^[%-%+]?[%d%.]+[eE]?[%-%+]?%d*$') then
+    n = tonumber(v)
+  end
+  if n == nil or n ~= n or n < lo or n > hi then return nil end
+  return n
+end
+
+-- The latest ms time a script replies (9999-12-31T23:59:59.999Z, the last one a date type
+-- holds): due times, ticks and holds are far below (max_horizon is at most 1e13 ms).
+local MAX_MS = 253402300799999
+
+-- score_ms(s): a sorted-set score read back (a due time, a tick) as whole ms within
+-- [0, MAX_MS], for replies and comparisons: -inf and anything earlier read 0 (overdue),
+-- +inf and anything later MAX_MS (never), a fraction is cut.  Sorted sets hold no nan.
+local function score_ms(s)
+  local n = tonumber(s)
+  if n == nil or n ~= n or n < 0 then return 0 end
+  if n > MAX_MS then return MAX_MS end
+  return math.floor(n)
+end
+
+-- arg_number(i, lo, hi): ARGV[i] as a finite number within [lo, hi] (decimal text, as
+-- float_of), or nil and the reply {-11, i, value, lo, hi} (E_BAD_ARGUMENT).  Limits that guard
+-- correctness are checked here too, not only by the caller.
 local function arg_number(i, lo, hi)
-  local v = tonumber(ARGV[i])
-  if v == nil or v ~= v or v < lo or v > hi then
+  local v = float_of(ARGV[i], lo, hi)
+  if v == nil then
     return nil, {-11, i, tostring(ARGV[i]), tostring(lo), tostring(hi)}
   end
   return v, nil

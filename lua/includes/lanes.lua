@@ -1,3 +1,4 @@
+--@include checks.lua
 -- Lanes: priorities and fair sharing between tenants inside one partition.
 --
 -- A partition whose lanes are on (lua/lanes-3.lua) does not append due jobs to
@@ -17,6 +18,15 @@
 -- A lane member is '<due ms> <flow> <job id>': fetch needs the due time for the stream entry
 -- (lateness) and the flow to drop the vtime field of a flow that has nothing left.
 local LANE_COST = {h = 10, n = 20, l = 60}
+-- Scores stay exact integers in a double up to 2^53; a vtime value that is not a number in
+-- [0, 2^53] (nan, inf, text: written by hand) reads as 0, the start of time: the flow (or V)
+-- starts again from there, so a damaged field costs fairness once, never a job or a call.
+local MAX_VTIME = 2 ^ 53
+
+-- vtime_of(v): a vtime hash value, checked (see MAX_VTIME).
+local function vtime_of(v)
+  return float_of(v, 0, MAX_VTIME) or 0
+end
 
 -- flow_at(s, pos): the flow of a job body starting at pos of s.  A body is plain JSON, or
 -- '@<level><tenant>@<JSON>' when the job has a priority or a tenant (shardq.jobs.encode_body).
@@ -96,13 +106,13 @@ end
 -- and adds them to the lane.  Returns how many were added.
 local function lane_add(lane, vtime, items)
   if #items == 0 then return 0 end
-  local v = tonumber(redis.call('HGET', vtime, 'V')) or 0
+  local v = vtime_of(redis.call('HGET', vtime, 'V'))
   local last = {}
   local args = {}
   for i = 1, #items, 3 do
     local f = items[i + 1]
     local t = last[f]
-    if t == nil then t = tonumber(redis.call('HGET', vtime, f)) or 0 end
+    if t == nil then t = vtime_of(redis.call('HGET', vtime, f)) end
     if t < v then t = v end
     t = t + (LANE_COST[string.sub(f, 1, 1)] or LANE_COST.n)
     last[f] = t
@@ -129,7 +139,9 @@ local function lane_pop(lane, vtime, n)
   local popped = redis.call('ZPOPMIN', lane, n)
   local out = {}
   if #popped == 0 then return out end
-  local v = popped[#popped]
+  -- A lane score is one lane_add wrote, unless someone else did (inf, a negative): V and the
+  -- flows' clean-up then use it checked, like any vtime value.
+  local v = vtime_of(popped[#popped])
   local seen = {}
   for i = 1, #popped, 2 do
     local due, f, id = string.match(popped[i], '^(%S*) (%S*) (.*)$')
@@ -141,8 +153,7 @@ local function lane_pop(lane, vtime, n)
   end
   redis.call('HSET', vtime, 'V', v)
   for f in pairs(seen) do
-    local t = tonumber(redis.call('HGET', vtime, f))
-    if t and t <= tonumber(v) then redis.call('HDEL', vtime, f) end
+    if vtime_of(redis.call('HGET', vtime, f)) <= v then redis.call('HDEL', vtime, f) end
   end
   return out
 end

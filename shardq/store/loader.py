@@ -97,8 +97,12 @@ def lua_dir() -> Path:
     )
 
 
-def expand_includes(source: str, includes: Path, seen: frozenset[str] = frozenset()) -> str:
-    """Replace each ``--@include file`` line with that file's text (recursively, once each)."""
+def expand_includes(
+    source: str, includes: Path, seen: frozenset[str] = frozenset(), done: set[str] | None = None
+) -> str:
+    """Replace each ``--@include file`` line with that file's text (recursively; a file named
+    again, by the script or by another include, expands only the first time)."""
+    done = set() if done is None else done
 
     def replace(match: re.Match[str]) -> str:
         name = match.group("file")
@@ -107,7 +111,10 @@ def expand_includes(source: str, includes: Path, seen: frozenset[str] = frozense
         path = includes / name
         if not path.is_file():
             raise ConfigError(f"missing Lua include {path}")
-        return expand_includes(path.read_text(), includes, seen | {name})
+        if name in done:
+            return ""
+        done.add(name)
+        return expand_includes(path.read_text(), includes, seen | {name}, done)
 
     return _INCLUDE_RE.sub(replace, source)
 
