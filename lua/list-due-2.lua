@@ -44,6 +44,8 @@ if ARGV[2] ~= '' then
 end
 local page = redis.call('ZRANGE', KEYS[1], start, start + n - 1, 'WITHSCORES')
 for i = 1, #page, 2 do
+  -- (a score is a double, never nan; +-inf compare as they should.  It is replied as stored:
+  -- the next page's cursor must be the member's own score.)
   if tonumber(page[i + 1]) > upto then break end
   local id, body = split_member(page[i])
   out[#out + 1] = page[i + 1]

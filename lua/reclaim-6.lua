@@ -61,6 +61,7 @@ local pending = redis.call('XPENDING', KEYS[1], ARGV[1], 'IDLE', math.min(visibi
   '-', '+', n)
 
 for _, p in ipairs(pending) do
+  -- (XPENDING's idle time and delivery count are integers Redis keeps itself)
   local eid, owner, idle, deliveries = p[1], p[2], tonumber(p[3]), tonumber(p[4])
   local min_idle
   if idle >= visibility then
