@@ -11,14 +11,17 @@ ARGV[1] owner (dispatcher id)
 ARGV[2] lease time ms
 ARGV[3..] owners whose unexpired lease may be taken over: dispatchers whose membership expired
           (dead or paused) and earlier incarnations of this dispatcher (restarted in place).
-          Safe, because every write of the displaced owner checks its now stale token.
+          Safe, because every write of the displaced owner checks its now stale token.  A lease
+          without expiry, or expiring later than ARGV[2] from now, is taken over whoever holds it:
+          this script never writes one (a fleet runs one lease time).
 Max ARGV: 1026  = 2 + at most 1024 owners, one per partition (shardq.store.fleet.MAX_DISPLACE)
 
 Returns
   {1, token, 1, takeover}    newly granted; takeover 1 when the previous owner's lease expired
-                             or was displaced instead of being released (it died or was paused)
+                             or was displaced instead of being released (it died or was paused,
+                             or its lease would not have expired)
   {1, token, 0, 0}           already ours: extended
-  {0, token, owner, ttl ms}  held by another owner
+  {0, token, owner, ttl ms}  held by another owner (its lease expires within ARGV[2] ms)
   {-10, key, found, expected}         E_WRONG_TYPE: a key was overwritten outside shardq
   {-11, argv index, value, lo, hi}    E_BAD_ARGUMENT
   {-15, 'KEYS' or 'ARGV', n, cap}    E_TOO_MANY_ARGUMENTS: before anything else (store/loader.py)
@@ -45,7 +48,13 @@ if v then
     if owner == ARGV[i] then displace = true end
   end
   if not displace then
-    return {0, token or '', owner or v, redis.call('PTTL', KEYS[1])}
+    -- Leases always expire: this script grants them for the lease time, and promote and renew
+    -- extend them by it.  One without an expiry (PTTL -1), or expiring later than that, was
+    -- written some other way (a hand, a bug) and could block the partition for ever (its
+    -- owner may never have been a member, so nobody would name it here): take it over, as from
+    -- a gone owner.  Safe as every displacement is: the holder's writes check its token.
+    local left = redis.call('PTTL', KEYS[1])
+    if left >= 0 and left <= ttl then return {0, token or '', owner or v, left} end
   end
 end
 -- The fencing token only grows: one that is not a whole number (nan, inf, hex: HINCRBY would
