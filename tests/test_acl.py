@@ -13,6 +13,7 @@ import re
 import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -396,3 +397,106 @@ def test_an_oversized_call_is_refused_at_once_and_the_node_keeps_answering(
     assert worst < scaled(0.025), (
         f"a PING waited {worst * 1000:.1f} ms ({pings} pings in {elapsed * 1000:.0f} ms)"
     )
+
+
+# the ACL file loads as shipped ------------------------------------------------------------
+
+ACL_FILE = Path(__file__).resolve().parent.parent / "deploy" / "redis" / "acl-users.acl"
+
+
+def _setuser_as_documented(r: Any) -> None:
+    """docs/deploy.md: give each user a password and turn it on (`ACL SETUSER <user> on >PW`)."""
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "deploy.md").read_text()
+    assert "ACL SETUSER shardq-worker on >WORKER_PASSWORD" in doc
+    for role in acl.ROLES:
+        r.execute_command("ACL", "SETUSER", f"shardq-{role}", "on", f">pw-{role}")
+
+
+def test_redis_starts_with_the_acl_file_as_shipped_and_the_fleet_runs_under_its_users(
+    own_redis: Any, procs: list[Any], queue: str
+) -> None:
+    """The audit's case: the file began with three '#' lines; Redis 7.0 refused to start with
+    --aclfile on it ("should start with user keyword") and ACL LOAD refused the whole file (the
+    tests stripped the comments first).  Here redis-server starts with --aclfile on the file in
+    the repository, unmodified; passwords are set as docs/deploy.md says; the admin loads the
+    functions, the operator creates a queue, and a producer, a dispatcher and a worker, each as
+    its own user, run a job end to end."""
+    import subprocess
+
+    from procs import Proc
+
+    from shardq import JobRequest
+    from shardq.bench import cli_command
+    from shardq.store import functions, keys
+
+    before = ACL_FILE.read_bytes()
+    server = own_redis("--aclfile", str(ACL_FILE))
+    plain = Client.from_url(server.url)  # the default user: the file does not name it
+    try:
+        users = {u.decode() for u in plain.redis.execute_command("ACL", "USERS")}
+        assert {f"shardq-{role}" for role in acl.ROLES} <= users, users
+        _setuser_as_documented(plain.redis)
+    finally:
+        plain.close()
+
+    def url(role: str) -> str:
+        return f"redis://shardq-{role}:pw-{role}@127.0.0.1:{server.port}"
+
+    def settings(role: str) -> RedisSettings:
+        return RedisSettings.from_url(url(role))
+
+    with Client(settings("admin")) as admin:
+        functions.load_everywhere(admin.redis)
+    created = subprocess.run(
+        cli_command("queue", "create", "-q", queue, "--partitions", "4", "--url", url("operator")),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert created.returncode == 0, created.stderr
+    with Client(settings("producer")) as producer:
+        job = producer.enqueue(queue, "demo", {"n": 1}, delay=0.2)
+        producer.enqueue_many(queue, [JobRequest("demo", {"i": i}) for i in range(5)])
+    procs.append(
+        Proc(cli_command("dispatcher", "run", "--queue", queue, "--url", url("dispatcher")))
+    )
+    worker = cli_command("worker", "run", "--queue", queue, "--url", url("worker"))
+    procs.append(Proc([*worker, "--handlers", "shardq.bench:handlers"]))
+    pks = keys.all_partition_keys(queue, 4)
+    with Client(settings("admin")) as admin:
+
+        def completed() -> int:
+            return sum(int(admin.redis.hget(pk.stats, "completed") or 0) for pk in pks)
+
+        from helpers import wait_for
+
+        wait_for(lambda: completed() >= 6, 40, lambda: "\n".join(p.log() for p in procs))
+        assert admin.get(queue, job) is None  # done and gone
+    with Client.from_url(server.url) as plain:
+        refused = plain.redis.execute_command("ACL", "LOG")
+        assert not refused, f"a role was refused something: {refused}"
+    for p in procs:
+        assert p.stop() == 0, p.log()
+    assert ACL_FILE.read_bytes() == before  # the server never wrote the file
+
+
+def test_acl_load_as_documented_loads_the_file_appended_to_an_acl_file(
+    own_redis: Any, tmp_path: Path
+) -> None:
+    """docs/deploy.md: on a node started with an aclfile, append the shipped file to it and run
+    ACL LOAD; the users are there (off, no password) and turn on as documented."""
+    aclfile = tmp_path / "users.acl"
+    aclfile.write_text("user default on nopass ~* &* +@all\n")
+    server = own_redis("--aclfile", str(aclfile))
+    with aclfile.open("a") as f:
+        f.write(ACL_FILE.read_text())
+    with Client.from_url(server.url) as c:
+        assert c.redis.execute_command("ACL", "LOAD") in (b"OK", "OK", True)
+        for role in acl.ROLES:
+            rules = c.redis.execute_command("ACL", "GETUSER", f"shardq-{role}")
+            assert rules is not None, role
+        _setuser_as_documented(c.redis)
+    with Client(
+        RedisSettings.from_url(f"redis://shardq-worker:pw-worker@127.0.0.1:{server.port}")
+    ) as w:
+        assert w.redis.ping()
