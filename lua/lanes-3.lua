@@ -4,8 +4,8 @@ with them off, they append to the stream again.  The operator's (and admin's) on
 
 Turned off while jobs wait in the lane, the flag reads '2': fetch goes on reading the lane
 while it exists, so those jobs are still delivered.  Only the operator writes the flag, so
-nobody else drops it: turning lanes off again once the lane is empty does (a lane empty when
-lanes are turned off gets no '2' at all).
+nobody else drops it: turning lanes off again once the lane is empty sets '0' (a lane empty
+when lanes are turned off gets no '2' at all).
 
 The flag is the 'lanes' field of the partition's control hash, which enqueue, promote and fetch
 already read (KEYS of their own) and only the operator and admin roles may write; a partition
@@ -48,7 +48,12 @@ if was == '1' or was == '2' then
   if redis.call('EXISTS', KEYS[3]) == 1 then
     redis.call('HSET', flags, 'lanes', '2')
   else
-    redis.call('HDEL', flags, 'lanes')
+    -- off: '0' where the control hash is in use (the field marks it), absent in a stats hash
+    if flags == KEYS[1] then
+      redis.call('HSET', flags, 'lanes', '0')
+    else
+      redis.call('HDEL', flags, 'lanes')
+    end
   end
 end
 return {(was == '1') and 1 or 0}

@@ -68,7 +68,7 @@ GRANTS: dict[str, tuple[Grant, ...]] = {
         Grant(("errors",), ("+hget", "+hdel")),
         Grant(("stats",), ("+hincrby", "+hset", "+hget")),
         # a job due at once goes to the lane when the partition has lanes on
-        Grant(("ctl",), ("+hmget",), read_only=True),
+        Grant(("ctl",), ("+hget",), read_only=True),
         Grant(("lane",), ("+zadd",)),
         Grant(("vtime",), ("+hget", "+hset")),
         # client.schedules: add/update, pause, resume, remove, list (schedule-put/read)

@@ -208,7 +208,7 @@ def test_only_the_operator_sets_flags_and_the_stats_hash_holds_none(
     client = cluster_client
     client.create_queue(queue, 1)
     pk = keys.partition_keys(queue, 0, 1)
-    assert client.redis.hgetall(pk.ctl) == {b"v": b"1"}
+    assert client.redis.hgetall(pk.ctl) == {b"lanes": b"0"}
     for role in ("producer", "dispatcher", "worker"):
         r = role_clients[role].redis
         r.hset(pk.stats, mapping={"paused": "1", "lanes": "1"})  # counters: theirs to write
@@ -269,8 +269,8 @@ def test_a_queue_from_before_the_control_hash_keeps_its_flags_until_upgraded(
     url = cluster_url
     out = CliRunner().invoke(cli, ["queue", "upgrade", "-q", queue, "--url", url])
     assert out.exit_code == 0 and f"layout 3 -> {keys.LAYOUT_VERSION}" in out.output, out.output
-    assert client.redis.hgetall(pk0.ctl) == {b"v": b"1", b"paused": b"1"}
-    assert client.redis.hgetall(pk1.ctl) == {b"v": b"1", b"lanes": b"1"}
+    assert client.redis.hgetall(pk0.ctl) == {b"lanes": b"0", b"paused": b"1"}
+    assert client.redis.hgetall(pk1.ctl) == {b"lanes": b"1"}
     for pk in (pk0, pk1):
         assert client.redis.hmget(pk.stats, "paused", "lanes") == [None, None]
     # The producer's stats writes no longer steer anything.

@@ -1460,7 +1460,7 @@ def test_every_role_runs_with_its_acl_user(local_cluster: LocalCluster) -> None:
                 assert time.monotonic() < deadline, "the workers never emptied the lanes"
                 time.sleep(0.2)
             operator("queue", "lanes", "-q", "acl", "--off")
-            assert not any(watcher.redis.hget(pk.ctl, "lanes") for pk in pks)
+            assert all(watcher.redis.hget(pk.ctl, "lanes") == b"0" for pk in pks)
         with Client(producer) as client:
             beat = client.schedules.get("acl", "acl-beat")
         assert beat.fires >= 1, beat

@@ -206,11 +206,11 @@ def test_a_laned_job_is_due_and_cannot_be_rescheduled_and_lanes_off_still_delive
     assert _fetch_ids(client, queue, 10) == []
     assert client.redis.hget(pk.ctl, "lanes") == b"2"
     assert client.set_lanes(queue, False) == 0  # no partition changed state (all were off)
-    assert client.redis.hget(pk.ctl, "lanes") is None
+    assert client.redis.hget(pk.ctl, "lanes") == b"0"
     # Lanes turned off with nothing in the lane are off at once.
     assert client.set_lanes(queue, True) == 1
     assert client.set_lanes(queue, False) == 1
-    assert client.redis.hget(pk.ctl, "lanes") is None
+    assert client.redis.hget(pk.ctl, "lanes") == b"0"
 
 
 def test_cancelled_lane_jobs_are_dropped_and_async_client_agrees(

@@ -63,12 +63,14 @@ local function score_ms(s)
   return math.floor(n)
 end
 
--- arg_number(i, lo, hi): ARGV[i] as a finite number within [lo, hi] (decimal text, as
--- float_of), or nil and the reply {-11, i, value, lo, hi} (E_BAD_ARGUMENT).  Limits that guard
--- correctness are checked here too, not only by the caller.
+-- arg_number(i, lo, hi): ARGV[i] as a finite number within [lo, hi], or nil and the reply
+-- {-11, i, value, lo, hi} (E_BAD_ARGUMENT).  Limits that guard correctness are checked here
+-- too, not only by the caller.  (Checked for nan and range, not parsed as strictly as values
+-- read from Redis: ARGV comes from shardq's own callers, and a call that enqueues a job reads
+-- four of them; '0x10' or ' 5' would mean what they say.)
 local function arg_number(i, lo, hi)
-  local v = float_of(ARGV[i], lo, hi)
-  if v == nil then
+  local v = tonumber(ARGV[i])
+  if v == nil or v ~= v or v < lo or v > hi then
     return nil, {-11, i, tostring(ARGV[i]), tostring(lo), tostring(hi)}
   end
   return v, nil
@@ -100,7 +102,7 @@ local function operator_only(ctl, sibling)
   if not tag or ctl ~= tag .. 'ctl' then
     return {-14, 'operator', ctl, 'not the control hash of ' .. sibling}
   end
-  if not redis.acl_check_cmd('HSET', ctl, 'v', '1') then return {-14, 'operator', ctl} end
+  if not redis.acl_check_cmd('HSET', ctl, 'paused', '1') then return {-14, 'operator', ctl} end
   return nil
 end
 

@@ -65,40 +65,52 @@ end
 -- The partition's flags live in its control hash ({...}:ctl), which only the operator and
 -- admin roles may write (lua/pause-2.lua, lua/lanes-3.lua: every other role reads it, never
 -- writes it): 'paused' = '1' while paused; 'lanes' = '1' on, '2' turned off while jobs may
--- still wait in the lane (fetch keeps reading the lane while it exists), absent: off.  Its
--- field 'v' marks it in use.  A partition of a queue created before the control hash (queue
--- layout < 4) has no 'v' and keeps its flags in the stats hash, as before, until `shardq queue
--- upgrade` moves them (lua/control-init-2.lua); so the readers below need one HMGET either
--- way for a queue of this layout.  A partition without lanes never touches its lane keys
+-- still wait in the lane (fetch keeps reading the lane while it exists), '0' off.  The 'lanes'
+-- field is always there once the control hash is in use, so it also says that: a partition of
+-- a queue created before the control hash (queue layout < 4) has none, and keeps its flags in
+-- the stats hash (lanes absent: off), as before, until `shardq queue upgrade` moves them
+-- (lua/control-init-2.lua).  So the readers below cost what they did (one HGET or HMGET of the
+-- same fields) for a queue of this layout.  A partition without lanes never touches its lane keys
 -- (nor checks their types).
+
+-- ctl_error(ctl, r): the reply for a failed read of the control hash: E_WRONG_TYPE when it
+-- holds another type, else the error itself (an ACL refusal), which the script then returns.
+local function ctl_error(ctl, r)
+  if string.find(r['err'], 'WRONGTYPE', 1, true) then
+    return {-10, ctl, redis.call('TYPE', ctl)['ok'], 'hash'}
+  end
+  return r
+end
 
 -- partition_flags(ctl, stats): paused (boolean), the lanes field ('1', '2' or false), and nil;
 -- or false, false and the E_WRONG_TYPE reply when the control hash is not a hash (its flags are
 -- not advisory, unlike the counters: a legacy stats key of the wrong type reads as no flags).
 local function partition_flags(ctl, stats)
-  local r = redis.pcall('HMGET', ctl, 'v', 'paused', 'lanes')
-  if r['err'] then return false, false, {-10, ctl, redis.call('TYPE', ctl)['ok'], 'hash'} end
-  if not r[1] then
-    local old = redis.pcall('HMGET', stats, 'paused', 'lanes')
-    if old['err'] then return false, false, nil end
-    r = {false, old[1], old[2]}
+  local r = redis.pcall('HMGET', ctl, 'paused', 'lanes')
+  if r['err'] then return false, false, ctl_error(ctl, r) end
+  if not r[2] then
+    r = redis.pcall('HMGET', stats, 'paused', 'lanes')
+    if r['err'] then return false, false, nil end
   end
-  local lanes = r[3]
+  local lanes = r[2]
   if lanes ~= '1' and lanes ~= '2' then lanes = false end
-  return r[2] == '1', lanes, nil
+  return r[1] == '1', lanes, nil
 end
 
 -- lanes_on(ctl, stats): whether the partition keeps due jobs in its lane, and the E_WRONG_TYPE
 -- reply when its control hash is not a hash (see partition_flags).
 local function lanes_on(ctl, stats)
-  local _, lanes, wrong = partition_flags(ctl, stats)
-  return lanes == '1', wrong
+  -- HGET, not HMGET: a call that enqueues one job feels the difference (0.3 against 0.7 us).
+  local lanes = redis.pcall('HGET', ctl, 'lanes')
+  if type(lanes) == 'table' then return false, ctl_error(ctl, lanes) end
+  if not lanes then lanes = redis.pcall('HGET', stats, 'lanes') end
+  return lanes == '1', nil
 end
 
 -- flags_key(ctl, stats): where the partition's flags are written: its control hash once in
 -- use, else (a queue created before it) its stats hash, where this partition's readers look.
 local function flags_key(ctl, stats)
-  if redis.call('HEXISTS', ctl, 'v') == 1 then return ctl end
+  if redis.call('HEXISTS', ctl, 'lanes') == 1 then return ctl end
   return stats
 end
 

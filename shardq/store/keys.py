@@ -30,7 +30,7 @@ COMPACT_LAYOUT = 3
 # hash, which only the operator and admin roles may write (lua/includes/lanes.lua); a queue
 # created before it keeps them in its stats hash, which every role writes, until `shardq queue
 # upgrade` moves them (lua/control-init-2.lua).  Each partition's control hash says which
-# applies to it (its field 'v'), so processes need not know the queue's layout.
+# applies to it (its field 'lanes' is there), so processes need not know the queue's layout.
 CONTROL_LAYOUT = 4
 
 QUEUE_NAME_RE = re.compile(r"[A-Za-z0-9_.\-]{1,64}")  # use fullmatch ("$" lets "\n" through)
@@ -184,7 +184,7 @@ class PartitionKeys:
         self.fence = base + "fence"
         #: Hash of per-partition counters kept by the scripts.
         self.stats = base + "stats"
-        #: Hash: the partition's operator flags ('paused', 'lanes') and 'v' (in use); only the
+        #: Hash: the partition's operator flags ('paused', 'lanes': there once in use); only the
         #: operator and admin roles may write it (lua/includes/lanes.lua).
         self.ctl = base + "ctl"
         #: Hash: job id -> last error text, only for jobs that have failed at least once.
