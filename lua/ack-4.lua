@@ -11,11 +11,13 @@ KEYS[4] stats    hash    counters
 
 ARGV[1] consumer group
 ARGV[2..] pairs of (entry id, job id)
+Max ARGV: 2001  = 1 + 2 per entry: at most 1000 entries (shardq.store.delivery.MAX_ACK)
 
 Returns the number of jobs settled.  An entry no longer pending (reclaimed and settled by
 another worker, or dead-lettered as poison meanwhile) is not counted and its envelope is kept.
   {-10, key, found, expected}         E_WRONG_TYPE: a key was overwritten outside shardq
   {-11, argv index, value, lo, hi}    E_BAD_ARGUMENT
+  {-15, 'KEYS' or 'ARGV', n, cap}    E_TOO_MANY_ARGUMENTS: before anything else (store/loader.py)
 Every check comes before the first write: a refused call writes nothing.
 
 Flags: allow-oom  (runs when Redis is at maxmemory: it frees memory or keeps a full Redis draining)

@@ -17,6 +17,7 @@ Returns
   {-7, id}     E_JOB_RUNNING: a worker holds it
   {-9, id}     E_JOB_DEAD: it is in the dead-letter stream
   {-10, key, found, expected}         E_WRONG_TYPE: a key was overwritten outside shardq
+  {-15, 'KEYS' or 'ARGV', n, cap}    E_TOO_MANY_ARGUMENTS: before anything else (store/loader.py)
 Every check comes before the first write: a refused call writes nothing.
 
 Flags: allow-oom  (runs when Redis is at maxmemory: it frees memory or keeps a full Redis draining)

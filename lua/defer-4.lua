@@ -14,6 +14,7 @@ KEYS[4] stats    hash    counters
 ARGV[1] consumer group
 ARGV[2] due-hint channel (sharded pub/sub) to wake the dispatcher when the head moves earlier
 ARGV[3..] triples: entry id, job id, due ms (Redis clock)
+Max ARGV: 3002  = 2 + 3 per job: at most 1000 jobs (shardq.store.limits.MAX_DEFER)
 
 Returns
   {deferred}   how many were put back; an entry no longer pending (reclaimed and settled by
@@ -21,6 +22,7 @@ Returns
                is settled)
   {-10, key, found, expected}         E_WRONG_TYPE: a key was overwritten outside shardq
   {-11, argv index, value, lo, hi}    E_BAD_ARGUMENT
+  {-15, 'KEYS' or 'ARGV', n, cap}    E_TOO_MANY_ARGUMENTS: before anything else (store/loader.py)
 Every check comes before the first write: a refused call writes nothing.
 
 Flags: allow-oom  (runs when Redis is at maxmemory: it keeps a full Redis draining)
@@ -45,6 +47,9 @@ for i = 3, #ARGV, 3 do
     local state, attempt, body
     if v then state, attempt, body = split_envelope(v) end
     if state then
+      -- An attempt that is not a whole number (written since the fetch read it) starts again
+      -- at 0: counted from there, it runs out like any other.
+      attempt = attempt or 0
       if attempt > 0 then attempt = attempt - 1 end
       redis.call('HSET', KEYS[2], id, 'L' .. attempt .. '|' .. body)
       redis.call('ZADD', KEYS[3], due, id)

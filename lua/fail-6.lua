@@ -16,10 +16,12 @@ ARGV[6] due-hint channel (sharded pub/sub) to wake the dispatcher when the head 
 
 Returns
   {1, due ms}   retry scheduled
-  {2, now ms}   dead-lettered
+  {2, now ms}   dead-lettered (also a job whose stored attempt is not a whole number 0..1e9:
+                its attempts cannot be counted)
   {0}           nothing to settle: the delivery is no longer pending or the job was cancelled
   {-10, key, found, expected}         E_WRONG_TYPE: a key was overwritten outside shardq
   {-11, argv index, value, lo, hi}    E_BAD_ARGUMENT
+  {-15, 'KEYS' or 'ARGV', n, cap}    E_TOO_MANY_ARGUMENTS: before anything else (store/loader.py)
 Every check comes before the first write: a refused call writes nothing.
 
 Flags: allow-oom  (runs when Redis is at maxmemory: it frees memory or keeps a full Redis draining)
@@ -49,9 +51,15 @@ end
 local reply
 if not v then
   reply = {0}  -- cancelled while it ran: nothing to keep
-elseif not attempt then
+elseif not body then
   redis.call('HDEL', KEYS[2], id)  -- not an envelope: nothing can run it
   reply = {0}
+elseif not attempt then
+  -- Its attempts cannot be counted (nan + 1 stays nan: it would retry forever): dead, with its
+  -- body kept (a replay starts it at 0).
+  dead_letter({KEYS[2], KEYS[4], KEYS[5], KEYS[6]}, id, 0, body, bad_attempt(id, v), now)
+  count(KEYS[6], 'failed', 1)
+  reply = {2, now}
 elseif delay < 0 then
   dead_letter({KEYS[2], KEYS[4], KEYS[5], KEYS[6]}, id, attempt, body, ARGV[5], now)
   count(KEYS[6], 'failed', 1)

@@ -7,9 +7,11 @@ KEYS[3] errors   hash    job id -> last error
 ARGV[1] job id
 
 Returns {envelope or nil, due ms or nil, last error or nil} (a compact job's envelope is
-'S0|<body>', as promote will write it)
+'S0|<body>', as promote will write it; the due time as whole ms, a score written by hand as
++-inf read 0 or 1e15)
 
   {-10, key, found, expected}         E_WRONG_TYPE: a key was overwritten outside shardq
+  {-15, 'KEYS' or 'ARGV', n, cap}    E_TOO_MANY_ARGUMENTS: before anything else (store/loader.py)
 Flags: no-writes  (reads only)
 ]]
 --@include checks.lua
@@ -24,4 +26,5 @@ if not v then
   local _, body = split_member(member)
   return {'S0|' .. body, due, false}
 end
-return {v, redis.call('ZSCORE', KEYS[2], ARGV[1]), redis.call('HGET', KEYS[3], ARGV[1])}
+local due = redis.call('ZSCORE', KEYS[2], ARGV[1])
+return {v, due and score_ms(due), redis.call('HGET', KEYS[3], ARGV[1])}

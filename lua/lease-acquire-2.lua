@@ -5,21 +5,26 @@ holding an older token is rejected by every script that checks the lease.
 
 KEYS[1] lease    string  '<token>:<owner>' with expiry
 KEYS[2] fence    hash    token (only grows), released ('1' when the last owner let go),
-                         granted (ms of the last grant); never expires
+                         granted (ms of the last grant), ttl (its lease time); never expires
 
 ARGV[1] owner (dispatcher id)
 ARGV[2] lease time ms
 ARGV[3..] owners whose unexpired lease may be taken over: dispatchers whose membership expired
           (dead or paused) and earlier incarnations of this dispatcher (restarted in place).
-          Safe, because every write of the displaced owner checks its now stale token.
+          Safe, because every write of the displaced owner checks its now stale token.  A lease
+          without expiry, or expiring later than the lease time its grant recorded (ARGV[2] when
+          none is recorded), is taken over whoever holds it: no script writes one.
+Max ARGV: 1026  = 2 + at most 1024 owners, one per partition (shardq.store.fleet.MAX_DISPLACE)
 
 Returns
   {1, token, 1, takeover}    newly granted; takeover 1 when the previous owner's lease expired
-                             or was displaced instead of being released (it died or was paused)
+                             or was displaced instead of being released (it died or was paused,
+                             or its lease would not have expired)
   {1, token, 0, 0}           already ours: extended
-  {0, token, owner, ttl ms}  held by another owner
+  {0, token, owner, ttl ms}  held by another owner (its lease expires within its lease time)
   {-10, key, found, expected}         E_WRONG_TYPE: a key was overwritten outside shardq
   {-11, argv index, value, lo, hi}    E_BAD_ARGUMENT
+  {-15, 'KEYS' or 'ARGV', n, cap}    E_TOO_MANY_ARGUMENTS: before anything else (store/loader.py)
 Every check comes before the first write: a refused call writes nothing.
 
 Flags: allow-oom  (runs when Redis is at maxmemory: it frees memory or keeps a full Redis draining)
@@ -36,6 +41,7 @@ if v then
   local token, owner = string.match(v, '^(%d+):(.*)$')
   if owner == ARGV[1] then
     redis.call('PEXPIRE', KEYS[1], ttl)
+    redis.call('HSET', KEYS[2], 'ttl', ttl)
     return {1, token, 0, 0}
   end
   local displace = false
@@ -43,16 +49,28 @@ if v then
     if owner == ARGV[i] then displace = true end
   end
   if not displace then
-    return {0, token or '', owner or v, redis.call('PTTL', KEYS[1])}
+    -- Leases always expire: this script grants one for its owner's lease time (recorded in the
+    -- fence hash), and promote and renew extend it by that.  One without an expiry (PTTL -1),
+    -- or expiring later than that, was written some other way (a hand, a bug) and could block
+    -- the partition for ever (its owner may never have been a member, so nobody would name it
+    -- here): take it over, as from a gone owner.  Safe as every displacement is: the holder's
+    -- writes check its token.  (A grant from before the lease time was recorded: this
+    -- caller's lease time stands in; a fleet runs one.)
+    local left = redis.call('PTTL', KEYS[1])
+    local most = int_of(redis.call('HGET', KEYS[2], 'ttl'), 100, 3600000) or ttl
+    if left >= 0 and left <= most then return {0, token or '', owner or v, left} end
   end
 end
+-- The fencing token only grows: one that is not a whole number (nan, inf, hex: HINCRBY would
+-- fail on it, or a restart from 0 would hand out tokens a stale owner holds) is refused, and
+-- the partition stays unleased until an operator repairs it (CorruptKeyError says how).
 local last = redis.call('HGET', KEYS[2], 'token')
-if last and not tonumber(last) then
-  return {-10, KEYS[2], 'token ' .. last, 'a number'}
+if last and not int_of(last, 0, 2 ^ 53) then
+  return {-10, KEYS[2], 'token ' .. last, 'a whole number'}
 end
 local token = redis.call('HINCRBY', KEYS[2], 'token', 1)
 local takeover = 0
 if v or (token > 1 and redis.call('HGET', KEYS[2], 'released') ~= '1') then takeover = 1 end
-redis.call('HSET', KEYS[2], 'released', '0', 'granted', now_ms())
+redis.call('HSET', KEYS[2], 'released', '0', 'granted', now_ms(), 'ttl', ttl)
 redis.call('SET', KEYS[1], token .. ':' .. ARGV[1], 'PX', ttl)
 return {1, tostring(token), 1, takeover}

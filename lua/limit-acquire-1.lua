@@ -10,11 +10,13 @@ KEYS[1] holders  zset    job id scored by hold expiry ms
 ARGV[1] most holders at once (1 .. 1e6)
 ARGV[2] hold ms: how long a hold lasts without renewal (100 .. 86400000)
 ARGV[3..] job ids asking (1 .. 1000 of them)
+Max ARGV: 1002  = 2 + at most 1000 jobs (shardq.worker.limiter.MAX_TAKE)
 
 Returns
   {now ms, g1, ..., gn}              gi = 1: job i holds a slot now (new or renewed); 0: full
   {-10, key, found, expected}         E_WRONG_TYPE: a key was overwritten outside shardq
   {-11, argv index, value, lo, hi}    E_BAD_ARGUMENT
+  {-15, 'KEYS' or 'ARGV', n, cap}    E_TOO_MANY_ARGUMENTS: before anything else (store/loader.py)
 Every check comes before the first write: a refused call writes nothing.
 
 Flags: allow-oom  (keeps a full Redis draining: one small set per limit, bounded by its size)
@@ -30,8 +32,11 @@ if #ARGV < 3 or #ARGV > 1002 then return {-11, 3, #ARGV - 2, 1, 1000} end
 local wrong = wrong_type({KEYS[1], 'zset'})
 if wrong then return wrong end
 local now = now_ms()
--- Holds nobody renewed in time (a worker that died): their slots come back.
+-- Holds nobody renewed in time (a worker that died): their slots come back.  So do holds
+-- expiring later than any hold can (86400000 ms, ARGV[2]'s bound): +inf, or a huge score,
+-- written by hand would hold a slot for ever.
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '(' .. (now + 86400000), '+inf')
 local held = redis.call('ZCARD', KEYS[1])
 local expiry = now + math.floor(hold)
 local out = {now}

@@ -16,6 +16,7 @@ Returns
   {now ms, t1, ..., tn}              ti = 0: start now; ti > 0: the Redis ms time its slot opens
   {-10, key, found, expected}         E_WRONG_TYPE: a key was overwritten outside shardq
   {-11, argv index, value, lo, hi}    E_BAD_ARGUMENT
+  {-15, 'KEYS' or 'ARGV', n, cap}    E_TOO_MANY_ARGUMENTS: before anything else (store/loader.py)
 Every check comes before the first write: a refused call writes nothing.
 
 Flags: allow-oom  (keeps a full Redis draining: the key it writes is a few bytes and expires)
@@ -32,7 +33,9 @@ if bad3 then return bad3 end
 local wrong = wrong_type({KEYS[1], 'string'})
 if wrong then return wrong end
 local now = now_ms()
-local tat = tonumber(redis.call('GET', KEYS[1])) or now
+-- A state that is not a finite ms time (nan, inf, text: written by hand) is an idle limit:
+-- starts from now again, rather than a reply of -2^63 or a SET that fails every call.
+local tat = float_of(redis.call('GET', KEYS[1]), 0, MAX_MS) or now
 if tat < now then tat = now end
 local slack = (math.floor(burst) - 1) * t
 local out = {now}

@@ -12,6 +12,7 @@ Returns {now ms, entry id, {fields...}, envelope or false, ...} (3 fields per en
 whose job was replayed, purged or run again has an envelope that is not dead, or none)
   {-10, key, found, expected}         E_WRONG_TYPE: a key was overwritten outside shardq
   {-11, argv index, value, lo, hi}    E_BAD_ARGUMENT
+  {-15, 'KEYS' or 'ARGV', n, cap}    E_TOO_MANY_ARGUMENTS: before anything else (store/loader.py)
 Flags: no-writes  (reads only)
 ]]
 --@include now.lua

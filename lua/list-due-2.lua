@@ -14,6 +14,7 @@ ARGV[4] most jobs in the page (1-1000)
 Returns {now ms, due ms, job id, envelope or false, ...} (3 fields per job)
   {-10, key, found, expected}         E_WRONG_TYPE: a key was overwritten outside shardq
   {-11, argv index, value, lo, hi}    E_BAD_ARGUMENT
+  {-15, 'KEYS' or 'ARGV', n, cap}    E_TOO_MANY_ARGUMENTS: before anything else (store/loader.py)
 Flags: no-writes  (reads only)
 ]]
 --@include now.lua
@@ -43,6 +44,8 @@ if ARGV[2] ~= '' then
 end
 local page = redis.call('ZRANGE', KEYS[1], start, start + n - 1, 'WITHSCORES')
 for i = 1, #page, 2 do
+  -- (a score is a double, never nan; +-inf compare as they should.  It is replied as stored:
+  -- the next page's cursor must be the member's own score.)
   if tonumber(page[i + 1]) > upto then break end
   local id, body = split_member(page[i])
   out[#out + 1] = page[i + 1]

@@ -20,6 +20,7 @@ Returns {now ms, entry id, job id or false, due ms or false, envelope or false, 
   (4 fields per entry; a job cancelled after promotion has no envelope: workers drop it)
   {-10, key, found, expected}         E_WRONG_TYPE: a key was overwritten outside shardq
   {-11, argv index, value, lo, hi}    E_BAD_ARGUMENT
+  {-15, 'KEYS' or 'ARGV', n, cap}    E_TOO_MANY_ARGUMENTS: before anything else (store/loader.py)
 Flags: no-writes  (reads only)
 ]]
 --@include now.lua

@@ -13,6 +13,7 @@ ARGV[2] HSCAN COUNT (1-1000)
 Returns {now ms, next cursor ('0': done), {job id, due ms, last error, envelope, ...}}
   {-10, key, found, expected}         E_WRONG_TYPE: a key was overwritten outside shardq
   {-11, argv index, value, lo, hi}    E_BAD_ARGUMENT
+  {-15, 'KEYS' or 'ARGV', n, cap}    E_TOO_MANY_ARGUMENTS: before anything else (store/loader.py)
 Flags: no-writes  (reads only)
 ]]
 --@include now.lua

@@ -22,6 +22,7 @@ Returns
   {-9, id}                E_JOB_DEAD
   {-10, key, found, expected}         E_WRONG_TYPE: a key was overwritten outside shardq
   {-11, argv index, value, lo, hi}    E_BAD_ARGUMENT
+  {-15, 'KEYS' or 'ARGV', n, cap}    E_TOO_MANY_ARGUMENTS: before anything else (store/loader.py)
 Every check comes before the first write: a refused call writes nothing.
 
 Flags: allow-oom  (runs when Redis is at maxmemory: it frees memory or keeps a full Redis draining)
@@ -55,7 +56,8 @@ if not current then
 end
 local due, rejected
 if ARGV[2] == 'keep' then
-  due = tonumber(current)
+  -- The score as it is (even one written by hand, +-inf), replied as whole ms.
+  due = current and score_ms(current)
 else
   due, rejected = due_time(ARGV[2], ARGV[3], now, tolerance, horizon)
   if rejected then return rejected end
@@ -70,7 +72,7 @@ if not current then
 end
 -- A compact job takes the plain layout: its id no longer tells its due time.
 if member then expand_compact(KEYS[2], KEYS[1], id, member, current, body) end
-redis.call('ZADD', KEYS[1], 'XX', due, id)
+redis.call('ZADD', KEYS[1], 'XX', ARGV[2] == 'keep' and current or due, id)
 -- A start a rate limit reserved (state L) is for the old time: at the new one, ask again.
 local v = redis.call('HGET', KEYS[2], id)
 if v then

@@ -23,6 +23,7 @@ ARGV[2] ready-hint channel (sharded pub/sub) to wake workers when jobs were enqu
 ARGV[3..] per schedule: name, next tick read (ms), sha1 of the definition read ('' when it
         had none), new next tick ms (-1: none left), misfires to count, job body (JSON),
         n, then n tick times in ms (increasing, >= the tick read, < the new next tick)
+Max ARGV: 2402  = 2 + 7 per schedule + its ticks: 200 schedules and 1000 ticks (shardq.store.schedules.FIRE_GROUPS, FIRE_TICKS)
 
 Returns
   {now ms, earliest next tick ms or -1, then 2 per schedule: status, jobs created}
@@ -30,6 +31,7 @@ Returns
   {-1, token, lease}                  E_FENCED: the caller's token is not current
   {-10, key, found, expected}         E_WRONG_TYPE: a key was overwritten outside shardq
   {-11, argv index, value, lo, hi}    E_BAD_ARGUMENT
+  {-15, 'KEYS' or 'ARGV', n, cap}    E_TOO_MANY_ARGUMENTS: before anything else (store/loader.py)
 Every check comes before the first write: a refused call writes nothing.
 ]]
 --@include now.lua
@@ -85,7 +87,8 @@ local created_all = 0
 for _, g in ipairs(groups) do
   local status, created = 1, 0
   local def = redis.call('HGET', KEYS[1], g.name)
-  local cur = tonumber(redis.call('ZSCORE', KEYS[2], g.name))
+  local cur = redis.call('ZSCORE', KEYS[2], g.name)
+  cur = cur and score_ms(cur)
   if not def then
     -- A next tick without a definition (never written by shardq): drop it.
     redis.call('ZREM', KEYS[2], g.name)

@@ -22,6 +22,7 @@ Returns
   {-12, name}                            E_SCHEDULE_NOT_FOUND (pause, resume)
   {-13, name}                            E_SCHEDULE_CHANGED: updated since it was read (resume)
   {-10, key, found, expected}            E_WRONG_TYPE: a key was overwritten outside shardq
+  {-15, 'KEYS' or 'ARGV', n, cap}    E_TOO_MANY_ARGUMENTS: before anything else (store/loader.py)
 Every check comes before the first write: a refused call writes nothing.
 ]]
 --@include now.lua

@@ -14,6 +14,7 @@ Returns {now ms, next cursor ('0' when done), earliest next tick ms or -1,
          false, state or false}
   {-10, key, found, expected}         E_WRONG_TYPE: a key was overwritten outside shardq
   {-11, argv index, value, lo, hi}    E_BAD_ARGUMENT
+  {-15, 'KEYS' or 'ARGV', n, cap}    E_TOO_MANY_ARGUMENTS: before anything else (store/loader.py)
 Flags: no-writes  (reads only)
 ]]
 --@include now.lua
@@ -40,7 +41,8 @@ local function add(name, score)
   if not def and mode ~= 'due' then return end
   out[#out + 1] = name
   out[#out + 1] = def
-  out[#out + 1] = score or redis.call('ZSCORE', KEYS[2], name)
+  score = score or redis.call('ZSCORE', KEYS[2], name)
+  out[#out + 1] = score and score_ms(score)
   out[#out + 1] = redis.call('HGET', KEYS[3], name)
 end
 

@@ -9,10 +9,12 @@ KEYS[1] ready    stream  due jobs
 ARGV[1] consumer group
 ARGV[2] consumer (worker) name
 ARGV[3..] entry ids
+Max ARGV: 1002  = 2 + at most 1000 entries (shardq.store.delivery.MAX_TOUCH)
 
 Returns the entry ids now pending under another consumer.  An entry no longer pending at all
 was settled meanwhile (its ack raced this heartbeat) and is not reported.
   {-10, key, found, expected}         E_WRONG_TYPE: a key was overwritten outside shardq
+  {-15, 'KEYS' or 'ARGV', n, cap}    E_TOO_MANY_ARGUMENTS: before anything else (store/loader.py)
 Every check comes before the first write: a refused call writes nothing.
 
 Flags: allow-oom  (runs when Redis is at maxmemory: it frees memory or keeps a full Redis draining)

@@ -13,7 +13,8 @@ user's permissions; there is no "only from inside a function" permission.  So ea
 What a role can still do by hand is what its functions do: a worker can ``XACK`` a delivery
 or ``HDEL`` a job envelope of its queues, because its ack function must.  docs/deploy.md lists
 it per role.  ``deploy/redis/acl-users.acl`` is this module's output for every queue
-(``shardq acl print``); the tests load it and check every role's refusals and its work.
+(``shardq acl print``); the tests start Redis with it as it is (``--aclfile``), and check every
+role's refusals and its work.
 """
 
 from __future__ import annotations
@@ -48,6 +49,8 @@ PARTITION_KINDS: tuple[str, ...] = (
     *SCHEDULE_KINDS,
     # lanes (priorities and tenants, lua/includes/lanes.lua): due jobs by score, virtual time
     *("lane", "vtime"),
+    # the operator's flags (paused, lanes): only the operator and admin write them
+    "ctl",
 )
 QUEUE_KINDS = ("meta", "dispatchers", "drain", "workers", "workers:drain", "owners", "limits")
 # Flow limits' state, on each limit's own slot: {sq:<queue>:limit:<name>}:limit (the next
@@ -68,6 +71,7 @@ GRANTS: dict[str, tuple[Grant, ...]] = {
         Grant(("errors",), ("+hget", "+hdel")),
         Grant(("stats",), ("+hincrby", "+hset", "+hget")),
         # a job due at once goes to the lane when the partition has lanes on
+        Grant(("ctl",), ("+hget",), read_only=True),
         Grant(("lane",), ("+zadd",)),
         Grant(("vtime",), ("+hget", "+hset")),
         # client.schedules: add/update, pause, resume, remove, list (schedule-put/read)
@@ -95,6 +99,7 @@ GRANTS: dict[str, tuple[Grant, ...]] = {
         Grant(("stats",), ("+hincrby", "+hset", "+hgetall", "+hget", "+hmget")),
         # promote moves due jobs to the lane when the partition has lanes on; the sampler
         # counts it (partition-stats)
+        Grant(("ctl",), ("+hmget",), read_only=True),
         Grant(("lane",), ("+zadd", "+zcard")),
         Grant(("vtime",), ("+hget", "+hset")),
     ),
@@ -119,9 +124,11 @@ GRANTS: dict[str, tuple[Grant, ...]] = {
         Grant(("errors",), ("+hset", "+hdel", "+hlen")),
         Grant(("dead",), ("+xadd",)),
         Grant(("due",), ("+zadd", "+zrange")),
-        Grant(("stats",), ("+hincrby", "+hset", "+hget", "+hmget", "+hdel")),
-        # fetch moves lane jobs to the ready stream when the stream runs short
-        Grant(("lane",), ("+zpopmin",)),
+        Grant(("stats",), ("+hincrby", "+hset", "+hget", "+hmget")),
+        # fetch moves lane jobs to the ready stream when the stream runs short (and, with lanes
+        # turned off, while the lane still holds jobs)
+        Grant(("ctl",), ("+hmget",), read_only=True),
+        Grant(("lane",), ("+zpopmin", "+exists")),
         Grant(("vtime",), ("+hget", "+hset", "+hdel")),
         Grant(("ready",), ("+xadd",)),
         # rate limits: read the queue's limits, reserve starts (limit-take), defer (defer)
@@ -146,8 +153,11 @@ GRANTS["operator"] = (
     Grant(("lane",), ("+zrange",), read_only=True),  # job list --state ready (list-ready)
     Grant(("drain",), ("+sadd",)),
     Grant(("dispatchers",), ("+zrangebyscore",), read_only=True),
-    # the inspector: listing (HSCAN of failed jobs), pause flags, deleting a queue
+    # the inspector: listing (HSCAN of failed jobs), deleting a queue
     Grant(("errors",), ("+hscan",), read_only=True),
+    # the flags (pause, lanes), and moving them out of the stats hash of a queue created before
+    # the control hash (control-init)
+    Grant(("ctl",), ("+hset", "+hdel", "+hexists", "+hget")),
     Grant(("stats",), ("+hdel",)),
     Grant(("limits",), ("+hset", "+hdel")),  # shardq limit set / remove
     Grant(PARTITION_KINDS + QUEUE_KINDS + LIMIT_KINDS, ("+unlink",)),
@@ -172,7 +182,8 @@ GRANTS["viewer"] = (
     Grant(("dead",), ("+exists", "+xlen", "+xrange"), read_only=True),
     Grant(("jobs",), ("+hget",), read_only=True),
     Grant(("errors",), ("+hget", "+hscan"), read_only=True),
-    Grant(("stats",), ("+hgetall",), read_only=True),
+    Grant(("stats",), ("+hgetall", "+hmget"), read_only=True),
+    Grant(("ctl",), ("+hmget",), read_only=True),  # the flags partition-stats shows
     Grant(("lane",), ("+zcard", "+zrange"), read_only=True),
     Grant(("lease",), ("+get", "+pttl"), read_only=True),
     Grant(("fence",), ("+hget",), read_only=True),
@@ -270,15 +281,13 @@ def _grant(g: Grant, queues: Sequence[str]) -> str:
 
 
 def acl_file(queues: Iterable[str] = ("*",)) -> str:
-    """Every role as an ACL file: users off and without a password, safe to load as is."""
+    """Every role as an ACL file: users off and without a password, safe to load as is.
+
+    Only ``user`` lines: Redis 7.0 refuses an ACL file with any other line, ``#`` comments
+    included (``--aclfile`` aborts start-up, ``ACL LOAD`` refuses the whole file), so what the
+    file is and how to turn its users on is written in docs/deploy.md instead."""
     qs = list(queues)
-    lines = [
-        "# shardq's Redis users, one per role (generated by `shardq acl print`; do not edit).",
-        "# Loaded off and without a password: set one and turn each user on, on every node:",
-        "#   ACL SETUSER shardq-worker on >WORKER_PASSWORD",
-    ]
-    lines += [f"user shardq-{role} {rules(role, qs)}" for role in ROLES]
-    return "\n".join(lines) + "\n"
+    return "".join(f"user shardq-{role} {rules(role, qs)}\n" for role in ROLES)
 
 
 def markdown_table() -> str:

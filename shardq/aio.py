@@ -103,6 +103,8 @@ class AsyncClient:
             what="registering the queue",
         )
         self.forget(queue)  # read back with its layout (an existing queue keeps its own)
+        if (await self._read_meta(queue)).layout >= keys.CONTROL_LAYOUT:
+            await self._control(queue, partitions)
         if lanes:
             await self.set_lanes(queue, True)
         return created
@@ -189,14 +191,27 @@ class AsyncClient:
     async def upgrade_queue(self, queue: str) -> int:
         """See :meth:`shardq.Client.upgrade_queue`."""
         meta = keys.queue_meta_key(queue)
-        was = (await self._read_meta(queue)).layout
-        if was < keys.LAYOUT_VERSION:
+        read = await self._read_meta(queue)
+        await self._control(queue, read.partitions)
+        if read.layout < keys.LAYOUT_VERSION:
             await self._retry(
                 lambda: self.redis.hset(meta, "layout", keys.LAYOUT_VERSION),  # type: ignore[arg-type,return-value]
                 what="upgrading",
             )
         self.forget(queue)
-        return was
+        return read.layout
+
+    async def _control(self, queue: str, partitions: int) -> int:
+        """See :meth:`shardq.Client._control`."""
+        from shardq import inspector
+
+        changed: int = await self._retry(
+            lambda: inspector.drive_async(
+                inspector.control_plan(queue, partitions), self.transport.run_many
+            ),
+            what=f"moving the flags of {queue!r} to the control hashes",
+        )
+        return changed
 
     async def compact(self, queue: str) -> bool:
         """See :meth:`shardq.Client.compact`."""

@@ -106,7 +106,7 @@ def delete_queue(redis: SyncRedis, queue: str, partitions: int) -> None:
     """Remove every key of a benchmark queue."""
     for pk in keys.all_partition_keys(queue, partitions):
         redis.delete(pk.due, pk.jobs, pk.ready, pk.dead, pk.lease, pk.fence, pk.stats, pk.errors)
-        redis.delete(pk.lane, pk.vtime)
+        redis.delete(pk.lane, pk.vtime, pk.ctl)
     for key in (
         keys.queue_meta_key(queue),
         keys.dispatchers_key(queue),

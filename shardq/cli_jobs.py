@@ -132,8 +132,9 @@ def queue_lanes(queue_name: str, on: bool | None) -> None:
 @redis_options
 def queue_upgrade(queue_name: str) -> None:
     """Raise the queue's stored layout to this version's (3: waiting jobs stored compactly,
-    ~60 B less each).  Run it once every producer, dispatcher and worker of the queue runs this
-    version or later: an older dispatcher cannot promote compact jobs."""
+    ~60 B less each; 4: the pause and lanes flags where only the operator may write them).
+    Run it once every producer, dispatcher and worker of the queue runs this version or later:
+    an older dispatcher cannot promote compact jobs, older processes read the flags elsewhere."""
     from shardq.store import keys
 
     with open_client() as client:

@@ -218,6 +218,8 @@ class Client:
         self._run_plain(lambda: self._create_groups(queue, partitions), "creating groups")
         self._run_plain(lambda: self.redis.sadd(keys.QUEUES_KEY, queue), "registering")
         self.forget(queue)  # read back with its layout (an existing queue keeps its own)
+        if self._read_meta(queue).layout >= keys.CONTROL_LAYOUT:
+            self._control(queue, partitions)
         if lanes:
             self.set_lanes(queue, True)
         return created
@@ -309,19 +311,39 @@ class Client:
         """Raise the queue's stored layout to this version's; returns the layout it had.
 
         From layout 3 on, producers keep waiting jobs compactly (one due-set member each,
-        ~60 B less per job; lua/includes/compact.lua).  Upgrade once no process of an older
-        shardq serves the queue: an older dispatcher would promote such a member as an id.
+        ~60 B less per job; lua/includes/compact.lua).  From layout 4 on, each partition's
+        flags (paused, lanes) live in its control hash, which only the operator and admin
+        users may write, rather than in the stats hash every role writes (the upgrade moves
+        them).  Upgrade once no process of an older shardq serves the queue: an older
+        dispatcher would promote a compact member as an id, and older processes read the
+        flags in the stats hash only.
         Jobs already stored keep their layout; both are read alike.  Producers running now
         pick the new layout up when they next read the queue (a restart, or :meth:`forget`).
         """
         meta = keys.queue_meta_key(queue)
-        was = self._read_meta(queue).layout
-        if was < keys.LAYOUT_VERSION:
+        read = self._read_meta(queue)
+        # Every time, not only below layout 4: it finishes an upgrade or creation cut short.
+        self._control(queue, read.partitions)
+        if read.layout < keys.LAYOUT_VERSION:
             self._run_plain(
                 lambda: self.redis.hset(meta, "layout", keys.LAYOUT_VERSION), "upgrading"
             )
         self.forget(queue)
-        return was
+        return read.layout
+
+    def _control(self, queue: str, partitions: int) -> int:
+        """Start using every partition's control hash (layout 4); how many started now."""
+        from shardq import inspector
+
+        return int(
+            self._run_plain(
+                lambda: inspector.drive(
+                    inspector.control_plan(queue, partitions),
+                    lambda ops: transport.run_many(self.redis, ops),
+                ),
+                f"moving the flags of {queue!r} to the control hashes",
+            )
+        )
 
     def compact(self, queue: str) -> bool:
         """Whether the queue keeps waiting jobs compactly (layout 3: one due-set member per

@@ -190,3 +190,8 @@ class MalformedRecordError(ShardqError, ValueError):
 
 class ScriptArgumentError(ShardqError, ValueError):
     """A script refused an argument out of its bounds (a bug, or a shardq version mismatch)."""
+
+
+class NotPermittedError(ShardqError, PermissionError):
+    """The Redis user may not run this function: it is another role's (pause, lanes, empty,
+    purge, replay and run now are the operator's and admin's).  Nothing was written."""

@@ -560,6 +560,13 @@ def pause_plan(queue: str, partitions: int, paused: bool) -> Plan[int]:
     return sum(_ok((yield [inspect.pause(pk, paused) for pk in pks])))
 
 
+def control_plan(queue: str, partitions: int) -> Plan[int]:
+    """Start using every partition's control hash (lua/control-init-2.lua); returns how many
+    partitions started now."""
+    pks = keys.all_partition_keys(queue, partitions)
+    return sum(_ok((yield [inspect.control_init(pk) for pk in pks])))
+
+
 def lanes_plan(queue: str, partitions: int, on: bool) -> Plan[int]:
     """Turn lanes on or off in every partition; returns how many changed state."""
     pks = keys.all_partition_keys(queue, partitions)
@@ -683,7 +690,7 @@ def partition_key_names(queue: str, partitions: int) -> Iterable[list[str]]:
     for pk in keys.all_partition_keys(queue, partitions):
         yield [
             *(pk.due, pk.jobs, pk.ready, pk.dead, pk.errors, pk.stats, pk.lease, pk.fence),
-            *(pk.lane, pk.vtime),
+            *(pk.lane, pk.vtime, pk.ctl),
         ]
 
 

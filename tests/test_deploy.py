@@ -1520,17 +1520,20 @@ def test_every_role_runs_with_its_acl_user(local_cluster: LocalCluster) -> None:
             time.sleep(0.5)
         assert counters.get("completed", 0) >= 30 and counters.get("dead", 0) >= 2, counters
         assert sampled, "the dispatcher never exported per-partition samples"
-        # lanes off: the worker's next fetches find the lanes empty and drop the flag
+        # lanes off: the workers deliver what is left in the lanes; only the operator writes
+        # the flag, so turning lanes off again once they are empty drops it
         operator("queue", "lanes", "-q", "acl", "--off")
         from shardq.store import keys as keymod
 
-        flags = [pk.stats for pk in keymod.all_partition_keys("acl", 8)]
+        pks = keymod.all_partition_keys("acl", 8)
         admin_url = RedisSettings.from_url(url, username="shardq-admin", password="pw-shardq-admin")
         with Client(admin_url) as watcher:
             deadline = time.monotonic() + 20
-            while any(watcher.redis.hget(k, "lanes") for k in flags):
-                assert time.monotonic() < deadline, "the workers never dropped the lanes flag"
+            while any(watcher.redis.exists(pk.lane) for pk in pks):
+                assert time.monotonic() < deadline, "the workers never emptied the lanes"
                 time.sleep(0.2)
+            operator("queue", "lanes", "-q", "acl", "--off")
+            assert all(watcher.redis.hget(pk.ctl, "lanes") == b"0" for pk in pks)
         with Client(producer) as client:
             beat = client.schedules.get("acl", "acl-beat")
         assert beat.fires >= 1, beat

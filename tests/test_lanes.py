@@ -198,11 +198,19 @@ def test_a_laned_job_is_due_and_cannot_be_rescheduled_and_lanes_off_still_delive
     got = _fetch_ids(client, queue, 10)
     # The stream first (jobs appended directly go first), then what was left in the lane.
     assert got == ["m0000", "m0001", "j0000", "k0000", "k0001", "k0002"]
-    # Drained: the partition's flag is gone, so its calls no longer touch the lane keys.
+    # Drained, but only the operator writes the flag: the worker leaves it ('2': fetch looks
+    # whether the lane exists), and turning lanes off again drops it, so the partition's calls
+    # no longer touch the lane keys at all.
     pk = keys.partition_keys(queue, 0, 1)
-    assert client.redis.hget(pk.stats, "lanes") is not None  # draining until a fetch finds it empty
-    _fetch_ids(client, queue, 10)
-    assert client.redis.hget(pk.stats, "lanes") is None
+    assert client.redis.hget(pk.ctl, "lanes") == b"2" and not client.redis.exists(pk.lane)
+    assert _fetch_ids(client, queue, 10) == []
+    assert client.redis.hget(pk.ctl, "lanes") == b"2"
+    assert client.set_lanes(queue, False) == 0  # no partition changed state (all were off)
+    assert client.redis.hget(pk.ctl, "lanes") == b"0"
+    # Lanes turned off with nothing in the lane are off at once.
+    assert client.set_lanes(queue, True) == 1
+    assert client.set_lanes(queue, False) == 1
+    assert client.redis.hget(pk.ctl, "lanes") == b"0"
 
 
 def test_cancelled_lane_jobs_are_dropped_and_async_client_agrees(

@@ -12,10 +12,11 @@ from helpers import Runner, primaries, wait_for
 
 from shardq import JobRequest
 from shardq.client import Client
-from shardq.errors import ConfigError
+from shardq.errors import ConfigError, ScriptArgumentError
 from shardq.jobs import Job
 from shardq.store import keys, loader
-from shardq.store.op import op
+from shardq.store.codes import check
+from shardq.store.op import op, raw
 
 REPO_LUA = Path(__file__).resolve().parent.parent / "lua"
 
@@ -62,7 +63,8 @@ def test_includes_are_expanded(path: Path) -> None:
     assert "--@include" not in lua.source
     for included in re.findall(r"^--@include\s+(\S+)", raw, re.MULTILINE):
         body = (REPO_LUA / "includes" / included).read_text()
-        assert body in lua.source
+        # (its own includes expand before it, once per script)
+        assert re.sub(r"^--@include.*\n", "", body, flags=re.MULTILINE) in lua.source
     lib = loader.library()
     assert lua.function.startswith(lib.name + "_") and lua.function in lib.code
     with pytest.raises(ValueError, match=f"{lua.name} takes {lua.num_keys} keys"):
@@ -167,3 +169,109 @@ def test_a_flushed_library_is_loaded_again_by_run_and_run_many(
     assert sorted(ran) == sorted({first, last, *expected})
     for pk in keys.all_partition_keys(queue, partitions):
         assert client.redis.hlen(pk.jobs) == 0
+
+
+def test_loader_wants_a_cap_for_every_variable_argument_list(tmp_path: Path) -> None:
+    (tmp_path / "includes").mkdir()
+    (tmp_path / "fixed-1.lua").write_text("--[[ x\nARGV[1] a\nARGV[2] b\n]]\nreturn 1\n")
+    assert loader.build(tmp_path).scripts["fixed"].max_argv == 2
+    (tmp_path / "many-1.lua").write_text("--[[ x\nARGV[1] a\nARGV[2..] b\n]]\nreturn 1\n")
+    with pytest.raises(ConfigError, match="Max ARGV"):
+        loader.build(tmp_path)
+    (tmp_path / "many-1.lua").write_text("--[[ x\nARGV[3..] b\nMax ARGV: 2\n]]\nreturn 1\n")
+    with pytest.raises(ConfigError, match="below"):
+        loader.build(tmp_path)
+    (tmp_path / "many-1.lua").write_text("--[[ x\nARGV[1..] b\nMax ARGV: 50\n]]\nreturn 1\n")
+    assert loader.build(tmp_path).scripts["many"].max_argv == 50
+
+
+@pytest.mark.parametrize("name", sorted(loader.scripts()))
+def test_every_function_refuses_more_arguments_than_its_cap_before_anything(
+    standalone_client: Client, name: str
+) -> None:
+    """The cap (the header's ARGV count, or its Max ARGV line) and the KEYS count are checked
+    first of all, by the loader's guard: a longer call writes nothing, whatever the script."""
+    from shardq.store import functions
+
+    r = standalone_client.redis
+    functions.load_everywhere(r)
+    lua = loader.script(name)
+    tag = "{caps-" + name + "}:"
+    names = [f"{tag}k{i}" for i in range(lua.num_keys)]
+    over = ["1"] * (lua.max_argv + 1)
+    reply = r.execute_command("FCALL", lua.function, lua.num_keys, *names, *over)
+    assert reply == [-15, b"ARGV", lua.max_argv + 1, lua.max_argv], reply
+    extra = [*names, tag + "extra"]
+    reply = r.execute_command("FCALL", lua.function, len(extra), *extra, *over[:1])
+    assert reply == [-15, b"KEYS", lua.num_keys + 1, lua.num_keys], reply
+    assert not list(r.scan_iter(match=tag + "*"))
+    with pytest.raises(ScriptArgumentError, match="at most"):
+        check(reply)
+    with pytest.raises(ValueError, match=f"at most {lua.max_argv} arguments"):
+        op(name, names, over, raw)
+
+
+def test_the_callers_split_what_they_send_by_the_caps() -> None:
+    """One number per script, shared by the script's cap and the code that fills its ARGV."""
+    from shardq import admin, inspector
+    from shardq.store import delivery, fleet, producer
+    from shardq.store import limits as store_limits
+    from shardq.store import schedules as sched
+    from shardq.worker import limiter
+
+    cap = {name: s.max_argv for name, s in loader.scripts().items()}
+    assert cap["ack"] == 1 + 2 * delivery.MAX_ACK
+    assert cap["touch"] == 2 + delivery.MAX_TOUCH
+    assert cap["reclaim"] == 6 + delivery.MAX_LIVE
+    assert cap["defer"] == 2 + 3 * store_limits.MAX_DEFER
+    assert cap["lease-acquire"] == 2 + fleet.MAX_DISPLACE
+    assert cap["limit-acquire"] == 2 + limiter.MAX_TAKE
+    assert cap["limit-release"] == limiter.MAX_TAKE
+    assert cap["schedule-fire"] == 2 + 7 * sched.FIRE_GROUPS + sched.FIRE_TICKS
+    assert cap["enqueue-batch"] >= 4 + 4 * producer.BATCH_JOBS
+    assert cap["dlq-purge"] >= max(inspector.BATCH, admin.DLQ_BATCH)
+    assert cap["dlq-replay"] >= 1 + max(inspector.BATCH, admin.DLQ_BATCH)
+    # The ops take what a caller can hold and stay within the caps.
+    pk = keys.partition_keys("caps", 0, 1)
+    fleet.lease_acquire(pk, "d", 1000, [f"gone-{i}" for i in range(5000)])
+    many = [f"w-{i}" for i in range(delivery.MAX_LIVE + 1)]
+    big = delivery.reclaim(
+        pk, "c", visibility_ms=30_000, orphan_idle_ms=1500, live=many, count=10, max_deliveries=5
+    )
+    assert big.argv[5] == 30_000 and len(big.argv) == 6  # the visibility timeout only
+
+
+def test_a_worker_holding_more_than_one_call_carries_acks_them_in_chunks(
+    standalone_client: Client, queue: str
+) -> None:
+    """2,500 finished deliveries of one partition: three ack calls within the cap, all settled."""
+    from shardq.config import WorkerSettings
+    from shardq.store import delivery, transport
+    from shardq.worker.inflight import Delivery, InFlight, WorkerStats
+    from shardq.worker.settler import Settler
+
+    client, r = standalone_client, standalone_client.redis
+    client.create_queue(queue, 1)
+    client.enqueue_many(queue, [JobRequest("t", i) for i in range(2500)])
+    pk = keys.partition_keys(queue, 0, 1)
+    inflight = InFlight(concurrency=10_000)
+    settler = Settler(
+        None,  # type: ignore[arg-type]  # take_acks builds the ops; they are run here
+        queue,
+        [pk],
+        inflight,
+        WorkerSettings(),
+        WorkerStats(),
+        lambda p: None,
+    )
+    for _ in range(3):
+        for got in transport.run(r, delivery.fetch(pk, "c", 1000)).jobs:
+            d = Delivery(0, got.entry_id, got.raw_id, None)  # type: ignore[arg-type]
+            inflight.add(d)
+            settler.succeeded(d)
+    assert inflight.count == 2500
+    taken, ops = settler.take_acks([0])
+    assert [len(batch) for _, batch in taken] == [1000, 1000, 500]
+    assert all(len(o.argv) <= o.script.max_argv for o in ops)
+    assert sum(transport.run_many(r, ops)) == 2500
+    assert r.hlen(pk.jobs) == 0 and int(r.hget(pk.stats, "completed")) == 2500

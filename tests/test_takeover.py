@@ -248,3 +248,42 @@ def _owner_of(client: Client, queue: str, partitions: int, proc: Proc) -> str:
     mine = [o for o in owners if o is not None and f":{proc.pid}#" in o]
     assert len(mine) == 1, (owners, proc.pid)
     return mine[0]
+
+
+# leases always expire -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("ttl", ["none", "beyond the lease time"])
+def test_a_lease_written_by_hand_that_would_never_expire_is_taken_over(
+    cluster_url: str, cluster_client: Client, queue: str, ttl: str
+) -> None:
+    """The audit's case: `SET <lease> 1:squatter` (no expiry, an owner that was never a member)
+    blocked its partition for ever: 0 of 1 leases taken, the delayed job never ran.  A lease
+    without expiry, or expiring later than the lease time, was not written by lease-acquire:
+    it is displaceable, so a dispatcher takes the partition and the job runs."""
+    from shardq.store import fleet, keys, transport
+
+    client, r = cluster_client, cluster_client.redis
+    partitions = 1
+    client.create_queue(queue, partitions)
+    pk = keys.partition_keys(queue, 0, partitions)
+    if ttl == "none":
+        r.set(pk.lease, "1:squatter")
+    else:
+        r.set(pk.lease, "1:squatter", px=int(SLOW * 1000 * 100))
+    runs = Runs()
+    with Runner(cluster_url, queue, {"t": runs.add}, wait_leases=False) as runner:
+        job = client.enqueue(queue, "t", {"late": True}, delay=0.3)
+        wait_for(lambda: job in runs.count(), 30, lambda: f"lease: {r.get(pk.lease)!r}")
+        assert lease_owners(r, queue, partitions) == [runner.dispatcher.owner]
+    # A lease expiring within the lease time its grant recorded (the runner's dispatcher's,
+    # 2 s) is a live owner's, whoever it is: left alone, even by a caller with a longer one.
+    assert r.hget(pk.fence, "ttl") == b"2000"
+    r.set(pk.lease, "99:someone", px=1_500)
+    refused = transport.run(r, fleet.lease_acquire(pk, "d-other", 10_000))
+    assert not refused.won and refused.owner == "someone"
+    # ... and a grant for a longer lease time (another fleet's settings) is not taken by a
+    # dispatcher with a shorter one while it lasts.
+    r.delete(pk.lease)
+    assert transport.run(r, fleet.lease_acquire(pk, "d-long", 60_000)).won
+    assert not transport.run(r, fleet.lease_acquire(pk, "d-short", 2_000)).won

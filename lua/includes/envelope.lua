@@ -1,16 +1,29 @@
+--@include checks.lua
 -- A job envelope in the jobs hash is '<state><attempt>|<json body>'.
 --   state: S = waiting (due set or ready stream, not started), A = active (held by a worker),
 --          D = dead (in the dead-letter stream), L = waiting for the start a rate limit
 --          reserved for it (lua/defer-4.lua): otherwise as S
---   attempt: how many times a worker has started it.
+--   attempt: how many times a worker has started it, a whole number 0..MAX_ATTEMPT.
 -- Scripts rewrite the short header and never parse the body, so payloads pass through untouched.
--- split_envelope(v) returns state, attempt, body; or nil when v is not an envelope.
+local MAX_ATTEMPT = 1000000000
+
+-- split_envelope(v): state, attempt, body; nil when v is not an envelope (no '|').  An attempt
+-- that is not a whole number 0..MAX_ATTEMPT (nan, inf, hex, a fraction: written by hand or a
+-- bug) gives state, nil, body: the caller dead-letters the job as malformed (malformed()),
+-- since its attempts could never be counted (nan + 1 stays nan: it would retry forever).
 local function split_envelope(v)
   local bar = string.find(v, '|', 1, true)
   if not bar then return nil end
-  local attempt = tonumber(string.sub(v, 2, bar - 1))
-  if not attempt then return nil end
-  return string.sub(v, 1, 1), attempt, string.sub(v, bar + 1)
+  return string.sub(v, 1, 1), int_of(string.sub(v, 2, bar - 1), 0, MAX_ATTEMPT),
+    string.sub(v, bar + 1)
+end
+
+-- bad_attempt(id, v): the dead letter's reason for an envelope whose attempt is unreadable.
+local function bad_attempt(id, v)
+  local bar = string.find(v, '|', 1, true) or 2
+  return 'malformed envelope for job ' .. id .. ': attempt ' ..
+    string.format('%q', string.sub(v, 2, math.min(bar - 1, 41))) .. ' is not a whole number 0..' ..
+    MAX_ATTEMPT
 end
 
 -- ready_fields(f): the job id and due ms of a ready-stream entry's field list, or nil.
@@ -25,8 +38,7 @@ end
 -- finite_due(d): a ready entry's due ms as given, or '' when it is not a finite number (a
 -- record written by hand): the job still runs, its lateness is unknown.
 local function finite_due(d)
-  local n = tonumber(d)
-  if n == nil or n ~= n or n == math.huge or n == -math.huge then return '' end
+  if float_of(d, -MAX_MS, MAX_MS) == nil then return '' end
   return d
 end
 

@@ -231,11 +231,12 @@ class Ticker:
 
 
 def _chunks(fires: list[ops.Fire]) -> list[list[ops.Fire]]:
-    """Split one partition's fires into calls of at most FIRE_TICKS ticks each."""
+    """Split one partition's fires into calls of at most FIRE_TICKS ticks and FIRE_GROUPS
+    schedules each."""
     out: list[list[ops.Fire]] = [[]]
     ticks = 0
     for f in fires:
-        if out[-1] and ticks + len(f.ticks) > ops.FIRE_TICKS:
+        if out[-1] and (ticks + len(f.ticks) > ops.FIRE_TICKS or len(out[-1]) >= ops.FIRE_GROUPS):
             out.append([])
             ticks = 0
         out[-1].append(f)

@@ -20,6 +20,7 @@ from shardq.errors import (
     JobNotFoundError,
     JobNotScheduledError,
     JobRunningError,
+    NotPermittedError,
     QueueConfigConflictError,
     ScheduleNotFoundError,
     ScriptArgumentError,
@@ -44,6 +45,8 @@ class Code(IntEnum):
     BAD_ARGUMENT = -11
     SCHEDULE_NOT_FOUND = -12
     SCHEDULE_CHANGED = -13
+    NOT_PERMITTED = -14
+    TOO_MANY_ARGUMENTS = -15
 
 
 def _text(value: Any) -> str:
@@ -135,6 +138,30 @@ def _schedule_changed(d: list[str]) -> ShardqError:
     return ScriptError(f"periodic schedule {d[0]!r} was updated while this call ran: run it again")
 
 
+# Who may run a function the script asked Redis about (lua/includes/checks.lua may_write).
+_ROLES = {"operator": "operator or admin", "producer": "producer, operator or admin"}
+
+
+def _not_permitted(d: list[str]) -> ShardqError:
+    roles = _ROLES.get(d[0], d[0])
+    if d[2] != "?":  # the key named was not the one the script checks (a bug)
+        return NotPermittedError(
+            f"{d[1]} is {d[2]}: a bug, or a version mismatch between shardq and its Redis "
+            "functions. Nothing was written"
+        )
+    return NotPermittedError(
+        f"only the {roles} Redis user may do this (this user may not write {d[1]}). Nothing "
+        f"was written. Run it as the shardq-{d[0]} user (docs/deploy.md, `shardq acl print`)"
+    )
+
+
+def _too_many(d: list[str]) -> ShardqError:
+    return ScriptArgumentError(
+        f"the call carries {d[1]} {d[0]} where the function takes at most {d[2]}: refused before "
+        "anything ran (a bug, or a version mismatch: run `shardq functions load` after upgrading)"
+    )
+
+
 _ERRORS: dict[Code, Callable[[list[str]], ShardqError]] = {
     Code.FENCED: _fenced,
     Code.DUE_IN_PAST: _past,
@@ -149,6 +176,8 @@ _ERRORS: dict[Code, Callable[[list[str]], ShardqError]] = {
     Code.BAD_ARGUMENT: _bad_argument,
     Code.SCHEDULE_NOT_FOUND: _schedule_not_found,
     Code.SCHEDULE_CHANGED: _schedule_changed,
+    Code.NOT_PERMITTED: _not_permitted,
+    Code.TOO_MANY_ARGUMENTS: _too_many,
 }
 
 

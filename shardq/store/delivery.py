@@ -14,6 +14,12 @@ from shardq.store import keys, numbers
 from shardq.store.codes import check
 from shardq.store.op import Op, op
 
+# Most items one call carries (each script's ``Max ARGV`` header line: the function refuses
+# more, and shardq.store.op.op refuses to build a longer call).  Callers split what they hold.
+MAX_ACK = 1000  # entries per ack (lua/ack-4.lua)
+MAX_TOUCH = 1000  # entries per touch (lua/touch-1.lua)
+MAX_LIVE = 1000  # live workers named to reclaim (lua/reclaim-6.lua)
+
 
 class Delivered(NamedTuple):
     """One job handed to this worker by fetch or reclaim."""
@@ -90,7 +96,7 @@ def fetch(pk: keys.PartitionKeys, consumer: str, count: int) -> Op[Batch]:
     """Up to ``count`` new ready jobs of one partition, marked active, with their bodies."""
     return op(
         "fetch",
-        [*_worker_keys(pk), pk.lane, pk.vtime],
+        [*_worker_keys(pk), pk.lane, pk.vtime, pk.ctl],
         [keys.WORKER_GROUP, consumer, count],
         _parse_fetch,
     )
@@ -156,10 +162,16 @@ def reclaim(
     max_deliveries: int,
 ) -> Op[Batch]:
     """Take over deliveries whose worker is gone (not in ``live`` and idle past
-    ``orphan_idle_ms``) or that are idle past the visibility timeout whoever holds them."""
+    ``orphan_idle_ms``) or that are idle past the visibility timeout whoever holds them.
+
+    A fleet of more than :data:`MAX_LIVE` workers cannot be named in one call: its deliveries
+    are then taken only past the visibility timeout (always safe, only slower)."""
+    live = list(live)
+    if len(live) > MAX_LIVE:
+        live, orphan_idle_ms = [], visibility_ms
     return op(
         "reclaim",
-        _worker_keys(pk),
+        [*_worker_keys(pk), pk.ctl],
         [
             keys.WORKER_GROUP,
             consumer,

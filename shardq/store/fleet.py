@@ -13,6 +13,9 @@ from shardq.store.codes import Code, check, error_for, is_code
 from shardq.store.numbers import Checked
 from shardq.store.op import Op, op
 
+# Owners one lease-acquire may displace (lua/lease-acquire-2.lua's Max ARGV): one per partition.
+MAX_DISPLACE = keys.MAX_PARTITIONS
+
 
 class Members(NamedTuple):
     """The live members of a fleet (heartbeat not expired) and those asked to drain."""
@@ -66,8 +69,11 @@ def lease_acquire(
     pk: keys.PartitionKeys, owner: str, ttl_ms: int, displace: Iterable[str] = ()
 ) -> Op[Grant]:
     """Take or extend a partition's lease; ``displace`` names owners whose unexpired lease may
-    be taken over (their membership expired, or they are this process's predecessor)."""
-    return op("lease-acquire", [pk.lease, pk.fence], [owner, ttl_ms, *displace], _parse_grant)
+    be taken over (their membership expired, or they are this process's predecessor).  At most
+    :data:`MAX_DISPLACE` are named (one per partition: more cannot own anything); the rest wait
+    for a later round."""
+    names = list(displace)[:MAX_DISPLACE]
+    return op("lease-acquire", [pk.lease, pk.fence], [owner, ttl_ms, *names], _parse_grant)
 
 
 def _parse_renew(reply: Any) -> bool:
@@ -155,7 +161,7 @@ def promote(pk: keys.PartitionKeys, token: str, batch: int, lease_ms: int) -> Op
     the lease by ``lease_ms``."""
     return op(
         "promote",
-        [pk.due, pk.ready, pk.lease, pk.stats, pk.jobs, pk.lane, pk.vtime],
+        [pk.due, pk.ready, pk.lease, pk.stats, pk.jobs, pk.lane, pk.vtime, pk.ctl],
         [token, batch, pk.ready_hint, lease_ms],
         _parse_promote,
     )

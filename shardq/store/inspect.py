@@ -94,7 +94,7 @@ def partition_stats(pk: keys.PartitionKeys, node: str) -> Op[PartitionSnapshot]:
     """A consistent snapshot of one partition (bounded: O(1) and O(log n) reads only)."""
     return op(
         "partition-stats",
-        [pk.due, pk.ready, pk.dead, pk.stats, pk.lane],
+        [pk.due, pk.ready, pk.dead, pk.stats, pk.lane, pk.ctl],
         [keys.WORKER_GROUP],
         lambda reply: _parse_snapshot(pk, node, reply),
     )
@@ -109,7 +109,7 @@ def dlq_replay(pk: keys.PartitionKeys, entry_ids: list[str]) -> Op[tuple[int, in
 
     return op(
         "dlq-replay",
-        [pk.dead, pk.jobs, pk.due, pk.errors, pk.stats],
+        [pk.dead, pk.jobs, pk.due, pk.errors, pk.stats, pk.ctl],
         [pk.due_hint, *entry_ids],
         parse,
     )
@@ -117,7 +117,9 @@ def dlq_replay(pk: keys.PartitionKeys, entry_ids: list[str]) -> Op[tuple[int, in
 
 def dlq_purge(pk: keys.PartitionKeys, entry_ids: list[str]) -> Op[int]:
     """Delete dead letters and the dead jobs they name; the op returns how many were deleted."""
-    return op("dlq-purge", [pk.dead, pk.jobs, pk.errors], entry_ids, lambda r: int(check(r)[0]))
+    return op(
+        "dlq-purge", [pk.dead, pk.jobs, pk.errors, pk.ctl], entry_ids, lambda r: int(check(r)[0])
+    )
 
 
 # Listing and control (shardq.inspector) -------------------------------------------------------
@@ -256,7 +258,7 @@ def pause(pk: keys.PartitionKeys, paused: bool) -> Op[bool]:
     """Pause or resume one partition; the op returns whether its state changed."""
     return op(
         "pause",
-        [pk.stats],
+        [pk.ctl, pk.stats],
         ["1" if paused else "0", pk.due_hint, pk.ready_hint],
         lambda r: check(r)[0] == 1,
     )
@@ -264,7 +266,15 @@ def pause(pk: keys.PartitionKeys, paused: bool) -> Op[bool]:
 
 def lanes(pk: keys.PartitionKeys, on: bool) -> Op[bool]:
     """Turn one partition's lanes on or off; the op returns whether its state changed."""
-    return op("lanes", [pk.stats], ["1" if on else "0"], lambda r: check(r)[0] == 1)
+    return op(
+        "lanes", [pk.ctl, pk.stats, pk.lane], ["1" if on else "0"], lambda r: check(r)[0] == 1
+    )
+
+
+def control_init(pk: keys.PartitionKeys) -> Op[bool]:
+    """Start using the partition's control hash for its flags (moving those a queue of layout
+    < 4 kept in its stats hash); the op returns whether it did now (False: it already did)."""
+    return op("control-init", [pk.ctl, pk.stats], [], lambda r: check(r)[0] == 1)
 
 
 def run_now(pk: keys.PartitionKeys, job_id: str) -> Op[str]:
@@ -272,7 +282,7 @@ def run_now(pk: keys.PartitionKeys, job_id: str) -> Op[str]:
     or 'ready' when it was already promoted)."""
     return op(
         "run-now",
-        [pk.jobs, pk.due, pk.errors, pk.stats],
+        [pk.jobs, pk.due, pk.errors, pk.stats, pk.ctl],
         [job_id, pk.due_hint],
         lambda r: as_text(check(r)[1]),
     )
@@ -280,7 +290,9 @@ def run_now(pk: keys.PartitionKeys, job_id: str) -> Op[str]:
 
 def empty_due(pk: keys.PartitionKeys, count: int) -> Op[int]:
     """Delete up to ``count`` scheduled jobs, earliest first; the op returns how many."""
-    return op("empty-due", [pk.due, pk.jobs, pk.errors], [count], lambda r: int(check(r)[0]))
+    return op(
+        "empty-due", [pk.due, pk.jobs, pk.errors, pk.ctl], [count], lambda r: int(check(r)[0])
+    )
 
 
 def inflight(pk: keys.PartitionKeys) -> Op[dict[str, int]]:

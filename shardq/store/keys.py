@@ -21,11 +21,17 @@ from functools import lru_cache
 SLOTS = 16384
 MAX_PARTITIONS = 1024
 # Bump when the key layout changes; stored with the queue so old data is never misread.
-LAYOUT_VERSION = 3
+LAYOUT_VERSION = 4
 # From this layout on, a waiting job with a timed id is one due-set member '<id> <body>'
 # (lua/includes/compact.lua).  Queues created with layout 2 keep every job in the plain layout
 # until `shardq queue upgrade` sets 3 (every process must run a version that knows it).
 COMPACT_LAYOUT = 3
+# From this layout on, every partition keeps its operator flags (paused, lanes) in its control
+# hash, which only the operator and admin roles may write (lua/includes/lanes.lua); a queue
+# created before it keeps them in its stats hash, which every role writes, until `shardq queue
+# upgrade` moves them (lua/control-init-2.lua).  Each partition's control hash says which
+# applies to it (its field 'lanes' is there), so processes need not know the queue's layout.
+CONTROL_LAYOUT = 4
 
 QUEUE_NAME_RE = re.compile(r"[A-Za-z0-9_.\-]{1,64}")  # use fullmatch ("$" lets "\n" through)
 
@@ -133,6 +139,7 @@ class PartitionKeys:
     """
 
     __slots__ = (
+        "ctl",
         "dead",
         "due",
         "due_hint",
@@ -177,6 +184,9 @@ class PartitionKeys:
         self.fence = base + "fence"
         #: Hash of per-partition counters kept by the scripts.
         self.stats = base + "stats"
+        #: Hash: the partition's operator flags ('paused', 'lanes': there once in use); only the
+        #: operator and admin roles may write it (lua/includes/lanes.lua).
+        self.ctl = base + "ctl"
         #: Hash: job id -> last error text, only for jobs that have failed at least once.
         self.errors = base + "errors"
         #: Hash: periodic schedule name -> definition JSON (see shardq.schedules).

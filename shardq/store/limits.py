@@ -13,6 +13,8 @@ from shardq.store import keys, numbers
 from shardq.store.codes import check
 from shardq.store.op import Op, op
 
+MAX_DEFER = 1000  # jobs per defer call (lua/defer-4.lua's Max ARGV): callers split
+
 
 class Starts(NamedTuple):
     """Start times a limit gave: 0 means now, else the Redis ms time a slot was reserved."""

@@ -20,6 +20,14 @@ would let them run arbitrary Lua on the server.  A node that lacks the library (
 FUNCTION FLUSH) answers "Function not found"; :mod:`shardq.store.transport` loads it there when
 the user may (``shardq functions load`` does it as an admin otherwise) and resends.
 
+Every function refuses a call with another number of KEYS than its file name says, or more
+ARGV than its cap, before anything else (E_TOO_MANY_ARGUMENTS, -15): a script's own limits bound
+what it does per item, not how many items one FCALL carries, and a single call of 1.4M jobs held
+a primary for 5 s (BUSY, then UNKILLABLE once it had written).  The cap is the highest
+``ARGV[n]`` of the header, or for a script taking a variable list (an ``ARGV[n..]`` line) its
+``Max ARGV: <count>`` line; :func:`shardq.store.op.op` refuses to build a longer call, so a
+caller that does not chunk fails before sending, and the callers chunk by the same numbers.
+
 A script's header may declare ``Flags: <flag> ...`` for ``redis.register_function``:
 ``no-writes`` for read-only ones; ``allow-oom`` for those that free memory or keep a full Redis
 draining (ack, fetch, promote, ...): the others (enqueue, ...) are refused as a whole when Redis
@@ -38,10 +46,13 @@ from shardq.errors import ConfigError
 
 _FILE_RE = re.compile(r"^(?P<name>[a-z][a-z-]*)-(?P<keys>\d+)\.lua$")
 _INCLUDE_RE = re.compile(r"^--@include\s+(?P<file>[\w.-]+)\s*$", re.MULTILINE)
+_ARGV_RE = re.compile(r"^ARGV\[(?P<index>\d+)(?P<more>\.\.)?\]", re.MULTILINE)
+_MAX_ARGV_RE = re.compile(r"^Max ARGV:\s*(?P<cap>\d+)\b", re.MULTILINE)
 _FLAGS_RE = re.compile(r"^Flags:\s*(?P<flags>[a-z -]+?)\s*(\(.*\))?$", re.MULTILINE)
 # How the library is assembled (part of its version: the same scripts assembled another way
-# are another library).  2: helpers defined once at the library's top.
-LAYOUT = "layout 2"
+# are another library).  2: helpers defined once at the library's top; 3: each function
+# refuses a KEYS count other than its own and ARGV over its cap first.
+LAYOUT = "layout 3"
 _KNOWN_FLAGS = {"no-writes", "allow-oom", "allow-stale", "no-cluster", "allow-cross-slot-keys"}
 
 
@@ -54,6 +65,8 @@ class LuaScript:
     source: str
     flags: tuple[str, ...]
     function: str
+    max_argv: int
+    """The most ARGV a call may carry (the header's; the function refuses more)."""
 
     @property
     def read_only(self) -> bool:
@@ -84,8 +97,12 @@ def lua_dir() -> Path:
     )
 
 
-def expand_includes(source: str, includes: Path, seen: frozenset[str] = frozenset()) -> str:
-    """Replace each ``--@include file`` line with that file's text (recursively, once each)."""
+def expand_includes(
+    source: str, includes: Path, seen: frozenset[str] = frozenset(), done: set[str] | None = None
+) -> str:
+    """Replace each ``--@include file`` line with that file's text (recursively; a file named
+    again, by the script or by another include, expands only the first time)."""
+    done = set() if done is None else done
 
     def replace(match: re.Match[str]) -> str:
         name = match.group("file")
@@ -94,7 +111,10 @@ def expand_includes(source: str, includes: Path, seen: frozenset[str] = frozense
         path = includes / name
         if not path.is_file():
             raise ConfigError(f"missing Lua include {path}")
-        return expand_includes(path.read_text(), includes, seen | {name})
+        if name in done:
+            return ""
+        done.add(name)
+        return expand_includes(path.read_text(), includes, seen | {name}, done)
 
     return _INCLUDE_RE.sub(replace, source)
 
@@ -107,6 +127,24 @@ def _flags(source: str, name: str) -> tuple[str, ...]:
     if unknown:
         raise ConfigError(f"{name}: unknown function flags {sorted(unknown)}")
     return flags
+
+
+def _max_argv(source: str, name: str) -> int:
+    """The ARGV cap of a script: its header's highest ``ARGV[n]``, or its ``Max ARGV:`` line
+    when it takes a variable list (``ARGV[n..]``), which it then must have."""
+    header = source.split("]]", 1)[0]
+    lines = list(_ARGV_RE.finditer(header))
+    fixed = max((int(m.group("index")) for m in lines), default=0)
+    cap = _MAX_ARGV_RE.search(header)
+    if any(m.group("more") for m in lines):
+        if cap is None:
+            raise ConfigError(f"{name}: takes ARGV[n..] but its header has no 'Max ARGV: <count>'")
+        if int(cap.group("cap")) < fixed:
+            raise ConfigError(f"{name}: Max ARGV {cap.group('cap')} is below its ARGV[{fixed}]")
+        return int(cap.group("cap"))
+    if cap is not None and int(cap.group("cap")) != fixed:
+        raise ConfigError(f"{name}: Max ARGV {cap.group('cap')} but its header lists {fixed}")
+    return fixed
 
 
 def _included(source: str, includes: Path, out: dict[str, str]) -> None:
@@ -122,7 +160,7 @@ def _included(source: str, includes: Path, out: dict[str, str]) -> None:
 
 def build(directory: Path) -> Library:
     """The library of every script in ``directory``."""
-    bodies: dict[str, tuple[int, str, str, tuple[str, ...]]] = {}
+    bodies: dict[str, tuple[int, str, str, tuple[str, ...], int]] = {}
     helpers: dict[str, str] = {}
     for path in sorted(directory.glob("*.lua")):
         match = _FILE_RE.match(path.name)
@@ -133,10 +171,19 @@ def build(directory: Path) -> Library:
         source = expand_includes(raw, directory / "includes")
         _included(raw, directory / "includes", helpers)
         body = _INCLUDE_RE.sub("", raw)
-        bodies[name] = (int(match.group("keys")), source, body, _flags(source, path.name))
+        bodies[name] = (
+            int(match.group("keys")),
+            source,
+            body,
+            _flags(source, path.name),
+            _max_argv(raw, path.name),
+        )
     digest = hashlib.sha1(
         "\0".join(
-            [LAYOUT, *(f"{n}\0{k}\0{s}\0{' '.join(f)}" for n, (k, s, _, f) in bodies.items())]
+            [
+                LAYOUT,
+                *(f"{n}\0{k}\0{s}\0{' '.join(f)}\0{c}" for n, (k, s, _, f, c) in bodies.items()),
+            ]
         ).encode()
     ).hexdigest()[:12]
     lib = f"shardq_{digest}"
@@ -145,14 +192,19 @@ def build(directory: Path) -> Library:
     parts = [f"#!lua name={lib}\nlocal ARGV\n"]
     parts += [f"\n-- includes/{name}\n{text}" for name, text in helpers.items()]
     scripts: dict[str, LuaScript] = {}
-    for name, (num_keys, source, body, flags) in bodies.items():
+    for name, (num_keys, source, body, flags, cap) in bodies.items():
         function = f"{lib}_{name.replace('-', '_')}"
-        scripts[name] = LuaScript(name, num_keys, source, flags, function)
+        scripts[name] = LuaScript(name, num_keys, source, flags, function, cap)
         flag_list = ", ".join(f"'{f}'" for f in flags)
+        # First of all, before the body (and its first write) runs: E_TOO_MANY_ARGUMENTS.
+        guard = (
+            f"if #KEYS ~= {num_keys} then return {{-15, 'KEYS', #KEYS, {num_keys}}} end\n"
+            f"if #args > {cap} then return {{-15, 'ARGV', #args, {cap}}} end\n"
+        )
         parts.append(
             f"\n-- {name}-{num_keys}.lua\n"
             f"redis.register_function{{function_name='{function}', flags={{{flag_list}}}, "
-            f"callback=function(KEYS, args)\nARGV = args\n{body}\nend}}\n"
+            f"callback=function(KEYS, args)\n{guard}ARGV = args\n{body}\nend}}\n"
         )
     return Library(lib, "".join(parts), scripts)
 

@@ -46,10 +46,15 @@ class Op(Generic[T_co]):
 
 
 def op(name: str, keys: list[str], argv: list[Any], parse: Callable[[Any], T]) -> Op[T]:
-    """Build an op for the script ``name``; its KEYS count is checked against the file name."""
+    """Build an op for the script ``name``; its KEYS count is checked against the file name and
+    its ARGV against the script's cap (the function refuses more: callers chunk)."""
     lua = script(name)
     if len(keys) != lua.num_keys:
         raise ValueError(f"{name} takes {lua.num_keys} keys, got {len(keys)}")
+    if len(argv) > lua.max_argv:
+        raise ValueError(
+            f"{name} takes at most {lua.max_argv} arguments, got {len(argv)}: split the call"
+        )
     return Op(lua, keys, argv, parse)
 
 

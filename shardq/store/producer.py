@@ -209,6 +209,7 @@ class PreparedEnqueue:
                 pk.stats,
                 pk.lane,
                 pk.vtime,
+                pk.ctl,
             ],
             [
                 self.job_id,
@@ -392,7 +393,10 @@ def _batch(chunk: list[PreparedEnqueue]) -> Op[list[Outcome]]:
         return out
 
     return op(
-        "enqueue-batch", [pk.jobs, pk.due, pk.ready, pk.stats, pk.lane, pk.vtime], argv, parse
+        "enqueue-batch",
+        [pk.jobs, pk.due, pk.ready, pk.stats, pk.lane, pk.vtime, pk.ctl],
+        argv,
+        parse,
     )
 
 

@@ -23,6 +23,8 @@ PutAction = Literal["put", "pause", "resume", "remove"]
 
 # Most ticks one fire call enqueues (the script refuses more): well under a millisecond.
 FIRE_TICKS = 1000
+# Most schedules one fire call carries (with FIRE_TICKS, lua/schedule-fire-7.lua's Max ARGV).
+FIRE_GROUPS = 200
 
 
 def definition_sha(definition: str | bytes) -> str:

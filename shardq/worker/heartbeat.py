@@ -79,11 +79,16 @@ class Heartbeat:
 
     async def touch(self) -> None:
         """Reset the idle time of every delivery this worker holds."""
-        parts = [p for p, table in self.inflight.by_partition.items() if table]
-        ops = [
-            delivery.touch(self.pks[p], self.consumer, list(self.inflight.by_partition[p]))
-            for p in parts
-        ]
+        parts: list[int] = []
+        ops = []
+        for p, table in self.inflight.by_partition.items():
+            held = list(table)
+            # A worker may hold more deliveries of one partition than one touch call takes.
+            for lo in range(0, len(held), delivery.MAX_TOUCH):
+                parts.append(p)
+                ops.append(
+                    delivery.touch(self.pks[p], self.consumer, held[lo : lo + delivery.MAX_TOUCH])
+                )
 
         def touched(indexes: list[int], results: list[object]) -> None:
             for i, result in zip(indexes, results, strict=True):

@@ -257,17 +257,19 @@ class Limiter:
                 )
 
     async def _defer(self, partition: int, items: list[tuple[Delivery, int]]) -> None:
-        op = store_limits.defer(
-            self.pks[partition], [(d.entry_id, d.raw_id, at) for d, at in items]
-        )
-        try:
-            await self._resend(op)
-        except Exception as exc:
-            self._give_up([d for d, _ in items], exc)
-            return
-        for d, _ in items:
-            self.inflight.remove(partition, d.entry_id)
-        self.stats.deferred += len(items)
+        for lo in range(0, len(items), store_limits.MAX_DEFER):
+            part = items[lo : lo + store_limits.MAX_DEFER]
+            op = store_limits.defer(
+                self.pks[partition], [(d.entry_id, d.raw_id, at) for d, at in part]
+            )
+            try:
+                await self._resend(op)
+            except Exception as exc:
+                self._give_up([d for d, _ in part], exc)
+                continue
+            for d, _ in part:
+                self.inflight.remove(partition, d.entry_id)
+            self.stats.deferred += len(part)
 
     async def _resend(self, op: Op[Any]) -> Any:
         deadline = time.monotonic() + self.settings.settle_window

@@ -133,8 +133,10 @@ class Settler:
             batch = self.acks.pop(p, None)
             if not batch:
                 continue
-            taken.append((p, batch))
-            ops.append(delivery.ack(self.pks[p], [(d.entry_id, d.raw_id) for d in batch]))
+            for lo in range(0, len(batch), delivery.MAX_ACK):
+                part = batch[lo : lo + delivery.MAX_ACK]
+                taken.append((p, part))
+                ops.append(delivery.ack(self.pks[p], [(d.entry_id, d.raw_id) for d in part]))
         return taken, ops
 
     def acked(self, taken: Taken, results: list[Any]) -> None:

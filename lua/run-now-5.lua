@@ -2,12 +2,14 @@
 
 A scheduled job keeps its attempts and is moved to the head of the due set; a dead job gets
 attempt 0 and its error cleared (its dead letter stays in the dead stream until trimmed or
-purged; listings show it as no longer dead).  Either way the dispatcher is woken.
+purged; listings show it as no longer dead).  Either way the dispatcher is woken.  The
+operator's (and admin's) only (lua/includes/checks.lua operator_only).
 
 KEYS[1] jobs     hash    job id -> envelope
 KEYS[2] due      zset    job id (or '<id> <body>', a compact job) scored by due ms
 KEYS[3] errors   hash    job id -> last error
 KEYS[4] stats    hash    counters
+KEYS[5] ctl      hash    the partition's flags (its type is checked: who may write it may run this)
 
 ARGV[1] job id
 ARGV[2] due-hint channel (sharded pub/sub)
@@ -19,6 +21,8 @@ Returns
   {-6, id}     E_JOB_NOT_FOUND
   {-7, id}     E_JOB_RUNNING: a worker holds it
   {-10, key, found, expected}         E_WRONG_TYPE: a key was overwritten outside shardq
+  {-14, role, key}                    E_NOT_PERMITTED: the caller may not write the control hash
+  {-15, 'KEYS' or 'ARGV', n, cap}    E_TOO_MANY_ARGUMENTS: before anything else (store/loader.py)
 Every check comes before the first write: a refused call writes nothing.
 ]]
 --@include now.lua
@@ -26,7 +30,9 @@ Every check comes before the first write: a refused call writes nothing.
 --@include checks.lua
 --@include compact.lua
 
-local wrong = wrong_type({KEYS[1], 'hash', KEYS[2], 'zset', KEYS[3], 'hash'})
+local denied = operator_only(KEYS[5], KEYS[1])
+if denied then return denied end
+local wrong = wrong_type({KEYS[1], 'hash', KEYS[2], 'zset', KEYS[3], 'hash', KEYS[5], 'hash'})
 if wrong then return wrong end
 local v = redis.call('HGET', KEYS[1], ARGV[1])
 if not v then

@@ -5,9 +5,10 @@ KEYS[1] jobs     hash    job id -> envelope
 KEYS[2] due      zset    job id (or '<id> <body>', a compact job) scored by due ms
 KEYS[3] ready    stream  due jobs
 KEYS[4] idem     string  idempotency key -> job id (placeholder key when ARGV[8] == '0')
-KEYS[5] stats    hash    counters (and the 'lanes' flag)
+KEYS[5] stats    hash    counters (and the flags of a queue of layout < 4: lua/includes/lanes.lua)
 KEYS[6] lane     zset    due jobs waiting for fetch, by fair-queueing score (lanes on)
 KEYS[7] vtime    hash    virtual time and per-flow last score of the lane (lanes on)
+KEYS[8] ctl      hash    the partition's flags (read only: lanes on or off)
 
 ARGV[1] job id
 ARGV[2] body (JSON, opaque to the script but for its '@<level><tenant>@' prefix, if any)
@@ -32,6 +33,7 @@ Returns
   {-4, job id}                        E_DUPLICATE_JOB_ID
   {-10, key, found, expected}         E_WRONG_TYPE: a key was overwritten outside shardq
   {-11, argv index, value, lo, hi}    E_BAD_ARGUMENT
+  {-15, 'KEYS' or 'ARGV', n, cap}    E_TOO_MANY_ARGUMENTS: before anything else (store/loader.py)
 Every check comes before the first write: a refused call writes nothing.
 ]]
 --@include now.lua
@@ -56,7 +58,9 @@ if rejected then return rejected end
 local compact
 due, compact = timed_due(ARGV[3], due, ARGV[1], now, horizon)
 -- Only a job due at once goes to the lane: a later one waits in due, as without lanes.
-local lanes = due <= now and lanes_on(KEYS[5])
+local lanes, wrong_ctl = false, nil
+if due <= now then lanes, wrong_ctl = lanes_on(KEYS[8], KEYS[5]) end
+if wrong_ctl then return wrong_ctl end
 local types = {KEYS[1], 'hash', KEYS[2], 'zset', KEYS[3], 'stream'}
 if lanes then
   for _, kv in ipairs({KEYS[6], 'zset', KEYS[7], 'hash'}) do types[#types + 1] = kv end

@@ -8,10 +8,11 @@ envelope is read here for the job's priority and tenant prefix).
 KEYS[1] due      zset    job id (or '<id> <body>', a compact job) scored by due ms
 KEYS[2] ready    stream  due jobs
 KEYS[3] lease    string  '<token>:<owner>' of the partition's dispatcher
-KEYS[4] stats    hash    counters (and the 'paused' and 'lanes' flags)
+KEYS[4] stats    hash    counters (and the flags of a queue of layout < 4: lua/includes/lanes.lua)
 KEYS[5] jobs     hash    job id -> envelope (read with lanes on; a compact job's is written)
 KEYS[6] lane     zset    due jobs waiting for fetch, by fair-queueing score (lanes on)
 KEYS[7] vtime    hash    virtual time and per-flow last score of the lane (lanes on)
+KEYS[8] ctl      hash    the partition's flags, 'paused' and 'lanes' (read only)
 
 ARGV[1] fencing token of the caller
 ARGV[2] max jobs to move in this call (K)
@@ -25,6 +26,7 @@ Returns
   {-1, token, lease}                    E_FENCED: the caller's token is not current
   {-10, key, found, expected}         E_WRONG_TYPE: a key was overwritten outside shardq
   {-11, argv index, value, lo, hi}    E_BAD_ARGUMENT
+  {-15, 'KEYS' or 'ARGV', n, cap}    E_TOO_MANY_ARGUMENTS: before anything else (store/loader.py)
 Every check comes before the first write: a refused call writes nothing.
 
 Flags: allow-oom  (runs when Redis is at maxmemory: it frees memory or keeps a full Redis draining)
@@ -39,7 +41,8 @@ local k, bad2 = arg_number(2, 1, 1000)
 if bad2 then return bad2 end
 local lease_ms, bad4 = arg_number(4, 100, 3600000)
 if bad4 then return bad4 end
-local paused, lanes = partition_flags(KEYS[4])
+local paused, lanes, wrong_ctl = partition_flags(KEYS[8], KEYS[4])
+if wrong_ctl then return wrong_ctl end
 lanes = lanes == '1'
 local spec = {KEYS[1], 'zset', KEYS[2], 'stream', KEYS[3], 'string', KEYS[5], 'hash'}
 if lanes then
@@ -52,7 +55,7 @@ if stale then return stale end
 
 redis.call('PEXPIRE', KEYS[3], lease_ms)
 local now = now_ms()
--- A paused partition (pause.lua) promotes nothing; "nothing due" makes the dispatcher wait
+-- A paused partition (pause-2.lua) promotes nothing; "nothing due" makes the dispatcher wait
 -- for the hint that resuming publishes.
 if paused then return {0, -1, now} end
 local batch = redis.call('ZRANGE', KEYS[1], '-inf', now, 'BYSCORE', 'LIMIT', 0, k, 'WITHSCORES')
@@ -87,5 +90,5 @@ end
 
 local head = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
 local next_due = -1
-if head[2] then next_due = tonumber(head[2]) end
+if head[2] then next_due = score_ms(head[2]) end
 return {moved, next_due, now}

@@ -7,29 +7,36 @@ KEYS[2] ready    stream  due jobs
 KEYS[3] dead     stream  dead letters
 KEYS[4] stats    hash    counters
 KEYS[5] lane     zset    due jobs waiting for fetch with lanes on (counted as undelivered)
+KEYS[6] ctl      hash    the partition's flags (lua/includes/lanes.lua)
 
 ARGV[1] consumer group
 
 Returns {now ms, due, overdue, oldest due ms or -1, ready entries (undelivered), pending,
          oldest pending idle ms or -1, dead letters, consumers, counters as a flat hash}
+  The counters end with the flags where they apply (control hash, or the stats hash of a queue
+  of layout < 4): 'paused' 1 while paused, 'lanes' 1 on, 2 off with jobs left in the lane.
 
   {-10, key, found, expected}         E_WRONG_TYPE: a key was overwritten outside shardq
+  {-15, 'KEYS' or 'ARGV', n, cap}    E_TOO_MANY_ARGUMENTS: before anything else (store/loader.py)
 Flags: no-writes  (reads only)
 ]]
 --@include now.lua
 --@include checks.lua
+--@include lanes.lua
 
 -- The stats hash is advisory: of the wrong type, it reads as no counters (the backlog figures
 -- still matter more than the counters).
 local wrong = wrong_type({KEYS[1], 'zset', KEYS[2], 'stream', KEYS[3], 'stream', KEYS[5], 'zset'})
 if wrong then return wrong end
+local paused, lanes, wrong_ctl = partition_flags(KEYS[6], KEYS[4])
+if wrong_ctl then return wrong_ctl end
 
 local now = now_ms()
 local due = redis.call('ZCARD', KEYS[1])
 local overdue = redis.call('ZCOUNT', KEYS[1], '-inf', now)
 local oldest = -1
 if due > 0 then
-  oldest = tonumber(redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')[2])
+  oldest = score_ms(redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')[2])
 end
 local undelivered, pending, oldest_idle, consumers = 0, 0, -1, 0
 if redis.call('EXISTS', KEYS[2]) == 1 then
@@ -54,5 +61,23 @@ undelivered = undelivered + redis.call('ZCARD', KEYS[5])
 local dead = 0
 if redis.call('EXISTS', KEYS[3]) == 1 then dead = redis.call('XLEN', KEYS[3]) end
 local counters = {}
-if redis.call('TYPE', KEYS[4])['ok'] == 'hash' then counters = redis.call('HGETALL', KEYS[4]) end
+if redis.call('TYPE', KEYS[4])['ok'] == 'hash' then
+  -- The stats hash's own 'paused'/'lanes' fields mean something only for a queue of layout < 4,
+  -- and partition_flags has read them then: the flags come from there, once.
+  local all = redis.call('HGETALL', KEYS[4])
+  for i = 1, #all, 2 do
+    if all[i] ~= 'paused' and all[i] ~= 'lanes' then
+      counters[#counters + 1] = all[i]
+      counters[#counters + 1] = all[i + 1]
+    end
+  end
+end
+if paused then
+  counters[#counters + 1] = 'paused'
+  counters[#counters + 1] = '1'
+end
+if lanes then
+  counters[#counters + 1] = 'lanes'
+  counters[#counters + 1] = lanes
+end
 return {now, due, overdue, oldest, undelivered, pending, oldest_idle, dead, consumers, counters}

@@ -7,15 +7,18 @@ lowest-scored jobs are appended to the stream and read at once, so the ready str
 partition with lanes on holds little more than what workers hold.  Entries appended to the
 stream directly (run-now, dead-letter replay, periodic jobs, a backlog from before lanes were
 turned on) go first.  A ready entry whose job was
-cancelled is acknowledged and dropped; a malformed entry or envelope goes to the dead stream.
+cancelled is acknowledged and dropped; a malformed entry or envelope goes to the dead stream
+(an envelope whose attempt is not a whole number 0..1e9 dead as a job, its body kept).
 
 KEYS[1] ready    stream  due jobs
 KEYS[2] jobs     hash    job id -> envelope
 KEYS[3] dead     stream  dead letters
 KEYS[4] errors   hash    job id -> last error
-KEYS[5] stats    hash    counters
-KEYS[6] lane     zset    due jobs waiting for fetch, by fair-queueing score (lanes on or draining)
+KEYS[5] stats    hash    counters (and the flags of a queue of layout < 4: lua/includes/lanes.lua)
+KEYS[6] lane     zset    due jobs waiting for fetch, by fair-queueing score (lanes on, or off and
+                         not yet empty)
 KEYS[7] vtime    hash    virtual time and per-flow last score of the lane
+KEYS[8] ctl      hash    the partition's flags, 'paused' and 'lanes' (read only)
 
 ARGV[1] consumer group
 ARGV[2] consumer (worker) name
@@ -27,6 +30,7 @@ it reserved for it (envelope state L, lua/defer-4.lua): the worker runs it witho
 limit again; else 0.
   {-10, key, found, expected}         E_WRONG_TYPE: a key was overwritten outside shardq
   {-11, argv index, value, lo, hi}    E_BAD_ARGUMENT
+  {-15, 'KEYS' or 'ARGV', n, cap}    E_TOO_MANY_ARGUMENTS: before anything else (store/loader.py)
 Every check comes before the first write: a refused call writes nothing.
 
 Flags: allow-oom  (runs when Redis is at maxmemory: it frees memory or keeps a full Redis draining)
@@ -38,7 +42,12 @@ Flags: allow-oom  (runs when Redis is at maxmemory: it frees memory or keeps a f
 
 local n, bad = arg_number(3, 1, 1000)
 if bad then return bad end
-local paused, lanes = partition_flags(KEYS[5])
+local paused, lanes, wrong_ctl = partition_flags(KEYS[8], KEYS[5])
+if wrong_ctl then return wrong_ctl end
+-- Lanes turned off ('2'): the lane is read while it still holds jobs (it exists).  Nobody but
+-- the operator writes the flag, so the worker does not drop it: one EXISTS per call until the
+-- operator's next `lanes --off` finds the lane empty (lua/lanes-3.lua).
+if lanes == '2' and redis.call('EXISTS', KEYS[6]) == 0 then lanes = false end
 local spec = {KEYS[1], 'stream', KEYS[2], 'hash', KEYS[3], 'stream', KEYS[4], 'hash'}
 if lanes then
   for _, kv in ipairs({KEYS[6], 'zset', KEYS[7], 'hash'}) do spec[#spec + 1] = kv end
@@ -47,7 +56,7 @@ local wrong = wrong_type(spec)
 if wrong then return wrong end
 local now = now_ms()
 local out = {now}
--- A paused partition (pause.lua) delivers nothing; resuming publishes the ready hint.
+-- A paused partition (pause-2.lua) delivers nothing; resuming publishes the ready hint.
 if paused then return out end
 local r = redis.call('XREADGROUP', 'GROUP', ARGV[1], ARGV[2], 'COUNT', n, 'STREAMS', KEYS[1], '>')
 local entries = r and r[1][2] or {}
@@ -62,8 +71,6 @@ if lanes and #entries < n then
     if more then
       for _, entry in ipairs(more[1][2]) do entries[#entries + 1] = entry end
     end
-  elseif lanes == '2' then
-    redis.call('HDEL', KEYS[5], 'lanes') -- turned off and now drained: done with the lane
   end
 end
 local dead_keys = {KEYS[2], KEYS[3], KEYS[4], KEYS[5]}
@@ -85,6 +92,11 @@ for _, entry in ipairs(entries) do
   elseif not state then
     dead_letter_raw(dead_keys, f, 'malformed envelope for job ' .. id, now)
     redis.call('HDEL', KEYS[2], id)
+    redis.call('XACK', KEYS[1], ARGV[1], eid)
+    redis.call('XDEL', KEYS[1], eid)
+  elseif not attempt then
+    -- Its attempts cannot be counted: dead, with its body kept (a replay starts it at 0).
+    dead_letter(dead_keys, id, 0, body, bad_attempt(id, v), now)
     redis.call('XACK', KEYS[1], ARGV[1], eid)
     redis.call('XDEL', KEYS[1], eid)
   else

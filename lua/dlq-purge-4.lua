@@ -1,14 +1,19 @@
---[[ dlq-purge: delete dead-lettered entries and the dead jobs they name.
+--[[ dlq-purge: delete dead-lettered entries and the dead jobs they name.  The operator's (and
+admin's) only (lua/includes/checks.lua operator_only).
 
 KEYS[1] dead     stream  dead letters
 KEYS[2] jobs     hash    job id -> envelope
 KEYS[3] errors   hash    job id -> last error
+KEYS[4] ctl      hash    the partition's flags (its type is checked: who may write it may run this)
 
 ARGV[1..] dead entry ids (bounded by the caller)
+Max ARGV: 1000  = at most 1000 entries (shardq.inspector.BATCH, shardq.admin.DLQ_BATCH)
 
 Returns the number of entries deleted.  A job is deleted only while it is still dead (a job
 replayed meanwhile is left alone).
   {-10, key, found, expected}         E_WRONG_TYPE: a key was overwritten outside shardq
+  {-14, role, key}                    E_NOT_PERMITTED: the caller may not write the control hash
+  {-15, 'KEYS' or 'ARGV', n, cap}    E_TOO_MANY_ARGUMENTS: before anything else (store/loader.py)
 Every check comes before the first write: a refused call writes nothing.
 
 Flags: allow-oom  (runs when Redis is at maxmemory: it frees memory or keeps a full Redis draining)
@@ -16,7 +21,9 @@ Flags: allow-oom  (runs when Redis is at maxmemory: it frees memory or keeps a f
 --@include envelope.lua
 --@include checks.lua
 
-local wrong = wrong_type({KEYS[1], 'stream', KEYS[2], 'hash', KEYS[3], 'hash'})
+local denied = operator_only(KEYS[4], KEYS[1])
+if denied then return denied end
+local wrong = wrong_type({KEYS[1], 'stream', KEYS[2], 'hash', KEYS[3], 'hash', KEYS[4], 'hash'})
 if wrong then return wrong end
 local deleted = 0
 for i = 1, #ARGV do

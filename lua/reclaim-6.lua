@@ -11,7 +11,8 @@ KEYS[1] ready    stream  due jobs
 KEYS[2] jobs     hash    job id -> envelope
 KEYS[3] dead     stream  dead letters
 KEYS[4] errors   hash    job id -> last error
-KEYS[5] stats    hash    counters
+KEYS[5] stats    hash    counters (and the flags of a queue of layout < 4: lua/includes/lanes.lua)
+KEYS[6] ctl      hash    the partition's flags: 'paused' (read only)
 
 ARGV[1] consumer group
 ARGV[2] consumer (worker) name taking the deliveries
@@ -20,11 +21,13 @@ ARGV[4] max deliveries to look at in this call
 ARGV[5] delivery limit
 ARGV[6] orphan idle ms: a delivery of a consumer not in ARGV[7..] is taken once idle this long
 ARGV[7..] live consumers (worker names whose membership has not expired)
+Max ARGV: 1006  = 6 + at most 1000 live workers (shardq.store.delivery.MAX_LIVE)
 
 Returns {now ms, entry id, job id, due ms, attempt, body, deliveries, ...} (6 fields per job;
 none while the partition is paused)
   {-10, key, found, expected}         E_WRONG_TYPE: a key was overwritten outside shardq
   {-11, argv index, value, lo, hi}    E_BAD_ARGUMENT
+  {-15, 'KEYS' or 'ARGV', n, cap}    E_TOO_MANY_ARGUMENTS: before anything else (store/loader.py)
 Every check comes before the first write: a refused call writes nothing.
 
 Flags: allow-oom  (runs when Redis is at maxmemory: it frees memory or keeps a full Redis draining)
@@ -32,6 +35,7 @@ Flags: allow-oom  (runs when Redis is at maxmemory: it frees memory or keeps a f
 --@include now.lua
 --@include envelope.lua
 --@include checks.lua
+--@include lanes.lua
 
 local visibility, bad3 = arg_number(3, 0, 30 * 86400000)
 if bad3 then return bad3 end
@@ -43,18 +47,21 @@ local orphan_idle, bad6 = arg_number(6, 0, 30 * 86400000)
 if bad6 then return bad6 end
 local wrong = wrong_type({KEYS[1], 'stream', KEYS[2], 'hash', KEYS[3], 'stream', KEYS[4], 'hash'})
 if wrong then return wrong end
+local paused, _, wrong_ctl = partition_flags(KEYS[6], KEYS[5])
+if wrong_ctl then return wrong_ctl end
 local now = now_ms()
 local out = {now}
 local live = {}
 for i = 7, #ARGV do live[ARGV[i]] = true end
 local dead_keys = {KEYS[2], KEYS[3], KEYS[4], KEYS[5]}
 if redis.call('EXISTS', KEYS[1]) == 0 then return out end
--- A paused partition (pause.lua) hands out no delivery, not even an abandoned one.
-if redis.pcall('HGET', KEYS[5], 'paused') == '1' then return out end
+-- A paused partition (pause-2.lua) hands out no delivery, not even an abandoned one.
+if paused then return out end
 local pending = redis.call('XPENDING', KEYS[1], ARGV[1], 'IDLE', math.min(visibility, orphan_idle),
   '-', '+', n)
 
 for _, p in ipairs(pending) do
+  -- (XPENDING's idle time and delivery count are integers Redis keeps itself)
   local eid, owner, idle, deliveries = p[1], p[2], tonumber(p[3]), tonumber(p[4])
   local min_idle
   if idle >= visibility then
@@ -80,6 +87,11 @@ for _, p in ipairs(pending) do
       elseif not id then
         dead_letter_raw(dead_keys, entry[2], 'malformed ready entry: no job id field', now)
       end
+      redis.call('XACK', KEYS[1], ARGV[1], eid)
+      redis.call('XDEL', KEYS[1], eid)
+    elseif not attempt then
+      -- Its attempts cannot be counted: dead, with its body kept (a replay starts it at 0).
+      dead_letter(dead_keys, id, 0, body, bad_attempt(id, v), now)
       redis.call('XACK', KEYS[1], ARGV[1], eid)
       redis.call('XDEL', KEYS[1], eid)
     elseif deliveries >= limit then

@@ -1,22 +1,24 @@
 --[[ enqueue-batch: store many jobs of ONE partition in one call (bulk enqueue).
 
-Each job is validated and stored on its own, exactly as enqueue-7 does for a job without an
-idempotency key (jobs with one go through enqueue-7, which owns the key's dedupe): a rejected
+Each job is validated and stored on its own, exactly as enqueue-8 does for a job without an
+idempotency key (jobs with one go through enqueue-8, which owns the key's dedupe): a rejected
 job writes nothing and does not stop the others.  Callers keep batches small (<= 100 jobs) so a
 call stays well under a millisecond.
 
 KEYS[1] jobs     hash    job id -> envelope
 KEYS[2] due      zset    job id (or '<id> <body>', a compact job) scored by due ms
 KEYS[3] ready    stream  due jobs
-KEYS[4] stats    hash    counters (and the 'lanes' flag)
+KEYS[4] stats    hash    counters (and the flags of a queue of layout < 4: lua/includes/lanes.lua)
 KEYS[5] lane     zset    due jobs waiting for fetch, by fair-queueing score (lanes on)
 KEYS[6] vtime    hash    virtual time and per-flow last score of the lane (lanes on)
+KEYS[7] ctl      hash    the partition's flags (read only: lanes on or off)
 
 ARGV[1] past tolerance ms
 ARGV[2] horizon ms
 ARGV[3] due-hint channel (sharded pub/sub): dispatcher wake-up when the head moves earlier
 ARGV[4] ready-hint channel: worker wake-up when jobs land in the ready stream
-ARGV[5..] 4 per job: job id, body (JSON), mode ('at', 'in', 'tat', 'tin': see enqueue-7), ms
+ARGV[5..] 4 per job: job id, body (JSON), mode ('at', 'in', 'tat', 'tin': see enqueue-8), ms
+Max ARGV: 1004  = 4 + 4 per job: at most 250 jobs; bulk enqueue sends 100 (shardq.store.producer.BATCH_JOBS)
 
 Returns {now ms, then 2 per job: status, detail}
   status 1: created, detail = due ms
@@ -25,6 +27,8 @@ Returns {now ms, then 2 per job: status, detail}
 or, for the whole call, before anything is written:
   {-10, key, found, expected}         E_WRONG_TYPE
   {-11, argv index, value, lo, hi}    E_BAD_ARGUMENT
+  {-14, role, key}                    E_NOT_PERMITTED: the caller is no producer (lua/includes/checks.lua)
+  {-15, 'KEYS' or 'ARGV', n, cap}    E_TOO_MANY_ARGUMENTS: before anything else (store/loader.py)
 ]]
 --@include now.lua
 --@include schedule.lua
@@ -32,6 +36,8 @@ or, for the whole call, before anything is written:
 --@include lanes.lua
 --@include compact.lua
 
+local denied = producer_only(KEYS[1], KEYS[2])
+if denied then return denied end
 local now = now_ms()
 local tolerance, bad1 = arg_number(1, 0, 1e13)
 if bad1 then return bad1 end
@@ -43,7 +49,8 @@ for i = 5, #ARGV, 4 do
   local _, bad = arg_number(i + 3, -1e15, 1e15)
   if bad then return bad end
 end
-local lanes = lanes_on(KEYS[4])
+local lanes, wrong_ctl = lanes_on(KEYS[7], KEYS[4])
+if wrong_ctl then return wrong_ctl end
 local spec = {KEYS[1], 'hash', KEYS[2], 'zset', KEYS[3], 'stream'}
 if lanes then
   for _, kv in ipairs({KEYS[5], 'zset', KEYS[6], 'hash'}) do spec[#spec + 1] = kv end
@@ -111,7 +118,7 @@ if readied > 0 then
 end
 if earliest then
   local head = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
-  if head[2] and tonumber(head[2]) >= earliest then
+  if head[2] and score_ms(head[2]) >= earliest then
     redis.call('SPUBLISH', ARGV[3], earliest)
   end
 end
