@@ -7,8 +7,9 @@ KEYS[3] errors   hash    job id -> last error
 ARGV[1] job id
 
 Returns {envelope or nil, due ms or nil, last error or nil} (a compact job's envelope is
-'S0|<body>', as promote will write it; the due time as whole ms, a score written by hand as
-+-inf read 0 or 1e15)
+'S0|<body>', as promote will write it).  The due time is the score as Redis keeps it, text
+('inf' or '1.5' when written by hand): the reader checks it and shows a bad one as malformed
+(shardq.store.numbers), rather than this reply turning it into a time it is not.
 
   {-10, key, found, expected}         E_WRONG_TYPE: a key was overwritten outside shardq
   {-15, 'KEYS' or 'ARGV', n, cap}    E_TOO_MANY_ARGUMENTS: before anything else (store/loader.py)
@@ -27,4 +28,4 @@ if not v then
   return {'S0|' .. body, due, false}
 end
 local due = redis.call('ZSCORE', KEYS[2], ARGV[1])
-return {v, due and score_ms(due), redis.call('HGET', KEYS[3], ARGV[1])}
+return {v, due or false, redis.call('HGET', KEYS[3], ARGV[1])}

@@ -128,7 +128,9 @@ def test_console_job_list_names_each_jobs_partition(
         r'<tr data-job="([^"]+)">.*?<td class="n">(\d+)</td>', re.DOTALL
     )  # the first numeric cell of a row is its partition (templates/jobs.html)
     config = WebConfig(redis=RedisSettings.from_url(cluster_url))
-    with TestClient(create_app(config), follow_redirects=False) as http:
+    # (the Host a browser sends to a loopback console: TestClient's "testserver" is refused)
+    app = create_app(config)
+    with TestClient(app, base_url="http://127.0.0.1:8080", follow_redirects=False) as http:
         for state in LIST_STATES:
             page = http.get(f"/q/{queue}/jobs", params={"state": state, "limit": 200})
             assert page.status_code == 200, (state, page.text[:300])
