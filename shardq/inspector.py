@@ -32,6 +32,7 @@ from typing import Any, Literal, TypeVar
 import orjson
 
 from shardq import jobs as jobmod
+from shardq import names
 from shardq.errors import InvalidCursorError, JobNotFoundError
 from shardq.store import fleet, inspect, keys, producer
 from shardq.store.numbers import MAX_TIME_MS, Checked, shown
@@ -143,7 +144,7 @@ def _entry_id(value: Any) -> bool:
 
 
 def _job_id_or_empty(value: Any) -> bool:
-    return isinstance(value, str) and (value == "" or bool(jobmod.JOB_ID_RE.fullmatch(value)))
+    return isinstance(value, str) and (value == "" or bool(names.JOB_ID_RE.fullmatch(value)))
 
 
 def _scan_cursor(value: Any) -> bool:
@@ -643,7 +644,7 @@ def members_plan(
 
 
 def run_now_plan(queue: str, partitions: int, job_id: str) -> Plan[str]:
-    jobmod.check_job_id(job_id)
+    names.check_job_id(job_id)
     pk = keys.partition_keys(queue, keys.partition_for(job_id, partitions), partitions)
     (result,) = yield [inspect.run_now(pk, job_id)]
     if isinstance(result, JobNotFoundError):

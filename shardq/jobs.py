@@ -20,33 +20,37 @@ from typing import Any, Literal, NamedTuple
 
 import orjson
 
+from shardq import names
 from shardq.config import ProducerSettings
 from shardq.errors import (
     InvalidJobError,
     InvalidScheduleError,
     PayloadNotSerializableError,
     PayloadTooLargeError,
-    UnknownQueueError,
 )
+from shardq.names import JOB_TYPE_RULE, TENANT_CHARS, VALID_JOB_TYPES, check_limit_key, is_job_type
 from shardq.store import numbers
-from shardq.store.keys import QUEUE_NAME_RE
 
-JOB_TYPE_RE = re.compile(r"[A-Za-z0-9_.:/\-]{1,128}")  # fullmatch: "$" would let "\n" through
-JOB_ID_RE = re.compile(r"[\x21-\x7e]{1,128}")
-MAX_IDEMPOTENCY_KEY = 256
+# The identifier rules live in shardq.names; the names they had here stay importable.
+Priority = names.Priority
+PRIORITY_LEVELS = names.PRIORITY_LEVELS
+LEVEL_PRIORITIES = names.LEVEL_PRIORITIES
+TENANT_RE = names.TENANT_RE
+JOB_TYPE_RE = names.JOB_TYPE_RE
+JOB_ID_RE = names.JOB_ID_RE
+MAX_IDEMPOTENCY_KEY = names.MAX_IDEMPOTENCY_KEY
+check_queue_name = names.check_queue_name
+check_job_id = names.check_job_id
+check_idempotency_key = names.check_idempotency_key
+check_priority = names.check_priority
+check_tenant = names.check_tenant
+
 MAX_ATTEMPTS_LIMIT = 1000
 #: Most attempts an envelope's header may count (above any max_attempts a producer can set,
 #: with room for deliveries reclaimed on top; a header beyond it is malformed).
 MAX_ATTEMPT = 2**31 - 1
 
-Priority = Literal["high", "default", "low"]
-#: Priority level -> its letter in a stored body's lane prefix (lua/includes/lanes.lua, which
-#: shares deliveries 6:3:1 between the levels of a partition with lanes on).
-PRIORITY_LEVELS: dict[str, str] = {"high": "h", "default": "n", "low": "l"}
-LEVEL_PRIORITIES: dict[str, Priority] = {"h": "high", "n": "default", "l": "low"}
-_TENANT_CHARS = r"[A-Za-z0-9_.:\-]"  # the Lua side matches [%w_.:%-]*
-TENANT_RE = re.compile(_TENANT_CHARS + "{1,64}")
-_FLOW_PREFIX_RE = re.compile(("@([hnl])(" + _TENANT_CHARS + "{0,64})@").encode())
+_FLOW_PREFIX_RE = re.compile(("@([hnl])(" + TENANT_CHARS + "{0,64})@").encode())
 
 BackoffKind = Literal["fixed", "exponential", "jitter"]
 #: Longest backoff base or cap: the fail script takes a retry delay of at most a year.
@@ -196,14 +200,6 @@ def timed_id_due(job_id: str) -> int | None:
     return value
 
 
-def check_queue_name(queue: str) -> None:
-    if not isinstance(queue, str) or not QUEUE_NAME_RE.fullmatch(queue):
-        raise UnknownQueueError(
-            f"queue name {queue!r} is invalid: use 1-64 characters of letters, digits, '_', '.' "
-            "or '-'"
-        )
-
-
 class Schedule(NamedTuple):
     """When a job is due, as the scripts take it: absolute ms ('at') or a delay in ms ('in').
 
@@ -311,7 +307,7 @@ def encode_body(
         and headers is None
         and limit_key is None
         and type(job_type) is str
-        and job_type in _VALID_TYPES  # only valid type strings are ever added
+        and job_type in VALID_JOB_TYPES  # only valid type strings are ever added
     ):
         # The common case (no options) without the option checks; same encoding and limits.
         try:
@@ -320,10 +316,8 @@ def encode_body(
             data = b""  # the full path below reports it
         if data and len(data) <= settings.max_payload_bytes and b"null" not in data:
             return data
-    if not (isinstance(job_type, str) and (job_type in _VALID_TYPES or _valid_type(job_type))):
-        raise InvalidJobError(
-            f"job type {job_type!r} is invalid: use 1-128 characters of letters, digits and '_.:/-'"
-        )
+    if not is_job_type(job_type):
+        raise InvalidJobError(f"job type {job_type!r} is invalid: {JOB_TYPE_RULE}")
     body: dict[str, Any] = {}
     if max_attempts is not None:
         if (
@@ -351,8 +345,6 @@ def encode_body(
         if headers:
             body["h"] = headers
     if limit_key is not None:
-        from shardq.limits import check_limit_key
-
         try:
             body["l"] = check_limit_key(limit_key)
         except ValueError as exc:
@@ -378,25 +370,6 @@ def encode_body(
             "or raise the limit"
         )
     return data
-
-
-_VALID_TYPES: set[str] = set()
-
-
-def check_priority(priority: object) -> str:
-    """The level letter of a priority name; InvalidJobError for anything else."""
-    level = PRIORITY_LEVELS.get(priority) if isinstance(priority, str) else None
-    if level is None:
-        raise InvalidJobError(f"priority {priority!r} is unknown: use 'high', 'default' or 'low'")
-    return level
-
-
-def check_tenant(tenant: object) -> str:
-    if not isinstance(tenant, str) or not TENANT_RE.fullmatch(tenant):
-        raise InvalidJobError(
-            f"tenant {tenant!r} is invalid: use 1-64 characters of letters, digits and '_.:-'"
-        )
-    return tenant
 
 
 def flow_prefix(priority: str | None, tenant: str | None) -> bytes:
@@ -427,34 +400,6 @@ def _has_non_finite(value: Any) -> bool:
     if isinstance(value, list | tuple):
         return any(_has_non_finite(v) for v in value)
     return False
-
-
-def _valid_type(job_type: object) -> bool:
-    if not isinstance(job_type, str) or not JOB_TYPE_RE.fullmatch(job_type):
-        return False
-    if len(_VALID_TYPES) < 10_000:
-        _VALID_TYPES.add(job_type)
-    return True
-
-
-def check_job_id(job_id: str) -> None:
-    if not isinstance(job_id, str) or not JOB_ID_RE.fullmatch(job_id):
-        raise InvalidJobError(
-            f"job_id {job_id!r} is invalid: use 1-128 printable ASCII characters, no spaces"
-        )
-
-
-def check_idempotency_key(key: str) -> None:
-    if not isinstance(key, str) or not 1 <= len(key) <= MAX_IDEMPOTENCY_KEY:
-        raise InvalidJobError(
-            f"idempotency_key must be a str of 1..{MAX_IDEMPOTENCY_KEY} characters, got {key!r:.80}"
-        )
-    try:
-        key.encode()
-    except UnicodeEncodeError:
-        raise InvalidJobError(
-            f"idempotency_key {key!r:.80} is not valid Unicode (a lone surrogate): fix its source"
-        ) from None
 
 
 @dataclass(slots=True)

@@ -68,6 +68,7 @@ from shardq import jobs as jobmod
 from shardq.config import ProducerSettings
 from shardq.errors import InvalidJobError, InvalidPeriodicScheduleError, ScheduleNotFoundError
 from shardq.jobs import Backoff
+from shardq.names import check_schedule_name as check_name
 from shardq.store import keys, numbers
 from shardq.store import schedules as ops
 from shardq.store.numbers import Checked
@@ -93,14 +94,6 @@ FORMAT_VERSION = 1
 
 T = TypeVar("T")
 Flow = Generator[Op[Any], Any, T]
-
-
-def check_name(name: str) -> None:
-    if not isinstance(name, str) or not keys.SCHEDULE_NAME_RE.fullmatch(name):
-        raise InvalidPeriodicScheduleError(
-            f"schedule name {name!r} is invalid: use 1-100 characters of letters, digits, '_', "
-            "'.' or '-'"
-        )
 
 
 def _text(value: Any, what: str) -> str:
