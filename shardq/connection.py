@@ -197,8 +197,8 @@ async def connect_async_waiting(settings: RedisSettings, stop: asyncio.Event) ->
     """:func:`connect_async`, retried while no Redis node answers (a process started during an
     outage waits for Redis instead of exiting); None if ``stop`` is set first.  Errors that
     waiting cannot fix (bad credentials, a bad URL) are raised at once."""
+    from shardq import backoff
     from shardq.logs import log_event
-    from shardq.runtime.supervisor import backoff_delay
     from shardq.store.faults import is_transient
 
     failures = 0
@@ -219,5 +219,5 @@ async def connect_async_waiting(settings: RedisSettings, stop: asyncio.Event) ->
                     attempts=failures,
                 )
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), backoff_delay(failures))
+                await asyncio.wait_for(stop.wait(), backoff.delay(failures))
     return None

@@ -20,7 +20,7 @@ from typing import Any, Literal, NamedTuple
 
 import orjson
 
-from shardq import names
+from shardq import backoff, names
 from shardq.config import ProducerSettings
 from shardq.errors import (
     InvalidJobError,
@@ -89,7 +89,7 @@ class Backoff:
         """Seconds to wait after failed attempt number ``attempt``."""
         if self.kind == "fixed":
             return min(self.base, self.cap)
-        exp = min(self.cap, self.base * float(2 ** min(max(attempt - 1, 0), 62)))
+        exp = backoff.exponential(attempt, self.base, self.cap)
         if self.kind == "exponential":
             return exp
         return float((rng or random).uniform(0.0, exp))

@@ -7,8 +7,8 @@ import asyncio
 import contextlib
 import logging
 
+from shardq import backoff
 from shardq.logs import log_event
-from shardq.runtime.supervisor import backoff_delay
 from shardq.store import faults
 from shardq.store.meta import QueueMeta, read_meta
 from shardq.store.transport import AsyncTransport
@@ -42,5 +42,5 @@ async def queue_meta(
                     if not faults.is_transient(again):
                         raise
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), backoff_delay(failures))
+                await asyncio.wait_for(stop.wait(), backoff.delay(failures))
     return None
