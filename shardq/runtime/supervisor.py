@@ -35,8 +35,9 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
-from shardq import backoff, metrics
+from shardq import backoff
 from shardq.logs import log_event
+from shardq.metrics import registry as metrics
 from shardq.store.faults import is_migration, is_transient, redirect_fields
 
 log = logging.getLogger("shardq.supervisor")

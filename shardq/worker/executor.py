@@ -21,10 +21,11 @@ from typing import Any
 
 import orjson
 
-from shardq import metrics, tracing
+from shardq import tracing
 from shardq.config import WorkerSettings
 from shardq.errors import HandlerTimeoutError, PermanentError, UnknownJobTypeError
 from shardq.jobs import Job, decode_body, stored_options
+from shardq.metrics import registry as metrics
 from shardq.store.delivery import BAD_ATTEMPT, Delivered
 from shardq.worker.inflight import Delivery, InFlight, WorkerStats
 from shardq.worker.limiter import Limiter

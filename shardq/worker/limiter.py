@@ -22,10 +22,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from shardq import backoff, metrics
+from shardq import backoff
 from shardq.config import WorkerSettings
 from shardq.limits import Limit, LimitTable
 from shardq.logs import log_event
+from shardq.metrics import registry as metrics
 from shardq.store import faults, keys
 from shardq.store import limits as store_limits
 from shardq.store.op import Op

@@ -21,11 +21,12 @@ import traceback
 from collections.abc import Callable, Container
 from typing import Any
 
-from shardq import backoff, metrics
+from shardq import backoff
 from shardq.config import WorkerSettings
 from shardq.errors import PermanentError, RetryAfter
 from shardq.jobs import DEFAULT_BACKOFF, Backoff
 from shardq.logs import log_event
+from shardq.metrics import registry as metrics
 from shardq.store import delivery, faults, keys, numbers
 from shardq.store.op import Op
 from shardq.store.transport import AsyncTransport
