@@ -34,7 +34,7 @@ import orjson
 from shardq import jobs as jobmod
 from shardq import names
 from shardq.errors import InvalidCursorError, JobNotFoundError
-from shardq.store import fleet, inspect, keys, producer
+from shardq.store import envelope, fleet, inspect, keys, producer
 from shardq.store.numbers import MAX_TIME_MS, Checked, shown
 from shardq.store.op import Op
 
@@ -223,10 +223,10 @@ def _envelope(
     if not raw:
         return None, None, {}
     c = Checked()
-    letter, attempt_raw, body_raw = jobmod.split_envelope(raw)
+    letter, attempt_raw, body_raw = envelope.split_envelope(raw)
     attempt = c.integer("attempt", attempt_raw, None, 0, jobmod.MAX_ATTEMPT)
     try:
-        body = jobmod.decode_body(body_raw)
+        body = envelope.decode_body(body_raw)
     except ValueError:
         c.bad["body"] = shown(body_raw)
         body = {}
@@ -240,7 +240,7 @@ def _summary(
 ) -> JobSummary:
     bad: dict[str, str] = dict(extra.pop("malformed", None) or {})
     _, attempt, body = _envelope(raw, bad)
-    options = jobmod.stored_options(body, bad)
+    options = envelope.stored_options(body, bad)
     due = extra.pop("due_ms", None)
     if due is not None and not 0 <= due <= MAX_TIME_MS:
         # (a due-set score of +-inf, listed at the cursors' bound: see inspect.SCORE_BOUND)

@@ -30,6 +30,7 @@ from shardq.errors import (
 from shardq.jobs import EnqueueResult, JobInfo, JobRequest
 from shardq.store import keys
 from shardq.store.codes import Code, check, error_for, is_code
+from shardq.store.envelope import decode_body, split_envelope, stored_options
 from shardq.store.meta import DEFAULT_DEAD_CAP as DEFAULT_DEAD_CAP
 from shardq.store.meta import MAX_DEAD_CAP, QueueMeta, parse_meta
 from shardq.store.numbers import Checked
@@ -481,9 +482,9 @@ def get(queue: str, partitions: int, job_id: str) -> Op[JobInfo | None]:
         if envelope is None:
             return None
         raw = envelope if isinstance(envelope, bytes) else str(envelope).encode()
-        state_char, attempt_raw, body_raw = jobmod.split_envelope(raw)
+        state_char, attempt_raw, body_raw = split_envelope(raw)
         try:
-            body = jobmod.decode_body(body_raw)
+            body = decode_body(body_raw)
         except ValueError as exc:
             raise MalformedRecordError(
                 f"job {job_id!r} of {queue} has a malformed body ({exc}): `shardq job cancel` "
@@ -493,7 +494,7 @@ def get(queue: str, partitions: int, job_id: str) -> Op[JobInfo | None]:
         # fatal to the read: the job can still be looked at, cancelled or run again.
         c = Checked()
         attempt = c.integer("attempt", attempt_raw, 0, 0, jobmod.MAX_ATTEMPT)
-        options = jobmod.stored_options(body, c.bad)
+        options = stored_options(body, c.bad)
         if due is not None:
             state: jobmod.JobState = "scheduled"
         elif state_char == b"A":
