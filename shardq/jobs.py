@@ -31,7 +31,7 @@ from shardq.errors import (
     PayloadTooLargeError,
     shown,
 )
-from shardq.names import JOB_TYPE_RULE, TENANT_CHARS, VALID_JOB_TYPES, check_limit_key, is_job_type
+from shardq.names import TENANT_CHARS, VALID_JOB_TYPES, check_job_type, check_limit_key
 
 # The identifier rules live in shardq.names; the names they had here stay importable.
 Priority = names.Priority
@@ -306,8 +306,7 @@ def encode_body(
             data = b""  # the full path below reports it
         if data and len(data) <= settings.max_payload_bytes and b"null" not in data:
             return data
-    if not is_job_type(job_type):
-        raise InvalidJobError(f"job type {job_type!r} is invalid: {JOB_TYPE_RULE}")
+    check_job_type(job_type)
     body: dict[str, Any] = {}
     if max_attempts is not None:
         if (
