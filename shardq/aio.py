@@ -20,10 +20,9 @@ from shardq.jobs import (
     EnqueueResult,
     JobInfo,
     JobRequest,
-    Priority,
-    check_queue_name,
 )
-from shardq.limits import Limit, check_name_text
+from shardq.limits import Limit
+from shardq.names import Priority, check_limit_name, check_queue_name
 from shardq.runtime import redis_config
 from shardq.schedules import AsyncSchedules
 from shardq.store import faults, keys, producer, retry
@@ -251,7 +250,7 @@ class AsyncClient:
 
     async def remove_limit(self, queue: str, name: str) -> bool:
         """See :meth:`shardq.Client.remove_limit`."""
-        check_name_text(name)
+        check_limit_name(name)
         await self.partitions(queue)
         removed = await self._retry(
             lambda: self.redis.hdel(keys.limits_key(queue), name),  # type: ignore[arg-type,return-value]

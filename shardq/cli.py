@@ -175,7 +175,7 @@ def _parse_partitions(value: str | None) -> list[int] | None:
 async def _run_until_signal(make: Callable[[Any], Any], url_settings: Any) -> None:
     """Connect (waiting out an outage: the process reports not ready meanwhile, it does not
     exit), build the runner, run it until SIGTERM/SIGINT."""
-    from shardq.connection import connect_async_waiting
+    from shardq.runtime.startup import connect_async_waiting
 
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()

@@ -10,13 +10,8 @@ from typing import Any
 import click
 
 from shardq.errors import ShardqError
-from shardq.jobs import (
-    JOB_ID_RE,
-    JOB_TYPE_RE,
-    MAX_ATTEMPTS_LIMIT,
-    MAX_IDEMPOTENCY_KEY,
-    check_queue_name,
-)
+from shardq.jobs import MAX_ATTEMPTS_LIMIT
+from shardq.names import JOB_ID_RE, JOB_TYPE_RE, MAX_IDEMPOTENCY_KEY, check_queue_name
 from shardq.store.keys import MAX_PARTITIONS
 
 PARTITIONS = click.IntRange(1, MAX_PARTITIONS)

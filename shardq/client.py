@@ -28,10 +28,9 @@ from shardq.jobs import (
     EnqueueResult,
     JobInfo,
     JobRequest,
-    Priority,
-    check_queue_name,
 )
-from shardq.limits import Limit, check_name_text
+from shardq.limits import Limit
+from shardq.names import Priority, check_limit_name, check_queue_name
 from shardq.runtime import redis_config
 from shardq.schedules import Schedules
 from shardq.store import faults, keys, producer, retry, transport
@@ -382,7 +381,7 @@ class Client:
     def remove_limit(self, queue: str, name: str) -> bool:
         """Remove the limit ``type:<job type>``, ``key:<limit key>`` or ``tenant:<tenant>``;
         False if there was none."""
-        check_name_text(name)
+        check_limit_name(name)
         self.partitions(queue)
         removed = self._run_plain(
             lambda: self.redis.hdel(keys.limits_key(queue), name), f"removing limit {name}"

@@ -15,6 +15,10 @@ from urllib.parse import parse_qs, unquote, urlparse, urlsplit
 from shardq.errors import ConfigError
 
 DEFAULT_URL = "redis://127.0.0.1:7000"
+#: The last epoch ms a datetime can show (9999-12-31T23:59:59.999Z): no time shardq takes can
+#: be later, and a stored time past it cannot be a real one (and would fail whoever formats
+#: it).  Here, below every layer, for the models' checks and the store's readers alike.
+MAX_TIME_MS = 253_402_300_799_999
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
 

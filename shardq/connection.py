@@ -6,9 +6,6 @@ asked (INFO cluster) whether it runs in cluster mode.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import logging
 from typing import Any
 
 import redis
@@ -20,8 +17,6 @@ from redis.driver_info import DriverInfo
 from redis.retry import Retry
 
 from shardq.config import RedisSettings
-
-_log = logging.getLogger("shardq.connection")
 
 SyncRedis = redis.Redis | redis.cluster.RedisCluster
 AsyncRedis = redis.asyncio.Redis | redis.asyncio.cluster.RedisCluster
@@ -191,33 +186,3 @@ def as_text(value: Any) -> str:
     that are not UTF-8 (a record written by hand) are shown with replacement characters rather
     than failing whoever reads them."""
     return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
-
-
-async def connect_async_waiting(settings: RedisSettings, stop: asyncio.Event) -> AsyncRedis | None:
-    """:func:`connect_async`, retried while no Redis node answers (a process started during an
-    outage waits for Redis instead of exiting); None if ``stop`` is set first.  Errors that
-    waiting cannot fix (bad credentials, a bad URL) are raised at once."""
-    from shardq.logs import log_event
-    from shardq.runtime.supervisor import backoff_delay
-    from shardq.store.faults import is_transient
-
-    failures = 0
-    while not stop.is_set():
-        try:
-            return await connect_async(settings)
-        except Exception as exc:
-            if not is_transient(exc):
-                raise
-            failures += 1
-            if failures == 1 or failures % 20 == 0:
-                log_event(
-                    _log,
-                    "startup.waiting_for_redis",
-                    logging.WARNING,
-                    url=settings.url,
-                    error=f"{type(exc).__name__}: {exc}",
-                    attempts=failures,
-                )
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), backoff_delay(failures))
-    return None

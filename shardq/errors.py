@@ -6,6 +6,11 @@ table :data:`SCRIPT_ERRORS` is the one place those codes become exceptions.
 
 from __future__ import annotations
 
+import math
+from typing import Any
+
+_SHOWN = 40  # characters of a bad value an error message shows
+
 
 class ShardqError(Exception):
     """Base class of every error shardq raises on purpose."""
@@ -195,3 +200,21 @@ class ScriptArgumentError(ShardqError, ValueError):
 class NotPermittedError(ShardqError, PermissionError):
     """The Redis user may not run this function: it is another role's (pause, lanes, empty,
     purge, replay and run now are the operator's and admin's).  Nothing was written."""
+
+
+def shown(raw: Any) -> str:
+    """A raw value as a message shows it: text quoted (bytes that are not UTF-8 escaped), a
+    number as it is, a huge int by its size (str() of one over 4,300 digits even fails); cut
+    short.  (Here, below every layer, so a model's errors and the store's readers show a bad
+    value alike; :mod:`shardq.store.numbers` offers it too.)"""
+    if isinstance(raw, int | float) and not isinstance(raw, bool):
+        if isinstance(raw, int) and raw.bit_length() > 128:
+            return f"{'-' if raw < 0 else ''}~1e{int(raw.bit_length() * math.log10(2))}"
+        return repr(raw)
+    if isinstance(raw, bytes | bytearray):
+        text = bytes(raw).decode("utf-8", errors="backslashreplace")
+    else:
+        text = str(raw)
+    if len(text) > _SHOWN:
+        text = text[:_SHOWN] + "..."
+    return repr(text)

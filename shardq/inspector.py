@@ -32,8 +32,9 @@ from typing import Any, Literal, TypeVar
 import orjson
 
 from shardq import jobs as jobmod
+from shardq import names
 from shardq.errors import InvalidCursorError, JobNotFoundError
-from shardq.store import fleet, inspect, keys, producer
+from shardq.store import envelope, fleet, inspect, keys, producer
 from shardq.store.numbers import MAX_TIME_MS, Checked, shown
 from shardq.store.op import Op
 
@@ -143,7 +144,7 @@ def _entry_id(value: Any) -> bool:
 
 
 def _job_id_or_empty(value: Any) -> bool:
-    return isinstance(value, str) and (value == "" or bool(jobmod.JOB_ID_RE.fullmatch(value)))
+    return isinstance(value, str) and (value == "" or bool(names.JOB_ID_RE.fullmatch(value)))
 
 
 def _scan_cursor(value: Any) -> bool:
@@ -222,10 +223,10 @@ def _envelope(
     if not raw:
         return None, None, {}
     c = Checked()
-    letter, attempt_raw, body_raw = jobmod.split_envelope(raw)
+    letter, attempt_raw, body_raw = envelope.split_envelope(raw)
     attempt = c.integer("attempt", attempt_raw, None, 0, jobmod.MAX_ATTEMPT)
     try:
-        body = jobmod.decode_body(body_raw)
+        body = envelope.decode_body(body_raw)
     except ValueError:
         c.bad["body"] = shown(body_raw)
         body = {}
@@ -239,7 +240,7 @@ def _summary(
 ) -> JobSummary:
     bad: dict[str, str] = dict(extra.pop("malformed", None) or {})
     _, attempt, body = _envelope(raw, bad)
-    options = jobmod.stored_options(body, bad)
+    options = envelope.stored_options(body, bad)
     due = extra.pop("due_ms", None)
     if due is not None and not 0 <= due <= MAX_TIME_MS:
         # (a due-set score of +-inf, listed at the cursors' bound: see inspect.SCORE_BOUND)
@@ -643,7 +644,7 @@ def members_plan(
 
 
 def run_now_plan(queue: str, partitions: int, job_id: str) -> Plan[str]:
-    jobmod.check_job_id(job_id)
+    names.check_job_id(job_id)
     pk = keys.partition_keys(queue, keys.partition_for(job_id, partitions), partitions)
     (result,) = yield [inspect.run_now(pk, job_id)]
     if isinstance(result, JobNotFoundError):

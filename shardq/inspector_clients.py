@@ -10,6 +10,7 @@ from shardq import inspector as plans
 from shardq.connection import as_text
 from shardq.errors import InvalidScheduleError, ShardqError
 from shardq.jobs import JobInfo
+from shardq.names import check_idempotency_key
 from shardq.store import keys, numbers, transport
 
 if TYPE_CHECKING:
@@ -91,8 +92,6 @@ class Inspector:
 
     def find(self, queue: str, idempotency_key: str) -> JobInfo | None:
         """The job enqueued with ``idempotency_key`` while the key is retained, else None."""
-        from shardq.jobs import check_idempotency_key
-
         check_idempotency_key(idempotency_key)
         partitions = self.client.partitions(queue)
         pk = keys.partition_keys(queue, keys.partition_for(idempotency_key, partitions), partitions)
@@ -211,8 +210,6 @@ class AsyncInspector:
         return await self.client.get(queue, job_id)
 
     async def find(self, queue: str, idempotency_key: str) -> JobInfo | None:
-        from shardq.jobs import check_idempotency_key
-
         check_idempotency_key(idempotency_key)
         partitions = await self.client.partitions(queue)
         pk = keys.partition_keys(queue, keys.partition_for(idempotency_key, partitions), partitions)

@@ -1,7 +1,9 @@
 """Jobs as users see them: validation, the JSON body stored in Redis, and backoff policies.
 
-The body is written once at enqueue and never parsed by Lua; short keys and omitted defaults
-keep a job with a 20-byte payload well under 250 bytes of Redis memory in all.
+The body is written once at enqueue (:func:`encode_body`) and never parsed by Lua; the store
+reads it back (:mod:`shardq.store.envelope`: a model imports nothing of the store).  Short keys
+and omitted defaults keep a job with a 20-byte payload well under 250 bytes of Redis memory in
+all.
 """
 
 from __future__ import annotations
@@ -20,39 +22,43 @@ from typing import Any, Literal, NamedTuple
 
 import orjson
 
-from shardq.config import ProducerSettings
+from shardq import backoff, names
+from shardq.config import MAX_TIME_MS, ProducerSettings
 from shardq.errors import (
     InvalidJobError,
     InvalidScheduleError,
     PayloadNotSerializableError,
     PayloadTooLargeError,
-    UnknownQueueError,
+    shown,
 )
-from shardq.store import numbers
-from shardq.store.keys import QUEUE_NAME_RE
+from shardq.names import TENANT_CHARS, VALID_JOB_TYPES, check_job_type, check_limit_key
 
-JOB_TYPE_RE = re.compile(r"[A-Za-z0-9_.:/\-]{1,128}")  # fullmatch: "$" would let "\n" through
-JOB_ID_RE = re.compile(r"[\x21-\x7e]{1,128}")
-MAX_IDEMPOTENCY_KEY = 256
+# The identifier rules live in shardq.names; the names they had here stay importable.
+Priority = names.Priority
+PRIORITY_LEVELS = names.PRIORITY_LEVELS
+LEVEL_PRIORITIES = names.LEVEL_PRIORITIES
+TENANT_RE = names.TENANT_RE
+JOB_TYPE_RE = names.JOB_TYPE_RE
+JOB_ID_RE = names.JOB_ID_RE
+MAX_IDEMPOTENCY_KEY = names.MAX_IDEMPOTENCY_KEY
+check_queue_name = names.check_queue_name
+check_job_id = names.check_job_id
+check_idempotency_key = names.check_idempotency_key
+check_priority = names.check_priority
+check_tenant = names.check_tenant
+
 MAX_ATTEMPTS_LIMIT = 1000
 #: Most attempts an envelope's header may count (above any max_attempts a producer can set,
 #: with room for deliveries reclaimed on top; a header beyond it is malformed).
 MAX_ATTEMPT = 2**31 - 1
 
-Priority = Literal["high", "default", "low"]
-#: Priority level -> its letter in a stored body's lane prefix (lua/includes/lanes.lua, which
-#: shares deliveries 6:3:1 between the levels of a partition with lanes on).
-PRIORITY_LEVELS: dict[str, str] = {"high": "h", "default": "n", "low": "l"}
-LEVEL_PRIORITIES: dict[str, Priority] = {"h": "high", "n": "default", "l": "low"}
-_TENANT_CHARS = r"[A-Za-z0-9_.:\-]"  # the Lua side matches [%w_.:%-]*
-TENANT_RE = re.compile(_TENANT_CHARS + "{1,64}")
-_FLOW_PREFIX_RE = re.compile(("@([hnl])(" + _TENANT_CHARS + "{0,64})@").encode())
+_FLOW_PREFIX_RE = re.compile(("@([hnl])(" + TENANT_CHARS + "{0,64})@").encode())
 
 BackoffKind = Literal["fixed", "exponential", "jitter"]
 #: Longest backoff base or cap: the fail script takes a retry delay of at most a year.
 MAX_BACKOFF = 366 * 86400.0
 #: Latest run_at (epoch seconds): 9999-12-31, the last time a datetime or the CLI can show.
-MAX_RUN_AT = numbers.MAX_TIME_MS / 1000
+MAX_RUN_AT = MAX_TIME_MS / 1000
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,32 +84,20 @@ class Backoff:
             if value is None or not 0 <= value <= MAX_BACKOFF:
                 raise InvalidJobError(
                     f"backoff {name} must be 0..{MAX_BACKOFF:.0f} seconds (a retry waits at "
-                    f"most a year), got {numbers.shown(getattr(self, name))}"
+                    f"most a year), got {shown(getattr(self, name))}"
                 )
 
     def delay(self, attempt: int, rng: random.Random | None = None) -> float:
         """Seconds to wait after failed attempt number ``attempt``."""
         if self.kind == "fixed":
             return min(self.base, self.cap)
-        exp = min(self.cap, self.base * float(2 ** min(max(attempt - 1, 0), 62)))
+        exp = backoff.exponential(attempt, self.base, self.cap)
         if self.kind == "exponential":
             return exp
         return float((rng or random).uniform(0.0, exp))
 
     def encode(self) -> list[Any]:
         return [self.kind[0], round(self.base * 1000), round(self.cap * 1000)]
-
-    @classmethod
-    def decode(cls, raw: list[Any]) -> Backoff:
-        """A stored backoff (``[kind letter, base ms, cap ms]``); ValueError (InvalidJobError
-        or BadNumber, naming the value) for one no producer writes."""
-        kinds: dict[str, BackoffKind] = {"f": "fixed", "e": "exponential", "j": "jitter"}
-        if not isinstance(raw, list) or len(raw) != 3 or raw[0] not in kinds:
-            raise InvalidJobError(f"stored backoff {raw!r:.60} is not [kind, base ms, cap ms]")
-        top = MAX_BACKOFF * 1000
-        base = numbers.real(_json_number(raw[1], "backoff base ms"), 0, top, what="backoff base ms")
-        cap = numbers.real(_json_number(raw[2], "backoff cap ms"), 0, top, what="backoff cap ms")
-        return cls(kinds[raw[0]], base / 1000, cap / 1000)
 
 
 DEFAULT_BACKOFF = Backoff()
@@ -196,14 +190,6 @@ def timed_id_due(job_id: str) -> int | None:
     return value
 
 
-def check_queue_name(queue: str) -> None:
-    if not isinstance(queue, str) or not QUEUE_NAME_RE.fullmatch(queue):
-        raise UnknownQueueError(
-            f"queue name {queue!r} is invalid: use 1-64 characters of letters, digits, '_', '.' "
-            "or '-'"
-        )
-
-
 class Schedule(NamedTuple):
     """When a job is due, as the scripts take it: absolute ms ('at') or a delay in ms ('in').
 
@@ -239,12 +225,12 @@ def make_schedule(
             raise InvalidScheduleError(f"delay must be a finite number of seconds, got {seconds}")
         if seconds < -settings.past_tolerance:
             raise InvalidScheduleError(
-                f"delay {numbers.shown(seconds)} s is further in the past than past_tolerance "
+                f"delay {shown(seconds)} s is further in the past than past_tolerance "
                 f"({settings.past_tolerance} s): use delay=0 to run now"
             )
         if seconds > settings.max_horizon:
             raise InvalidScheduleError(
-                f"delay {numbers.shown(seconds)} s is beyond max_horizon "
+                f"delay {shown(seconds)} s is beyond max_horizon "
                 f"({settings.max_horizon} s): schedule closer to now or raise max_horizon"
             )
         return Schedule("in", max(0, round(seconds * 1000)))
@@ -265,7 +251,7 @@ def make_schedule(
         raise InvalidScheduleError(f"run_at must be a finite time, got {epoch}")
     if not 0 < epoch <= MAX_RUN_AT:
         raise InvalidScheduleError(
-            f"run_at {numbers.shown(epoch)} is not a time after 1970 and before the year 10000: "
+            f"run_at {shown(epoch)} is not a time after 1970 and before the year 10000: "
             f"pass epoch seconds 0..{int(MAX_RUN_AT)} or a datetime"
         )
     return Schedule("at", round(epoch * 1000))
@@ -311,7 +297,7 @@ def encode_body(
         and headers is None
         and limit_key is None
         and type(job_type) is str
-        and job_type in _VALID_TYPES  # only valid type strings are ever added
+        and job_type in VALID_JOB_TYPES  # only valid type strings are ever added
     ):
         # The common case (no options) without the option checks; same encoding and limits.
         try:
@@ -320,10 +306,7 @@ def encode_body(
             data = b""  # the full path below reports it
         if data and len(data) <= settings.max_payload_bytes and b"null" not in data:
             return data
-    if not (isinstance(job_type, str) and (job_type in _VALID_TYPES or _valid_type(job_type))):
-        raise InvalidJobError(
-            f"job type {job_type!r} is invalid: use 1-128 characters of letters, digits and '_.:/-'"
-        )
+    check_job_type(job_type)
     body: dict[str, Any] = {}
     if max_attempts is not None:
         if (
@@ -351,8 +334,6 @@ def encode_body(
         if headers:
             body["h"] = headers
     if limit_key is not None:
-        from shardq.limits import check_limit_key
-
         try:
             body["l"] = check_limit_key(limit_key)
         except ValueError as exc:
@@ -378,25 +359,6 @@ def encode_body(
             "or raise the limit"
         )
     return data
-
-
-_VALID_TYPES: set[str] = set()
-
-
-def check_priority(priority: object) -> str:
-    """The level letter of a priority name; InvalidJobError for anything else."""
-    level = PRIORITY_LEVELS.get(priority) if isinstance(priority, str) else None
-    if level is None:
-        raise InvalidJobError(f"priority {priority!r} is unknown: use 'high', 'default' or 'low'")
-    return level
-
-
-def check_tenant(tenant: object) -> str:
-    if not isinstance(tenant, str) or not TENANT_RE.fullmatch(tenant):
-        raise InvalidJobError(
-            f"tenant {tenant!r} is invalid: use 1-64 characters of letters, digits and '_.:-'"
-        )
-    return tenant
 
 
 def flow_prefix(priority: str | None, tenant: str | None) -> bytes:
@@ -427,34 +389,6 @@ def _has_non_finite(value: Any) -> bool:
     if isinstance(value, list | tuple):
         return any(_has_non_finite(v) for v in value)
     return False
-
-
-def _valid_type(job_type: object) -> bool:
-    if not isinstance(job_type, str) or not JOB_TYPE_RE.fullmatch(job_type):
-        return False
-    if len(_VALID_TYPES) < 10_000:
-        _VALID_TYPES.add(job_type)
-    return True
-
-
-def check_job_id(job_id: str) -> None:
-    if not isinstance(job_id, str) or not JOB_ID_RE.fullmatch(job_id):
-        raise InvalidJobError(
-            f"job_id {job_id!r} is invalid: use 1-128 printable ASCII characters, no spaces"
-        )
-
-
-def check_idempotency_key(key: str) -> None:
-    if not isinstance(key, str) or not 1 <= len(key) <= MAX_IDEMPOTENCY_KEY:
-        raise InvalidJobError(
-            f"idempotency_key must be a str of 1..{MAX_IDEMPOTENCY_KEY} characters, got {key!r:.80}"
-        )
-    try:
-        key.encode()
-    except UnicodeEncodeError:
-        raise InvalidJobError(
-            f"idempotency_key {key!r:.80} is not valid Unicode (a lone surrogate): fix its source"
-        ) from None
 
 
 @dataclass(slots=True)
@@ -541,93 +475,3 @@ class JobInfo:
     malformed: dict[str, str] = field(default_factory=dict)
     """Stored fields that are not what a producer writes (name -> raw value), read as unset:
     e.g. ``{"due_ms": "'inf'"}``, ``{"m": "1e+300"}`` (written by hand or by a buggy release)."""
-
-
-def _json_number(value: Any, what: str) -> int | float:
-    """A number of a stored body as JSON gave it (producers write numbers there, never text
-    that the checked parsers would read as one); BadNumber for anything else."""
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        return value
-    raise numbers.BadNumber(what, value, "a JSON number")
-
-
-def split_envelope(raw: bytes) -> tuple[bytes, bytes, bytes]:
-    """A stored envelope ``<state><attempt>|<body>`` as (state letter, attempt text, body); an
-    envelope without the bar gives an empty body (which :func:`decode_body` refuses)."""
-    bar = raw.find(b"|")
-    if bar < 0:
-        return raw[:1], raw[1:], b""
-    return raw[:1], raw[1:bar], raw[bar + 1 :]
-
-
-class StoredOptions(NamedTuple):
-    """A stored body's options, as a producer writes them (None: not set)."""
-
-    max_attempts: int | None
-    backoff: Backoff | None
-    headers: dict[str, str]
-    idempotency_key: str | None
-    limit_key: str | None
-
-
-def stored_options(body: dict[str, Any], bad: dict[str, str] | None = None) -> StoredOptions:
-    """The options of a decoded body (:func:`decode_body`), checked as a producer writes them:
-    max attempts an integer 1..MAX_ATTEMPTS_LIMIT, a backoff of [kind, base ms, cap ms] within
-    a year, headers of str to str, str keys.  An option no producer writes (a job stored by
-    hand or by a buggy release) raises ValueError naming it; with ``bad`` given, it is put
-    there instead (option -> raw value shown) and read as not set."""
-
-    def refuse(name: str, message: str) -> None:
-        if bad is None:
-            raise ValueError(message)
-        bad[name] = numbers.shown(body.get(name))
-
-    max_attempts: int | None = None
-    if body.get("m") is not None:
-        try:
-            max_attempts = numbers.integer(
-                _json_number(body["m"], "max attempts"), 1, MAX_ATTEMPTS_LIMIT, what="max attempts"
-            )
-        except numbers.BadNumber as exc:
-            refuse("m", str(exc))
-    backoff: Backoff | None = None
-    if body.get("b") is not None:
-        try:
-            backoff = Backoff.decode(body["b"])
-        except ValueError as exc:
-            refuse("b", str(exc))
-    headers = body.get("h") or {}
-    if not isinstance(headers, dict) or not all(
-        isinstance(k, str) and isinstance(v, str) for k, v in headers.items()
-    ):
-        refuse("h", f"headers {headers!r:.40} are not an object of strings")
-        headers = {}
-    keys_: list[str | None] = []
-    for name, what in (("k", "idempotency key"), ("l", "limit key")):
-        value = body.get(name)
-        if value is not None and not isinstance(value, str):
-            refuse(name, f"{what} {value!r:.40} is not a string")
-            value = None
-        keys_.append(value)
-    return StoredOptions(max_attempts, backoff, headers, keys_[0], keys_[1])
-
-
-def decode_body(raw: bytes | str) -> dict[str, Any]:
-    """Parse a stored body into ``{"t": type, "p": payload, **options}``.
-
-    A body with a priority or tenant prefix also gives ``"priority"`` and ``"tenant"``.
-    Raises ValueError when it is not a job body.
-    """
-    if isinstance(raw, str):
-        raw = raw.encode()
-    flow: dict[str, Any] = {}
-    if raw[:1] == b"@":
-        priority, tenant, raw = split_flow(raw)
-        flow = {"priority": priority, "tenant": tenant}
-    body = orjson.loads(raw)
-    if not isinstance(body, list) or not 2 <= len(body) <= 3 or not isinstance(body[0], str):
-        raise ValueError("job body is not [type, payload, options?]")
-    options = body[2] if len(body) == 3 else {}
-    if not isinstance(options, dict):
-        raise ValueError("job body options are not an object")
-    return {**options, **flow, "t": body[0], "p": body[1]}

@@ -33,47 +33,23 @@ from typing import Any, Literal
 
 import orjson
 
+from shardq import names
 from shardq.errors import InvalidLimitError
-from shardq.jobs import TENANT_RE
+from shardq.names import JOB_TYPE_RULE, TENANT_RULE, check_limit_key, is_job_type, is_tenant
 
 LimitKind = Literal["type", "key", "tenant"]
 #: ``tenant:*``: a limit every tenant gets a copy of, counted per tenant.
 EACH_TENANT = "*"
 
-# Limit keys travel in job bodies and key names: no braces (a hash tag), no spaces.
-LIMIT_KEY_RE = re.compile(r"[A-Za-z0-9_.:/@\-]{1,128}")
+# The rules for limit keys and names live in shardq.names; their old names here keep working.
+LIMIT_KEY_RE = names.LIMIT_KEY_RE
+check_name_text = names.check_limit_name
 MAX_RATE = 1_000_000
 MAX_CONCURRENCY = 1_000_000
 MIN_PERIOD = 0.001
 MAX_PERIOD = 7 * 86400.0
 _UNITS = {"ms": 0.001, "s": 1.0, "sec": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0, "d": 86400.0}
 _RATE_RE = re.compile(r"\s*(\d+)\s*/\s*(\d*\.?\d*)\s*([a-z]+)\s*")
-
-
-def check_limit_key(key: object) -> str:
-    """A limit key as given, or InvalidLimitError saying what is allowed."""
-    if not isinstance(key, str) or not LIMIT_KEY_RE.fullmatch(key):
-        raise InvalidLimitError(
-            f"limit key {key!r:.80} is invalid: use 1-128 characters of letters, digits and "
-            "'_.:/@-' (e.g. a customer id or an API host)"
-        )
-    return key
-
-
-def check_name_text(name: object) -> str:
-    """A limit's name as a remove may give it: any text Redis can hold (a limit stored by hand
-    under an odd name must stay removable), so only refused when it is not text, or holds lone
-    surrogates (bytes that were not UTF-8 on a command line)."""
-    try:
-        if not isinstance(name, str):
-            raise TypeError
-        name.encode()
-    except (TypeError, UnicodeEncodeError):
-        raise InvalidLimitError(
-            f"limit name {name!r:.80} is not valid text: give type:<job type>, key:<limit key> "
-            "or tenant:<tenant>"
-        ) from None
-    return name
 
 
 def parse_rate(text: str) -> tuple[int, float]:
@@ -110,20 +86,13 @@ class Limit:
         if self.kind == "key":
             check_limit_key(self.match)
         elif self.kind == "tenant":
-            if self.match != EACH_TENANT and not (
-                isinstance(self.match, str) and TENANT_RE.fullmatch(self.match)
-            ):
+            if self.match != EACH_TENANT and not is_tenant(self.match):
                 raise InvalidLimitError(
-                    f"tenant {self.match!r:.80} is invalid: use 1-64 characters of letters, "
-                    "digits and '_.:-', or '*' for a limit of its own for every tenant"
+                    f"tenant {self.match!r:.80} is invalid: {TENANT_RULE}, or '*' for a limit "
+                    "of its own for every tenant"
                 )
-        elif not isinstance(self.match, str) or not re.fullmatch(
-            r"[A-Za-z0-9_.:/\-]{1,128}", self.match
-        ):
-            raise InvalidLimitError(
-                f"job type {self.match!r:.80} is invalid: use 1-128 characters of letters, "
-                "digits and '_.:/-'"
-            )
+        elif not is_job_type(self.match):
+            raise InvalidLimitError(f"job type {self.match!r:.80} is invalid: {JOB_TYPE_RULE}")
         if self.rate is None and self.concurrency is None:
             raise InvalidLimitError(
                 f"limit {self.name} sets neither a rate nor a concurrency: give one or both"

@@ -68,7 +68,8 @@ from shardq import jobs as jobmod
 from shardq.config import ProducerSettings
 from shardq.errors import InvalidJobError, InvalidPeriodicScheduleError, ScheduleNotFoundError
 from shardq.jobs import Backoff
-from shardq.store import keys, numbers
+from shardq.names import check_schedule_name as check_name
+from shardq.store import envelope, keys, numbers
 from shardq.store import schedules as ops
 from shardq.store.numbers import Checked
 from shardq.store.op import Op
@@ -93,14 +94,6 @@ FORMAT_VERSION = 1
 
 T = TypeVar("T")
 Flow = Generator[Op[Any], Any, T]
-
-
-def check_name(name: str) -> None:
-    if not isinstance(name, str) or not keys.SCHEDULE_NAME_RE.fullmatch(name):
-        raise InvalidPeriodicScheduleError(
-            f"schedule name {name!r} is invalid: use 1-100 characters of letters, digits, '_', "
-            "'.' or '-'"
-        )
 
 
 def _text(value: Any, what: str) -> str:
@@ -490,7 +483,7 @@ def info(queue: str, partition: int, row: ops.StoredSchedule) -> ScheduleInfo:
     last_fire, last_tick, fires, misfires, paused = _state(row.state, bad)
     try:
         d = Definition.from_json(row.name, row.definition)
-        body = jobmod.decode_body(d.body)
+        body = envelope.decode_body(d.body)
     except (InvalidPeriodicScheduleError, ValueError) as exc:
         bad["definition"] = f"{numbers.shown(row.definition)} ({exc})"
         return ScheduleInfo(
@@ -501,7 +494,7 @@ def info(queue: str, partition: int, row: ops.StoredSchedule) -> ScheduleInfo:
             last_fire_ms=last_fire, last_tick_ms=last_tick, fires=fires, misfires=misfires,
             malformed=bad,
         )  # fmt: skip
-    options = jobmod.stored_options(body, bad)
+    options = envelope.stored_options(body, bad)
     backoff = None
     if options.backoff is not None:
         b = options.backoff

@@ -14,8 +14,9 @@ from hypothesis import strategies as st
 
 from shardq.config import ProducerSettings
 from shardq.errors import InvalidJobError, InvalidScheduleError, ShardqError
-from shardq.jobs import JOB_TYPE_RE, Backoff, decode_body, encode_body, make_schedule
+from shardq.jobs import JOB_TYPE_RE, Backoff, encode_body, make_schedule
 from shardq.store import keys, producer
+from shardq.store.envelope import decode_backoff, decode_body
 
 SETTINGS = ProducerSettings()
 queue_names = st.from_regex(keys.QUEUE_NAME_RE, fullmatch=True).filter(lambda q: "\n" not in q)
@@ -177,7 +178,7 @@ def test_exponential_backoff_never_shrinks_and_jitter_stays_below_it(
 
 @given(backoff=backoffs)
 def test_backoff_survives_its_stored_form(backoff: Backoff) -> None:
-    again = Backoff.decode(orjson.loads(orjson.dumps(backoff.encode())))
+    again = decode_backoff(orjson.loads(orjson.dumps(backoff.encode())))
     assert again.kind == backoff.kind
     assert abs(again.base - backoff.base) <= 0.0005 and abs(again.cap - backoff.cap) <= 0.0005
 

@@ -15,10 +15,10 @@ import contextlib
 import logging
 import time
 
-from shardq import metrics
 from shardq.config import DispatcherSettings
 from shardq.dispatcher.leases import Leases
 from shardq.errors import FencedError
+from shardq.metrics import registry as metrics
 from shardq.runtime.pernode import PerPrimary
 from shardq.runtime.supervisor import Supervisor, log_redirect
 from shardq.store import faults, fleet, keys

@@ -23,10 +23,10 @@ from collections.abc import Sequence
 
 from prometheus_client import Counter
 
-from shardq import metrics
 from shardq.config import DispatcherSettings
 from shardq.dispatcher.leases import Leases
 from shardq.errors import FencedError, InvalidPeriodicScheduleError
+from shardq.metrics import registry as metrics
 from shardq.runtime.pernode import PerPrimary
 from shardq.runtime.supervisor import Supervisor
 from shardq.schedules import Definition, plan

@@ -10,10 +10,10 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from shardq import metrics
 from shardq.dispatcher.leases import Leases
 from shardq.errors import FencedError
 from shardq.logs import log_event
+from shardq.metrics import registry as metrics
 from shardq.store import fleet, keys
 from shardq.store.meta import QueueMeta
 from shardq.store.transport import AsyncTransport

@@ -31,19 +31,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import random
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
-from shardq import metrics
+from shardq import backoff
 from shardq.logs import log_event
+from shardq.metrics import registry as metrics
 from shardq.store.faults import is_migration, is_transient, redirect_fields
 
 log = logging.getLogger("shardq.supervisor")
 
-BACKOFF_FIRST = 0.1
-BACKOFF_CAP = 5.0
 # A loop is stuck after this many of its own passes without progress, on top of stall_after.
 STALL_PASSES = 3
 # Redirects in a row a loop may meet (each followed by REDIRECT_PAUSE) before they count as
@@ -55,13 +53,6 @@ REDIRECT_PAUSE = 0.1
 def log_redirect(logger: logging.Logger, exc: BaseException, **fields: object) -> None:
     """A slot on the move was met: the ``topology.redirect`` event (info), never a warning."""
     log_event(logger, "topology.redirect", logging.INFO, **redirect_fields(exc), **fields)
-
-
-def backoff_delay(failures: int, rng: random.Random | None = None) -> float:
-    """Seconds to wait after the ``failures``-th consecutive failure (1-based), jittered by
-    +-50 % so a fleet that lost Redis at one instant does not come back at one instant."""
-    base = float(min(BACKOFF_CAP, BACKOFF_FIRST * 2 ** min(max(failures - 1, 0), 16)))
-    return base * (rng or random).uniform(0.5, 1.5)
 
 
 @dataclass(slots=True)
@@ -261,7 +252,7 @@ class Supervisor:
             state.last_progress = now
             log_redirect(log, exc, role=self.role, queue=self.queue, loop=state.name)
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(loop.stop.wait(), REDIRECT_PAUSE * random.uniform(0.5, 1.5))
+                await asyncio.wait_for(loop.stop.wait(), backoff.jittered(REDIRECT_PAUSE))
             return
         transient = is_transient(exc)
         state.errors += 1
@@ -294,7 +285,7 @@ class Supervisor:
         if not transient and state.consecutive == 1:
             log.warning("loop %s: unexpected error", state.name, exc_info=exc)
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(loop.stop.wait(), backoff_delay(state.consecutive))
+            await asyncio.wait_for(loop.stop.wait(), backoff.delay(state.consecutive))
 
     async def stop(self, order: list[str] | None = None, grace: float = 2.0) -> None:
         """Stop loops one group at a time: each name (or name prefix ending in ``:``) in

@@ -15,8 +15,9 @@ partition p" is simply "which node holds slot range p".
 from __future__ import annotations
 
 import binascii
-import re
 from functools import lru_cache
+
+from shardq import names
 
 SLOTS = 16384
 MAX_PARTITIONS = 1024
@@ -33,7 +34,9 @@ COMPACT_LAYOUT = 3
 # applies to it (its field 'lanes' is there), so processes need not know the queue's layout.
 CONTROL_LAYOUT = 4
 
-QUEUE_NAME_RE = re.compile(r"[A-Za-z0-9_.\-]{1,64}")  # use fullmatch ("$" lets "\n" through)
+# The name rules live in shardq.names; their old names here keep working.
+QUEUE_NAME_RE = names.QUEUE_NAME_RE
+SCHEDULE_NAME_RE = names.SCHEDULE_NAME_RE
 
 # Cross-queue keys (each on its own slot; touched only outside scripts).
 QUEUES_KEY = "sq:queues"
@@ -231,7 +234,6 @@ def all_partition_keys(queue: str, partitions: int) -> list[PartitionKeys]:
 
 
 # Periodic schedules (shardq.schedules): a name, and the id of the job one tick enqueues.
-SCHEDULE_NAME_RE = re.compile(r"[A-Za-z0-9_.\-]{1,100}")  # fullmatch
 SCHEDULE_JOB_PREFIX = "sq-sched:"
 
 
@@ -251,6 +253,6 @@ def partition_for(routing_key: str, partitions: int) -> int:
     every other key routes by its own CRC32, as it always has."""
     if routing_key.startswith(SCHEDULE_JOB_PREFIX):
         name, at, tick = routing_key[len(SCHEDULE_JOB_PREFIX) :].rpartition("@")
-        if at and tick.isascii() and tick.isdigit() and SCHEDULE_NAME_RE.fullmatch(name):
+        if at and tick.isascii() and tick.isdigit() and names.SCHEDULE_NAME_RE.fullmatch(name):
             routing_key = name
     return binascii.crc32(routing_key.encode()) % partitions

@@ -19,19 +19,17 @@ import math
 import re
 from typing import Any, TypeVar
 
+from shardq.config import MAX_TIME_MS as MAX_TIME_MS
 from shardq.errors import MalformedRecordError
+from shardq.errors import shown as shown
 
 T = TypeVar("T")
 
 INT64_MIN = -(2**63)
 INT64_MAX = 2**63 - 1
-#: The last epoch ms a datetime can show (9999-12-31T23:59:59.999Z): a stored time past it
-#: cannot be a real one, and would fail whoever formats it.
-MAX_TIME_MS = 253_402_300_799_999
 
 _INTEGER = re.compile(rb"-?[0-9]{1,19}")
 _REAL = re.compile(rb"[-+]?(?:[0-9]{1,40}(?:\.[0-9]{0,40})?|\.[0-9]{1,40})(?:[eE][-+]?[0-9]{1,3})?")
-_SHOWN = 40  # characters of a bad value shown in a message
 
 
 class BadNumber(MalformedRecordError):
@@ -43,23 +41,6 @@ class BadNumber(MalformedRecordError):
         self.raw = raw
         self.allowed = allowed
         super().__init__(f"{what} is {shown(raw)}, not {allowed}")
-
-
-def shown(raw: Any) -> str:
-    """A raw value as a message shows it: text quoted (bytes that are not UTF-8 escaped), a
-    number as it is, a huge int by its size (str() of one over 4,300 digits even fails); cut
-    short."""
-    if isinstance(raw, int | float) and not isinstance(raw, bool):
-        if isinstance(raw, int) and raw.bit_length() > 128:
-            return f"{'-' if raw < 0 else ''}~1e{int(raw.bit_length() * math.log10(2))}"
-        return repr(raw)
-    if isinstance(raw, bytes | bytearray):
-        text = bytes(raw).decode("utf-8", errors="backslashreplace")
-    else:
-        text = str(raw)
-    if len(text) > _SHOWN:
-        text = text[:_SHOWN] + "..."
-    return repr(text)
 
 
 def _bytes(raw: Any) -> bytes | None:

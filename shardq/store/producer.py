@@ -17,6 +17,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from shardq import jobs as jobmod
+from shardq import names
 from shardq.config import ProducerSettings
 from shardq.connection import as_text
 from shardq.errors import (
@@ -29,6 +30,7 @@ from shardq.errors import (
 from shardq.jobs import EnqueueResult, JobInfo, JobRequest
 from shardq.store import keys
 from shardq.store.codes import Code, check, error_for, is_code
+from shardq.store.envelope import decode_body, split_envelope, stored_options
 from shardq.store.meta import DEFAULT_DEAD_CAP as DEFAULT_DEAD_CAP
 from shardq.store.meta import MAX_DEAD_CAP, QueueMeta, parse_meta
 from shardq.store.numbers import Checked
@@ -138,9 +140,9 @@ def timed_mode(schedule: jobmod.Schedule) -> jobmod.Schedule:
 def check_ids(job_id: str | None, idempotency_key: str | None) -> None:
     """InvalidJobError for a bad job id or idempotency key (before anything uses them)."""
     if idempotency_key is not None:
-        jobmod.check_idempotency_key(idempotency_key)
+        names.check_idempotency_key(idempotency_key)
     if job_id is not None:
-        jobmod.check_job_id(job_id)
+        names.check_job_id(job_id)
 
 
 def route(
@@ -277,8 +279,8 @@ def prepare_enqueue(
 def priority_needs_lanes(priority: str | None) -> bool:
     """Whether a reschedule to ``priority`` needs lanes on (any level but the default);
     InvalidJobError for an unknown priority, before anything else is checked."""
-    default = jobmod.PRIORITY_LEVELS["default"]
-    return priority is not None and jobmod.check_priority(priority) != default
+    default = names.PRIORITY_LEVELS["default"]
+    return priority is not None and names.check_priority(priority) != default
 
 
 def needs_lanes(prepared: Iterable[PreparedEnqueue]) -> bool:
@@ -418,7 +420,7 @@ def plan_bulk(prepared: list[PreparedEnqueue]) -> list[BulkCall]:
 
 
 def _partition_keys(queue: str, partitions: int, job_id: str) -> keys.PartitionKeys:
-    jobmod.check_job_id(job_id)
+    names.check_job_id(job_id)
     return keys.partition_keys(queue, keys.partition_for(job_id, partitions), partitions)
 
 
@@ -448,7 +450,7 @@ def reschedule(
     ``delay`` both None: the due time stays); the op returns the due time in ms on the Redis
     clock."""
     pk = _partition_keys(queue, partitions, job_id)
-    level = jobmod.check_priority(priority) if priority is not None else ""
+    level = names.check_priority(priority) if priority is not None else ""
     if run_at is None and delay is None:
         if not level:
             raise InvalidScheduleError("reschedule needs run_at, delay or priority")
@@ -480,9 +482,9 @@ def get(queue: str, partitions: int, job_id: str) -> Op[JobInfo | None]:
         if envelope is None:
             return None
         raw = envelope if isinstance(envelope, bytes) else str(envelope).encode()
-        state_char, attempt_raw, body_raw = jobmod.split_envelope(raw)
+        state_char, attempt_raw, body_raw = split_envelope(raw)
         try:
-            body = jobmod.decode_body(body_raw)
+            body = decode_body(body_raw)
         except ValueError as exc:
             raise MalformedRecordError(
                 f"job {job_id!r} of {queue} has a malformed body ({exc}): `shardq job cancel` "
@@ -492,7 +494,7 @@ def get(queue: str, partitions: int, job_id: str) -> Op[JobInfo | None]:
         # fatal to the read: the job can still be looked at, cancelled or run again.
         c = Checked()
         attempt = c.integer("attempt", attempt_raw, 0, 0, jobmod.MAX_ATTEMPT)
-        options = jobmod.stored_options(body, c.bad)
+        options = stored_options(body, c.bad)
         if due is not None:
             state: jobmod.JobState = "scheduled"
         elif state_char == b"A":
@@ -529,7 +531,7 @@ def queue_create(
     dead_letter_cap: int = DEFAULT_DEAD_CAP,
 ) -> Op[bool]:
     """Record a queue's settings once; the op returns True when the queue is new."""
-    jobmod.check_queue_name(queue)
+    names.check_queue_name(queue)
     if (
         isinstance(partitions, bool)
         or not isinstance(partitions, int)

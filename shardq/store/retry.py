@@ -15,24 +15,25 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import random
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
+from shardq import backoff
 from shardq.store import faults
 
 T = TypeVar("T")
 
+# Shorter than a process loop's backoff (shardq.backoff): a caller waits on these resends and
+# the call ends at retry_timeout, so each should land soon after a failover is over.
 FIRST_PAUSE = 0.05
 MAX_PAUSE = 0.5
+PAUSE_JITTER = 0.25
 
 
 def pause(attempt: int) -> float:
     """Seconds before resend number ``attempt`` (1-based), jittered by +-25 %."""
-    return float(min(MAX_PAUSE, FIRST_PAUSE * 2 ** min(attempt - 1, 10))) * random.uniform(
-        0.75, 1.25
-    )
+    return backoff.delay(attempt, first=FIRST_PAUSE, cap=MAX_PAUSE, jitter=PAUSE_JITTER)
 
 
 def should_retry(exc: BaseException, safe_to_repeat: bool) -> bool:

@@ -25,6 +25,7 @@ from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from shardq import backoff
 from shardq import cli_format as fmt
 from shardq.aio import AsyncClient
 from shardq.config import RedisSettings, redact_url
@@ -39,7 +40,6 @@ from shardq.errors import (
 )
 from shardq.inspector import EMPTY_STATES, LIST_STATES, AsyncInspector, InvalidCursorError
 from shardq.logs import log_event
-from shardq.runtime.supervisor import backoff_delay
 from shardq.web import auth
 from shardq.web.data import HEAT_METRICS, Rates, fleet, overview, queue_view
 
@@ -819,7 +819,7 @@ def create_app(
                 log_event(log, "web.redis_unreachable", logging.WARNING,
                           url=redact_url(config.redis.url), error=console.redis_error,
                           attempts=failures)  # fmt: skip
-            await asyncio.sleep(backoff_delay(failures))
+            await asyncio.sleep(backoff.delay(failures))
             if await attempt():
                 log_event(log, "web.redis_connected", logging.INFO, attempts=failures + 1)
                 return

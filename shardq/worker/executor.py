@@ -21,11 +21,13 @@ from typing import Any
 
 import orjson
 
-from shardq import metrics, tracing
+from shardq import tracing
 from shardq.config import WorkerSettings
 from shardq.errors import HandlerTimeoutError, PermanentError, UnknownJobTypeError
-from shardq.jobs import Job, decode_body, stored_options
+from shardq.jobs import Job
+from shardq.metrics import registry as metrics
 from shardq.store.delivery import BAD_ATTEMPT, Delivered
+from shardq.store.envelope import decode_body, stored_options
 from shardq.worker.inflight import Delivery, InFlight, WorkerStats
 from shardq.worker.limiter import Limiter
 from shardq.worker.settler import Settler

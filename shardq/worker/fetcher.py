@@ -30,8 +30,8 @@ from typing import Any
 
 from redis.exceptions import ResponseError
 
-from shardq import metrics
 from shardq.config import WorkerSettings
+from shardq.metrics import registry as metrics
 from shardq.runtime.pernode import PerPrimary
 from shardq.runtime.supervisor import Supervisor, log_redirect
 from shardq.store import delivery, faults, keys

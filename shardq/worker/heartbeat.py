@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from shardq import metrics
+from shardq.metrics import registry as metrics
 from shardq.runtime.membership import Membership
 from shardq.runtime.pernode import PerPrimaryCalls
 from shardq.store import delivery, keys

@@ -22,11 +22,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from shardq import metrics
+from shardq import backoff
 from shardq.config import WorkerSettings
 from shardq.limits import Limit, LimitTable
 from shardq.logs import log_event
-from shardq.runtime.supervisor import backoff_delay
+from shardq.metrics import registry as metrics
 from shardq.store import faults, keys
 from shardq.store import limits as store_limits
 from shardq.store.op import Op
@@ -284,7 +284,7 @@ class Limiter:
                     raise
                 if faults.is_redirect(exc):
                     await self.transport.refresh()
-                await asyncio.sleep(backoff_delay(attempt, random.Random()))
+                await asyncio.sleep(backoff.delay(attempt, random.Random()))
 
     def _give_up(self, ds: list[Delivery], exc: BaseException) -> None:
         """Neither run nor deferred: leave them pending; reclaim asks the limit again."""

@@ -19,8 +19,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from shardq import metrics
 from shardq.config import WorkerSettings
+from shardq.metrics import registry as metrics
 from shardq.runtime.membership import Membership
 from shardq.runtime.pernode import PerPrimaryCalls
 from shardq.runtime.supervisor import Supervisor

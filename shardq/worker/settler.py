@@ -21,12 +21,12 @@ import traceback
 from collections.abc import Callable, Container
 from typing import Any
 
-from shardq import metrics
+from shardq import backoff
 from shardq.config import WorkerSettings
 from shardq.errors import PermanentError, RetryAfter
 from shardq.jobs import DEFAULT_BACKOFF, Backoff
 from shardq.logs import log_event
-from shardq.runtime.supervisor import backoff_delay
+from shardq.metrics import registry as metrics
 from shardq.store import delivery, faults, keys, numbers
 from shardq.store.op import Op
 from shardq.store.transport import AsyncTransport
@@ -192,7 +192,7 @@ class Settler:
                     return
                 if faults.is_redirect(err):
                     await self.transport.refresh()
-                await asyncio.sleep(backoff_delay(attempt, random.Random()))
+                await asyncio.sleep(backoff.delay(attempt, random.Random()))
         self.inflight.remove(d.partition, d.entry_id)
         fields: dict[str, Any] = {
             "job_id": job.id,

@@ -1,0 +1,120 @@
+"""The stored job envelope, read back: ``<state><attempt>|<body>`` in a partition's jobs hash
+(or a compact due-set member's body), the body's JSON and the options a producer wrote in it.
+
+:func:`shardq.jobs.encode_body` writes the body (it checks a job as a producer gives it); this
+module reads what Redis holds, which may have been written by hand or by a buggy release, so
+every option is checked as a producer writes it (numbers through :mod:`shardq.store.numbers`)
+and one that is not is refused, or reported as malformed, never trusted.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import orjson
+
+from shardq.errors import InvalidJobError
+from shardq.jobs import MAX_ATTEMPTS_LIMIT, MAX_BACKOFF, Backoff, BackoffKind, split_flow
+from shardq.store import numbers
+
+
+def decode_backoff(raw: list[Any]) -> Backoff:
+    """A stored backoff (``[kind letter, base ms, cap ms]``, :meth:`Backoff.encode`);
+    ValueError (InvalidJobError or BadNumber, naming the value) for one no producer writes."""
+    kinds: dict[str, BackoffKind] = {"f": "fixed", "e": "exponential", "j": "jitter"}
+    if not isinstance(raw, list) or len(raw) != 3 or raw[0] not in kinds:
+        raise InvalidJobError(f"stored backoff {raw!r:.60} is not [kind, base ms, cap ms]")
+    top = MAX_BACKOFF * 1000
+    base = numbers.real(json_number(raw[1], "backoff base ms"), 0, top, what="backoff base ms")
+    cap = numbers.real(json_number(raw[2], "backoff cap ms"), 0, top, what="backoff cap ms")
+    return Backoff(kinds[raw[0]], base / 1000, cap / 1000)
+
+
+def json_number(value: Any, what: str) -> int | float:
+    """A number of a stored body as JSON gave it (producers write numbers there, never text
+    that the checked parsers would read as one); BadNumber for anything else."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return value
+    raise numbers.BadNumber(what, value, "a JSON number")
+
+
+def split_envelope(raw: bytes) -> tuple[bytes, bytes, bytes]:
+    """A stored envelope ``<state><attempt>|<body>`` as (state letter, attempt text, body); an
+    envelope without the bar gives an empty body (which :func:`decode_body` refuses)."""
+    bar = raw.find(b"|")
+    if bar < 0:
+        return raw[:1], raw[1:], b""
+    return raw[:1], raw[1:bar], raw[bar + 1 :]
+
+
+class StoredOptions(NamedTuple):
+    """A stored body's options, as a producer writes them (None: not set)."""
+
+    max_attempts: int | None
+    backoff: Backoff | None
+    headers: dict[str, str]
+    idempotency_key: str | None
+    limit_key: str | None
+
+
+def stored_options(body: dict[str, Any], bad: dict[str, str] | None = None) -> StoredOptions:
+    """The options of a decoded body (:func:`decode_body`), checked as a producer writes them:
+    max attempts an integer 1..MAX_ATTEMPTS_LIMIT, a backoff of [kind, base ms, cap ms] within
+    a year, headers of str to str, str keys.  An option no producer writes (a job stored by
+    hand or by a buggy release) raises ValueError naming it; with ``bad`` given, it is put
+    there instead (option -> raw value shown) and read as not set."""
+
+    def refuse(name: str, message: str) -> None:
+        if bad is None:
+            raise ValueError(message)
+        bad[name] = numbers.shown(body.get(name))
+
+    max_attempts: int | None = None
+    if body.get("m") is not None:
+        try:
+            max_attempts = numbers.integer(
+                json_number(body["m"], "max attempts"), 1, MAX_ATTEMPTS_LIMIT, what="max attempts"
+            )
+        except numbers.BadNumber as exc:
+            refuse("m", str(exc))
+    backoff: Backoff | None = None
+    if body.get("b") is not None:
+        try:
+            backoff = decode_backoff(body["b"])
+        except ValueError as exc:
+            refuse("b", str(exc))
+    headers = body.get("h") or {}
+    if not isinstance(headers, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in headers.items()
+    ):
+        refuse("h", f"headers {headers!r:.40} are not an object of strings")
+        headers = {}
+    keys_: list[str | None] = []
+    for name, what in (("k", "idempotency key"), ("l", "limit key")):
+        value = body.get(name)
+        if value is not None and not isinstance(value, str):
+            refuse(name, f"{what} {value!r:.40} is not a string")
+            value = None
+        keys_.append(value)
+    return StoredOptions(max_attempts, backoff, headers, keys_[0], keys_[1])
+
+
+def decode_body(raw: bytes | str) -> dict[str, Any]:
+    """Parse a stored body into ``{"t": type, "p": payload, **options}``.
+
+    A body with a priority or tenant prefix also gives ``"priority"`` and ``"tenant"``.
+    Raises ValueError when it is not a job body.
+    """
+    if isinstance(raw, str):
+        raw = raw.encode()
+    flow: dict[str, Any] = {}
+    if raw[:1] == b"@":
+        priority, tenant, raw = split_flow(raw)
+        flow = {"priority": priority, "tenant": tenant}
+    body = orjson.loads(raw)
+    if not isinstance(body, list) or not 2 <= len(body) <= 3 or not isinstance(body[0], str):
+        raise ValueError("job body is not [type, payload, options?]")
+    options = body[2] if len(body) == 3 else {}
+    if not isinstance(options, dict):
+        raise ValueError("job body options are not an object")
+    return {**options, **flow, "t": body[0], "p": body[1]}
