@@ -837,7 +837,7 @@ def test_compose_cluster_and_start_order() -> None:
         assert svc["command"][:2] == [name, "run"]
         assert svc["command"][svc["command"].index("--queue") + 1] == "demo"
     worker = services["worker"]["command"]
-    assert worker[worker.index("--handlers") + 1] == "shardq.bench:handlers"
+    assert worker[worker.index("--handlers") + 1] == "shardq.devtools.handlers:handlers"
     locust = services["locust"]
     assert "/app/loadtest/locustfile.py" in locust["command"]
     assert "./loadtest:/app/loadtest:ro" in locust["volumes"]
@@ -1011,7 +1011,7 @@ def test_web_console_actions_component(tmp_path: Path) -> None:
     assert not env["SHARDQ_WEB_TOKEN"]["valueFrom"]["secretKeyRef"].get("optional")
     assert [d for d in docs if d["kind"] == "NetworkPolicy"]
     # `shardq web` reads that variable as its --allow-actions flag
-    from shardq.cli_web import web
+    from shardq.cli.web import web
 
     [flag] = [p for p in web.params if p.name == "allow_actions"]
     assert flag.envvar == "SHARDQ_WEB_ALLOW_ACTIONS"
@@ -1129,7 +1129,7 @@ def test_docker_build_context_builds_the_wheel_with_lua(tmp_path: Path) -> None:
     names = set(zipfile.ZipFile(wheel).namelist())
     lua = {p.relative_to(ROOT / "lua").as_posix() for p in (ROOT / "lua").rglob("*.lua")}
     assert lua and {f"shardq/lua/{p}" for p in lua} <= names
-    assert "shardq/cli.py" in names
+    assert "shardq/cli/__init__.py" in names
     [entry_points] = [n for n in names if n.endswith(".dist-info/entry_points.txt")]
     assert "shardq = shardq.cli:entry" in zipfile.ZipFile(wheel).read(entry_points).decode()
 
@@ -1169,13 +1169,13 @@ def test_shardq_commands_accept_their_own_options() -> None:
 
 
 def test_worker_handlers_are_importable() -> None:
-    from shardq.cli import load_handlers
+    from shardq.cli.process import load_handlers
 
-    specs = {"shardq.bench:handlers"}
+    specs = {"shardq.devtools.handlers:handlers"}
     for target in OVERLAYS:
         specs.add(one(target, "ConfigMap", "shardq-config")["data"]["SHARDQ_HANDLERS"])
-    assert specs == {"shardq.bench:handlers"}
-    handlers = load_handlers("shardq.bench:handlers")
+    assert specs == {"shardq.devtools.handlers:handlers"}
+    handlers = load_handlers("shardq.devtools.handlers:handlers")
     assert isinstance(handlers, dict) or callable(handlers)
     if isinstance(handlers, dict):
         assert handlers and all(callable(h) for h in handlers.values())
@@ -1486,7 +1486,10 @@ def test_every_role_runs_with_its_acl_user(local_cluster: LocalCluster) -> None:
     dispatcher_port, worker_port = _free_port(), _free_port()
     commands = {
         "dispatcher": ["dispatcher", "run", "--queue", "acl"],
-        "worker": ["worker", "run", "--queue", "acl", "--handlers", "shardq.bench:handlers"],
+        "worker": [
+            *("worker", "run", "--queue", "acl"),
+            *("--handlers", "shardq.devtools.handlers:handlers"),
+        ],
     }
     commands["dispatcher"] += ["--metrics-port", str(dispatcher_port)]
     commands["worker"] += ["--shutdown-grace", "5", "--metrics-port", str(worker_port)]
