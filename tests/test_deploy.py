@@ -1131,7 +1131,10 @@ def test_docker_build_context_builds_the_wheel_with_lua(tmp_path: Path) -> None:
     names = set(zipfile.ZipFile(wheel).namelist())
     lua = {p.relative_to(ROOT / "lua").as_posix() for p in (ROOT / "lua").rglob("*.lua")}
     assert lua and {f"shardq/lua/{p}" for p in lua} <= names
-    assert "shardq/cli/__init__.py" in names
+    # every module of the package, the packages added by moves included (cli/, devtools/, ...)
+    modules = {p.relative_to(ROOT).as_posix() for p in (ROOT / "shardq").rglob("*.py")}
+    assert "shardq/cli/__main__.py" in modules and "shardq/examples/handlers.py" in modules
+    assert modules <= names, sorted(modules - names)
     [entry_points] = [n for n in names if n.endswith(".dist-info/entry_points.txt")]
     assert "shardq = shardq.cli:entry" in zipfile.ZipFile(wheel).read(entry_points).decode()
 
