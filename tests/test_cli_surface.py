@@ -11,6 +11,7 @@ No Redis: the tree is read from click's objects, nothing runs.
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -100,6 +101,29 @@ def test_the_snapshot_covers_every_group_and_a_known_leaf() -> None:
         assert path in stored, path
     worker = {p["name"] for p in stored["shardq worker run"]["params"]}
     assert {"handlers_spec", "queue_name", "concurrency", "url"} <= worker
+
+
+def test_the_product_and_the_cli_load_no_dev_tools() -> None:
+    """The CLI (every group but what ``dev``, ``demo`` and ``bench`` run), the roles, the
+    client and the web console load neither shardq.devtools nor the examples, and the console
+    nothing of the CLI: checked in a fresh interpreter, after the CLI has rendered its help."""
+    probe = """
+import sys
+from click.testing import CliRunner
+import shardq, shardq.client, shardq.worker, shardq.dispatcher, shardq.inspector
+import shardq.web.app
+web = sorted(m for m in sys.modules if m == "shardq.cli" or m.startswith("shardq.cli."))
+from shardq.cli import main
+for args in (["--help"], ["worker", "run", "--help"], ["dev", "cluster", "--help"],
+             ["bench", "e2e", "--help"], ["queue", "info", "--help"]):
+    assert CliRunner().invoke(main, args).exit_code == 0, args
+loaded = sorted(m for m in sys.modules if m.startswith(("shardq.devtools", "shardq.examples")))
+print(web, loaded)
+"""
+    out = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert out.stdout.split() == ["[]", "[]"], out.stdout + out.stderr
 
 
 if __name__ == "__main__":
