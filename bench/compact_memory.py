@@ -21,8 +21,8 @@ from typing import Any
 from bench.common import Sampler, calibrate, calibration_line, fresh_queue
 from bench.rates import memory_allows
 from shardq import JobRequest
-from shardq.bench import delete_queue
 from shardq.client import Client
+from shardq.devtools.bench import delete_queue
 from shardq.store import keys
 
 CHUNK = 20_000

@@ -63,8 +63,8 @@ from bench.common import (
 )
 from bench.failover import HANDLERS
 from shardq import JobRequest
-from shardq.bench import cli_command, delete_queue
 from shardq.client import Client
+from shardq.devtools.bench import cli_command, delete_queue
 from shardq.store import keys
 
 PARTITIONS = 16

@@ -26,8 +26,8 @@ from typing import Any
 
 from bench.common import calibrate, calibration_line
 from shardq import Client
-from shardq.bench import cli_command, delete_queue
-from shardq.bench_fleet import primary_addresses
+from shardq.devtools.bench import cli_command, delete_queue
+from shardq.devtools.bench_fleet import primary_addresses
 from shardq.store import loader
 
 
@@ -82,7 +82,7 @@ def run(
         for _ in range(dispatchers)
     ] + [
         subprocess.Popen(
-            cli_command("worker", "run", *base, "--handlers", "shardq.bench:handlers"),
+            cli_command("worker", "run", *base, "--handlers", "shardq.devtools.handlers:handlers"),
             env=env,
             cwd=code,
         )

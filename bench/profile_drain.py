@@ -18,10 +18,10 @@ import secrets
 import time
 
 from shardq import JobRequest
-from shardq.bench import delete_queue, queue_counters
 from shardq.client import Client
 from shardq.config import DispatcherSettings, RedisSettings, WorkerSettings
 from shardq.connection import connect_async
+from shardq.devtools.bench import delete_queue, queue_counters
 from shardq.dispatcher import Dispatcher
 from shardq.jobs import Job
 from shardq.worker import Worker

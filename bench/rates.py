@@ -19,8 +19,8 @@ from bench.common import (
     wait_until,
 )
 from shardq import JobRequest
-from shardq.bench import E2EConfig, run_e2e
 from shardq.client import Client
+from shardq.devtools.bench import E2EConfig, run_e2e
 from shardq.store import keys
 
 
@@ -162,7 +162,7 @@ def backlog_memory(url: str, jobs: int, partitions: int = 64) -> dict[str, Any]:
 
 
 def steady_lateness(url: str, rate: int, spread: float, partitions: int = 64) -> dict[str, Any]:
-    """``shardq.bench.run_e2e``: rate x spread jobs enqueued ahead, coming due at ``rate``
+    """``shardq.devtools.bench.run_e2e``: rate x spread jobs enqueued ahead, coming due at ``rate``
     jobs/s, one dispatcher and one worker process."""
     r = run_e2e(E2EConfig(url=url, jobs=int(rate * spread), spread=spread, partitions=partitions))
     return {
@@ -177,7 +177,7 @@ def steady_lateness(url: str, rate: int, spread: float, partitions: int = 64) ->
 
 
 def drain(url: str, jobs: int, partitions: int = 64) -> dict[str, Any]:
-    """``shardq.bench.run_e2e --backlog``: an overdue backlog drained end to end."""
+    """``shardq.devtools.bench.run_e2e --backlog``: an overdue backlog drained end to end."""
     r = run_e2e(E2EConfig(url=url, jobs=jobs, backlog=True, partitions=partitions))
     keep = (
         "jobs",

@@ -18,8 +18,8 @@ import time
 
 import redis
 
-from shardq import devcluster
-from shardq.calibration import calibrate, calibration_line
+from shardq.devtools import devcluster
+from shardq.devtools.calibration import calibrate, calibration_line
 
 
 def _synced(primary: redis.Redis, replica: redis.Redis) -> bool:

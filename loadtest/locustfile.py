@@ -59,9 +59,9 @@ from locust.env import Environment
 from locust.runners import MasterRunner, WorkerRunner
 
 from shardq import JobRequest
-from shardq.bench import delete_queue, queue_counters
 from shardq.client import Client
 from shardq.config import RedisSettings
+from shardq.devtools.bench import delete_queue, queue_counters
 
 FLEET_PY = Path(__file__).resolve().parent / "fleet.py"
 SHAPE_ENV = "LOADTEST_SHAPE"

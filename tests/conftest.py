@@ -32,10 +32,10 @@ from hypothesis import HealthCheck, settings
 from ports import BLOCK, TestPorts, claim
 from procs import own_redis, procs  # noqa: F401 - the fixtures, for every test module
 
-from shardq import devcluster
 from shardq.client import Client
 from shardq.config import RedisSettings
 from shardq.connection import connect
+from shardq.devtools import devcluster
 
 SEED = int(os.environ.get("SHARDQ_TEST_SEED") or secrets.randbelow(2**32))
 KEEP = os.environ.get("SHARDQ_KEEP_TEST_REDIS") == "1"

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from shardq.bench import cli_command
+from shardq.devtools.bench import cli_command
 
 HELPER = Path(__file__).with_name("proc_helper.py")
 

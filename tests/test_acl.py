@@ -121,7 +121,7 @@ def role_clients(cluster_url: str) -> Iterator[dict[str, Client]]:
             c.close()
         for node in nodes:
             node.execute_command("ACL", "DELUSER", *names.values())
-        from shardq.bench import delete_queue
+        from shardq.devtools.bench import delete_queue
 
         while _CREATED:
             queue = _CREATED.pop()
@@ -432,7 +432,7 @@ def test_redis_starts_with_the_acl_file_as_shipped_and_the_fleet_runs_under_its_
     from procs import Proc
 
     from shardq import JobRequest
-    from shardq.bench import cli_command
+    from shardq.devtools.bench import cli_command
     from shardq.store import functions, keys
 
     before = ACL_FILE.read_bytes()
@@ -467,7 +467,7 @@ def test_redis_starts_with_the_acl_file_as_shipped_and_the_fleet_runs_under_its_
         Proc(cli_command("dispatcher", "run", "--queue", queue, "--url", url("dispatcher")))
     )
     worker = cli_command("worker", "run", "--queue", queue, "--url", url("worker"))
-    procs.append(Proc([*worker, "--handlers", "shardq.bench:handlers"]))
+    procs.append(Proc([*worker, "--handlers", "shardq.devtools.handlers:handlers"]))
     pks = keys.all_partition_keys(queue, 4)
     with Client(settings("admin")) as admin:
 

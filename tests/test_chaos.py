@@ -25,9 +25,9 @@ from procs import Proc
 from redis.exceptions import RedisError
 
 from shardq import Client, Job, JobRequest, WorkerSettings, slots
-from shardq.bench import cli_command
 from shardq.cli import main as cli
-from shardq.devcluster import cluster_down, cluster_up, standalone_down, standalone_up
+from shardq.devtools.bench import cli_command
+from shardq.devtools.devcluster import cluster_down, cluster_up, standalone_down, standalone_up
 from shardq.inspector import Inspector
 from shardq.store import keys
 

@@ -17,9 +17,10 @@ import pytest
 from click.testing import CliRunner, Result
 from helpers import Runner, scaled, stored_envelope, wait_for
 
-from shardq import __version__, cli_format
+from shardq import __version__
+from shardq import format as fmt
 from shardq.cli import main as cli
-from shardq.cli_errors import cli_message
+from shardq.cli.errors import cli_message
 from shardq.client import Client
 from shardq.config import WorkerSettings
 from shardq.errors import PermanentError
@@ -190,7 +191,7 @@ def test_enqueue_reports_dedup_and_takes_every_client_option(
     first = json.loads(ok(*args, *opts))
     assert first["created"] is True and first["deduplicated"] is False
     assert set(first) >= {"job_id", "created", "due_ms", "due", "partition"}
-    assert 250_000 < first["due_ms"] - cli_format.now_ms() < 350_000
+    assert 250_000 < first["due_ms"] - fmt.now_ms() < 350_000
     assert first["due"].endswith("Z")
     again = json.loads(ok(*args, *opts))
     assert again["job_id"] == first["job_id"] and again["created"] is False
@@ -342,13 +343,13 @@ def test_dlq_list_and_show(cluster_client: Client, cluster_url: str, queue: str)
 
 
 def test_time_helpers() -> None:
-    assert cli_format.iso(0) == "1970-01-01T00:00:00.000Z"
-    assert cli_format.relative(10_000 + 300_000, now=10_000) == "in 5m"
-    assert cli_format.relative(10_000 - 3_000, now=10_000) == "3s ago"
-    assert cli_format.relative(10_000, now=10_000) == "now"
-    assert cli_format.span(3600 * 2 + 5 * 60 + 7) == "2h5m"
-    assert cli_format.span(86400 + 3600) == "1d1h"
-    assert cli_format.stream_id_ms("1714000000000-3") == 1714000000000
+    assert fmt.iso(0) == "1970-01-01T00:00:00.000Z"
+    assert fmt.relative(10_000 + 300_000, now=10_000) == "in 5m"
+    assert fmt.relative(10_000 - 3_000, now=10_000) == "3s ago"
+    assert fmt.relative(10_000, now=10_000) == "now"
+    assert fmt.span(3600 * 2 + 5 * 60 + 7) == "2h5m"
+    assert fmt.span(86400 + 3600) == "1d1h"
+    assert fmt.stream_id_ms("1714000000000-3") == 1714000000000
 
 
 def test_inspector_commands(cluster_client: Client, cluster_url: str, queue: str) -> None:

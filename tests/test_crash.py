@@ -26,8 +26,8 @@ from helpers import (
 from procs import Proc
 
 from shardq import JobRequest
-from shardq.bench import queue_counters
 from shardq.client import Client
+from shardq.devtools.bench import queue_counters
 from shardq.errors import FencedError
 from shardq.jobs import Job
 from shardq.store import delivery, fleet, keys, transport

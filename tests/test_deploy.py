@@ -70,6 +70,8 @@ BIN = Path(sys.executable).parent
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 VERSION = PYPROJECT["project"]["version"]
 SHARDQ_IMAGE = "shardq"  # repository name of the app image, without registry
+# the handlers every worker of the manifests runs: an example module in the wheel, no benchmark
+EXAMPLE_HANDLERS = "shardq.examples.handlers:handlers"
 REDIS_IMAGE = "redis:7.0"
 
 # Files that kustomize cannot load from outside its folder, so the overlays hold copies.
@@ -837,7 +839,7 @@ def test_compose_cluster_and_start_order() -> None:
         assert svc["command"][:2] == [name, "run"]
         assert svc["command"][svc["command"].index("--queue") + 1] == "demo"
     worker = services["worker"]["command"]
-    assert worker[worker.index("--handlers") + 1] == "shardq.bench:handlers"
+    assert worker[worker.index("--handlers") + 1] == EXAMPLE_HANDLERS
     locust = services["locust"]
     assert "/app/loadtest/locustfile.py" in locust["command"]
     assert "./loadtest:/app/loadtest:ro" in locust["volumes"]
@@ -1011,7 +1013,7 @@ def test_web_console_actions_component(tmp_path: Path) -> None:
     assert not env["SHARDQ_WEB_TOKEN"]["valueFrom"]["secretKeyRef"].get("optional")
     assert [d for d in docs if d["kind"] == "NetworkPolicy"]
     # `shardq web` reads that variable as its --allow-actions flag
-    from shardq.cli_web import web
+    from shardq.cli.web import web
 
     [flag] = [p for p in web.params if p.name == "allow_actions"]
     assert flag.envvar == "SHARDQ_WEB_ALLOW_ACTIONS"
@@ -1129,7 +1131,10 @@ def test_docker_build_context_builds_the_wheel_with_lua(tmp_path: Path) -> None:
     names = set(zipfile.ZipFile(wheel).namelist())
     lua = {p.relative_to(ROOT / "lua").as_posix() for p in (ROOT / "lua").rglob("*.lua")}
     assert lua and {f"shardq/lua/{p}" for p in lua} <= names
-    assert "shardq/cli.py" in names
+    # every module of the package, the packages added by moves included (cli/, devtools/, ...)
+    modules = {p.relative_to(ROOT).as_posix() for p in (ROOT / "shardq").rglob("*.py")}
+    assert "shardq/cli/__main__.py" in modules and "shardq/examples/handlers.py" in modules
+    assert modules <= names, sorted(modules - names)
     [entry_points] = [n for n in names if n.endswith(".dist-info/entry_points.txt")]
     assert "shardq = shardq.cli:entry" in zipfile.ZipFile(wheel).read(entry_points).decode()
 
@@ -1168,17 +1173,77 @@ def test_shardq_commands_accept_their_own_options() -> None:
     assert not problems, "\n".join(sorted(set(problems)))
 
 
-def test_worker_handlers_are_importable() -> None:
-    from shardq.cli import load_handlers
+def test_worker_handlers_are_the_example_module_and_importable_in_the_image() -> None:
+    """Every worker the manifests run (compose, k8s base and overlays) names one handler
+    module: shardq's example, which the wheel ships (so the stock image can import it), holds
+    a dict of callables, and is not a benchmark or dev tool (shardq.devtools)."""
+    from shardq.cli.process import load_handlers
 
-    specs = {"shardq.bench:handlers"}
-    for target in OVERLAYS:
-        specs.add(one(target, "ConfigMap", "shardq-config")["data"]["SHARDQ_HANDLERS"])
-    assert specs == {"shardq.bench:handlers"}
-    handlers = load_handlers("shardq.bench:handlers")
-    assert isinstance(handlers, dict) or callable(handlers)
-    if isinstance(handlers, dict):
-        assert handlers and all(callable(h) for h in handlers.values())
+    specs: dict[str, set[str]] = {}
+    for where, argv in invocations():
+        if argv[:2] == ["worker", "run"] and not where.startswith("docs/"):
+            specs.setdefault(argv[argv.index("--handlers") + 1], set()).add(where)
+    wheres = " ".join(w for ws in specs.values() for w in ws)
+    for expected in ("compose worker", "base ", "overlays/dev", "overlays/prod"):
+        assert expected in wheres, f"no worker found in {expected}"
+    assert set(specs) == {EXAMPLE_HANDLERS}, specs
+    module_name = EXAMPLE_HANDLERS.partition(":")[0]
+    # in the package the wheel builds from shardq/, not a path only the repository has
+    assert (ROOT / (module_name.replace(".", "/") + ".py")).is_file()
+    assert module_name.startswith("shardq.") and not module_name.startswith("shardq.devtools")
+    assert "bench" not in module_name and "calibration" not in module_name
+    handlers = load_handlers(EXAMPLE_HANDLERS)
+    assert isinstance(handlers, dict) and handlers
+    assert all(callable(h) for h in handlers.values())
+    # the queue the manifests serve is "demo": the example runs its job type
+    assert "demo" in handlers
+    module = importlib.import_module(module_name)
+    assert not any(m.startswith("shardq.devtools") for m in _imported_by(module)), module_name
+
+
+def _imported_by(module: Any) -> set[str]:
+    """The shardq modules ``module`` imports (every import statement in its source)."""
+    import ast
+
+    tree = ast.parse(Path(module.__file__).read_text())
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            found.add(node.module)
+        elif isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+    return {m for m in found if m.startswith("shardq")}
+
+
+def test_the_example_handlers_run_a_demo_job_and_dead_letter_a_bad_one(
+    cluster_url: str, cluster_client: Any, queue: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """What the manifests' workers run, run by a worker: a ``demo`` job with an object payload
+    completes and is logged (its id, not its payload); one with a payload that is not an
+    object is dead at once (PermanentError), saying why."""
+    from helpers import Runner, wait_for
+
+    from shardq.cli.process import load_handlers
+
+    handlers = load_handlers(EXAMPLE_HANDLERS)
+    cluster_client.create_queue(queue, 2)
+    caplog.set_level("INFO", logger="shardq.examples")
+    with Runner(cluster_url, queue, handlers):
+        good = cluster_client.enqueue(queue, "demo", {"secret": "s3cret-payload"})
+        bad = cluster_client.enqueue(queue, "demo", 5, max_attempts=5)
+        wait_for(lambda: cluster_client.get(queue, good) is None, 30, "demo job not done")
+
+        def dead() -> bool:
+            info = cluster_client.get(queue, bad)
+            return info is not None and info.state == "dead"
+
+        wait_for(dead, 30, "bad demo job not dead")
+    info = cluster_client.get(queue, bad)
+    assert info is not None and info.attempt == 1, info
+    assert "takes a JSON object or no payload; this one is a JSON number" in (info.last_error or "")
+    ran = [r for r in caplog.records if r.name == "shardq.examples.handlers"]
+    assert [getattr(r, "job_id", None) for r in ran] == [good]
+    assert "s3cret-payload" not in caplog.text
 
 
 def test_environment_variables_are_read_by_shardq() -> None:
@@ -1490,7 +1555,10 @@ def test_every_role_runs_with_its_acl_user(local_cluster: LocalCluster) -> None:
     dispatcher_port, worker_port = _free_port(), _free_port()
     commands = {
         "dispatcher": ["dispatcher", "run", "--queue", "acl"],
-        "worker": ["worker", "run", "--queue", "acl", "--handlers", "shardq.bench:handlers"],
+        "worker": [
+            *("worker", "run", "--queue", "acl"),
+            *("--handlers", "shardq.devtools.handlers:handlers"),
+        ],
     }
     commands["dispatcher"] += ["--metrics-port", str(dispatcher_port)]
     commands["worker"] += ["--shutdown-grace", "5", "--metrics-port", str(worker_port)]

@@ -1,4 +1,4 @@
-"""shardq.devcluster against real redis-server processes (no mocks).
+"""shardq.devtools.devcluster against real redis-server processes (no mocks).
 
 Ports: the session block's devcluster ports (tests/ports.py). Every test stops what it
 started (fixtures call *_down in their teardown) and keeps its files under tmp_path.
@@ -18,9 +18,9 @@ import redis
 from click.testing import CliRunner
 from ports import session_ports
 
-from shardq import devcluster
-from shardq.cli_dev import dev
-from shardq.devcluster import PortInUseError, RedisServerMissingError
+from shardq.cli.dev import dev
+from shardq.devtools import devcluster
+from shardq.devtools.devcluster import PortInUseError, RedisServerMissingError
 
 BASE_PORT = session_ports().devcluster
 PORTS = list(range(BASE_PORT, BASE_PORT + 6))

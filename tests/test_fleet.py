@@ -16,9 +16,9 @@ from helpers import FAST_WORKER, Runner, Runs, queue_settled, ready_job_ids, wai
 from procs import Proc
 
 from shardq import JobRequest, admin
-from shardq.bench_fleet import lease_owners, spread_ok
 from shardq.cli import main as cli
 from shardq.client import Client
+from shardq.devtools.bench_fleet import lease_owners, spread_ok
 from shardq.dispatcher import fair_share
 from shardq.store import keys
 

@@ -72,14 +72,11 @@ LAYERS: dict[str, int] = {
     "shardq.cli": INTERFACES,
     "shardq.web": INTERFACES,
     "shardq.format": INTERFACES,  # shared by cli/ and web/ only
+    # The example handlers the manifests run: user code, on top of the public API.
+    "shardq.examples": INTERFACES,
     "shardq.devtools": DEVTOOLS,
-    "shardq.bench": DEVTOOLS,  # -> shardq/devtools/
-    "shardq.bench_fleet": DEVTOOLS,
-    "shardq.devcluster": DEVTOOLS,
-    "shardq.calibration": DEVTOOLS,
 }
-# cli_*.py (-> shardq/cli/) are placed by this prefix of their name.
-NAME_PREFIXES = {"shardq.cli_": INTERFACES}
+NAME_PREFIXES: dict[str, int] = {}
 
 # The package root re-exports the public names.  As an importer it is exempt; as a target it
 # stands for what it re-exports (Client, Inspector: facades), so only L6 and up may import it.
@@ -121,9 +118,6 @@ KNOWN: dict[tuple[str, str], str] = {
     "to store/ (the store work package, issue 23 item 2)",
     ("shardq.schedules", "shardq.store.numbers"): "Definition.from_json and info() read stored "
     "numbers: the readers move to store/ (the store work package, issue 23 item 2)",
-    # A top-level import of the dev cluster by the CLI.
-    ("shardq.cli_dev", "shardq.devcluster"): "removed by the cli/ and devtools/ work package "
-    "(issue 23 item 5): `shardq dev|demo|bench` load shardq.devtools lazily",
 }
 
 
@@ -358,9 +352,9 @@ def test_known_edges_still_exist() -> None:
         # the package root stands for the facades it re-exports
         ("shardq.worker.fetcher", "from shardq import Client\n",
          [("shardq", "L5 roles imports L6 facades")]),
-        ("shardq.cli_jobs", "def f():\n    from shardq import devcluster\n", []),
-        ("shardq.cli_jobs", "from shardq import devcluster\n",
-         [("shardq.devcluster", "L7 interfaces imports L8 devtools")]),
+        ("shardq.cli.job", "def f():\n    from shardq.devtools import devcluster\n", []),
+        ("shardq.cli.job", "from shardq.devtools import devcluster\n",
+         [("shardq.devtools.devcluster", "L7 interfaces imports L8 devtools")]),
     ],
 )  # fmt: skip
 def test_the_checker_finds_upward_imports(
@@ -375,9 +369,9 @@ def test_the_checker_finds_upward_imports(
 
 
 def test_the_checker_allows_one_lazy_devtools_loader_only() -> None:
-    one = {"shardq.cli_dev": {"shardq.devcluster": True, "shardq.bench": True}}
+    one = {"shardq.cli.dev": {"shardq.devtools.devcluster": True, "shardq.devtools.bench": True}}
     assert violations(one) == []
-    two = {**one, "shardq.cli_web": {"shardq.bench": True}}
+    two = {**one, "shardq.cli.web": {"shardq.devtools.bench": True}}
     assert [why for _, _, why in violations(two)] == [
         "more than one CLI module loads the dev tools"
     ] * 3

@@ -27,7 +27,7 @@ from hypothesis import strategies as st
 from procs import Proc
 
 from shardq.cli import main as cli
-from shardq.cli_common import scrub_argv
+from shardq.cli.options import scrub_argv
 from shardq.client import Client
 from shardq.config import RedisSettings, redact_url, split_credentials
 from shardq.connection import connect_async
@@ -129,7 +129,7 @@ def test_long_running_processes_keep_the_password_off_their_title_and_logs(
                 "run",
                 *base,
                 "--handlers",
-                "shardq.bench:handlers",
+                "shardq.devtools.handlers:handlers",
             ]
         ),
     ]
@@ -399,7 +399,7 @@ def test_long_running_commands_never_show_a_url_password(
         admin.create_queue(queue, 1)
         with _acl_user_of(admin, case):
             for args in (
-                ["worker", "run", "-q", queue, "--handlers", "shardq.bench:handlers"],
+                ["worker", "run", "-q", queue, "--handlers", "shardq.devtools.handlers:handlers"],
                 ["dispatcher", "run", "-q", queue],
                 ["web", "--port", str(test_ports.spare[-1])],
             ):

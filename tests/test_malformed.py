@@ -412,7 +412,7 @@ def test_every_cli_command_fails_in_one_line_on_a_bad_id_or_name(
             "-q",
             queue,
             "--handlers",
-            "shardq.bench:handlers",
+            "shardq.devtools.handlers:handlers",
             "--partitions",
             "0-99999999999",
         ],

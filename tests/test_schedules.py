@@ -24,9 +24,9 @@ from helpers import ready_job_ids, wait_for
 from procs import Proc
 
 from shardq.aio import AsyncClient
-from shardq.bench_fleet import lease_owners
 from shardq.cli import main as cli
 from shardq.client import Client
+from shardq.devtools.bench_fleet import lease_owners
 from shardq.errors import InvalidPeriodicScheduleError, ScheduleNotFoundError
 from shardq.schedules import Definition, make_definition, plan
 from shardq.store import keys

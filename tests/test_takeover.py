@@ -20,8 +20,8 @@ from helpers import Runner, Runs, job_id_in, queue_settled, ready_job_ids, text,
 from procs import Proc
 
 from shardq import JobRequest, WorkerSettings
-from shardq.bench_fleet import lease_owners
 from shardq.client import Client
+from shardq.devtools.bench_fleet import lease_owners
 from shardq.store.keys import owners_key
 
 SLOW = 600.0  # the slow paths: far beyond every wait below

@@ -31,11 +31,11 @@ from web_seed import Seeded, seed  # noqa: E402
 from web_serve import serving  # noqa: E402
 
 from shardq import acl  # noqa: E402
-from shardq.bench import cli_command  # noqa: E402
 from shardq.cli import main  # noqa: E402
 from shardq.client import Client  # noqa: E402
 from shardq.config import RedisSettings  # noqa: E402
 from shardq.connection import connect  # noqa: E402
+from shardq.devtools.bench import cli_command  # noqa: E402
 from shardq.errors import InvalidCursorError  # noqa: E402
 from shardq.inspector import LIST_STATES, Inspector  # noqa: E402
 from shardq.web import WebConfig  # noqa: E402

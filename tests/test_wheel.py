@@ -92,3 +92,16 @@ def test_installed_wheel_loads_every_script(tmp_path: Path) -> None:
     for folder in ("static", "templates"):
         shipped = sorted(p.name for p in (installed / "web" / folder).iterdir())
         assert shipped == sorted(p.name for p in (web / folder).iterdir()), folder
+    # every module of the repository's package is installed (the packages made by moving
+    # modules, cli/ devtools/ examples/, included), and the CLI, its `python -m` entry and
+    # the example handlers the manifests name import from the installed copy
+    modules = sorted(p.relative_to(ROOT / "shardq") for p in (ROOT / "shardq").rglob("*.py"))
+    assert [m for m in modules if not (installed / m).is_file()] == []
+    probe = (
+        "import shardq.cli, shardq.examples.handlers as h, shardq.devtools.bench, shardq.format;"
+        "print(shardq.cli.__file__, sorted(h.handlers))"
+    )
+    cli_file, types = _run([str(python), "-c", probe], tmp_path).split(" ", 1)
+    assert Path(cli_file) == installed / "cli" / "__init__.py"
+    assert types.strip() == "['demo']"
+    assert _run([str(python), "-m", "shardq.cli", "--version"], tmp_path).strip().endswith("0.1.0")

@@ -26,7 +26,7 @@ from starlette.templating import Jinja2Templates
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from shardq import backoff
-from shardq import cli_format as fmt
+from shardq import format as fmt
 from shardq.aio import AsyncClient
 from shardq.config import RedisSettings, redact_url
 from shardq.connection import connect_async
@@ -806,7 +806,7 @@ def create_app(
             # Whatever it is (down, refused credentials, a cluster still forming), an operator
             # is better served by a console that says so on every page and recovers by itself
             # than by one that exits: `shardq web` has already refused what waiting cannot fix
-            # (see cli_web).  /readyz stays 503 meanwhile.
+            # (see shardq/cli/web.py).  /readyz stays 503 meanwhile.
             console.redis_error = f"{type(exc).__name__}: {exc}"
             return False
         console.redis_error = None

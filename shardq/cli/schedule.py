@@ -11,10 +11,19 @@ from typing import Any
 
 import click
 
-from shardq import cli_format as fmt
-from shardq.cli_common import open_client, queue_option, redis_options
-from shardq.cli_jobs import JSON_OPTION, _payload
-from shardq.cli_params import DURATION, HEADER, JOB_TYPE, MAX_ATTEMPTS, UTC_TIME
+from shardq import format as fmt
+from shardq.cli.options import (
+    DURATION,
+    HEADER,
+    JOB_TYPE,
+    JSON_OPTION,
+    MAX_ATTEMPTS,
+    UTC_TIME,
+    open_client,
+    parse_payload,
+    queue_option,
+    redis_options,
+)
 from shardq.errors import ScheduleNotFoundError
 from shardq.jobs import DEFAULT_BACKOFF, Backoff
 from shardq.schedules import (
@@ -146,7 +155,7 @@ def schedule_add(
             queue_name,
             name,
             job_type,
-            _payload(payload),
+            parse_payload(payload),
             cron=cron,
             every=every,
             tz=tz,

@@ -1,5 +1,6 @@
-"""Inspector commands: ``shardq job list|find|run-now``, ``shardq queue info|members|pause|
-resume|cancel|retry-dead|empty|delete``, over :class:`shardq.inspector.Inspector`."""
+"""Every ``shardq queue`` command: create, list, lanes, upgrade (over the client) and info,
+members, pause, resume, cancel, retry-dead, empty, delete (over
+:class:`shardq.inspector.Inspector`)."""
 
 from __future__ import annotations
 
@@ -9,106 +10,150 @@ from typing import Any
 
 import click
 
-from shardq import cli_format as fmt
-from shardq.cli_common import open_client, queue_option, redis_options
-from shardq.cli_jobs import JSON_OPTION, job, queue, show_info
-from shardq.cli_params import IDEMPOTENCY_KEY, JOB_ID, JOB_TYPE, UTC_TIME
-from shardq.inspector import EMPTY_STATES, LIST_STATES, MAX_LIMIT, JobSummary
-
-STATE = click.Choice(LIST_STATES)
-
-
-def _row(j: JobSummary, now: int) -> list[Any]:
-    when = {
-        "scheduled": j.due_ms,
-        "retrying": j.due_ms,
-        "ready": j.due_ms,
-        "running": j.started_ms,
-    }.get(j.state, j.dead_at_ms)
-    detail = j.worker or j.last_error or ""
-    return [j.id, j.partition, j.type or "?", j.attempt, fmt.when(when, now), detail[:60]]
-
-
-@job.command("list")
-@queue_option()
-@click.option("--state", type=STATE, default="scheduled", show_default=True)
-@click.option("--type", "job_type", type=JOB_TYPE, default=None, help="Only jobs of this type.")
-@click.option(
-    "--limit", type=click.IntRange(1, MAX_LIMIT), default=50, show_default=True, help="Page size."
+from shardq import format as fmt
+from shardq.cli.options import (
+    JOB_TYPE,
+    JSON_OPTION,
+    PARTITIONS,
+    UTC_TIME,
+    open_client,
+    queue_option,
+    redis_options,
 )
-@click.option("--cursor", default=None, help="Cursor a previous page printed (next page).")
-@click.option("--from", "start", type=UTC_TIME, default=None, help="Scheduled: due at or after.")
-@click.option("--to", "end", type=UTC_TIME, default=None, help="Scheduled: due at or before.")
-@click.option("--all", "every", is_flag=True, help="Every page, not one.")
-@JSON_OPTION
+from shardq.errors import ShardqError
+from shardq.inspector import EMPTY_STATES
+
+# create and list --------------------------------------------------------------------------
+
+
+@click.group()
+def queue() -> None:
+    """Create and list queues."""
+
+
+@queue.command("create")
+@queue_option()
+@click.option(
+    "--partitions", type=PARTITIONS, default=64, show_default=True, help="Partition count (fixed)."
+)
+@click.option(
+    "--ack-retention",
+    type=click.FloatRange(0, 7 * 86400),
+    default=0.0,
+    show_default=True,
+    help="Seconds to keep acknowledged ready entries before trimming.",
+)
+@click.option(
+    "--dead-letter-cap",
+    type=click.IntRange(1),
+    default=100_000,
+    show_default=True,
+    help="Most dead letters kept per partition; older ones are dropped and counted.",
+)
+@click.option(
+    "--allow-evicting-redis",
+    is_flag=True,
+    envvar="SHARDQ_ALLOW_EVICTING_REDIS",
+    help="Create it even if a primary's maxmemory-policy evicts keys (jobs would vanish).",
+)
+@click.option(
+    "--lanes",
+    is_flag=True,
+    help="Deliver by priority and share between tenants (see `shardq queue lanes`).",
+)
 @redis_options
-def job_list(
+def queue_create(
     queue_name: str,
-    state: str,
-    job_type: str | None,
-    limit: int,
-    cursor: str | None,
-    start: datetime | None,
-    end: datetime | None,
-    every: bool,
-    as_json: bool,
+    partitions: int,
+    ack_retention: float,
+    dead_letter_cap: int,
+    allow_evicting_redis: bool,
+    lanes: bool,
 ) -> None:
-    """List jobs by state, a page at a time (scheduled in due order across partitions)."""
-    from shardq.inspector import Inspector
+    """Create the queue (safe to repeat with the same partition count).
+
+    Refused when a Redis primary's maxmemory-policy would evict keys."""
+    with open_client() as client:
+        created = client.create_queue(
+            queue_name,
+            partitions,
+            ack_retention=ack_retention,
+            dead_letter_cap=dead_letter_cap,
+            allow_evicting_redis=allow_evicting_redis,
+            lanes=lanes,
+        )
+    click.echo(
+        f"queue {queue_name}: {'created' if created else 'exists'} with {partitions} partitions"
+        + (", lanes on" if lanes else "")
+    )
+
+
+@queue.command("lanes")
+@queue_option()
+@click.option("--on/--off", "on", default=None, help="Turn lanes on or off (omit: show).")
+@redis_options
+def queue_lanes(queue_name: str, on: bool | None) -> None:
+    """Show or set the queue's lanes: with them on, due jobs are delivered by --priority
+    (high, default, low shared 6:3:1) and round-robin between --tenant values, instead of in
+    due order, for a few more Redis commands per job (docs/capacity.md)."""
+    with open_client() as client:
+        if on is None:
+            state = client.lanes(queue_name)
+            click.echo(f"{queue_name}: lanes {'on' if state else 'off'}")
+            return
+        n = client.partitions(queue_name)
+        changed = client.set_lanes(queue_name, on)
+    click.echo(f"{queue_name}: lanes {'on' if on else 'off'} ({changed} of {n} partitions changed)")
+
+
+@queue.command("upgrade")
+@queue_option()
+@redis_options
+def queue_upgrade(queue_name: str) -> None:
+    """Raise the queue's stored layout to this version's (3: waiting jobs stored compactly,
+    ~60 B less each; 4: the pause and lanes flags where only the operator may write them).
+    Run it once every producer, dispatcher and worker of the queue runs this version or later:
+    an older dispatcher cannot promote compact jobs, older processes read the flags elsewhere."""
+    from shardq.store import keys
 
     with open_client() as client:
-        ins = Inspector(client)
-        while True:
-            page = ins.list_jobs(
-                queue_name, state, job_type=job_type, limit=limit, cursor=cursor,
-                start=start, end=end,
-            )  # fmt: skip
-            if as_json:
-                fmt.echo_json_lines(dataclasses.asdict(j) for j in page.jobs)
-            else:
-                now = fmt.now_ms()
-                headers = ["id", "partition", "type", "attempt", "when", "worker / error"]
-                if page.jobs:
-                    click.echo(fmt.table(headers, [_row(j, now) for j in page.jobs], right=(1, 3)))
-                fmt.echo_malformed((f"job {j.id}", j.malformed) for j in page.jobs)
-            cursor = page.cursor
-            if not every or cursor is None:
-                break
-    if cursor is not None and not as_json:
-        click.echo(f"more: --cursor {cursor}", err=True)
-    elif cursor is not None:
-        fmt.echo_json({"cursor": cursor})
+        was = client.upgrade_queue(queue_name)
+    if was >= keys.LAYOUT_VERSION:
+        click.echo(f"{queue_name}: layout {was} already (nothing to do)")
+    else:
+        click.echo(f"{queue_name}: layout {was} -> {keys.LAYOUT_VERSION}")
 
 
-@job.command("find")
-@queue_option()
-@click.option("--idempotency-key", type=IDEMPOTENCY_KEY, required=True)
+@queue.command("list")
 @JSON_OPTION
 @redis_options
-def job_find(queue_name: str, idempotency_key: str, as_json: bool) -> None:
-    """Find the job enqueued with an idempotency key (while the key is retained)."""
-    from shardq.inspector import Inspector
-
+def queue_list(as_json: bool) -> None:
+    """List queues with their partition counts (JSON lines with --json)."""
+    rows: list[dict[str, Any]] = []
     with open_client() as client:
-        info = Inspector(client).find(queue_name, idempotency_key)
-    if info is None:
-        raise click.ClickException(
-            f"no job with idempotency key {idempotency_key!r} in {queue_name}"
+        for name in client.queues():
+            row: dict[str, Any] = {"queue": name, "partitions": None}
+            try:
+                row["partitions"] = client.partitions(name)
+            except ShardqError as exc:  # a registry entry whose queue is gone or damaged
+                row["error"] = str(exc)
+            rows.append(row)
+    if as_json:
+        fmt.echo_json_lines(rows)
+        return
+    if not rows:
+        click.echo("no queues: create one with `shardq queue create --queue NAME`")
+        return
+    click.echo(
+        fmt.table(
+            ["queue", "partitions"],
+            [[r["queue"], r["partitions"] if "error" not in r else "? (damaged)"] for r in rows],
+            right=[1],
         )
-    show_info(info, as_json)
+    )
 
 
-@job.command("run-now")
-@queue_option()
-@click.argument("job_id", type=JOB_ID)
-@redis_options
-def job_run_now(queue_name: str, job_id: str) -> None:
-    """Make a scheduled or dead job due now."""
-    from shardq.inspector import Inspector
-
-    with open_client() as client:
-        was = Inspector(client).run_now(queue_name, job_id)
-    click.echo(f"{job_id} was {was}: " + ("already promoted" if was == "ready" else "due now"))
+# inspect and operate (the inspector) ------------------------------------------------------
 
 
 @queue.command("info")

@@ -6,9 +6,8 @@ from __future__ import annotations
 import click
 
 from shardq import acl
-from shardq import cli_format as fmt
-from shardq.cli_common import redis_options, redis_settings
-from shardq.cli_params import QUEUE_NAME
+from shardq import format as fmt
+from shardq.cli.options import QUEUE_NAME, redis_options, redis_settings
 from shardq.connection import connect
 from shardq.store import functions
 

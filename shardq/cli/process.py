@@ -1,98 +1,33 @@
-"""The ``shardq`` command line: run dispatchers and workers, manage queues and jobs, benchmark."""
+"""The long-running processes and their probe: ``shardq dispatcher run``, ``shardq worker
+run`` (until SIGTERM/SIGINT, with a metrics/health endpoint) and ``shardq health``."""
 
 from __future__ import annotations
 
 import asyncio
 import importlib
-import json
 import signal
-import sys
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 import click
 
-from shardq import (
-    __version__,
-    cli_inspect,  # noqa: F401 - adds the inspector's commands to job and queue
-)
-from shardq import cli_format as fmt
-from shardq.cli_common import (
-    ShardqGroup,
+from shardq import format as fmt
+from shardq.cli.errors import to_click
+from shardq.cli.options import (
+    build_settings,
     open_client,
     queue_option,
     redis_options,
     redis_settings,
-    restart_without_password_in_argv,
-    warn_password_was_in_argv,
+    settings_options,
 )
-from shardq.cli_dev import dev
-from shardq.cli_errors import to_click
-from shardq.cli_jobs import enqueue, job, queue
-from shardq.cli_limits import limit
-from shardq.cli_ops import dlq, owners, rebalance, stats
-from shardq.cli_params import LOG_LEVELS
-from shardq.cli_schedules import schedule
-from shardq.cli_security import acl_group, functions_group
-from shardq.cli_settings import build_settings, settings_options
-from shardq.cli_web import web
 from shardq.config import DispatcherSettings, WorkerSettings
-from shardq.logs import LOG_FORMATS, LogFormat, setup_logging
 from shardq.store import keys, numbers
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-@click.group(cls=ShardqGroup)
-@click.version_option(__version__, "--version", prog_name="shardq")
-@click.option(
-    "--log-level",
-    type=LOG_LEVELS,
-    default="INFO",
-    show_default=True,
-    envvar="SHARDQ_LOG_LEVEL",
-    help="Logging threshold (logs go to stderr). Env: SHARDQ_LOG_LEVEL.",
-)
-@click.option(
-    "--log-format",
-    type=click.Choice(LOG_FORMATS, case_sensitive=False),
-    default="json",
-    show_default=True,
-    envvar="SHARDQ_LOG_FORMAT",
-    help="json: one JSON object per line (for log collectors); text: for a terminal. "
-    "Env: SHARDQ_LOG_FORMAT.",
-)
-@redis_options
-def main(log_level: str, log_format: LogFormat) -> None:
-    """shardq: delayed jobs over the partitions of a Redis Cluster.
-
-    Connection options (--url, --username, --password-file, --ca-certs) go here or after any
-    command that talks to Redis; every one also reads a SHARDQ_REDIS_* variable.  Commands
-    name their queue with --queue/-q (or SHARDQ_QUEUE).
-    """
-    setup_logging(log_level, log_format)
-    warn_password_was_in_argv()
-
-
-for _command in (
-    dev,
-    queue,
-    enqueue,
-    job,
-    schedule,
-    owners,
-    rebalance,
-    stats,
-    dlq,
-    acl_group,
-    functions_group,
-    web,
-    limit,
-):
-    main.add_command(_command)
-
-
-@main.command()
+@click.command()
 @queue_option(required=False, help="Also check that this queue exists. Env: SHARDQ_QUEUE.")
 @click.option(
     "--require-appendonly",
@@ -234,7 +169,7 @@ def _process_options(fn: F) -> F:
     return queue_option()(fn)  # type: ignore[no-any-return]
 
 
-@main.group()
+@click.group()
 def dispatcher() -> None:
     """Run a dispatcher (promotes due jobs)."""
 
@@ -288,7 +223,7 @@ def load_handlers(spec: str) -> Any:
         raise click.BadParameter(f"{module_name} has no {attr}", param_hint="--handlers") from None
 
 
-@main.group()
+@click.group()
 def worker() -> None:
     """Run a worker (runs job handlers)."""
 
@@ -335,166 +270,3 @@ def worker_run(
         return w
 
     asyncio.run(_run_until_signal(make, redis_settings()))
-
-
-# benchmarks and demo -----------------------------------------------------------------------
-
-
-@main.group()
-def bench() -> None:
-    """Benchmarks that print figures."""
-
-
-@bench.command("e2e")
-@click.option("--jobs", default=100_000, show_default=True)
-@click.option("--spread", default=10.0, show_default=True, help="Seconds over which jobs come due.")
-@click.option("--dispatchers", default=1, show_default=True)
-@click.option("--workers", default=1, show_default=True)
-@click.option("--partitions", default=64, show_default=True)
-@click.option("--payload-bytes", default=20, show_default=True)
-@click.option("--backlog", is_flag=True, help="Enqueue all jobs overdue before the fleet starts.")
-@click.option("--timeout", default=300.0, show_default=True)
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
-@redis_options
-def bench_e2e(
-    jobs: int,
-    spread: float,
-    dispatchers: int,
-    workers: int,
-    partitions: int,
-    payload_bytes: int,
-    backlog: bool,
-    timeout: float,
-    as_json: bool,
-) -> None:
-    """Run a fresh queue end to end in subprocesses and report throughput, lateness, memory."""
-    from shardq.bench import E2EConfig, format_summary, run_e2e
-
-    conn = redis_settings()
-    cfg = E2EConfig(
-        url=conn.url,
-        jobs=jobs,
-        spread=spread,
-        dispatchers=dispatchers,
-        workers=workers,
-        partitions=partitions,
-        payload_bytes=payload_bytes,
-        backlog=backlog,
-        timeout=timeout,
-        password=conn.password,
-        username=conn.username,
-    )
-    result = run_e2e(cfg, progress=None if as_json else sys.stderr)
-    click.echo(json.dumps(result) if as_json else format_summary(result))
-
-
-@bench.command("enqueue")
-@click.option("--jobs", default=50_000, show_default=True, help="Jobs for enqueue_many.")
-@click.option("--single-jobs", default=3_000, show_default=True, help="Jobs for the single loop.")
-@click.option("--partitions", default=64, show_default=True)
-@click.option(
-    "--rounds", default=3, show_default=True, help="enqueue_many and script-limit runs each."
-)
-@redis_options
-def bench_enqueue(
-    jobs: int,
-    single_jobs: int,
-    partitions: int,
-    rounds: int,
-) -> None:
-    """Enqueue rates in one run (JSON): single enqueues, enqueue_many, and the batched script's
-    limit (the same calls prepared beforehand); each starts on an empty queue."""
-    from shardq.bench import run_enqueue_bench
-
-    conn = redis_settings()
-    click.echo(
-        json.dumps(
-            run_enqueue_bench(
-                conn.url,
-                jobs,
-                single_jobs,
-                partitions,
-                username=conn.username,
-                password=conn.password,
-                rounds=rounds,
-            )
-        )
-    )
-
-
-@bench.command("fleet")
-@click.option("--dispatchers", default=8, show_default=True)
-@click.option("--partitions", default=256, show_default=True)
-@click.option("--workers", default=4, show_default=True)
-@click.option("--lease-time", default=4.0, show_default=True)
-@click.option("--renew-interval", default=1.0, show_default=True)
-@click.option("--idle-seconds", default=10.0, show_default=True)
-@redis_options
-def bench_fleet(
-    dispatchers: int,
-    partitions: int,
-    workers: int,
-    lease_time: float,
-    renew_interval: float,
-    idle_seconds: float,
-) -> None:
-    """Lease convergence after start, SIGKILL and SIGTERM, and the idle fleet's Redis calls/s."""
-    from shardq.bench_fleet import run_fleet
-
-    conn = redis_settings()
-    click.echo(
-        json.dumps(
-            run_fleet(
-                conn.url,
-                dispatchers,
-                partitions,
-                workers,
-                lease_time,
-                renew_interval,
-                idle_seconds,
-                password=conn.password,
-            )
-        )
-    )
-
-
-@main.command()
-@click.option("--base-port", default=7200, show_default=True, help="Ports of the demo cluster.")
-@click.option("--jobs", default=100_000, show_default=True)
-@click.option("--spread", default=10.0, show_default=True)
-@click.option("--workers", default=2, show_default=True)
-@click.option("--keep", is_flag=True, help="Leave the demo cluster running afterwards.")
-def demo(base_port: int, jobs: int, spread: float, workers: int, keep: bool) -> None:
-    """Start a local cluster, schedule JOBS due over SPREAD seconds, run a fleet, summarise."""
-    from shardq.bench import E2EConfig, format_summary, run_e2e
-    from shardq.devcluster import cluster_down, cluster_up
-
-    url = cluster_up(base_port, progress=lambda m: click.echo(m, err=True))
-    try:
-        cfg = E2EConfig(
-            url=url,
-            jobs=jobs,
-            spread=spread,
-            dispatchers=1,
-            workers=workers,
-            partitions=64,
-            payload_bytes=20,
-            backlog=False,
-            timeout=300.0,
-        )
-        result = run_e2e(cfg, progress=sys.stdout)
-        click.echo(format_summary(result))
-    finally:
-        if not keep:
-            cluster_down(base_port)
-
-
-def entry() -> None:
-    """The ``shardq`` command: keeps a password given on the command line off the process
-    list, then runs the CLI."""
-    restart_without_password_in_argv()
-    main()
-
-
-if __name__ == "__main__":
-    entry()

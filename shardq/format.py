@@ -1,6 +1,9 @@
-"""How the CLI prints: times (ISO 8601 UTC plus a relative form), aligned tables, JSON.
+"""How shardq shows things to people: times (ISO 8601 UTC plus a relative form), durations,
+aligned tables, JSON.
 
-One module so every command shows a time, a table and a JSON line the same way.
+One module, shared by the CLI (shardq/cli/) and the web console (shardq/web/), so every
+command and every page shows a time, a table and a JSON line the same way; the web console
+imports this, never the CLI.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ import os
 
 import click
 
-from shardq.cli_common import redis_options, redis_settings
+from shardq.cli.options import redis_options, redis_settings
 from shardq.config import RedisSettings, redact_url
 
 

@@ -13,10 +13,9 @@ from typing import Any
 import click
 
 from shardq import admin, slots
-from shardq import cli_format as fmt
-from shardq.cli_common import open_client, queue_option, redis_options
-from shardq.cli_jobs import JSON_OPTION, show_job
-from shardq.cli_params import JOB_ID
+from shardq import format as fmt
+from shardq.cli.job import show_job
+from shardq.cli.options import JOB_ID, JSON_OPTION, open_client, queue_option, redis_options
 from shardq.client import Client
 
 

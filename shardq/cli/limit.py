@@ -8,10 +8,9 @@ from __future__ import annotations
 
 import click
 
-from shardq import cli_format as fmt
+from shardq import format as fmt
 from shardq import limits as limitmod
-from shardq.cli_common import open_client, queue_option, redis_options
-from shardq.cli_jobs import JSON_OPTION
+from shardq.cli.options import JSON_OPTION, open_client, queue_option, redis_options
 from shardq.errors import InvalidLimitError
 
 _TARGET = (

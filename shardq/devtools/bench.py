@@ -27,13 +27,12 @@ from typing import Any, TextIO
 
 import orjson
 
-from shardq.calibration import calibrate, calibration_line
 from shardq.client import Client
 from shardq.config import RedisSettings, WorkerSettings
 from shardq.connection import SyncRedis, is_cluster
+from shardq.devtools.calibration import calibrate, calibration_line
 from shardq.jobs import JobRequest
 from shardq.store import keys
-from shardq.worker import inline
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,15 +118,6 @@ def delete_queue(redis: SyncRedis, queue: str, partitions: int) -> None:
     redis.srem(keys.QUEUES_KEY, queue)
 
 
-@inline
-def _noop(job: Any) -> None:
-    """A handler that does nothing (benchmarks, demos, deployment smoke tests)."""
-
-
-handlers = {"bench": _noop, "demo": _noop}
-"""Demo handlers for ``shardq worker run --handlers shardq.bench:handlers``."""
-
-
 def _env(cfg: E2EConfig) -> dict[str, str]:
     env = dict(os.environ)
     if cfg.password:
@@ -166,7 +156,7 @@ def _start_fleet(cfg: E2EConfig, queue: str, outdir: Path) -> tuple[list[Any], l
             [
                 sys.executable,
                 "-m",
-                "shardq.bench",
+                "shardq.devtools.bench",
                 "worker",
                 "--url",
                 cfg.url,
@@ -456,7 +446,7 @@ def format_summary(r: dict[str, Any]) -> str:
     )
 
 
-# subprocess entry: python -m shardq.bench worker ... ---------------------------------------
+# subprocess entry: python -m shardq.devtools.bench worker ... ------------------------------
 
 
 async def _bench_worker(url: str, queue: str, out: Path, concurrency: int) -> None:
@@ -502,7 +492,7 @@ async def _bench_worker(url: str, queue: str, out: Path, concurrency: int) -> No
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m shardq.bench")
+    parser = argparse.ArgumentParser(prog="python -m shardq.devtools.bench")
     sub = parser.add_subparsers(dest="role", required=True)
     w = sub.add_parser("worker")
     w.add_argument("--url", required=True)

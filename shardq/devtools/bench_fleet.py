@@ -19,11 +19,11 @@ import time
 from collections import Counter
 from typing import Any
 
-from shardq.bench import cli_command, delete_queue, stop_processes
-from shardq.calibration import calibrate
 from shardq.client import Client
 from shardq.config import RedisSettings
 from shardq.connection import SyncRedis, is_cluster
+from shardq.devtools.bench import cli_command, delete_queue, stop_processes
+from shardq.devtools.calibration import calibrate
 from shardq.store import keys
 
 
@@ -179,7 +179,7 @@ def run_fleet(
                         "--url",
                         url,
                         "--handlers",
-                        "shardq.bench:handlers",
+                        "shardq.devtools.handlers:handlers",
                     ),
                     env=env,
                 )

@@ -1,4 +1,5 @@
-"""The one place the CLI turns an expected failure into one line and exit code 1.
+"""The one place the CLI turns an expected failure into one line and exit code 1: the root group
+(:class:`ShardqGroup`) maps what any command below it raises with :func:`to_click`.
 
 Library messages speak Python (``run_at``, ``past_tolerance``, ``client.create_queue(...)``);
 :func:`cli_message` says the command-line equivalent instead, so a user is never told to
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from typing import Any
 
 import click
 
@@ -29,7 +31,7 @@ _REWRITES: list[tuple[re.Pattern[str], str]] = [
     (re.compile(r"\back_retention\b"), "--ack-retention"),
     (re.compile(r"\berror\.retry_requests\b"), "the jobs that were not stored"),
 ] + [
-    # every producer setting is an `enqueue` flag (see cli_jobs), so "raise max_horizon"
+    # every producer setting is an `enqueue` flag (see cli/job.py), so "raise max_horizon"
     # becomes "raise --max-horizon"
     (re.compile(rf"\b{f.name}\b"), "--" + f.name.replace("_", "-"))
     for f in dataclasses.fields(ProducerSettings)
@@ -84,3 +86,21 @@ def to_click(exc: BaseException) -> click.ClickException | None:
     if isinstance(exc, _redis_error_classes()):
         return click.ClickException(f"Redis: {type(exc).__name__}: {exc}")
     return None
+
+
+class ShardqGroup(click.Group):
+    """The root group: an expected failure anywhere below it (Redis unreachable, refused
+    credentials, an unknown queue, input the library refuses) becomes one line and exit 1,
+    here, instead of a try/except in every command.  Anything else is a bug: its traceback
+    stays."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except (click.ClickException, click.exceptions.Exit, click.Abort):
+            raise
+        except Exception as exc:
+            mapped = to_click(exc)
+            if mapped is None:
+                raise
+            raise click.ClickException(" ".join(mapped.message.split())) from None

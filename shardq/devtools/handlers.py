@@ -1,0 +1,22 @@
+"""Handlers that do nothing, for the demo, the benchmarks and the tests' worker processes:
+``shardq worker run --handlers shardq.devtools.handlers:handlers``.
+
+Inline (``@shardq.inline``), so a job costs the worker only its own bookkeeping: what a
+benchmark of the fleet must measure.  A deployment's example handlers are elsewhere
+(shardq/examples/handlers.py).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from shardq.worker import inline
+
+
+@inline
+def _noop(job: Any) -> None:
+    """A handler that does nothing (benchmarks, demos, tests)."""
+
+
+handlers = {"bench": _noop, "demo": _noop}
+"""The job types the demo (``demo``) and the benchmarks (``bench``) enqueue."""
