@@ -235,50 +235,109 @@ def _one_line_error(args: list[str], result: Any, code: int | None = None) -> st
     return lines[0]
 
 
-def _answers(args: list[str], result: Any) -> None:
-    """The command printed its answer, or one error line (never a traceback)."""
-    if result.exit_code == 0:
-        assert "Traceback" not in result.output + result.stderr, (args, result.output)
-        assert result.exception is None, (args, result.output)
+def _answers(args: list[str], result: Any, code: int, words: list[str]) -> str:
+    """The command exited with ``code`` and its answer (or its one error line) names every
+    one of ``words``: each bad record it met, what it did, what to do.  Returns the output."""
+    if code == 0:
+        text = result.output + result.stderr
+        assert result.exit_code == 0 and result.exception is None, (args, text)
+        assert "Traceback" not in text, (args, text)
     else:
-        _one_line_error(args, result)
+        text = _one_line_error(args, result, code)
+    missing = [w for w in words if w not in text]
+    assert not missing, (args, missing, text)
+    return str(result.output)
 
 
 def test_cli_commands_answer_despite_bad_records(
     cluster_url: str, cluster_client: Client, queue: str
 ) -> None:
+    """Each read command answers (exit 0) and names the bad records it met; the commands that
+    act say what they did and what they skipped; a job whose body cannot be shown is one line
+    saying so and how to remove it."""
     client, r = cluster_client, cluster_client.redis
     client.create_queue(queue, 2)
     pk = keys.partition_keys(queue, 0, 2)
-    r.xadd(pk.dead, {"j": "x1", "a": "notint", "e": "boom", "t": "later"})
+    # ids of partition 0, so commands that look a job up by id find these records
+    x1, x2 = job_id_in(0, 2, "x1"), job_id_in(0, 2, "x2")
+    r.xadd(pk.dead, {"j": x1, "a": "notint", "e": "boom", "t": "later"})
     r.xadd(pk.dead, {"e": "malformed", "raw": b"\xff\xfe\x00", "t": "1"})
-    r.xadd(pk.dead, {"j": "x2", "a": "nan", "e": "boom", "t": "inf"})
-    r.hset(pk.jobs, "x1", "D1|[1,2]")
-    r.hset(pk.jobs, "x2", "Dnan|[1,2]")
+    r.xadd(pk.dead, {"j": x2, "a": "nan", "e": "boom", "t": "inf"})
+    r.hset(pk.jobs, x1, "D1|[1,2]")
+    r.hset(pk.jobs, x2, "Dnan|[1,2]")
     r.hset(pk.stats, mapping={"enqueued": "inf", "dead": "1e400", "promoted": "²"})
     r.zadd(keys.dispatchers_key(queue), {"dispatcher:ghost#1": "+inf"})
     r.set(pk.lease, "²:ghost", px=60_000)
     r.sadd(keys.QUEUES_KEY, "gone-queue")  # registered, but its meta is missing
     runner = CliRunner()
     base = ["--queue", queue, "--url", cluster_url]
-    for args in (
-        ["dlq", "list", *base],
-        ["dlq", "list", *base, "--json"],
-        ["dlq", "show", *base, "x1"],
-        ["dlq", "replay", *base, "--all", "--yes"],
-        ["dlq", "purge", *base, "--all", "--yes"],
-        ["queue", "list", "--url", cluster_url],
-        ["queue", "info", *base],
-        ["queue", "members", *base],
-        ["owners", *base],
-        ["rebalance", *base],
-        ["stats", *base, "--json", "--window", "0"],
-        ["stats", *base, "--window", "0"],
-        ["job", "list", *base, "--state", "dead"],
-    ):
-        _answers(args, runner.invoke(cli, args))
-    info = runner.invoke(cli, ["queue", "info", *base]).output
-    assert "malformed: partition 0:" in info and "'inf'" in info, info
+    bad_body = ["malformed body", "`shardq job cancel` removes it"]
+    args = ["dlq", "list", *base, "--json"]
+    rows = [orjson.loads(x) for x in _answers(args, runner.invoke(cli, args), 0, []).splitlines()]
+    assert {row["job_id"]: row["malformed"] for row in rows} == {
+        x1: {"attempt": "'notint'", "at_ms": "'later'"},
+        x2: {"attempt": "'nan'", "at_ms": "'inf'"},
+        None: {},  # the letter with no job id: its raw fields are kept instead
+    }, rows
+    for args, code, words in [
+        (
+            ["dlq", "list", *base],
+            0,
+            [
+                "3 dead letter(s)",
+                "(malformed)",
+                "at_ms = 'later', attempt = 'notint'",
+                "at_ms = 'inf', attempt = 'nan'",
+            ],
+        ),
+        (["dlq", "show", *base, x1], 1, [repr(x1), *bad_body]),
+        (["dlq", "show", *base, x2], 1, [repr(x2), *bad_body]),
+        (
+            ["job", "list", *base, "--state", "dead"],
+            0,
+            [
+                f"malformed: job {x1}: body = '[1,2]', dead_at_ms = 'later'",
+                f"malformed: job {x2}: attempt = 'nan', body = '[1,2]', dead_at_ms = 'inf'",
+            ],
+        ),
+        # the two dead jobs go back; the letter with no job is skipped, then purged
+        (
+            ["dlq", "replay", *base, "--all", "--yes"],
+            0,
+            ["replayed 2 job(s); skipped 1 (malformed"],
+        ),
+        (["dlq", "purge", *base, "--all", "--yes"], 0, ["purged 1 dead letter(s)"]),
+        (["queue", "list", "--url", cluster_url], 0, ["gone-queue      ? (damaged)", queue]),
+        (
+            ["queue", "info", *base],
+            0,
+            [
+                "malformed: partition 0: counter dead = '1e400', counter enqueued = 'inf', "
+                "counter promoted = '²', token = '²'"
+            ],
+        ),
+        (
+            ["queue", "members", *base],
+            0,
+            ["(malformed)", "malformed: dispatcher dispatcher:ghost#1: heartbeat_expires_ms = inf"],
+        ),
+        (["owners", *base], 0, ["malformed: partition 0: token = '²'"]),
+        (["rebalance", *base], 0, ["2 partitions", "ghost: holds 1 but is not live"]),
+        (
+            ["stats", *base, "--window", "0"],
+            0,
+            ["malformed: partition 0: counter dead = '1e400', counter enqueued = 'inf'"],
+        ),
+    ]:
+        _answers(args, runner.invoke(cli, args), code, words)
+    args = ["stats", *base, "--json", "--window", "0"]
+    stats = orjson.loads(_answers(args, runner.invoke(cli, args), 0, []))
+    assert stats["queue"]["malformed_partitions"] == 1, stats
+    assert stats["partitions"][0]["malformed"] == {
+        "counter enqueued": "'inf'",
+        "counter dead": "'1e400'",
+        "counter promoted": "'²'",
+    }, stats
     r.hset(pk.jobs, job_id_in(0, 2, "weird"), "S0|{not json")
     weird = job_id_in(0, 2, "weird")
     args = ["job", "get", "-q", queue, weird, "--url", cluster_url]
