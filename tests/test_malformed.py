@@ -62,6 +62,9 @@ BAD_ENVELOPES = [
     ("bad-backoff-neg", 'S0|["t",1,{"b":["e",-5,10]}]'),
     ("bad-backoff-text", 'S0|["t",1,{"b":["f","5","9"]}]'),
 ]
+# ... of which the fetch script dead-letters these (no '|': no envelope; an attempt that is
+# no whole number 0..1e9); the worker the rest, as MalformedJobError.
+SCRIPT_REFUSED = {"no-bar", "bad-attempt", "bad-attempt-nan", "bad-attempt-inf", "bad-attempt-huge"}
 # Ready entries a worker cannot trust: odd due times still run the job.
 ODD_DUES = ["-inf", "inf", "nan", "1.5", "abc", ""]
 
@@ -113,11 +116,28 @@ def test_malformed_jobs_and_entries_go_dead_and_good_ones_run(
         # An id no client can write (not UTF-8) cannot be named to a handler: it goes dead.
         wait_for(lambda: (r.hget(pk.jobs, binary) or b"").startswith(b"D"), 10, "binary id")
         worker = runner.workers[0]
-        assert worker.stats.malformed >= len(BAD_ENVELOPES) - 3  # the rest fail in Lua
-        assert counter_value("shardq_malformed_records_total", queue=queue, kind="job") >= (
-            worker.stats.malformed
-        )
-        assert int(r.hget(pk.stats, "malformed") or 0) >= 2  # entries the fetch script dropped
+        # Every bad envelope has a dead letter saying why: the fetch script's for those it
+        # cannot take apart (no '|', an attempt that is no whole number), the worker's for
+        # the rest (and for the id that is not UTF-8).
+        reasons = {
+            f.get(b"j", b"").decode(errors="replace") or text(f[b"e"]).split()[-1]: text(f[b"e"])
+            for _, f in r.xrange(pk.dead)
+            if b"e" in f
+        }
+        for job_id, _ in BAD_ENVELOPES:
+            jid = job_id_in(0, partitions, job_id)
+            want = (
+                f"malformed envelope for job {jid}"
+                if job_id in SCRIPT_REFUSED
+                else "MalformedJobError: stored job cannot be read"
+            )
+            assert reasons.get(jid, "").startswith(want), (jid, reasons.get(jid))
+        by_worker = len(BAD_ENVELOPES) - len(SCRIPT_REFUSED) + 1  # + the id that is not UTF-8
+        assert worker.stats.malformed == by_worker
+        assert counter_value("shardq_malformed_records_total", queue=queue, kind="job") == by_worker
+        # the partition's counter: what the scripts dead-lettered (the entry with no job id
+        # too), not what the worker did
+        assert int(r.hget(pk.stats, "malformed") or 0) == len(SCRIPT_REFUSED) + 1
         runner.check()
         assert not worker.supervisor.failing() and worker.supervisor.healthy()
     # Nothing left active or stuck: every bad envelope is dead or gone.
