@@ -284,14 +284,15 @@ def test_a_move_that_stopped_half_way_is_finished_by_running_it_again(
 
 def test_wake_up_hints_follow_a_moved_slot(chaos_url: str, queue: str) -> None:
     """After a partition's slot moves, its hints reach the dispatcher and worker again at once:
-    with fallback polls of 5 s, a job due 0.2 s after the move still runs within 3 s."""
+    a job due 0.2 s after the move runs within 3 s.  The fallback polls and sweeps are 600 s
+    apart, far beyond any (scaled) deadline: only a hint can wake them in time."""
     partitions = 4
     client = Client.from_url(chaos_url)
     client.create_queue(queue, partitions)
     runs = Runs()
     slow_fallback = {
-        "dispatcher_settings": replace(FAST_DISPATCHER, max_sleep=5.0),
-        "worker_settings": replace(FAST_WORKER, idle_poll=5.0),
+        "dispatcher_settings": replace(FAST_DISPATCHER, max_sleep=600.0),
+        "worker_settings": replace(FAST_WORKER, idle_poll=600.0, sweep_interval=600.0),
     }
     with Runner(chaos_url, queue, {"t": runs.add}, **slow_fallback):  # type: ignore[arg-type]
         before = client.enqueue(queue, "t", 0, job_id=job_id_in(0, partitions, "a"), delay=0.2)
