@@ -311,16 +311,22 @@ def test_slot_moves_refuse_bad_input_with_what_to_do(
     runner = CliRunner()
     with Client.from_url(chaos_url) as client:
         client.create_queue(queue, 4)
+    # (exit 2: options that do not go together, a usage error; 1: what Redis says is wrong)
     cases = [
-        (["--move-partition", "0", "--to", "127.0.0.1:1"], chaos_url, "is not a primary"),
-        (["--move-partition", "7", "--to", f"127.0.0.1:{chaos_port}"], chaos_url, "partitions 0-3"),
-        (["--to", f"127.0.0.1:{chaos_port}"], chaos_url, "go together"),
-        (["--nodes", "--even"], chaos_url, "run them separately"),
-        (["--nodes"], standalone_url, "single node"),
+        (["--move-partition", "0", "--to", "127.0.0.1:1"], chaos_url, 1, "is not a primary"),
+        (
+            ["--move-partition", "7", "--to", f"127.0.0.1:{chaos_port}"],
+            chaos_url,
+            1,
+            "partitions 0-3",
+        ),
+        (["--to", f"127.0.0.1:{chaos_port}"], chaos_url, 2, "go together"),
+        (["--nodes", "--even"], chaos_url, 2, "run them separately"),
+        (["--nodes"], standalone_url, 1, "single node"),
     ]
-    for extra, url, message in cases:
+    for extra, url, code, message in cases:
         out = runner.invoke(cli, ["rebalance", "--queue", queue, *extra, "--url", url])
-        assert out.exit_code != 0 and message in out.output, (extra, out.output)
+        assert out.exit_code == code and message in out.output, (extra, out.output)
 
 
 # One primary stalled while the others must keep flowing ------------------------------------
