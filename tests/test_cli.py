@@ -9,7 +9,7 @@ import os
 import signal
 import subprocess
 import sys
-import time
+import threading
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -351,13 +351,20 @@ def test_stats_watch_plain_output_and_ctrl_c_exits_0(
         # ignored SIGINT, and Python only turns SIGINT into KeyboardInterrupt when it is not.
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
+    lines: list[str] = []
+    assert proc.stdout is not None
+    reader = threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True)  # type: ignore[arg-type]
+    reader.start()
     try:
-        time.sleep(scaled(2.0))
+        # Ctrl-C once it has drawn twice (however long a loaded machine takes to start it)
+        wait_for(lambda: "".join(lines).count(f"queue {queue}:") >= 2, 20, "no second frame")
         proc.send_signal(2)  # SIGINT, as Ctrl-C sends
-        out, err = proc.communicate(timeout=scaled(20))
+        err = proc.communicate(timeout=scaled(20))[1]
+        reader.join(scaled(5))
     finally:
         if proc.poll() is None:
             proc.kill()
+    out = "".join(lines)
     assert proc.returncode == 0, err
     assert "Aborted" not in err and "Traceback" not in err
     assert "\x1b[" not in out  # not a terminal: plain repeated output, no escape codes
