@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import time
 import uuid
 from collections import Counter
 from typing import Any
@@ -229,11 +228,18 @@ def test_bad_fleet_records_do_not_stop_dispatchers(
             30,
             "the good schedule stopped firing",
         )
-        time.sleep(0.1)
+        wait_for(
+            lambda: counter_value("shardq_malformed_records_total", queue=queue, kind="owner") > 0,
+            30,
+            "the bad owners fields were not counted",
+        )
+        wait_for(  # stopped, not looped on
+            lambda: r.zscore(bad.schedule_next, "bad-sched") is None,
+            30,
+            "the schedule of interval 0 was not stopped",
+        )
         runner.check()
         assert d.supervisor.healthy()
-        assert counter_value("shardq_malformed_records_total", queue=queue, kind="owner") > 0
-        assert r.zscore(bad.schedule_next, "bad-sched") is None  # stopped, not looped on
     assert r.zcount(keys.dispatchers_key(queue), "-inf", "+inf") == 0  # endless ones pruned
 
 
