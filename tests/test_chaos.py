@@ -19,7 +19,16 @@ from typing import Any
 import pytest
 import redis
 from click.testing import CliRunner
-from helpers import FAST_DISPATCHER, FAST_WORKER, Runner, Runs, job_id_in, scaled, wait_for
+from helpers import (
+    FAST_DISPATCHER,
+    FAST_WORKER,
+    TIME_FACTOR,
+    Runner,
+    Runs,
+    job_id_in,
+    scaled,
+    wait_for,
+)
 from ports import TestPorts
 from procs import Proc
 from redis.exceptions import RedisError
@@ -503,6 +512,18 @@ def _stall_each_primary(
              "ticks_max": tick_ms[-1] if tick_ms else None}
         )  # fmt: skip
     print(f"other primaries' lateness during each stall: {figures}")
+    for mode, target, start, end in windows:
+        # Isolation, whatever the machine's speed: the other primaries' jobs due in the first
+        # half of a stall started before it ended (held behind the stalled primary, they would
+        # have started after).
+        held = [
+            (job_id, round(at - end, 2))
+            for job_id, at, late, _ in runs
+            if start <= at - late / 1000 <= start + stall_s / 2
+            and node_of[keys.partition_for(job_id, partitions)] != target
+            and at > end
+        ]
+        assert not held, f"{mode}: jobs of other primaries waited for the stall: {held[:5]}"
     for f in figures:
         assert f["n"] > rate * stall_s / 3, f
         # Every tick of the 4 schedules on the other primaries fired during the stall (a tick
@@ -537,8 +558,9 @@ def _stall_each_primary(
 
 
 def assert_isolated(figures: list[dict[str, Any]]) -> None:
-    late = [f for f in figures if f["p99"] > OTHERS_P99_MS]
-    assert not late, f"other primaries' jobs ran late (p99 > {OTHERS_P99_MS} ms): {late}"
+    bound = OTHERS_P99_MS * TIME_FACTOR
+    late = [f for f in figures if f["p99"] > bound]
+    assert not late, f"other primaries' jobs ran late (p99 > {bound} ms): {late}"
 
 
 def test_a_stalled_primary_does_not_delay_the_others(
@@ -612,7 +634,18 @@ def test_rounds_to_a_paused_primary_hold_no_concurrency(chaos_url: str, queue: s
     )
     assert len(others) > rate * pause_s / 2, len(others)
     print(f"other primaries' lateness: p99 {p99(others):.1f} ms, max {others[-1]:.1f} ms")
-    assert p99(others) <= OTHERS_P99_MS, f"p99 {p99(others):.1f} ms, max {others[-1]:.1f} ms"
+    # Whatever the machine's speed: those due in the pause's first half started before it
+    # ended (rounds stuck on the paused primary holding the room would have kept them waiting).
+    held = [
+        job_id
+        for i, job_id in enumerate(ids)
+        if started <= t0 + span * i / n <= started + pause_s / 2
+        and node_of[keys.partition_for(job_id, partitions)] != paused
+        and t0 + span * i / n + late_ms[job_id] / 1000 > started + pause_s
+    ]
+    assert not held, f"{len(held)} jobs of other primaries waited for the pause: {held[:5]}"
+    bound = OTHERS_P99_MS * TIME_FACTOR
+    assert p99(others) <= bound, f"p99 {p99(others):.1f} ms, max {others[-1]:.1f} ms"
     # Late rounds' jobs wait for handlers (the overflow): the limit holds throughout.
     assert running["most"] <= concurrency, running
 
