@@ -57,7 +57,7 @@ elseif not body then
 elseif not attempt then
   -- Its attempts cannot be counted (nan + 1 stays nan: it would retry forever): dead, with its
   -- body kept (a replay starts it at 0).
-  dead_letter({KEYS[2], KEYS[4], KEYS[5], KEYS[6]}, id, 0, body, bad_attempt(id, v), now)
+  dead_letter_bad_attempt({KEYS[2], KEYS[4], KEYS[5], KEYS[6]}, id, v, body, now)
   count(KEYS[6], 'failed', 1)
   reply = {2, now}
 elseif delay < 0 then

@@ -91,7 +91,7 @@ for _, p in ipairs(pending) do
       redis.call('XDEL', KEYS[1], eid)
     elseif not attempt then
       -- Its attempts cannot be counted: dead, with its body kept (a replay starts it at 0).
-      dead_letter(dead_keys, id, 0, body, bad_attempt(id, v), now)
+      dead_letter_bad_attempt(dead_keys, id, v, body, now)
       redis.call('XACK', KEYS[1], ARGV[1], eid)
       redis.call('XDEL', KEYS[1], eid)
     elseif deliveries >= limit then

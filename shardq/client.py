@@ -69,6 +69,7 @@ class BulkRun:
         self.results: list[EnqueueResult | None] = [None] * len(prepared)
         self.failed: dict[int, BaseException] = {}
         self.short: list[str] = []  # stored, but fewer replicas confirmed than asked
+        self.fewest_acked: int | None = None  # the fewest replicas a short call got
         self.pending: list[BulkCall] = producer.plan_bulk(prepared)
         self.last_error: dict[int, BaseException] = {}
 
@@ -85,6 +86,7 @@ class BulkRun:
             whole.results.extend(run.results)
             whole.failed.update({offset + i: exc for i, exc in run.failed.items()})
             whole.short.extend(run.short)
+            whole.short_by(run.fewest_acked)
         return whole
 
     def settle(
@@ -113,7 +115,15 @@ class BulkRun:
                     self.last_error.pop(i, None)
                     if acked is not None and (acked[n] or 0) < self.settings.durable_replicas:
                         self.short.append(outcome.job_id)
+                        self.short_by(acked[n] or 0)
         self.pending = again
+
+    def short_by(self, acked: int | None) -> None:
+        """Note a call that ``acked`` replicas confirmed, too few: the error says the fewest."""
+        if acked is not None:
+            self.fewest_acked = (
+                acked if self.fewest_acked is None else min(self.fewest_acked, acked)
+            )
 
     def give_up(self) -> None:
         """The retry window ran out: what is still pending is not known to be stored."""
@@ -137,7 +147,7 @@ class BulkRun:
             )
         done = [r for r in self.results if r is not None]
         if self.short:
-            raise not_durable(self.short, 0, self.settings, done)
+            raise not_durable(self.short, self.fewest_acked or 0, self.settings, done)
         return done
 
 

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 import redis as redis_lib
+from helpers import scaled
 
 REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
@@ -48,7 +49,7 @@ def _runs(path: Path) -> list[str]:
 
 
 def _wait(cond: object, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + scaled(timeout)
     while time.monotonic() < deadline and not cond():  # type: ignore[operator]
         time.sleep(0.05)
 
@@ -107,7 +108,7 @@ def test_ttl_timer_every_subscriber_gets_every_event(node: redis_lib.Redis) -> N
         node, prefix, [(f"j{i}", int(time.time() * 1000) + 100) for i in range(20)], "x"
     )
     got: list[set[bytes]] = [set(), set()]
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + scaled(10)
     while time.monotonic() < deadline and min(len(g) for g in got) < 20:
         for s, g in zip(subs, got, strict=True):
             msg = s.get_message(timeout=0.05)

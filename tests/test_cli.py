@@ -9,13 +9,14 @@ import os
 import signal
 import subprocess
 import sys
-import time
+import threading
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+import redis
 from click.testing import CliRunner, Result
-from helpers import Runner, scaled, stored_envelope, wait_for
+from helpers import Runner, job_id_in, scaled, stored_envelope, wait_for
 
 from shardq import __version__
 from shardq import format as fmt
@@ -212,14 +213,61 @@ def test_enqueue_reports_dedup_and_takes_every_client_option(
     assert durable["job_id"] == "j-1" and durable["due_ms"] == int(at.timestamp() * 1000)
 
 
+def _waits(node: redis.Redis) -> int:
+    """WAIT commands the node has run (INFO commandstats): what a durable enqueue sends."""
+    return int(node.info("commandstats").get("cmdstat_wait", {}).get("calls", 0))
+
+
 def test_enqueue_durable_flag(cluster_client: Client, cluster_url: str, queue: str) -> None:
+    """On the test cluster (a replica per primary) --durable exits 0 once the replica holds
+    the job: one WAIT on the partition's primary, and the replica (READONLY) has the job."""
     cluster_client.create_queue(queue, 2)
-    result = run(
-        "enqueue", "-q", queue, "t", "--durable", "--durable-timeout", "2", "--url", cluster_url
+    job_id = job_id_in(0, 2, "durable")
+    pk = keys.partition_keys(queue, 0, 2)
+    node = cluster_client.redis.nodes_manager.get_node_from_slot(keys.slot_of(pk.jobs))  # type: ignore[union-attr]
+    primary = redis.Redis(host=node.host, port=node.port)
+    replica = redis.Redis(host=node.host, port=int(primary.info("replication")["slave0"]["port"]))
+    try:
+        waits = _waits(primary)
+        row = json.loads(
+            ok(
+                *("enqueue", "-q", queue, "t", "--job-id", job_id, "--json", "--url", cluster_url),
+                *("--durable", "--durable-timeout", "2"),
+            )
+        )
+        assert row["job_id"] == job_id and row["created"] and row["partition"] == 0, row
+        assert _waits(primary) == waits + 1
+        replica.execute_command(
+            "READONLY"
+        )  # read the replica itself, not a redirect to its primary
+        assert replica.hget(pk.jobs, job_id) == primary.hget(pk.jobs, job_id) is not None
+    finally:
+        primary.close()
+        replica.close()
+
+
+@pytest.mark.parametrize("where", ["standalone, no replica", "cluster, 2 replicas asked"])
+def test_enqueue_durable_that_cannot_be_confirmed_says_so(
+    cluster_url: str, standalone_url: str, queue: str, where: str
+) -> None:
+    """No replica to confirm (the standalone node), or more asked than a primary has (the
+    test cluster's have one): exit 1, one line saying how many confirmed, that the job is
+    stored and that resending it is safe; the job is stored."""
+    url, asked, confirmed = (
+        (standalone_url, 1, 0) if where.startswith("standalone") else (cluster_url, 2, 1)
     )
-    # the test cluster has replicas: the WAIT is confirmed (or, if a replica lags, one line)
-    assert result.exit_code in (0, 1), result.output
-    assert "Traceback" not in result.output
+    with Client.from_url(url) as client:
+        client.create_queue(queue, 2)
+        line = assert_one_line_error(
+            run(
+                *("enqueue", "-q", queue, "t", "--job-id", "j-1", "--url", url),
+                *("--durable", "--durable-timeout", "0.3", "--durable-replicas", str(asked)),
+            )
+        )
+        said = f"j-1: stored on the primary but only {confirmed} of {asked} replica(s) confirmed"
+        assert line.startswith(f"Error: {said} within 0.3 s."), line
+        assert "resending with the same --idempotency-key or --job-id is safe" in line, line
+        assert client.get(queue, "j-1") is not None
 
 
 def test_enqueue_past_time_says_the_flag(
@@ -304,13 +352,20 @@ def test_stats_watch_plain_output_and_ctrl_c_exits_0(
         # ignored SIGINT, and Python only turns SIGINT into KeyboardInterrupt when it is not.
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
+    lines: list[str] = []
+    assert proc.stdout is not None
+    reader = threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True)  # type: ignore[arg-type]
+    reader.start()
     try:
-        time.sleep(scaled(2.0))
+        # Ctrl-C once it has drawn twice (however long a loaded machine takes to start it)
+        wait_for(lambda: "".join(lines).count(f"queue {queue}:") >= 2, 20, "no second frame")
         proc.send_signal(2)  # SIGINT, as Ctrl-C sends
-        out, err = proc.communicate(timeout=scaled(20))
+        err = proc.communicate(timeout=scaled(20))[1]
+        reader.join(scaled(5))
     finally:
         if proc.poll() is None:
             proc.kill()
+    out = "".join(lines)
     assert proc.returncode == 0, err
     assert "Aborted" not in err and "Traceback" not in err
     assert "\x1b[" not in out  # not a terminal: plain repeated output, no escape codes

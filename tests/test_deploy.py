@@ -55,6 +55,7 @@ import click
 import jsonschema
 import pytest
 import yaml
+from helpers import TIME_FACTOR
 
 ROOT = Path(__file__).resolve().parent.parent
 K8S = ROOT / "k8s"
@@ -1573,7 +1574,7 @@ def test_every_role_runs_with_its_acl_user(local_cluster: LocalCluster) -> None:
         for role, argv in commands.items()
     }
     try:
-        deadline = time.monotonic() + 40
+        deadline = time.monotonic() + 40 * TIME_FACTOR
         counters: dict[str, int] = {}
         exported: set[str] = set()
         sampled = False
@@ -1600,7 +1601,7 @@ def test_every_role_runs_with_its_acl_user(local_cluster: LocalCluster) -> None:
         pks = keymod.all_partition_keys("acl", 8)
         admin_url = RedisSettings.from_url(url, username="shardq-admin", password="pw-shardq-admin")
         with Client(admin_url) as watcher:
-            deadline = time.monotonic() + 20
+            deadline = time.monotonic() + 20 * TIME_FACTOR
             while any(watcher.redis.exists(pk.lane) for pk in pks):
                 assert time.monotonic() < deadline, "the workers never emptied the lanes"
                 time.sleep(0.2)
@@ -1646,7 +1647,7 @@ def test_every_role_runs_with_its_acl_user(local_cluster: LocalCluster) -> None:
         with Client(admin_settings) as c:
             assert slots.plan_move(c, "acl", 0, target).source == target
             c.enqueue_many("acl", [JobRequest("demo", {"i": i}) for i in range(20)])
-        wait_until_completed = time.monotonic() + 20
+        wait_until_completed = time.monotonic() + 20 * TIME_FACTOR
         while time.monotonic() < wait_until_completed:
             stats = json.loads(operator("stats", "--queue", "acl", "--json").splitlines()[0])
             if stats["queue"]["counters"].get("completed", 0) >= counters["completed"] + 20:

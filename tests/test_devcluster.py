@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 import redis
 from click.testing import CliRunner
+from helpers import scaled
 from ports import session_ports
 
 from shardq.cli.dev import dev
@@ -135,7 +136,7 @@ def test_cluster_up_recovers_after_a_node_was_killed(cluster_root: Path) -> None
     pidfile = cluster_root / f"cluster-{BASE_PORT}" / f"node-{BASE_PORT + 2}" / "redis.pid"
     victim = int(pidfile.read_text())
     os.kill(victim, signal.SIGKILL)
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + scaled(10)
     while _is_running_redis(victim):
         assert time.monotonic() < deadline, "killed node did not exit"
         time.sleep(0.05)

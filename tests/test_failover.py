@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 import redis
-from helpers import Runner, Runs, job_id_in, wait_for
+from helpers import Runner, Runs, job_id_in, scaled, wait_for
 from ports import TestPorts
 
 from shardq import AsyncClient, Client, JobRequest, ProducerSettings
@@ -144,7 +144,7 @@ def check(ledger: Ledger, runs: Runs, killed_at: float | None) -> dict[str, int]
         assert not lost, f"{len(lost)} lost, e.g. {sorted(lost)[:5]}"
     else:
         # Acknowledged by the old primary in the instant before SIGKILL, never replicated.
-        late = [j for j in lost if ledger.stored[j] < killed_at - 0.5]
+        late = [j for j in lost if ledger.stored[j] < killed_at - scaled(0.5)]
         assert not late, f"{len(late)} lost that were acknowledged well before the kill"
     return {"stored": len(ledger.stored), "lost": len(lost), "calls": ledger.calls}
 
@@ -159,7 +159,7 @@ def drain(client: Client, queue: str, ledger: Ledger, runs: Runs) -> None:
         90,
         lambda: f"{len(set(ledger.stored) - set(runs.count()))} jobs not run",
     )
-    settle_until = time.monotonic() + 5
+    settle_until = time.monotonic() + scaled(5)
     while time.monotonic() < settle_until and set(ledger.stored) - set(runs.count()):
         time.sleep(0.2)
 

@@ -205,7 +205,13 @@ def test_cancel_retry_empty_and_delete(cluster_client: Client, queue: str) -> No
     assert ins.empty(queue, "dead") == 20
     assert ins.empty(queue, "scheduled") == len(reqs) - dropped + 20
     assert all_pages(ins, queue, "scheduled", 100) == []
-    assert ins.delete_queue(queue) > 0
+
+    def tagged() -> set[bytes]:
+        return set(cluster_client.redis.scan_iter(match="{sq:" + queue + "*", count=1000))
+
+    before = tagged()
+    assert ins.delete_queue(queue) == len(before) > 0  # every key of the queue, counted
+    assert tagged() == set()
     assert queue not in cluster_client.queues()
 
 

@@ -242,7 +242,7 @@ def test_cli_turns_lanes_on_and_enqueues_and_shows_priority_and_tenant(
     client.create_queue(queue, 2)
     base = ["--url", url]
     r = runner.invoke(cli, [*base, "enqueue", "-q", queue, "t", "--priority", "high"])
-    assert r.exit_code != 0 and "lanes off" in r.output, r.output
+    assert r.exit_code == 1 and "lanes off" in r.output, r.output
     r = runner.invoke(cli, [*base, "queue", "lanes", "-q", queue, "--on"])
     assert r.exit_code == 0 and "2 of 2" in r.output, r.output
     r = runner.invoke(

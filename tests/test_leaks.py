@@ -72,29 +72,29 @@ def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedP
 
 def test_cli_output_and_errors_never_show_the_password(user: User, queue: str) -> None:
     unreachable = f"redis://{user.name}:{user.secret}@127.0.0.1:1"
+    # (each command with its exit code: 0 done, 1 one error line, 2 a usage error)
     runs = [
-        ("health", "--url", user.url),
-        ("health", "--url", user.wrong_url),
-        ("health", "--queue", queue, "--url", user.url),
-        ("health", "--url", unreachable),
-        ("health", "--url", f"redis://{user.name}:{user.secret}@127.0.0.1:notaport"),
-        ("health", "--url", f"http://{user.name}:{user.secret}@127.0.0.1:1"),
-        ("queue", "list", "--url", user.url),
-        ("queue", "list", "--url", user.wrong_url),
-        ("queue", "create", "--queue", queue, "--partitions", "2", "--url", user.url),
-        ("stats", "--queue", queue, "--url", user.url),
-        ("job", "get", "--queue", queue, "nope", "--url", user.url),
-        ("health", "--url", f"redis://{user.hostport}", "--password", user.secret),
-        ("health", "--url", f"redis://{user.hostport}", "--password", user.wrong),
-        ("enqueue", "--queue", queue, "t", "--payload", "{bad", "--url", user.url),
+        (0, ("health", "--url", user.url)),
+        (1, ("health", "--url", user.wrong_url)),
+        (1, ("health", "--queue", queue, "--url", user.url)),  # no such queue yet
+        (1, ("health", "--url", unreachable)),
+        (2, ("health", "--url", f"redis://{user.name}:{user.secret}@127.0.0.1:notaport")),
+        (2, ("health", "--url", f"http://{user.name}:{user.secret}@127.0.0.1:1")),
+        (0, ("queue", "list", "--url", user.url)),
+        (1, ("queue", "list", "--url", user.wrong_url)),
+        (0, ("queue", "create", "--queue", queue, "--partitions", "2", "--url", user.url)),
+        (0, ("stats", "--queue", queue, "--url", user.url)),
+        (1, ("job", "get", "--queue", queue, "nope", "--url", user.url)),
+        (0, ("health", "--url", f"redis://{user.hostport}", "--password", user.secret)),
+        # no user name: the default user, which has no password, so any password will do
+        (0, ("health", "--url", f"redis://{user.hostport}", "--password", user.wrong)),
+        (2, ("enqueue", "--queue", queue, "t", "--payload", "{bad", "--url", user.url)),
     ]
-    outcomes = []
-    for args in runs:
+    for code, args in runs:
         done = _cli(*args)
         user.assert_absent(done.stdout + done.stderr, " ".join(args[:2]))
-        outcomes.append(done.returncode)
         assert "Traceback" not in done.stderr, done.stderr
-    assert outcomes[0] == 0 and outcomes[1] != 0 and outcomes[3] != 0
+        assert done.returncode == code, (args[:2], done.returncode, done.stderr)
     # A password on the command line is warned about, and the call still works.
     assert "visible to every user" in _cli("health", "--url", user.url).stderr
 
@@ -110,7 +110,7 @@ def test_password_from_the_environment_or_a_file_gives_no_warning(
     done = _cli("health", "--url", url, "--password-file", str(secret_file))
     assert done.returncode == 0 and "visible" not in done.stderr, done.stderr
     done = _cli("health", "--url", url, "--password-file", str(tmp_path / "missing"))
-    assert done.returncode != 0 and "cannot read" in done.stderr
+    assert done.returncode == 2 and "cannot read" in done.stderr, done.stderr
 
 
 def test_long_running_processes_keep_the_password_off_their_title_and_logs(

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import time
 import uuid
 from collections import Counter
 from typing import Any
@@ -62,6 +61,9 @@ BAD_ENVELOPES = [
     ("bad-backoff-neg", 'S0|["t",1,{"b":["e",-5,10]}]'),
     ("bad-backoff-text", 'S0|["t",1,{"b":["f","5","9"]}]'),
 ]
+# ... of which the fetch script dead-letters these (no '|': no envelope; an attempt that is
+# no whole number 0..1e9); the worker the rest, as MalformedJobError.
+SCRIPT_REFUSED = {"no-bar", "bad-attempt", "bad-attempt-nan", "bad-attempt-inf", "bad-attempt-huge"}
 # Ready entries a worker cannot trust: odd due times still run the job.
 ODD_DUES = ["-inf", "inf", "nan", "1.5", "abc", ""]
 
@@ -113,14 +115,28 @@ def test_malformed_jobs_and_entries_go_dead_and_good_ones_run(
         # An id no client can write (not UTF-8) cannot be named to a handler: it goes dead.
         wait_for(lambda: (r.hget(pk.jobs, binary) or b"").startswith(b"D"), 10, "binary id")
         worker = runner.workers[0]
-        # The fetch script itself dead-letters an envelope whose attempt is no whole number
-        # (Sx, Snan, Sinf, S1e400: lua/includes/checks.lua); the worker finds the rest.
-        in_lua = {"bad-attempt", "bad-attempt-nan", "bad-attempt-inf", "bad-attempt-huge"}
-        assert worker.stats.malformed == len(BAD_ENVELOPES) - len(in_lua)
-        assert counter_value("shardq_malformed_records_total", queue=queue, kind="job") >= (
-            worker.stats.malformed
-        )
-        assert int(r.hget(pk.stats, "malformed") or 0) >= 2  # entries the fetch script dropped
+        # Every bad envelope has a dead letter saying why: the fetch script's for those it
+        # cannot take apart (no '|', an attempt that is no whole number), the worker's for
+        # the rest (and for the id that is not UTF-8).
+        reasons = {
+            f.get(b"j", b"").decode(errors="replace") or text(f[b"e"]).split()[-1]: text(f[b"e"])
+            for _, f in r.xrange(pk.dead)
+            if b"e" in f
+        }
+        for job_id, _ in BAD_ENVELOPES:
+            jid = job_id_in(0, partitions, job_id)
+            want = (
+                f"malformed envelope for job {jid}"
+                if job_id in SCRIPT_REFUSED
+                else "MalformedJobError: stored job cannot be read"
+            )
+            assert reasons.get(jid, "").startswith(want), (jid, reasons.get(jid))
+        by_worker = len(BAD_ENVELOPES) - len(SCRIPT_REFUSED) + 1  # + the id that is not UTF-8
+        assert worker.stats.malformed == by_worker
+        assert counter_value("shardq_malformed_records_total", queue=queue, kind="job") == by_worker
+        # the partition's counter: what the scripts dead-lettered (the entry with no job id
+        # too), not what the worker did
+        assert int(r.hget(pk.stats, "malformed") or 0) == len(SCRIPT_REFUSED) + 1
         runner.check()
         assert not worker.supervisor.failing() and worker.supervisor.healthy()
     # Nothing left active or stuck: every bad envelope is dead or gone.
@@ -212,21 +228,28 @@ def test_bad_fleet_records_do_not_stop_dispatchers(
             30,
             "the good schedule stopped firing",
         )
-        time.sleep(0.1)
+        wait_for(
+            lambda: counter_value("shardq_malformed_records_total", queue=queue, kind="owner") > 0,
+            30,
+            "the bad owners fields were not counted",
+        )
+        wait_for(  # stopped, not looped on
+            lambda: r.zscore(bad.schedule_next, "bad-sched") is None,
+            30,
+            "the schedule of interval 0 was not stopped",
+        )
         runner.check()
         assert d.supervisor.healthy()
-        assert counter_value("shardq_malformed_records_total", queue=queue, kind="owner") > 0
-        assert r.zscore(bad.schedule_next, "bad-sched") is None  # stopped, not looped on
     assert r.zcount(keys.dispatchers_key(queue), "-inf", "+inf") == 0  # endless ones pruned
 
 
-def _one_line_error(args: list[str], result: Any, code: int | None = None) -> str:
+def _one_line_error(args: list[str], result: Any, code: int) -> str:
     """The command failed (with ``code``) in one line that starts with 'Error:' (click's usage
     lines around it allowed), no traceback; returns that line."""
     text = result.output + result.stderr
     assert "Traceback" not in text, (args, text)
     assert result.exception is None or isinstance(result.exception, SystemExit), (args, text)
-    assert result.exit_code != 0 and (code is None or result.exit_code == code), (args, text)
+    assert code != 0 and result.exit_code == code, (args, text)
     lines = [
         line
         for line in result.stderr.splitlines()
@@ -238,50 +261,109 @@ def _one_line_error(args: list[str], result: Any, code: int | None = None) -> st
     return lines[0]
 
 
-def _answers(args: list[str], result: Any) -> None:
-    """The command printed its answer, or one error line (never a traceback)."""
-    if result.exit_code == 0:
-        assert "Traceback" not in result.output + result.stderr, (args, result.output)
-        assert result.exception is None, (args, result.output)
+def _answers(args: list[str], result: Any, code: int, words: list[str]) -> str:
+    """The command exited with ``code`` and its answer (or its one error line) names every
+    one of ``words``: each bad record it met, what it did, what to do.  Returns the output."""
+    if code == 0:
+        text = result.output + result.stderr
+        assert result.exit_code == 0 and result.exception is None, (args, text)
+        assert "Traceback" not in text, (args, text)
     else:
-        _one_line_error(args, result)
+        text = _one_line_error(args, result, code)
+    missing = [w for w in words if w not in text]
+    assert not missing, (args, missing, text)
+    return str(result.output)
 
 
 def test_cli_commands_answer_despite_bad_records(
     cluster_url: str, cluster_client: Client, queue: str
 ) -> None:
+    """Each read command answers (exit 0) and names the bad records it met; the commands that
+    act say what they did and what they skipped; a job whose body cannot be shown is one line
+    saying so and how to remove it."""
     client, r = cluster_client, cluster_client.redis
     client.create_queue(queue, 2)
     pk = keys.partition_keys(queue, 0, 2)
-    r.xadd(pk.dead, {"j": "x1", "a": "notint", "e": "boom", "t": "later"})
+    # ids of partition 0, so commands that look a job up by id find these records
+    x1, x2 = job_id_in(0, 2, "x1"), job_id_in(0, 2, "x2")
+    r.xadd(pk.dead, {"j": x1, "a": "notint", "e": "boom", "t": "later"})
     r.xadd(pk.dead, {"e": "malformed", "raw": b"\xff\xfe\x00", "t": "1"})
-    r.xadd(pk.dead, {"j": "x2", "a": "nan", "e": "boom", "t": "inf"})
-    r.hset(pk.jobs, "x1", "D1|[1,2]")
-    r.hset(pk.jobs, "x2", "Dnan|[1,2]")
+    r.xadd(pk.dead, {"j": x2, "a": "nan", "e": "boom", "t": "inf"})
+    r.hset(pk.jobs, x1, "D1|[1,2]")
+    r.hset(pk.jobs, x2, "Dnan|[1,2]")
     r.hset(pk.stats, mapping={"enqueued": "inf", "dead": "1e400", "promoted": "²"})
     r.zadd(keys.dispatchers_key(queue), {"dispatcher:ghost#1": "+inf"})
     r.set(pk.lease, "²:ghost", px=60_000)
     r.sadd(keys.QUEUES_KEY, "gone-queue")  # registered, but its meta is missing
     runner = CliRunner()
     base = ["--queue", queue, "--url", cluster_url]
-    for args in (
-        ["dlq", "list", *base],
-        ["dlq", "list", *base, "--json"],
-        ["dlq", "show", *base, "x1"],
-        ["dlq", "replay", *base, "--all", "--yes"],
-        ["dlq", "purge", *base, "--all", "--yes"],
-        ["queue", "list", "--url", cluster_url],
-        ["queue", "info", *base],
-        ["queue", "members", *base],
-        ["owners", *base],
-        ["rebalance", *base],
-        ["stats", *base, "--json", "--window", "0"],
-        ["stats", *base, "--window", "0"],
-        ["job", "list", *base, "--state", "dead"],
-    ):
-        _answers(args, runner.invoke(cli, args))
-    info = runner.invoke(cli, ["queue", "info", *base]).output
-    assert "malformed: partition 0:" in info and "'inf'" in info, info
+    bad_body = ["malformed body", "`shardq job cancel` removes it"]
+    args = ["dlq", "list", *base, "--json"]
+    rows = [orjson.loads(x) for x in _answers(args, runner.invoke(cli, args), 0, []).splitlines()]
+    assert {row["job_id"]: row["malformed"] for row in rows} == {
+        x1: {"attempt": "'notint'", "at_ms": "'later'"},
+        x2: {"attempt": "'nan'", "at_ms": "'inf'"},
+        None: {},  # the letter with no job id: its raw fields are kept instead
+    }, rows
+    for args, code, words in [
+        (
+            ["dlq", "list", *base],
+            0,
+            [
+                "3 dead letter(s)",
+                "(malformed)",
+                "at_ms = 'later', attempt = 'notint'",
+                "at_ms = 'inf', attempt = 'nan'",
+            ],
+        ),
+        (["dlq", "show", *base, x1], 1, [repr(x1), *bad_body]),
+        (["dlq", "show", *base, x2], 1, [repr(x2), *bad_body]),
+        (
+            ["job", "list", *base, "--state", "dead"],
+            0,
+            [
+                f"malformed: job {x1}: body = '[1,2]', dead_at_ms = 'later'",
+                f"malformed: job {x2}: attempt = 'nan', body = '[1,2]', dead_at_ms = 'inf'",
+            ],
+        ),
+        # the two dead jobs go back; the letter with no job is skipped, then purged
+        (
+            ["dlq", "replay", *base, "--all", "--yes"],
+            0,
+            ["replayed 2 job(s); skipped 1 (malformed"],
+        ),
+        (["dlq", "purge", *base, "--all", "--yes"], 0, ["purged 1 dead letter(s)"]),
+        (["queue", "list", "--url", cluster_url], 0, ["gone-queue      ? (damaged)", queue]),
+        (
+            ["queue", "info", *base],
+            0,
+            [
+                "malformed: partition 0: counter dead = '1e400', counter enqueued = 'inf', "
+                "counter promoted = '²', token = '²'"
+            ],
+        ),
+        (
+            ["queue", "members", *base],
+            0,
+            ["(malformed)", "malformed: dispatcher dispatcher:ghost#1: heartbeat_expires_ms = inf"],
+        ),
+        (["owners", *base], 0, ["malformed: partition 0: token = '²'"]),
+        (["rebalance", *base], 0, ["2 partitions", "ghost: holds 1 but is not live"]),
+        (
+            ["stats", *base, "--window", "0"],
+            0,
+            ["malformed: partition 0: counter dead = '1e400', counter enqueued = 'inf'"],
+        ),
+    ]:
+        _answers(args, runner.invoke(cli, args), code, words)
+    args = ["stats", *base, "--json", "--window", "0"]
+    stats = orjson.loads(_answers(args, runner.invoke(cli, args), 0, []))
+    assert stats["queue"]["malformed_partitions"] == 1, stats
+    assert stats["partitions"][0]["malformed"] == {
+        "counter enqueued": "'inf'",
+        "counter dead": "'1e400'",
+        "counter promoted": "'²'",
+    }, stats
     r.hset(pk.jobs, job_id_in(0, 2, "weird"), "S0|{not json")
     weird = job_id_in(0, 2, "weird")
     args = ["job", "get", "-q", queue, weird, "--url", cluster_url]
@@ -392,34 +474,57 @@ def test_every_cli_command_fails_in_one_line_on_a_bad_id_or_name(
             if "{id}" not in command and "{name}" not in command:
                 continue
             args = [*_fill(command, queue, bad, bad), "--url", cluster_url]
-            line = _one_line_error(args, runner.invoke(cli, args))
-            assert "invalid" in line and ("use 1-128" in line or "use 1-100" in line), (
-                args,
-                line,
-            )
-    for args in (
-        ["limit", "remove", "-q", queue, "--type", NOT_UTF8],
-        ["health", "--username", NOT_UTF8],
-        ["health", "--password", NOT_UTF8],
-        ["job", "find", "-q", queue, "--idempotency-key", NOT_UTF8],
-        ["enqueue", "-q", queue, "t", "--idempotency-key", NOT_UTF8],
-        ["enqueue", "-q", queue, "t", "--delay", "9" * 400],
-        ["job", "reschedule", "-q", queue, "x", "--delay", "9" * 400],
+            # a job id is a usage error (its click type); a schedule name is refused in one
+            # line by the schedules API
+            code, rule = (2, "use 1-128 printable") if "{id}" in command else (1, "use 1-100")
+            line = _one_line_error(args, runner.invoke(cli, args), code)
+            assert f"{bad!r} is invalid: {rule}" in line, (args, line)
+    not_text = "is not valid text (it holds bytes that are not UTF-8): write it in UTF-8"
+    lone = "'\\udcff\\udcfe' is not valid Unicode (a lone surrogate): fix its source"
+    parts = "use partition numbers 0-1023 and ranges of them"
+    for args, code, words in (
+        (["limit", "remove", "-q", queue, "--type", NOT_UTF8], 1, "is not valid text: give type:"),
+        (["health", "--username", NOT_UTF8], 2, f"'--username': {not_text}"),
+        (["health", "--password", NOT_UTF8], 2, f"'--password': {not_text}"),
+        (
+            ["job", "find", "-q", queue, "--idempotency-key", NOT_UTF8],
+            1,
+            f"--idempotency-key {lone}",
+        ),
+        (
+            ["enqueue", "-q", queue, "t", "--idempotency-key", NOT_UTF8],
+            1,
+            f"--idempotency-key {lone}",
+        ),
+        (
+            ["enqueue", "-q", queue, "t", "--delay", "9" * 400],
+            2,
+            "is too long: at most 316224000 s",
+        ),
+        (
+            ["job", "reschedule", "-q", queue, "x", "--delay", "9" * 400],
+            2,
+            "is too long: at most 316224000 s",
+        ),
         # (a range of 10**11 partitions was built as a list before anything was checked)
-        [
-            "worker",
-            "run",
-            "-q",
-            queue,
-            "--handlers",
-            "shardq.devtools.handlers:handlers",
-            "--partitions",
-            "0-99999999999",
-        ],
-        ["dispatcher", "run", "-q", queue, "--partitions", "\u0663"],
+        (
+            [
+                "worker",
+                "run",
+                "-q",
+                queue,
+                "--handlers",
+                "shardq.devtools.handlers:handlers",
+                "--partitions",
+                "0-99999999999",
+            ],
+            2,
+            f"'0-99999999999': {parts}",
+        ),
+        (["dispatcher", "run", "-q", queue, "--partitions", "\u0663"], 2, f"'\u0663': {parts}"),
     ):
-        line = _one_line_error(args, runner.invoke(cli, [*args, "--url", cluster_url]))
-        assert any(w in line for w in ("not valid", "invalid", "too long", "0-1023")), (args, line)
+        line = _one_line_error(args, runner.invoke(cli, [*args, "--url", cluster_url]), code)
+        assert words in line, (args, line)
 
 
 RECORD = st.one_of(

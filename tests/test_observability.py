@@ -17,6 +17,7 @@ from helpers import (
     Runner,
     Runs,
     free_port,
+    scaled,
     wait_for,
 )
 
@@ -308,7 +309,7 @@ def run_bounded(client: Client, url: str, queue: str, jobs: int, partitions: int
                     for i in range(start, min(jobs, start + 50_000))
                 ],
             )
-        deadline = time.monotonic() + 120 + jobs / 5000
+        deadline = time.monotonic() + scaled(120 + jobs / 5000)
         while len(runs.jobs) < jobs and time.monotonic() < deadline:
             for s in metrics.snapshot_sync(client.redis, pks):
                 length = int(

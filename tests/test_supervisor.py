@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 import pytest
-from helpers import FAST_DISPATCHER, FAST_WORKER, Runner, Runs, free_port, wait_for
+from helpers import FAST_DISPATCHER, FAST_WORKER, Runner, Runs, free_port, scaled, wait_for
 from prometheus_client import REGISTRY
 from redis.exceptions import ConnectionError as RedisConnectionError
 
@@ -33,7 +33,7 @@ def loop_errors(role: str, loop: str) -> float:
 
 
 async def until(condition: Callable[[], bool], timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + scaled(timeout)
     while not condition():
         assert time.monotonic() < deadline, "condition not met"
         await asyncio.sleep(0.01)

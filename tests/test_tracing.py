@@ -6,6 +6,7 @@ on it with status ERROR."""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -65,7 +66,10 @@ def test_the_consumer_span_is_a_child_of_the_enqueue_across_a_real_run(
     cluster_client.create_queue(queue, 4)
     inner = trace.get_tracer("test")
 
+    seen: list[tuple[Job, float]] = []  # the job, and the Redis clock when its handler ran
+
     def handler(job: Job) -> None:  # sync: runs in the worker's thread pool
+        seen.append((job, job.redis_now_ms(time.monotonic())))
         with inner.start_as_current_span("handler work"):
             pass
 
@@ -92,8 +96,16 @@ def test_the_consumer_span_is_a_child_of_the_enqueue_across_a_real_run(
     assert attrs["shardq.partition"] == producer.attributes["shardq.partition"]
     assert attrs["shardq.attempt"] == 1
     assert attrs["shardq.job.type"] == "t"
+    # start minus due time, on the Redis clock: started after the fetch, before the handler
+    [(job, in_handler)] = seen
+    assert job.due_ms is not None
     lateness = attrs["shardq.lateness_ms"]
-    assert isinstance(lateness, int) and -50 <= lateness < 10_000, lateness
+    assert isinstance(lateness, int), lateness
+    assert job.fetched_redis_ms - job.due_ms - 1 <= lateness <= in_handler - job.due_ms + 1, (
+        lateness,
+        job.fetched_redis_ms - job.due_ms,
+        in_handler - job.due_ms,
+    )
     assert consumer.status.status_code != StatusCode.ERROR
     # The handler's own span is a child of the execution's (the context reached the thread).
     [work] = [s for s in spans.get_finished_spans() if s.name == "handler work"]

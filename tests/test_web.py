@@ -268,7 +268,7 @@ def test_actions_without_a_token_refuse_to_start(cluster_url: str, monkeypatch: 
         WebConfig(allow_actions=True, token="short")
     monkeypatch.delenv("SHARDQ_WEB_TOKEN", raising=False)
     result = CliRunner().invoke(main, ["web", "--url", cluster_url, "--allow-actions"])
-    assert result.exit_code != 0 and "SHARDQ_WEB_TOKEN" in result.output
+    assert result.exit_code == 1 and "SHARDQ_WEB_TOKEN" in result.output, result.output
     assert "--token" not in CliRunner().invoke(main, ["web", "--help"]).output
 
 

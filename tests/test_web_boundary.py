@@ -187,7 +187,7 @@ def test_no_token_no_console_beyond_loopback(cluster_url: str, monkeypatch: Any)
         [line] = result.output.strip().splitlines()
         assert "SHARDQ_WEB_TOKEN" in line and "Traceback" not in line, line
     bad = runner.invoke(main, ["web", "--url", cluster_url, "--trusted-proxy", "not-an-ip"])
-    assert bad.exit_code != 0 and "not-an-ip" in bad.output
+    assert bad.exit_code == 1 and "not-an-ip" in bad.output, bad.output
     help_text = runner.invoke(main, ["web", "--help"]).output
     for option in ("--allowed-host", "--require-login", "--trusted-proxy"):
         assert option in help_text

@@ -55,6 +55,15 @@ local function dead_letter(keys, id, attempt, body, reason, now)
   redis.call('HSET', keys[3], id, reason)
   redis.call('XADD', keys[2], '*', 'j', id, 'a', attempt, 'e', reason, 't', now)
   bump(keys[4], 'dead')
+end
+
+-- The stats counter 'malformed' counts what a script dead-letters because it is not a job it
+-- can count (the two functions below), not every dead letter (attempts used up, poison jobs).
+
+-- dead_letter_bad_attempt(keys, id, v, body, now): dead_letter for an envelope whose attempt
+-- is unreadable: attempt 0, its body kept (a replay starts it afresh).
+local function dead_letter_bad_attempt(keys, id, v, body, now)
+  dead_letter(keys, id, 0, body, bad_attempt(id, v), now)
   bump(keys[4], 'malformed')
 end
 
@@ -62,4 +71,5 @@ end
 local function dead_letter_raw(keys, fields, reason, now)
   redis.call('XADD', keys[2], '*', 'e', reason, 'raw', cjson.encode(fields), 't', now)
   bump(keys[4], 'dead')
+  bump(keys[4], 'malformed')
 end
