@@ -6,6 +6,7 @@ is dead-lettered by the worker, which keeps serving the other jobs.
 
 from __future__ import annotations
 
+import asyncio
 import math
 import time
 from collections.abc import Callable
@@ -15,9 +16,10 @@ from typing import Any
 import pytest
 from helpers import Runner, Runs, dead_entries, queue_state, wait_for
 
-from shardq import JobRequest
+from shardq import Dispatcher, JobRequest, Worker
 from shardq.client import Client
-from shardq.config import ProducerSettings
+from shardq.config import ProducerSettings, RedisSettings
+from shardq.connection import connect_async
 from shardq.errors import (
     InvalidJobError,
     InvalidScheduleError,
@@ -26,6 +28,7 @@ from shardq.errors import (
     ShardqError,
     UnknownQueueError,
 )
+from shardq.runtime import health
 from shardq.store import keys
 
 PARTITIONS = 4
@@ -301,3 +304,29 @@ def test_unknown_job_type_goes_dead_naming_the_type(url: str, client: Client, qu
     assert entry["j"] == stray and entry["a"] == "1"
     assert "UnknownJobTypeError" in entry["e"] and "nobody.handles.this" in entry["e"]
     assert list(runs.count()) == [fine]
+
+
+@pytest.mark.parametrize("role", ["worker", "dispatcher"])
+def test_pinned_partitions_the_queue_lacks_are_refused_before_joining(
+    url: str, client: Client, queue: str, role: str
+) -> None:
+    """A worker or dispatcher pinned to partitions its queue does not have stops at start with
+    UnknownQueueError naming the queue's range and the partitions it lacks, having joined no
+    fleet and left no health status behind."""
+    client.create_queue(queue, PARTITIONS)
+
+    async def start() -> None:
+        redis = await connect_async(RedisSettings.from_url(url))
+        try:
+            if role == "worker":
+                await Worker(redis, queue, handlers={"t": print}, partitions=[0, 9, 4]).run()
+            else:
+                await Dispatcher(redis, queue, partitions=[1, 4, 9]).run()
+        finally:
+            await redis.aclose()
+
+    with pytest.raises(UnknownQueueError, match=r"has partitions 0\.\.3, not \[4, 9\]"):
+        asyncio.run(start())
+    r = client.redis
+    assert r.zcard(keys.workers_key(queue)) == 0 and r.zcard(keys.dispatchers_key(queue)) == 0
+    assert all(s.queue != queue for s in health.statuses())

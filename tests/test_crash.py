@@ -88,9 +88,14 @@ def test_worker_killed_mid_handler_is_reclaimed_by_another(
     assert total(r, queue, partitions, "dead") == 0
 
 
+@pytest.mark.parametrize("stop_one", [False, True], ids=["running", "one-stopping"])
 def test_live_worker_with_long_handler_is_not_reclaimed(
-    cluster_url: str, cluster_client: Client, queue: str
+    cluster_url: str, cluster_client: Client, queue: str, stop_one: bool
 ) -> None:
+    """Handlers running three visibility timeouts are never reclaimed from a live worker.  Nor
+    from one that is stopping (SIGTERM): its running handlers get shutdown_grace, and all that
+    time its heartbeat keeps their deliveries claimed and its membership keeps it live (the
+    shutdown order of docs/architecture.md)."""
     client, r = cluster_client, cluster_client.redis
     partitions = 2
     client.create_queue(queue, partitions)
@@ -99,15 +104,19 @@ def test_live_worker_with_long_handler_is_not_reclaimed(
 
     async def long_handler(job: Job) -> None:
         runs.add(job)
-        await asyncio.sleep(6.0)  # three visibility timeouts
+        await asyncio.sleep(6.0)  # three visibility timeouts, three membership timeouts
         finished.append(job.id)
 
-    settings = replace(FAST_WORKER, visibility_timeout=2.0, shutdown_grace=8.0)
+    settings = replace(FAST_WORKER, visibility_timeout=2.0, shutdown_grace=15.0)
     with Runner(cluster_url, queue, {"t": long_handler}, workers=2, worker_settings=settings) as rn:
         ids = [client.enqueue(queue, "t", {"i": i}) for i in range(4)]
         wait_for(lambda: len(runs.jobs) == 4, 10, "handlers did not start")
-        # Each handler runs three visibility timeouts; both workers reclaim every 0.5 s
-        # meanwhile.  A reclaim would show as a second delivery in Redis and a second run.
+        if stop_one:
+            stopping = max(rn.workers, key=lambda w: w.inflight)
+            assert rn.loop is not None and stopping.inflight > 0
+            rn.loop.call_soon_threadsafe(stopping.stop)
+        # Both workers reclaim every 0.5 s meanwhile.  A reclaim would show as a second
+        # delivery in Redis and a second run.
         wait_for(lambda: len(finished) == 4, 20, "handlers did not finish")
         wait_for(lambda: queue_settled(r, queue, partitions), 20, "queue did not settle")
         for worker in rn.workers:

@@ -245,8 +245,14 @@ def test_a_worker_holding_more_than_one_call_carries_acks_them_in_chunks(
     standalone_client: Client, queue: str
 ) -> None:
     """2,500 finished deliveries of one partition: three ack calls within the cap, all settled."""
+    import asyncio
+    import logging
+
     from shardq.config import WorkerSettings
+    from shardq.runtime.supervisor import Supervisor
     from shardq.store import delivery, transport
+    from shardq.store.meta import read_meta_sync
+    from shardq.worker.context import WorkerContext
     from shardq.worker.inflight import Delivery, InFlight, WorkerStats
     from shardq.worker.settler import Settler
 
@@ -255,15 +261,26 @@ def test_a_worker_holding_more_than_one_call_carries_acks_them_in_chunks(
     client.enqueue_many(queue, [JobRequest("t", i) for i in range(2500)])
     pk = keys.partition_keys(queue, 0, 1)
     inflight = InFlight(concurrency=10_000)
-    settler = Settler(
-        None,  # type: ignore[arg-type]  # take_acks builds the ops; they are run here
-        queue,
-        [pk],
-        inflight,
-        WorkerSettings(),
-        WorkerStats(),
-        lambda p: None,
+    ctx = WorkerContext(
+        role="worker",
+        queue=queue,
+        member="c",
+        redis=None,  # type: ignore[arg-type]  # take_acks builds the ops; they are run here
+        transport=None,  # type: ignore[arg-type]
+        meta=read_meta_sync(r, queue),
+        pks=[pk],
+        pinned=None,
+        settings=WorkerSettings(),
+        supervisor=Supervisor("worker", queue),
+        membership=None,
+        stop=asyncio.Event(),
+        log=logging.getLogger("test"),
+        stats=WorkerStats(),
+        inflight=inflight,
+        handlers={},
+        inline_types=set(),
     )
+    settler = Settler(ctx, wake=lambda p: None)
     for _ in range(3):
         for got in transport.run(r, delivery.fetch(pk, "c", 1000)).jobs:
             d = Delivery(0, got.entry_id, got.raw_id, None)  # type: ignore[arg-type]

@@ -12,6 +12,9 @@ A small coordinator over components with one concern each, every background loop
   one loop per Redis primary; ``schedules-topology`` keeps them in step with the slot map;
 - ``trim`` (:mod:`.trimmer`) and ``sample`` (:mod:`.sampler`): stream bounds and metrics.
 
+Start-up and shutdown are the ones every role shares (:mod:`shardq.runtime.process`); the
+dispatcher adds its components, each built on one
+:class:`~shardq.dispatcher.context.DispatcherContext`.
 Shutdown (SIGTERM, :meth:`Dispatcher.stop`) stops hints, then the promote loops (no new
 promote is sent), then trimming and sampling, then the lease loop and the heartbeat; it then
 releases every lease (peers take them on their next round, with no expiry to wait out) and
@@ -20,30 +23,20 @@ leaves the fleet.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import logging
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from shardq.config import DispatcherSettings
 from shardq.connection import AsyncRedis
+from shardq.dispatcher.context import DispatcherContext
 from shardq.dispatcher.leases import Leases
 from shardq.dispatcher.promoter import Promoter
 from shardq.dispatcher.sampler import Sampler
 from shardq.dispatcher.ticker import Ticker
 from shardq.dispatcher.trimmer import Trimmer
-from shardq.errors import UnknownQueueError
-from shardq.logs import log_context
-from shardq.runtime import health, hints, redis_config
 from shardq.runtime.identity import member_id
-from shardq.runtime.membership import Membership
-from shardq.runtime.startup import queue_meta
-from shardq.runtime.supervisor import Supervisor
+from shardq.runtime.process import RoleContext, RoleProcess, Stopping
 from shardq.store import keys
-from shardq.store.transport import AsyncTransport
-
-log = logging.getLogger("shardq.dispatcher")
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,7 +66,7 @@ STOP_ORDER = [
 ]
 
 
-class Dispatcher:
+class Dispatcher(RoleProcess[DispatcherSettings]):
     """Drains due jobs of one queue's partitions.
 
     By default it joins the queue's dispatcher fleet and holds its fair share of partitions.
@@ -82,6 +75,8 @@ class Dispatcher:
     (default ``SHARDQ_INSTANCE`` or ``host:pid``): a dispatcher restarted with the same instance
     takes over its predecessor's leases at once.
     """
+
+    role = "dispatcher"
 
     def __init__(
         self,
@@ -93,22 +88,21 @@ class Dispatcher:
         owner: str | None = None,
         instance: str | None = None,
     ) -> None:
-        self.redis = redis
-        self.queue = queue
-        self.settings = settings or DispatcherSettings()
-        self.owner = owner or member_id("dispatcher", instance)
-        self._pinned = None if partitions is None else sorted(set(partitions))
-        self._stop = asyncio.Event()
-        self.transport = AsyncTransport(redis)
-        self.supervisor = Supervisor("dispatcher", queue)
+        super().__init__(
+            redis,
+            queue,
+            settings or DispatcherSettings(),
+            owner or member_id("dispatcher", instance),
+            partitions,
+        )
+        self.owner = self.member
         self.leases: Leases | None = None
         self.promoter: Promoter | None = None
         self.ticker: Ticker | None = None
-        self.started = asyncio.Event()
 
     def stop(self) -> None:
         """Ask the dispatcher to stop: it releases its leases and returns from :meth:`run`."""
-        self._stop.set()
+        super().stop()
 
     @property
     def stats(self) -> DispatcherStats:
@@ -132,97 +126,40 @@ class Dispatcher:
         """Partition -> fencing token of every lease held now."""
         return self.leases.tokens if self.leases is not None else {}
 
-    def health(self) -> health.Status:
-        ready = self.started.is_set() and not self.supervisor.failing()
-        sup = self.supervisor
-        return health.Status("dispatcher", self.queue, sup.problems(), ready, sup.stuck())
+    # running (RoleProcess.run: the start-up and shutdown both roles share) ------------------
 
-    async def run(self) -> None:
-        """Run until :meth:`stop`; leases are released and membership left on the way out."""
-        health.register(self.health)
-        try:
-            # Every line this dispatcher's loops write names its queue and dispatcher.
-            with log_context(queue=self.queue, dispatcher=self.owner):
-                await self._run()
-        finally:
-            health.unregister(self.health)
-            await self.transport.aclose()
+    def membership_keys(self) -> tuple[str, str]:
+        return keys.dispatchers_key(self.queue), keys.drain_key(self.queue)
 
-    async def _run(self) -> None:
-        meta = await queue_meta(self.transport, self.queue, self._stop, log)
-        if meta is None:
-            return
+    async def start_role(self, core: RoleContext[DispatcherSettings]) -> Stopping:
         s = self.settings
-        watch = redis_config.ConfigWatch(
-            self.transport,
-            "dispatcher",
-            self.queue,
-            allow_eviction=s.allow_evicting_redis,
-            require_appendonly=s.require_appendonly,
-        )
-        await redis_config.check_at_start(watch)
-        pks = keys.all_partition_keys(self.queue, meta.partitions)
-        if self._pinned is not None:
-            bad = [p for p in self._pinned if not 0 <= p < meta.partitions]
-            if bad:
-                raise UnknownQueueError(
-                    f"queue {self.queue!r} has partitions 0..{meta.partitions - 1}, not {bad}"
-                )
-        membership = Membership(
-            self.transport,
-            keys.dispatchers_key(self.queue),
-            keys.drain_key(self.queue),
-            self.owner,
-            s.membership_timeout,
-        )
-        promoter: Promoter | None = None
-
-        ticker: Ticker | None = None
-
-        def acquired(p: int) -> None:
-            if promoter is not None:
-                promoter.acquired(p)
-            if ticker is not None:
-                ticker.wake(p)
-
-        leases = Leases(self.transport, self.queue, pks, membership, s, self._pinned, acquired)
-        promoter = Promoter(self.supervisor, self.transport, self.queue, pks, leases, s)
-        ticker = Ticker(self.supervisor, self.transport, self.queue, pks, leases, s)
+        assert core.membership is not None  # membership_keys names the dispatcher fleet
+        ctx = DispatcherContext(**core.fields())
+        # Built in the order they need each other; the promoter and the ticker follow the
+        # leases' acquisitions from their construction (Leases.when_acquired).
+        leases = Leases(ctx)
+        promoter = Promoter(ctx, leases=leases)
+        ticker = Ticker(ctx, leases=leases)
+        trimmer = Trimmer(ctx, leases=leases, activity=lambda p: promoter.by_partition.get(p, 0))
+        sampler = Sampler(ctx, leases=leases)
         self.leases, self.promoter, self.ticker = leases, promoter, ticker
-        on_hint = [promoter.hint, ticker.wake]
 
         def hint(p: int) -> None:
-            for wake in on_hint:
-                wake(p)
+            promoter.hint(p)
+            ticker.wake(p)
 
-        trimmer = Trimmer(
-            self.transport, meta, pks, leases, lambda p: promoter.by_partition.get(p, 0)
-        )
-        sampler = Sampler(self.transport, self.queue, pks, leases, s)
-        listen = self._pinned if self._pinned is not None else range(meta.partitions)
-        channels = {pks[p].due_hint: p for p in listen}
         sup = self.supervisor
         sup.every("membership", s.renew_interval, leases.beat)
         sup.every("leases", s.renew_interval, leases.round, first_at_once=True)
         promoter.start()
         ticker.start()
-        sup.forever(
-            "hints",
-            lambda: hints.listen(self.redis, channels, hint, sup, "hints", self.transport.refresh),
-            pace=hints.PASS_WAIT,
-        )
+        self.listen_for_hints({ctx.pks[p].due_hint: p for p in ctx.partitions}, hint)
         sup.every("trim", s.trim_interval, trimmer.round)
         sup.every("sample", s.metrics_interval, sampler.round)
-        sup.every("redis-config", s.redis_check_interval, watch.round)
-        self.started.set()
-        log.info("dispatcher %s started on %s (%d partitions)", self.owner, self.queue, len(pks))
-        try:
-            await self._stop.wait()
-        finally:
-            await sup.stop(STOP_ORDER)
+
+        async def close() -> None:
             await leases.calls.close()  # no grant may land after the leases are given back
             await leases.release(list(leases.tokens), "shutdown", wait=True)
-            with contextlib.suppress(Exception):
-                await membership.leave()
             sampler.forget()
-            log.info("dispatcher %s stopped (promoted %d)", self.owner, promoter.promoted)
+
+        return Stopping(STOP_ORDER, close=close, summary=lambda: f"promoted {promoter.promoted}")

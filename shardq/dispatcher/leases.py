@@ -25,14 +25,12 @@ from collections.abc import Callable
 from typing import Any
 
 from shardq import metrics
-from shardq.config import DispatcherSettings
+from shardq.dispatcher.context import DispatcherContext
 from shardq.logs import log_event
-from shardq.runtime.membership import Membership
 from shardq.runtime.pernode import PerPrimaryCalls
 from shardq.runtime.supervisor import log_redirect
 from shardq.store import fleet, keys
 from shardq.store.faults import is_migration, is_transient
-from shardq.store.transport import AsyncTransport
 
 log = logging.getLogger("shardq.dispatcher")
 
@@ -54,24 +52,18 @@ def fair_share(partitions: int, members: list[str], me: str) -> int:
 class Leases:
     """The partitions this dispatcher holds and their fencing tokens."""
 
-    def __init__(
-        self,
-        transport: AsyncTransport,
-        queue: str,
-        pks: list[keys.PartitionKeys],
-        membership: Membership,
-        settings: DispatcherSettings,
-        pinned: list[int] | None,
-        on_acquired: Callable[[int], None],
-    ) -> None:
-        self.transport = transport
-        self.queue = queue
-        self.pks = pks
-        self.membership = membership
-        self.settings = settings
-        self.pinned = pinned
-        self.on_acquired = on_acquired
-        self.owner = membership.me
+    def __init__(self, ctx: DispatcherContext) -> None:
+        self.transport = ctx.transport
+        self.queue = ctx.queue
+        self.pks = ctx.pks
+        self.membership = ctx.membership
+        self.settings = ctx.settings
+        self.pinned = ctx.pinned
+        # Called with each partition won, in order: the promoter and the ticker act on a new
+        # lease at once.  They need these leases (tokens, fencing) and these leases need to
+        # tell them, so each follows them from its own construction (when_acquired).
+        self._on_acquired: list[Callable[[int], None]] = []
+        self.owner = ctx.owner
         self.tokens: dict[int, str] = {}
         self.renewed: dict[int, float] = {}
         self.target = 0
@@ -80,11 +72,15 @@ class Leases:
         self.counts: dict[str, int] = {}
         # Several dispatchers of one queue may share a process (tests, embedding): each adds
         # its change to the shared series instead of setting it.
-        self._m_held = metrics.LEASES_HELD.labels(queue)
+        self._m_held = metrics.LEASES_HELD.labels(ctx.queue)
         self._held_reported = 0
-        self.calls = PerPrimaryCalls(transport, "leases")
+        self.calls = PerPrimaryCalls(ctx.transport, "leases")
         # How long a round waits for a primary's lease calls before going on without it.
-        self.wait = settings.renew_interval / 2
+        self.wait = ctx.settings.renew_interval / 2
+
+    def when_acquired(self, callback: Callable[[int], None]) -> None:
+        """Call ``callback(partition)`` for every lease won from now on."""
+        self._on_acquired.append(callback)
 
     # events --------------------------------------------------------------------------------
 
@@ -134,7 +130,7 @@ class Leases:
         if skipped:
             self._malformed_owners(skipped)
         if self.pinned is not None:
-            wanted = self.pinned
+            wanted = list(self.pinned)
             self.target = len(wanted)
         else:
             wanted = list(range(total))
@@ -300,7 +296,8 @@ class Leases:
             if grant.takeover:
                 self.event("takeover", partition=p, token=grant.token)
             self.event("acquired", partition=p, token=grant.token)
-            self.on_acquired(p)
+            for acquired in self._on_acquired:
+                acquired(p)
         if won:
             await fleet.write_owners(self.transport.client, self.queue, self.owner, won)
 

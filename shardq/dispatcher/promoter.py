@@ -15,14 +15,13 @@ import contextlib
 import logging
 import time
 
-from shardq.config import DispatcherSettings
+from shardq.dispatcher.context import DispatcherContext
 from shardq.dispatcher.leases import Leases
 from shardq.errors import FencedError
 from shardq.metrics import registry as metrics
 from shardq.runtime.pernode import PerPrimary
-from shardq.runtime.supervisor import Supervisor, log_redirect
-from shardq.store import faults, fleet, keys
-from shardq.store.transport import AsyncTransport
+from shardq.runtime.supervisor import log_redirect
+from shardq.store import faults, fleet
 
 log = logging.getLogger("shardq.dispatcher")
 
@@ -33,21 +32,14 @@ ERROR_BACKOFF = 0.25
 class Promoter:
     """Per-primary promote loops over the partitions this dispatcher holds."""
 
-    def __init__(
-        self,
-        supervisor: Supervisor,
-        transport: AsyncTransport,
-        queue: str,
-        pks: list[keys.PartitionKeys],
-        leases: Leases,
-        settings: DispatcherSettings,
-    ) -> None:
-        self.supervisor = supervisor
-        self.transport = transport
-        self.queue = queue
-        self.pks = pks
+    def __init__(self, ctx: DispatcherContext, *, leases: Leases) -> None:
+        """It promotes the partitions ``leases`` holds, at once for each one won."""
+        self.supervisor = ctx.supervisor
+        self.transport = ctx.transport
+        self.queue = ctx.queue
+        self.pks = pks = ctx.pks
         self.leases = leases
-        self.settings = settings
+        self.settings = ctx.settings
         self.next_wake: dict[int, float] = {}
         self.hints: dict[int, int] = {}
         self.promoted = 0
@@ -55,19 +47,19 @@ class Promoter:
         self.errors = 0
         self.by_partition: dict[int, int] = {}
         self.nodes = PerPrimary(
-            supervisor,
-            transport,
+            ctx.supervisor,
+            ctx.transport,
             "promoter",
             range(len(pks)),
             lambda p: pks[p].due,
-            self._loop,
-            settings.max_sleep,
+            ctx.settings.max_sleep,
         )
-        self._m_promoted = metrics.PROMOTED.labels(queue)
-        self._m_calls = metrics.PROMOTE_CALLS.labels(queue)
+        self._m_promoted = metrics.PROMOTED.labels(ctx.queue)
+        self._m_calls = metrics.PROMOTE_CALLS.labels(ctx.queue)
+        leases.when_acquired(self.acquired)
 
     def start(self) -> None:
-        self.nodes.start()
+        self.nodes.start(self._loop)
 
     def acquired(self, partition: int) -> None:
         """A lease was just won: promote at once."""

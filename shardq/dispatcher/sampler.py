@@ -13,29 +13,22 @@ from __future__ import annotations
 import logging
 
 from shardq import metrics
-from shardq.config import DispatcherSettings
+from shardq.dispatcher.context import DispatcherContext
 from shardq.dispatcher.leases import Leases
 from shardq.logs import log_event
-from shardq.store import inspect, keys
-from shardq.store.transport import AsyncTransport
+from shardq.store import inspect
 
 log = logging.getLogger("shardq.dispatcher")
 
 
 class Sampler:
-    def __init__(
-        self,
-        transport: AsyncTransport,
-        queue: str,
-        pks: list[keys.PartitionKeys],
-        leases: Leases,
-        settings: DispatcherSettings,
-    ) -> None:
-        self.transport = transport
-        self.queue = queue
-        self.pks = pks
+    def __init__(self, ctx: DispatcherContext, *, leases: Leases) -> None:
+        """It samples the partitions ``leases`` holds (all of them while it holds 0)."""
+        self.transport = ctx.transport
+        self.queue = ctx.queue
+        self.pks = ctx.pks
         self.leases = leases
-        self.hot = metrics.HotShardWatch(queue, settings.hot_multiple)
+        self.hot = metrics.HotShardWatch(ctx.queue, ctx.settings.hot_multiple)
         self._warned: set[tuple[int, str]] = set()
 
     async def round(self) -> None:

@@ -23,16 +23,13 @@ from collections.abc import Sequence
 
 from prometheus_client import Counter
 
-from shardq.config import DispatcherSettings
+from shardq.dispatcher.context import DispatcherContext
 from shardq.dispatcher.leases import Leases
 from shardq.errors import FencedError, InvalidPeriodicScheduleError
 from shardq.metrics import registry as metrics
 from shardq.runtime.pernode import PerPrimary
-from shardq.runtime.supervisor import Supervisor
 from shardq.schedules import Definition, plan
-from shardq.store import keys
 from shardq.store import schedules as ops
-from shardq.store.transport import AsyncTransport
 
 log = logging.getLogger("shardq.dispatcher")
 
@@ -61,36 +58,29 @@ EMPTY_RECHECK = 10.0
 class Ticker:
     """Fires due schedules of held partitions; see the module docstring."""
 
-    def __init__(
-        self,
-        supervisor: Supervisor,
-        transport: AsyncTransport,
-        queue: str,
-        pks: list[keys.PartitionKeys],
-        leases: Leases,
-        settings: DispatcherSettings,
-    ) -> None:
-        self.supervisor = supervisor
-        self.transport = transport
-        self.queue = queue
-        self.pks = pks
+    def __init__(self, ctx: DispatcherContext, *, leases: Leases) -> None:
+        """It fires the schedules of the partitions ``leases`` holds, at once for each won."""
+        self.supervisor = ctx.supervisor
+        self.transport = ctx.transport
+        self.queue = ctx.queue
+        self.pks = pks = ctx.pks
         self.leases = leases
-        self.settings = settings
+        self.settings = ctx.settings
         self.next_wake: dict[int, float] = {}
         self.fired = 0
         self.misfired = 0
         self.calls = 0
-        self._m_fires = FIRES.labels(queue)
-        self._m_misfires = MISFIRES.labels(queue)
+        self._m_fires = FIRES.labels(ctx.queue)
+        self._m_misfires = MISFIRES.labels(ctx.queue)
         self.nodes = PerPrimary(
-            supervisor,
-            transport,
+            ctx.supervisor,
+            ctx.transport,
             LOOP,
             range(len(pks)),
             lambda p: pks[p].due,
-            self._loop,
-            settings.max_sleep,
+            ctx.settings.max_sleep,
         )
+        leases.when_acquired(self.wake)
 
     def wake(self, partition: int) -> None:
         """A lease was won or a hint came: look at the partition's schedules now."""
@@ -99,7 +89,7 @@ class Ticker:
             self.nodes.wake(partition)
 
     def start(self) -> None:
-        self.nodes.start()
+        self.nodes.start(self._loop)
 
     async def _loop(self, node: str) -> None:
         name = self.nodes.loop_name(node)

@@ -10,13 +10,12 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
+from shardq.dispatcher.context import DispatcherContext
 from shardq.dispatcher.leases import Leases
 from shardq.errors import FencedError
 from shardq.logs import log_event
 from shardq.metrics import registry as metrics
-from shardq.store import fleet, keys
-from shardq.store.meta import QueueMeta
-from shardq.store.transport import AsyncTransport
+from shardq.store import fleet
 
 log = logging.getLogger("shardq.dispatcher")
 
@@ -35,17 +34,16 @@ MAX_SKIP = 8
 class Trimmer:
     def __init__(
         self,
-        transport: AsyncTransport,
-        meta: QueueMeta,
-        pks: list[keys.PartitionKeys],
+        ctx: DispatcherContext,
+        *,
         leases: Leases,
         activity: Callable[[int], int] = lambda p: 0,
     ) -> None:
-        self.transport = transport
+        self.transport = ctx.transport
         self.activity = activity  # jobs promoted so far in a partition (the promoter's count)
         self.seen: dict[int, int] = {}
-        self.meta = meta
-        self.pks = pks
+        self.meta = ctx.meta
+        self.pks = ctx.pks
         self.leases = leases
         self.skip: dict[int, int] = {}  # rounds left to skip, per partition
         self.backoff: dict[int, int] = {}  # rounds it will skip after its next idle trim

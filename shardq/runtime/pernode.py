@@ -1,13 +1,15 @@
 """One loop per Redis primary, so a slow, paused or failing primary delays only its own
 partitions.
 
-The promoter and the fetcher each hand :class:`PerPrimary` a body ``(node) -> coroutine`` that
-serves the partitions :meth:`PerPrimary.mine` returns for that node.  Which primary serves a
-partition comes from the cluster client's slot map, grouped once per :meth:`PerPrimary.sync`
-(every second, and at once after a redirect or a dead node: :meth:`PerPrimary.topology_changed`)
-so a round costs no slot lookups; sync starts a loop for each primary that serves some
-partition and retires loops whose primary serves none.  Every loop runs under the process's
-:class:`~shardq.runtime.supervisor.Supervisor`.
+The promoter, the ticker and the fetcher each start :class:`PerPrimary` with a body
+``(node) -> coroutine`` that serves the partitions :meth:`PerPrimary.mine` returns for that
+node.  The loops' wake-ups exist from construction, before the body is given: a worker's
+in-flight table and settler wake the fetch loops, and are built before the fetcher.  Which
+primary serves a partition comes from the cluster client's slot map, grouped once per
+:meth:`PerPrimary.sync` (every second, and at once after a redirect or a dead node:
+:meth:`PerPrimary.topology_changed`) so a round costs no slot lookups; sync starts a loop for
+each primary that serves some partition and retires loops whose primary serves none.  Every
+loop runs under the process's :class:`~shardq.runtime.supervisor.Supervisor`.
 
 Loops that are not split per primary but send calls to every primary (lease rounds,
 heartbeats, reclaims) send them through :class:`PerPrimaryCalls`, which handles each primary's
@@ -43,17 +45,16 @@ class PerPrimary:
         name: str,
         partitions: Iterable[int],
         route_key: Callable[[int], str],
-        body: Callable[[str], Awaitable[None]],
         pace: float = 0.0,
     ) -> None:
-        """``pace``: the longest idle wait of one pass of ``body`` (for the stall bound)."""
+        """``pace``: the longest idle wait of one pass of the body (for the stall bound)."""
         self.supervisor = supervisor
         self.pace = pace
         self.transport = transport
         self.name = name
         self.partitions = list(partitions)
         self.route_key = route_key
-        self.body = body
+        self.body: Callable[[str], Awaitable[None]] | None = None
         self.wakeups: dict[str, asyncio.Event] = {}
         self._nodes: set[str] = set()
         self._node_of: dict[int, str] = {}
@@ -115,7 +116,9 @@ class PerPrimary:
             await self.supervisor.retire(self.loop_name(node))
 
     def _bind(self, node: str) -> Callable[[], Awaitable[None]]:
-        return lambda: self.body(node)
+        body = self.body
+        assert body is not None  # sync runs only once start() gave the body
+        return lambda: body(node)
 
     async def watch(self) -> None:
         """The supervised loop that keeps the per-primary loops in step with the slot map."""
@@ -131,7 +134,9 @@ class PerPrimary:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._changed.wait(), SYNC_INTERVAL)
 
-    def start(self) -> None:
+    def start(self, body: Callable[[str], Awaitable[None]]) -> None:
+        """Run ``body(node)`` as the loop of each primary, kept in step with the slot map."""
+        self.body = body
         self.supervisor.forever(f"{self.name}-topology", self.watch, pace=SYNC_INTERVAL)
 
     @property

@@ -32,7 +32,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
 from shardq import backoff
@@ -287,10 +287,13 @@ class Supervisor:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(loop.stop.wait(), backoff.delay(state.consecutive))
 
-    async def stop(self, order: list[str] | None = None, grace: float = 2.0) -> None:
+    async def stop(
+        self, order: Sequence[str] | None = None, grace: float = 2.0, *, rest: bool = True
+    ) -> None:
         """Stop loops one group at a time: each name (or name prefix ending in ``:``) in
-        ``order`` first, in that order, then the rest together.  A loop gets ``grace`` seconds
-        to see its stop event, then it is cancelled."""
+        ``order`` first, in that order, then (unless ``rest`` is False: they keep running) the
+        rest together.  A loop gets ``grace`` seconds to see its stop event, then it is
+        cancelled."""
         remaining = dict(self.loops)
         groups: list[list[_Loop]] = []
         for name in order or []:
@@ -301,7 +304,8 @@ class Supervisor:
             ]
             if group:
                 groups.append(group)
-        groups.append(list(remaining.values()))
+        if rest:
+            groups.append(list(remaining.values()))
         for group in groups:
             await _stop_loops(group, grace)
 

@@ -1,6 +1,6 @@
 """The worker: fetches ready jobs, runs handlers, settles each outcome, recovers deliveries."""
 
-from shardq.worker.executor import Handler
+from shardq.worker.context import Handler
 from shardq.worker.inflight import WorkerStats
 from shardq.worker.worker import Worker, inline
 

@@ -22,19 +22,17 @@ from typing import Any
 import orjson
 
 from shardq import tracing
-from shardq.config import WorkerSettings
 from shardq.errors import HandlerTimeoutError, PermanentError, UnknownJobTypeError
 from shardq.jobs import Job
 from shardq.metrics import registry as metrics
 from shardq.store.delivery import BAD_ATTEMPT, Delivered
 from shardq.store.envelope import decode_body, stored_options
-from shardq.worker.inflight import Delivery, InFlight, WorkerStats
+from shardq.worker.context import Handler, WorkerContext
+from shardq.worker.inflight import Delivery
 from shardq.worker.limiter import Limiter
 from shardq.worker.settler import Settler
 
 log = logging.getLogger("shardq.worker")
-
-Handler = Callable[[Job], Any]
 
 
 class _Resume:
@@ -134,34 +132,26 @@ def build_job(
 class Executor:
     """Runs handlers for deliveries and reports each outcome to the settler."""
 
-    def __init__(
-        self,
-        queue: str,
-        settings: WorkerSettings,
-        inflight: InFlight,
-        settler: Settler,
-        stats: WorkerStats,
-        handlers: dict[str, Handler],
-        inline_types: set[str],
-        on_complete: Callable[[Job], None] | None,
-    ) -> None:
-        self.queue = queue
-        self.settings = settings
-        self.inflight = inflight
+    def __init__(self, ctx: WorkerContext, *, settler: Settler) -> None:
+        self.queue = ctx.queue
+        self.settings = ctx.settings
+        self.inflight = ctx.inflight
         self.settler = settler
-        self.stats = stats
-        self.handlers = handlers
-        self.inline_types = inline_types
-        self.on_complete = on_complete
+        self.stats = ctx.stats
+        self.handlers = ctx.handlers
+        self.inline_types = ctx.inline_types
+        self.on_complete = ctx.on_complete
         self.tasks: set[asyncio.Task[None]] = set()
         self._pool: ThreadPoolExecutor | None = None
         self._async: dict[Handler, bool] = {}
-        self._m_lateness = metrics.JOB_LATENESS.labels(queue)
+        self._m_lateness = metrics.JOB_LATENESS.labels(ctx.queue)
         self._m_duration: dict[str, Any] = {}
         # Asked once, at start (see shardq.tracing): untraced, an async handler starts eagerly.
         self.traced = tracing.active()
-        #: Set by the worker when the queue may have rate limits (shardq.worker.limiter).
-        self.limiter: Limiter | None = None
+        #: The queue's rate and concurrency limits, in front of the handlers: it holds a job
+        #: under a limit and starts it (run_now) once the limit lets it.  The executor asks it
+        #: and it answers through the executor, so the executor makes it, handing it run_now.
+        self.limiter = Limiter(ctx, run=self.run_now)
 
     def start(self, partition: int, item: Delivered, redis_now: int, now: float) -> None:
         """Run one delivered job (or dead-letter it when it cannot be read)."""
@@ -191,7 +181,7 @@ class Executor:
             self.inflight.add(bad)
             self.stats.malformed += 1
             metrics.MALFORMED.labels(self.queue, "job").inc()
-            self.settler.failed(bad, exc)
+            self._failed(bad, exc)
             return None
         d = Delivery(partition, item.entry_id, item.raw_id, job, now, reserved=item.reserved)
         self.inflight.add(d)
@@ -200,7 +190,7 @@ class Executor:
     def run(self, d: Delivery) -> None:
         """Start an admitted delivery's handler, unless a rate limit holds it first (the
         limiter then starts it through :meth:`run_now`, or defers it)."""
-        if self.limiter is not None and self.limiter.holds(d):
+        if self.limiter.holds(d):
             return
         self.run_now(d)
 
@@ -238,10 +228,10 @@ class Executor:
                 handler(job)
         except Exception as exc:
             self._duration(job.type).observe(time.monotonic() - started)
-            self.settler.failed(d, exc)
+            self._failed(d, exc)
             return
         self._duration(job.type).observe(time.monotonic() - started)
-        self.settler.succeeded(d)
+        self._succeeded(d)
         if self.on_complete is not None:
             self.on_complete(job)
 
@@ -258,15 +248,28 @@ class Executor:
             step = coro.send(None)
         except StopIteration:
             self._duration(job.type).observe(time.monotonic() - started)
-            self.settler.succeeded(d)
+            self._succeeded(d)
             if self.on_complete is not None:
                 self.on_complete(job)
             return
         except Exception as exc:
             self._duration(job.type).observe(time.monotonic() - started)
-            self.settler.failed(d, exc)
+            self._failed(d, exc)
             return
         d.task = self._spawn(self._execute(d, _Resume(coro, step), started))
+
+    def _succeeded(self, d: Delivery) -> None:
+        """The handler returned: its ack is buffered and its running slots go back at once."""
+        self.settler.succeeded(d)
+        if d.slots:
+            self.limiter.finished(d)
+
+    def _failed(self, d: Delivery, exc: BaseException) -> None:
+        """The handler raised or was stopped (or the job cannot be read): its failure is
+        settled and its running slots go back at once."""
+        self.settler.failed(d, exc)
+        if d.slots:
+            self.limiter.finished(d)
 
     def _spawn(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
         task: asyncio.Task[None] = asyncio.get_running_loop().create_task(coro)
@@ -300,7 +303,7 @@ class Executor:
         except asyncio.CancelledError:
             if d.timed_out:
                 # The watchdog stopped a handler that ran over handler_timeout: retry it.
-                self.settler.failed(
+                self._failed(
                     d,
                     HandlerTimeoutError(
                         f"handler for {job.type!r} ran over handler_timeout "
@@ -314,10 +317,10 @@ class Executor:
             raise
         except Exception as exc:
             self._duration(job.type).observe(time.monotonic() - started)
-            self.settler.failed(d, exc)
+            self._failed(d, exc)
             return
         self._duration(job.type).observe(time.monotonic() - started)
-        self.settler.succeeded(d)
+        self._succeeded(d)
         if self.on_complete is not None:
             self.on_complete(job)
 

@@ -33,12 +33,13 @@ from redis.exceptions import ResponseError
 from shardq.config import WorkerSettings
 from shardq.metrics import registry as metrics
 from shardq.runtime.pernode import PerPrimary
-from shardq.runtime.supervisor import Supervisor, log_redirect
+from shardq.runtime.process import RoleContext
+from shardq.runtime.supervisor import log_redirect
 from shardq.store import delivery, faults, keys
 from shardq.store.delivery import Batch
-from shardq.store.transport import AsyncTransport
+from shardq.worker.context import WorkerContext
 from shardq.worker.executor import Executor
-from shardq.worker.inflight import Delivery, InFlight, WorkerStats
+from shardq.worker.inflight import Delivery
 from shardq.worker.settler import Settler, Taken
 
 log = logging.getLogger("shardq.worker")
@@ -65,36 +66,47 @@ class _Round:
     late: bool = False  # not answered within ROUND_STUCK: its reservation was given back
 
 
+def read_loops(core: RoleContext[WorkerSettings]) -> PerPrimary:
+    """The fetch loops, one per primary over the partitions this worker reads (started by
+    :meth:`Fetcher.start`); made before the components that wake them."""
+    pks = core.pks
+    return PerPrimary(
+        core.supervisor,
+        core.transport,
+        "fetcher",
+        core.partitions,
+        lambda p: pks[p].ready,
+        core.settings.idle_poll,
+    )
+
+
 class Fetcher:
     """Per-primary fetch rounds over the partitions this worker reads."""
 
     def __init__(
         self,
-        supervisor: Supervisor,
-        transport: AsyncTransport,
-        queue: str,
-        pks: list[keys.PartitionKeys],
-        partitions: list[int],
-        consumer: str,
-        settings: WorkerSettings,
-        inflight: InFlight,
+        ctx: WorkerContext,
+        *,
         settler: Settler,
         executor: Executor,
-        stats: WorkerStats,
+        loops: PerPrimary,
     ) -> None:
-        self.supervisor = supervisor
-        self.transport = transport
-        self.queue = queue
-        self.pks = pks
-        self.partitions = partitions
-        self.consumer = consumer
-        self.settings = settings
-        self.inflight = inflight
+        """``loops``: the fetch loops' :func:`read_loops`, made first (the in-flight table and
+        the settler wake them)."""
+        self.supervisor = ctx.supervisor
+        self.transport = ctx.transport
+        self.queue = ctx.queue
+        self.pks = ctx.pks
+        self.partitions = ctx.partitions
+        self.pinned = ctx.pinned is not None
+        self.consumer = ctx.consumer
+        self.settings = ctx.settings
+        self.inflight = ctx.inflight
         self.settler = settler
         self.executor = executor
-        self.stats = stats
-        self.poll_at: dict[int, float] = dict.fromkeys(partitions, 0.0)
-        self.assigned: set[int] = set(partitions)
+        self.stats = ctx.stats
+        self.poll_at: dict[int, float] = dict.fromkeys(self.partitions, 0.0)
+        self.assigned: set[int] = set(self.partitions)
         self.fleet_size = 1
         self.hints: dict[int, int] = {}
         #: Primaries whose loop has partitions to read but found no room, since when.
@@ -105,25 +117,17 @@ class Fetcher:
         self._rotate = 0
         #: Jobs of late rounds that found the concurrency taken: started as handlers finish.
         self.overflow: deque[Delivery] = deque()
-        self.nodes = PerPrimary(
-            supervisor,
-            transport,
-            "fetcher",
-            partitions,
-            lambda p: pks[p].ready,
-            self._loop,
-            settings.idle_poll,
-        )
-        inflight.on_room = self.nodes.wake_all
+        self.nodes = loops
 
     def start(self) -> None:
-        self.nodes.start()
+        self.nodes.start(self._loop)
 
     # assignment ----------------------------------------------------------------------------
 
-    def assign(self, live: list[str], pinned: bool) -> None:
-        """Recompute the partitions this worker reads eagerly from the live fleet."""
-        if pinned:
+    def assign(self, live: list[str]) -> None:
+        """Recompute the partitions this worker reads eagerly from the live fleet (a worker
+        pinned to partitions reads all of them)."""
+        if self.pinned:
             return
         members = sorted(set(live) | {self.consumer})
         index, n = members.index(self.consumer), len(members)

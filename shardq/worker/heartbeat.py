@@ -18,12 +18,10 @@ import logging
 from collections.abc import Callable
 
 from shardq.metrics import registry as metrics
-from shardq.runtime.membership import Membership
 from shardq.runtime.pernode import PerPrimaryCalls
-from shardq.store import delivery, keys
-from shardq.store.transport import AsyncTransport
+from shardq.store import delivery
+from shardq.worker.context import WorkerContext
 from shardq.worker.executor import Executor
-from shardq.worker.inflight import InFlight, WorkerStats
 
 log = logging.getLogger("shardq.worker")
 
@@ -31,34 +29,30 @@ log = logging.getLogger("shardq.worker")
 class Heartbeat:
     def __init__(
         self,
-        transport: AsyncTransport,
-        queue: str,
-        pks: list[keys.PartitionKeys],
-        consumer: str,
-        membership: Membership | None,
-        inflight: InFlight,
+        ctx: WorkerContext,
+        *,
         executor: Executor,
-        stats: WorkerStats,
         on_members: Callable[[list[str]], None],
         on_gone: Callable[[], None],
-        wait: float = 0.375,
     ) -> None:
-        """``wait``: how long a round of touches waits for a primary (half the interval)."""
-        self.transport = transport
-        self.queue = queue
-        self.pks = pks
-        self.consumer = consumer
-        self.membership = membership
-        self.inflight = inflight
+        """``on_members(live)``: the live fleet after each beat (the fetcher's assignment);
+        ``on_gone()``: a member left since the last beat (the recoverer's trigger)."""
+        self.transport = ctx.transport
+        self.queue = ctx.queue
+        self.pks = ctx.pks
+        self.consumer = ctx.consumer
+        self.membership = ctx.membership
+        self.inflight = ctx.inflight
         self.executor = executor
-        self.stats = stats
+        self.stats = ctx.stats
         self.on_members = on_members
         self.on_gone = on_gone
         self._gone_seen: set[str] = set()
-        self._m_inflight = metrics.WORKER_INFLIGHT.labels(queue)
-        self.calls = PerPrimaryCalls(transport, "heartbeat")
-        # How long a round waits for a primary's touches before going on without it.
-        self.wait = wait
+        self._m_inflight = metrics.WORKER_INFLIGHT.labels(ctx.queue)
+        self.calls = PerPrimaryCalls(ctx.transport, "heartbeat")
+        # How long a round waits for a primary's touches before going on without it: half
+        # the interval.
+        self.wait = ctx.settings.heartbeat_interval / 2
 
     async def members(self) -> None:
         """Heartbeat into the fleet and act on who is live (the ``membership`` loop)."""

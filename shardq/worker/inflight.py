@@ -60,7 +60,6 @@ class InFlight:
     finished: int = 0  # handlers done, acks not yet written: they no longer take room
     on_room: Callable[[], None] | None = None  # wakes readers that found no room
     starved: bool = False  # a reader found no room and waits for some
-    on_finished: Callable[[Delivery], None] | None = None  # gives back concurrency slots
 
     def add(self, d: Delivery) -> None:
         table = self.by_partition.get(d.partition)
@@ -84,8 +83,6 @@ class InFlight:
         if not d.finished:
             d.finished = True
             self.finished += 1
-            if d.slots and self.on_finished is not None:
-                self.on_finished(d)  # the handler ended: its running slots go back at once
             self._freed()
 
     def reserve(self, n: int) -> None:

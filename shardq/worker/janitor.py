@@ -9,11 +9,10 @@ lost; a live worker idle that long is recreated by its next read.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 
-from shardq.config import WorkerSettings
-from shardq.store import delivery, keys
-from shardq.store.transport import AsyncTransport
+from shardq.store import delivery
+from shardq.worker.context import WorkerContext
+from shardq.worker.fetcher import Fetcher
 
 log = logging.getLogger("shardq.worker")
 
@@ -22,23 +21,17 @@ PRUNE_EVERY = 60.0
 
 
 class Janitor:
-    def __init__(
-        self,
-        transport: AsyncTransport,
-        queue: str,
-        pks: list[keys.PartitionKeys],
-        settings: WorkerSettings,
-        assigned: Callable[[], set[int]],
-    ) -> None:
-        self.transport = transport
-        self.queue = queue
-        self.pks = pks
-        self.settings = settings
-        self.assigned = assigned
+    def __init__(self, ctx: WorkerContext, *, fetcher: Fetcher) -> None:
+        """It prunes on the partitions ``fetcher`` reads eagerly (``fetcher.assigned``)."""
+        self.transport = ctx.transport
+        self.queue = ctx.queue
+        self.pks = ctx.pks
+        self.settings = ctx.settings
+        self.fetcher = fetcher
 
     async def round(self) -> None:
         idle_ms = round(self.settings.prune_consumers_after * 1000)
-        mine = sorted(self.assigned())
+        mine = sorted(self.fetcher.assigned)
         results = await self.transport.run_many(
             [delivery.prune_consumers(self.pks[p], idle_ms) for p in mine]
         )

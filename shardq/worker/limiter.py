@@ -23,15 +23,14 @@ from collections.abc import Callable
 from typing import Any
 
 from shardq import backoff
-from shardq.config import WorkerSettings
 from shardq.limits import Limit, LimitTable
 from shardq.logs import log_event
 from shardq.metrics import registry as metrics
 from shardq.store import faults, keys
 from shardq.store import limits as store_limits
 from shardq.store.op import Op
-from shardq.store.transport import AsyncTransport
-from shardq.worker.inflight import Delivery, InFlight, WorkerStats
+from shardq.worker.context import WorkerContext
+from shardq.worker.inflight import Delivery
 
 log = logging.getLogger("shardq.worker")
 
@@ -50,22 +49,15 @@ def _chunks(members: list[int]) -> list[list[int]]:
 class Limiter:
     """The queue's rate limits, applied to this worker's deliveries before they run."""
 
-    def __init__(
-        self,
-        transport: AsyncTransport,
-        queue: str,
-        pks: list[keys.PartitionKeys],
-        inflight: InFlight,
-        settings: WorkerSettings,
-        stats: WorkerStats,
-        run: Callable[[Delivery], None],
-    ) -> None:
-        self.transport = transport
-        self.queue = queue
-        self.pks = pks
-        self.inflight = inflight
-        self.settings = settings
-        self.stats = stats
+    def __init__(self, ctx: WorkerContext, *, run: Callable[[Delivery], None]) -> None:
+        """``run(delivery)``: start a job's handler once its limits let it (the executor's
+        ``run_now``; the executor makes its limiter)."""
+        self.transport = ctx.transport
+        self.queue = ctx.queue
+        self.pks = ctx.pks
+        self.inflight = ctx.inflight
+        self.settings = ctx.settings
+        self.stats = ctx.stats
         self.run = run
         self.table = LimitTable()
         self._held: list[tuple[Delivery, list[Limit]]] = []
@@ -74,11 +66,10 @@ class Limiter:
         self._bad: set[str] = set()
         # Concurrency: a hold lasts one visibility timeout unless renewed (heartbeat), so a
         # dead worker's slots come back within the same bound as its deliveries.
-        self.hold_ms = round(settings.visibility_timeout * 1000)
+        self.hold_ms = round(ctx.settings.visibility_timeout * 1000)
         self._typical_ms: dict[str, float] = {}
         self._releases: dict[str, tuple[Limit, list[bytes]]] = {}
         self._release_flush: asyncio.Handle | None = None
-        inflight.on_finished = self.finished
 
     # the limits ----------------------------------------------------------------------------
 
@@ -213,7 +204,8 @@ class Limiter:
     # running slots -------------------------------------------------------------------------
 
     def finished(self, d: Delivery) -> None:
-        """The handler ended (or never started): give back its running slots, batched."""
+        """The handler ended (the executor says so) or never started: give back its running
+        slots, batched."""
         ran_ms = (time.monotonic() - d.started) * 1000.0
         for limit in d.slots:
             typical = self._typical_ms.get(limit.name, ran_ms)

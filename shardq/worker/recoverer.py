@@ -16,50 +16,34 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable
 from typing import Any
 
-from shardq.config import WorkerSettings
 from shardq.metrics import registry as metrics
-from shardq.runtime.membership import Membership
 from shardq.runtime.pernode import PerPrimaryCalls
-from shardq.runtime.supervisor import Supervisor
-from shardq.store import delivery, keys
-from shardq.store.transport import AsyncTransport
+from shardq.store import delivery
+from shardq.worker.context import WorkerContext
 from shardq.worker.executor import Executor
-from shardq.worker.inflight import InFlight, WorkerStats
+from shardq.worker.fetcher import Fetcher
 
 
 class Recoverer:
-    def __init__(
-        self,
-        supervisor: Supervisor,
-        transport: AsyncTransport,
-        queue: str,
-        pks: list[keys.PartitionKeys],
-        consumer: str,
-        settings: WorkerSettings,
-        membership: Membership | None,
-        assigned: Callable[[], set[int]],
-        inflight: InFlight,
-        executor: Executor,
-        stats: WorkerStats,
-    ) -> None:
-        self.supervisor = supervisor
-        self.transport = transport
-        self.queue = queue
-        self.pks = pks
-        self.consumer = consumer
-        self.settings = settings
-        self.membership = membership
-        self.assigned = assigned
-        self.inflight = inflight
+    def __init__(self, ctx: WorkerContext, *, executor: Executor, fetcher: Fetcher) -> None:
+        """It reclaims on the partitions ``fetcher`` reads eagerly (``fetcher.assigned``)."""
+        self.supervisor = ctx.supervisor
+        self.transport = ctx.transport
+        self.queue = ctx.queue
+        self.pks = ctx.pks
+        self.consumer = ctx.consumer
+        self.settings = ctx.settings
+        self.membership = ctx.membership
+        self.fetcher = fetcher
+        self.inflight = ctx.inflight
         self.executor = executor
-        self.stats = stats
+        self.stats = ctx.stats
         self.rounds = 0
         self._now = asyncio.Event()
         self._follow_up: float | None = None
-        self.calls = PerPrimaryCalls(transport, "recoverer")
+        self.calls = PerPrimaryCalls(ctx.transport, "recoverer")
         self.trigger()  # at start: a predecessor's deliveries come back at once
 
     @property
@@ -106,7 +90,7 @@ class Recoverer:
         if room <= 0:
             return "no room"
         live = self.membership.live if self.membership is not None else [self.consumer]
-        mine = sorted(self.assigned())
+        mine = sorted(self.fetcher.assigned)
         # Share the room among the partitions (a mass takeover after a crash stays near the
         # concurrency limit instead of claiming a batch per partition).
         count = max(1, min(s.fetch_batch, room // max(1, len(mine))))

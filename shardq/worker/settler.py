@@ -22,15 +22,14 @@ from collections.abc import Callable, Container
 from typing import Any
 
 from shardq import backoff
-from shardq.config import WorkerSettings
 from shardq.errors import PermanentError, RetryAfter
 from shardq.jobs import DEFAULT_BACKOFF, Backoff
 from shardq.logs import log_event
 from shardq.metrics import registry as metrics
-from shardq.store import delivery, faults, keys, numbers
+from shardq.store import delivery, faults, numbers
 from shardq.store.op import Op
-from shardq.store.transport import AsyncTransport
-from shardq.worker.inflight import Delivery, InFlight, WorkerStats
+from shardq.worker.context import WorkerContext
+from shardq.worker.inflight import Delivery
 
 log = logging.getLogger("shardq.worker")
 
@@ -81,30 +80,22 @@ def retry_delay_ms(
 class Settler:
     """Acks in batches, failures one by one with resends; counts what was written."""
 
-    def __init__(
-        self,
-        transport: AsyncTransport,
-        queue: str,
-        pks: list[keys.PartitionKeys],
-        inflight: InFlight,
-        settings: WorkerSettings,
-        stats: WorkerStats,
-        wake: Callable[[int], None],
-        job_types: Container[str] = (),
-    ) -> None:
-        self.transport = transport
-        self.queue = queue
-        self.pks = pks
-        self.inflight = inflight
-        self.settings = settings
-        self.stats = stats
+    def __init__(self, ctx: WorkerContext, *, wake: Callable[[int], None]) -> None:
+        """``wake(partition)``: let the partition's fetch loop run a round (an ack is waiting
+        to go with it, or a settled failure freed room)."""
+        self.transport = ctx.transport
+        self.queue = ctx.queue
+        self.pks = ctx.pks
+        self.inflight = ctx.inflight
+        self.settings = ctx.settings
+        self.stats = ctx.stats
         self.wake = wake
         self.acks: dict[int, list[Delivery]] = {}
         self.pending_acks = 0
         self.tasks: set[asyncio.Task[None]] = set()
         # The registered handler types (the worker's live dict): label values come only from
         # these, every other type counts as "other".
-        self.job_types = job_types
+        self.job_types: Container[str] = ctx.handlers
 
     def _count(self, job_type: str, outcome: str, n: int = 1) -> None:
         label = metrics.job_type_label(job_type, self.job_types)

@@ -12,11 +12,13 @@ A small coordinator over components with one concern each, every background loop
 - ``janitor`` (:mod:`.janitor`): removes consumers of crashed workers;
 - ``hints``: ready wake-ups over sharded pub/sub.
 
+Start-up and shutdown are the ones every role shares (:mod:`shardq.runtime.process`); the
+worker adds its components, each built on one :class:`~shardq.worker.context.WorkerContext`.
 Shutdown (SIGTERM, :meth:`Worker.stop`): hints and the fetch loops stop first (nothing new is
 read), the recoverer and janitor next; running handlers get ``shutdown_grace`` to finish while
-their acks are flushed and the heartbeat keeps them claimed; handlers still running then are
-cancelled and left pending for another worker; last the heartbeat stops, the consumer is retired
-where it holds nothing, and the worker leaves the fleet.
+their acks are flushed and the heartbeat and membership loops keep them claimed; handlers still
+running then are cancelled and left pending for another worker; last the heartbeat stops, the
+consumer is retired where it holds nothing, and the worker leaves the fleet.
 """
 
 from __future__ import annotations
@@ -24,37 +26,27 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
-import logging
 from collections.abc import Callable, Iterable
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from shardq.config import WorkerSettings
 from shardq.connection import AsyncRedis
-from shardq.errors import UnknownQueueError
 from shardq.jobs import Job
-from shardq.logs import log_context
-from shardq.runtime import health, hints, redis_config
 from shardq.runtime.identity import member_id
-from shardq.runtime.membership import Membership
-from shardq.runtime.startup import queue_meta
-from shardq.runtime.supervisor import Supervisor
+from shardq.runtime.process import RoleContext, RoleProcess, Stopping
 from shardq.store import delivery, keys
-from shardq.store.transport import AsyncTransport
+from shardq.worker.context import Handler, WorkerContext
 from shardq.worker.executor import Executor
-from shardq.worker.fetcher import Fetcher
+from shardq.worker.fetcher import Fetcher, read_loops
 from shardq.worker.heartbeat import Heartbeat
 from shardq.worker.inflight import InFlight, WorkerStats
 from shardq.worker.janitor import PRUNE_EVERY, Janitor
-from shardq.worker.limiter import Limiter
 from shardq.worker.recoverer import Recoverer
 from shardq.worker.settler import Settler
 
 # How often a worker re-reads its queue's rate limits: a limit set or removed applies this soon.
 LIMITS_REFRESH = 2.0
 
-log = logging.getLogger("shardq.worker")
-
-Handler = Callable[[Job], Any]
 H = TypeVar("H", bound=Handler)
 
 STOP_READING = ["hints", "fetcher:", "fetcher-topology", "recoverer", "janitor"]
@@ -66,7 +58,7 @@ def inline(fn: H) -> H:
     return fn
 
 
-class Worker:
+class Worker(RoleProcess[WorkerSettings]):
     """Runs jobs of one queue.
 
     >>> worker = Worker(redis, "emails")
@@ -74,6 +66,8 @@ class Worker:
     ... async def send(job): ...
     >>> await worker.run()
     """
+
+    role = "worker"
 
     def __init__(
         self,
@@ -87,23 +81,21 @@ class Worker:
         instance: str | None = None,
         on_complete: Callable[[Job], None] | None = None,
     ) -> None:
-        self.redis = redis
-        self.queue = queue
-        self.settings = settings or WorkerSettings()
-        self.name = name or member_id("worker", instance)
+        super().__init__(
+            redis,
+            queue,
+            settings or WorkerSettings(),
+            name or member_id("worker", instance),
+            partitions,
+        )
+        self.name = self.member
         self.handlers: dict[str, Handler] = {}
         self.stats = WorkerStats()
         self.on_complete = on_complete
-        self._wanted = None if partitions is None else sorted(set(partitions))
         self._inline: set[str] = set()
-        self._stop = asyncio.Event()
-        self.transport = AsyncTransport(redis)
-        self.supervisor = Supervisor("worker", queue)
-        self.inflight_table = InFlight(self.settings.concurrency)
+        self.context: WorkerContext | None = None
         self.fetcher: Fetcher | None = None
-        self.membership: Membership | None = None
         self.recoverer: Recoverer | None = None
-        self.started = asyncio.Event()
         for job_type, fn in (handlers or {}).items():
             self.register(job_type, fn)
 
@@ -139,11 +131,11 @@ class Worker:
 
     def stop(self) -> None:
         """Stop reading; running jobs get ``shutdown_grace`` seconds to finish."""
-        self._stop.set()
+        super().stop()
 
     @property
     def inflight(self) -> int:
-        return self.inflight_table.count
+        return self.context.inflight.count if self.context is not None else 0
 
     @property
     def assigned(self) -> set[int]:
@@ -154,134 +146,42 @@ class Worker:
     def fleet_size(self) -> int:
         return self.fetcher.fleet_size if self.fetcher is not None else 0
 
-    def health(self) -> health.Status:
-        ready = self.started.is_set() and not self.supervisor.failing()
-        sup = self.supervisor
-        return health.Status("worker", self.queue, sup.problems(), ready, sup.stuck())
+    # running (RoleProcess.run: the start-up and shutdown both roles share) ------------------
 
-    # running -------------------------------------------------------------------------------
+    def membership_keys(self) -> tuple[str, str] | None:
+        if self._pinned is not None:
+            return None  # pinned: reads its partitions whoever else is live
+        return keys.workers_key(self.queue), keys.workers_drain_key(self.queue)
 
-    async def run(self) -> None:
-        """Run until :meth:`stop`, then drain in-flight jobs within the grace period."""
-        health.register(self.health)
-        try:
-            # Every line this worker's loops write names its queue and worker.
-            with log_context(queue=self.queue, worker=self.name):
-                await self._run()
-        finally:
-            health.unregister(self.health)
-            await self.transport.aclose()
-
-    async def _run(self) -> None:
-        meta = await queue_meta(self.transport, self.queue, self._stop, log)
-        if meta is None:
-            return
+    async def start_role(self, core: RoleContext[WorkerSettings]) -> Stopping:
         s = self.settings
-        watch = redis_config.ConfigWatch(
-            self.transport,
-            "worker",
-            self.queue,
-            allow_eviction=s.allow_evicting_redis,
-            require_appendonly=s.require_appendonly,
+        # Built in the order they need each other.  The fetch loops come first: the in-flight
+        # table (room freed) and the settler (an ack to send) wake them.
+        reads = read_loops(core)
+        ctx = WorkerContext(
+            **core.fields(),
+            stats=self.stats,
+            inflight=InFlight(s.concurrency, on_room=reads.wake_all),
+            handlers=self.handlers,
+            inline_types=self._inline,
+            on_complete=self.on_complete,
         )
-        await redis_config.check_at_start(watch)
-        pks = keys.all_partition_keys(self.queue, meta.partitions)
-        partitions = self._wanted if self._wanted is not None else list(range(meta.partitions))
-        if any(not 0 <= p < meta.partitions for p in partitions):
-            raise UnknownQueueError(f"queue {self.queue!r} has partitions 0..{meta.partitions - 1}")
-        pinned = self._wanted is not None
-        membership = (
-            None
-            if pinned
-            else Membership(
-                self.transport,
-                keys.workers_key(self.queue),
-                keys.workers_drain_key(self.queue),
-                self.name,
-                s.membership_timeout,
-            )
+        settler = Settler(ctx, wake=reads.wake)
+        executor = Executor(ctx, settler=settler)  # and its limiter
+        fetcher = Fetcher(ctx, settler=settler, executor=executor, loops=reads)
+        recoverer = Recoverer(ctx, executor=executor, fetcher=fetcher)
+        heartbeat = Heartbeat(
+            ctx, executor=executor, on_members=fetcher.assign, on_gone=recoverer.trigger
         )
-        inflight = self.inflight_table
-        fetcher: Fetcher | None = None
-
-        def wake(p: int) -> None:
-            if fetcher is not None:
-                fetcher.wake(p)
-
-        settler = Settler(
-            self.transport,
-            self.queue,
-            pks,
-            inflight,
-            s,
-            self.stats,
-            wake,
-            self.handlers,
-        )
-        executor = Executor(
-            self.queue,
-            s,
-            inflight,
-            settler,
-            self.stats,
-            self.handlers,
-            self._inline,
-            self.on_complete,
-        )
-        limiter = Limiter(
-            self.transport, self.queue, pks, inflight, s, self.stats, executor.run_now
-        )
-        executor.limiter = limiter
+        janitor = Janitor(ctx, fetcher=fetcher)
+        limiter = executor.limiter
+        self.context, self.fetcher, self.recoverer = ctx, fetcher, recoverer
         with contextlib.suppress(Exception):  # the limits loop retries it
             await limiter.refresh()  # limits apply from the first job fetched
-        fetcher = Fetcher(
-            self.supervisor,
-            self.transport,
-            self.queue,
-            pks,
-            partitions,
-            self.name,
-            s,
-            inflight,
-            settler,
-            executor,
-            self.stats,
-        )
-        self.fetcher = fetcher
-        recoverer = Recoverer(
-            self.supervisor,
-            self.transport,
-            self.queue,
-            pks,
-            self.name,
-            s,
-            membership,
-            lambda: fetcher.assigned,
-            inflight,
-            executor,
-            self.stats,
-        )
-        heartbeat = Heartbeat(
-            self.transport,
-            self.queue,
-            pks,
-            self.name,
-            membership,
-            inflight,
-            executor,
-            self.stats,
-            lambda live: fetcher.assign(live, pinned),
-            recoverer.trigger,
-            wait=s.heartbeat_interval / 2,
-        )
-        janitor = Janitor(self.transport, self.queue, pks, s, lambda: fetcher.assigned)
-        self.membership, self.recoverer = membership, recoverer
-        if membership is not None:
+        sup = self.supervisor
+        if ctx.membership is not None:
             with contextlib.suppress(Exception):  # the membership loop retries it
                 await heartbeat.members()
-        sup = self.supervisor
-        channels = {pks[p].ready_hint: p for p in partitions}
-        if membership is not None:
             sup.every("membership", s.heartbeat_interval, heartbeat.members)
         sup.every("heartbeat", s.heartbeat_interval, heartbeat.beat)
         fetcher.start()
@@ -289,32 +189,22 @@ class Worker:
         sup.every("janitor", PRUNE_EVERY, janitor.round)
         sup.every("limits", LIMITS_REFRESH, limiter.refresh)
         sup.every("limit-holds", s.heartbeat_interval, limiter.renew)
-        sup.every("redis-config", s.redis_check_interval, watch.round)
-        sup.forever(
-            "hints",
-            lambda: hints.listen(
-                self.redis, channels, fetcher.hint, sup, "hints", self.transport.refresh
-            ),
-            pace=hints.PASS_WAIT,
-        )
-        self.started.set()
-        log.info("worker %s started on %s (%d partitions)", self.name, self.queue, len(pks))
-        try:
-            await self._stop.wait()
-        finally:
-            await sup.stop(STOP_READING)  # heartbeat still runs: running jobs stay claimed
+        self.listen_for_hints({ctx.pks[p].ready_hint: p for p in ctx.partitions}, fetcher.hint)
+
+        async def drain() -> None:
+            # The heartbeat, membership and limit-holds loops still run: running jobs stay
+            # claimed, and their limit slots held, through the grace.
             await limiter.drain()
             await executor.drain(s.shutdown_grace, settler.flush)
             await self._finish_settling(settler)
-            await sup.stop()
+
+        async def close() -> None:
             await heartbeat.calls.close()
             await recoverer.calls.close()
             executor.close()
-            await self._retire(pks, partitions)
-            if membership is not None:
-                with contextlib.suppress(Exception):
-                    await membership.leave()
-            log.info("worker %s stopped (%s)", self.name, self.stats)
+            await self._retire(ctx)
+
+        return Stopping(STOP_READING, drain, close, lambda: str(self.stats))
 
     async def _finish_settling(self, settler: Settler) -> None:
         """Write the outcomes that are still in flight (acks, failure settles), briefly."""
@@ -329,14 +219,15 @@ class Worker:
                 await asyncio.sleep(0.25)
         left = settler.abandon_acks()
         if left:
-            log.warning("%d acks could not be written before exit: those jobs run again", left)
+            self.log.warning("%d acks could not be written before exit: those jobs run again", left)
         for task in list(settler.tasks):
             task.cancel()
         await asyncio.gather(*settler.tasks, return_exceptions=True)
 
-    async def _retire(self, pks: list[keys.PartitionKeys], partitions: list[int]) -> None:
+    async def _retire(self, ctx: WorkerContext) -> None:
         """Remove this worker's consumer from every group it holds nothing in."""
+        ops = [delivery.retire(ctx.pks[p], self.name) for p in ctx.partitions]
         try:
-            await self.transport.run_many([delivery.retire(pks[p], self.name) for p in partitions])
+            await self.transport.run_many(ops)
         except Exception as exc:
-            log.warning("retiring consumer %s failed: %s", self.name, exc)
+            self.log.warning("retiring consumer %s failed: %s", self.name, exc)

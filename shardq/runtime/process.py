@@ -1,0 +1,246 @@
+"""What a worker and a dispatcher share: the role context and one start-up/shut-down path.
+
+A role process (:class:`~shardq.worker.Worker`, :class:`~shardq.dispatcher.Dispatcher`) is a
+:class:`RoleProcess`.  Its :meth:`~RoleProcess.run` is the same for both roles (the model is
+asynq's ``Server.Start``/``Shutdown``):
+
+1. register with the health endpoints and name the queue and member in every log line;
+2. wait for Redis and read the queue's meta (:func:`~shardq.runtime.startup.queue_meta`: a
+   process started while Redis is down waits, not ready, instead of exiting);
+3. check the Redis configuration (:mod:`~shardq.runtime.redis_config`; a setting that loses
+   jobs stops the start), check pinned partitions against the queue, join the fleet's
+   membership (a worker pinned to partitions has none);
+4. hand the role a :class:`RoleContext` to build its components on and start their loops
+   (:meth:`RoleProcess.start_role`), which answers with how they stop (:class:`Stopping`);
+5. watch the Redis configuration, report ready, and wait for :meth:`RoleProcess.stop`;
+6. stop the loops the role names first, in its order, while the others keep running; let the
+   role drain (a worker's handlers get their grace while the heartbeat keeps their deliveries
+   claimed); stop the other loops; let the role close (a dispatcher releases its leases);
+   leave the fleet; close the connections.
+
+Each role adds only its components.  They take the role's context (a frozen dataclass that
+extends :class:`RoleContext`: ``WorkerContext``, ``DispatcherContext``), like asynq's params
+structs, plus keyword-only arguments for the other components they use.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from abc import ABC, abstractmethod
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from dataclasses import dataclass, fields
+from typing import Any, Generic, Protocol, TypeVar
+
+from shardq.connection import AsyncRedis
+from shardq.errors import UnknownQueueError
+from shardq.logs import log_context
+from shardq.runtime import health, hints, redis_config
+from shardq.runtime.membership import Membership
+from shardq.runtime.startup import queue_meta
+from shardq.runtime.supervisor import Supervisor
+from shardq.store import keys
+from shardq.store.meta import QueueMeta
+from shardq.store.transport import AsyncTransport
+
+
+class RoleSettings(Protocol):
+    """The settings the shared start-up reads (WorkerSettings and DispatcherSettings have them)."""
+
+    @property
+    def allow_evicting_redis(self) -> bool: ...
+    @property
+    def require_appendonly(self) -> bool: ...
+    @property
+    def redis_check_interval(self) -> float: ...
+    @property
+    def membership_timeout(self) -> float: ...
+
+
+S = TypeVar("S", bound=RoleSettings)
+
+
+@dataclass(frozen=True, kw_only=True, eq=False)
+class RoleContext(Generic[S]):
+    """What every component of one worker or dispatcher shares, fixed once the queue is known.
+
+    A role's context extends it (``WorkerContext(**core.fields(), stats=..., ...)``).
+    """
+
+    role: str  # "worker" or "dispatcher"
+    queue: str
+    member: str  # this process's member id in its fleet (runtime.identity): consumer, owner
+    redis: AsyncRedis
+    transport: AsyncTransport
+    meta: QueueMeta
+    pks: Sequence[keys.PartitionKeys]  # every partition's keys, by partition
+    pinned: Sequence[int] | None  # the partitions this process is pinned to; None: its share
+    settings: S
+    supervisor: Supervisor
+    membership: Membership | None  # None: not in a fleet (a worker pinned to partitions)
+    stop: asyncio.Event  # set by RoleProcess.stop
+    log: logging.Logger
+
+    @property
+    def partitions(self) -> list[int]:
+        """The partitions this process serves: the pinned ones, else all of the queue's."""
+        return list(self.pinned) if self.pinned is not None else list(range(self.meta.partitions))
+
+    def fields(self) -> dict[str, Any]:
+        """The shared fields by name, to build a role's context from."""
+        return {f.name: getattr(self, f.name) for f in fields(RoleContext)}
+
+
+async def _nothing() -> None:
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class Stopping:
+    """How a role's components stop (the order is stated in docs/architecture.md)."""
+
+    #: Loops (names, or prefixes ending in ``:``) stopped first, one group at a time in this
+    #: order; every other loop keeps running until :attr:`drain` returns.
+    first: Sequence[str]
+    #: After the first loops stopped, while the others still run (a worker's handlers finish).
+    drain: Callable[[], Awaitable[None]] = _nothing
+    #: After every loop stopped, before leaving the fleet (a dispatcher releases its leases).
+    close: Callable[[], Awaitable[None]] = _nothing
+    #: The end of the "stopped" log line (counters).
+    summary: Callable[[], str] = str
+
+
+class RoleProcess(ABC, Generic[S]):
+    """A worker or a dispatcher of one queue: the start-up and shut-down both roles share."""
+
+    #: "worker" or "dispatcher": the supervisor's role label, the health status, log fields.
+    role: str
+
+    def __init__(
+        self,
+        redis: AsyncRedis,
+        queue: str,
+        settings: S,
+        member: str,
+        partitions: Iterable[int] | None,
+    ) -> None:
+        self.redis = redis
+        self.queue = queue
+        self.settings = settings
+        self.member = member
+        self.log = logging.getLogger(f"shardq.{self.role}")
+        self._pinned = None if partitions is None else sorted(set(partitions))
+        self._stop = asyncio.Event()
+        self.transport = AsyncTransport(redis)
+        self.supervisor = Supervisor(self.role, queue)
+        self.membership: Membership | None = None
+        self.started = asyncio.Event()
+
+    # the role's part -----------------------------------------------------------------------
+
+    @abstractmethod
+    def membership_keys(self) -> tuple[str, str] | None:
+        """The fleet's member and drain keys, or None when this process joins no fleet."""
+
+    @abstractmethod
+    async def start_role(self, core: RoleContext[S]) -> Stopping:
+        """Build the role's components on ``core`` and start their loops; say how they stop."""
+
+    # control -------------------------------------------------------------------------------
+
+    def stop(self) -> None:
+        """Ask the process to stop: :meth:`run` shuts down in the role's order and returns."""
+        self._stop.set()
+
+    def health(self) -> health.Status:
+        sup = self.supervisor
+        ready = self.started.is_set() and not sup.failing()
+        return health.Status(self.role, self.queue, sup.problems(), ready, sup.stuck())
+
+    def listen_for_hints(self, channels: dict[str, int], on_hint: Callable[[int], None]) -> None:
+        """The ``hints`` loop: wake-ups over sharded pub/sub, ``channel -> partition``."""
+        sup = self.supervisor
+        sup.forever(
+            "hints",
+            lambda: hints.listen(
+                self.redis, channels, on_hint, sup, "hints", self.transport.refresh
+            ),
+            pace=hints.PASS_WAIT,
+        )
+
+    # running -------------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Run until :meth:`stop`, then shut down in the role's order (module docstring)."""
+        health.register(self.health)
+        try:
+            # Every line this process's loops write names its queue and itself.
+            with log_context(queue=self.queue, **{self.role: self.member}):
+                await self._run()
+        finally:
+            health.unregister(self.health)
+            await self.transport.aclose()
+
+    async def _run(self) -> None:
+        meta = await queue_meta(self.transport, self.queue, self._stop, self.log)
+        if meta is None:
+            return  # stopped while waiting for Redis
+        s = self.settings
+        watch = redis_config.ConfigWatch(
+            self.transport,
+            self.role,
+            self.queue,
+            allow_eviction=s.allow_evicting_redis,
+            require_appendonly=s.require_appendonly,
+        )
+        await redis_config.check_at_start(watch)
+        if self._pinned is not None:
+            bad = [p for p in self._pinned if not 0 <= p < meta.partitions]
+            if bad:
+                raise UnknownQueueError(
+                    f"queue {self.queue!r} has partitions 0..{meta.partitions - 1}, not {bad}"
+                )
+        fleet_keys = self.membership_keys()
+        if fleet_keys is not None:
+            members_key, drain_key = fleet_keys
+            self.membership = Membership(
+                self.transport, members_key, drain_key, self.member, s.membership_timeout
+            )
+        core = RoleContext(
+            role=self.role,
+            queue=self.queue,
+            member=self.member,
+            redis=self.redis,
+            transport=self.transport,
+            meta=meta,
+            pks=keys.all_partition_keys(self.queue, meta.partitions),
+            pinned=self._pinned,
+            settings=s,
+            supervisor=self.supervisor,
+            membership=self.membership,
+            stop=self._stop,
+            log=self.log,
+        )
+        stopping = await self.start_role(core)
+        sup = self.supervisor
+        sup.every("redis-config", s.redis_check_interval, watch.round)
+        self.started.set()
+        self.log.info(
+            "%s %s started on %s (%d partitions)",
+            self.role,
+            self.member,
+            self.queue,
+            meta.partitions,
+        )
+        try:
+            await self._stop.wait()
+        finally:
+            await sup.stop(stopping.first, rest=False)
+            await stopping.drain()
+            await sup.stop()
+            await stopping.close()
+            if self.membership is not None:
+                with contextlib.suppress(Exception):  # its heartbeat expires anyway
+                    await self.membership.leave()
+            self.log.info("%s %s stopped (%s)", self.role, self.member, stopping.summary())
