@@ -94,8 +94,11 @@ class QueueCache:
     def store(self, queue: str, raw: dict[Any, Any]) -> QueueMeta:
         """Cache the queue's meta from HGETALL of it (a few fields every role may read);
         UnknownQueueError when the queue does not exist."""
-        meta = parse_meta(queue, raw)
-        self._facts[queue] = QueueFacts(meta)
+        return self.keep(parse_meta(queue, raw))
+
+    def keep(self, meta: QueueMeta) -> QueueMeta:
+        """Cache a queue's meta just read."""
+        self._facts[meta.queue] = QueueFacts(meta)
         return meta
 
     def forget(self, queue: str) -> None:
@@ -432,7 +435,12 @@ def _parse_cancel(reply: Any) -> bool:
 def cancel(queue: str, partitions: int, job_id: str) -> Op[bool]:
     """Cancel a job that has not started: True if cancelled, False if there is no such job."""
     pk = _partition_keys(queue, partitions, job_id)
-    return op("cancel", [pk.jobs, pk.due, pk.errors, pk.stats], [job_id], _parse_cancel)
+    # Not resent after an ambiguous fault: a resend would answer "not found" for the job the
+    # first call cancelled.
+    return op(
+        "cancel", [pk.jobs, pk.due, pk.errors, pk.stats], [job_id], _parse_cancel,
+        safe_to_repeat=False,
+    )  # fmt: skip
 
 
 def reschedule(
@@ -556,11 +564,3 @@ def queue_create(
         [partitions, keys.LAYOUT_VERSION, round(ack_retention * 1000), dead_letter_cap],
         lambda reply: check(reply)[0] == 1,
     )
-
-
-def group_create_commands(queue: str, partitions: int) -> list[tuple[str, ...]]:
-    """XGROUP CREATE commands for every partition's ready stream (MKSTREAM, from the start)."""
-    return [
-        ("XGROUP", "CREATE", pk.ready, keys.WORKER_GROUP, "0", "MKSTREAM")
-        for pk in keys.all_partition_keys(queue, partitions)
-    ]
