@@ -551,15 +551,6 @@ def _json_number(value: Any, what: str) -> int | float:
     raise numbers.BadNumber(what, value, "a JSON number")
 
 
-def split_envelope(raw: bytes) -> tuple[bytes, bytes, bytes]:
-    """A stored envelope ``<state><attempt>|<body>`` as (state letter, attempt text, body); an
-    envelope without the bar gives an empty body (which :func:`decode_body` refuses)."""
-    bar = raw.find(b"|")
-    if bar < 0:
-        return raw[:1], raw[1:], b""
-    return raw[:1], raw[1:bar], raw[bar + 1 :]
-
-
 class StoredOptions(NamedTuple):
     """A stored body's options, as a producer writes them (None: not set)."""
 

@@ -207,7 +207,6 @@ def test_only_the_operator_sets_flags_and_the_stats_hash_holds_none(
     and whatever they write into the stats hash under the flags' names is ignored."""
     from redis.exceptions import NoPermissionError
 
-    from shardq import inspector
     from shardq.errors import NotPermittedError
     from shardq.store import inspect, keys
 
@@ -223,9 +222,7 @@ def test_only_the_operator_sets_flags_and_the_stats_hash_holds_none(
         with pytest.raises(NotPermittedError, match="shardq-operator"):
             transport.run(r, inspect.pause(pk, True))
         with pytest.raises(NotPermittedError):
-            inspector.drive(
-                inspector.lanes_plan(queue, 1, True), lambda ops, r=r: transport.run_many(r, ops)
-            )
+            Client(r).set_lanes(queue, True)
     client.enqueue(queue, "t", {"n": 1})
     assert _deliverable(client, pk) == (0, 1)  # not paused; no lane: straight to the stream
     assert transport.run(role_clients["operator"].redis, inspect.pause(pk, True))

@@ -27,6 +27,7 @@ from shardq.errors import (
     ShardqError,
 )
 from shardq.jobs import EnqueueResult, JobInfo, JobRequest
+from shardq.store import envelope as envelope_codec
 from shardq.store import keys
 from shardq.store.codes import Code, check, error_for, is_code
 from shardq.store.meta import DEFAULT_DEAD_CAP as DEFAULT_DEAD_CAP
@@ -487,25 +488,24 @@ def get(queue: str, partitions: int, job_id: str) -> Op[JobInfo | None]:
         envelope, due, error = check(reply)
         if envelope is None:
             return None
-        raw = envelope if isinstance(envelope, bytes) else str(envelope).encode()
-        state_char, attempt_raw, body_raw = jobmod.split_envelope(raw)
-        try:
-            body = jobmod.decode_body(body_raw)
-        except ValueError as exc:
+        env = envelope_codec.read(envelope)
+        if env.body_error is not None:
             raise MalformedRecordError(
-                f"job {job_id!r} of {queue} has a malformed body ({exc}): `shardq job cancel` "
-                "removes it"
-            ) from None
+                f"job {job_id!r} of {queue} has a malformed body ({env.body_error}): "
+                "`shardq job cancel` removes it"
+            )
+        body = env.body
         # Numbers that are not what a producer writes are shown as they are (malformed), not
         # fatal to the read: the job can still be looked at, cancelled or run again.
         c = Checked()
-        attempt = c.integer("attempt", attempt_raw, 0, 0, jobmod.MAX_ATTEMPT)
+        c.bad.update(env.malformed)
+        attempt = env.attempt if env.attempt is not None else 0
         options = jobmod.stored_options(body, c.bad)
         if due is not None:
             state: jobmod.JobState = "scheduled"
-        elif state_char == b"A":
+        elif env.state == envelope_codec.RUNNING:
             state = "active"
-        elif state_char == b"D":
+        elif env.state == envelope_codec.DEAD:
             state = "dead"
         else:
             state = "ready"

@@ -125,3 +125,24 @@ def remove_limit(queue: str, name: str) -> Command[bool]:
 def idempotent_job(pk: keys.PartitionKeys, idempotency_key: str) -> Command[str | None]:
     """The job id an idempotency key maps to while it is retained, else None."""
     return cmd("GET", pk.idem(idempotency_key), parse=lambda r: None if r is None else as_text(r))
+
+
+# deletion ----------------------------------------------------------------------------------------
+
+
+def unlink(names: list[str]) -> Command[int]:
+    """UNLINK of keys of one slot, in one call (atomic: all go at once); how many existed.
+    Safe to repeat: a resent deletion deletes nothing more (its count is then too low)."""
+    return cmd("UNLINK", *names, parse=int)
+
+
+def _scan_reply(reply: Any) -> tuple[str, list[str]]:
+    cursor, found = reply  # [cursor, [key, ...]]
+    return as_text(cursor), [as_text(k) for k in found]
+
+
+def scan(route: str, cursor: str, match: str, count: int) -> Command[tuple[str, list[str]]]:
+    """One SCAN step on the node serving ``route`` (a :func:`keys.slot_route` key): the next
+    cursor ("0": done) and the keys found matching ``match``.  A read; COUNT bounds each step's
+    work on the node."""
+    return cmd("SCAN", cursor, "MATCH", match, "COUNT", count, route=route, parse=_scan_reply)

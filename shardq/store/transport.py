@@ -29,7 +29,7 @@ from redis import exceptions as rx
 
 from shardq.connection import is_cluster, node_client_async
 from shardq.errors import FunctionsNotLoadedError
-from shardq.store import faults
+from shardq.store import faults, keys
 from shardq.store.keys import slot_of
 from shardq.store.loader import library
 from shardq.store.op import Call, result
@@ -79,6 +79,34 @@ def node_of(client: Any, key: str) -> Any:
     if manager is None:
         return client
     return client.get_redis_connection(manager.get_node_from_slot(slot_of(key)))
+
+
+def node_name(client: Any, key: str) -> str:
+    """The ``host:port`` of the primary serving ``key`` per a sync client's slot map
+    (:data:`STANDALONE` for a single node)."""
+    manager = getattr(client, "nodes_manager", None)
+    if manager is None:
+        return STANDALONE
+    return str(manager.get_node_from_slot(slot_of(key)).name)
+
+
+def _routes(manager: Any) -> list[str]:
+    """One route key per primary of a slot map: a key of the first slot it serves."""
+    first: dict[str, int] = {}
+    for slot, nodes in manager.slots_cache.items():
+        if nodes:
+            name = nodes[0].name
+            first[name] = min(first.get(name, slot), slot)
+    return [keys.slot_route(slot) for slot in sorted(first.values())]
+
+
+def primary_routes(client: Any) -> list[str]:
+    """A route key per primary (sync client), for a keyless command every primary must run
+    (SCAN): a call routed by one goes to that primary, through the usual retries."""
+    manager = getattr(client, "nodes_manager", None)
+    if manager is None:
+        return [keys.slot_route(0)]  # one node serves every slot
+    return _routes(manager)
 
 
 def _address(node: Any) -> str:
@@ -315,6 +343,12 @@ class AsyncTransport:
         if not self.cluster:
             return [STANDALONE]
         return sorted(n.name for n in self.client.get_primaries())
+
+    def primary_routes(self) -> list[str]:
+        """A route key per primary (see the sync :func:`primary_routes`)."""
+        if not self.cluster:
+            return [keys.slot_route(0)]
+        return _routes(self.client.nodes_manager)
 
     def node_client(self, name: str) -> Any:
         """A plain asyncio client of one primary (the client itself when standalone)."""
