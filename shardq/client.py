@@ -1,4 +1,5 @@
-"""The producer clients: :class:`Client` (sync) and :class:`AsyncClient` (asyncio).
+"""The producer clients: :class:`Client` (sync) and :class:`AsyncClient` (asyncio), and their
+``schedules`` facades (:class:`Schedules`, :class:`AsyncSchedules`).
 
 Both are thin: each method checks nothing itself and holds no logic; it builds the operation's
 plan (:mod:`shardq.plans.producer`, where every decision is written once) and drives it through
@@ -14,6 +15,7 @@ and tests/test_parity.py keeps the two surfaces identical.  Model: httpx's ``Cli
 from __future__ import annotations
 
 import asyncio
+import builtins
 from collections.abc import Iterable
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
@@ -25,9 +27,17 @@ from shardq.jobs import Backoff, EnqueueResult, JobInfo, JobRequest, Priority
 from shardq.limits import Limit
 from shardq.plans import Plan, drive, drive_async, one, twin_of
 from shardq.plans import producer as plans
+from shardq.plans import schedules as schedule_plans
 from shardq.plans.producer import BulkRun as BulkRun
 from shardq.plans.producer import not_durable as not_durable
 from shardq.runtime import redis_config
+from shardq.schedules import (
+    DEFAULT_CATCH_UP,
+    DEFAULT_GRACE,
+    MisfirePolicy,
+    ScheduleInfo,
+    make_definition,
+)
 from shardq.store import producer
 from shardq.store.op import Op
 from shardq.store.retry import AsyncRunner, SyncRunner
@@ -63,8 +73,6 @@ class Client:
         self.settings = settings or ProducerSettings()
         self._queues = producer.QueueCache()
         self._runner = SyncRunner(self.redis, self.settings.retry_timeout)
-        from shardq.schedules import Schedules
-
         #: Periodic jobs: add/list/get/pause/resume/remove/next (see shardq.schedules).
         self.schedules = Schedules(self)
 
@@ -309,8 +317,6 @@ class AsyncClient:
             self._pending = redis
         else:
             self._bind(redis)
-        from shardq.schedules import AsyncSchedules
-
         #: Periodic jobs, as ``Client.schedules`` (see shardq.schedules).
         self.schedules = AsyncSchedules(self)
 
@@ -497,3 +503,148 @@ class AsyncClient:
 
     async def get(self, queue: str, job_id: str) -> JobInfo | None:
         return await self._drive(plans.get(self._queues, queue, job_id), f"reading job {job_id}")
+
+
+# Periodic schedules: ``client.schedules`` --------------------------------------------------------
+
+
+class Schedules:
+    """``client.schedules``: periodic jobs of the sync :class:`Client` (see
+    :mod:`shardq.schedules`); each method drives a plan of :mod:`shardq.plans.schedules`
+    through the client's runner.
+
+    >>> client.schedules.add("emails", "digest", "send_digest", cron="0 2 * * 1-5",
+    ...                      tz="Europe/Berlin")
+    """
+
+    def __init__(self, client: Client) -> None:
+        self._client = client
+
+    def add(
+        self,
+        queue: str,
+        name: str,
+        job_type: str,
+        payload: Any = None,
+        *,
+        cron: str | None = None,
+        every: float | timedelta | None = None,
+        tz: str = "UTC",
+        max_attempts: int | None = None,
+        backoff: Backoff | None = None,
+        headers: dict[str, str] | None = None,
+        start: datetime | float | None = None,
+        end: datetime | float | None = None,
+        misfire: MisfirePolicy = "run_once",
+        catch_up_limit: int = DEFAULT_CATCH_UP,
+        misfire_grace: float = DEFAULT_GRACE,
+    ) -> ScheduleInfo:
+        """Add schedule ``name`` (or update it: same name) enqueueing ``job_type`` with
+        ``payload`` at every tick of ``cron`` (in time zone ``tz``) or ``every`` seconds.
+        Raises InvalidPeriodicScheduleError before anything is written when it is invalid."""
+        d = make_definition(
+            name, job_type, payload, cron=cron, every=every, tz=tz, max_attempts=max_attempts,
+            backoff=backoff, headers=headers, start=start, end=end, misfire=misfire,
+            catch_up_limit=catch_up_limit, misfire_grace=misfire_grace,
+            settings=self._client.settings,
+        )  # fmt: skip
+        plan = schedule_plans.add(self._client._queues, queue, d)
+        return self._client._drive(plan, f"adding schedule {name!r}")
+
+    update = add
+
+    def get(self, queue: str, name: str) -> ScheduleInfo:
+        """One schedule with its state; ScheduleNotFoundError when there is none."""
+        plan = schedule_plans.get(self._client._queues, queue, name)
+        return self._client._drive(plan, f"reading schedule {name!r}")
+
+    show = get
+
+    def list(self, queue: str) -> builtins.list[ScheduleInfo]:
+        """Every schedule of the queue, by name."""
+        plan = schedule_plans.list_all(self._client._queues, queue)
+        return self._client._drive(plan, f"listing the schedules of {queue!r}")
+
+    def pause(self, queue: str, name: str) -> ScheduleInfo:
+        """Stop firing (from the next tick on) until :meth:`resume`."""
+        plan = schedule_plans.pause(self._client._queues, queue, name)
+        return self._client._drive(plan, f"pausing schedule {name!r}")
+
+    def resume(self, queue: str, name: str) -> ScheduleInfo:
+        """Fire again from the first tick after now (ticks while paused are not misfires)."""
+        plan = schedule_plans.resume(self._client._queues, queue, name)
+        return self._client._drive(plan, f"resuming schedule {name!r}")
+
+    def remove(self, queue: str, name: str) -> bool:
+        """Delete the schedule; True when it existed.  Jobs it already enqueued stay."""
+        plan = schedule_plans.remove(self._client._queues, queue, name)
+        return self._client._drive(plan, f"removing schedule {name!r}")
+
+    def next(self, queue: str, name: str, n: int = 5) -> builtins.list[datetime]:
+        """The next ``n`` tick times, in the schedule's time zone."""
+        plan = schedule_plans.upcoming(self._client._queues, queue, name, n)
+        return self._client._drive(plan, f"reading schedule {name!r}")
+
+
+@twin_of(Schedules)
+class AsyncSchedules:
+    """``AsyncClient.schedules``: the same methods as :class:`Schedules`, awaited."""
+
+    def __init__(self, client: AsyncClient) -> None:
+        self._client = client
+
+    async def add(
+        self,
+        queue: str,
+        name: str,
+        job_type: str,
+        payload: Any = None,
+        *,
+        cron: str | None = None,
+        every: float | timedelta | None = None,
+        tz: str = "UTC",
+        max_attempts: int | None = None,
+        backoff: Backoff | None = None,
+        headers: dict[str, str] | None = None,
+        start: datetime | float | None = None,
+        end: datetime | float | None = None,
+        misfire: MisfirePolicy = "run_once",
+        catch_up_limit: int = DEFAULT_CATCH_UP,
+        misfire_grace: float = DEFAULT_GRACE,
+    ) -> ScheduleInfo:
+        d = make_definition(
+            name, job_type, payload, cron=cron, every=every, tz=tz, max_attempts=max_attempts,
+            backoff=backoff, headers=headers, start=start, end=end, misfire=misfire,
+            catch_up_limit=catch_up_limit, misfire_grace=misfire_grace,
+            settings=self._client.settings,
+        )  # fmt: skip
+        plan = schedule_plans.add(self._client._queues, queue, d)
+        return await self._client._drive(plan, f"adding schedule {name!r}")
+
+    update = add
+
+    async def get(self, queue: str, name: str) -> ScheduleInfo:
+        plan = schedule_plans.get(self._client._queues, queue, name)
+        return await self._client._drive(plan, f"reading schedule {name!r}")
+
+    show = get
+
+    async def list(self, queue: str) -> builtins.list[ScheduleInfo]:
+        plan = schedule_plans.list_all(self._client._queues, queue)
+        return await self._client._drive(plan, f"listing the schedules of {queue!r}")
+
+    async def pause(self, queue: str, name: str) -> ScheduleInfo:
+        plan = schedule_plans.pause(self._client._queues, queue, name)
+        return await self._client._drive(plan, f"pausing schedule {name!r}")
+
+    async def resume(self, queue: str, name: str) -> ScheduleInfo:
+        plan = schedule_plans.resume(self._client._queues, queue, name)
+        return await self._client._drive(plan, f"resuming schedule {name!r}")
+
+    async def remove(self, queue: str, name: str) -> bool:
+        plan = schedule_plans.remove(self._client._queues, queue, name)
+        return await self._client._drive(plan, f"removing schedule {name!r}")
+
+    async def next(self, queue: str, name: str, n: int = 5) -> builtins.list[datetime]:
+        plan = schedule_plans.upcoming(self._client._queues, queue, name, n)
+        return await self._client._drive(plan, f"reading schedule {name!r}")

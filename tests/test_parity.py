@@ -13,9 +13,14 @@ from typing import Any
 
 import pytest
 
-from shardq import AsyncClient, Client
+from shardq import AsyncClient, AsyncInspector, Client, Inspector
+from shardq.client import AsyncSchedules, Schedules
 
-PAIRS: list[tuple[type, type]] = [(Client, AsyncClient)]
+PAIRS: list[tuple[type, type]] = [
+    (Client, AsyncClient),
+    (Inspector, AsyncInspector),
+    (Schedules, AsyncSchedules),
+]
 # What only one flavour can have: the context-manager protocol, and what is sync in both.
 SYNC_IN_BOTH = {"forget"}
 
