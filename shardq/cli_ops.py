@@ -12,8 +12,9 @@ from typing import Any
 
 import click
 
-from shardq import admin, slots
+from shardq import admin
 from shardq import cli_format as fmt
+from shardq.admin import slots
 from shardq.cli_common import open_client, queue_option, redis_options
 from shardq.cli_jobs import JSON_OPTION, show_job
 from shardq.cli_params import JOB_ID

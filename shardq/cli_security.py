@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import click
 
-from shardq import acl
 from shardq import cli_format as fmt
+from shardq.admin import acl
 from shardq.cli_common import redis_options, redis_settings
 from shardq.cli_params import QUEUE_NAME
 from shardq.connection import connect

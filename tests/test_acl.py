@@ -1,4 +1,4 @@
-"""The roles' ACL users (shardq.acl) against the functions library, on real Redis.
+"""The roles' ACL users (shardq.admin.acl) against the functions library, on real Redis.
 
 - Roles x functions: every function of the library is called, on a prepared partition
   (tests/script_cases.py), as each role's ACL user; :data:`MAY_CALL` says which roles may run
@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from script_cases import OPS, prepare
 
-from shardq import acl
+from shardq.admin import acl
 from shardq.client import Client
 from shardq.config import RedisSettings
 from shardq.store import loader, transport
@@ -99,7 +99,7 @@ USERS: dict[str, tuple[str, str]] = {}
 
 @pytest.fixture(scope="module")
 def role_clients(cluster_url: str) -> Iterator[dict[str, Client]]:
-    """One client per role, each logged in as that role's user (shardq.acl.rules, on every
+    """One client per role, each logged in as that role's user (shardq.admin.acl.rules, on every
     node of the session's cluster); the users are deleted afterwards."""
     suffix = uuid.uuid4().hex[:8]
     admin = Client.from_url(cluster_url)

@@ -26,7 +26,7 @@ from helpers import Runner, Runs, job_id_in, wait_for
 from ports import TestPorts
 
 from shardq import AsyncClient, Client, JobRequest, ProducerSettings
-from shardq import slots as slot_moves
+from shardq.admin import slots as slot_moves
 from shardq.devcluster import cluster_down, cluster_up, node_pid, restart_node
 from shardq.errors import BulkEnqueueError, NotDurableError, RedisUnavailableError
 from shardq.store import keys

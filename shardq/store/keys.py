@@ -46,7 +46,7 @@ WORKER_GROUP = "workers"
 #: A partition's keys, ``{<partition tag>}:<kind>`` (:class:`PartitionKeys` has one attribute
 #: each; :meth:`PartitionKeys.all` lists them).
 PARTITION_KINDS: tuple[str, ...] = (
-    *("due", "jobs", "ready", "dead", "lease", "fence", "stats", "errors"),
+    *("jobs", "due", "ready", "dead", "lease", "fence", "stats", "errors"),
     # periodic schedules (shardq.schedules): definitions, next ticks, state
     *("sched", "sched:next", "sched:state"),
     # lanes (lua/includes/lanes.lua): due jobs by fair-queueing score, virtual time
