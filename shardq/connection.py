@@ -221,3 +221,14 @@ async def connect_async_waiting(settings: RedisSettings, stop: asyncio.Event) ->
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), backoff_delay(failures))
     return None
+
+
+def ping(client: SyncRedis) -> None:
+    """PING (every primary, in cluster mode): whether Redis answers at all, for health checks.
+    Not a command on shardq's keys, so not a store call (tests/test_store.py allows it here)."""
+    client.ping()
+
+
+async def ping_async(client: AsyncRedis) -> None:
+    """:func:`ping` with an asyncio client."""
+    await client.ping()  # type: ignore[misc]

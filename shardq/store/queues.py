@@ -111,6 +111,16 @@ def limits_table(queue: str) -> Command[list[Limit]]:
     )
 
 
+def limits_fields(queue: str) -> Command[dict[str, Any]]:
+    """The queue's limits hash as stored (name -> raw JSON), for a reader that skips a damaged
+    entry rather than failing on it (the worker's limiter)."""
+    return cmd(
+        "HGETALL",
+        keys.limits_key(queue),
+        parse=lambda r: {as_text(k): v for k, v in as_dict(r).items()},
+    )
+
+
 def set_limit(queue: str, limit: Limit) -> Command[int]:
     return cmd("HSET", keys.limits_key(queue), limit.name, limit.to_json(), parse=int)
 

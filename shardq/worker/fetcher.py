@@ -34,7 +34,7 @@ from shardq import metrics
 from shardq.config import WorkerSettings
 from shardq.runtime.pernode import PerPrimary
 from shardq.runtime.supervisor import Supervisor, log_redirect
-from shardq.store import delivery, faults, keys
+from shardq.store import delivery, faults, keys, queues
 from shardq.store.delivery import Batch
 from shardq.store.transport import AsyncTransport
 from shardq.worker.executor import Executor
@@ -352,9 +352,7 @@ class Fetcher:
         if isinstance(exc, ResponseError) and "NOGROUP" in str(exc):
             # The stream or group vanished (FLUSHALL, manual delete): recreate it.
             try:
-                await self.transport.client.xgroup_create(
-                    self.pks[partition].ready, keys.WORKER_GROUP, id="0", mkstream=True
-                )
+                await self.transport.run(queues.group_create(self.pks[partition]))
             except ResponseError as again:
                 if "BUSYGROUP" not in str(again):
                     log.warning("recreating group on partition %d failed: %s", partition, again)
