@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import primaries
 from script_cases import OPS, prepare
 
 from shardq.admin import acl
@@ -242,6 +243,27 @@ def _make_legacy(client: Client, queue: str, partitions: int) -> None:
         client.redis.delete(pk.ctl)
     client.redis.hset(keys.queue_meta_key(queue), "layout", 3)
     client.forget(queue)
+
+
+def test_the_operator_deletes_a_queue_with_every_key_of_it(
+    cluster_client: Client, role_clients: dict[str, Client], queue: str
+) -> None:
+    """`shardq queue delete` runs as the operator: its UNLINKs, and the SCAN that finds the
+    idempotency keys and limit state, are within the operator's grants; nothing is left."""
+    from shardq import limits
+    from shardq.inspector import Inspector
+    from shardq.store import limits as store_limits
+
+    operator = role_clients["operator"]
+    cluster_client.create_queue(queue, 2)  # (loads the functions, which the operator may not)
+    role_clients["producer"].enqueue(queue, "t", delay=600, idempotency_key="order-1")
+    rate = limits.for_type("t", "1/m")
+    operator.set_limit(queue, rate)
+    transport.run(role_clients["worker"].redis, store_limits.take(queue, rate, 2))
+    operator.schedules.add(queue, "nightly", "t", cron="0 3 * * *")
+    assert Inspector(operator).delete_queue(queue) > 0
+    left = [k for node in primaries(cluster_client.redis) for k in node.scan_iter(f"*sq:{queue}*")]
+    assert left == []
 
 
 def test_a_queue_from_before_the_control_hash_keeps_its_flags_until_upgraded(
