@@ -146,3 +146,27 @@ def test_delete_queue_refuses_live_members_and_deletes_nothing(client: Client, q
     assert queue_keys_on_every_primary(client, queue) == before
     assert Inspector(client).delete_queue(queue, force=True) == len(before)
     assert queue_keys_on_every_primary(client, queue) == []
+
+
+def test_the_asyncio_inspector_deletes_alike(client: Client, url: str, queue: str) -> None:
+    """AsyncInspector.delete_queue drives the same plan: its SCAN finds the idempotency keys
+    and limit state through the asyncio transport's routes, one per primary."""
+    import asyncio
+
+    from shardq import AsyncClient, AsyncInspector
+
+    client.create_queue(queue, PARTITIONS)
+    for p in range(PARTITIONS):
+        client.enqueue(queue, "t", delay=600, idempotency_key=job_id_in(p, PARTITIONS, "k"))
+    rate = limits.for_type("t", "1/m")
+    client.set_limit(queue, rate)
+    transport.run(client.redis, store_limits.take(queue, rate, 2))
+    before = queue_keys_on_every_primary(client, queue)
+    assert {kind_of(queue, k) for k in before} >= {"idem", "limit", "limits", "meta"}
+
+    async def delete() -> int:
+        async with AsyncClient(url) as a:  # connects on first use
+            return await AsyncInspector(a).delete_queue(queue)
+
+    assert asyncio.run(delete()) == len(before)
+    assert queue_keys_on_every_primary(client, queue) == []
