@@ -454,14 +454,3 @@ class ScheduleInfo:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
-
-
-def __getattr__(name: str) -> Any:
-    """``from shardq.schedules import Schedules, AsyncSchedules`` keeps working: the facades
-    live beside the clients (shardq.client), above this model module, so they are looked up
-    there only when asked for (an import at the top would go up the layers)."""
-    if name in ("Schedules", "AsyncSchedules"):
-        from shardq import client
-
-        return getattr(client, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
