@@ -5,7 +5,7 @@ waiting for the target's reply), so the pause grows with the partition's size.  
 one-partition queue with N waiting jobs, moves its slot to another primary with the standard
 IMPORTING / MIGRATING / MIGRATE ... KEYS / SETSLOT NODE sequence, and reports the MIGRATE call's
 duration, the longest PING round trip another client saw on the source meanwhile, and the bytes
-moved (the sum of DUMP sizes).  The move is shardq's own (``shardq.slots``, what ``shardq
+moved (the sum of DUMP sizes).  The move is shardq's own (``shardq.admin.slots``, what ``shardq
 rebalance --move-partition`` runs).  The empty slot is then handed back the same way.
 """
 
@@ -18,7 +18,8 @@ from typing import Any
 import redis as redis_lib
 
 from bench.common import delete_queue, fresh_queue
-from shardq import JobRequest, slots
+from shardq import JobRequest
+from shardq.admin import slots
 from shardq.client import Client
 from shardq.store import keys
 

@@ -186,3 +186,14 @@ def as_text(value: Any) -> str:
     that are not UTF-8 (a record written by hand) are shown with replacement characters rather
     than failing whoever reads them."""
     return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
+
+
+def ping(client: SyncRedis) -> None:
+    """PING (every primary, in cluster mode): whether Redis answers at all, for health checks.
+    Not a command on shardq's keys, so not a store call (tests/test_store.py allows it here)."""
+    client.ping()
+
+
+async def ping_async(client: AsyncRedis) -> None:
+    """:func:`ping` with an asyncio client."""
+    await client.ping()  # type: ignore[misc]

@@ -71,6 +71,10 @@ class QueueConfigConflictError(ShardqError):
     """The queue exists with a different partition count."""
 
 
+class QueueInUseError(ShardqError):
+    """A queue still has live workers or dispatchers (deleting it would strand them)."""
+
+
 class DuplicateJobError(ShardqError):
     """A job with this id already exists."""
 

@@ -1,5 +1,9 @@
 """Periodic jobs: named schedules (cron or fixed interval) fired once per tick by the fleet.
 
+This module is the model: a schedule's definition, its ticks and the misfire plan.  The
+operations on stored schedules are plans in :mod:`shardq.plans.schedules`, driven by
+``client.schedules`` (:class:`shardq.client.Schedules` and :class:`shardq.client.AsyncSchedules`).
+
 Design
 ------
 **Storage.**  A schedule lives in the partition its name hashes to
@@ -52,13 +56,12 @@ its DST rules are its own rather than cron's.
 
 from __future__ import annotations
 
-import builtins
-import dataclasses
+import hashlib
 from collections import deque
-from collections.abc import Generator, Iterator
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
-from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from datetime import datetime, timedelta
+from typing import Any, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import orjson
@@ -66,23 +69,19 @@ from cronsim import CronSim, CronSimError
 
 from shardq import jobs as jobmod
 from shardq.config import ProducerSettings
-from shardq.errors import InvalidJobError, InvalidPeriodicScheduleError, ScheduleNotFoundError
+from shardq.errors import InvalidJobError, InvalidPeriodicScheduleError
 from shardq.jobs import Backoff
 from shardq.names import check_schedule_name as check_name
-from shardq.store import envelope, keys, numbers
-from shardq.store import schedules as ops
-from shardq.store.numbers import Checked
-from shardq.store.op import Op
-
-if TYPE_CHECKING:
-    from shardq.aio import AsyncClient
-    from shardq.client import Client
+from shardq.store import numbers
 
 MisfirePolicy = Literal["skip", "run_once", "catch_up"]
 MISFIRE_POLICIES: tuple[MisfirePolicy, ...] = ("skip", "run_once", "catch_up")
 MIN_INTERVAL = 1.0
 MAX_INTERVAL = 366 * 86400.0
-MAX_CATCH_UP = ops.FIRE_TICKS
+# Most ticks one fire call enqueues (lua/schedule-fire-7.lua refuses more: well under a
+# millisecond), hence the most a schedule may catch up at once.
+FIRE_TICKS = 1000
+MAX_CATCH_UP = FIRE_TICKS
 DEFAULT_CATCH_UP = 100
 DEFAULT_GRACE = 60.0
 MAX_GRACE_MS = 366 * 86_400_000
@@ -91,9 +90,6 @@ MAX_GRACE_MS = 366 * 86_400_000
 COUNT_LIMIT = 10_000
 MAX_NEXT = 1000
 FORMAT_VERSION = 1
-
-T = TypeVar("T")
-Flow = Generator[Op[Any], Any, T]
 
 
 def _text(value: Any, what: str) -> str:
@@ -229,7 +225,7 @@ class Definition:
 
     @property
     def sha(self) -> str:
-        return ops.definition_sha(self.to_json())
+        return definition_sha(self.to_json())
 
     # ticks ---------------------------------------------------------------------------------
 
@@ -456,355 +452,7 @@ class ScheduleInfo:
         return asdict(self)
 
 
-def _state(
-    raw: str | None, bad: dict[str, str] | None = None
-) -> tuple[int | None, int | None, int, int, bool]:
-    """``last fire ms|last tick ms|fires|misfires|paused`` (lua/includes/periodic.lua); a
-    part that is not a number in range reads as unset (and is named in ``bad``)."""
-    parts = (raw or "").split("|") + [""] * 5
-    c = Checked()
-    times = [
-        None if parts[i] in ("", "-1") else c.time_ms(name, parts[i])
-        for i, name in ((0, "last_fire_ms"), (1, "last_tick_ms"))
-    ]
-    fires, misfires = (c.count(name, parts[i] or 0) for i, name in ((2, "fires"), (3, "misfires")))
-    paused = c.integer("paused", parts[4] or 0, 0, 0, 1)
-    if bad is not None:
-        bad.update(c.bad)
-    return times[0], times[1], fires, misfires, paused == 1
-
-
-def info(queue: str, partition: int, row: ops.StoredSchedule) -> ScheduleInfo:
-    """A stored schedule as users see it.  One that cannot be read (written by hand, or by a
-    newer shardq) is still listed, as type ``?`` with its definition under ``malformed``:
-    `shardq schedule add` with its name repairs it, `shardq schedule remove` drops it."""
-    assert row.definition is not None
-    bad = dict(row.malformed)
-    last_fire, last_tick, fires, misfires, paused = _state(row.state, bad)
-    try:
-        d = Definition.from_json(row.name, row.definition)
-        body = envelope.decode_body(d.body)
-    except (InvalidPeriodicScheduleError, ValueError) as exc:
-        bad["definition"] = f"{numbers.shown(row.definition)} ({exc})"
-        return ScheduleInfo(
-            name=row.name, queue=queue, partition=partition, job_type="?", payload=None,
-            cron=None, every=None, tz="UTC", max_attempts=None, backoff=None, headers=None,
-            start_ms=None, end_ms=None, misfire="run_once", catch_up_limit=DEFAULT_CATCH_UP,
-            misfire_grace=DEFAULT_GRACE, paused=paused, next_fire_ms=row.next_ms,
-            last_fire_ms=last_fire, last_tick_ms=last_tick, fires=fires, misfires=misfires,
-            malformed=bad,
-        )  # fmt: skip
-    options = envelope.stored_options(body, bad)
-    backoff = None
-    if options.backoff is not None:
-        b = options.backoff
-        backoff = {"kind": b.kind, "base": b.base, "cap": b.cap}
-    job_ids = {}
-    if last_tick is not None:
-        job_ids["last"] = keys.schedule_job_id(d.name, last_tick)
-    return ScheduleInfo(
-        name=d.name,
-        queue=queue,
-        partition=partition,
-        job_type=d.job_type,
-        payload=body.get("p"),
-        cron=d.cron,
-        every=d.every_ms / 1000 if d.every_ms is not None else None,
-        tz=d.tz,
-        max_attempts=options.max_attempts,
-        backoff=backoff,
-        headers=options.headers or None,
-        start_ms=d.start_ms,
-        end_ms=d.end_ms,
-        misfire=d.misfire,
-        catch_up_limit=d.catch_up_limit,
-        misfire_grace=d.grace_ms / 1000,
-        paused=paused,
-        next_fire_ms=row.next_ms,
-        last_fire_ms=last_fire,
-        last_tick_ms=last_tick,
-        fires=fires,
-        misfires=misfires,
-        job_ids=job_ids,
-        malformed=bad,
-    )
-
-
-# Flows: the steps of each call, shared by the sync and asyncio clients ------------------------
-
-
-def _pk(queue: str, partitions: int, name: str) -> keys.PartitionKeys:
-    check_name(name)
-    return keys.partition_keys(queue, keys.partition_for(name, partitions), partitions)
-
-
-def add_flow(queue: str, partitions: int, d: Definition) -> Flow[ScheduleInfo]:
-    pk = _pk(queue, partitions, d.name)
-    current: ops.ReadResult = yield ops.read(pk, "get", d.name)
-    now = current.now_ms
-    if d.every_ms is not None and d.start_ms is None:
-        # Keep the phase of an unchanged interval; a new one starts counting now.
-        anchor = -(-now // 1000) * 1000
-        if current.schedules and current.schedules[0].definition is not None:
-            try:
-                old = Definition.from_json(d.name, current.schedules[0].definition)
-            except InvalidPeriodicScheduleError:
-                old = None
-            if old is not None and old.every_ms == d.every_ms and old.start_ms is None:
-                anchor = old.anchor_ms
-        d = dataclasses.replace(d, anchor_ms=anchor)
-    nxt = d.next_after(now)
-    if nxt is None:
-        raise InvalidPeriodicScheduleError(
-            f"schedule {d.name!r} has no tick after now (Redis clock): check its end time "
-            "and cron expression"
-        )
-    yield ops.put(pk, "put", d.name, d.to_json(), nxt)
-    got: ops.ReadResult = yield ops.read(pk, "get", d.name)
-    return _one(queue, pk, d.name, got)
-
-
-def _one(queue: str, pk: keys.PartitionKeys, name: str, got: ops.ReadResult) -> ScheduleInfo:
-    if not got.schedules or got.schedules[0].definition is None:
-        raise ScheduleNotFoundError(
-            f"no periodic schedule {name!r} on queue {queue!r}: see `shardq schedule list`"
-        )
-    return info(queue, pk.partition, got.schedules[0])
-
-
-def get_flow(queue: str, partitions: int, name: str) -> Flow[ScheduleInfo]:
-    pk = _pk(queue, partitions, name)
-    got: ops.ReadResult = yield ops.read(pk, "get", name)
-    return _one(queue, pk, name, got)
-
-
-def list_flow(queue: str, partitions: int, page: int = 200) -> Flow[list[ScheduleInfo]]:
-    out: list[ScheduleInfo] = []
-    for pk in keys.all_partition_keys(queue, partitions):
-        cursor = "0"
-        while True:
-            got: ops.ReadResult = yield ops.read(pk, "scan", cursor, page)
-            out.extend(info(queue, pk.partition, row) for row in got.schedules)
-            cursor = got.cursor
-            if cursor == "0":
-                break
-    return sorted(out, key=lambda s: s.name)
-
-
-def pause_flow(queue: str, partitions: int, name: str) -> Flow[ScheduleInfo]:
-    pk = _pk(queue, partitions, name)
-    yield ops.put(pk, "pause", name)
-    got: ops.ReadResult = yield ops.read(pk, "get", name)
-    return _one(queue, pk, name, got)
-
-
-def resume_flow(queue: str, partitions: int, name: str) -> Flow[ScheduleInfo]:
-    pk = _pk(queue, partitions, name)
-    got: ops.ReadResult = yield ops.read(pk, "get", name)
-    row = _one(queue, pk, name, got)  # raises when there is no such schedule
-    definition = got.schedules[0].definition
-    assert definition is not None
-    d = Definition.from_json(name, definition)
-    nxt = d.next_after(got.now_ms)
-    yield ops.put(pk, "resume", name, ops.definition_sha(definition), -1 if nxt is None else nxt)
-    got = yield ops.read(pk, "get", name)
-    del row
-    return _one(queue, pk, name, got)
-
-
-def remove_flow(queue: str, partitions: int, name: str) -> Flow[bool]:
-    pk = _pk(queue, partitions, name)
-    result: ops.PutResult = yield ops.put(pk, "remove", name)
-    return result.created
-
-
-def next_flow(queue: str, partitions: int, name: str, n: int) -> Flow[list[datetime]]:
-    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_NEXT:
-        raise InvalidPeriodicScheduleError(f"n must be an integer 1..{MAX_NEXT}")
-    pk = _pk(queue, partitions, name)
-    got: ops.ReadResult = yield ops.read(pk, "get", name)
-    _one(queue, pk, name, got)
-    row = got.schedules[0]
-    assert row.definition is not None
-    d = Definition.from_json(name, row.definition)
-    zone = d.zone()
-    after = got.now_ms if row.next_ms is None else row.next_ms - 1
-    return [datetime.fromtimestamp(t / 1000, UTC).astimezone(zone) for t in d.upcoming(after, n)]
-
-
-# The clients' ``schedules`` attribute ---------------------------------------------------------
-
-
-class Schedules:
-    """``client.schedules``: periodic jobs of the sync :class:`~shardq.Client`.
-
-    >>> client.schedules.add("emails", "digest", "send_digest", cron="0 2 * * 1-5",
-    ...                      tz="Europe/Berlin")
-    """
-
-    def __init__(self, client: Client) -> None:
-        self._client = client
-
-    def _drive(self, flow: Flow[T], what: str) -> T:
-        try:
-            step = next(flow)
-            while True:
-                step = flow.send(self._client._run(step, what=what))
-        except StopIteration as stop:
-            return stop.value  # type: ignore[no-any-return]
-
-    def add(
-        self,
-        queue: str,
-        name: str,
-        job_type: str,
-        payload: Any = None,
-        *,
-        cron: str | None = None,
-        every: float | timedelta | None = None,
-        tz: str = "UTC",
-        max_attempts: int | None = None,
-        backoff: Backoff | None = None,
-        headers: dict[str, str] | None = None,
-        start: datetime | float | None = None,
-        end: datetime | float | None = None,
-        misfire: MisfirePolicy = "run_once",
-        catch_up_limit: int = DEFAULT_CATCH_UP,
-        misfire_grace: float = DEFAULT_GRACE,
-    ) -> ScheduleInfo:
-        """Add schedule ``name`` (or update it: same name) enqueueing ``job_type`` with
-        ``payload`` at every tick of ``cron`` (in time zone ``tz``) or ``every`` seconds.
-        Raises InvalidPeriodicScheduleError before anything is written when it is invalid."""
-        d = make_definition(
-            name,
-            job_type,
-            payload,
-            cron=cron,
-            every=every,
-            tz=tz,
-            max_attempts=max_attempts,
-            backoff=backoff,
-            headers=headers,
-            start=start,
-            end=end,
-            misfire=misfire,
-            catch_up_limit=catch_up_limit,
-            misfire_grace=misfire_grace,
-            settings=self._client.settings,
-        )
-        flow = add_flow(queue, self._client.partitions(queue), d)
-        return self._drive(flow, f"adding schedule {name!r}")
-
-    update = add
-
-    def get(self, queue: str, name: str) -> ScheduleInfo:
-        """One schedule with its state; ScheduleNotFoundError when there is none."""
-        return self._drive(get_flow(queue, self._client.partitions(queue), name), "reading")
-
-    show = get
-
-    def list(self, queue: str) -> list[ScheduleInfo]:
-        """Every schedule of the queue, by name."""
-        return self._drive(list_flow(queue, self._client.partitions(queue)), "listing")
-
-    def pause(self, queue: str, name: str) -> ScheduleInfo:
-        """Stop firing (from the next tick on) until :meth:`resume`."""
-        return self._drive(pause_flow(queue, self._client.partitions(queue), name), "pausing")
-
-    def resume(self, queue: str, name: str) -> ScheduleInfo:
-        """Fire again from the first tick after now (ticks while paused are not misfires)."""
-        return self._drive(resume_flow(queue, self._client.partitions(queue), name), "resuming")
-
-    def remove(self, queue: str, name: str) -> bool:
-        """Delete the schedule; True when it existed.  Jobs it already enqueued stay."""
-        return self._drive(remove_flow(queue, self._client.partitions(queue), name), "removing")
-
-    def next(self, queue: str, name: str, n: int = 5) -> builtins.list[datetime]:
-        """The next ``n`` tick times, in the schedule's time zone."""
-        return self._drive(next_flow(queue, self._client.partitions(queue), name, n), "reading")
-
-
-class AsyncSchedules:
-    """``AsyncClient.schedules``: the same methods as :class:`Schedules`, awaited."""
-
-    def __init__(self, client: AsyncClient) -> None:
-        self._client = client
-
-    async def _drive(self, flow: Flow[T], what: str) -> T:
-        try:
-            step = next(flow)
-            while True:
-                step = flow.send(await self._client._run(step, what=what))
-        except StopIteration as stop:
-            return stop.value  # type: ignore[no-any-return]
-
-    async def add(
-        self,
-        queue: str,
-        name: str,
-        job_type: str,
-        payload: Any = None,
-        *,
-        cron: str | None = None,
-        every: float | timedelta | None = None,
-        tz: str = "UTC",
-        max_attempts: int | None = None,
-        backoff: Backoff | None = None,
-        headers: dict[str, str] | None = None,
-        start: datetime | float | None = None,
-        end: datetime | float | None = None,
-        misfire: MisfirePolicy = "run_once",
-        catch_up_limit: int = DEFAULT_CATCH_UP,
-        misfire_grace: float = DEFAULT_GRACE,
-    ) -> ScheduleInfo:
-        d = make_definition(
-            name,
-            job_type,
-            payload,
-            cron=cron,
-            every=every,
-            tz=tz,
-            max_attempts=max_attempts,
-            backoff=backoff,
-            headers=headers,
-            start=start,
-            end=end,
-            misfire=misfire,
-            catch_up_limit=catch_up_limit,
-            misfire_grace=misfire_grace,
-            settings=self._client.settings,
-        )
-        flow = add_flow(queue, await self._client.partitions(queue), d)
-        return await self._drive(flow, f"adding schedule {name!r}")
-
-    update = add
-
-    async def get(self, queue: str, name: str) -> ScheduleInfo:
-        return await self._drive(
-            get_flow(queue, await self._client.partitions(queue), name), "reading"
-        )
-
-    show = get
-
-    async def list(self, queue: str) -> list[ScheduleInfo]:
-        return await self._drive(list_flow(queue, await self._client.partitions(queue)), "listing")
-
-    async def pause(self, queue: str, name: str) -> ScheduleInfo:
-        return await self._drive(
-            pause_flow(queue, await self._client.partitions(queue), name), "pausing"
-        )
-
-    async def resume(self, queue: str, name: str) -> ScheduleInfo:
-        return await self._drive(
-            resume_flow(queue, await self._client.partitions(queue), name), "resuming"
-        )
-
-    async def remove(self, queue: str, name: str) -> bool:
-        return await self._drive(
-            remove_flow(queue, await self._client.partitions(queue), name), "removing"
-        )
-
-    async def next(self, queue: str, name: str, n: int = 5) -> builtins.list[datetime]:
-        return await self._drive(
-            next_flow(queue, await self._client.partitions(queue), name, n), "reading"
-        )
+def definition_sha(definition: str | bytes) -> str:
+    """The sha1 the fire and resume scripts compare the stored definition with."""
+    raw = definition.encode() if isinstance(definition, str) else definition
+    return hashlib.sha1(raw).hexdigest()

@@ -1,4 +1,4 @@
-"""The roles' ACL users (shardq.acl) against the functions library, on real Redis.
+"""The roles' ACL users (shardq.admin.acl) against the functions library, on real Redis.
 
 - Roles x functions: every function of the library is called, on a prepared partition
   (tests/script_cases.py), as each role's ACL user; :data:`MAY_CALL` says which roles may run
@@ -17,9 +17,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import primaries
 from script_cases import OPS, prepare
 
-from shardq import acl
+from shardq.admin import acl
 from shardq.client import Client
 from shardq.config import RedisSettings
 from shardq.store import loader, transport
@@ -99,7 +100,7 @@ USERS: dict[str, tuple[str, str]] = {}
 
 @pytest.fixture(scope="module")
 def role_clients(cluster_url: str) -> Iterator[dict[str, Client]]:
-    """One client per role, each logged in as that role's user (shardq.acl.rules, on every
+    """One client per role, each logged in as that role's user (shardq.admin.acl.rules, on every
     node of the session's cluster); the users are deleted afterwards."""
     suffix = uuid.uuid4().hex[:8]
     admin = Client.from_url(cluster_url)
@@ -207,7 +208,6 @@ def test_only_the_operator_sets_flags_and_the_stats_hash_holds_none(
     and whatever they write into the stats hash under the flags' names is ignored."""
     from redis.exceptions import NoPermissionError
 
-    from shardq import inspector
     from shardq.errors import NotPermittedError
     from shardq.store import inspect, keys
 
@@ -223,9 +223,7 @@ def test_only_the_operator_sets_flags_and_the_stats_hash_holds_none(
         with pytest.raises(NotPermittedError, match="shardq-operator"):
             transport.run(r, inspect.pause(pk, True))
         with pytest.raises(NotPermittedError):
-            inspector.drive(
-                inspector.lanes_plan(queue, 1, True), lambda ops, r=r: transport.run_many(r, ops)
-            )
+            Client(r).set_lanes(queue, True)
     client.enqueue(queue, "t", {"n": 1})
     assert _deliverable(client, pk) == (0, 1)  # not paused; no lane: straight to the stream
     assert transport.run(role_clients["operator"].redis, inspect.pause(pk, True))
@@ -245,6 +243,27 @@ def _make_legacy(client: Client, queue: str, partitions: int) -> None:
         client.redis.delete(pk.ctl)
     client.redis.hset(keys.queue_meta_key(queue), "layout", 3)
     client.forget(queue)
+
+
+def test_the_operator_deletes_a_queue_with_every_key_of_it(
+    cluster_client: Client, role_clients: dict[str, Client], queue: str
+) -> None:
+    """`shardq queue delete` runs as the operator: its UNLINKs, and the SCAN that finds the
+    idempotency keys and limit state, are within the operator's grants; nothing is left."""
+    from shardq import limits
+    from shardq.inspector import Inspector
+    from shardq.store import limits as store_limits
+
+    operator = role_clients["operator"]
+    cluster_client.create_queue(queue, 2)  # (loads the functions, which the operator may not)
+    role_clients["producer"].enqueue(queue, "t", delay=600, idempotency_key="order-1")
+    rate = limits.for_type("t", "1/m")
+    operator.set_limit(queue, rate)
+    transport.run(role_clients["worker"].redis, store_limits.take(queue, rate, 2))
+    operator.schedules.add(queue, "nightly", "t", cron="0 3 * * *")
+    assert Inspector(operator).delete_queue(queue) > 0
+    left = [k for node in primaries(cluster_client.redis) for k in node.scan_iter(f"*sq:{queue}*")]
+    assert left == []
 
 
 def test_a_queue_from_before_the_control_hash_keeps_its_flags_until_upgraded(

@@ -33,7 +33,8 @@ from ports import TestPorts
 from procs import Proc
 from redis.exceptions import RedisError
 
-from shardq import Client, Job, JobRequest, WorkerSettings, slots
+from shardq import Client, Job, JobRequest, WorkerSettings
+from shardq.admin import slots
 from shardq.cli import main as cli
 from shardq.devtools.bench import cli_command
 from shardq.devtools.devcluster import cluster_down, cluster_up, standalone_down, standalone_up
@@ -84,7 +85,7 @@ def produce(
 
 
 def test_slot_migration_under_load(chaos_url: str, queue: str) -> None:
-    """`shardq rebalance --move-partition` (shardq.slots) moves a partition's slot to another
+    """`shardq rebalance --move-partition` (shardq.admin.slots) moves a partition's slot to another
     primary while producers, a dispatcher and a worker run: nothing lost, nothing run twice."""
     partitions = 4
     n = 1500

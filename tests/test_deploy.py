@@ -1484,7 +1484,8 @@ def test_every_role_runs_with_its_acl_user(local_cluster: LocalCluster) -> None:
     operator inspects, replays and purges; SIGTERM stops both cleanly; ACL LOG stays empty.
     The dispatcher's and worker's /metrics pages must carry every metric name the dashboard,
     the KEDA query and docs/deploy.md use."""
-    from shardq import Client, JobRequest, RedisSettings, slots
+    from shardq import Client, JobRequest, RedisSettings
+    from shardq.admin import slots
 
     users = acl_users()
     roles = ("producer", "dispatcher", "worker", "operator", "viewer", "admin")
@@ -1720,8 +1721,8 @@ def used_metric_names() -> dict[str, str]:
 
 def test_acl_file_and_doc_table_are_the_generated_ones() -> None:
     """deploy/redis/acl-users.acl is `shardq acl print`'s output, and docs/deploy.md's role
-    table is shardq.acl's; no role may EVAL or load code, only the admin has FUNCTION LOAD."""
-    from shardq import acl
+    table is shardq.admin.acl's; no role may EVAL or load code, only the admin has FUNCTION LOAD."""
+    from shardq.admin import acl
 
     assert (ROOT / "deploy" / "redis" / "acl-users.acl").read_text() == acl.acl_file()
     assert acl.markdown_table() in DEPLOY_DOC.read_text()
@@ -1830,7 +1831,7 @@ def _dryrun(cluster: LocalCluster, user: str, command: tuple[str, ...]) -> bool:
 
 def test_each_role_is_refused_every_dangerous_command(local_cluster: LocalCluster) -> None:
     """6 roles x the dangerous commands: refused, except the few a role's own functions need."""
-    from shardq import acl
+    from shardq.admin import acl
     from shardq.store import keys
 
     q = keys.partition_tag("acl", 0, 8)

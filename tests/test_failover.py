@@ -11,22 +11,26 @@ returned to its producer by exactly one call).
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import random
 import signal
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
 from helpers import Runner, Runs, job_id_in, scaled, wait_for
 from ports import TestPorts
 
-from shardq import AsyncClient, Client, JobRequest, ProducerSettings
-from shardq import slots as slot_moves
+from shardq import AsyncClient, Client, JobRequest, ProducerSettings, RedisSettings
+from shardq.admin import slots as slot_moves
 from shardq.devtools.devcluster import cluster_down, cluster_up, node_pid, restart_node
 from shardq.errors import BulkEnqueueError, NotDurableError, RedisUnavailableError
 from shardq.store import keys
@@ -350,3 +354,101 @@ def _durable_ok(client: Client, queue: str, job_id: str) -> bool:
     except redis.RedisError:
         return False
     return True
+
+
+def test_the_inspector_and_the_operator_tools_ride_out_a_killed_primary_like_client_get(
+    fresh: FreshCluster, queue: str
+) -> None:
+    """Inspector.list_jobs, `shardq queue info` and `shardq owners` go through the same retry
+    layer as Client.get: started right after a primary is killed (its replica not promoted
+    yet), each waits the failover out and answers in full within retry_timeout; with a retry
+    window shorter than the failover, the library calls give up with the same typed error."""
+    from shardq.admin import owners
+    from shardq.inspector import Inspector
+
+    client = Client.from_url(fresh.url, ProducerSettings(retry_timeout=30))
+    watcher = Client.from_url(fresh.url)  # its own slot map: refreshing it helps no one else
+    client.create_queue(queue, PARTITIONS)
+    ids = {client.enqueue(queue, "t", job_id=job_id_in(p, PARTITIONS, "j"), delay=600)
+           for p in range(PARTITIONS)}  # fmt: skip
+    pk = keys.partition_keys(queue, 0, PARTITIONS)
+    victim = fresh.primary_port(watcher, pk.due)
+    ins = Inspector(client)
+    assert {j.id for j in ins.list_jobs(queue, "scheduled", limit=100).jobs} == ids  # warm
+    live = next(p for p in fresh.ports() if p != victim)
+    env = {**os.environ, "SHARDQ_REDIS_URL": f"redis://127.0.0.1:{live}"}
+    cli = [sys.executable, "-m", "shardq.cli"]
+    started: dict[str, float] = {}
+    results: dict[str, Any] = {}
+
+    def timed(name: str, fn: Callable[[], Any]) -> threading.Thread:
+        def run() -> None:
+            started[name] = time.monotonic()
+            try:
+                results[name] = fn()
+            except Exception as exc:  # reported below, with the others
+                results[name] = exc
+
+        return threading.Thread(target=run, name=name)
+
+    calls = [
+        timed("list_jobs", lambda: ins.list_jobs(queue, "scheduled", limit=100)),
+        timed("get", lambda: client.get(queue, job_id_in(0, PARTITIONS, "j"))),
+        timed("queue info", lambda: subprocess.run(
+            [*cli, "queue", "info", "-q", queue, "--json"], env=env, capture_output=True,
+            text=True, timeout=60,
+        )),
+        timed("owners", lambda: subprocess.run(
+            [*cli, "owners", "-q", queue, "--json"], env=env, capture_output=True, text=True,
+            timeout=60,
+        )),
+    ]  # fmt: skip
+    os.kill(node_pid(fresh.base, victim, root=fresh.root), signal.SIGKILL)  # type: ignore[arg-type]
+    killed_at = time.monotonic()
+    for t in calls:
+        t.start()
+    wait_for(lambda: fresh.primary_port(watcher, pk.due) != victim, 30, "no failover")
+    promoted_at = time.monotonic()
+    for t in calls:
+        t.join(90)
+    # Each call began while partition 0's primary was dead and its replica not promoted.
+    assert all(at < promoted_at for at in started.values()), (started, promoted_at)
+    assert promoted_at - killed_at > 1.0
+    page = results["list_jobs"]
+    assert not isinstance(page, BaseException), page
+    assert {j.id for j in page.jobs} == ids and page.cursor is None
+    got = results["get"]
+    assert not isinstance(got, BaseException) and got is not None and got.partition == 0, got
+    for name in ("queue info", "owners"):
+        done = results[name]
+        assert not isinstance(done, BaseException), done
+        assert done.returncode == 0, (name, done.stderr)
+        rows = [json.loads(line) for line in done.stdout.splitlines() if line.strip()]
+        assert sorted(r["partition"] for r in rows) == list(range(PARTITIONS)), (name, rows)
+    info = {json.loads(x)["partition"]: json.loads(x) for x in results["queue info"].stdout.split()}
+    assert sum(r["scheduled"] for r in info.values()) == len(ids)
+
+    # A window shorter than a failover: the same typed error from every library entry point.
+    other = next(
+        pk_other.due
+        for pk_other in keys.all_partition_keys(queue, PARTITIONS)
+        if fresh.primary_port(watcher, pk_other.due) not in (victim, live)
+        and fresh.primary_port(watcher, pk_other.due) != fresh.primary_port(watcher, pk.due)
+    )
+    second = fresh.primary_port(watcher, other)
+    hasty = Client(RedisSettings.from_url(f"redis://127.0.0.1:{live}"),
+                   ProducerSettings(retry_timeout=0.3))  # fmt: skip
+    partition = next(
+        p for p in range(PARTITIONS) if keys.partition_keys(queue, p, PARTITIONS).due == other
+    )
+    assert hasty.get(queue, job_id_in(partition, PARTITIONS, "j")) is not None  # warm
+    os.kill(node_pid(fresh.base, second, root=fresh.root), signal.SIGKILL)  # type: ignore[arg-type]
+    with pytest.raises(RedisUnavailableError):
+        hasty.get(queue, job_id_in(partition, PARTITIONS, "j"))
+    with pytest.raises(RedisUnavailableError):
+        Inspector(hasty).list_jobs(queue, "scheduled")
+    with pytest.raises(RedisUnavailableError):
+        owners(hasty, queue)
+    hasty.close()
+    watcher.close()
+    client.close()

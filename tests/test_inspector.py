@@ -16,8 +16,13 @@ from shardq import JobRequest
 from shardq.aio import AsyncClient
 from shardq.client import Client
 from shardq.errors import JobRunningError
-from shardq.inspector import AsyncInspector, Inspector, InvalidCursorError, JobSummary
-from shardq.inspector_clients import QueueInUseError
+from shardq.inspector import (
+    AsyncInspector,
+    Inspector,
+    InvalidCursorError,
+    JobSummary,
+    QueueInUseError,
+)
 from shardq.store import delivery, keys, transport
 
 PARTITIONS = 8

@@ -213,7 +213,8 @@ def test_every_function_refuses_more_arguments_than_its_cap_before_anything(
 
 def test_the_callers_split_what_they_send_by_the_caps() -> None:
     """One number per script, shared by the script's cap and the code that fills its ARGV."""
-    from shardq import admin, inspector
+    from shardq import admin
+    from shardq.plans import inspect as inspector
     from shardq.store import delivery, fleet, producer
     from shardq.store import limits as store_limits
     from shardq.store import schedules as sched

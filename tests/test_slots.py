@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from shardq import slots
+from shardq.admin import slots
 
 NODES = ["a:1", "b:2", "c:3"]
 

@@ -30,7 +30,7 @@ from procs import OwnRedis, Proc  # noqa: E402
 from web_seed import Seeded, seed  # noqa: E402
 from web_serve import serving  # noqa: E402
 
-from shardq import acl  # noqa: E402
+from shardq.admin import acl  # noqa: E402
 from shardq.cli import main  # noqa: E402
 from shardq.client import Client  # noqa: E402
 from shardq.config import RedisSettings  # noqa: E402

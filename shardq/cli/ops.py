@@ -12,8 +12,9 @@ from typing import Any
 
 import click
 
-from shardq import admin, slots
+from shardq import admin
 from shardq import format as fmt
+from shardq.admin import slots
 from shardq.cli.job import show_job
 from shardq.cli.options import JOB_ID, JSON_OPTION, open_client, queue_option, redis_options
 from shardq.client import Client

@@ -54,10 +54,12 @@ def health(
     """
     from redis.exceptions import RedisError
 
+    from shardq.connection import ping
+
     settings = redis_settings()
     try:
         with open_client() as client:
-            client.redis.ping()
+            ping(client.redis)
             if queue_name is not None:
                 client.partitions(queue_name)
             found = client.check_redis(require_appendonly)

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import click
 
-from shardq import acl
 from shardq import format as fmt
+from shardq.admin import acl
 from shardq.cli.options import QUEUE_NAME, redis_options, redis_settings
 from shardq.connection import connect
 from shardq.store import functions

@@ -17,13 +17,13 @@ def _check_redis(settings: RedisSettings) -> None:
     /readyz and connects as soon as Redis answers.  An operator opens the console during an
     incident; one that exits (or crash-loops in a pod, with back-off) while Redis is down is
     useless exactly then."""
-    from shardq.connection import connect
+    from shardq.connection import connect, ping
     from shardq.store.faults import is_transient
 
     try:
         client = connect(settings)
         try:
-            client.ping()
+            ping(client)
         finally:
             client.close()
     except Exception as exc:

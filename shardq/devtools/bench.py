@@ -102,19 +102,11 @@ def queue_counters(redis: SyncRedis, queue: str, partitions: int) -> dict[str, i
 
 
 def delete_queue(redis: SyncRedis, queue: str, partitions: int) -> None:
-    """Remove every key of a benchmark queue."""
+    """Remove the keys of a benchmark queue that keys.py names (not its idempotency keys or
+    limit state, which only a SCAN finds: ``Inspector.delete_queue`` removes those too)."""
     for pk in keys.all_partition_keys(queue, partitions):
-        redis.delete(pk.due, pk.jobs, pk.ready, pk.dead, pk.lease, pk.fence, pk.stats, pk.errors)
-        redis.delete(pk.lane, pk.vtime, pk.ctl)
-    for key in (
-        keys.queue_meta_key(queue),
-        keys.dispatchers_key(queue),
-        keys.workers_key(queue),
-        keys.drain_key(queue),
-        keys.owners_key(queue),
-        keys.limits_key(queue),
-    ):
-        redis.delete(key)
+        redis.delete(*pk.all())
+    redis.delete(*keys.queue_keys(queue))  # (one slot: the queue's own tag)
     redis.srem(keys.QUEUES_KEY, queue)
 
 

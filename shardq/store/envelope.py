@@ -1,5 +1,18 @@
 """The stored job envelope, read back: ``<state><attempt>|<body>`` in a partition's jobs hash
-(or a compact due-set member's body), the body's JSON and the options a producer wrote in it.
+(or a compact due-set member's body), the body's JSON and the options a producer wrote in it;
+the Python twin of lua/includes/envelope.lua (the scripts write and rewrite the header, this
+module reads it).
+
+- state: one letter; ``S`` waiting (due set, lane or ready stream), ``A`` running (held by a
+  worker), ``D`` dead (in the dead-letter stream), ``L`` waiting for the start a rate limit
+  reserved for it (lua/defer-4.lua), else as ``S``;
+- attempt: how many times a worker has started it, a whole number 0..:data:`MAX_ATTEMPT`;
+- body: the job's JSON (:func:`decode_body`), untouched by every script.
+
+Every reader of an envelope (``Client.get``, the inspector's listings, the dead-letter views)
+splits it here (:func:`read`), so a header that is not what the scripts write reads the same
+everywhere: the part that cannot be read is named in ``malformed`` and read as unset, never
+fatal to a read.
 
 :func:`shardq.jobs.encode_body` writes the body (it checks a job as a producer gives it); this
 module reads what Redis holds, which may have been written by hand or by a buggy release, so
@@ -9,13 +22,27 @@ and one that is not is refused, or reported as malformed, never trusted.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 import orjson
 
 from shardq.errors import InvalidJobError
-from shardq.jobs import MAX_ATTEMPTS_LIMIT, MAX_BACKOFF, Backoff, BackoffKind, split_flow
+from shardq.jobs import (
+    MAX_ATTEMPT,
+    MAX_ATTEMPTS_LIMIT,
+    MAX_BACKOFF,
+    Backoff,
+    BackoffKind,
+    split_flow,
+)
 from shardq.store import numbers
+from shardq.store.numbers import Checked, shown
+
+WAITING = b"S"
+RUNNING = b"A"
+DEAD = b"D"
+DEFERRED = b"L"
 
 
 def decode_backoff(raw: list[Any]) -> Backoff:
@@ -118,3 +145,34 @@ def decode_body(raw: bytes | str) -> dict[str, Any]:
     if not isinstance(options, dict):
         raise ValueError("job body options are not an object")
     return {**options, **flow, "t": body[0], "p": body[1]}
+
+
+# Kept under the name the readers use.
+split = split_envelope
+
+
+@dataclass(frozen=True, slots=True)
+class Envelope:
+    """A stored envelope as read: ``attempt`` None and ``body`` {} where unreadable, with the
+    unreadable parts in ``malformed`` (name -> raw value shown)."""
+
+    state: bytes
+    attempt: int | None
+    body: dict[str, Any]
+    body_error: str | None = None
+    malformed: dict[str, str] = field(default_factory=dict)
+
+
+def read(raw: bytes | str) -> Envelope:
+    """Split and check one envelope (see the module docstring)."""
+    data = raw if isinstance(raw, bytes) else str(raw).encode()
+    c = Checked()
+    letter, attempt_raw, body_raw = split_envelope(data)
+    attempt = c.integer("attempt", attempt_raw, None, 0, MAX_ATTEMPT)
+    error: str | None = None
+    try:
+        body = decode_body(body_raw)
+    except ValueError as exc:
+        c.bad["body"] = shown(body_raw)
+        body, error = {}, str(exc)
+    return Envelope(letter, attempt, body, error, c.bad)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from redis import exceptions as rx
 
-from shardq.errors import RedisFullError, RedisUnavailableError
+from shardq.errors import RedisFullError, RedisUnavailableError, ShardqError
 
 # Faults that end on their own (a failover, a slot move, a restart, a network blip): retry the
 # call after a pause and a fresh look at the slot map.
@@ -85,13 +85,17 @@ def is_oom(exc: BaseException) -> bool:
 
 def is_transient(exc: BaseException) -> bool:
     """A fault that ends on its own: retry after a pause (and a fresh slot map)."""
-    if isinstance(exc, _PERMANENT):
+    # A typed shardq error is an answer, not a fault (NotPermittedError is a PermissionError,
+    # hence an OSError: it would otherwise be resent until the retry window closed).
+    if isinstance(exc, (*_PERMANENT, ShardqError)):
         return False
     return isinstance(exc, _TRANSIENT) or is_redirect(exc)
 
 
 def is_unreachable(exc: BaseException) -> bool:
     """The node did not answer (refused, reset, timed out): not a redirect or a refusal."""
+    if isinstance(exc, ShardqError):
+        return False
     return isinstance(exc, rx.ConnectionError | rx.TimeoutError | TimeoutError | OSError)
 
 

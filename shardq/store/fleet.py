@@ -11,7 +11,7 @@ from shardq.errors import FencedError
 from shardq.store import keys, numbers
 from shardq.store.codes import Code, check, error_for, is_code
 from shardq.store.numbers import Checked
-from shardq.store.op import Op, op
+from shardq.store.op import Command, Op, cmd, op
 
 # Owners one lease-acquire may displace (lua/lease-acquire-2.lua's Max ARGV): one per partition.
 MAX_DISPLACE = keys.MAX_PARTITIONS
@@ -243,3 +243,61 @@ async def forget_owners(client: Any, queue: str, partitions: Iterable[int]) -> N
     fields = [str(p) for p in partitions]
     if fields:
         await client.hdel(keys.owners_key(queue), *fields)
+
+
+# The member registries (sorted sets by heartbeat expiry, drain sets) and the owners hash, as
+# the inspector and the operator's tools read and steer them: plain commands, run by the
+# facades' runner like every call (so they ride out a failover alike).
+
+
+def _time_ms(reply: Any) -> int:
+    seconds, micros = reply  # TIME: [seconds, microseconds]
+    return numbers.integer(seconds, 0, what="seconds") * 1000 + numbers.integer(micros, 0) // 1000
+
+
+def clock(route: str) -> Command[int]:
+    """The Redis clock in ms (TIME) of the node serving ``route``: the clock the heartbeat
+    scores of the registries on that node are written in."""
+    return cmd("TIME", route=route, parse=_time_ms)
+
+
+def _score_pairs(reply: Any) -> list[tuple[str, float]]:
+    items = list(reply or [])
+    if items and isinstance(items[0], list | tuple):
+        return [(as_text(m), float(s)) for m, s in items]
+    return [(as_text(m), float(s)) for m, s in zip(items[0::2], items[1::2], strict=True)]
+
+
+def member_scores(members_key: str) -> Command[list[tuple[str, float]]]:
+    """Every member of a registry with its heartbeat expiry (ms; ``inf`` when set by hand)."""
+    return cmd("ZRANGE", members_key, 0, -1, "WITHSCORES", parse=_score_pairs)
+
+
+def live_members(members_key: str, now_ms: int) -> Command[list[str]]:
+    """The members of a registry whose heartbeat expires at or after ``now_ms``."""
+    return cmd(
+        "ZRANGEBYSCORE",
+        members_key,
+        now_ms,
+        "+inf",
+        parse=lambda r: [as_text(m) for m in r],
+    )
+
+
+def member_set(set_key: str) -> Command[set[str]]:
+    """A drain set's members."""
+    return cmd("SMEMBERS", set_key, parse=lambda r: {as_text(m) for m in r})
+
+
+def request_drain(queue: str, dispatcher: str) -> Command[int]:
+    """Ask a dispatcher to hand back every partition (its drain set entry)."""
+    return cmd("SADD", keys.drain_key(queue), dispatcher, parse=int)
+
+
+def cancel_drain(queue: str, dispatcher: str) -> Command[int]:
+    return cmd("SREM", keys.drain_key(queue), dispatcher, parse=int)
+
+
+def owners_forget(queue: str, partitions: Iterable[int]) -> Command[int]:
+    """Drop partitions from the advisory owners hash (their leases were revoked)."""
+    return cmd("HDEL", keys.owners_key(queue), *[str(p) for p in partitions], parse=int)

@@ -7,10 +7,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from shardq.connection import as_text
+from shardq.jobs import MAX_ATTEMPT
 from shardq.store import keys
 from shardq.store.codes import check
 from shardq.store.numbers import BadNumber, Checked, integer, real
-from shardq.store.op import Op, op
+from shardq.store.op import Command, Op, cmd, op
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +99,72 @@ def partition_stats(pk: keys.PartitionKeys, node: str) -> Op[PartitionSnapshot]:
         [keys.WORKER_GROUP],
         lambda reply: _parse_snapshot(pk, node, reply),
     )
+
+
+# The dead-letter stream, read with plain commands (the operator's `shardq dlq`) ------------
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetter:
+    partition: int
+    entry_id: str
+    job_id: str | None
+    attempt: int | None
+    error: str
+    at_ms: int | None
+    raw: str | None
+    malformed: dict[str, str] = field(default_factory=dict)
+    """Fields that are not numbers in range (name -> raw value), read as None."""
+
+
+def _dead_letter(partition: int, entry: Any) -> DeadLetter:
+    """One dead-letter entry; fields written by hand (a bad attempt count, bytes that are not
+    UTF-8) are shown as they are or left out, never fatal to a listing."""
+    eid, fields = entry
+    f = (
+        {as_text(k): as_text(v) for k, v in fields.items()}
+        if isinstance(fields, dict)
+        else {as_text(fields[i]): as_text(fields[i + 1]) for i in range(0, len(fields) - 1, 2)}
+    )
+    c = Checked()
+    return DeadLetter(
+        partition=partition,
+        entry_id=as_text(eid),
+        job_id=f.get("j"),
+        attempt=c.integer("attempt", f["a"], None, 0, MAX_ATTEMPT) if "a" in f else None,
+        error=f.get("e", ""),
+        at_ms=c.time_ms("at_ms", f["t"]) if "t" in f else None,
+        raw=f.get("raw"),
+        malformed=c.bad,
+    )
+
+
+def _dead_letters(pk: keys.PartitionKeys) -> Any:
+    return lambda reply: [_dead_letter(pk.partition, e) for e in reply or []]
+
+
+def dead_newest(pk: keys.PartitionKeys, count: int) -> Command[list[DeadLetter]]:
+    """The partition's newest ``count`` dead letters, newest first."""
+    return cmd("XREVRANGE", pk.dead, "+", "-", "COUNT", count, parse=_dead_letters(pk))
+
+
+def dead_after(pk: keys.PartitionKeys, start: str, count: int) -> Command[list[DeadLetter]]:
+    """Up to ``count`` dead letters from entry id ``start`` (inclusive; ``-``: the oldest)."""
+    return cmd("XRANGE", pk.dead, start, "+", "COUNT", count, parse=_dead_letters(pk))
+
+
+def dead_length(pk: keys.PartitionKeys) -> Command[int]:
+    return cmd("XLEN", pk.dead, parse=int)
+
+
+def backlog_counts(pk: keys.PartitionKeys) -> list[Command[int]]:
+    """ZCARD of the due set, XLEN of the ready and dead streams: what a slot move serialises
+    (shardq.admin.slots), one command per key so a key already moved answers alone (ASK)."""
+    return [
+        cmd("ZCARD", pk.due, parse=int),
+        cmd("XLEN", pk.ready, parse=int),
+        cmd("XLEN", pk.dead, parse=int),
+    ]
 
 
 def dlq_replay(pk: keys.PartitionKeys, entry_ids: list[str]) -> Op[tuple[int, int]]:

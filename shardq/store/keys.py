@@ -44,6 +44,31 @@ QUEUES_KEY = "sq:queues"
 # The consumer group every worker reads a ready stream through.
 WORKER_GROUP = "workers"
 
+# Every key of a queue, by kind: this module alone names them (the ACL patterns of
+# shardq.admin.acl, queue deletion and the key tests derive theirs from these lists).
+#: A partition's keys, ``{<partition tag>}:<kind>`` (:class:`PartitionKeys` has one attribute
+#: each; :meth:`PartitionKeys.all` lists them).
+PARTITION_KINDS: tuple[str, ...] = (
+    *("jobs", "due", "ready", "dead", "lease", "fence", "stats", "errors"),
+    # periodic schedules (shardq.schedules): definitions, next ticks, state
+    *("sched", "sched:next", "sched:state"),
+    # lanes (lua/includes/lanes.lua): due jobs by fair-queueing score, virtual time
+    *("lane", "vtime"),
+    # the operator's flags (paused, lanes)
+    "ctl",
+)
+#: A partition's idempotency keys, ``{<partition tag>}:idem:<idempotency key>``: one per key,
+#: found by SCAN (:func:`queue_tags_pattern`).
+IDEM_KIND = "idem"
+#: A queue's own keys, ``{sq:<queue>}:<kind>`` (:func:`queue_keys`).
+QUEUE_KINDS: tuple[str, ...] = (
+    *("meta", "dispatchers", "drain", "workers", "workers:drain", "owners", "limits"),
+)
+#: Each flow limit's state, on the limit's own slot: ``{sq:<queue>:limit:<name>}:<kind>``
+#: (``limit``: the next free start; ``running``: the jobs holding running slots); found by
+#: SCAN, since a limit's state outlives its definition until it expires.
+LIMIT_KINDS: tuple[str, ...] = ("limit", "running")
+
 
 def slot_of(key: str | bytes) -> int:
     """Redis Cluster slot of a key (CRC16/XMODEM of the hash tag, as the server computes it)."""
@@ -84,54 +109,71 @@ def partition_tag(queue: str, partition: int, partitions: int) -> str:
         suffix += 1
 
 
+def _queue_key(queue: str, kind: str) -> str:
+    return "{sq:" + queue + "}:" + kind
+
+
+def queue_keys(queue: str) -> list[str]:
+    """Every key of the queue itself (not of its partitions or limits), meta first."""
+    return [_queue_key(queue, kind) for kind in QUEUE_KINDS]
+
+
 def queue_meta_key(queue: str) -> str:
     """Hash holding a queue's partition count, layout version and creation time."""
-    return f"{{sq:{queue}}}:meta"
+    return _queue_key(queue, "meta")
 
 
 def limits_key(queue: str) -> str:
     """Hash of a queue's rate limits: limit name (``type:<job type>`` or ``key:<limit key>``)
     -> its JSON definition (shardq.limits)."""
-    return f"{{sq:{queue}}}:limits"
+    return _queue_key(queue, "limits")
 
 
 def limit_state_key(queue: str, name: str) -> str:
     """String holding one rate limit's next free start time (GCRA), on a slot of its own: each
     limit's state lives where its name hashes, so the limits of a queue spread over the
     primaries and none sits with a partition's hot keys."""
-    return f"{{sq:{queue}:limit:{name}}}:limit"
+    return _limit_key(queue, name, "limit")
 
 
 def limit_holders_key(queue: str, name: str) -> str:
     """Sorted set of the jobs holding one concurrency limit's running slots, scored by hold
     expiry (ms); on the same slot as the limit's rate state."""
-    return f"{{sq:{queue}:limit:{name}}}:running"
+    return _limit_key(queue, name, "running")
+
+
+def _limit_tag(queue: str, name: str) -> str:
+    return f"sq:{queue}:limit:{name}"
+
+
+def _limit_key(queue: str, name: str, kind: str) -> str:
+    return "{" + _limit_tag(queue, name) + "}:" + kind
 
 
 def dispatchers_key(queue: str) -> str:
     """Sorted set of live dispatchers, scored by heartbeat expiry (ms, Redis clock)."""
-    return f"{{sq:{queue}}}:dispatchers"
+    return _queue_key(queue, "dispatchers")
 
 
 def workers_key(queue: str) -> str:
     """Sorted set of live workers, scored by heartbeat expiry (ms, Redis clock)."""
-    return f"{{sq:{queue}}}:workers"
+    return _queue_key(queue, "workers")
 
 
 def workers_drain_key(queue: str) -> str:
     """Set of worker ids an operator asked to stop taking work (the workers' drain set)."""
-    return f"{{sq:{queue}}}:workers:drain"
+    return _queue_key(queue, "workers:drain")
 
 
 def drain_key(queue: str) -> str:
     """Set of dispatcher ids an operator asked to hand back every partition."""
-    return f"{{sq:{queue}}}:drain"
+    return _queue_key(queue, "drain")
 
 
 def owners_key(queue: str) -> str:
     """Hash partition -> '<owner> <token>': who holds each lease.  Advisory (the lease itself
     decides); it lets a dispatcher find free partitions without reading every lease."""
-    return f"{{sq:{queue}}}:owners"
+    return _queue_key(queue, "owners")
 
 
 class PartitionKeys:
@@ -203,14 +245,19 @@ class PartitionKeys:
         #: Sharded pub/sub channel: jobs landed in the ready stream (wakes workers).
         self.ready_hint = base + "hint:ready"
 
+    def all(self) -> list[str]:
+        """Every key of the partition with a fixed name (:data:`PARTITION_KINDS`), for deleting
+        it in one call; its idempotency keys, one per key, are found by SCAN."""
+        return ["{" + self.tag + "}:" + kind for kind in PARTITION_KINDS]
+
     def idem(self, idempotency_key: str) -> str:
         """String: idempotency key -> job id, expiring after the retention window."""
-        return "{" + self.tag + "}:idem:" + idempotency_key
+        return "{" + self.tag + "}:" + IDEM_KIND + ":" + idempotency_key
 
     @property
     def idem_placeholder(self) -> str:
         """Passed in KEYS when an enqueue has no idempotency key (the script does not touch it)."""
-        return "{" + self.tag + "}:idem:"
+        return "{" + self.tag + "}:" + IDEM_KIND + ":"
 
     def __repr__(self) -> str:
         return f"PartitionKeys({self.queue!r}, {self.partition}, {self.tag!r})"
@@ -231,6 +278,85 @@ def partition_keys(queue: str, partition: int, partitions: int) -> PartitionKeys
 def all_partition_keys(queue: str, partitions: int) -> list[PartitionKeys]:
     """Keys of every partition of a queue, in partition order."""
     return [partition_keys(queue, p, partitions) for p in range(partitions)]
+
+
+# Patterns: the keys of a queue (or of every queue: queue "*") as glob patterns, for ACL key
+# selectors (shardq.admin.acl) and SCAN MATCH (deleting a queue).  Queue names hold no glob
+# characters (QUEUE_NAME_RE), so a queue's patterns match its keys and no other queue's.
+
+
+def partition_pattern(queue: str, kind: str) -> str:
+    """Every key of one kind of the queue's partitions (``idem``: its idempotency keys)."""
+    if kind == IDEM_KIND:
+        return "{sq:" + queue + ":*}:" + IDEM_KIND + ":*"
+    if kind not in PARTITION_KINDS:
+        raise ValueError(f"unknown partition key kind {kind!r}")
+    return "{sq:" + queue + ":*}:" + kind
+
+
+def queue_pattern(queue: str, kind: str) -> str:
+    """The queue's own key of one kind (a name when ``queue`` is a name)."""
+    if kind not in QUEUE_KINDS:
+        raise ValueError(f"unknown queue key kind {kind!r}")
+    return _queue_key(queue, kind)
+
+
+def limit_pattern(queue: str, kind: str) -> str:
+    """Every flow limit's key of one kind (:data:`LIMIT_KINDS`) of the queue."""
+    if kind not in LIMIT_KINDS:
+        raise ValueError(f"unknown limit key kind {kind!r}")
+    return _limit_key(queue, "*", kind)
+
+
+def queue_tags_pattern(queue: str) -> str:
+    """Every key whose hash tag is one of the queue's partitions' or limits' (``{sq:<queue>:``
+    and more): the partitions' keys, idempotency keys and limit state, not the queue's own
+    keys (``{sq:<queue>}:...``, :func:`queue_keys`).  SCAN MATCH of a queue deletion."""
+    return "{sq:" + queue + ":*"
+
+
+def key_patterns(queue: str) -> list[str]:
+    """Every key of the queue, its own and its partitions' and limits' (for queue ``*``: every
+    key of shardq's queues; ``{sq:*`` covers both forms)."""
+    if queue == "*":
+        return ["{sq:*"]
+    return [queue_tags_pattern(queue), "{sq:" + queue + "}:*"]
+
+
+def channel_pattern(queue: str) -> str:
+    """The queue's sharded pub/sub channels (its partitions' hints, ``{<tag>}:hint:...``)."""
+    return "{sq:" + queue + ":*"
+
+
+def _tag(key: str) -> str | None:
+    start = key.find("{")
+    end = key.find("}", start + 1) if start == 0 else -1
+    return key[1:end] if end > 1 else None
+
+
+def tag_of_queue(queue: str, key: str) -> bool:
+    """Whether ``key``'s hash tag is one of ``queue``'s partitions' (``sq:<queue>:<p>.<s>``) or
+    limits' (``sq:<queue>:limit:<name>``): the keys a queue deletion finds by SCAN and removes
+    (whatever follows the tag), and only those."""
+    tag = _tag(key)
+    prefix = "sq:" + queue + ":"
+    if tag is None or not tag.startswith(prefix):
+        return False
+    rest = tag[len(prefix) :]
+    if rest.startswith("limit:"):
+        return len(rest) > len("limit:")
+    partition, dot, suffix = rest.partition(".")
+    return bool(dot) and partition.isdigit() and suffix.isdigit() and partition.isascii()
+
+
+@lru_cache(maxsize=SLOTS)
+def slot_route(slot: int) -> str:
+    """A key name of ``slot``, for sending a keyless command (SCAN) to the node serving that
+    slot through the same routing as every call (a call goes where its route key's slot is)."""
+    n = 0
+    while binascii.crc_hqx(f"sq-route:{n}".encode(), 0) % SLOTS != slot:
+        n += 1
+    return "{" + f"sq-route:{n}" + "}"
 
 
 # Periodic schedules (shardq.schedules): a name, and the id of the job one tick enqueues.

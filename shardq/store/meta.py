@@ -67,7 +67,3 @@ def parse_meta(queue: str, raw: dict[Any, Any]) -> QueueMeta:
 async def read_meta(client: Any, queue: str) -> QueueMeta:
     """The queue's settings (asyncio client); UnknownQueueError when it was never created."""
     return parse_meta(queue, await client.hgetall(keys.queue_meta_key(queue)))
-
-
-def read_meta_sync(client: Any, queue: str) -> QueueMeta:
-    return parse_meta(queue, client.hgetall(keys.queue_meta_key(queue)))

@@ -1,16 +1,23 @@
-"""One script call as data: the script, its KEYS and ARGV, and how to read its reply.
+"""One Redis call as data: what to send, where it goes, and how to read its reply.
 
-Every operation module of the store builds :class:`Op` values; the transport runs them (alone,
-pipelined per node, or with WAIT) and hands each reply to the op's ``parse``, which returns a
-named type or raises the typed error the script's return code stands for.  Nothing outside
-the store names a script or parses a reply.
+Two kinds, with one interface (:class:`Call`): :class:`Op`, a call of one of shardq's functions
+(its script, KEYS and ARGV), and :class:`Command`, a plain command on shardq's keys (the queue
+meta, the registry, a limits table, a member registry, a deletion).  Every operation module of
+the store builds them; the transport runs them (alone, pipelined per node, or with WAIT) and
+hands each reply to the call's ``parse``, which returns a named type or raises the typed error
+the reply stands for.  Nothing outside the store names a script or a command, or parses a reply.
+
+``safe_to_repeat`` says whether the call may be sent again after an ambiguous fault (sent, reply
+lost): reads and enqueues may (a resent enqueue is recognised), a cancel may not (a resend would
+answer "not found" for the job the first call cancelled).  The one retry layer
+(:mod:`shardq.store.retry`) reads it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 from shardq.store.loader import LuaScript, script
 
@@ -27,6 +34,7 @@ class Op(Generic[T_co]):
     keys: list[str]
     argv: list[Any]
     parse: Callable[[Any], T_co]
+    safe_to_repeat: bool = True
 
     @property
     def name(self) -> str:
@@ -45,7 +53,60 @@ class Op(Generic[T_co]):
         return (verb, self.script.function, self.script.num_keys, *self.keys, *self.argv)
 
 
-def op(name: str, keys: list[str], argv: list[Any], parse: Callable[[Any], T]) -> Op[T]:
+@dataclass(frozen=True, slots=True)
+class Command(Generic[T_co]):
+    """A plain command on shardq's keys and the parser of its reply (see :func:`cmd`)."""
+
+    args: tuple[Any, ...]
+    route_key: str
+    parse: Callable[[Any], T_co]
+    safe_to_repeat: bool = True
+
+    @property
+    def name(self) -> str:
+        return str(self.args[0]).lower()
+
+    def command(self) -> tuple[Any, ...]:
+        return self.args
+
+
+class Call(Protocol[T_co]):
+    """What the transport and the retry layer need of a call: :class:`Op` or :class:`Command`."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def route_key(self) -> str: ...
+
+    @property
+    def parse(self) -> Callable[[Any], T_co]: ...
+
+    @property
+    def safe_to_repeat(self) -> bool: ...
+
+    def command(self) -> tuple[Any, ...]: ...
+
+
+def cmd(
+    *args: Any,
+    parse: Callable[[Any], T],
+    route: str | None = None,
+    safe_to_repeat: bool = True,
+) -> Command[T]:
+    """A plain command; it goes to the node serving ``route`` (default: its first key,
+    ``args[1]``).  Every key it names must share that key's slot."""
+    return Command(tuple(args), route if route is not None else str(args[1]), parse, safe_to_repeat)
+
+
+def op(
+    name: str,
+    keys: list[str],
+    argv: list[Any],
+    parse: Callable[[Any], T],
+    *,
+    safe_to_repeat: bool = True,
+) -> Op[T]:
     """Build an op for the script ``name``; its KEYS count is checked against the file name and
     its ARGV against the script's cap (the function refuses more: callers chunk)."""
     lua = script(name)
@@ -55,7 +116,7 @@ def op(name: str, keys: list[str], argv: list[Any], parse: Callable[[Any], T]) -
         raise ValueError(
             f"{name} takes at most {lua.max_argv} arguments, got {len(argv)}: split the call"
         )
-    return Op(lua, keys, argv, parse)
+    return Op(lua, keys, argv, parse, safe_to_repeat)
 
 
 def raw(reply: Any) -> Any:
@@ -71,3 +132,29 @@ def result(reply: Any, parse: Callable[[Any], U]) -> U | BaseException:
         return parse(reply)
     except Exception as exc:
         return exc
+
+
+# Batches: what a plan (shardq.plans) yields for the retry layer to send --------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Waiting:
+    """Calls each node's batch of which is followed by ``WAIT replicas timeout_ms`` on the
+    connection that wrote it (a durable enqueue).  Its reply is ``(results, acked)``: per call
+    its result, and how many replicas acknowledged its node's batch (None: not answered)."""
+
+    calls: list[Call[Any]]
+    replicas: int
+    timeout_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class Rounds:
+    """Several batches sent one after another, each round written before the previous one's
+    replies are read (so Redis works on one while this process parses the last).  Its reply is
+    each round's results, in order."""
+
+    rounds: list[list[Call[Any]]]
+
+
+Batch = list[Call[Any]] | Waiting | Rounds

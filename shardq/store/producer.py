@@ -28,9 +28,10 @@ from shardq.errors import (
     ShardqError,
 )
 from shardq.jobs import EnqueueResult, JobInfo, JobRequest
+from shardq.store import envelope as envelope_codec
 from shardq.store import keys
 from shardq.store.codes import Code, check, error_for, is_code
-from shardq.store.envelope import decode_body, split_envelope, stored_options
+from shardq.store.envelope import stored_options
 from shardq.store.meta import DEFAULT_DEAD_CAP as DEFAULT_DEAD_CAP
 from shardq.store.meta import MAX_DEAD_CAP, QueueMeta, parse_meta
 from shardq.store.numbers import Checked
@@ -96,8 +97,11 @@ class QueueCache:
     def store(self, queue: str, raw: dict[Any, Any]) -> QueueMeta:
         """Cache the queue's meta from HGETALL of it (a few fields every role may read);
         UnknownQueueError when the queue does not exist."""
-        meta = parse_meta(queue, raw)
-        self._facts[queue] = QueueFacts(meta)
+        return self.keep(parse_meta(queue, raw))
+
+    def keep(self, meta: QueueMeta) -> QueueMeta:
+        """Cache a queue's meta just read."""
+        self._facts[meta.queue] = QueueFacts(meta)
         return meta
 
     def forget(self, queue: str) -> None:
@@ -434,7 +438,12 @@ def _parse_cancel(reply: Any) -> bool:
 def cancel(queue: str, partitions: int, job_id: str) -> Op[bool]:
     """Cancel a job that has not started: True if cancelled, False if there is no such job."""
     pk = _partition_keys(queue, partitions, job_id)
-    return op("cancel", [pk.jobs, pk.due, pk.errors, pk.stats], [job_id], _parse_cancel)
+    # Not resent after an ambiguous fault: a resend would answer "not found" for the job the
+    # first call cancelled.
+    return op(
+        "cancel", [pk.jobs, pk.due, pk.errors, pk.stats], [job_id], _parse_cancel,
+        safe_to_repeat=False,
+    )  # fmt: skip
 
 
 def reschedule(
@@ -481,25 +490,24 @@ def get(queue: str, partitions: int, job_id: str) -> Op[JobInfo | None]:
         envelope, due, error = check(reply)
         if envelope is None:
             return None
-        raw = envelope if isinstance(envelope, bytes) else str(envelope).encode()
-        state_char, attempt_raw, body_raw = split_envelope(raw)
-        try:
-            body = decode_body(body_raw)
-        except ValueError as exc:
+        env = envelope_codec.read(envelope)
+        if env.body_error is not None:
             raise MalformedRecordError(
-                f"job {job_id!r} of {queue} has a malformed body ({exc}): `shardq job cancel` "
-                "removes it"
-            ) from None
+                f"job {job_id!r} of {queue} has a malformed body ({env.body_error}): "
+                "`shardq job cancel` removes it"
+            )
+        body = env.body
         # Numbers that are not what a producer writes are shown as they are (malformed), not
         # fatal to the read: the job can still be looked at, cancelled or run again.
         c = Checked()
-        attempt = c.integer("attempt", attempt_raw, 0, 0, jobmod.MAX_ATTEMPT)
+        c.bad.update(env.malformed)
+        attempt = env.attempt if env.attempt is not None else 0
         options = stored_options(body, c.bad)
         if due is not None:
             state: jobmod.JobState = "scheduled"
-        elif state_char == b"A":
+        elif env.state == envelope_codec.RUNNING:
             state = "active"
-        elif state_char == b"D":
+        elif env.state == envelope_codec.DEAD:
             state = "dead"
         else:
             state = "ready"
@@ -558,11 +566,3 @@ def queue_create(
         [partitions, keys.LAYOUT_VERSION, round(ack_retention * 1000), dead_letter_cap],
         lambda reply: check(reply)[0] == 1,
     )
-
-
-def group_create_commands(queue: str, partitions: int) -> list[tuple[str, ...]]:
-    """XGROUP CREATE commands for every partition's ready stream (MKSTREAM, from the start)."""
-    return [
-        ("XGROUP", "CREATE", pk.ready, keys.WORKER_GROUP, "0", "MKSTREAM")
-        for pk in keys.all_partition_keys(queue, partitions)
-    ]

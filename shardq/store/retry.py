@@ -16,11 +16,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 from shardq import backoff
-from shardq.store import faults
+from shardq.store import faults, transport
+from shardq.store.op import Batch, Call, Rounds, Waiting, result
+from shardq.store.transport import AsyncTransport, refresh_sync
 
 T = TypeVar("T")
 
@@ -40,17 +42,6 @@ def should_retry(exc: BaseException, safe_to_repeat: bool) -> bool:
     if not faults.is_transient(exc) and not faults.is_code_missing(exc):
         return False
     return safe_to_repeat or faults.surely_not_written(exc)
-
-
-def refresh_sync(client: Any) -> None:
-    """Re-read the slot map of a sync cluster client (no-op when standalone)."""
-    manager = getattr(client, "nodes_manager", None)
-    if manager is None:
-        return
-    try:
-        manager.initialize()
-    except Exception:  # every node down: the next attempt fails and retries again
-        return
 
 
 def sync_call(
@@ -91,3 +82,188 @@ async def async_call(
             with contextlib.suppress(Exception):  # every node down: the next attempt retries
                 await refresh()
             await asyncio.sleep(min(pause(attempt), max(0.0, deadline - time.monotonic())))
+
+
+# The one retry layer of the facades ------------------------------------------------------------
+#
+# Client, AsyncClient, Inspector, AsyncInspector, the schedules facades and the operator's
+# actions drive every operation (a plan, shardq.plans) through a runner: it sends each batch the
+# plan yields, resends within one window the calls that met a transient fault (those not
+# ``safe_to_repeat`` only when nothing can have been written), re-reading the slot map between
+# rounds, and translates what is left into typed shardq errors.  So a failover gives the same
+# ride-through, or the same typed error, from every entry point.
+
+
+def _pending(calls: Sequence[Call[Any]], results: list[Any]) -> list[int]:
+    return [
+        i
+        for i, r in enumerate(results)
+        if isinstance(r, BaseException) and should_retry(r, calls[i].safe_to_repeat)
+    ]
+
+
+def _translated(results: list[Any], what: str) -> list[Any]:
+    out = []
+    for r in results:
+        if isinstance(r, BaseException):
+            typed = faults.translate(r, what)
+            if typed is not r:
+                typed.__cause__ = r
+            r = typed
+        out.append(r)
+    return out
+
+
+class SyncRunner:
+    """Sends a sync client's batches (see the comment above); one per facade."""
+
+    def __init__(self, client: Any, window: float) -> None:
+        self.client = client
+        self.window = window
+
+    def batches(self, what: str) -> Callable[[Batch], Any]:
+        """A sender for one operation: every batch it sends shares one retry window, so an
+        operation of many rounds gives up ``window`` seconds after it began, not per round."""
+        deadline = time.monotonic() + self.window
+        return lambda batch: self.send(batch, deadline, what)
+
+    def plain(self, fn: Callable[[], T], what: str) -> T:
+        """``fn()`` (reads of Redis's own settings, not of shardq's keys) within the window."""
+        return sync_call(self.client, fn, self.window, safe_to_repeat=True, what=what)
+
+    def send(self, batch: Batch, deadline: float, what: str) -> Any:
+        if isinstance(batch, Waiting):
+            return self._waiting(batch, deadline, what)
+        if isinstance(batch, Rounds):
+            return self._rounds(batch, deadline, what)
+        return self._calls(batch, deadline, what)
+
+    def _first(self, calls: Sequence[Call[Any]]) -> list[Any]:
+        if len(calls) == 1:  # one call: no pipeline to set up
+            try:
+                return [calls[0].parse(transport.call(self.client, calls[0]))]
+            except Exception as exc:
+                return [exc]
+        return transport.run_many(self.client, calls)
+
+    def _calls(self, calls: Sequence[Call[Any]], deadline: float, what: str) -> list[Any]:
+        results = self._first(calls)
+        self._resend(calls, results, deadline)
+        return _translated(results, what)
+
+    def _resend(self, calls: Sequence[Call[Any]], results: list[Any], deadline: float) -> None:
+        attempt = 0
+        while (again := _pending(calls, results)) and time.monotonic() < deadline:
+            attempt += 1
+            refresh_sync(self.client)
+            time.sleep(min(pause(attempt), max(0.0, deadline - time.monotonic())))
+            for i, r in zip(again, self._first([calls[i] for i in again]), strict=True):
+                results[i] = r
+
+    def _rounds(self, batch: Rounds, deadline: float, what: str) -> list[list[Any]]:
+        out: list[list[Any]] = []
+        previous: tuple[list[Call[Any]], transport.Sent] | None = None
+        for calls in batch.rounds:
+            sent = transport.send(self.client, calls)
+            if previous is not None:
+                out.append(self._finish(*previous, deadline, what))
+            previous = (calls, sent)
+        if previous is not None:
+            out.append(self._finish(*previous, deadline, what))
+        return out
+
+    def _finish(
+        self, calls: list[Call[Any]], sent: transport.Sent, deadline: float, what: str
+    ) -> list[Any]:
+        replies, _ = sent.read()
+        results = transport.complete(self.client, calls, replies)
+        self._resend(calls, results, deadline)
+        return _translated(results, what)
+
+    def _waiting(self, batch: Waiting, deadline: float, what: str) -> tuple[list[Any], list[Any]]:
+        calls = batch.calls
+        wait = (batch.replicas, batch.timeout_ms)
+        results: list[Any] = [None] * len(calls)
+        acked: list[int | None] = [None] * len(calls)
+        todo = list(range(len(calls)))
+        attempt = 0
+        while True:
+            sent = [calls[i] for i in todo]
+            replies, counts = transport.send_and_read(self.client, sent, wait)
+            for i, reply, n in zip(todo, replies, counts, strict=True):
+                results[i] = result(reply, calls[i].parse)
+                acked[i] = n
+            todo = _pending(calls, results)
+            if not todo or time.monotonic() >= deadline:
+                return _translated(results, what), acked
+            attempt += 1
+            refresh_sync(self.client)
+            time.sleep(min(pause(attempt), max(0.0, deadline - time.monotonic())))
+
+
+class AsyncRunner:
+    """The asyncio form of :class:`SyncRunner`, over an :class:`AsyncTransport`."""
+
+    def __init__(self, transport: AsyncTransport, window: float) -> None:
+        self.transport = transport
+        self.window = window
+
+    def batches(self, what: str) -> Callable[[Batch], Awaitable[Any]]:
+        deadline = time.monotonic() + self.window
+        return lambda batch: self.send(batch, deadline, what)
+
+    async def plain(self, fn: Callable[[], Awaitable[T]], what: str) -> T:
+        """``await fn()`` (reads of Redis's own settings, not of shardq's keys) in the window."""
+        return await async_call(
+            self.transport.refresh, fn, self.window, safe_to_repeat=True, what=what
+        )
+
+    async def send(self, batch: Batch, deadline: float, what: str) -> Any:
+        if isinstance(batch, Waiting):
+            return await self._waiting(batch, deadline, what)
+        if isinstance(batch, Rounds):
+            return [await self._calls(calls, deadline, what) for calls in batch.rounds]
+        return await self._calls(batch, deadline, what)
+
+    async def _first(self, calls: Sequence[Call[Any]]) -> list[Any]:
+        if len(calls) == 1:
+            try:
+                return [await self.transport.run(calls[0])]
+            except Exception as exc:
+                return [exc]
+        return await self.transport.run_many(calls)
+
+    async def _calls(self, calls: Sequence[Call[Any]], deadline: float, what: str) -> list[Any]:
+        results = await self._first(calls)
+        attempt = 0
+        while (again := _pending(calls, results)) and time.monotonic() < deadline:
+            attempt += 1
+            await self._pause(attempt, deadline)
+            for i, r in zip(again, await self._first([calls[i] for i in again]), strict=True):
+                results[i] = r
+        return _translated(results, what)
+
+    async def _pause(self, attempt: int, deadline: float) -> None:
+        with contextlib.suppress(Exception):  # every node down: the next attempt retries
+            await self.transport.refresh()
+        await asyncio.sleep(min(pause(attempt), max(0.0, deadline - time.monotonic())))
+
+    async def _waiting(
+        self, batch: Waiting, deadline: float, what: str
+    ) -> tuple[list[Any], list[Any]]:
+        calls = batch.calls
+        results: list[Any] = [None] * len(calls)
+        acked: list[int | None] = [None] * len(calls)
+        todo = list(range(len(calls)))
+        attempt = 0
+        while True:
+            got, counts = await self.transport.run_waiting(
+                [calls[i] for i in todo], batch.replicas, batch.timeout_ms
+            )
+            for i, r, n in zip(todo, got, counts, strict=True):
+                results[i], acked[i] = r, n
+            todo = _pending(calls, results)
+            if not todo or time.monotonic() >= deadline:
+                return _translated(results, what), acked
+            attempt += 1
+            await self._pause(attempt, deadline)

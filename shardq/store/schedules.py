@@ -8,12 +8,13 @@ is :mod:`shardq.schedules`' business; these ops only carry strings and numbers.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from shardq.connection import as_text
+from shardq.schedules import FIRE_TICKS as FIRE_TICKS
+from shardq.schedules import definition_sha as definition_sha
 from shardq.store import keys, numbers
 from shardq.store.codes import check
 from shardq.store.numbers import Checked
@@ -21,16 +22,8 @@ from shardq.store.op import Op, op
 
 PutAction = Literal["put", "pause", "resume", "remove"]
 
-# Most ticks one fire call enqueues (the script refuses more): well under a millisecond.
-FIRE_TICKS = 1000
 # Most schedules one fire call carries (with FIRE_TICKS, lua/schedule-fire-7.lua's Max ARGV).
 FIRE_GROUPS = 200
-
-
-def definition_sha(definition: str | bytes) -> str:
-    """The sha1 the fire and resume scripts compare the stored definition with."""
-    raw = definition.encode() if isinstance(definition, str) else definition
-    return hashlib.sha1(raw).hexdigest()
 
 
 @dataclass(frozen=True, slots=True)

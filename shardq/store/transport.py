@@ -29,10 +29,10 @@ from redis import exceptions as rx
 
 from shardq.connection import is_cluster, node_client_async
 from shardq.errors import FunctionsNotLoadedError
-from shardq.store import faults
+from shardq.store import faults, keys
 from shardq.store.keys import slot_of
 from shardq.store.loader import library
-from shardq.store.op import Op, result
+from shardq.store.op import Call, result
 
 T = TypeVar("T")
 Reply = Any  # a raw reply, or the exception a call met
@@ -81,9 +81,48 @@ def node_of(client: Any, key: str) -> Any:
     return client.get_redis_connection(manager.get_node_from_slot(slot_of(key)))
 
 
+def node_name(client: Any, key: str) -> str:
+    """The ``host:port`` of the primary serving ``key`` per a sync client's slot map
+    (:data:`STANDALONE` for a single node)."""
+    manager = getattr(client, "nodes_manager", None)
+    if manager is None:
+        return STANDALONE
+    return str(manager.get_node_from_slot(slot_of(key)).name)
+
+
+def _routes(manager: Any) -> list[str]:
+    """One route key per primary of a slot map: a key of the first slot it serves."""
+    first: dict[str, int] = {}
+    for slot, nodes in manager.slots_cache.items():
+        if nodes:
+            name = nodes[0].name
+            first[name] = min(first.get(name, slot), slot)
+    return [keys.slot_route(slot) for slot in sorted(first.values())]
+
+
+def primary_routes(client: Any) -> list[str]:
+    """A route key per primary (sync client), for a keyless command every primary must run
+    (SCAN): a call routed by one goes to that primary, through the usual retries."""
+    manager = getattr(client, "nodes_manager", None)
+    if manager is None:
+        return [keys.slot_route(0)]  # one node serves every slot
+    return _routes(manager)
+
+
 def _address(node: Any) -> str:
     kwargs = getattr(getattr(node, "connection_pool", None), "connection_kwargs", {})
     return f"{kwargs.get('host', '?')}:{kwargs.get('port', '?')}"
+
+
+def refresh_sync(client: Any) -> None:
+    """Re-read the slot map of a sync cluster client (no-op when standalone)."""
+    manager = getattr(client, "nodes_manager", None)
+    if manager is None:
+        return
+    try:
+        manager.initialize()
+    except Exception:  # every node down: the next attempt fails and retries again
+        return
 
 
 def load_library(node: Any, name: str = "") -> None:
@@ -94,7 +133,7 @@ def load_library(node: Any, name: str = "") -> None:
         _loaded_or_raise(exc, name or _address(node))
 
 
-def run(client: Any, op: Op[T]) -> T:
+def run(client: Any, op: Call[T]) -> T:
     """Run one op with a sync client (cluster or standalone) and parse its reply.
 
     Raises what the call met: a typed shardq error from the script's code, or redis-py's
@@ -103,7 +142,7 @@ def run(client: Any, op: Op[T]) -> T:
     return op.parse(call(client, op))
 
 
-def call(client: Any, op: Op[Any]) -> Any:
+def call(client: Any, op: Call[Any]) -> Any:
     """The raw reply of one op (the library loaded first where it is missing)."""
     node = node_of(client, op.route_key)
     try:
@@ -115,7 +154,7 @@ def call(client: Any, op: Op[Any]) -> Any:
     return node.execute_command(*op.command())
 
 
-def _by_node(client: Any, ops: Sequence[Op[Any]]) -> list[tuple[Any, list[int]]]:
+def _by_node(client: Any, ops: Sequence[Call[Any]]) -> list[tuple[Any, list[int]]]:
     """Op indexes grouped by the plain client of the node serving them."""
     manager = getattr(client, "nodes_manager", None)
     if manager is None:
@@ -129,28 +168,30 @@ def _by_node(client: Any, ops: Sequence[Op[Any]]) -> list[tuple[Any, list[int]]]
     return list(groups.values())
 
 
-def run_many(client: Any, ops: Sequence[Op[T]]) -> list[T | BaseException]:
+def run_many(client: Any, ops: Sequence[Call[T]]) -> list[T | BaseException]:
     """Run many ops, one pipeline per node; parsed results (or exceptions) in op order.
 
     A call that met a missing library, a redirect or a broken connection is sent again once,
-    alone, after a fresh look at the slot map.  Every script is safe to send twice: a resent
-    write is recognised or does no harm.
+    alone, after a fresh look at the slot map (a call not ``safe_to_repeat`` only when the
+    fault proves nothing was written).
     """
     return complete(client, ops, send_and_read(client, ops, None)[0])
 
 
-def complete(client: Any, ops: Sequence[Op[T]], replies: list[Reply]) -> list[T | BaseException]:
+def complete(client: Any, ops: Sequence[Call[T]], replies: list[Reply]) -> list[T | BaseException]:
     """Parsed results of ops whose raw replies were read (see :func:`run_many`); a call that
     met a missing library, a redirect or a broken connection is sent again, alone."""
     again = [
         i
         for i, r in enumerate(replies)
-        if isinstance(r, BaseException) and (faults.is_code_missing(r) or faults.is_transient(r))
+        if isinstance(r, BaseException)
+        and (
+            faults.is_code_missing(r)
+            or (faults.is_transient(r) and (ops[i].safe_to_repeat or faults.surely_not_written(r)))
+        )
     ]
     if again:
         if any(faults.is_redirect(replies[i]) for i in again):
-            from shardq.store.retry import refresh_sync
-
             refresh_sync(client)
         for i in again:
             try:
@@ -161,7 +202,7 @@ def complete(client: Any, ops: Sequence[Op[T]], replies: list[Reply]) -> list[T 
 
 
 def send_and_read(
-    client: Any, ops: Sequence[Op[Any]], wait: tuple[int, int] | None
+    client: Any, ops: Sequence[Call[Any]], wait: tuple[int, int] | None
 ) -> tuple[list[Reply], list[int | None]]:
     """Each node's ops on one connection, plus ``WAIT replicas timeout`` after them when asked.
 
@@ -176,7 +217,7 @@ def send_and_read(
 class Sent:
     """Ops written to their nodes, replies not read yet (see :func:`send`)."""
 
-    def __init__(self, client: Any, ops: Sequence[Op[Any]], wait: tuple[int, int] | None) -> None:
+    def __init__(self, client: Any, ops: Sequence[Call[Any]], wait: tuple[int, int] | None) -> None:
         self.client = client
         self.ops = ops
         self.wait = wait
@@ -257,7 +298,7 @@ class Sent:
         return self.replies, self.acked
 
 
-def send(client: Any, ops: Sequence[Op[Any]], wait: tuple[int, int] | None = None) -> Sent:
+def send(client: Any, ops: Sequence[Call[Any]], wait: tuple[int, int] | None = None) -> Sent:
     """Write each node's ops on one connection without reading the replies: the caller can
     prepare its next batch while Redis works on this one, then :meth:`Sent.read` it.  The
     connections stay out of their pools until then."""
@@ -303,6 +344,12 @@ class AsyncTransport:
             return [STANDALONE]
         return sorted(n.name for n in self.client.get_primaries())
 
+    def primary_routes(self) -> list[str]:
+        """A route key per primary (see the sync :func:`primary_routes`)."""
+        if not self.cluster:
+            return [keys.slot_route(0)]
+        return _routes(self.client.nodes_manager)
+
     def node_client(self, name: str) -> Any:
         """A plain asyncio client of one primary (the client itself when standalone)."""
         if not self.cluster:
@@ -344,11 +391,11 @@ class AsyncTransport:
 
     # running -------------------------------------------------------------------------------
 
-    async def run(self, op: Op[T]) -> T:
+    async def run(self, op: Call[T]) -> T:
         """Run one op on the primary serving its keys and parse its reply."""
         return op.parse(await self.call(op))
 
-    async def call(self, op: Op[Any]) -> Any:
+    async def call(self, op: Call[Any]) -> Any:
         node = self.node_name(op.route_key)
         client = self.node_client(node)
         try:
@@ -359,7 +406,7 @@ class AsyncTransport:
         await self.load_library(node)
         return await client.execute_command(*op.command())
 
-    async def run_on(self, node: str, ops: Sequence[Op[T]]) -> list[T | BaseException]:
+    async def run_on(self, node: str, ops: Sequence[Call[T]]) -> list[T | BaseException]:
         """Run a batch on one primary's connection; parsed results or exceptions in op order.
 
         Calls that meet a redirect come back as their exception: the caller refreshes the slot
@@ -389,7 +436,7 @@ class AsyncTransport:
         return [result(r, o.parse) for r, o in zip(replies, ops, strict=True)]
 
     async def run_waiting(
-        self, ops: Sequence[Op[T]], replicas: int, timeout_ms: int
+        self, ops: Sequence[Call[T]], replicas: int, timeout_ms: int
     ) -> tuple[list[T | BaseException], list[int | None]]:
         """Run ops per primary, each batch followed by ``WAIT replicas timeout`` on the
         connection that wrote it; all primaries at once.  Returns results and, per op, how many
@@ -419,18 +466,19 @@ class AsyncTransport:
         await asyncio.gather(*(one(node, idx) for node, idx in groups.items()))
         return out, acked
 
-    def group(self, ops: Sequence[Op[Any]]) -> dict[str, list[int]]:
+    def group(self, ops: Sequence[Call[Any]]) -> dict[str, list[int]]:
         """Op indexes by the primary serving them."""
         groups: dict[str, list[int]] = {}
         for i, o in enumerate(ops):
             groups.setdefault(self.node_name(o.route_key), []).append(i)
         return groups
 
-    async def run_many(self, ops: Sequence[Op[T]]) -> list[T | BaseException]:
+    async def run_many(self, ops: Sequence[Call[T]]) -> list[T | BaseException]:
         """Run ops on every node at once (one batch per primary); results in op order.
 
         Calls that met a redirect or a broken connection are sent once more, alone, after a
-        fresh look at the slot map.
+        fresh look at the slot map (those not ``safe_to_repeat`` only when the fault proves
+        nothing was written).
         """
         if not ops:
             return []
@@ -443,7 +491,11 @@ class AsyncTransport:
         for idx, results in zip(groups.values(), batches, strict=True):
             for i, r in zip(idx, results, strict=True):
                 out[i] = r
-                if isinstance(r, BaseException) and faults.is_transient(r):
+                if (
+                    isinstance(r, BaseException)
+                    and faults.is_transient(r)
+                    and (ops[i].safe_to_repeat or faults.surely_not_written(r))
+                ):
                     retry.append(i)
         if retry:
             await self.refresh()
@@ -459,7 +511,7 @@ class AsyncTransport:
 
 
 async def _pipeline(
-    client: Any, ops: Sequence[Op[Any]], wait: tuple[int, int] | None = None
+    client: Any, ops: Sequence[Call[Any]], wait: tuple[int, int] | None = None
 ) -> tuple[list[Reply], int | None]:
     """Send ops on one connection of ``client`` and read every reply (or the exception); with
     ``wait``, a WAIT after them whose answer (replicas that acknowledged) comes back second."""

@@ -25,7 +25,7 @@ a login form that sets a session cookie) when it listens beyond loopback or with
 limited per client.  It is read-only unless started with ``--allow-actions``; actions then
 need the token, a CSRF token on every form POST, a confirmation step for destructive ones,
 and each is logged as a JSON event (``web.action``) with who and what.  A read-only console
-can run as the ``viewer`` Redis user (:mod:`shardq.acl`), which Redis lets write nothing.
+can run as the ``viewer`` Redis user (:mod:`shardq.admin.acl`), which Redis lets write nothing.
 
 Install with ``pip install 'shardq[web]'``.
 """

@@ -29,7 +29,7 @@ from shardq import backoff
 from shardq import format as fmt
 from shardq.aio import AsyncClient
 from shardq.config import RedisSettings, redact_url
-from shardq.connection import connect_async
+from shardq.connection import connect_async, ping_async
 from shardq.errors import (
     FunctionsNotLoadedError,
     JobNotFoundError,
@@ -136,7 +136,8 @@ class Console:
         self.proxies = auth.ProxyRule(c.trusted_proxies)
 
     @property
-    def redis(self) -> AsyncClient:
+    def connected(self) -> AsyncClient:
+        """The console's client, once connected (a shardq AsyncClient, not a redis-py one)."""
         if self.client is None:
             raise RedisUnavailableError(
                 f"Redis is unreachable ({self.redis_error}); the console keeps retrying (every "
@@ -363,12 +364,12 @@ def _job_id(request: Request) -> str:
 
 
 async def overview_page(request: Request) -> Response:
-    queues = await overview(_console(request).redis, _console(request).rates)
+    queues = await overview(_console(request).connected, _console(request).rates)
     return _page(request, "overview.html", queues=queues, live="/live/overview")
 
 
 async def overview_live(request: Request) -> Response:
-    queues = await overview(_console(request).redis, _console(request).rates)
+    queues = await overview(_console(request).connected, _console(request).rates)
     html = _fragment(request, "_overview_rows.html", queues=queues)
     return JSONResponse({"data": queues, "regions": {"queues": html}})
 
@@ -376,7 +377,7 @@ async def overview_live(request: Request) -> Response:
 async def _queue_view(request: Request) -> dict[str, Any]:
     metric = request.query_params.get("metric", "backlog")
     console = _console(request)
-    return await queue_view(console.redis, console.rates, _queue(request), metric)
+    return await queue_view(console.connected, console.rates, _queue(request), metric)
 
 
 async def queue_page(request: Request) -> Response:
@@ -425,12 +426,12 @@ async def jobs_page(request: Request, state: str | None = None) -> Response:
     limit = _limit(q.get("limit"))
     console = _console(request)
     try:
-        page = await AsyncInspector(console.redis).list_jobs(
+        page = await AsyncInspector(console.connected).list_jobs(
             queue, state, job_type=job_type, limit=limit, cursor=q.get("cursor") or None
         )
     except InvalidCursorError as exc:
         return _error(request, 400, "Invalid cursor", str(exc))
-    view = await queue_view(console.redis, console.rates, queue)
+    view = await queue_view(console.connected, console.rates, queue)
     base = {"state": state, "limit": limit} | ({"type": job_type} if job_type else {})
     next_url = (
         f"/q/{queue}/jobs?" + urlencode(base | {"cursor": page.cursor}) if page.cursor else None
@@ -459,7 +460,7 @@ async def dead_page(request: Request) -> Response:
 async def job_page(request: Request) -> Response:
     queue, job_id = _queue(request), _job_id(request)
     try:
-        info = await _console(request).redis.get(queue, job_id)
+        info = await _console(request).connected.get(queue, job_id)
     except ValueError as exc:
         return _error(request, 400, "Invalid job id", str(exc))
     if info is None:
@@ -480,7 +481,7 @@ async def job_page(request: Request) -> Response:
 async def job_live(request: Request) -> Response:
     queue, job_id = _queue(request), _job_id(request)
     try:
-        info = await _console(request).redis.get(queue, job_id)
+        info = await _console(request).connected.get(queue, job_id)
     except ValueError:
         info = None
     html = _fragment(request, "_job_facts.html", queue=queue, job=info)
@@ -493,7 +494,7 @@ async def search(request: Request) -> Response:
     text = request.query_params.get("q", "").strip()
     if not text:
         return RedirectResponse(f"/q/{queue}/jobs", status_code=303)
-    client = _console(request).redis
+    client = _console(request).connected
     with contextlib.suppress(ValueError):
         if await client.get(queue, text) is not None:
             return RedirectResponse(job_url(queue, text), status_code=303)
@@ -509,19 +510,19 @@ async def search(request: Request) -> Response:
 
 async def schedules_page(request: Request) -> Response:
     queue = _queue(request)
-    items = await _console(request).redis.schedules.list(queue)
+    items = await _console(request).connected.schedules.list(queue)
     return _page(request, "schedules.html", queue=queue, schedules=items)
 
 
 async def fleet_page(request: Request) -> Response:
     queue = _queue(request)
-    members = await fleet(_console(request).redis, queue)
+    members = await fleet(_console(request).connected, queue)
     return _page(request, "fleet.html", queue=queue, fleet=members, live=f"/live/q/{queue}/fleet")
 
 
 async def fleet_live(request: Request) -> Response:
     queue = _queue(request)
-    members = await fleet(_console(request).redis, queue)
+    members = await fleet(_console(request).connected, queue)
     html = _fragment(request, "_fleet.html", queue=queue, fleet=members)
     return JSONResponse({"data": members, "regions": {"fleet": html}})
 
@@ -535,7 +536,7 @@ async def readyz(request: Request) -> Response:
     if console.client is None:
         return PlainTextResponse(f"Redis unreachable: {console.redis_error}", status_code=503)
     try:
-        await asyncio.wait_for(console.client.redis.ping(), 2.0)  # type: ignore[misc]
+        await asyncio.wait_for(ping_async(console.client.redis), 2.0)
     except (RedisError, ShardqError, OSError, TimeoutError) as exc:
         return PlainTextResponse(f"Redis unreachable: {exc}", status_code=503)
     return PlainTextResponse("ready")
@@ -718,7 +719,7 @@ async def action(request: Request) -> Response:
             if bearer
             else _error(request, 400, "Bad request", detail)
         )
-    await _console(request).redis.partitions(queue)  # an unknown queue is a 404, first
+    await _console(request).connected.partitions(queue)  # an unknown queue is a 404, first
     if spec.destructive and str(form.get("confirm", "")) != queue:
         if bearer:
             return JSONResponse(
@@ -728,7 +729,7 @@ async def action(request: Request) -> Response:
         return _page(request, "confirm.html", queue=queue, name=name, spec=spec, fields=fields)
     ok = True
     try:
-        result = await _perform(_console(request).redis, queue, name, form)
+        result = await _perform(_console(request).connected, queue, name, form)
     except (JobRunningError, JobNotFoundError, ValueError) as exc:
         ok, result = False, str(exc)
     log_event(

@@ -23,7 +23,7 @@ from typing import Any
 
 from redis.exceptions import RedisError
 
-from shardq import slots
+from shardq.admin import slots
 from shardq.aio import AsyncClient
 from shardq.errors import ShardqError
 from shardq.inspector import AsyncInspector, PartitionInfo

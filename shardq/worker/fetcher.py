@@ -35,7 +35,7 @@ from shardq.metrics import registry as metrics
 from shardq.runtime.pernode import PerPrimary
 from shardq.runtime.process import RoleContext
 from shardq.runtime.supervisor import log_redirect
-from shardq.store import delivery, faults, keys
+from shardq.store import delivery, faults, queues
 from shardq.store.delivery import Batch
 from shardq.worker.context import WorkerContext
 from shardq.worker.executor import Executor
@@ -356,9 +356,7 @@ class Fetcher:
         if isinstance(exc, ResponseError) and "NOGROUP" in str(exc):
             # The stream or group vanished (FLUSHALL, manual delete): recreate it.
             try:
-                await self.transport.client.xgroup_create(
-                    self.pks[partition].ready, keys.WORKER_GROUP, id="0", mkstream=True
-                )
+                await self.transport.run(queues.group_create(self.pks[partition]))
             except ResponseError as again:
                 if "BUSYGROUP" not in str(again):
                     log.warning("recreating group on partition %d failed: %s", partition, again)

@@ -26,7 +26,7 @@ from shardq import backoff
 from shardq.limits import Limit, LimitTable
 from shardq.logs import log_event
 from shardq.metrics import registry as metrics
-from shardq.store import faults, keys
+from shardq.store import faults, queues
 from shardq.store import limits as store_limits
 from shardq.store.op import Op
 from shardq.worker.context import WorkerContext
@@ -75,10 +75,9 @@ class Limiter:
 
     async def refresh(self) -> None:
         """Re-read the queue's limits (a loop of the worker's supervisor calls this)."""
-        raw = await self.transport.client.hgetall(keys.limits_key(self.queue))
+        raw = await self.transport.run(queues.limits_fields(self.queue))
         found: list[Limit] = []
-        for name, value in raw.items():
-            text = name.decode(errors="replace") if isinstance(name, bytes) else str(name)
+        for text, value in raw.items():
             try:
                 found.append(Limit.from_stored(text, value))
             except ValueError as exc:

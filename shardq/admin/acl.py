@@ -22,6 +22,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from shardq.store import keys
+
 ROLES = ("producer", "dispatcher", "worker", "operator", "viewer", "admin")
 
 # Every role: health, topology detection, slot map, the Redis clock.
@@ -41,21 +43,12 @@ class Grant:
     read_only: bool = False
 
 
-# Key kinds: partition keys {sq:<queue>:<p>.<s>}:<kind>, queue keys {sq:<queue>}:<kind>.
-# Periodic schedules (shardq.schedules): definitions, next ticks, state.
-SCHEDULE_KINDS = ("sched", "sched:next", "sched:state")
-PARTITION_KINDS: tuple[str, ...] = (
-    *("jobs", "due", "ready", "dead", "lease", "fence", "stats", "errors", "idem"),
-    *SCHEDULE_KINDS,
-    # lanes (priorities and tenants, lua/includes/lanes.lua): due jobs by score, virtual time
-    *("lane", "vtime"),
-    # the operator's flags (paused, lanes): only the operator and admin write them
-    "ctl",
-)
-QUEUE_KINDS = ("meta", "dispatchers", "drain", "workers", "workers:drain", "owners", "limits")
-# Flow limits' state, on each limit's own slot: {sq:<queue>:limit:<name>}:limit (the next
-# free start) and :running (the jobs holding running slots).
-LIMIT_KINDS = ("limit", "running")
+# Key kinds, as shardq.store.keys names them (the one list of a queue's keys): partition keys
+# {sq:<queue>:<p>.<s>}:<kind> (and :idem:<key>), queue keys {sq:<queue>}:<kind>, flow limits'
+# state {sq:<queue>:limit:<name>}:<kind>; plus "registry", the queue registry sq:queues.
+PARTITION_KINDS: tuple[str, ...] = (*keys.PARTITION_KINDS, keys.IDEM_KIND)
+QUEUE_KINDS = keys.QUEUE_KINDS
+LIMIT_KINDS = keys.LIMIT_KINDS
 
 MEMBERS = ("+zremrangebyscore", "+zrem", "+zadd", "+zrange", "+zscore", "+smembers", "+srem")
 
@@ -210,7 +203,8 @@ PLAIN_EXTRA: dict[str, tuple[str, ...]] = {
     "producer": ("+spublish",),
     "dispatcher": ("+spublish", "+ssubscribe", "+sunsubscribe"),
     "worker": ("+spublish", "+ssubscribe", "+sunsubscribe"),
-    "operator": ("+spublish", "+ssubscribe", "+sunsubscribe", "+function|list"),
+    # SCAN: deleting a queue finds its idempotency keys and limit state by SCAN MATCH
+    "operator": ("+spublish", "+ssubscribe", "+sunsubscribe", "+function|list", "+scan"),
     "viewer": (),
 }
 
@@ -218,15 +212,15 @@ PLAIN_EXTRA: dict[str, tuple[str, ...]] = {
 def key_patterns(kind: str, queues: Sequence[str]) -> list[str]:
     """ACL key patterns of one key kind, for the queues (``["*"]``: every queue)."""
     if kind == "registry":
-        return ["sq:queues"]
+        return [keys.QUEUES_KEY]
     out = []
     for q in queues:
         if kind in PARTITION_KINDS:
-            out.append(f"{{sq:{q}:*}}:idem:*" if kind == "idem" else f"{{sq:{q}:*}}:{kind}")
+            out.append(keys.partition_pattern(q, kind))
         elif kind in QUEUE_KINDS:
-            out.append(f"{{sq:{q}}}:{kind}")
+            out.append(keys.queue_pattern(q, kind))
         elif kind in LIMIT_KINDS:
-            out.append(f"{{sq:{q}:limit:*}}:{kind}")
+            out.append(keys.limit_pattern(q, kind))
         else:
             raise ValueError(f"unknown key kind {kind!r}")
     return out
@@ -234,9 +228,7 @@ def key_patterns(kind: str, queues: Sequence[str]) -> list[str]:
 
 def _all_keys(queues: Sequence[str]) -> list[str]:
     """Every key a function of these queues is called with (its declared KEYS)."""
-    if list(queues) == ["*"]:
-        return ["{sq:*"]
-    return [p for q in queues for p in (f"{{sq:{q}:*", f"{{sq:{q}}}:*")]
+    return [p for q in queues for p in keys.key_patterns(q)]
 
 
 def rules(role: str, queues: Iterable[str] = ("*",)) -> str:
@@ -244,7 +236,7 @@ def rules(role: str, queues: Iterable[str] = ("*",)) -> str:
     if role not in ROLES:
         raise ValueError(f"unknown role {role!r}: one of {', '.join(ROLES)}")
     qs = list(queues) or ["*"]
-    channels = " ".join(f"&{{sq:{q}:*" for q in qs)
+    channels = " ".join("&" + keys.channel_pattern(q) for q in qs)
     head = ["off", "resetpass", "resetkeys", "resetchannels", channels, "-@all", *BASICS]
     if role == "admin":
         # Slot moves: MIGRATE takes every key of a slot, whatever application wrote it.
@@ -304,7 +296,7 @@ def markdown_table() -> str:
             rows.append(f"| {role} | (functions) | `FCALL_RO` only: the no-writes functions |")
             continue
         plain = " ".join(c.lstrip("+").upper().replace("|", " ") for c in PLAIN_EXTRA[role])
-        rows.append(f"| {role} | (channels `{{sq:*`) | `{plain}` |")
+        rows.append(f"| {role} | (no key; channels `{{sq:*`) | `{plain}` |")
     admin = ", ".join(c.lstrip("+").upper().replace("|", " ") for c in ADMIN_EXTRA)
     rows.append(f"| admin | every key (`~*`) | the operator's, plus `{admin}` |")
     return "\n".join(rows)

@@ -15,6 +15,19 @@ per waiting job (docs/capacity.md §3.2), which the plan states before anything 
 
 A move that stops half-way (timeout, lost connection) leaves the slot MIGRATING/IMPORTING;
 running the same move again finishes it.
+
+**Why the CLUSTER commands are not store calls.**  Every data command on shardq's keys is an op
+of :mod:`shardq.store`, routed by its key's slot and driven through the facades' runner.  The
+commands of a move are of another kind: ``CLUSTER SETSLOT``, ``GETKEYSINSLOT``,
+``COUNTKEYSINSLOT``, ``NODES``, ``MYID`` and ``MIGRATE`` address one named node (the source,
+the target, each primary in turn), not the node a key's slot maps to, and mid-move the slot map
+is exactly what is changing; resending one after a fault would be wrong (a SETSLOT on the
+wrong node) or pointless.  So they run here, on the node they name, once, and
+:func:`_admin` turns their failures into typed errors (:class:`SlotMoveError`, or
+RedisUnavailableError for a node that does not answer), one line in the CLI.  The few data
+reads a plan needs (the partition's backlog counts) are store calls too, sent to the source
+node itself (:func:`shardq.store.inspect.backlog_counts`): mid-move a key already on the target
+answers ASK there, and is counted as moved.
 """
 
 from __future__ import annotations
@@ -26,7 +39,7 @@ from typing import Any
 from shardq.client import Client
 from shardq.connection import as_text, is_cluster
 from shardq.errors import ShardqError
-from shardq.store import keys
+from shardq.store import faults, inspect, keys, transport
 
 #: Estimated pause per waiting job while MIGRATE runs (upper end of docs/capacity.md §3.2).
 PAUSE_SECONDS_PER_JOB = 2.4e-6
@@ -81,12 +94,34 @@ def primary_addresses(client: Client) -> list[str]:
 
 
 def _primaries(cluster: Any) -> dict[str, Any]:
-    cluster.nodes_manager.initialize()  # the slot map as the cluster sees it now
+    try:
+        cluster.nodes_manager.initialize()  # the slot map as the cluster sees it now
+    except Exception as exc:
+        if faults.is_transient(exc):
+            raise faults.translate(exc, "reading the slot map") from exc
+        raise
     return {f"{n.host}:{n.port}": n for n in cluster.get_primaries()}
 
 
+def _admin(conn: Any, *command: Any) -> Any:
+    """One cluster admin command on the node ``conn`` talks to; its failure as a typed error
+    (see the module docstring): a node that does not answer is RedisUnavailableError, a
+    refusal (no permission, a bad slot state) SlotMoveError saying which command."""
+    try:
+        return conn.execute_command(*command)
+    except Exception as exc:
+        if faults.is_transient(exc):
+            raise faults.translate(exc, str(command[0])) from exc
+        if faults.is_no_permission(exc):
+            raise SlotMoveError(
+                f"this Redis user may not run {command[0]} ({exc}): slot moves need the "
+                "shardq-admin user (docs/deploy.md)"
+            ) from exc
+        raise SlotMoveError(f"{command[0]} failed: {exc}") from exc
+
+
 def _node_id(conn: Any) -> str:
-    return as_text(conn.execute_command("CLUSTER MYID"))
+    return as_text(_admin(conn, "CLUSTER MYID"))
 
 
 def _resolve_target(cluster: Any, primaries: dict[str, Any], target: str) -> str:
@@ -109,7 +144,7 @@ def _resolve_target(cluster: Any, primaries: dict[str, Any], target: str) -> str
 
 def _claims(conn: Any, slot: int) -> bool:
     """Whether the node serves ``slot`` by its own account (the "myself" line of CLUSTER NODES)."""
-    nodes = conn.execute_command("CLUSTER NODES")  # parsed by redis-py: {addr: {...}}
+    nodes = _admin(conn, "CLUSTER NODES")  # parsed by redis-py: {addr: {...}}
     for info in nodes.values():
         if "myself" not in str(info.get("flags", "")):
             continue
@@ -144,7 +179,7 @@ def _source_of(cluster: Any, primaries: dict[str, Any], slot: int) -> str:
 
 def _migrating_to(conn: Any, slot: int) -> str | None:
     """Node id the node is MIGRATING ``slot`` to, from its own CLUSTER NODES line, or None."""
-    nodes = conn.execute_command("CLUSTER NODES")  # parsed by redis-py: {addr: {...}}
+    nodes = _admin(conn, "CLUSTER NODES")  # parsed by redis-py: {addr: {...}}
     for info in nodes.values():
         if "myself" not in str(info.get("flags", "")):
             continue
@@ -168,17 +203,14 @@ def plan_move(client: Client, queue: str, partition: int, target: str) -> MovePl
     target_addr = _resolve_target(cluster, primaries, target)
     source_addr = _source_of(cluster, primaries, slot)
     src = cluster.get_redis_connection(primaries[source_addr])
-    count = int(src.execute_command("CLUSTER COUNTKEYSINSLOT", slot))
-    names = [as_text(k) for k in src.execute_command("CLUSTER GETKEYSINSLOT", slot, count + 16)]
+    count = int(_admin(src, "CLUSTER COUNTKEYSINSLOT", slot))
+    names = [as_text(k) for k in _admin(src, "CLUSTER GETKEYSINSLOT", slot, count + 16)]
     ours = "{" + pk.tag + "}"
     other = sum(1 for name in names if not name.startswith(ours))
-    pipe = src.pipeline(transaction=False)
-    pipe.zcard(pk.due)
-    pipe.xlen(pk.ready)
-    pipe.xlen(pk.dead)
-    # Mid-move, a key already on the target answers ASK here: count what is still to move.
-    counts = pipe.execute(raise_on_error=False)
-    waiting = sum(int(n) for n in counts if not isinstance(n, Exception))
+    # On the source itself (a plain client of it): mid-move, a key already on the target
+    # answers ASK here, and only what is still to move is counted.
+    counts = transport.run_many(src, inspect.backlog_counts(pk))
+    waiting = sum(n for n in counts if not isinstance(n, BaseException))
     dst_id = _node_id(cluster.get_redis_connection(primaries[target_addr]))
     return MovePlan(
         queue=queue,
@@ -224,19 +256,19 @@ def move(client: Client, plan: MovePlan, migrate_timeout_ms: int = 60_000) -> Mo
     moved = 0
     seconds = 0.0
     try:
-        dst.execute_command("CLUSTER SETSLOT", plan.slot, "IMPORTING", src_id)
-        src.execute_command("CLUSTER SETSLOT", plan.slot, "MIGRATING", dst_id)
+        _admin(dst, "CLUSTER SETSLOT", plan.slot, "IMPORTING", src_id)
+        _admin(src, "CLUSTER SETSLOT", plan.slot, "MIGRATING", dst_id)
         while True:
             # All the slot's keys in one call (see the module docstring); the loop only catches
             # a key created between the count and the MIGRATE, which the MIGRATING state makes
             # rare (a script whose keys are all missing is sent to the target).
-            count = int(src.execute_command("CLUSTER COUNTKEYSINSLOT", plan.slot))
+            count = int(_admin(src, "CLUSTER COUNTKEYSINSLOT", plan.slot))
             if count == 0:
                 break
-            names = src.execute_command("CLUSTER GETKEYSINSLOT", plan.slot, count + 16)
+            names = _admin(src, "CLUSTER GETKEYSINSLOT", plan.slot, count + 16)
             started = time.perf_counter()
-            src.execute_command(
-                "MIGRATE", host, int(port), "", 0, migrate_timeout_ms, *auth, "KEYS", *names
+            _admin(
+                src, "MIGRATE", host, int(port), "", 0, migrate_timeout_ms, *auth, "KEYS", *names
             )
             seconds += time.perf_counter() - started
             moved += len(names)
@@ -244,10 +276,8 @@ def move(client: Client, plan: MovePlan, migrate_timeout_ms: int = 60_000) -> Mo
         # redirecting with ASK and answers MOVED); then every other primary.
         others = [n for a, n in primaries.items() if a not in (plan.source, plan.target)]
         for conn in (dst, src, *(cluster.get_redis_connection(n) for n in others)):
-            conn.execute_command("CLUSTER SETSLOT", plan.slot, "NODE", dst_id)
-    except SlotMoveError:
-        raise
-    except Exception as exc:
+            _admin(conn, "CLUSTER SETSLOT", plan.slot, "NODE", dst_id)
+    except Exception as exc:  # (_admin's typed errors too: this message says what to do)
         raise SlotMoveError(
             f"moving slot {plan.slot} from {plan.source} to {plan.target} stopped: {exc}. "
             "The slot may be left MIGRATING/IMPORTING with its keys on either side; run the "

@@ -1,0 +1,39 @@
+"""The dead-letter stream, for the operator: newest dead letters, replay, purge, count.
+
+Each function drives a plan of :mod:`shardq.plans.admin` through the client's runner (retries
+and typed errors as for ``Client.get``); replay and purge go a bounded batch of entries per
+script call (:data:`DLQ_BATCH`).
+"""
+
+from __future__ import annotations
+
+from shardq.client import Client
+from shardq.plans import admin as plans
+from shardq.plans.admin import DLQ_BATCH
+from shardq.store.inspect import DeadLetter
+
+__all__ = ["DLQ_BATCH", "DeadLetter", "dead_count", "dead_letters", "purge", "replay"]
+
+
+def dead_letters(
+    client: Client, queue: str, limit: int = 50, partition: int | None = None
+) -> list[DeadLetter]:
+    """Newest dead letters first, at most ``limit`` per partition read."""
+    plan = plans.dead_letters(client._queues, queue, limit, partition)
+    return client._drive(plan, f"reading the dead letters of {queue!r}")
+
+
+def replay(client: Client, queue: str, job_ids: list[str] | None = None) -> tuple[int, int]:
+    """Move dead jobs back to the due set (due now, attempts reset).  Returns (moved, skipped)."""
+    plan = plans.replay(client._queues, queue, job_ids)
+    return client._drive(plan, f"replaying dead jobs of {queue!r}")
+
+
+def purge(client: Client, queue: str, job_ids: list[str] | None = None) -> int:
+    """Delete dead letters (all, or those of the given jobs) and their dead jobs."""
+    return client._drive(plans.purge(client._queues, queue, job_ids), f"purging {queue!r}")
+
+
+def dead_count(client: Client, queue: str) -> int:
+    """How many dead letters the queue holds (XLEN of every partition's dead stream)."""
+    return client._drive(plans.dead_count(client._queues, queue), f"counting dead of {queue!r}")

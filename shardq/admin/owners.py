@@ -1,0 +1,86 @@
+"""Operator views and actions on leases and load: lease owners, the spread over dispatchers,
+revoking leases above fair share, drains, and the stats report.
+
+Everything here is read-only unless its name says otherwise; the CLI asks for ``--yes``
+before any action that changes state.  Each function drives a plan of
+:mod:`shardq.plans.admin` through the client's runner (retries and typed errors as for
+``Client.get``).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from shardq.client import Client
+from shardq.dispatcher.leases import fair_share
+from shardq.plans import admin as plans
+from shardq.plans import inspect as inspect_plans
+from shardq.plans.admin import OwnerRow, Spread
+from shardq.store import transport
+
+__all__ = [
+    "OwnerRow",
+    "Spread",
+    "cancel_drain",
+    "even_plan",
+    "live_dispatchers",
+    "owners",
+    "queue_stats",
+    "request_drain",
+    "revoke",
+    "spread",
+]
+
+
+def owners(client: Client, queue: str) -> list[OwnerRow]:
+    """Lease owner, token, lease age and next due time of every partition."""
+    return client._drive(plans.owners(client._queues, queue), f"reading the owners of {queue!r}")
+
+
+def live_dispatchers(client: Client, queue: str) -> tuple[list[str], list[str]]:
+    """Dispatchers whose heartbeat has not expired, and those asked to drain."""
+    plan = plans.live_dispatchers(queue)
+    return client._drive(plan, f"reading the dispatchers of {queue!r}")
+
+
+def spread(client: Client, queue: str, rows: list[OwnerRow] | None = None) -> Spread:
+    """How the queue's partitions are spread over its live dispatchers."""
+    plan = plans.spread(client._queues, queue, fair_share, rows)
+    return client._drive(plan, f"reading the spread of {queue!r}")
+
+
+def even_plan(client: Client, queue: str) -> list[tuple[int, str]]:
+    """(partition, owner) leases to revoke so no dispatcher holds more than its fair share."""
+    plan = plans.even_plan(client._queues, queue, fair_share)
+    return client._drive(plan, f"reading the spread of {queue!r}")
+
+
+def revoke(client: Client, queue: str, plan: list[tuple[int, str]]) -> int:
+    """Revoke the planned leases (the owner is fenced off; a peer takes over).  Returns count."""
+    return client._drive(plans.revoke(client._queues, queue, plan), "revoking leases")
+
+
+def request_drain(client: Client, queue: str, dispatcher: str) -> None:
+    """Ask a live dispatcher to hand back every partition (it stays up, holding none)."""
+    client._drive(plans.request_drain(queue, dispatcher), f"draining {dispatcher}")
+
+
+def cancel_drain(client: Client, queue: str, dispatcher: str) -> None:
+    client._drive(plans.cancel_drain(queue, dispatcher), f"cancelling the drain of {dispatcher}")
+
+
+def queue_stats(client: Client, queue: str, window: float = 1.0) -> dict[str, Any]:
+    """Per queue, node and partition: backlog, overdue, lag, pending, dead, rates, hot spots.
+
+    Rates come from two snapshots ``window`` seconds apart (enqueued + promoted per second).
+    """
+
+    def node_of(key: str) -> str:
+        return transport.node_name(client.redis, key)
+
+    what = f"reading the stats of {queue!r}"
+    first = client._drive(inspect_plans.snapshots(client._queues, queue, node_of), what)
+    time.sleep(window)
+    snaps = client._drive(inspect_plans.snapshots(client._queues, queue, node_of), what)
+    return plans.stats_report(queue, first, snaps, window)

@@ -1,0 +1,377 @@
+"""The producer's operations, written once: queues, lanes, limits, enqueue (one, many, durable),
+cancel, reschedule, get.
+
+Each is a plan (:mod:`shardq.plans`) over the store's calls; :class:`shardq.Client` and
+:class:`shardq.AsyncClient` only drive them.  What a producer remembers about a queue (its
+meta, when lanes were last seen on) is a :class:`~shardq.store.producer.QueueCache` the plans
+read and fill: a plan that needs the partition count yields a meta read only when it is not
+cached.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import datetime, timedelta
+from typing import Any
+
+from shardq import tracing
+from shardq.config import ProducerSettings
+from shardq.errors import BulkEnqueueError, InvalidLimitError, NotDurableError, ShardqError
+from shardq.jobs import EnqueueResult, JobInfo, JobRequest
+from shardq.limits import Limit
+from shardq.names import Priority, check_limit_name, check_queue_name
+from shardq.plans import Plan, each, one
+from shardq.store import inspect, keys, producer, queues
+from shardq.store.meta import QueueMeta
+from shardq.store.op import Call, Rounds, Waiting
+from shardq.store.producer import BulkCall, Outcome, PreparedEnqueue, QueueCache
+
+# queues ----------------------------------------------------------------------------------------
+
+
+def meta(cache: QueueCache, queue: str) -> Plan[QueueMeta]:
+    """The queue's meta, from the cache or read now (and cached); UnknownQueueError when the
+    queue does not exist."""
+    cached = cache.get(queue)
+    if cached is not None:
+        return cached.meta
+    return (yield from read_meta(cache, queue))
+
+
+def read_meta(cache: QueueCache, queue: str) -> Plan[QueueMeta]:
+    """The queue's meta read now, and cached."""
+    check_queue_name(queue)
+    read = yield from one(queues.read_meta(queue))
+    cache.keep(read)
+    return read
+
+
+def partitions(cache: QueueCache, queue: str) -> Plan[int]:
+    return (yield from meta(cache, queue)).partitions
+
+
+def create_queue(
+    cache: QueueCache,
+    queue: str,
+    partition_count: int,
+    ack_retention: float,
+    dead_letter_cap: int,
+    lanes: bool,
+) -> Plan[bool]:
+    """Create the queue (the script refuses another partition count), then its consumer groups
+    and its registry entry, idempotent follow-ups: running it again finishes a creation that
+    was interrupted between steps.  The arguments are checked now, before any plan runs."""
+    call = producer.queue_create(queue, partition_count, ack_retention, dead_letter_cap)
+    return _create_queue(cache, queue, partition_count, call, lanes)
+
+
+def _create_queue(
+    cache: QueueCache, queue: str, partition_count: int, call: Call[Any], lanes: bool
+) -> Plan[bool]:
+    created = bool((yield from one(call)))
+    pks = keys.all_partition_keys(queue, partition_count)
+    queues.groups_made((yield [queues.group_create(pk) for pk in pks]))
+    yield from one(queues.register(queue))
+    cache.forget(queue)
+    read = yield from read_meta(cache, queue)  # with its layout (an existing queue keeps its own)
+    if read.layout >= keys.CONTROL_LAYOUT:
+        yield from control(queue, read.partitions)
+    if lanes:
+        yield from set_lanes(cache, queue, True)
+    return created
+
+
+def control(queue: str, partition_count: int) -> Plan[int]:
+    """Start using every partition's control hash (lua/control-init-2.lua); returns how many
+    partitions started now."""
+    pks = keys.all_partition_keys(queue, partition_count)
+    return sum((yield from each([inspect.control_init(pk) for pk in pks])))
+
+
+def upgrade(cache: QueueCache, queue: str) -> Plan[int]:
+    """Raise the queue's stored layout to this version's; returns the layout it had."""
+    read = yield from read_meta(cache, queue)
+    # Every time, not only below layout 4: it finishes an upgrade or creation cut short.
+    yield from control(queue, read.partitions)
+    if read.layout < keys.LAYOUT_VERSION:
+        yield from one(queues.set_meta_field(queue, "layout", keys.LAYOUT_VERSION))
+    cache.forget(queue)
+    return read.layout
+
+
+def registered() -> Plan[list[str]]:
+    return (yield from one(queues.registered()))
+
+
+# lanes -----------------------------------------------------------------------------------------
+
+
+def set_lanes(cache: QueueCache, queue: str, on: bool) -> Plan[int]:
+    """Turn lanes on or off in every partition; returns how many changed.  Producers read the
+    meta's flag: it is on only while every partition is (set after them, cleared before)."""
+    n = yield from partitions(cache, queue)
+    if not on:
+        yield from one(queues.set_meta_field(queue, "lanes", "0"))
+    pks = keys.all_partition_keys(queue, n)
+    changed = sum((yield from each([inspect.lanes(pk, on) for pk in pks])))
+    if on:
+        yield from one(queues.set_meta_field(queue, "lanes", "1"))
+    cache.saw_lanes(queue, on)
+    return changed
+
+
+def lanes(cache: QueueCache, queue: str) -> Plan[bool]:
+    """Whether the queue has lanes on (read from Redis, not cached)."""
+    yield from meta(cache, queue)
+    return (yield from one(queues.meta_field(queue, "lanes"))) == "1"
+
+
+def require_lanes(cache: QueueCache, queue: str) -> Plan[None]:
+    """LanesOffError unless the queue has lanes on (seen on within the last
+    ``producer.LANES_RECHECK`` seconds, so lanes turned off reach every producer soon)."""
+    if cache.lanes_trusted(queue):
+        return
+    on = yield from lanes(cache, queue)
+    cache.saw_lanes(queue, on)
+    if not on:
+        raise producer.lanes_off(queue)
+
+
+# limits ----------------------------------------------------------------------------------------
+
+
+def set_limit(cache: QueueCache, queue: str, limit: Limit) -> Plan[None]:
+    if not isinstance(limit, Limit):
+        raise InvalidLimitError(
+            "set_limit takes a shardq.Limit: limits.for_type(), for_key() or for_tenant()"
+        )
+    yield from meta(cache, queue)  # an unknown queue is refused before anything is written
+    yield from one(queues.set_limit(queue, limit))
+
+
+def limits(cache: QueueCache, queue: str) -> Plan[list[Limit]]:
+    yield from meta(cache, queue)
+    return (yield from one(queues.limits_table(queue)))
+
+
+def remove_limit(cache: QueueCache, queue: str, name: str) -> Plan[bool]:
+    check_limit_name(name)
+    yield from meta(cache, queue)
+    return (yield from one(queues.remove_limit(queue, name)))
+
+
+# enqueue ---------------------------------------------------------------------------------------
+
+
+def not_durable(
+    job_ids: list[str],
+    acked: int,
+    settings: ProducerSettings,
+    results: list[EnqueueResult] | None = None,
+) -> NotDurableError:
+    return NotDurableError(
+        f"{', '.join(job_ids[:5])}{' ...' if len(job_ids) > 5 else ''}: stored on the primary "
+        f"but only {acked} of {settings.durable_replicas} replica(s) confirmed within "
+        f"{settings.durable_timeout} s. The job runs unless that primary fails before "
+        "replicating it; resending with the same idempotency_key or job_id is safe. Check that "
+        "the partition's primary has a replica in sync (after a failover it may have none).",
+        job_ids,
+        list(results or []),
+    )
+
+
+class BulkRun:
+    """The outcome of one bulk enqueue: which jobs were stored, which were refused or not known
+    to be stored, and which were stored but not confirmed by enough replicas."""
+
+    def __init__(self, prepared: list[PreparedEnqueue], settings: ProducerSettings) -> None:
+        self.prepared = prepared
+        self.settings = settings
+        self.results: list[EnqueueResult | None] = [None] * len(prepared)
+        self.failed: dict[int, BaseException] = {}
+        self.short: list[str] = []  # stored, but fewer replicas confirmed than asked
+        self.fewest_acked: int | None = None  # the fewest replicas a short call got
+        self.calls: list[BulkCall] = producer.plan_bulk(prepared)
+
+    def settle(
+        self, replies: list[list[Outcome] | BaseException], acked: list[int | None] | None = None
+    ) -> None:
+        """Record each call's final reply (the retry layer resent what it could)."""
+        for n, (call, reply) in enumerate(zip(self.calls, replies, strict=True)):
+            if isinstance(reply, BaseException):
+                for i in call.members:
+                    self.failed[i] = reply
+                continue
+            for i, outcome in zip(call.members, reply, strict=True):
+                if isinstance(outcome, ShardqError):
+                    self.failed[i] = outcome
+                else:
+                    self.results[i] = outcome
+                    if acked is not None and (acked[n] or 0) < self.settings.durable_replicas:
+                        self.short.append(outcome.job_id)
+                        self.short_by(acked[n] or 0)
+
+    def short_by(self, acked: int | None) -> None:
+        """Note a call that ``acked`` replicas confirmed, too few: the error says the fewest."""
+        if acked is not None:
+            self.fewest_acked = (
+                acked if self.fewest_acked is None else min(self.fewest_acked, acked)
+            )
+
+    @property
+    def ops(self) -> list[Call[list[Outcome]]]:
+        return [c.op for c in self.calls]
+
+    def outcome(self) -> list[EnqueueResult]:
+        if self.failed:
+            first = next(iter(self.failed.values()))
+            stored = sum(1 for r in self.results if r is not None)
+            raise BulkEnqueueError(
+                f"{len(self.failed)} of {len(self.prepared)} jobs were not stored ({stored} "
+                f"were), e.g. {type(first).__name__}: {first}. Resend error.retry_requests: "
+                "they carry the job ids chosen for this call, so a job that was stored after "
+                "all is recognised, not duplicated.",
+                list(self.results),
+                dict(self.failed),
+                [self.prepared[i].with_id() for i in sorted(self.failed)],
+            )
+        done = [r for r in self.results if r is not None]
+        if self.short:
+            raise not_durable(self.short, self.fewest_acked or 0, self.settings, done)
+        return done
+
+
+def _durable(settings: ProducerSettings, ops: list[Call[list[Outcome]]]) -> Waiting:
+    return Waiting(list(ops), settings.durable_replicas, round(settings.durable_timeout * 1000))
+
+
+def enqueue(
+    cache: QueueCache,
+    queue: str,
+    request: JobRequest,
+    settings: ProducerSettings,
+    durable: bool,
+) -> Plan[EnqueueResult]:
+    """Enqueue one job; with ``durable``, confirmed by ``durable_replicas`` replicas (WAIT on
+    the connection that wrote) or NotDurableError."""
+    if tracing.active():
+        with tracing.producer_span(queue) as span:
+            request = tracing.with_headers(request, tracing.trace_headers())
+            done = yield from _enqueue(cache, queue, request, settings, durable)
+            tracing.sent(span, done.job_id, done.partition)
+            return done
+    return (yield from _enqueue(cache, queue, request, settings, durable))
+
+
+def _enqueue(
+    cache: QueueCache,
+    queue: str,
+    request: JobRequest,
+    settings: ProducerSettings,
+    durable: bool,
+) -> Plan[EnqueueResult]:
+    read = yield from meta(cache, queue)
+    prepared = producer.prepare_enqueue(queue, read.partitions, request, settings, read.compact)
+    if prepared.body[:1] == b"@":
+        yield from require_lanes(cache, queue)
+    if not durable:
+        return (yield from one(prepared.op()))
+    run = BulkRun([prepared], settings)
+    results, acked = yield _durable(settings, run.ops)
+    run.settle(results, acked)
+    try:
+        return run.outcome()[0]
+    except BulkEnqueueError as exc:
+        raise next(iter(exc.failed.values())) from None
+
+
+def enqueue_many(
+    cache: QueueCache,
+    queue: str,
+    requests: Iterable[JobRequest],
+    settings: ProducerSettings,
+    chunk: int,
+    durable: bool,
+) -> Plan[list[EnqueueResult]]:
+    """Enqueue many jobs, ``chunk`` at a time, in pipelines grouped by node; results in
+    request order; BulkEnqueueError (covering every chunk) when some were not stored."""
+    if tracing.active():
+        requests = list(requests)
+        with tracing.producer_span(queue, len(requests)):
+            stamped = tracing.stamp_all(requests, tracing.trace_headers())
+            return (yield from _enqueue_many(cache, queue, stamped, settings, chunk, durable))
+    return (yield from _enqueue_many(cache, queue, requests, settings, chunk, durable))
+
+
+def _enqueue_many(
+    cache: QueueCache,
+    queue: str,
+    requests: Iterable[JobRequest],
+    settings: ProducerSettings,
+    chunk: int,
+    durable: bool,
+) -> Plan[list[EnqueueResult]]:
+    read = yield from meta(cache, queue)
+    # Every job is validated before any is sent, so a bad one writes nothing.
+    prepared = producer.prepare_many(queue, read.partitions, requests, settings, read.compact)
+    if producer.needs_lanes(prepared):
+        yield from require_lanes(cache, queue)
+    runs = [
+        BulkRun(prepared[start : start + chunk], settings)
+        for start in range(0, len(prepared), chunk)
+    ]
+    # Every chunk is finished (or given up, within one retry window for the whole call) before
+    # any error is raised, and the error covers them all: no chunk is left unsent or unreported.
+    if durable:
+        for run in runs:
+            results, acked = yield _durable(settings, run.ops)
+            run.settle(results, acked)
+    else:
+        # Each chunk written before the previous one's replies are read.
+        for run, results in zip(runs, (yield Rounds([run.ops for run in runs])), strict=True):
+            run.settle(results)
+    return _merged(runs, settings).outcome()
+
+
+def _merged(runs: list[BulkRun], settings: ProducerSettings) -> BulkRun:
+    """One run holding several chunks' outcomes, request indexes in call order."""
+    if len(runs) == 1:
+        return runs[0]
+    whole = BulkRun([], settings)
+    for run in runs:
+        offset = len(whole.prepared)
+        whole.prepared.extend(run.prepared)
+        whole.results.extend(run.results)
+        whole.failed.update({offset + i: exc for i, exc in run.failed.items()})
+        whole.short.extend(run.short)
+        whole.short_by(run.fewest_acked)
+    return whole
+
+
+# jobs by id ------------------------------------------------------------------------------------
+
+
+def cancel(cache: QueueCache, queue: str, job_id: str) -> Plan[bool]:
+    n = yield from partitions(cache, queue)
+    return bool((yield from one(producer.cancel(queue, n, job_id))))
+
+
+def reschedule(
+    cache: QueueCache,
+    queue: str,
+    job_id: str,
+    run_at: datetime | float | None,
+    delay: timedelta | float | None,
+    priority: Priority | None,
+    settings: ProducerSettings,
+) -> Plan[int]:
+    if producer.priority_needs_lanes(priority):
+        yield from require_lanes(cache, queue)
+    n = yield from partitions(cache, queue)
+    call = producer.reschedule(queue, n, job_id, run_at, delay, settings, priority)
+    return int((yield from one(call)))
+
+
+def get(cache: QueueCache, queue: str, job_id: str) -> Plan[JobInfo | None]:
+    n = yield from partitions(cache, queue)
+    return (yield from one(producer.get(queue, n, job_id)))
