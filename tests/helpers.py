@@ -89,23 +89,31 @@ _spare: list[int] = []
 
 
 def free_port() -> int:
-    """A port for a test's own listener (a metrics endpoint): one of the session block's spare
-    ports that is free now, so concurrent sessions never collide."""
+    """A port for a test's own listener (a metrics endpoint, a console): one of the session
+    block's spare ports that is free now, so concurrent sessions never collide.  The spare ports
+    are taken in turn, round and round: a port a finished test released is used again later, so
+    a long session never runs out (a port still bound is skipped)."""
     import socket
 
     from ports import session_ports
 
     if not _spare:
         _spare.extend(session_ports().spare)
-    while _spare:
+    for _ in range(len(_spare)):
         port = _spare.pop(0)
+        _spare.append(port)
         with socket.socket() as s:
+            # As the listeners do (uvicorn, http.server): a port whose last connections are in
+            # TIME_WAIT can be bound again; only a port someone still listens on is skipped.
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             try:
                 s.bind(("127.0.0.1", port))
             except OSError:
                 continue
         return port
-    raise RuntimeError("the session's spare ports are used up")
+    raise RuntimeError(
+        f"all {len(_spare)} of the session's spare ports are bound now: a test leaks listeners"
+    )
 
 
 def text(value: Any) -> str:

@@ -392,6 +392,13 @@ def test_rebalancing_between_healthy_dispatchers_is_never_fenced(
             ids = {r.job_id for r in results}
             for _ in range(3):
                 procs.append(start_dispatcher(cluster_url, queue))
+                # Joined before the next step: a SIGTERM to a process still importing is the
+                # default action (-15), not the hand-back this test is about.
+                wait_for(
+                    lambda n=len(procs): cluster_client.redis.zcard(keys.dispatchers_key(queue)) >= n,
+                    30,
+                    "a dispatcher did not join",
+                )
                 time.sleep(random.uniform(0.5, 1.5))
             assert procs[0].stop() == 0
             time.sleep(random.uniform(0.5, 1.5))

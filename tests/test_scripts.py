@@ -252,7 +252,7 @@ def test_a_worker_holding_more_than_one_call_carries_acks_them_in_chunks(
     from shardq.config import WorkerSettings
     from shardq.runtime.supervisor import Supervisor
     from shardq.store import delivery, transport
-    from shardq.store.meta import read_meta_sync
+    from shardq.store.queues import read_meta
     from shardq.worker.context import WorkerContext
     from shardq.worker.inflight import Delivery, InFlight, WorkerStats
     from shardq.worker.settler import Settler
@@ -268,7 +268,7 @@ def test_a_worker_holding_more_than_one_call_carries_acks_them_in_chunks(
         member="c",
         redis=None,  # type: ignore[arg-type]  # take_acks builds the ops; they are run here
         transport=None,  # type: ignore[arg-type]
-        meta=read_meta_sync(r, queue),
+        meta=client._run(read_meta(queue)),
         pks=[pk],
         pinned=None,
         settings=WorkerSettings(),
