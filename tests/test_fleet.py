@@ -51,6 +51,14 @@ def start_dispatcher(url: str, queue: str, *extra: str) -> Proc:
     )
 
 
+def wait_joined(client: Client, queue: str, dispatchers: int) -> None:
+    wait_for(
+        lambda: client.redis.zcard(keys.dispatchers_key(queue)) >= dispatchers,
+        30,
+        f"{dispatchers} dispatchers did not join",
+    )
+
+
 def stop_all(procs: list[Proc]) -> None:
     for p in procs:
         p.cleanup()
@@ -394,11 +402,7 @@ def test_rebalancing_between_healthy_dispatchers_is_never_fenced(
                 procs.append(start_dispatcher(cluster_url, queue))
                 # Joined before the next step: a SIGTERM to a process still importing is the
                 # default action (-15), not the hand-back this test is about.
-                wait_for(
-                    lambda n=len(procs): cluster_client.redis.zcard(keys.dispatchers_key(queue)) >= n,
-                    30,
-                    "a dispatcher did not join",
-                )
+                wait_joined(cluster_client, queue, len(procs))
                 time.sleep(random.uniform(0.5, 1.5))
             assert procs[0].stop() == 0
             time.sleep(random.uniform(0.5, 1.5))
