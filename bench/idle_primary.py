@@ -7,7 +7,7 @@ backlog: this tree side by side with another revision.
 A worker reads each Redis primary with a loop of its own, all loops sharing the worker's
 concurrency.  Per round and revision, on a fresh queue of 16 partitions (lanes off): a backlog
 of ``--backlog`` no-op jobs due now, only on the partitions of two of the three primaries, then
-one dispatcher and two workers (concurrency 200, bench/handlers/shardq_flow.py).  Once every
+one dispatcher and two workers (concurrency 200, bench/handlers/shardq_probe.py).  Once every
 busy partition has completed a job, the bench process enqueues probes due at once, 10 a second,
 alternating between a partition of the idle primary and one of a busy primary, until
 ``--probes`` of each were sent or the backlog drained.  Reported: the probes' lateness
@@ -26,14 +26,14 @@ import os
 import time
 from typing import Any
 
-from bench import flow
+from bench import lanes_lateness
 from bench.baselines import reference as reference_mod
 from bench.common import calibrate, calibration_line, partition_nodes
 from shardq import JobRequest
 from shardq.client import Client
 from shardq.store import keys
 
-PARTITIONS = flow.PARTITIONS
+PARTITIONS = lanes_lateness.PARTITIONS
 
 
 def _ids(parts: list[int], n: int, prefix: str) -> list[str]:
@@ -49,21 +49,21 @@ def _ids(parts: list[int], n: int, prefix: str) -> list[str]:
 
 
 def run(client: Client, url: str, n: int, probes: int, checkout: str | None) -> dict[str, Any]:
-    queue = flow._queue(client, "idle-primary", lanes=False)
+    queue = lanes_lateness._queue(client, "idle-primary", lanes=False)
     nodes = partition_nodes(client, queue, PARTITIONS)
     idle = nodes[0]
     busy_parts = [p for p in range(PARTITIONS) if nodes[p] != idle]
     idle_ids = _ids([p for p in range(PARTITIONS) if nodes[p] == idle], probes, "I-")
     busy_ids = _ids(busy_parts, probes, "B-")
-    runlog = flow._runlog()
+    runlog = lanes_lateness._runlog()
     fleet = None
     sent = 0
     drained = None
     try:
-        flow._enqueue(
+        lanes_lateness._enqueue(
             client, queue, [JobRequest("bench", None, job_id=j) for j in _ids(busy_parts, n, "w")]
         )
-        fleet = flow._fleet(url, queue, 2, runlog, checkout)
+        fleet = lanes_lateness._fleet(url, queue, 2, runlog, checkout)
         stats = [keys.partition_keys(queue, p, PARTITIONS).stats for p in busy_parts]
         deadline = time.monotonic() + 180
         while time.monotonic() < deadline:
@@ -72,7 +72,7 @@ def run(client: Client, url: str, n: int, probes: int, checkout: str | None) -> 
                 break
             time.sleep(0.05)
         t0 = time.monotonic()
-        prog = flow._Progress(client, queue, runlog)
+        prog = lanes_lateness._Progress(client, queue, runlog)
         while sent < probes and time.monotonic() < deadline:
             bulk, _ = prog.poll()
             if bulk >= n:
@@ -92,8 +92,8 @@ def run(client: Client, url: str, n: int, probes: int, checkout: str | None) -> 
     finally:
         if fleet is not None:
             fleet.stop()
-        left = flow._delete(client, queue)
-    first, repeats = flow._first_runs(runlog)
+        left = lanes_lateness._delete(client, queue)
+    first, repeats = lanes_lateness._first_runs(runlog)
     os.unlink(runlog)
     late = {
         pre: sorted(r[2] for k, r in first.items() if k.startswith(pre)) for pre in ("I-", "B-")
@@ -102,8 +102,8 @@ def run(client: Client, url: str, n: int, probes: int, checkout: str | None) -> 
         "probes_sent": sent,
         "probes_ran_twice": repeats,
         "idle_primary": idle,
-        "idle_late": flow._late(late["I-"]),
-        "busy_late": flow._late(late["B-"]),
+        "idle_late": lanes_lateness._late(late["I-"]),
+        "busy_late": lanes_lateness._late(late["B-"]),
         "drain_jobs_per_s": round((n - prog.bulk_at_first) / (drained - first_t))
         if drained and drained > first_t
         else None,

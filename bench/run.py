@@ -216,7 +216,7 @@ def show_stages(r: dict[str, Any]) -> str:
         rows,
     ) + (
         f"\nRedis memory per job held: due {mem['due']} B, ready {mem['ready']} B, "
-        f"active {mem['active']} B, after ack {mem['left after ack']} B"
+        f"running {mem['running']} B, after ack {mem['left after ack']} B"
     )
 
 

@@ -181,7 +181,7 @@ def stage_costs(
             ("enqueue_bulk", None),
             ("enqueue_single", "due"),
             ("promote", "ready"),
-            ("fetch", "active"),
+            ("fetch", "running"),
             ("ack", "left after ack"),
         ):
             held += out[stage]["memory_bytes_per_job"] * out[stage]["jobs"]

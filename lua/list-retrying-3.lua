@@ -32,7 +32,9 @@ for i = 1, #pairs_, 2 do
   local id, err = pairs_[i], pairs_[i + 1]
   local due = redis.call('ZSCORE', KEYS[3], id)
   local v = redis.call('HGET', KEYS[2], id)
-  if due and v and string.sub(v, 1, 1) == 'S' then
+  -- (S waiting, or L: waiting for the start a rate limit reserved for it, also a retry)
+  local letter = string.sub(v or '', 1, 1)
+  if due and v and (letter == 'S' or letter == 'L') then
     jobs[#jobs + 1] = id
     jobs[#jobs + 1] = due
     jobs[#jobs + 1] = err

@@ -66,8 +66,11 @@ class Inspector:
         start: datetime | float | None = None,
         end: datetime | float | None = None,
     ) -> Page:
-        """One page of jobs in ``state`` (scheduled, ready, running, retrying, dead); pass the
-        page's ``cursor`` back for the next.  ``start``/``end`` bound scheduled jobs' due time."""
+        """One page of jobs in ``state`` (one of :data:`shardq.names.JOB_STATES`: scheduled,
+        ready, running, retrying, dead; ``scheduled`` pages the whole due set, retrying jobs
+        included, each row's ``state`` saying which; the old word ``active`` is still taken for
+        ``running``, for one release); pass the page's ``cursor`` back for the next.
+        ``start``/``end`` bound scheduled jobs' due time."""
         plan = plans.list_jobs(
             self.client._queues, queue, state, job_type=job_type, limit=limit, cursor=cursor,
             start=start, end=end,

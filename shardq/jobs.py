@@ -421,7 +421,9 @@ class Job:
         return self.fetched_redis_ms + (monotonic_now - self.fetched_monotonic) * 1000.0
 
 
-JobState = Literal["scheduled", "ready", "active", "dead"]
+#: A job's state, as :attr:`JobInfo.state` says it: one vocabulary for the library, the CLI and
+#: the console, defined (with what each word means) in :mod:`shardq.names`.
+JobState = names.JobState
 
 
 @dataclass(frozen=True, slots=True)
@@ -456,7 +458,8 @@ class EnqueueResult:
 
 @dataclass(frozen=True, slots=True)
 class JobInfo:
-    """A snapshot of one job, from :meth:`Client.get`."""
+    """A snapshot of one job, from :meth:`Client.get`.  ``state`` is one of
+    :data:`shardq.names.JOB_STATES` (what each means: :data:`shardq.names.JOB_STATE_MEANINGS`)."""
 
     id: str
     queue: str

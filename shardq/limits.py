@@ -1,4 +1,4 @@
-"""Flow limits, per job type, per limit key or per tenant, fleet-wide: at most N job starts per
+"""Limits, per job type, per limit key or per tenant, fleet-wide: at most N job starts per
 period (rate) and at most M jobs running at once (concurrency).
 
 A limit is kept in Redis (``shardq limit set``, :meth:`Client.set_limit`) and applies to jobs
@@ -67,7 +67,7 @@ def parse_rate(text: str) -> tuple[int, float]:
 
 @dataclass(frozen=True, slots=True)
 class Limit:
-    """Flow limits on the jobs it matches (a job type, or a limit key): at most ``rate`` starts
+    """Limits on the jobs it matches (a job type, or a limit key): at most ``rate`` starts
     per ``per`` seconds (up to ``burst``, by default ``rate``, at once after an idle spell),
     and/or at most ``concurrency`` running at once across the fleet.  At least one is set."""
 

@@ -1,5 +1,6 @@
 """Every identifier rule in one place: queue names, job types, job ids, idempotency keys,
-priorities, tenants, limit keys and names, schedule names.
+priorities, tenants, limit keys and names, schedule names; and the one vocabulary of a job's
+states (:data:`JOB_STATES`), which the library, the CLI, the console and the docs all use.
 
 Each rule is a pattern (matched with ``fullmatch``: ``$`` would let a trailing ``"\\n"``
 through), the sentence that tells a user what is allowed (``*_RULE``, shared by the library's
@@ -24,6 +25,44 @@ from shardq.errors import (
     InvalidPeriodicScheduleError,
     UnknownQueueError,
 )
+
+# -- job states -----------------------------------------------------------------------------
+
+JobState = Literal["scheduled", "ready", "running", "retrying", "dead"]
+#: Every state a job can be in, in the order listings show them.  A job that completed or was
+#: cancelled is gone (``Client.get`` returns None): no state names it.
+JOB_STATES: tuple[JobState, ...] = ("scheduled", "ready", "running", "retrying", "dead")
+#: What each state means, one line each (the docs and the CLI's help say the same).
+JOB_STATE_MEANINGS: dict[JobState, str] = {
+    "scheduled": "waiting in the due set for its due time (it has not failed)",
+    "ready": "due: in the ready stream (or a lane), waiting for a worker",
+    "running": "held by a worker, its handler running",
+    "retrying": "failed, waiting in the due set for its next attempt (it has a last error)",
+    "dead": "in the dead-letter stream: attempts used up or a permanent error",
+}
+#: A listing, count or bulk action of ``scheduled`` covers the whole due set, so it takes in the
+#: retrying jobs too (a listed row's state says which one it is); ``retrying`` selects only them.
+#: The states whose jobs have not started, and can be cancelled or emptied in bulk.
+NOT_STARTED_STATES: tuple[JobState, ...] = ("scheduled", "ready", "retrying")
+#: The states a queue can be emptied of (``Inspector.empty``): a running job is a worker's.
+EMPTY_STATES: tuple[JobState, ...] = ("scheduled", "ready", "retrying", "dead")
+#: Old words a caller may still pass as a state (an input only: output always says the
+#: current word).  ``active`` was JobInfo's word for ``running`` in 0.1.0; it is taken through
+#: the next release (0.2), then refused like any unknown word.
+JOB_STATE_ALIASES: dict[str, JobState] = {"active": "running"}
+#: A dead-letter listing's mark for an entry whose job is no longer dead (replayed, or deleted):
+#: a row of the listing, not a state of a job.
+DEAD_LETTER_ONLY = "dead-letter only"
+
+
+def job_state(word: object, allowed: tuple[JobState, ...] = JOB_STATES) -> JobState:
+    """The state a caller named (an old word of :data:`JOB_STATE_ALIASES` is mapped, here
+    only), or ValueError naming the states ``allowed``."""
+    state = JOB_STATE_ALIASES.get(word, word) if isinstance(word, str) else word
+    if state not in allowed:
+        raise ValueError(f"state must be one of {', '.join(allowed)}, got {word!r}")
+    return state  # type: ignore[return-value]
+
 
 # -- queues ---------------------------------------------------------------------------------
 

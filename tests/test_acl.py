@@ -81,7 +81,7 @@ MAY_CALL: dict[str, frozenset[str]] = {
     "run-now": OPERATOR,
     # the listings read only: whoever may read those keys
     "inflight": OPERATOR | VIEWER,
-    "list-due": PRODUCER | DISPATCHER | VIEWER,
+    "list-due": PRODUCER | VIEWER,  # (it reads the errors hash: retrying jobs)
     "list-ready": OPERATOR | VIEWER,
     "list-running": DISPATCHER | VIEWER,
     "list-dead": DISPATCHER | VIEWER,

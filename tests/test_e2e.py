@@ -265,7 +265,7 @@ def test_an_idle_primary_gets_room_while_others_drain_a_backlog(
     """Workers with every slot busy on two primaries' backlog still read a job new on the
     third within a few rounds, with polls off: the loop of the idle primary is woken by freed
     room and the busy loops leave it a share.  How late such jobs are, with and without the
-    share, is measured by `python -m bench.flow --parts idle` (in one process the event loop's
+    share, is measured by `python -m bench.idle_primary` (in one process the event loop's
     order hides the difference this test cannot time)."""
     import asyncio
 

@@ -242,7 +242,7 @@ def test_a_damaged_fencing_token_is_refused_typed_and_granted_reads_as_a_time(
         assert isinstance(grant, ShardqError) and "token" in str(grant), grant
 
 
-# flow limits ---------------------------------------------------------------------------------
+# limits --------------------------------------------------------------------------------------
 
 
 @EXAMPLES

@@ -1,6 +1,6 @@
 --@include checks.lua
 -- A job envelope in the jobs hash is '<state><attempt>|<json body>'.
---   state: S = waiting (due set or ready stream, not started), A = active (held by a worker),
+--   state: S = waiting (due set or ready stream, not started), A = running (held by a worker),
 --          D = dead (in the dead-letter stream), L = waiting for the start a rate limit
 --          reserved for it (lua/defer-4.lua): otherwise as S
 --   attempt: how many times a worker has started it, a whole number 0..MAX_ATTEMPT.

@@ -44,7 +44,7 @@ class Grant:
 
 
 # Key kinds, as shardq.store.keys names them (the one list of a queue's keys): partition keys
-# {sq:<queue>:<p>.<s>}:<kind> (and :idem:<key>), queue keys {sq:<queue>}:<kind>, flow limits'
+# {sq:<queue>:<p>.<s>}:<kind> (and :idem:<key>), queue keys {sq:<queue>}:<kind>, limits'
 # state {sq:<queue>:limit:<name>}:<kind>; plus "registry", the queue registry sq:queues.
 PARTITION_KINDS: tuple[str, ...] = (*keys.PARTITION_KINDS, keys.IDEM_KIND)
 QUEUE_KINDS = keys.QUEUE_KINDS

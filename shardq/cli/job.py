@@ -25,6 +25,7 @@ from shardq.cli.options import (
     JSON_OPTION,
     MAX_ATTEMPTS,
     UTC_TIME,
+    JobStates,
     build_settings,
     open_client,
     parse_payload,
@@ -327,7 +328,7 @@ def job_reschedule(
 
 # listing and finding jobs (the inspector) -------------------------------------------------
 
-STATE = click.Choice(LIST_STATES)
+STATE = JobStates(LIST_STATES)
 
 
 def _row(j: JobSummary, now: int) -> list[Any]:
@@ -343,7 +344,13 @@ def _row(j: JobSummary, now: int) -> list[Any]:
 
 @job.command("list")
 @queue_option()
-@click.option("--state", type=STATE, default="scheduled", show_default=True)
+@click.option(
+    "--state",
+    type=STATE,
+    default="scheduled",
+    show_default=True,
+    help="scheduled pages the whole due set (retrying jobs too); 'active' is taken for running.",
+)
 @click.option("--type", "job_type", type=JOB_TYPE, default=None, help="Only jobs of this type.")
 @click.option(
     "--limit", type=click.IntRange(1, MAX_LIMIT), default=50, show_default=True, help="Page size."

@@ -1,4 +1,5 @@
-"""``shardq limit set|list|remove``: a queue's flow limits, kept in Redis (shardq.limits).
+"""``shardq limit set|list|remove``: a queue's limits (rate and concurrency), kept in Redis
+(shardq.limits).
 
 Workers re-read them every few seconds, so a change applies to the whole fleet without a
 restart.
@@ -39,7 +40,7 @@ def _target(
 
 @click.group()
 def limit() -> None:
-    """Flow limits, per job type, limit key or tenant, fleet-wide: N starts per period (--rate) and
+    """Limits, per job type, limit key or tenant, fleet-wide: N starts per period (--rate) and
     M running at once (--concurrency)."""
 
 

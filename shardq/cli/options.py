@@ -45,7 +45,14 @@ from shardq.config import (
 )
 from shardq.errors import ConfigError, ShardqError
 from shardq.jobs import MAX_ATTEMPTS_LIMIT
-from shardq.names import JOB_ID_RE, JOB_TYPE_RE, MAX_IDEMPOTENCY_KEY, check_queue_name
+from shardq.names import (
+    JOB_ID_RE,
+    JOB_STATE_ALIASES,
+    JOB_TYPE_RE,
+    MAX_IDEMPOTENCY_KEY,
+    JobState,
+    check_queue_name,
+)
 from shardq.store.keys import MAX_PARTITIONS
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -67,6 +74,19 @@ class QueueName(click.ParamType):  # type: ignore[type-arg]
         except ShardqError as exc:
             self.fail(str(exc), param, ctx)
         return str(value)
+
+
+class JobStates(click.Choice):  # type: ignore[type-arg]
+    """A job state (:data:`shardq.names.JOB_STATES`) among ``states``; an old word
+    (:data:`shardq.names.JOB_STATE_ALIASES`: ``active``) is taken for the state it now names."""
+
+    def __init__(self, states: tuple[JobState, ...]) -> None:
+        super().__init__(states)
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, str):
+            value = JOB_STATE_ALIASES.get(value, value)
+        return super().convert(value, param, ctx)
 
 
 class Pattern(click.ParamType):  # type: ignore[type-arg]

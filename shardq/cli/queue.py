@@ -16,12 +16,14 @@ from shardq.cli.options import (
     JSON_OPTION,
     PARTITIONS,
     UTC_TIME,
+    JobStates,
     open_client,
     queue_option,
     redis_options,
 )
 from shardq.errors import ShardqError
 from shardq.inspector import EMPTY_STATES
+from shardq.names import NOT_STARTED_STATES
 
 # create and list --------------------------------------------------------------------------
 
@@ -252,8 +254,8 @@ def _confirm(yes: bool, what: str) -> None:
 @queue.command("cancel")
 @queue_option()
 @click.option(
-    "--state", type=click.Choice(["scheduled", "ready", "retrying"]), default="scheduled",
-    show_default=True,
+    "--state", type=JobStates(NOT_STARTED_STATES), default="scheduled", show_default=True,
+    help="scheduled takes the whole due set (retrying jobs too).",
 )  # fmt: skip
 @click.option("--type", "job_type", type=JOB_TYPE, default=None, help="Only jobs of this type.")
 @click.option("--from", "start", type=UTC_TIME, default=None, help="Scheduled: due at or after.")
@@ -295,7 +297,12 @@ def queue_retry_dead(queue_name: str, job_type: str | None) -> None:
 
 @queue.command("empty")
 @queue_option()
-@click.option("--state", type=click.Choice(EMPTY_STATES), required=True)
+@click.option(
+    "--state",
+    type=JobStates(EMPTY_STATES),
+    required=True,
+    help="scheduled takes the whole due set (retrying jobs too).",
+)
 @click.option("--yes", is_flag=True, help="Really delete them.")
 @redis_options
 def queue_empty(queue_name: str, state: str, yes: bool) -> None:

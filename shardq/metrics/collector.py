@@ -166,19 +166,25 @@ class PartitionCollector(Collector):
     def collect(self) -> Iterator[Any]:
         labels = ["queue", "partition", "node"]
         gauges: dict[str, tuple[str, Callable[[PartitionSnapshot], float]]] = {
-            "due_jobs": ("Jobs waiting in the due set (backlog).", lambda s: s.due),
+            "due_jobs": (
+                "Jobs waiting in the due set: scheduled and retrying (backlog).",
+                lambda s: s.due,
+            ),
             "overdue_jobs": ("Jobs past their due time, not yet promoted.", lambda s: s.overdue),
             "promotion_lag_seconds": ("Age of the oldest overdue job.", lambda s: s.lag_seconds),
-            "ready_entries": ("Ready entries not yet delivered to a worker.", lambda s: s.ready),
+            "ready_entries": (
+                "Ready entries not yet delivered to a worker: ready jobs.",
+                lambda s: s.ready,
+            ),
             "pending_deliveries": (
-                "Deliveries held by workers, not yet acked.",
+                "Deliveries held by workers, not yet acked: running jobs.",
                 lambda s: s.pending,
             ),
             "oldest_pending_seconds": (
                 "Idle time of the oldest pending delivery.",
                 lambda s: s.oldest_pending_seconds,
             ),
-            "dead_letters": ("Entries in the dead-letter stream.", lambda s: s.dead),
+            "dead_letters": ("Entries in the dead-letter stream: dead jobs.", lambda s: s.dead),
             "paused": (
                 "1 while the partition is paused (shardq queue pause), else 0.",
                 lambda s: float(s.paused),

@@ -8,10 +8,12 @@ arguments are checked when it is built, before anything is sent.
 
 Every page costs bounded Redis work whatever the backlog:
 
-- ``scheduled``: a k-way merge over the partitions' due sets.  Each partition returns at most
-  ``limit`` jobs after the cursor (one script call, O(log^2 n): a ZCOUNT and a binary search
-  among the cursor's score find the start rank), the pages are merged by (due time, job id)
-  and the first ``limit`` kept; the cursor is the last (due, id) returned.
+- ``scheduled``: a k-way merge over the partitions' due sets (which hold the retrying jobs too:
+  each row's ``state`` says ``retrying`` for a job with a last error, as ``Client.get`` does).
+  Each partition returns at most ``limit`` jobs after the cursor (one script call,
+  O(log^2 n): a ZCOUNT and a binary search among the cursor's score find the start rank), the
+  pages are merged by (due time, job id) and the first ``limit`` kept; the cursor is the last
+  (due, id) returned.
 - ``ready``, ``running``, ``dead``: the same merge over each partition's stream, by entry id
   (``ready`` reads after the consumer group's last delivered id, ``running`` reads XPENDING).
 - ``retrying``: failed jobs waiting for their next attempt, one HSCAN step of each partition's
@@ -34,6 +36,7 @@ from typing import Any, Literal
 import orjson
 
 from shardq import jobs as jobmod
+from shardq import names
 from shardq.errors import (
     InvalidCursorError,
     InvalidScheduleError,
@@ -48,9 +51,11 @@ from shardq.store.numbers import MAX_TIME_MS, Checked, shown
 from shardq.store.op import Call
 from shardq.store.producer import QueueCache
 
-ListState = Literal["scheduled", "ready", "running", "retrying", "dead"]
-LIST_STATES: tuple[ListState, ...] = ("scheduled", "ready", "running", "retrying", "dead")
-EMPTY_STATES = ("scheduled", "ready", "retrying", "dead")
+# The states a listing pages (every job state), and those a queue can be emptied of: the one
+# vocabulary of shardq.names, kept under these names for existing imports.
+ListState = names.JobState
+LIST_STATES: tuple[ListState, ...] = names.JOB_STATES
+EMPTY_STATES = names.EMPTY_STATES
 MAX_LIMIT = 1000
 RETRY_STEPS = 8  # HSCAN steps per retrying page
 BATCH = 500  # jobs per round of a bulk action (cancel, retry, empty)
@@ -273,6 +278,11 @@ def _check_limit(limit: int) -> None:
 # plans -----------------------------------------------------------------------------------------
 
 
+def _due_state(error: str | None) -> names.JobState:
+    """A due-set job's state: retrying once it has a last error (as Client.get reads it)."""
+    return "scheduled" if error is None else "retrying"
+
+
 def _list_due(
     queue: str, partitions: int, limit: int, cursor: str | None, start_ms: int, end_ms: int
 ) -> Plan[Page]:
@@ -283,7 +293,7 @@ def _list_due(
     # partition when the merge consumes it, after the loop, and tag every job with the last one.
     merged = heapq.merge(
         *(
-            [(due, job_id, pk.partition, raw) for due, job_id, raw in rows]
+            [(due, job_id, pk.partition, raw, error) for due, job_id, raw, error in rows]
             for pk, (_, rows) in zip(pks, pages, strict=True)
         )
     )
@@ -292,9 +302,10 @@ def _list_due(
     # whole page may hold more after it.
     more = len(picked) > limit or any(len(rows) == limit for _, rows in pages)
     picked = picked[:limit]
+    # The due set holds retrying jobs too: each row says which it is (as Client.get does).
     jobs = [
-        _summary(queue, p, job_id, "scheduled", raw, due_ms=due, last_error=None)
-        for due, job_id, p, raw in picked
+        _summary(queue, p, job_id, _due_state(error), raw, due_ms=due, last_error=error)
+        for due, job_id, p, raw, error in picked
     ]
     last = picked[-1] if picked else None
     next_cursor = _encode_cursor("scheduled", [last[0], last[1]]) if more and last else None
@@ -373,7 +384,7 @@ def _list_stream(
                     queue,
                     p,
                     fields.get("j", ""),
-                    "dead" if letter_state == "D" else "dead-letter only",
+                    "dead" if letter_state == "D" else names.DEAD_LETTER_ONLY,
                     raw,
                     last_error=fields.get("e"),
                     dead_at_ms=dead_at,
@@ -438,8 +449,7 @@ def _list(
 def _check_list(
     state: str, limit: int, cursor: str | None, start_ms: int | None, end_ms: int | None
 ) -> None:
-    if state not in LIST_STATES:
-        raise ValueError(f"state must be one of {', '.join(LIST_STATES)}, got {state!r}")
+    names.job_state(state)
     _check_limit(limit)
     if (start_ms is not None or end_ms is not None) and state != "scheduled":
         raise ValueError("a time range applies to scheduled jobs only")
@@ -480,6 +490,7 @@ def list_jobs(
     end: datetime | float | None,
 ) -> Plan[Page]:
     """One page of jobs in ``state``; ``start``/``end`` bound scheduled jobs' due time."""
+    state = names.job_state(state)
     start_ms, end_ms = time_ms(start), time_ms(end)
     _check_list(state, limit, cursor, start_ms, end_ms)
     return _list_jobs(cache, queue, state, job_type, limit, cursor, start_ms, end_ms)
@@ -529,7 +540,8 @@ def cancel(
 ) -> Plan[int]:
     """Cancel every not-started job in ``state`` (scheduled, ready or retrying) matching the
     filter, a page at a time; each cancel is its own atomic script.  Returns how many."""
-    if state not in ("scheduled", "ready", "retrying"):
+    state = names.job_state(state)
+    if state not in names.NOT_STARTED_STATES:
         raise ValueError("only scheduled, ready or retrying jobs can be cancelled")
     start_ms, end_ms = time_ms(start), time_ms(end)
     _check_list(state, BATCH, None, start_ms, end_ms)
@@ -607,9 +619,7 @@ def retry_dead(
 def empty(cache: QueueCache, queue: str, state: str, progress: Progress) -> Plan[int]:
     """Delete every job in ``state`` (scheduled, ready, retrying, dead), in bounded batches;
     returns how many."""
-    if state not in EMPTY_STATES:
-        raise ValueError(f"state must be one of {', '.join(EMPTY_STATES)}, got {state!r}")
-    return _empty(cache, queue, state, progress)
+    return _empty(cache, queue, names.job_state(state, EMPTY_STATES), progress)
 
 
 def _empty(cache: QueueCache, queue: str, state: str, progress: Progress) -> Plan[int]:
@@ -777,7 +787,7 @@ def delete_queue(
     3. each partition's keys in one UNLINK (atomic: a partition is there, paused, or gone);
     4. what only SCAN finds, on every primary: the partitions' idempotency keys (else a queue
        created again under the name would answer an old key with a job that is gone) and the
-       flow limits' state (a limit removed earlier keeps its state until it expires);
+       limits' state (a limit removed earlier keeps its state until it expires);
     5. the queue's own keys, then its registry entry, then its meta last: while the meta is
        there the partition count is known, so running the deletion again finishes it.
     """

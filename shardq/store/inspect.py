@@ -206,19 +206,31 @@ def _score(raw: Any) -> int:
         return -SCORE_BOUND if as_text(raw).lstrip().startswith("-") else SCORE_BOUND
 
 
+DueRow = tuple[int, str, bytes | None, str | None]
+
+
 def list_due(
     pk: keys.PartitionKeys, after_score: int, after_member: str, upto_ms: int, count: int
-) -> Op[tuple[int, list[tuple[int, str, bytes | None]]]]:
-    """(now ms, [(due ms, job id, envelope)]) of scheduled jobs after (score, member)."""
+) -> Op[tuple[int, list[DueRow]]]:
+    """(now ms, [(due ms, job id, envelope, last error)]) of the due set's jobs after (score,
+    member): scheduled ones, and retrying ones (those with a last error)."""
 
-    def parse(reply: Any) -> tuple[int, list[tuple[int, str, bytes | None]]]:
+    def parse(reply: Any) -> tuple[int, list[DueRow]]:
         r = check(reply)
         rows = [
-            (_score(r[i]), as_text(r[i + 1]), r[i + 2] or None) for i in range(1, len(r) - 2, 3)
+            (
+                _score(r[i]),
+                as_text(r[i + 1]),
+                r[i + 2] or None,
+                as_text(r[i + 3]) if r[i + 3] else None,
+            )
+            for i in range(1, len(r) - 3, 4)
         ]
         return _int(r[0]), rows
 
-    return op("list-due", [pk.due, pk.jobs], [after_score, after_member, upto_ms, count], parse)
+    return op(
+        "list-due", [pk.due, pk.jobs, pk.errors], [after_score, after_member, upto_ms, count], parse
+    )
 
 
 #: The ms part of the synthetic entry ids list-ready gives jobs waiting in a lane.

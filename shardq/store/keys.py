@@ -64,7 +64,7 @@ IDEM_KIND = "idem"
 QUEUE_KINDS: tuple[str, ...] = (
     *("meta", "dispatchers", "drain", "workers", "workers:drain", "owners", "limits"),
 )
-#: Each flow limit's state, on the limit's own slot: ``{sq:<queue>:limit:<name>}:<kind>``
+#: Each limit's state, on the limit's own slot: ``{sq:<queue>:limit:<name>}:<kind>``
 #: (``limit``: the next free start; ``running``: the jobs holding running slots); found by
 #: SCAN, since a limit's state outlives its definition until it expires.
 LIMIT_KINDS: tuple[str, ...] = ("limit", "running")
@@ -302,7 +302,7 @@ def queue_pattern(queue: str, kind: str) -> str:
 
 
 def limit_pattern(queue: str, kind: str) -> str:
-    """Every flow limit's key of one kind (:data:`LIMIT_KINDS`) of the queue."""
+    """Every limit's key of one kind (:data:`LIMIT_KINDS`) of the queue."""
     if kind not in LIMIT_KINDS:
         raise ValueError(f"unknown limit key kind {kind!r}")
     return _limit_key(queue, "*", kind)

@@ -1,6 +1,6 @@
-"""Flow-limit operations: reserve start times (limit-take), take and give back running slots
-(limit-acquire, limit-release), put jobs back in due (defer); and the queue's limits hash
-(plain HSET/HGETALL/HDEL on one key; see shardq.limits)."""
+"""Limit operations (rate and concurrency): reserve start times (limit-take), take and give back
+running slots (limit-acquire, limit-release), put jobs back in due (defer); and the queue's
+limits hash (plain HSET/HGETALL/HDEL on one key; see shardq.limits)."""
 
 from __future__ import annotations
 

@@ -503,10 +503,12 @@ def get(queue: str, partitions: int, job_id: str) -> Op[JobInfo | None]:
         c.bad.update(env.malformed)
         attempt = env.attempt if env.attempt is not None else 0
         options = stored_options(body, c.bad)
+        # The same rules as the inspector's listings (lua/list-due, list-retrying): in the due
+        # set with a last error is retrying, without one scheduled.
         if due is not None:
-            state: jobmod.JobState = "scheduled"
+            state: jobmod.JobState = "scheduled" if error is None else "retrying"
         elif env.state == envelope_codec.RUNNING:
-            state = "active"
+            state = "running"
         elif env.state == envelope_codec.DEAD:
             state = "dead"
         else:

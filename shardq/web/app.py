@@ -25,7 +25,7 @@ from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from shardq import backoff
+from shardq import backoff, names
 from shardq import format as fmt
 from shardq.aio import AsyncClient
 from shardq.config import RedisSettings, redact_url
@@ -38,7 +38,7 @@ from shardq.errors import (
     ShardqError,
     UnknownQueueError,
 )
-from shardq.inspector import EMPTY_STATES, LIST_STATES, AsyncInspector, InvalidCursorError
+from shardq.inspector import EMPTY_STATES, AsyncInspector, InvalidCursorError
 from shardq.logs import log_event
 from shardq.web import auth
 from shardq.web.data import HEAT_METRICS, Rates, fleet, overview, queue_view
@@ -419,9 +419,11 @@ async def queue_live(request: Request) -> Response:
 async def jobs_page(request: Request, state: str | None = None) -> Response:
     queue = _queue(request)
     q = request.query_params
-    state = state or q.get("state", "scheduled")
-    if state not in LIST_STATES:
-        return _error(request, 400, "Unknown state", f"state must be one of {LIST_STATES}")
+    try:
+        # (an old word, ?state=active, is taken for the state it names now: shardq.names)
+        state = names.job_state(state or q.get("state", "scheduled"))
+    except ValueError as exc:
+        return _error(request, 400, "Unknown state", str(exc))
     job_type = q.get("type") or None
     limit = _limit(q.get("limit"))
     console = _console(request)
@@ -687,9 +689,7 @@ async def _perform(client: AsyncClient, queue: str, name: str, form: FormData) -
             return f"cancelled job {job_id}"
         return f"job {job_id} was not cancelled (running, finished, or not found)"
     if name == "empty":
-        state = str(form.get("state", ""))
-        if state not in EMPTY_STATES:
-            raise ValueError(f"state must be one of {', '.join(EMPTY_STATES)}")
+        state = names.job_state(str(form.get("state", "")), EMPTY_STATES)
         return f"deleted {await ins.empty(queue, state)} {state} jobs"
     raise ValueError(f"unknown action {name!r}")  # pragma: no cover - checked before
 
@@ -784,6 +784,8 @@ def _filters(templates: Jinja2Templates) -> None:
     env.filters["num"] = lambda n: "-" if n is None else f"{n:,}"
     env.filters["pct"] = lambda x: f"{100 * float(x):.0f}%"
     env.globals["job_url"] = job_url
+    # The one list of job states (shardq.names): the tabs of a queue's jobs are these.
+    env.globals["job_states"] = names.JOB_STATES
 
 
 def create_app(

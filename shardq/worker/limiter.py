@@ -1,4 +1,5 @@
-"""Limiter: holds fetched jobs that are under a flow limit until the limit lets them run.
+"""Limiter: holds fetched jobs that are under a limit (rate or concurrency) until the limit lets
+them run.
 
 Jobs of types and keys without a limit pass straight through (:meth:`Limiter.holds` is a dict
 lookup).  Limited jobs handed over in one event-loop turn are gated together, one call per

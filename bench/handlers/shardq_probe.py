@@ -1,5 +1,5 @@
-"""Handlers of the workers of bench/flow.py: a no-op for the bulk of the jobs, a run-log line for
-the probes whose lateness is measured.
+"""Handlers of the workers of bench/lanes_lateness.py (and bench/idle_primary.py): a no-op for
+the bulk of the jobs, a run-log line for the probes whose lateness is measured.
 
 - ``bench``: does nothing (the backlog of the priorities part, tenant A of the fair-sharing part).
 - ``probe``: appends ``<job id> <start epoch s> <lateness ms> <priority> <tenant or ->`` to the

@@ -1,7 +1,7 @@
 """Lanes (priorities and fair sharing between tenants) on against off: lateness of the jobs that
 should not wait, and the drain rate of the bulk beside them.
 
-    python -m bench.flow --url redis://127.0.0.1:7300 [--rounds 3] [--workers 2]
+    python -m bench.lanes_lateness --url redis://127.0.0.1:7300 [--rounds 3] [--workers 2]
                          [--backlog 200000] [--trickle-rate 20] [--trickle-seconds 15]
                          [--tenant-a 500000] [--tenant-b 1000] [--spread 60]
                          [--json] [--out PATH]
@@ -9,7 +9,7 @@ should not wait, and the drain rate of the bulk beside them.
 Every round runs both parts with lanes on and with lanes off (the order of the two modes
 alternating from round to round), each run on a fresh queue of 16 partitions with one
 ``shardq dispatcher run`` and ``--workers`` ``shardq worker run`` processes (concurrency 200,
-``bench/handlers/shardq_flow.py``: type ``bench`` is a no-op, type ``probe`` appends its
+``bench/handlers/shardq_probe.py``: type ``bench`` is a no-op, type ``probe`` appends its
 lateness to a run log).  Lateness is handler start minus due time on the Redis clock, as the
 worker measures it (bench/handlers/shardq_runlog.py does the same).
 
@@ -80,7 +80,7 @@ Say = Callable[[str], None]
 
 
 def _fleet(url: str, queue: str, workers: int, runlog: str, checkout: str | None = None) -> Fleet:
-    """One dispatcher and ``workers`` workers running bench/handlers/shardq_flow.py; with
+    """One dispatcher and ``workers`` workers running bench/handlers/shardq_probe.py; with
     ``checkout`` (bench.baselines.reference), the shardq of that revision."""
     fleet = Fleet(url, queue)
     first = (checkout, HANDLERS) if checkout else (HANDLERS,)
@@ -103,7 +103,7 @@ def _fleet(url: str, queue: str, workers: int, runlog: str, checkout: str | None
             "--url",
             url,
             "--handlers",
-            "shardq_flow:register",
+            "shardq_probe:register",
             "--concurrency",
             str(CONCURRENCY),
         )
@@ -126,7 +126,7 @@ def _runs(path: str) -> list[tuple[str, float, float, str, str]]:
 
 
 def _runlog() -> str:
-    fd, path = tempfile.mkstemp(prefix="bench-flow-runs-")
+    fd, path = tempfile.mkstemp(prefix="bench-lanes-lateness-runs-")
     os.close(fd)
     return path
 
@@ -232,7 +232,7 @@ def _first_runs(runlog: str) -> tuple[dict[str, tuple[str, float, float, str, st
 
 
 def priorities(client: Client, args: argparse.Namespace, lanes: bool) -> dict[str, Any]:
-    queue = _queue(client, "flow-prio", lanes)
+    queue = _queue(client, "lanes-prio", lanes)
     runlog = _runlog()
     fleet: Fleet | None = None
     n = args.backlog
@@ -307,7 +307,7 @@ def priorities(client: Client, args: argparse.Namespace, lanes: bool) -> dict[st
 
 
 def fairness(client: Client, args: argparse.Namespace, lanes: bool) -> dict[str, Any]:
-    queue = _queue(client, "flow-fair", lanes)
+    queue = _queue(client, "lanes-fair", lanes)
     runlog = _runlog()
     fleet: Fleet | None = None
     na, nb = args.tenant_a, args.tenant_b
@@ -508,7 +508,7 @@ def main() -> None:
 
     client = Client.from_url(args.url)
     say(
-        f"flow: {PARTITIONS} partitions, 1 dispatcher + {args.workers} workers "
+        f"lanes_lateness: {PARTITIONS} partitions, 1 dispatcher + {args.workers} workers "
         f"(concurrency {CONCURRENCY}); priorities: backlog {args.backlog:,}, high trickle "
         f"{args.trickle_rate:g}/s for up to {args.trickle_seconds:g} s; fairness: A "
         f"{args.tenant_a:,} due now, B {args.tenant_b:,} over {args.spread:g} s"
@@ -537,7 +537,7 @@ def main() -> None:
     say(f"total {time.monotonic() - t_all:.0f} s")
     client.close()
     doc = {
-        "command": "python -m bench.flow " + " ".join(sys.argv[1:]),
+        "command": "python -m bench.lanes_lateness " + " ".join(sys.argv[1:]),
         "settings": {k: v for k, v in vars(args).items() if k not in ("json", "out")},
         "partitions": PARTITIONS,
         "worker_concurrency": CONCURRENCY,

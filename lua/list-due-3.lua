@@ -1,17 +1,20 @@
---[[ list-due: one page of a partition's scheduled jobs in due order, after a cursor.
+--[[ list-due: one page of a partition's due set in due order, after a cursor: its scheduled jobs
+and its retrying ones (a last error in the errors hash tells them apart, as get-3.lua does).
 
 Bounded whatever the backlog: the page starts at a rank found by ZCOUNT and a binary search
 among the members of the cursor's own score (O(log^2 n)), then reads at most ARGV[4] members.
 
 KEYS[1] due      zset    job id (or '<id> <body>', a compact job) scored by due ms
 KEYS[2] jobs     hash    job id -> envelope
+KEYS[3] errors   hash    job id -> last error
 
 ARGV[1] cursor score: the page starts after (ARGV[1], ARGV[2]) in (score, job id) order
 ARGV[2] cursor job id, or '' to start at the first member scored >= ARGV[1]
 ARGV[3] highest due ms to list (inclusive)
 ARGV[4] most jobs in the page (1-1000)
 
-Returns {now ms, due ms, job id, envelope or false, ...} (3 fields per job)
+Returns {now ms, due ms, job id, envelope or false, last error or false, ...} (4 fields per job:
+a job with a last error is retrying)
   {-10, key, found, expected}         E_WRONG_TYPE: a key was overwritten outside shardq
   {-11, argv index, value, lo, hi}    E_BAD_ARGUMENT
   {-15, 'KEYS' or 'ARGV', n, cap}    E_TOO_MANY_ARGUMENTS: before anything else (store/loader.py)
@@ -27,7 +30,7 @@ local upto, bad3 = arg_number(3, -1e18, 1e18)
 if bad3 then return bad3 end
 local n, bad4 = arg_number(4, 1, 1000)
 if bad4 then return bad4 end
-local wrong = wrong_type({KEYS[1], 'zset', KEYS[2], 'hash'})
+local wrong = wrong_type({KEYS[1], 'zset', KEYS[2], 'hash', KEYS[3], 'hash'})
 if wrong then return wrong end
 
 local out = {now_ms()}
@@ -50,6 +53,13 @@ for i = 1, #page, 2 do
   local id, body = split_member(page[i])
   out[#out + 1] = page[i + 1]
   out[#out + 1] = id
-  out[#out + 1] = body and ('S0|' .. body) or redis.call('HGET', KEYS[2], id)
+  if body then
+    -- A compact member never failed: it has no envelope and no last error.
+    out[#out + 1] = 'S0|' .. body
+    out[#out + 1] = false
+  else
+    out[#out + 1] = redis.call('HGET', KEYS[2], id)
+    out[#out + 1] = redis.call('HGET', KEYS[3], id)
+  end
 end
 return out
