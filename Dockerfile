@@ -1,7 +1,7 @@
 # syntax=docker/dockerfile:1
 # shardq: one image for dispatchers, workers, one-shot commands (queue create, health) and, as
 # the `loadtest` target, Locust.  Build:  docker build -t shardq:0.1.0 .
-# The tag follows the version in pyproject.toml; tests/test_deploy.py checks that the compose
+# The tag follows the version in pyproject.toml; tests/deploy/test_deploy.py checks that the compose
 # file, the k8s manifests and the labels below agree on it.
 
 ARG PYTHON_IMAGE=python:3.11-slim-bookworm
@@ -31,7 +31,7 @@ RUN groupadd --system --gid 10001 shardq \
       --shell /usr/sbin/nologin shardq
 # The wheel pulls its dependencies (redis[hiredis], orjson, click, prometheus-client) from PyPI
 # as binary wheels: no compiler in the image.  Then the `web` extra, for the console (`shardq
-# web`), with the same requirements as pyproject.toml (tests/test_deploy.py checks).
+# web`), with the same requirements as pyproject.toml (tests/deploy/test_deploy.py checks).
 COPY --from=build /wheels/ /wheels/
 RUN pip install /wheels/shardq-*.whl && rm -rf /wheels \
  && pip install "starlette>=0.37" "uvicorn>=0.29" "jinja2>=3.1" "python-multipart>=0.0.9"
@@ -46,7 +46,7 @@ ENTRYPOINT ["shardq"]
 CMD ["--help"]
 
 # ---- loadtest: the runtime plus Locust (docker-compose.cluster.yml, profile "loadtest") ------
-# The Locust requirement matches the `dev` extra in pyproject.toml (tests/test_deploy.py checks).
+# The Locust requirement matches the `dev` extra in pyproject.toml (tests/deploy/test_deploy.py checks).
 FROM runtime AS loadtest
 USER 0
 RUN pip install "locust>=2.20"

@@ -1,7 +1,7 @@
 # shardq developer commands.  Port ranges never overlap, so a cluster left running by one
 # never collides with another:  demo 7200-7205, benchmarks 7300-7335, and each test session a
 # free block of 96 ports it locks in 12000-21999 (cluster bus ports +10000), with its own dev
-# directory, so two `make test` runs from two checkouts can run at once (tests/ports.py).
+# directory, so two `make test` runs from two checkouts can run at once (tests/support/ports.py).
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -16,10 +16,13 @@ BENCH_ARGS ?=
 STRESS_RUNS ?= 1
 LOWEST_VENV ?= .venv-lowest
 # The suite's core: client, worker, dispatcher, failures; run against the lowest versions too.
-CORE_TESTS ?= tests/test_store.py tests/test_scripts.py tests/test_client.py tests/test_e2e.py \
-  tests/test_crash.py tests/test_durable.py tests/test_supervisor.py tests/test_keys.py
+CORE_TESTS ?= tests/unit/test_store.py tests/unit/test_scripts_loader.py tests/unit/test_keys_layout.py \
+  tests/unit/test_supervisor.py tests/integration/test_scripts.py tests/integration/test_client.py \
+  tests/integration/test_e2e.py tests/integration/test_durable.py \
+  tests/integration/test_supervisor_redis.py tests/integration/test_keys.py \
+  tests/fleet/test_crash.py
 
-.PHONY: install redis-server lint test test-all test-stress test-lowest demo bench bench-cluster-up bench-cluster-down loadtest clean
+.PHONY: install redis-server lint test test-unit test-all test-stress test-lowest demo bench bench-cluster-up bench-cluster-down loadtest clean
 
 install: $(VENV)/.installed
 
@@ -50,6 +53,10 @@ lint: install
 # SHARDQ_TEST_SEED=<n> repeats a run's random choices (the seed is printed in the header).
 test: install redis-server lint
 	$(PY) -m pytest $(TEST_ARGS)
+
+# The tests that need no Redis (tests/unit): seconds, and no redis-server needed.
+test-unit: install
+	$(PY) -m pytest tests/unit -q
 
 # The suite's core against the lowest dependency versions pyproject.toml allows (ci/lowest.txt).
 test-lowest: redis-server $(LOWEST_VENV)/.installed

@@ -8,7 +8,7 @@ and restarts for up to ``ProducerSettings.retry_timeout``, and raises the same t
 :mod:`shardq.errors` exception from either client.  Enqueue resends the same job id and body,
 which the script recognises, so a resend never duplicates a job.  Documentation is written
 once, on :class:`Client`; :class:`AsyncClient`'s methods take it (:func:`shardq.plans.twin_of`),
-and tests/test_parity.py keeps the two surfaces identical.  Model: httpx's ``Client`` and
+and tests/unit/test_parity.py keeps the two surfaces identical.  Model: httpx's ``Client`` and
 ``AsyncClient`` over one ``BaseClient``.
 """
 

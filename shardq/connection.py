@@ -190,7 +190,8 @@ def as_text(value: Any) -> str:
 
 def ping(client: SyncRedis) -> None:
     """PING (every primary, in cluster mode): whether Redis answers at all, for health checks.
-    Not a command on shardq's keys, so not a store call (tests/test_store.py allows it here)."""
+    Not a command on shardq's keys, so not a store call (tests/unit/test_store.py allows it
+    here)."""
     client.ping()
 
 

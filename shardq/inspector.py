@@ -6,7 +6,7 @@ decision is written once, its arguments checked as it is built) and drives it th
 client's runner (:mod:`shardq.store.retry`), so a listing rides out a failover, and raises the
 same typed :mod:`shardq.errors` exception, as ``Client.get`` does.  Documentation is written
 once, on :class:`Inspector`; :class:`AsyncInspector` takes it (:func:`shardq.plans.twin_of`),
-and tests/test_parity.py keeps the two surfaces identical.  What each page costs is in
+and tests/unit/test_parity.py keeps the two surfaces identical.  What each page costs is in
 :mod:`shardq.plans.inspect`.
 """
 

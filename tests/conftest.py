@@ -1,9 +1,9 @@
 """Shared fixtures: a real 6-node Redis Cluster and a standalone node, private to this session.
 
-Isolation: the session claims its own block of ports (tests/ports.py) and its own dev directory
-(pidfiles, logs), points ``SHARDQ_DEV_DIR`` at it for any ``shardq dev`` command a test runs,
-and at the end stops exactly the servers it started.  Two sessions from two checkouts can run
-at once.  ``SHARDQ_TEST_BASE_PORT`` pins the block; with ``SHARDQ_KEEP_TEST_REDIS=1`` as well,
+Isolation: the session claims its own block of ports (tests/support/ports.py) and its own dev
+directory (pidfiles, logs), points ``SHARDQ_DEV_DIR`` at it for any ``shardq dev`` command a test
+runs, and at the end stops exactly the servers it started.  Two sessions from two checkouts can
+run at once.  ``SHARDQ_TEST_BASE_PORT`` pins the block; with ``SHARDQ_KEEP_TEST_REDIS=1`` as well,
 the servers (and the dev directory, ``/tmp/shardq-test-<base>``) are kept for the next run.
 
 Randomness: every test starts with ``random`` seeded from the session seed and its own node id.
@@ -27,10 +27,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import TIME_FACTOR
 from hypothesis import HealthCheck, settings
-from ports import BLOCK, TestPorts, claim
-from procs import own_redis, procs  # noqa: F401 - the fixtures, for every test module
+from support.helpers import TIME_FACTOR
+from support.ports import BLOCK, TestPorts, claim
+from support.procs import own_redis, procs  # noqa: F401 - the fixtures, for every test module
 
 from shardq.client import Client
 from shardq.config import RedisSettings

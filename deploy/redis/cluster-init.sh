@@ -2,7 +2,7 @@
 # Create a Redis Cluster from empty nodes, once.  Safe to run again: when the nodes already form
 # a cluster it only waits for that cluster to be healthy.  Runs in the redis:7.0 image (sh,
 # redis-cli); docker-compose.cluster.yml mounts this file, and k8s/overlays/dev/redis/ holds a
-# copy that tests/test_deploy.py keeps identical.
+# copy that tests/deploy/test_deploy.py keeps identical.
 #
 # Environment:
 #   REDIS_NODES       host:port of every node, space-separated; the first third become primaries

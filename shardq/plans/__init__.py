@@ -72,7 +72,7 @@ def twin_of(sync_cls: type) -> Callable[[C], C]:
     """Class decorator for an asyncio facade: each public method without a docstring takes its
     sync twin's, so a method's documentation is written once (on the sync facade).  That both
     have the same methods, parameters and return types is checked by the parity test
-    (tests/test_parity.py), not here."""
+    (tests/unit/test_parity.py), not here."""
 
     def copy(async_cls: C) -> C:
         for name, member in vars(async_cls).items():

@@ -9,5 +9,5 @@
 - one module of ops per role: :mod:`~shardq.store.producer`, :mod:`~shardq.store.delivery`,
   :mod:`~shardq.store.fleet`, :mod:`~shardq.store.inspect`.
 
-Nothing outside this package names a script or parses a reply (tests/test_store.py checks it).
+Nothing outside this package names a script or parses a reply (tests/unit/test_store.py checks it).
 """

@@ -1,0 +1,454 @@
+"""Riding out cluster events on fresh clusters of the tests' own: a primary killed and its
+replica promoted, a partition moved, every node stopped for 15 s; all under producer load of
+every kind (single, bulk, durable; sync and asyncio) with a dispatcher and a worker running.
+
+Counted in every test: 0 lost beyond what the guarantee allows (durable writes: none; other
+writes: only those acknowledged by a primary in the instant before it was killed, Redis'
+asynchronous replication window), and 0 duplicated by retries (every job that exists was
+returned to its producer by exactly one call).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+from support.helpers import Runner, Runs, job_id_in, scaled, wait_for
+from support.ports import TestPorts
+
+from shardq import AsyncClient, Client, JobRequest, ProducerSettings, RedisSettings
+from shardq.admin import slots as slot_moves
+from shardq.devtools.devcluster import cluster_down, cluster_up, node_pid, restart_node
+from shardq.errors import BulkEnqueueError, NotDurableError, RedisUnavailableError
+from shardq.store import keys
+
+PARTITIONS = 12
+
+
+@dataclass
+class FreshCluster:
+    url: str
+    base: int
+    root: Path
+
+    def primary_port(self, client: Client, key: str) -> int:
+        manager = client.redis.nodes_manager  # type: ignore[union-attr]
+        manager.initialize()
+        return int(manager.get_node_from_slot(keys.slot_of(key)).port)
+
+    def ports(self) -> list[int]:
+        return list(range(self.base, self.base + 6))
+
+
+@pytest.fixture
+def fresh(test_ports: TestPorts, tmp_path: Path) -> Iterator[FreshCluster]:
+    base = test_ports.failover
+    url = cluster_up(base, root=tmp_path)
+    try:
+        yield FreshCluster(url, base, tmp_path)
+    finally:
+        cluster_down(base, root=tmp_path)
+
+
+@dataclass
+class Ledger:
+    """What producers were told: job id -> when its call returned (monotonic)."""
+
+    stored: dict[str, float] = field(default_factory=dict)
+    durable: set[str] = field(default_factory=set)
+    errors: list[str] = field(default_factory=list)
+    calls: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def add(self, ids: list[str], durable: bool = False) -> None:
+        now = time.monotonic()
+        with self.lock:
+            self.calls += 1
+            for job_id in ids:
+                self.stored.setdefault(job_id, now)
+                if durable:
+                    self.durable.add(job_id)
+
+
+def producers(
+    url: str, queue: str, ledger: Ledger, stop: threading.Event, settings: ProducerSettings
+) -> list[threading.Thread]:
+    """Single, bulk and durable producers (sync), and single + bulk asyncio ones."""
+
+    def single() -> None:
+        with Client.from_url(url, settings) as c:
+            while not stop.is_set():
+                ledger.add([c.enqueue(queue, "t", None, delay=random.uniform(0, 1))])
+
+    def bulk() -> None:
+        with Client.from_url(url, settings) as c:
+            while not stop.is_set():
+                reqs = [JobRequest("t", i, delay=random.uniform(0, 1)) for i in range(40)]
+                ledger.add([r.job_id for r in c.enqueue_many(queue, reqs)])
+
+    def durable() -> None:
+        with Client.from_url(url, settings) as c:
+            while not stop.is_set():
+                try:
+                    ledger.add([c.enqueue(queue, "t", None, durable=True)], durable=True)
+                except NotDurableError as exc:  # stored on the primary, replica not confirmed
+                    ledger.add(exc.job_ids)
+                    time.sleep(0.05)
+
+    def asyncio_producers() -> None:
+        async def go() -> None:
+            c = await AsyncClient.from_url(url, settings)
+            try:
+                while not stop.is_set():
+                    ledger.add([await c.enqueue(queue, "t", None, delay=0.2)])
+                    reqs = [JobRequest("t", i, delay=0.3) for i in range(20)]
+                    ledger.add([r.job_id for r in await c.enqueue_many(queue, reqs)])
+            finally:
+                await c.close()
+
+        asyncio.run(go())
+
+    def guarded(fn: Callable[[], None]) -> Callable[[], None]:
+        def run() -> None:
+            try:
+                fn()
+            except Exception as exc:  # a producer that fails is a test failure: recorded
+                ledger.errors.append(f"{fn.__name__}: {type(exc).__name__}: {exc}")
+
+        return run
+
+    return [
+        threading.Thread(target=guarded(f), name=f.__name__, daemon=True)
+        for f in (single, bulk, durable, asyncio_producers)
+    ]
+
+
+def check(ledger: Ledger, runs: Runs, killed_at: float | None) -> dict[str, int]:
+    """0 duplicated by retries; lost only within the replication window of a killed primary."""
+    assert not ledger.errors, ledger.errors
+    ran = set(runs.count())
+    unknown = ran - set(ledger.stored)
+    assert not unknown, f"{len(unknown)} jobs ran that no producer was given: retries duplicated"
+    lost = set(ledger.stored) - ran
+    assert not lost & ledger.durable, f"durable jobs lost: {sorted(lost & ledger.durable)[:5]}"
+    if killed_at is None:
+        assert not lost, f"{len(lost)} lost, e.g. {sorted(lost)[:5]}"
+    else:
+        # Acknowledged by the old primary in the instant before SIGKILL, never replicated.
+        late = [j for j in lost if ledger.stored[j] < killed_at - scaled(0.5)]
+        assert not late, f"{len(late)} lost that were acknowledged well before the kill"
+    return {"stored": len(ledger.stored), "lost": len(lost), "calls": ledger.calls}
+
+
+def drain(client: Client, queue: str, ledger: Ledger, runs: Runs) -> None:
+    """Wait until every stored job ran (those lost in replication never will: bounded)."""
+    wait_for(
+        lambda: (
+            len(set(ledger.stored) - set(runs.count())) <= 50
+            and client.get(queue, next(iter(ledger.stored))) is None
+        ),
+        90,
+        lambda: f"{len(set(ledger.stored) - set(runs.count()))} jobs not run",
+    )
+    settle_until = time.monotonic() + scaled(5)
+    while time.monotonic() < settle_until and set(ledger.stored) - set(runs.count()):
+        time.sleep(0.2)
+
+
+def test_producers_and_fleet_ride_out_a_killed_primary(fresh: FreshCluster, queue: str) -> None:
+    client = Client.from_url(fresh.url)
+    client.create_queue(queue, PARTITIONS)
+    ledger, runs, stop = Ledger(), Runs(), threading.Event()
+    settings = ProducerSettings(retry_timeout=30, durable_timeout=1.0)
+    victim_port = fresh.primary_port(client, keys.partition_keys(queue, 0, PARTITIONS).due)
+    threads = producers(fresh.url, queue, ledger, stop, settings)
+    with Runner(fresh.url, queue, {"t": runs.add}):
+        for t in threads:
+            t.start()
+        time.sleep(random.uniform(1.0, 2.5))
+        pid = node_pid(fresh.base, victim_port, root=fresh.root)
+        assert pid is not None
+        killed_at = time.monotonic()
+        os.kill(pid, signal.SIGKILL)
+        wait_for(
+            lambda: (
+                fresh.primary_port(client, keys.partition_keys(queue, 0, PARTITIONS).due)
+                != victim_port
+            ),
+            30,
+            "no failover",
+        )
+        calls_at_failover = ledger.calls
+        time.sleep(random.uniform(1.0, 3.0))
+        restart_node(fresh.base, victim_port, root=fresh.root)  # back as a replica
+        wait_for(lambda: ledger.calls > calls_at_failover + 50, 30, "producers stalled")
+        stop.set()
+        for t in threads:
+            t.join(60)
+        drain(client, queue, ledger, runs)
+    figures = check(ledger, runs, killed_at)
+    print(f"killed primary: {figures}")
+    client.close()
+
+
+def test_bulk_producer_rides_out_a_partition_move(fresh: FreshCluster, queue: str) -> None:
+    client = Client.from_url(fresh.url)
+    mover = Client.from_url(fresh.url)
+    client.create_queue(queue, PARTITIONS)
+    ledger, runs, stop = Ledger(), Runs(), threading.Event()
+    settings = ProducerSettings(retry_timeout=30)
+    threads = producers(fresh.url, queue, ledger, stop, settings)
+    with Runner(fresh.url, queue, {"t": runs.add}):
+        for t in threads:
+            t.start()
+        time.sleep(random.uniform(0.5, 2.0))
+        source = slot_moves.plan_move(mover, queue, 0, slot_moves.primary_addresses(mover)[0])
+        target = next(a for a in slot_moves.primary_addresses(mover) if a != source.source)
+        result = slot_moves.move(mover, slot_moves.plan_move(mover, queue, 0, target))
+        assert result.keys_moved > 0
+        calls_at_move = ledger.calls
+        wait_for(lambda: ledger.calls > calls_at_move + 50, 30, "producers stalled")
+        stop.set()
+        for t in threads:
+            t.join(60)
+        drain(client, queue, ledger, runs)
+    figures = check(ledger, runs, None)
+    assert max(runs.count().values()) == 1, "a job ran twice across the move"
+    print(f"moved partition: {figures}")
+    client.close()
+    mover.close()
+
+
+def test_fleet_rides_out_every_node_stopped_for_15_s(fresh: FreshCluster, queue: str) -> None:
+    """All six nodes SIGSTOPped for 15 s: dispatcher and worker keep running (not ready), and
+    resume by themselves; a durable producer whose calls time out resends the same ids."""
+    client = Client.from_url(fresh.url)
+    client.create_queue(queue, PARTITIONS)
+    ledger, runs, stop = Ledger(), Runs(), threading.Event()
+    unsure: list[JobRequest] = []
+
+    def producer() -> None:
+        settings = ProducerSettings(retry_timeout=5, durable_timeout=1.0)
+        with Client.from_url(fresh.url, settings) as c:
+            while not stop.is_set():
+                reqs = unsure[:] or [JobRequest("t", i, delay=0.3) for i in range(10)]
+                unsure.clear()
+                try:
+                    ledger.add([r.job_id for r in c.enqueue_many(queue, reqs, durable=True)], True)
+                except BulkEnqueueError as exc:
+                    ledger.add(exc.stored, True)
+                    unsure.extend(exc.retry_requests)  # same ids: a resend cannot duplicate
+                except NotDurableError as exc:  # stored, replicas not confirmed in time
+                    ledger.add([r.job_id for r in exc.results])
+                    time.sleep(0.1)
+                except RedisUnavailableError:  # before anything was sent (the queue lookup)
+                    time.sleep(0.1)
+
+    thread = threading.Thread(target=producer, daemon=True)
+    pids = [node_pid(fresh.base, p, root=fresh.root) for p in fresh.ports()]
+    with Runner(fresh.url, queue, {"t": runs.add}) as runner:
+        thread.start()
+        wait_for(lambda: len(runs.jobs) > 100, 30, "no jobs ran before the outage")
+        for pid in pids:
+            os.kill(pid, signal.SIGSTOP)  # type: ignore[arg-type]
+        try:
+            stopped_at = time.monotonic()
+            wait_for(
+                lambda: (
+                    runner.workers[0].supervisor.failing()
+                    and runner.dispatcher is not None
+                    and runner.dispatcher.supervisor.failing()
+                ),
+                30,
+                "the fleet did not notice the outage",
+            )
+            time.sleep(max(0.0, 15 - (time.monotonic() - stopped_at)))
+        finally:
+            for pid in pids:
+                os.kill(pid, signal.SIGCONT)  # type: ignore[arg-type]
+        resumed_at = time.monotonic()
+        ran_before = len(runs.jobs)
+        wait_for(lambda: len(runs.jobs) > ran_before + 100, 60, "the fleet did not resume")
+        resume_s = runs.times[ran_before] - resumed_at
+        runner.check()  # neither dispatcher nor worker exited
+        stop.set()
+        thread.join(60)
+        while unsure:  # what was left unconfirmed when the producer stopped
+            try:
+                ledger.add([r.job_id for r in client.enqueue_many(queue, unsure)])
+                unsure.clear()
+            except BulkEnqueueError as exc:
+                ledger.add(exc.stored)
+                unsure[:] = exc.retry_requests
+        drain(client, queue, ledger, runs)
+    figures = check(ledger, runs, None)
+    print(f"all nodes stopped 15 s: {figures}, first job after resume {resume_s:.2f} s")
+    client.close()
+
+
+def test_a_killed_primary_is_followed_by_every_producer_path(
+    fresh: FreshCluster, queue: str
+) -> None:
+    """Right after a failover each producer path reaches the new primary: single, bulk and
+    durable, sync and asyncio, for a partition of the failed primary."""
+    client = Client.from_url(fresh.url, ProducerSettings(retry_timeout=30))
+    client.create_queue(queue, PARTITIONS)
+    pk = keys.partition_keys(queue, 0, PARTITIONS)
+    victim = fresh.primary_port(client, pk.due)
+    ids = [job_id_in(0, PARTITIONS, f"warm{i}") for i in range(3)]
+    client.enqueue(queue, "t", job_id=ids[0], delay=60)  # warm every path's connections
+    os.kill(node_pid(fresh.base, victim, root=fresh.root), signal.SIGKILL)  # type: ignore[arg-type]
+    assert client.enqueue(queue, "t", job_id=ids[1], delay=60) == ids[1]
+    bulk = client.enqueue_many(
+        queue,
+        [JobRequest("t", job_id=job_id_in(0, PARTITIONS, f"b{i}"), delay=60) for i in range(5)],
+    )
+    assert all(r.created for r in bulk)
+    with pytest.raises(NotDurableError):  # the new primary has no replica yet: said so
+        client.enqueue(queue, "t", job_id=ids[2], delay=60, durable=True)
+    assert client.get(queue, ids[2]) is not None
+
+    # A new client needs a live seed node (the URL's node may be the one that was killed).
+    live = next(p for p in fresh.ports() if p != victim)
+
+    async def via_asyncio() -> None:
+        a = await AsyncClient.from_url(
+            f"redis://127.0.0.1:{live}", ProducerSettings(retry_timeout=30)
+        )
+        try:
+            jid = job_id_in(0, PARTITIONS, "async")
+            assert await a.enqueue(queue, "t", job_id=jid, delay=60) == jid
+            assert (await a.get(queue, jid)) is not None
+        finally:
+            await a.close()
+
+    asyncio.run(via_asyncio())
+    restart_node(fresh.base, victim, root=fresh.root)
+    # Once the old primary is back as a replica, durable enqueues are confirmed again.
+    wait_for(
+        lambda: _durable_ok(client, queue, job_id_in(0, PARTITIONS, "after")),
+        60,
+        "durable enqueue never confirmed after the replica came back",
+    )
+    client.close()
+
+
+def _durable_ok(client: Client, queue: str, job_id: str) -> bool:
+    try:
+        client.enqueue(queue, "t", job_id=job_id, delay=60, durable=True)
+    except NotDurableError:
+        return False
+    except redis.RedisError:
+        return False
+    return True
+
+
+def test_the_inspector_and_the_operator_tools_ride_out_a_killed_primary_like_client_get(
+    fresh: FreshCluster, queue: str
+) -> None:
+    """Inspector.list_jobs, `shardq queue info` and `shardq owners` go through the same retry
+    layer as Client.get: started right after a primary is killed (its replica not promoted
+    yet), each waits the failover out and answers in full within retry_timeout; with a retry
+    window shorter than the failover, the library calls give up with the same typed error."""
+    from shardq.admin import owners
+    from shardq.inspector import Inspector
+
+    client = Client.from_url(fresh.url, ProducerSettings(retry_timeout=30))
+    watcher = Client.from_url(fresh.url)  # its own slot map: refreshing it helps no one else
+    client.create_queue(queue, PARTITIONS)
+    ids = {client.enqueue(queue, "t", job_id=job_id_in(p, PARTITIONS, "j"), delay=600)
+           for p in range(PARTITIONS)}  # fmt: skip
+    pk = keys.partition_keys(queue, 0, PARTITIONS)
+    victim = fresh.primary_port(watcher, pk.due)
+    ins = Inspector(client)
+    assert {j.id for j in ins.list_jobs(queue, "scheduled", limit=100).jobs} == ids  # warm
+    live = next(p for p in fresh.ports() if p != victim)
+    env = {**os.environ, "SHARDQ_REDIS_URL": f"redis://127.0.0.1:{live}"}
+    cli = [sys.executable, "-m", "shardq.cli"]
+    started: dict[str, float] = {}
+    results: dict[str, Any] = {}
+
+    def timed(name: str, fn: Callable[[], Any]) -> threading.Thread:
+        def run() -> None:
+            started[name] = time.monotonic()
+            try:
+                results[name] = fn()
+            except Exception as exc:  # reported below, with the others
+                results[name] = exc
+
+        return threading.Thread(target=run, name=name)
+
+    calls = [
+        timed("list_jobs", lambda: ins.list_jobs(queue, "scheduled", limit=100)),
+        timed("get", lambda: client.get(queue, job_id_in(0, PARTITIONS, "j"))),
+        timed("queue info", lambda: subprocess.run(
+            [*cli, "queue", "info", "-q", queue, "--json"], env=env, capture_output=True,
+            text=True, timeout=60,
+        )),
+        timed("owners", lambda: subprocess.run(
+            [*cli, "owners", "-q", queue, "--json"], env=env, capture_output=True, text=True,
+            timeout=60,
+        )),
+    ]  # fmt: skip
+    os.kill(node_pid(fresh.base, victim, root=fresh.root), signal.SIGKILL)  # type: ignore[arg-type]
+    killed_at = time.monotonic()
+    for t in calls:
+        t.start()
+    wait_for(lambda: fresh.primary_port(watcher, pk.due) != victim, 30, "no failover")
+    promoted_at = time.monotonic()
+    for t in calls:
+        t.join(90)
+    # Each call began while partition 0's primary was dead and its replica not promoted.
+    assert all(at < promoted_at for at in started.values()), (started, promoted_at)
+    assert promoted_at - killed_at > 1.0
+    page = results["list_jobs"]
+    assert not isinstance(page, BaseException), page
+    assert {j.id for j in page.jobs} == ids and page.cursor is None
+    got = results["get"]
+    assert not isinstance(got, BaseException) and got is not None and got.partition == 0, got
+    for name in ("queue info", "owners"):
+        done = results[name]
+        assert not isinstance(done, BaseException), done
+        assert done.returncode == 0, (name, done.stderr)
+        rows = [json.loads(line) for line in done.stdout.splitlines() if line.strip()]
+        assert sorted(r["partition"] for r in rows) == list(range(PARTITIONS)), (name, rows)
+    info = {json.loads(x)["partition"]: json.loads(x) for x in results["queue info"].stdout.split()}
+    assert sum(r["scheduled"] for r in info.values()) == len(ids)
+
+    # A window shorter than a failover: the same typed error from every library entry point.
+    other = next(
+        pk_other.due
+        for pk_other in keys.all_partition_keys(queue, PARTITIONS)
+        if fresh.primary_port(watcher, pk_other.due) not in (victim, live)
+        and fresh.primary_port(watcher, pk_other.due) != fresh.primary_port(watcher, pk.due)
+    )
+    second = fresh.primary_port(watcher, other)
+    hasty = Client(RedisSettings.from_url(f"redis://127.0.0.1:{live}"),
+                   ProducerSettings(retry_timeout=0.3))  # fmt: skip
+    partition = next(
+        p for p in range(PARTITIONS) if keys.partition_keys(queue, p, PARTITIONS).due == other
+    )
+    assert hasty.get(queue, job_id_in(partition, PARTITIONS, "j")) is not None  # warm
+    os.kill(node_pid(fresh.base, second, root=fresh.root), signal.SIGKILL)  # type: ignore[arg-type]
+    with pytest.raises(RedisUnavailableError):
+        hasty.get(queue, job_id_in(partition, PARTITIONS, "j"))
+    with pytest.raises(RedisUnavailableError):
+        Inspector(hasty).list_jobs(queue, "scheduled")
+    with pytest.raises(RedisUnavailableError):
+        owners(hasty, queue)
+    hasty.close()
+    watcher.close()
+    client.close()

@@ -1,0 +1,164 @@
+"""The Lua loader (one Functions library), the scripts' headers, and transparent recovery from a
+node that lost the library (without Redis: tests/unit/test_scripts_loader.py)."""
+
+from __future__ import annotations
+
+import pytest
+import redis
+from support.helpers import Runner, primaries, wait_for
+
+from shardq import JobRequest
+from shardq.client import Client
+from shardq.errors import ScriptArgumentError
+from shardq.jobs import Job
+from shardq.store import keys, loader
+from shardq.store.codes import check
+from shardq.store.op import op, raw
+
+
+def test_the_library_loads_and_registers_every_function(client: Client) -> None:
+    node = primaries(client.redis)[0]
+    lib = loader.library()
+    try:
+        node.execute_command("FUNCTION", "LOAD", lib.code)
+    except redis.ResponseError as exc:
+        assert "already exists" in str(exc)
+    [info] = node.execute_command("FUNCTION", "LIST", "LIBRARYNAME", lib.name)
+    assert info[b"library_name"] == lib.name.encode()
+    registered = {
+        f[b"name"].decode(): {flag.decode() for flag in f[b"flags"]} for f in info[b"functions"]
+    }
+    assert registered == {s.function: set(s.flags) for s in loader.scripts().values()}
+    # What runs at maxmemory and what is refused there is declared, not left to chance.
+    refused = {s.name for s in loader.scripts().values() if not s.flags}
+    # (jobs that come back or come new: they add memory, like an enqueue)
+    assert refused == {
+        "enqueue",
+        "enqueue-batch",
+        "dlq-replay",
+        "queue-create",
+        "run-now",
+        "schedule-fire",
+        "schedule-put",
+    }
+
+
+def _flush_scripts(client: Client) -> None:
+    for node in primaries(client.redis):
+        node.execute_command("FUNCTION", "FLUSH")  # a running dispatcher/worker reloads it
+
+
+def test_a_flushed_library_is_loaded_again_by_run_and_run_many(
+    url: str, client: Client, queue: str
+) -> None:
+    partitions = 8
+    client.create_queue(queue, partitions)
+    ran: list[str] = []
+
+    def handler(job: Job) -> None:
+        ran.append(job.id)
+
+    with Runner(url, queue, {"t": handler}):
+        first = client.enqueue(queue, "t", {"n": 0})
+        wait_for(lambda: first in ran, 10, "warm-up job did not run")
+
+        # The dispatcher and worker have their scripts cached; the cache goes away under them.
+        _flush_scripts(client)
+        single = client.enqueue(queue, "t", {"n": 1}, delay=0.2)  # one call
+        assert client.get(queue, single) is not None
+
+        _flush_scripts(client)
+        bulk = client.enqueue_many(  # one pipeline per node
+            queue, [JobRequest("t", {"n": i}, delay=0.2) for i in range(40)]
+        )
+        assert all(r.created for r in bulk)
+        assert all(client.get(queue, r.job_id) is not None or r.job_id in ran for r in bulk)
+
+        expected = {single, *(r.job_id for r in bulk)}
+        wait_for(lambda: expected <= set(ran), 15, lambda: f"{len(expected - set(ran))} not run")
+
+        _flush_scripts(client)  # and once more while the worker is idle and the queue empty
+        last = client.enqueue(queue, "t", delay=0.1)
+        wait_for(lambda: last in ran, 10, "job after the last flush did not run")
+    assert sorted(ran) == sorted({first, last, *expected})
+    for pk in keys.all_partition_keys(queue, partitions):
+        assert client.redis.hlen(pk.jobs) == 0
+
+
+@pytest.mark.parametrize("name", sorted(loader.scripts()))
+def test_every_function_refuses_more_arguments_than_its_cap_before_anything(
+    standalone_client: Client, name: str
+) -> None:
+    """The cap (the header's ARGV count, or its Max ARGV line) and the KEYS count are checked
+    first of all, by the loader's guard: a longer call writes nothing, whatever the script."""
+    from shardq.store import functions
+
+    r = standalone_client.redis
+    functions.load_everywhere(r)
+    lua = loader.script(name)
+    tag = "{caps-" + name + "}:"
+    names = [f"{tag}k{i}" for i in range(lua.num_keys)]
+    over = ["1"] * (lua.max_argv + 1)
+    reply = r.execute_command("FCALL", lua.function, lua.num_keys, *names, *over)
+    assert reply == [-15, b"ARGV", lua.max_argv + 1, lua.max_argv], reply
+    extra = [*names, tag + "extra"]
+    reply = r.execute_command("FCALL", lua.function, len(extra), *extra, *over[:1])
+    assert reply == [-15, b"KEYS", lua.num_keys + 1, lua.num_keys], reply
+    assert not list(r.scan_iter(match=tag + "*"))
+    with pytest.raises(ScriptArgumentError, match="at most"):
+        check(reply)
+    with pytest.raises(ValueError, match=f"at most {lua.max_argv} arguments"):
+        op(name, names, over, raw)
+
+
+def test_a_worker_holding_more_than_one_call_carries_acks_them_in_chunks(
+    standalone_client: Client, queue: str
+) -> None:
+    """2,500 finished deliveries of one partition: three ack calls within the cap, all settled."""
+    import asyncio
+    import logging
+
+    from shardq.config import WorkerSettings
+    from shardq.runtime.supervisor import Supervisor
+    from shardq.store import delivery, transport
+    from shardq.store.queues import read_meta
+    from shardq.worker.context import WorkerContext
+    from shardq.worker.inflight import Delivery, InFlight, WorkerStats
+    from shardq.worker.settler import Settler
+
+    client, r = standalone_client, standalone_client.redis
+    client.create_queue(queue, 1)
+    client.enqueue_many(queue, [JobRequest("t", i) for i in range(2500)])
+    pk = keys.partition_keys(queue, 0, 1)
+    inflight = InFlight(concurrency=10_000)
+    ctx = WorkerContext(
+        role="worker",
+        queue=queue,
+        member="c",
+        redis=None,  # type: ignore[arg-type]  # take_acks builds the ops; they are run here
+        transport=None,  # type: ignore[arg-type]
+        meta=client._run(read_meta(queue)),
+        pks=[pk],
+        pinned=None,
+        settings=WorkerSettings(),
+        supervisor=Supervisor("worker", queue),
+        membership=None,
+        stop=asyncio.Event(),
+        log=logging.getLogger("test"),
+        stats=WorkerStats(),
+        inflight=inflight,
+        handlers={},
+        inline_types=set(),
+    )
+    settler = Settler(ctx, wake=lambda p: None)
+    for _ in range(3):
+        for got in transport.run(r, delivery.fetch(pk, "c", 1000)).jobs:
+            d = Delivery(0, got.entry_id, got.raw_id, None)  # type: ignore[arg-type]
+            inflight.add(d)
+            settler.succeeded(d)
+    assert inflight.count == 2500
+    taken, ops = settler.take_acks([0])
+    assert [len(batch) for _, batch in taken] == [1000, 1000, 500]
+    assert all(len(o.argv) <= o.script.max_argv for o in ops)
+    assert sum(transport.run_many(r, ops)) == 2500
+    assert r.hlen(pk.jobs) == 0 and int(r.hget(pk.stats, "completed")) == 2500

@@ -1,0 +1,157 @@
+"""Every script of the library with a call that succeeds on a prepared partition: the cases
+tests/integration/test_script_checks.py breaks one failure point at a time, and
+tests/integration/test_acl.py runs as each role's ACL user.  ``prepare`` builds a queue with
+one partition holding a bit of everything; ``OPS`` has one case per script (a test checks none
+is missing)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from shardq import limits
+from shardq.client import Client
+from shardq.config import ProducerSettings
+from shardq.jobs import JobRequest
+from shardq.schedules import make_definition
+from shardq.store import delivery, fleet, inspect, keys, producer, transport
+from shardq.store import limits as store_limits
+from shardq.store import schedules as sched
+from shardq.store.op import Op
+
+SETTINGS = ProducerSettings()
+
+
+@dataclass
+class State:
+    """A queue with one partition holding a bit of everything: scheduled jobs, a ready job, a
+    delivery pending for consumer c1, a dead job, a lease, a member."""
+
+    queue: str
+    pk: keys.PartitionKeys
+    scheduled: str
+    pending_entry: bytes
+    pending_id: bytes
+    dead_entry: str
+    token: str
+    node: str
+    redis: Any = None
+
+
+def prepare(client: Client, created: list[str] | None = None) -> State:
+    """A fresh queue (its name appended to ``created``) with one partition prepared."""
+    r = client.redis
+    queue = "chk-" + uuid.uuid4().hex[:10]
+    if created is not None:
+        created.append(queue)
+    run = lambda op: transport.run(r, op)  # noqa: E731
+    client.create_queue(queue, 1)
+    pk = keys.partition_keys(queue, 0, 1)
+    scheduled = [
+        run(producer.prepare_enqueue(queue, 1, JobRequest("t", i, delay=600), SETTINGS).op())
+        for i in range(3)
+    ]
+    dead = run(producer.prepare_enqueue(queue, 1, JobRequest("t", "dead"), SETTINGS).op())
+    got = run(delivery.fetch(pk, "c0", 1)).jobs[0]
+    assert got.raw_id.decode() == dead.job_id
+    run(delivery.fail(pk, got.entry_id, got.raw_id, -1, "boom"))
+    dead_entry = r.xrange(pk.dead)[0][0].decode()
+    run(producer.prepare_enqueue(queue, 1, JobRequest("t", "pending"), SETTINGS).op())
+    pending = run(delivery.fetch(pk, "c1", 1)).jobs[0]
+    run(producer.prepare_enqueue(queue, 1, JobRequest("t", "ready"), SETTINGS).op())
+    grant = run(fleet.lease_acquire(pk, "d1", 60_000))
+    run(fleet.members(keys.dispatchers_key(queue), keys.drain_key(queue), "d1", 60_000))
+    node = r.get_node_from_key(pk.jobs).name
+    return State(
+        queue,
+        pk,
+        scheduled[0].job_id,
+        pending.entry_id,
+        pending.raw_id,
+        dead_entry,
+        grant.token,
+        node,
+        r,
+    )
+
+
+def enqueue_op(s: State, **kw: Any) -> Op[Any]:
+    return producer.prepare_enqueue(
+        s.queue, 1, JobRequest("t", {"x": 1}, idempotency_key="idem-1", **kw), SETTINGS
+    ).op()
+
+
+def _enqueue_batch(s: State) -> Op[Any]:
+    prepared = [
+        producer.prepare_enqueue(s.queue, 1, JobRequest("t", i, delay=1), SETTINGS)
+        for i in range(3)
+    ]
+    calls = producer.plan_bulk(prepared)
+    assert calls[0].op.name == "enqueue-batch"
+    return calls[0].op
+
+
+def _schedule_fire(s: State) -> Op[Any]:
+    """A schedule whose next tick (1000 ms) is long past, fired with its one tick."""
+    d = make_definition("chk", "t", {"x": 1}, every=60)
+    transport.run(s.redis, sched.put(s.pk, "put", "chk", d.to_json(), 1000))
+    fire = sched.Fire("chk", 1000, d.sha, 10**13, 0, d.body.encode(), [1000])
+    return sched.fire(s.pk, s.token, [fire])
+
+
+OPS: dict[str, Callable[[State], Op[Any]]] = {
+    "enqueue": enqueue_op,
+    "enqueue-batch": _enqueue_batch,
+    "cancel": lambda s: producer.cancel(s.queue, 1, s.scheduled),
+    "reschedule": lambda s: producer.reschedule(s.queue, 1, s.scheduled, None, 30, SETTINGS),
+    "get": lambda s: producer.get(s.queue, 1, s.scheduled),
+    "queue-create": lambda s: producer.queue_create(s.queue + "-new", 2),
+    "fetch": lambda s: delivery.fetch(s.pk, "c2", 10),
+    "ack": lambda s: delivery.ack(s.pk, [(s.pending_entry, s.pending_id)]),
+    "fail": lambda s: delivery.fail(s.pk, s.pending_entry, s.pending_id, 1000, "err"),
+    "touch": lambda s: delivery.touch(s.pk, "c1", [s.pending_entry]),
+    "reclaim": lambda s: delivery.reclaim(
+        s.pk, "c2", visibility_ms=0, orphan_idle_ms=0, live=[], count=10, max_deliveries=5
+    ),
+    "retire": lambda s: delivery.retire(s.pk, "c0"),
+    "prune-consumers": lambda s: delivery.prune_consumers(s.pk, 0),
+    "lease-acquire": lambda s: fleet.lease_acquire(s.pk, "d2", 10_000, ["d1"]),
+    "lease-renew": lambda s: fleet.lease_renew(s.pk, s.token, 10_000),
+    "lease-release": lambda s: fleet.lease_release(s.pk, s.token),
+    "lease-revoke": lambda s: fleet.lease_revoke(s.pk, "d1"),
+    "owner-info": lambda s: fleet.lease_info(s.pk),
+    "promote": lambda s: fleet.promote(s.pk, s.token, 10, 10_000),
+    "trim": lambda s: fleet.trim(s.pk, s.token, 0, 1, 100),
+    "members": lambda s: fleet.members(
+        keys.dispatchers_key(s.queue), keys.drain_key(s.queue), "d2", 5_000
+    ),
+    "partition-stats": lambda s: inspect.partition_stats(s.pk, s.node),
+    "dlq-replay": lambda s: inspect.dlq_replay(s.pk, [s.dead_entry]),
+    "dlq-purge": lambda s: inspect.dlq_purge(s.pk, [s.dead_entry]),
+    "list-due": lambda s: inspect.list_due(s.pk, 0, "", 10**15, 10),
+    "list-ready": lambda s: inspect.list_ready(s.pk, "", 10),
+    "list-running": lambda s: inspect.list_running(s.pk, "", 10),
+    "list-dead": lambda s: inspect.list_dead(s.pk, "", 10),
+    "list-retrying": lambda s: inspect.list_retrying(s.pk, "0", 10),
+    "inflight": lambda s: inspect.inflight(s.pk),
+    "pause": lambda s: inspect.pause(s.pk, True),
+    "lanes": lambda s: inspect.lanes(s.pk, True),
+    "control-init": lambda s: inspect.control_init(s.pk),
+    "run-now": lambda s: inspect.run_now(s.pk, s.scheduled),
+    "empty-due": lambda s: inspect.empty_due(s.pk, 10),
+    "schedule-put": lambda s: sched.put(
+        s.pk, "put", "chk", make_definition("chk", "t", every=5).to_json(), 10**13
+    ),
+    "schedule-read": lambda s: sched.read(s.pk, "scan", "0", 10),
+    "schedule-fire": _schedule_fire,
+    "limit-take": lambda s: store_limits.take(s.queue, limits.for_type("t", 10), 3),
+    "limit-acquire": lambda s: store_limits.acquire(
+        s.queue, limits.for_type("t", concurrency=2), [b"a"], 10_000
+    ),
+    "limit-release": lambda s: store_limits.release(
+        s.queue, limits.for_type("t", concurrency=2), [b"a"]
+    ),
+    "defer": lambda s: store_limits.defer(s.pk, [(s.pending_entry, s.pending_id, 10**13)]),
+}

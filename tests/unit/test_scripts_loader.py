@@ -1,0 +1,143 @@
+"""The Lua scripts as files and the loader that builds the Functions library from them, no Redis:
+names and KEYS counts match the headers, includes are expanded (nested ones once), bad layouts
+are refused, every variable argument list has a cap and the callers split by it.  The library
+on real Redis is in tests/integration/test_scripts.py."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from shardq.errors import ConfigError
+from shardq.store import keys, loader
+from shardq.store.op import op
+
+REPO_LUA = Path(__file__).resolve().parents[2] / "lua"
+
+
+def lua_files() -> list[Path]:
+    return sorted(REPO_LUA.glob("*.lua"))
+
+
+def header(path: Path) -> str:
+    text = path.read_text()
+    match = re.match(r"--\[\[(.*?)\]\]", text, re.DOTALL)
+    assert match, f"{path.name} has no --[[ header ]]"
+    return match.group(1)
+
+
+def test_checkout_loads_the_repo_scripts() -> None:
+    assert loader.lua_dir().resolve() == REPO_LUA
+    loaded = loader.scripts()
+    assert set(loaded) == {re.sub(r"-\d+\.lua$", "", p.name) for p in lua_files()}
+    assert len(loaded) == len(lua_files())
+
+
+@pytest.mark.parametrize("path", lua_files(), ids=lambda p: p.name)
+def test_name_and_key_count_match_the_file_name_and_header(path: Path) -> None:
+    name, num_keys = re.fullmatch(r"([a-z][a-z-]*)-(\d+)\.lua", path.name).groups()  # type: ignore[union-attr]
+    lua = loader.script(name)
+    assert lua.name == name
+    assert lua.num_keys == int(num_keys)
+    head = header(path)
+    declared = [int(i) for i in re.findall(r"^KEYS\[(\d+)\]", head, re.MULTILINE)]
+    assert declared == list(range(1, int(num_keys) + 1)), f"{path.name} header lists {declared}"
+    assert re.search(r"^Returns", head, re.MULTILINE), f"{path.name} header has no Returns"
+    used = {int(i) for i in re.findall(r"KEYS\[(\d+)\]", lua.source)}
+    assert used and max(used) <= int(num_keys), f"{path.name} uses KEYS{sorted(used)}"
+    argv_used = {int(i) for i in re.findall(r"ARGV\[(\d+)\]", lua.source)}
+    argv_listed = {int(i) for i in re.findall(r"^ARGV\[(\d+)", head, re.MULTILINE)}
+    assert argv_used <= argv_listed, f"{path.name} uses ARGV{sorted(argv_used - argv_listed)}"
+
+
+@pytest.mark.parametrize("path", lua_files(), ids=lambda p: p.name)
+def test_includes_are_expanded(path: Path) -> None:
+    lua = loader.script(re.sub(r"-\d+\.lua$", "", path.name))
+    raw = path.read_text()
+    assert "--@include" not in lua.source
+    for included in re.findall(r"^--@include\s+(\S+)", raw, re.MULTILINE):
+        body = (REPO_LUA / "includes" / included).read_text()
+        # (its own includes expand before it, once per script)
+        assert re.sub(r"^--@include.*\n", "", body, flags=re.MULTILINE) in lua.source
+    lib = loader.library()
+    assert lua.function.startswith(lib.name + "_") and lua.function in lib.code
+    with pytest.raises(ValueError, match=f"{lua.name} takes {lua.num_keys} keys"):
+        op(lua.name, ["k"] * (lua.num_keys + 1), [], raw)
+
+
+def test_loader_rejects_bad_layouts(tmp_path: Path) -> None:
+    (tmp_path / "includes").mkdir()
+    (tmp_path / "includes" / "a.lua").write_text("--@include b.lua\nlocal a = 1\n")
+    (tmp_path / "includes" / "b.lua").write_text("--@include a.lua\n")
+    (tmp_path / "ok-1.lua").write_text("return 1\n")
+    assert set(loader.build(tmp_path).scripts) == {"ok"}
+
+    (tmp_path / "cycle-1.lua").write_text("--@include a.lua\nreturn 1\n")
+    with pytest.raises(ConfigError, match="include cycle"):
+        loader.build(tmp_path)
+    (tmp_path / "cycle-1.lua").unlink()
+
+    (tmp_path / "missing-1.lua").write_text("--@include nope.lua\nreturn 1\n")
+    with pytest.raises(ConfigError, match="missing Lua include"):
+        loader.build(tmp_path)
+    (tmp_path / "missing-1.lua").unlink()
+
+    (tmp_path / "NoKeyCount.lua").write_text("return 1\n")
+    with pytest.raises(ConfigError, match=r"<operation>-<numkeys>\.lua"):
+        loader.build(tmp_path)
+
+
+def test_nested_include_is_expanded_once(tmp_path: Path) -> None:
+    (tmp_path / "includes").mkdir()
+    (tmp_path / "includes" / "inner.lua").write_text("local inner = 1\n")
+    (tmp_path / "includes" / "outer.lua").write_text("--@include inner.lua\nlocal outer = 2\n")
+    (tmp_path / "x-0.lua").write_text("--@include outer.lua\nreturn inner + outer\n")
+    source = loader.build(tmp_path).scripts["x"].source
+    assert source == "local inner = 1\n\nlocal outer = 2\n\nreturn inner + outer\n"
+
+
+def test_loader_wants_a_cap_for_every_variable_argument_list(tmp_path: Path) -> None:
+    (tmp_path / "includes").mkdir()
+    (tmp_path / "fixed-1.lua").write_text("--[[ x\nARGV[1] a\nARGV[2] b\n]]\nreturn 1\n")
+    assert loader.build(tmp_path).scripts["fixed"].max_argv == 2
+    (tmp_path / "many-1.lua").write_text("--[[ x\nARGV[1] a\nARGV[2..] b\n]]\nreturn 1\n")
+    with pytest.raises(ConfigError, match="Max ARGV"):
+        loader.build(tmp_path)
+    (tmp_path / "many-1.lua").write_text("--[[ x\nARGV[3..] b\nMax ARGV: 2\n]]\nreturn 1\n")
+    with pytest.raises(ConfigError, match="below"):
+        loader.build(tmp_path)
+    (tmp_path / "many-1.lua").write_text("--[[ x\nARGV[1..] b\nMax ARGV: 50\n]]\nreturn 1\n")
+    assert loader.build(tmp_path).scripts["many"].max_argv == 50
+
+
+def test_the_callers_split_what_they_send_by_the_caps() -> None:
+    """One number per script, shared by the script's cap and the code that fills its ARGV."""
+    from shardq import admin
+    from shardq.plans import inspect as inspector
+    from shardq.store import delivery, fleet, producer
+    from shardq.store import limits as store_limits
+    from shardq.store import schedules as sched
+    from shardq.worker import limiter
+
+    cap = {name: s.max_argv for name, s in loader.scripts().items()}
+    assert cap["ack"] == 1 + 2 * delivery.MAX_ACK
+    assert cap["touch"] == 2 + delivery.MAX_TOUCH
+    assert cap["reclaim"] == 6 + delivery.MAX_LIVE
+    assert cap["defer"] == 2 + 3 * store_limits.MAX_DEFER
+    assert cap["lease-acquire"] == 2 + fleet.MAX_DISPLACE
+    assert cap["limit-acquire"] == 2 + limiter.MAX_TAKE
+    assert cap["limit-release"] == limiter.MAX_TAKE
+    assert cap["schedule-fire"] == 2 + 7 * sched.FIRE_GROUPS + sched.FIRE_TICKS
+    assert cap["enqueue-batch"] >= 4 + 4 * producer.BATCH_JOBS
+    assert cap["dlq-purge"] >= max(inspector.BATCH, admin.DLQ_BATCH)
+    assert cap["dlq-replay"] >= 1 + max(inspector.BATCH, admin.DLQ_BATCH)
+    # The ops take what a caller can hold and stay within the caps.
+    pk = keys.partition_keys("caps", 0, 1)
+    fleet.lease_acquire(pk, "d", 1000, [f"gone-{i}" for i in range(5000)])
+    many = [f"w-{i}" for i in range(delivery.MAX_LIVE + 1)]
+    big = delivery.reclaim(
+        pk, "c", visibility_ms=30_000, orphan_idle_ms=1500, live=many, count=10, max_deliveries=5
+    )
+    assert big.argv[5] == 30_000 and len(big.argv) == 6  # the visibility timeout only
