@@ -27,7 +27,7 @@ from shardq.client import Client
 from shardq.inspector import EMPTY_STATES, LIST_STATES, AsyncInspector, Inspector, JobSummary
 from shardq.plans import inspect as inspect_plans
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 # the one definition (no Redis) ---------------------------------------------------------------
