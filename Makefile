@@ -8,6 +8,12 @@ PY := $(VENV)/bin/python
 SHARDQ := $(VENV)/bin/shardq
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 TEST_ARGS ?= -m "not slow"
+# The suite mostly waits (on Redis, on subprocesses, on deadlines): 3 pytest processes on 2 cores
+# finish it in well under half the time of one.  Each process claims its own port block and
+# starts its own cluster (tests/support/ports.py); --dist loadscope keeps a module's tests (and
+# its module fixtures) in one process.  TEST_WORKERS=0 runs in this process, one test at a time.
+TEST_WORKERS ?= 3
+PYTEST_PARALLEL := $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadscope)
 BENCH_URL := redis://127.0.0.1:7300
 BENCH_STANDALONE_URL := redis://127.0.0.1:7310
 LOADTEST_ARGS ?= --shardq-duration 45
@@ -52,7 +58,7 @@ lint: install
 # at the end.  SHARDQ_TEST_TIME_FACTOR=3 stretches every wait's deadline on a slow machine;
 # SHARDQ_TEST_SEED=<n> repeats a run's random choices (the seed is printed in the header).
 test: install redis-server lint
-	$(PY) -m pytest $(TEST_ARGS)
+	$(PY) -m pytest $(PYTEST_PARALLEL) $(TEST_ARGS)
 
 # The tests that need no Redis (tests/unit): seconds, and no redis-server needed.
 test-unit: install
@@ -80,7 +86,7 @@ test-stress: install redis-server lint
 	status=0; \
 	for run in $$(seq $(STRESS_RUNS)); do \
 	  echo "== stress run $$run of $(STRESS_RUNS), CPU hogs: $$hogs"; \
-	  $(PY) -m pytest $(TEST_ARGS) || { status=1; break; }; \
+	  $(PY) -m pytest $(PYTEST_PARALLEL) $(TEST_ARGS) || { status=1; break; }; \
 	done; \
 	exit $$status
 

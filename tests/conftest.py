@@ -10,6 +10,10 @@ Randomness: every test starts with ``random`` seeded from the session seed and i
 The seed is printed in the header and with every failure; ``SHARDQ_TEST_SEED=<seed>`` repeats
 a run's choices.  Hypothesis runs derandomized (its examples depend on the test only).
 
+Parallel: ``make test`` runs the suite in pytest-xdist processes (``TEST_WORKERS``, 3); each
+one imports this file, so each claims its own port block, dev directory and servers, and they
+share only the seed.
+
 Time: deadlines of waits scale with ``SHARDQ_TEST_TIME_FACTOR`` (helpers.TIME_FACTOR).
 """
 
@@ -38,6 +42,9 @@ from shardq.connection import connect
 from shardq.devtools import devcluster
 
 SEED = int(os.environ.get("SHARDQ_TEST_SEED") or secrets.randbelow(2**32))
+# pytest-xdist's worker processes inherit the environment: one seed for the whole run, so the
+# rerun line printed with a failure repeats it whichever process ran the test.
+os.environ["SHARDQ_TEST_SEED"] = str(SEED)
 KEEP = os.environ.get("SHARDQ_KEEP_TEST_REDIS") == "1"
 
 settings.register_profile(

@@ -94,7 +94,7 @@ def test_retry_with_fixed_backoff(cluster_url: str, cluster_client: Client, queu
         job_id = client.enqueue(queue, "flaky", {"x": 1}, backoff=Backoff("fixed", base=0.3))
         # between attempts the job waits in the due set, its last error visible
         waiting = wait_for(
-            lambda: (i := client.get(queue, job_id)) and i.state == "scheduled" and i,
+            lambda: (i := client.get(queue, job_id)) and i.state == "retrying" and i,
             5,
             "job never waited for a retry",
             interval=0.005,

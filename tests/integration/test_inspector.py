@@ -135,7 +135,12 @@ def test_find_partitions_members_and_async_inspector(
     assert sum(i.scheduled for i in infos) == 1 and not any(i.paused for i in infos)
     runs = Runs()
     with Runner(cluster_url, queue, {"t": runs.add}):
-        members = ins.members(queue)
+        # The runner is up once the dispatcher holds its leases; the worker joins right after.
+        members = wait_for(
+            lambda: (ms := ins.members(queue)) and len(ms) == 2 and ms,
+            10,
+            lambda: f"the worker did not join: {ins.members(queue)}",
+        )
         roles = sorted(m.role for m in members)
         assert roles == ["dispatcher", "worker"], members
         disp = next(m for m in members if m.role == "dispatcher")

@@ -4,8 +4,8 @@ the README say the same word for the same job.  The old word ``active`` is taken
 for ``running`` (one release), and never said.
 
 The first tests read the source and the README (no Redis); the rest seed one real queue with a
-job in every state (tests/web_seed.py: no dispatcher or worker runs, so the states stay put) and
-ask every entry point about each of those jobs.
+job in every state (tests/support/web_seed.py: no dispatcher or worker runs, so the states stay
+put) and ask every entry point about each of those jobs.
 """
 
 from __future__ import annotations
@@ -136,7 +136,7 @@ def _listed(ins: Inspector, queue: str, state: str) -> dict[str, JobSummary]:
 @pytest.fixture
 def seeded_jobs(cluster_client: Client, cluster_url: str, queue: str) -> dict[str, str]:
     """state -> a job id in that state, on a seeded queue."""
-    from web_seed import seed
+    from support.web_seed import seed
 
     s = seed(cluster_client, queue)
     return {
