@@ -7,7 +7,8 @@ Each round, per rate and tree (the order alternating between rounds): ``shardq b
 --jobs 10*rate --spread 10`` (64 partitions, 1 dispatcher + 1 worker, the tree's defaults),
 run from that tree (a reference revision unpacked by bench.baselines.reference, first on
 PYTHONPATH and as the working directory).  One line per run: lateness p50/p99, lost,
-duplicates and the calibration of that run; then min-max per tree and rate.
+duplicates, the CPU the run's processes spent per job (less noisy than lateness on a shared
+machine) and the calibration of that run; then min-max per tree and rate.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import subprocess
 import sys
 from typing import Any
@@ -29,9 +31,14 @@ def run(tree: str | None, url: str, rate: int) -> dict[str, Any]:
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [tree, env.get("PYTHONPATH")]))
     cmd = [sys.executable, "-m", "shardq.cli", "bench", "e2e", "--url", url]
     cmd += ["--jobs", str(rate * 10), "--spread", "10", "--json"]
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     out = subprocess.run(
         cmd, cwd=tree or str(REPO), env=env, capture_output=True, text=True, timeout=900
     )
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    # CPU of the whole run (the bench process, its producer, dispatcher and worker: every
+    # descendant it waited for), the same measure for both trees whatever their bench code.
+    cpu_s = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
     lines = [x for x in out.stdout.splitlines() if x.startswith("{")]
     if out.returncode != 0 or not lines:
         raise SystemExit(f"{' '.join(cmd)} failed in {tree or REPO}:\n{out.stderr[-2000:]}")
@@ -42,6 +49,7 @@ def run(tree: str | None, url: str, rate: int) -> dict[str, Any]:
         "p99": d["lateness_ms"]["p99"],
         "lost": d["lost"],
         "duplicates": d["duplicates"],
+        "cpu_us_per_job": round(cpu_s * 1e6 / max(d["jobs"], 1), 1),
         "cpu_loop": c["cpu_loop_iter_per_s"],
         "ping": c["redis_benchmark"]["ping_per_s"],
         "load": c["loadavg_1m"],
@@ -72,8 +80,10 @@ def main() -> None:
     for (name, rate), rs in sorted(results.items()):
         p50 = [r["p50"] for r in rs]
         p99 = [r["p99"] for r in rs]
+        cpu = [r["cpu_us_per_job"] for r in rs]
         print(
             f"{name:<12} {rate:>6}/s  p50 {min(p50)}-{max(p50)} ms  p99 {min(p99)}-{max(p99)} ms"
+            f"  CPU {min(cpu)}-{max(cpu)} us/job"
             f"  lost {sum(r['lost'] for r in rs)}  dup {sum(r['duplicates'] for r in rs)}"
         )
 
