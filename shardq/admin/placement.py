@@ -245,7 +245,7 @@ def _greedy(
     # Each step lowers the total violation, so no placement repeats; the cap is a backstop.
     for _ in range(4 * len(units) + 4):
         over = {n for n in nodes if loads[n] > hi}
-        under = [n for n in nodes if loads[n] < lo]
+        under = {n for n in nodes if loads[n] < lo}
         if not over and not under:
             break
         # (-gain per byte, bytes, load, target's load after, slot, target): on a tie the
@@ -253,37 +253,40 @@ def _greedy(
         # nothing), to the least loaded primary.
         best: tuple[float, int, float, float, int, str] | None = None
         best_unit: Unit | None = None
+        # For a given slot the best target is always the least loaded other primary: the
+        # violation is convex in a primary's load, so adding the slot where the load is lowest
+        # raises it least (and lowers the under-violation most).  One target per slot, then.
+        ranked = sorted(nodes, key=lambda n: (loads[n], n))
         for u in units:
             if u.load <= 0:
                 continue
             s = assignment[u.slot]
+            t = ranked[0] if ranked[0] != s else ranked[1] if len(ranked) > 1 else s
             # A move lowers the violation only from a primary above the band or to one below.
-            targets = nodes if s in over else under
-            for t in targets:
-                if t == s:
-                    continue
-                new_s, new_t = loads[s] - u.load, loads[t] + u.load
-                if new_t > top + eps or new_s < bottom - eps:
-                    continue  # would make the busiest busier or the idlest idler
-                gain = (
-                    _outside(loads[s], lo, hi)
-                    + _outside(loads[t], lo, hi)
-                    - _outside(new_s, lo, hi)
-                    - _outside(new_t, lo, hi)
-                )
-                if gain <= eps:
-                    continue
-                # (rounded, so float noise does not break a tie the wrong way)
-                key = (
-                    -round(gain / scale / (u.bytes + 1), 12),
-                    u.bytes,
-                    u.load,
-                    round(new_t / scale, 12),
-                    u.slot,
-                    t,
-                )
-                if best is None or key < best:
-                    best, best_unit = key, u
+            if t == s or (s not in over and t not in under):
+                continue
+            new_s, new_t = loads[s] - u.load, loads[t] + u.load
+            if new_t > top + eps or new_s < bottom - eps:
+                continue  # would make the busiest busier or the idlest idler
+            gain = (
+                _outside(loads[s], lo, hi)
+                + _outside(loads[t], lo, hi)
+                - _outside(new_s, lo, hi)
+                - _outside(new_t, lo, hi)
+            )
+            if gain <= eps:
+                continue
+            # (rounded, so float noise does not break a tie the wrong way)
+            key = (
+                -round(gain / scale / (u.bytes + 1), 12),
+                u.bytes,
+                u.load,
+                round(new_t / scale, 12),
+                u.slot,
+                t,
+            )
+            if best is None or key < best:
+                best, best_unit = key, u
         if best is None or best_unit is None:
             break
         target = best[5]
