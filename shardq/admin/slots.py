@@ -389,9 +389,12 @@ def _sizes(conn: Any, names: list[str]) -> list[int]:
     return out
 
 
-def _slot_map(cluster: Any, primaries: dict[str, Any], wanted: set[int]) -> dict[int, str]:
-    """The primary serving each wanted slot, from each primary's own CLUSTER NODES line;
-    SlotMoveError if one is mid-move or claimed by none or by two."""
+def _slot_map(
+    cluster: Any, primaries: dict[str, Any], queue: str, wanted: dict[int, int]
+) -> dict[int, str]:
+    """The primary serving each wanted slot (slot -> the queue's partition in it), from each
+    primary's own CLUSTER NODES line; SlotMoveError if one is mid-move (saying the command
+    that finishes it) or claimed by none or by two."""
     owner: dict[int, list[str]] = {s: [] for s in wanted}
     for addr, node in sorted(primaries.items()):
         nodes = _admin(cluster.get_redis_connection(node), "CLUSTER NODES")
@@ -399,11 +402,17 @@ def _slot_map(cluster: Any, primaries: dict[str, Any], wanted: set[int]) -> dict
             if "myself" not in str(info.get("flags", "")):
                 continue
             for m in info.get("migrations", []):
-                if int(m.get("slot", -1)) in wanted:
+                slot = int(m.get("slot", -1))
+                if slot in wanted and m.get("state") == "migrating":
+                    to = next(
+                        (a for a, i in nodes.items() if i.get("node_id") == m.get("node_id")),
+                        str(m.get("node_id")),
+                    )
                     raise SlotMoveError(
-                        f"slot {m.get('slot')} is mid-move on {addr} (a move that stopped "
-                        "half-way): finish it first (`shardq rebalance --move-partition P --to "
-                        "NODE --yes` with the same target), then plan again"
+                        f"slot {slot} (partition {wanted[slot]}) is mid-move from {addr} to "
+                        f"{to} (a move that stopped half-way): finish it with `shardq rebalance "
+                        f"--queue {queue} --move-partition {wanted[slot]} --to {to} --yes`, "
+                        "then plan again"
                     )
             for span in info.get("slots", []):
                 lo, hi = int(span[0]), int(span[-1])
@@ -434,7 +443,7 @@ def slot_usage(client: Client, queue: str) -> tuple[list[str], dict[int, SlotUsa
         p: keys.slot_of(keys.partition_keys(queue, p, partitions).due) for p in range(partitions)
     }
     primaries = _primaries(cluster)
-    where = _slot_map(cluster, primaries, set(slot_of_partition.values()))
+    where = _slot_map(cluster, primaries, queue, {s: p for p, s in slot_of_partition.items()})
     usage: dict[int, SlotUsage] = {}
     for addr in sorted(primaries):
         mine = sorted(s for s, a in where.items() if a == addr)

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+import redis
 from click.testing import CliRunner
 from redis.exceptions import RedisError
 from support.helpers import Runner, Runs, job_id_in, wait_for
@@ -39,8 +40,8 @@ def placement_url(test_ports: TestPorts, tmp_path_factory: pytest.TempPathFactor
         cluster_down(test_ports.chaos, root=root)
 
 
-def node_of(client: Client, queue: str, p: int) -> str:
-    slot = keys.slot_of(keys.partition_keys(queue, p, PARTITIONS).due)
+def node_of(client: Client, queue: str, p: int, partitions: int = PARTITIONS) -> str:
+    slot = keys.slot_of(keys.partition_keys(queue, p, partitions).due)
     client.redis.nodes_manager.initialize()  # type: ignore[union-attr]
     node = client.redis.nodes_manager.get_node_from_slot(slot)  # type: ignore[union-attr]
     return f"{node.host}:{node.port}"
@@ -176,3 +177,72 @@ def test_plan_and_apply_spread_a_queue_piled_on_one_primary_under_load(
     per_node = Counter(node_of(client, queue, p) for p in range(PARTITIONS))
     assert per_node == {n: 4 for n in primaries}
     client.close()
+
+
+def test_a_half_done_move_is_named_with_the_command_that_finishes_it(
+    placement_url: str, queue: str
+) -> None:
+    """--plan refuses a slot left MIGRATING (a move that stopped half-way) and prints the
+    command that finishes it; after it, --plan plans; a stale move is refused by execute."""
+    url = placement_url
+    partitions = 4
+    client = Client.from_url(url)
+    client.create_queue(queue, partitions)
+    ids = [
+        r.job_id
+        for r in client.enqueue_many(queue, [JobRequest("t", i, delay=3600) for i in range(200)])
+    ]
+    pk = keys.partition_keys(queue, 1, partitions)
+    slot = keys.slot_of(pk.due)
+    source = node_of(client, queue, 1, partitions)
+    target = next(a for a in slots.primary_addresses(client) if a != source)
+    src = redis.Redis(host="127.0.0.1", port=int(source.split(":")[1]))
+    dst = redis.Redis(host="127.0.0.1", port=int(target.split(":")[1]))
+    src_id = src.execute_command("CLUSTER MYID").decode()
+    dst_id = dst.execute_command("CLUSTER MYID").decode()
+    dst.execute_command("CLUSTER SETSLOT", slot, "IMPORTING", src_id)
+    src.execute_command("CLUSTER SETSLOT", slot, "MIGRATING", dst_id)
+    src.execute_command("MIGRATE", "127.0.0.1", int(target.split(":")[1]), pk.jobs, 0, 5000)
+
+    runner = CliRunner()
+    base = ["rebalance", "--queue", queue, "--nodes", "--url", url, "--by", "bytes"]
+    refused = runner.invoke(cli, [*base, "--plan"])
+    assert refused.exit_code == 1, refused.output
+    finish = f"shardq rebalance --queue {queue} --move-partition 1 --to {target} --yes"
+    assert f"slot {slot} (partition 1) is mid-move from {source} to {target}" in refused.output
+    assert finish in refused.output, refused.output
+    done = runner.invoke(cli, [*finish.split()[1:], "--url", url])
+    assert done.exit_code == 0 and f"now lives on {target}" in done.output, done.output
+    planned = runner.invoke(cli, [*base, "--plan"])
+    assert planned.exit_code == 0 and "busiest/mean" in planned.output, planned.output
+    assert all(client.get(queue, j) is not None for j in ids)
+
+    # A plan made before something else moved the slot: refused, nothing moved.
+    with pytest.raises(slots.SlotMoveError, match=r"not .* as planned"):
+        list(slots.execute(client, [(queue, 1, source, source)]))
+    assert node_of(client, queue, 1, partitions) == target
+    src.close()
+    dst.close()
+    client.close()
+
+
+def test_plan_options_refuse_bad_input_with_what_to_do(
+    placement_url: str, standalone_url: str, queue: str
+) -> None:
+    with Client.from_url(placement_url) as client:
+        client.create_queue(queue, 4)
+    with Client.from_url(standalone_url) as client:
+        client.create_queue(queue, 4)
+    runner = CliRunner()
+    base = ["rebalance", "--queue", queue, "--nodes"]
+    for args, url, code, message in [
+        (["--plan", "--apply"], placement_url, 2, "pick one"),
+        (["--plan", "--move-partition", "0", "--to", "x:1"], placement_url, 2, "pick one"),
+        (["--apply", "--json"], placement_url, 2, "--json goes with --nodes --plan"),
+        (["--plan", "--tolerance", "-1"], placement_url, 2, "--tolerance"),
+        (["--plan", "--by", "cpu"], placement_url, 2, "--by"),
+        (["--apply", "--yes", "--max-moves", "0"], placement_url, 2, "--max-moves"),
+        (["--plan"], standalone_url, 1, "single node: there are no slots to move"),
+    ]:
+        out = runner.invoke(cli, [*base, *args, "--url", url])
+        assert out.exit_code == code and message in out.output, (args, out.output)
