@@ -492,7 +492,8 @@ def _rebalance_plan(
             raise click.ClickException(
                 f"stopped at move {done + 1} of {len(p.moves)} (slot {m.slot} {m.source} -> "
                 f"{m.target}): {exc}. Done: {done} move(s), {moved_bytes:,} bytes; left: "
-                f"{len(p.moves) - done}; `--nodes --plan` shows what is left"
+                f"{len(p.moves) - done}; `--nodes --plan` shows what is left (and the command that "
+                "finishes a move left half-way)"
             ) from exc
         done += 1
         moved_bytes += m.bytes

@@ -1,6 +1,6 @@
 """The placement planner of `shardq rebalance --nodes --plan` (shardq.admin.placement): pure
 arithmetic, checked against brute force on small cases; the moves themselves run on a real
-cluster in tests/fleet/test_placement.py."""
+cluster in tests/fleet/test_rebalance_plan.py."""
 
 from __future__ import annotations
 

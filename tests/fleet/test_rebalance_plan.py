@@ -6,6 +6,7 @@ a worker, counting every job."""
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 from collections import Counter
@@ -20,7 +21,7 @@ from support.helpers import Runner, Runs, job_id_in, wait_for
 from support.ports import TestPorts
 
 from shardq import Client, JobRequest
-from shardq.admin import slots
+from shardq.admin import acl, slots
 from shardq.cli import main as cli
 from shardq.devtools.devcluster import cluster_down, cluster_up
 from shardq.store import keys
@@ -246,3 +247,74 @@ def test_plan_options_refuse_bad_input_with_what_to_do(
     ]:
         out = runner.invoke(cli, [*base, *args, "--url", url])
         assert out.exit_code == code and message in out.output, (args, out.output)
+
+
+def test_apply_stops_at_the_first_error_saying_what_was_done_and_what_is_left(
+    placement_url: str, queue: str
+) -> None:
+    """A real refusal mid-plan: a user with the admin's rules but MIGRATE; --apply stops at the
+    first move with one line (done 0, left N), the half-done slot is named by the next --plan
+    with its command, and after that the plan runs to the end."""
+    url = placement_url
+    partitions = 6
+    client = Client.from_url(url)
+    client.create_queue(queue, partitions)
+    pile = slots.primary_addresses(client)[0]
+    for p in range(partitions):
+        plan = slots.plan_move(client, queue, p, pile)
+        if plan.needed:
+            slots.move(client, plan)
+    client.enqueue_many(queue, [JobRequest("t", i, delay=3600) for i in range(600)])
+    nodes = [client.redis.get_redis_connection(n) for n in client.redis.get_nodes()]  # type: ignore[union-attr]
+    rules = [r for r in re.findall(r"\([^)]*\)|\S+", acl.rules("admin")) if r != "+migrate"]
+    name = f"t-nomigrate-{queue}"
+    for node in nodes:
+        node.execute_command("ACL", "SETUSER", name, *rules, "on", f">pw-{name}")
+    runner = CliRunner()
+    base = ["rebalance", "--queue", queue, "--nodes", "--by", "bytes"]
+    try:
+        planned = json.loads(runner.invoke(cli, [*base, "--plan", "--json", "--url", url]).stdout)
+        total = len(planned["moves"])
+        assert total >= 3, planned
+        first = planned["moves"][0]
+        out = runner.invoke(
+            cli,
+            [
+                *base,
+                "--apply",
+                "--yes",
+                "--url",
+                url,
+                "--username",
+                name,
+                "--password",
+                f"pw-{name}",
+            ],
+        )
+        assert out.exit_code == 1, out.output
+        assert (
+            f"stopped at move 1 of {total} (slot {first['slot']} {first['from']} -> {first['to']})"
+            in out.output
+        )
+        assert (
+            "may not run MIGRATE" in out.output
+            and f"Done: 0 move(s), 0 bytes; left: {total}" in out.output
+        )
+    finally:
+        for node in nodes:
+            node.execute_command("ACL", "DELUSER", name)
+    refused = runner.invoke(cli, [*base, "--plan", "--url", url])
+    assert refused.exit_code == 1 and "is mid-move" in refused.output, refused.output
+    finish = refused.output.split("finish it with `", 1)[1].split("`", 1)[0]
+    done = runner.invoke(cli, [*finish.split()[1:], "--url", url])
+    assert done.exit_code == 0, done.output
+    rest = runner.invoke(cli, [*base, "--apply", "--yes", "--url", url])
+    assert rest.exit_code == 0 and f"done: {total - 1} move(s)" in rest.output, rest.output
+    after = plan_json(runner, url, queue)
+    assert after["within_tolerance"] and after["moves"] == []
+    due = sum(
+        client.redis.zcard(keys.partition_keys(queue, p, partitions).due)  # type: ignore[misc]
+        for p in range(partitions)
+    )
+    assert due == 600
+    client.close()
