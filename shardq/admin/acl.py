@@ -184,7 +184,7 @@ GRANTS["viewer"] = (
     Grant(("sched:next",), ("+zrange", "+zscore"), read_only=True),
 )
 # The admin loads the functions library and moves slots between primaries (MIGRATE moves every
-# key of a slot, so its keys are all keys).
+# key of a slot, so its keys are all keys; MEMORY USAGE sizes them for the placement planner).
 ADMIN_EXTRA = (
     "+function|load",
     "+function|list",
@@ -194,6 +194,7 @@ ADMIN_EXTRA = (
     "+cluster|myid",
     "+cluster|nodes",
     "+cluster|setslot",
+    "+memory|usage",
     "+migrate",
     "+restore",
     "+restore-asking",

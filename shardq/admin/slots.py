@@ -32,7 +32,9 @@ answers ASK there, and is counted as moved.
 
 from __future__ import annotations
 
+import re
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -346,3 +348,145 @@ def suggest(stats: dict[str, Any], loads: list[NodeLoad]) -> Suggestion | None:
         if after < hot.rate_per_s and (best is None or after < best.busiest_after):
             best = Suggestion(p, hot.node, cold.node, rates.get(p, 0.0), hot.rate_per_s, after)
     return best
+
+
+# Placement: the input of shardq.admin.placement.plan, measured -----------------------------
+
+#: A key of some queue's partition: ``{sq:<queue>:<partition>.<suffix>}:<kind>``.
+_PARTITION_KEY = re.compile(r"^\{sq:([A-Za-z0-9_.\-]{1,64}):(\d+)\.\d+\}:")
+#: MEMORY USAGE calls per pipeline: one round trip per this many keys.
+_MEMORY_BATCH = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class SlotUsage:
+    slot: int
+    node: str  # the primary serving it, by its own account
+    keys: int  # every key of the slot (this queue's partition and whatever shares the slot)
+    bytes: int  # MEMORY USAGE summed over those keys: what a move of the slot carries
+    partitions: tuple[tuple[str, int], ...]  # every queue's partitions with keys in the slot
+
+
+def _sizes(conn: Any, names: list[str]) -> list[int]:
+    """MEMORY USAGE of each key, store calls pipelined to the node ``conn`` talks to (batches
+    of :data:`_MEMORY_BATCH`); a refusal as SlotMoveError, a node that does not answer as
+    RedisUnavailableError."""
+    out: list[int] = []
+    for i in range(0, len(names), _MEMORY_BATCH):
+        for r in transport.run_many(
+            conn, [inspect.memory_usage(k) for k in names[i : i + _MEMORY_BATCH]]
+        ):
+            if isinstance(r, BaseException):
+                if faults.is_transient(r):
+                    raise faults.translate(r, "MEMORY USAGE") from r
+                if faults.is_no_permission(r):
+                    raise SlotMoveError(
+                        f"this Redis user may not run MEMORY USAGE ({r}): planning slot moves "
+                        "needs the shardq-admin user of this release (docs/deploy.md)"
+                    ) from r
+                raise SlotMoveError(f"MEMORY USAGE failed: {r}") from r
+            out.append(r)
+    return out
+
+
+def _slot_map(
+    cluster: Any, primaries: dict[str, Any], queue: str, wanted: dict[int, int]
+) -> dict[int, str]:
+    """The primary serving each wanted slot (slot -> the queue's partition in it), from each
+    primary's own CLUSTER NODES line; SlotMoveError if one is mid-move (saying the command
+    that finishes it) or claimed by none or by two."""
+    owner: dict[int, list[str]] = {s: [] for s in wanted}
+    for addr, node in sorted(primaries.items()):
+        nodes = _admin(cluster.get_redis_connection(node), "CLUSTER NODES")
+        for info in nodes.values():
+            if "myself" not in str(info.get("flags", "")):
+                continue
+            for m in info.get("migrations", []):
+                slot = int(m.get("slot", -1))
+                if slot in wanted and m.get("state") == "migrating":
+                    to = next(
+                        (a for a, i in nodes.items() if i.get("node_id") == m.get("node_id")),
+                        str(m.get("node_id")),
+                    )
+                    raise SlotMoveError(
+                        f"slot {slot} (partition {wanted[slot]}) is mid-move from {addr} to "
+                        f"{to} (a move that stopped half-way): finish it with `shardq rebalance "
+                        f"--queue {queue} --move-partition {wanted[slot]} --to {to} --yes`, "
+                        "then plan again"
+                    )
+            for span in info.get("slots", []):
+                lo, hi = int(span[0]), int(span[-1])
+                for s in wanted:
+                    if lo <= s <= hi:
+                        owner[s].append(addr)
+    out: dict[int, str] = {}
+    for s, claimed in owner.items():
+        if len(claimed) != 1:
+            raise SlotMoveError(
+                f"slot {s} is claimed by {claimed or 'no primary'} (a failover or a move in "
+                "progress?): check `redis-cli cluster nodes` and try again in a moment"
+            )
+        out[s] = claimed[0]
+    return out
+
+
+def slot_usage(client: Client, queue: str) -> tuple[list[str], dict[int, SlotUsage]]:
+    """The primaries, and per partition of ``queue``: its slot's primary, keys and bytes.
+
+    Costs one CLUSTER NODES per primary, a COUNTKEYSINSLOT and a GETKEYSINSLOT round trip per
+    slot, and a MEMORY USAGE per key, pipelined per primary (it samples 5 elements of a big
+    hash, sorted set or stream: an estimate, and cheap).  MEMORY USAGE is a store call (the
+    key is on the node asked), the CLUSTER commands are not (see the module docstring)."""
+    cluster = _cluster(client)
+    partitions = client.partitions(queue)  # UnknownQueueError for a queue never created
+    slot_of_partition = {
+        p: keys.slot_of(keys.partition_keys(queue, p, partitions).due) for p in range(partitions)
+    }
+    primaries = _primaries(cluster)
+    where = _slot_map(cluster, primaries, queue, {s: p for p, s in slot_of_partition.items()})
+    usage: dict[int, SlotUsage] = {}
+    for addr in sorted(primaries):
+        mine = sorted(s for s, a in where.items() if a == addr)
+        if not mine:
+            continue
+        conn = cluster.get_redis_connection(primaries[addr])
+        names: list[list[str]] = []
+        for s in mine:
+            count = int(_admin(conn, "CLUSTER COUNTKEYSINSLOT", s))
+            names.append([as_text(k) for k in _admin(conn, "CLUSTER GETKEYSINSLOT", s, count + 16)])
+        flat = [k for group in names for k in group]
+        sizes = _sizes(conn, flat)
+        at = 0
+        for s, group in zip(mine, names, strict=True):
+            n = len(group)
+            owned = {
+                (m.group(1), int(m.group(2)))
+                for k in flat[at : at + n]
+                if (m := _PARTITION_KEY.match(k))
+            }
+            usage[s] = SlotUsage(
+                slot=s,
+                node=addr,
+                keys=n,
+                bytes=sum(sizes[at : at + n]),
+                partitions=tuple(sorted(owned)),
+            )
+            at += n
+    by_partition = {p: usage[s] for p, s in slot_of_partition.items()}
+    return sorted(primaries), by_partition
+
+
+def execute(
+    client: Client, moves: list[tuple[str, int, str, str]], migrate_timeout_ms: int = 60_000
+) -> Iterator[MoveResult]:
+    """Carry out planned moves ``(queue, partition, source, target)`` one by one through
+    :func:`move`, yielding each result; stops with SlotMoveError at the first that fails, or
+    whose slot is no longer where the plan found it (the plan is stale: plan again)."""
+    for queue, partition, source, target in moves:
+        step = plan_move(client, queue, partition, target)
+        if step.source != source and not step.in_progress:
+            raise SlotMoveError(
+                f"partition {partition} of {queue} is on {step.source}, not {source} as "
+                "planned (something else moved it): plan again"
+            )
+        yield move(client, step, migrate_timeout_ms)

@@ -14,7 +14,7 @@ import click
 
 from shardq import admin
 from shardq import format as fmt
-from shardq.admin import slots
+from shardq.admin import placement, slots
 from shardq.cli.job import show_job
 from shardq.cli.options import JOB_ID, JSON_OPTION, open_client, queue_option, redis_options
 from shardq.client import Client
@@ -105,6 +105,42 @@ def _print_spread(s: admin.Spread) -> None:
     show_default=True,
     help="Seconds MIGRATE may take for the partition's keys.",
 )
+@click.option(
+    "--plan",
+    "plan_only",
+    is_flag=True,
+    help="With --nodes: the slot moves that bring every primary within --tolerance of the "
+    "mean, moving the fewest bytes; changes nothing.",
+)
+@click.option(
+    "--apply",
+    "apply_plan",
+    is_flag=True,
+    help="With --nodes: carry out that plan move by move (with --yes), at most --max-moves.",
+)
+@click.option(
+    "--tolerance",
+    type=click.FloatRange(0.0, 100.0),
+    default=10.0,
+    show_default=True,
+    help="Percent of the mean each primary's load may differ by (--plan/--apply).",
+)
+@click.option(
+    "--by",
+    "balance_by",
+    type=click.Choice(["rate", "bytes"]),
+    default="rate",
+    show_default=True,
+    help="Load to even out (--plan/--apply): jobs/s over --window, or bytes in the slots.",
+)
+@click.option(
+    "--max-moves",
+    type=click.IntRange(1),
+    default=10,
+    show_default=True,
+    help="Moves --apply may make in one run (run it again for the rest).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the plan as JSON (--plan).")
 @click.option("--yes", is_flag=True, help="Do it (without it, only print the plan).")
 @click.option("--timeout", default=60.0, show_default=True, help="Seconds to wait for a drain.")
 @redis_options
@@ -118,6 +154,12 @@ def rebalance(
     to_node: str | None,
     window: float,
     migrate_timeout: float,
+    plan_only: bool,
+    apply_plan: bool,
+    tolerance: float,
+    balance_by: str,
+    max_moves: int,
+    as_json: bool,
     yes: bool,
     timeout: float,
 ) -> None:
@@ -132,8 +174,22 @@ def rebalance(
     --move-partition P --to NODE moves partition P's slot and all its keys there in one
     MIGRATE, under load (callers follow ASK redirects; both primaries pause for about 2 us
     per waiting job).
+
+    --nodes --plan computes the slot moves that bring every primary's load (--by rate or
+    bytes of the queue's partitions) within --tolerance percent of the mean with the fewest
+    bytes moved; --nodes --apply --yes carries them out one at a time (at most --max-moves),
+    stopping at the first error.
     """
-    node_mode = show_nodes or move_partition is not None or to_node is not None
+    planning = plan_only or apply_plan
+    node_mode = show_nodes or planning or move_partition is not None or to_node is not None
+    if plan_only and apply_plan:
+        raise click.UsageError("--plan shows the plan, --apply carries it out: pick one")
+    if planning and move_partition is not None:
+        raise click.UsageError(
+            "--plan/--apply choose the moves themselves; --move-partition moves one: pick one"
+        )
+    if as_json and not plan_only:
+        raise click.UsageError("--json goes with --nodes --plan")
     if node_mode and (drain_id or undrain_id or even):
         raise click.UsageError(
             "--nodes/--move-partition move data between primaries; --drain/--undrain/--even "
@@ -142,6 +198,20 @@ def rebalance(
     if (move_partition is None) != (to_node is None):
         raise click.UsageError("--move-partition and --to go together")
     with open_client() as client:
+        if planning:
+            _rebalance_plan(
+                client,
+                queue_name,
+                balance_by,
+                tolerance / 100.0,
+                window,
+                apply_plan,
+                yes,
+                max_moves,
+                migrate_timeout,
+                as_json,
+            )
+            return
         if node_mode:
             _rebalance_nodes(
                 client, queue_name, move_partition, to_node, window, migrate_timeout, yes
@@ -271,6 +341,176 @@ def _rebalance_nodes(
         f"moved {result.keys_moved} keys in {result.migrate_seconds * 1000:,.1f} ms; partition "
         f"{plan.partition} now lives on {plan.target}"
     )
+
+
+def _placement(
+    client: Client, queue_name: str, balance_by: str, tolerance: float, window: float
+) -> tuple[placement.Placement, str]:
+    """The plan, and a sentence saying what was counted."""
+    primaries, usage = slots.slot_usage(client, queue_name)  # SlotMoveError on a single node
+    rates: dict[int, float] = {}
+    if balance_by == "rate":
+        data = admin.queue_stats(client, queue_name, window)
+        rates = {int(r["partition"]): float(r["rate_per_s"]) for r in data["partitions"]}
+    units: dict[int, placement.Unit] = {}
+    for p, u in sorted(usage.items()):
+        load = rates.get(p, 0.0) if balance_by == "rate" else float(u.bytes)
+        have = units.get(u.slot)  # (partitions of one queue have slots of their own)
+        units[u.slot] = placement.Unit(
+            u.slot,
+            u.node,
+            load + (have.load if have else 0.0),
+            u.bytes,
+            tuple(sorted({*u.partitions, (queue_name, p)})),
+        )
+    shared = sum(1 for u in units.values() if any(q != queue_name for q, _ in u.partitions))
+    what = (
+        f"jobs/s (enqueued + promoted over {window:g} s)"
+        if balance_by == "rate"
+        else "bytes (MEMORY USAGE of every key in their slots)"
+    )
+    counted = (
+        f"load counted: {what} of the {len(usage)} partitions of {queue_name} over "
+        f"{len(primaries)} primaries; other queues' partitions on a primary are not counted"
+        + (
+            f" ({shared} slot(s) hold another queue's partition too: they move together)"
+            if shared
+            else ""
+        )
+        + "; bytes moved: every key of a moved slot"
+    )
+    return placement.plan(list(units.values()), primaries, tolerance), counted
+
+
+def _placement_json(
+    queue_name: str, by: str, counted: str, p: placement.Placement
+) -> dict[str, Any]:
+    return {
+        "queue": queue_name,
+        "by": by,
+        "counted": counted,
+        "tolerance": p.tolerance,
+        "mean": p.mean,
+        "before": p.before,
+        "after": p.after,
+        "busiest_over_mean_before": round(p.ratio_before, 4),
+        "busiest_over_mean_after": round(p.ratio_after, 4),
+        "least_over_mean_before": round(p.least_before, 4),
+        "least_over_mean_after": round(p.least_after, 4),
+        "within_tolerance": p.within_tolerance,
+        "optimal": p.optimal,
+        "reason": p.reason,
+        "bytes_moved": p.bytes_moved,
+        "moves": [
+            {
+                "slot": m.slot,
+                "partitions": [{"queue": q, "partition": n} for q, n in m.partitions],
+                "from": m.source,
+                "to": m.target,
+                "bytes": m.bytes,
+                "load": m.load,
+            }
+            for m in p.moves
+        ],
+    }
+
+
+def _unit(by: str, value: float) -> str:
+    return f"{value:,.1f}/s" if by == "rate" else f"{value:,.0f} B"
+
+
+def _print_placement(by: str, counted: str, p: placement.Placement) -> None:
+    click.echo(counted)
+    click.echo(
+        fmt.table(
+            ["primary", "load now", "after plan"],
+            [[n, _unit(by, p.before[n]), _unit(by, p.after[n])] for n in sorted(p.before)],
+            right=[1, 2],
+        )
+    )
+    click.echo(
+        f"busiest/mean {p.ratio_before:.2f} -> {p.ratio_after:.2f}, least/mean "
+        f"{p.least_before:.2f} -> {p.least_after:.2f} (tolerance +/-{p.tolerance:.0%}; mean "
+        f"{_unit(by, p.mean)})"
+    )
+    if not p.moves:
+        click.echo(
+            "within tolerance: nothing to move"
+            if p.within_tolerance
+            else f"nothing to move: {p.reason}"
+        )
+        return
+    click.echo(
+        f"plan: {len(p.moves)} move(s), {p.bytes_moved:,} bytes"
+        + (" (fewest bytes: proven)" if p.optimal else "")
+    )
+    for i, m in enumerate(p.moves, 1):
+        names = ", ".join(f"{q}/{n}" for q, n in m.partitions)
+        click.echo(
+            f"  {i:>3}. slot {m.slot:>5} (partition {names}) {m.source} -> {m.target}  "
+            f"{m.bytes:,} B" + (f"  {_unit(by, m.load)}" if by == "rate" else "")
+        )
+    if not p.within_tolerance:
+        click.echo(f"tolerance not met: {p.reason}")
+
+
+def _rebalance_plan(
+    client: Client,
+    queue_name: str,
+    balance_by: str,
+    tolerance: float,
+    window: float,
+    apply_plan: bool,
+    yes: bool,
+    max_moves: int,
+    migrate_timeout: float,
+    as_json: bool,
+) -> None:
+    p, counted = _placement(client, queue_name, balance_by, tolerance, window)
+    if as_json:
+        fmt.echo_json(_placement_json(queue_name, balance_by, counted, p))
+        return
+    _print_placement(balance_by, counted, p)
+    if not apply_plan or not p.moves:
+        return
+    todo = list(p.moves[:max_moves])
+    if not yes:
+        click.echo(
+            f"add --yes to carry out {len(todo)} of the {len(p.moves)} move(s)"
+            if len(todo) < len(p.moves)
+            else "add --yes to carry it out"
+        )
+        return
+    steps = [(queue_name, _partition_of(m, queue_name), m.source, m.target) for m in todo]
+    done = 0
+    moved_bytes = 0
+    results = slots.execute(client, steps, int(migrate_timeout * 1000))
+    for m in todo:
+        try:
+            r = next(results)
+        except slots.SlotMoveError as exc:
+            raise click.ClickException(
+                f"stopped at move {done + 1} of {len(p.moves)} (slot {m.slot} {m.source} -> "
+                f"{m.target}): {exc}. Done: {done} move(s), {moved_bytes:,} bytes; left: "
+                f"{len(p.moves) - done}; `--nodes --plan` shows what is left (and the command that "
+                "finishes a move left half-way)"
+            ) from exc
+        done += 1
+        moved_bytes += m.bytes
+        click.echo(
+            f"  moved slot {m.slot} to {m.target}: {r.keys_moved} keys, MIGRATE "
+            f"{r.migrate_seconds * 1000:,.1f} ms"
+        )
+    left = len(p.moves) - done
+    click.echo(
+        f"done: {done} move(s), {moved_bytes:,} bytes"
+        + (f"; {left} left (--max-moves {max_moves}): run it again for the rest" if left else "")
+    )
+
+
+def _partition_of(m: placement.Move, queue_name: str) -> int:
+    """The partition of ``queue_name`` in the moved slot (plan_move names the slot by it)."""
+    return next(n for q, n in m.partitions if q == queue_name)
 
 
 def _render_stats(data: dict[str, Any], top: int) -> str:

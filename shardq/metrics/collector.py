@@ -100,8 +100,10 @@ class RateWindow:
         self.window = window_seconds
         self._samples: deque[tuple[float, dict[int, int], dict[int, str]]] = deque()
 
-    def add(self, snapshots: list[PartitionSnapshot]) -> None:
-        now = time.monotonic()
+    def add(self, snapshots: list[PartitionSnapshot], at: float | None = None) -> None:
+        """Add one sample taken ``at`` (monotonic seconds; now by default: pass the time the
+        snapshots were taken when they are added later)."""
+        now = time.monotonic() if at is None else at
         load = {
             s.partition: s.counters.get("enqueued", 0) + s.counters.get("promoted", 0)
             for s in snapshots

@@ -161,8 +161,10 @@ def stats_report(
     from two snapshots of every partition ``window`` seconds apart (rates: enqueued +
     promoted per second)."""
     watch = metrics.RateWindow(window_seconds=window)
-    watch.add(first)
-    watch.add(snaps)
+    # Both samples are added now, after the window: say when each was taken, or the rates
+    # are counted over the microseconds between the two calls.
+    watch.add(first, at=0.0)
+    watch.add(snaps, at=window)
     report = watch.report()
     rates = report.partition_rates if report else {}
     parts = []

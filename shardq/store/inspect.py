@@ -167,6 +167,12 @@ def backlog_counts(pk: keys.PartitionKeys) -> list[Command[int]]:
     ]
 
 
+def memory_usage(key: str) -> Command[int]:
+    """MEMORY USAGE of one key, any key of a slot (0 when it is gone): what moving the slot
+    carries, for the placement planner (shardq.admin.slots.slot_usage)."""
+    return cmd("MEMORY", "USAGE", key, route=key, parse=lambda r: int(r or 0))
+
+
 def dlq_replay(pk: keys.PartitionKeys, entry_ids: list[str]) -> Op[tuple[int, int]]:
     """Move dead jobs back to due (due now, attempts reset); the op returns (replayed, skipped)."""
 

@@ -245,6 +245,23 @@ def _make_legacy(client: Client, queue: str, partitions: int) -> None:
     client.forget(queue)
 
 
+def test_only_the_admin_sizes_slots_for_the_placement_plan(
+    cluster_client: Client, role_clients: dict[str, Client], queue: str
+) -> None:
+    """`rebalance --nodes --plan` reads each slot's keys and MEMORY USAGE (read-only, so on
+    the shared cluster): the admin user may, the operator is told which user to use."""
+    from shardq.admin import slots
+
+    cluster_client.create_queue(queue, 2)
+    cluster_client.enqueue(queue, "t", {"n": 1}, delay=3600)
+    primaries, usage = slots.slot_usage(role_clients["admin"], queue)
+    assert len(primaries) == 3 and sorted(usage) == [0, 1]
+    assert sum(u.bytes for u in usage.values()) > 0
+    assert all((queue, p) in u.partitions for p, u in usage.items())
+    with pytest.raises(slots.SlotMoveError, match="need the shardq-admin user"):
+        slots.slot_usage(role_clients["operator"], queue)
+
+
 def test_the_operator_deletes_a_queue_with_every_key_of_it(
     cluster_client: Client, role_clients: dict[str, Client], queue: str
 ) -> None:

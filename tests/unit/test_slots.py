@@ -40,3 +40,19 @@ def test_no_load_no_suggestion_and_empty_primaries_are_listed() -> None:
     loads = slots.node_loads(data, NODES)
     assert [(n.node, n.partitions) for n in loads] == [("a:1", [0, 1]), ("b:2", []), ("c:3", [])]
     assert slots.suggest(data, loads) is None
+
+
+def test_stats_rates_are_counted_over_the_window() -> None:
+    """queue_stats adds both snapshots after the window: the rate is over the window, not
+    over the microseconds between the two additions (it read millions of jobs/s)."""
+    from shardq.plans.admin import stats_report
+    from shardq.store.inspect import PartitionSnapshot
+
+    def snap(p: int, enqueued: int) -> PartitionSnapshot:
+        return PartitionSnapshot(
+            "q", p, NODES[p], 0, 0, 0, None, 0, 0, None, 0, 0, {"enqueued": enqueued}
+        )
+
+    report = stats_report("q", [snap(0, 10), snap(1, 0)], [snap(0, 110), snap(1, 50)], 2.0)
+    assert [r["rate_per_s"] for r in report["partitions"]] == [50.0, 25.0]
+    assert report["queue"]["rate_per_s"] == 75.0

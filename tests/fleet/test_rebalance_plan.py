@@ -1,0 +1,320 @@
+"""`shardq rebalance --nodes --plan/--apply` on a cluster of the tests' own (the session block's
+chaos ports, as in test_chaos.py: the shared cluster never has a slot moved): every partition
+of a queue put on one primary, then planned and spread back under a producer, a dispatcher and
+a worker, counting every job."""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import redis
+from click.testing import CliRunner
+from redis.exceptions import RedisError
+from support.helpers import Runner, Runs, job_id_in, wait_for
+from support.ports import TestPorts
+
+from shardq import Client, JobRequest
+from shardq.admin import acl, slots
+from shardq.cli import main as cli
+from shardq.devtools.devcluster import cluster_down, cluster_up
+from shardq.store import keys
+
+PARTITIONS = 12
+FAR_PER_PARTITION = 200  # jobs due in an hour: the bytes being balanced, the same per partition
+LIVE = 1500  # jobs due 0.3 s after enqueue, produced while the slots move
+
+
+@pytest.fixture(scope="module")
+def placement_url(test_ports: TestPorts, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    root = tmp_path_factory.mktemp("placement")
+    url = cluster_up(test_ports.chaos, root=root)
+    try:
+        yield url
+    finally:
+        cluster_down(test_ports.chaos, root=root)
+
+
+def node_of(client: Client, queue: str, p: int, partitions: int = PARTITIONS) -> str:
+    slot = keys.slot_of(keys.partition_keys(queue, p, partitions).due)
+    client.redis.nodes_manager.initialize()  # type: ignore[union-attr]
+    node = client.redis.nodes_manager.get_node_from_slot(slot)  # type: ignore[union-attr]
+    return f"{node.host}:{node.port}"
+
+
+def produce(client: Client, queue: str, ids: list[str], stop: threading.Event) -> None:
+    """LIVE jobs over about 12 s (the plans and moves happen meanwhile), retrying through
+    redirects."""
+    start = time.monotonic()
+    for i in range(LIVE):
+        if stop.is_set():
+            return
+        while True:
+            try:
+                ids.append(client.enqueue(queue, "t", i, delay=0.3, job_id=f"live{i}"))
+                break
+            except RedisError:
+                time.sleep(0.05)
+        lag = start + 12.0 * (i + 1) / LIVE - time.monotonic()
+        if lag > 0:
+            time.sleep(lag)
+
+
+def plan_json(runner: CliRunner, url: str, queue: str) -> dict[str, Any]:
+    out = runner.invoke(
+        cli,
+        [
+            "rebalance",
+            "--queue",
+            queue,
+            "--nodes",
+            "--plan",
+            "--by",
+            "bytes",
+            "--json",
+            "--url",
+            url,
+        ],
+    )
+    assert out.exit_code == 0, out.output
+    lines = out.stdout.splitlines()
+    assert len(lines) == 1, out.output  # one JSON object; log lines go to stderr
+    return json.loads(lines[0])  # type: ignore[no-any-return]
+
+
+def test_plan_and_apply_spread_a_queue_piled_on_one_primary_under_load(
+    placement_url: str, queue: str
+) -> None:
+    url = placement_url
+    client = Client.from_url(url)
+    client.create_queue(queue, PARTITIONS)
+    primaries = slots.primary_addresses(client)
+    assert len(primaries) == 3
+    # Pile every partition on the first primary with the existing move.
+    pile = primaries[0]
+    for p in range(PARTITIONS):
+        plan = slots.plan_move(client, queue, p, pile)
+        if plan.needed:
+            slots.move(client, plan)
+    assert {node_of(client, queue, p) for p in range(PARTITIONS)} == {pile}
+    # The same number of far-off jobs in each partition, so its bytes are even too.
+    far = [
+        job_id_in(p, PARTITIONS, f"far{p}-{k}")
+        for p in range(PARTITIONS)
+        for k in range(FAR_PER_PARTITION)
+    ]
+    for i in range(0, len(far), 500):
+        client.enqueue_many(
+            queue, [JobRequest("t", job_id=j, delay=3600) for j in far[i : i + 500]]
+        )
+
+    runner = CliRunner()
+    before = plan_json(runner, url, queue)
+    assert before["busiest_over_mean_before"] == pytest.approx(3.0, rel=0.01)
+    assert before["within_tolerance"] and before["tolerance"] == 0.1
+    assert (
+        "bytes (MEMORY USAGE" in before["counted"]
+        and f"{PARTITIONS} partitions" in before["counted"]
+    )
+    assert len(before["moves"]) == 8 and {m["from"] for m in before["moves"]} == {pile}
+    assert {node_of(client, queue, p) for p in range(PARTITIONS)} == {pile}, "--plan moved"
+
+    runs = Runs()
+    ids: list[str] = []
+    stop = threading.Event()
+    mover = ["rebalance", "--queue", queue, "--nodes", "--url", url, "--by", "bytes"]
+    with Runner(url, queue, {"t": runs.add}):
+        producer = threading.Thread(target=produce, args=(client, queue, ids, stop))
+        producer.start()
+        try:
+            time.sleep(1.0)
+            shown = runner.invoke(cli, [*mover, "--plan"])
+            assert shown.exit_code == 0, shown.output
+            assert "load counted: bytes" in shown.stdout and "plan: 8 move(s)" in shown.stdout
+            assert "busiest/mean 3.0" in shown.stdout, shown.stdout
+            by_rate = runner.invoke(cli, [*mover[:-2], "--plan"])  # --by rate, the default
+            assert by_rate.exit_code == 0, by_rate.output
+            assert "load counted: jobs/s (enqueued + promoted over 1 s)" in by_rate.stdout
+            rate_json = runner.invoke(cli, [*mover[:-2], "--plan", "--json"])
+            assert rate_json.exit_code == 0, rate_json.output
+            # The producer's ~190 jobs/s, enqueued then promoted: jobs/s, not millions.
+            assert 0 < sum(json.loads(rate_json.stdout)["before"].values()) < 2000
+            dry = runner.invoke(cli, [*mover, "--apply"])
+            assert dry.exit_code == 0 and "add --yes" in dry.output, dry.output
+            # A budget of 3 moves, then the rest: the second plan is what the first left.
+            first = runner.invoke(cli, [*mover, "--apply", "--yes", "--max-moves", "3"])
+            assert first.exit_code == 0, first.output
+            assert "done: 3 move(s)" in first.output and "5 left" in first.output, first.output
+            middle = plan_json(runner, url, queue)
+            assert len(middle["moves"]) == 5, middle
+            rest = runner.invoke(cli, [*mover, "--apply", "--yes"])
+            assert rest.exit_code == 0 and "done: 5 move(s)" in rest.output, rest.output
+            producer.join(60)
+            wait_for(lambda: len(runs.count()) >= LIVE, 60, "jobs lost across the moves")
+        finally:
+            stop.set()
+            producer.join(10)
+    counts = runs.count()
+    assert len(counts) == LIVE and set(counts) == {f"live{i}" for i in range(LIVE)}
+    assert max(counts.values()) == 1, "a job ran twice across the moves"
+    # Every far-off job is still there, once.
+    due = sum(
+        client.redis.zcard(keys.partition_keys(queue, p, PARTITIONS).due)  # type: ignore[misc]
+        for p in range(PARTITIONS)
+    )
+    assert due == len(far)
+    assert all(client.get(queue, j) is not None for j in far[:: len(far) // 50])
+
+    after = plan_json(runner, url, queue)
+    assert after["within_tolerance"] and after["moves"] == []
+    assert after["busiest_over_mean_before"] <= 1.1 and after["least_over_mean_before"] >= 0.9
+    # Independently of the planner's own figures: 4 partitions (4 x 200 far jobs) per primary.
+    per_node = Counter(node_of(client, queue, p) for p in range(PARTITIONS))
+    assert per_node == {n: 4 for n in primaries}
+    client.close()
+
+
+def test_a_half_done_move_is_named_with_the_command_that_finishes_it(
+    placement_url: str, queue: str
+) -> None:
+    """--plan refuses a slot left MIGRATING (a move that stopped half-way) and prints the
+    command that finishes it; after it, --plan plans; a stale move is refused by execute."""
+    url = placement_url
+    partitions = 4
+    client = Client.from_url(url)
+    client.create_queue(queue, partitions)
+    ids = [
+        r.job_id
+        for r in client.enqueue_many(queue, [JobRequest("t", i, delay=3600) for i in range(200)])
+    ]
+    pk = keys.partition_keys(queue, 1, partitions)
+    slot = keys.slot_of(pk.due)
+    source = node_of(client, queue, 1, partitions)
+    target = next(a for a in slots.primary_addresses(client) if a != source)
+    src = redis.Redis(host="127.0.0.1", port=int(source.split(":")[1]))
+    dst = redis.Redis(host="127.0.0.1", port=int(target.split(":")[1]))
+    src_id = src.execute_command("CLUSTER MYID").decode()
+    dst_id = dst.execute_command("CLUSTER MYID").decode()
+    dst.execute_command("CLUSTER SETSLOT", slot, "IMPORTING", src_id)
+    src.execute_command("CLUSTER SETSLOT", slot, "MIGRATING", dst_id)
+    src.execute_command("MIGRATE", "127.0.0.1", int(target.split(":")[1]), pk.jobs, 0, 5000)
+
+    runner = CliRunner()
+    base = ["rebalance", "--queue", queue, "--nodes", "--url", url, "--by", "bytes"]
+    refused = runner.invoke(cli, [*base, "--plan"])
+    assert refused.exit_code == 1, refused.output
+    finish = f"shardq rebalance --queue {queue} --move-partition 1 --to {target} --yes"
+    assert f"slot {slot} (partition 1) is mid-move from {source} to {target}" in refused.output
+    assert finish in refused.output, refused.output
+    done = runner.invoke(cli, [*finish.split()[1:], "--url", url])
+    assert done.exit_code == 0 and f"now lives on {target}" in done.output, done.output
+    planned = runner.invoke(cli, [*base, "--plan"])
+    assert planned.exit_code == 0 and "busiest/mean" in planned.output, planned.output
+    assert all(client.get(queue, j) is not None for j in ids)
+
+    # A plan made before something else moved the slot: refused, nothing moved.
+    with pytest.raises(slots.SlotMoveError, match=r"not .* as planned"):
+        list(slots.execute(client, [(queue, 1, source, source)]))
+    assert node_of(client, queue, 1, partitions) == target
+    src.close()
+    dst.close()
+    client.close()
+
+
+def test_plan_options_refuse_bad_input_with_what_to_do(
+    placement_url: str, standalone_url: str, queue: str
+) -> None:
+    with Client.from_url(placement_url) as client:
+        client.create_queue(queue, 4)
+    with Client.from_url(standalone_url) as client:
+        client.create_queue(queue, 4)
+    runner = CliRunner()
+    base = ["rebalance", "--queue", queue, "--nodes"]
+    for args, url, code, message in [
+        (["--plan", "--apply"], placement_url, 2, "pick one"),
+        (["--plan", "--move-partition", "0", "--to", "x:1"], placement_url, 2, "pick one"),
+        (["--apply", "--json"], placement_url, 2, "--json goes with --nodes --plan"),
+        (["--plan", "--tolerance", "-1"], placement_url, 2, "--tolerance"),
+        (["--plan", "--by", "cpu"], placement_url, 2, "--by"),
+        (["--apply", "--yes", "--max-moves", "0"], placement_url, 2, "--max-moves"),
+        (["--plan"], standalone_url, 1, "single node: there are no slots to move"),
+    ]:
+        out = runner.invoke(cli, [*base, *args, "--url", url])
+        assert out.exit_code == code and message in out.output, (args, out.output)
+
+
+def test_apply_stops_at_the_first_error_saying_what_was_done_and_what_is_left(
+    placement_url: str, queue: str
+) -> None:
+    """A real refusal mid-plan: a user with the admin's rules but MIGRATE; --apply stops at the
+    first move with one line (done 0, left N), the half-done slot is named by the next --plan
+    with its command, and after that the plan runs to the end."""
+    url = placement_url
+    partitions = 6
+    client = Client.from_url(url)
+    client.create_queue(queue, partitions)
+    pile = slots.primary_addresses(client)[0]
+    for p in range(partitions):
+        plan = slots.plan_move(client, queue, p, pile)
+        if plan.needed:
+            slots.move(client, plan)
+    client.enqueue_many(queue, [JobRequest("t", i, delay=3600) for i in range(600)])
+    nodes = [client.redis.get_redis_connection(n) for n in client.redis.get_nodes()]  # type: ignore[union-attr]
+    rules = [r for r in re.findall(r"\([^)]*\)|\S+", acl.rules("admin")) if r != "+migrate"]
+    name = f"t-nomigrate-{queue}"
+    for node in nodes:
+        node.execute_command("ACL", "SETUSER", name, *rules, "on", f">pw-{name}")
+    runner = CliRunner()
+    base = ["rebalance", "--queue", queue, "--nodes", "--by", "bytes"]
+    try:
+        planned = json.loads(runner.invoke(cli, [*base, "--plan", "--json", "--url", url]).stdout)
+        total = len(planned["moves"])
+        assert total >= 3, planned
+        first = planned["moves"][0]
+        out = runner.invoke(
+            cli,
+            [
+                *base,
+                "--apply",
+                "--yes",
+                "--url",
+                url,
+                "--username",
+                name,
+                "--password",
+                f"pw-{name}",
+            ],
+        )
+        assert out.exit_code == 1, out.output
+        assert (
+            f"stopped at move 1 of {total} (slot {first['slot']} {first['from']} -> {first['to']})"
+            in out.output
+        )
+        assert (
+            "may not run MIGRATE" in out.output
+            and f"Done: 0 move(s), 0 bytes; left: {total}" in out.output
+        )
+    finally:
+        for node in nodes:
+            node.execute_command("ACL", "DELUSER", name)
+    refused = runner.invoke(cli, [*base, "--plan", "--url", url])
+    assert refused.exit_code == 1 and "is mid-move" in refused.output, refused.output
+    finish = refused.output.split("finish it with `", 1)[1].split("`", 1)[0]
+    done = runner.invoke(cli, [*finish.split()[1:], "--url", url])
+    assert done.exit_code == 0, done.output
+    rest = runner.invoke(cli, [*base, "--apply", "--yes", "--url", url])
+    assert rest.exit_code == 0 and f"done: {total - 1} move(s)" in rest.output, rest.output
+    after = plan_json(runner, url, queue)
+    assert after["within_tolerance"] and after["moves"] == []
+    due = sum(
+        client.redis.zcard(keys.partition_keys(queue, p, partitions).due)  # type: ignore[misc]
+        for p in range(partitions)
+    )
+    assert due == 600
+    client.close()
