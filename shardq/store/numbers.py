@@ -55,7 +55,11 @@ def integer(raw: Any, lo: int = INT64_MIN, hi: int = INT64_MAX, *, what: str = "
     """``raw`` as an int in ``lo..hi``: an int (not a bool), an integral finite float (a reply
     redis-py turned into one), or decimal digits with an optional '-'; else BadNumber."""
     value: int | None = None
-    if isinstance(raw, bool):
+    if type(raw) is bytes and len(raw) <= 19 and raw.isdigit():
+        # The common case first (every fetched delivery has some): ASCII digits, no sign;
+        # bytes.isdigit is ASCII-only, so this is what the pattern below accepts of them.
+        value = int(raw)
+    elif isinstance(raw, bool):
         value = None
     elif isinstance(raw, int):
         value = raw
@@ -93,6 +97,13 @@ def real(raw: Any, lo: float, hi: float, *, what: str = "value") -> float:
 def time_ms(raw: Any, *, what: str = "time", lo: int = 0, hi: int = MAX_TIME_MS) -> int:
     """An epoch time in ms (a due score, a stream entry's time, a heartbeat): a finite number
     in ``lo..hi`` (by default 1970 to 9999), fractions of a ms dropped; else BadNumber."""
+    if type(raw) is bytes and len(raw) <= 19 and raw.isdigit():
+        # The common case (a stored ms count), without the float round trip: it is on the
+        # path of every fetched delivery.  Anything else takes the full check below.
+        value = int(raw)
+        if lo <= value <= hi:
+            return value
+        raise BadNumber(what, raw, f"a time in ms {lo}..{hi}")
     try:
         return math.floor(real(raw, lo, hi, what=what))
     except BadNumber:
