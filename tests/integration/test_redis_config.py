@@ -121,8 +121,12 @@ def test_a_policy_changed_while_running_is_found_and_its_repair_too(
             assert "redis.misconfigured" in caplog.text and "volatile-lru" in caplog.text
         finally:
             r.config_set("maxmemory-policy", "noeviction", target_nodes=node)
-        wait_for(lambda: _gauge(node.name, "eviction") == 0, 10, "repair not seen")
-        assert "redis.config_fixed" in caplog.text
+        # The gauge is set just before the event is logged, on the runner's thread: wait for both.
+        wait_for(
+            lambda: _gauge(node.name, "eviction") == 0 and "redis.config_fixed" in caplog.text,
+            10,
+            "repair not seen",
+        )
         job = cluster_client.enqueue(queue, "t", 1)
         wait_for(lambda: job in runs.count(), 10, "the worker stopped working")
         runner.check()

@@ -266,6 +266,10 @@ def test_run_once_fires_the_latest_missed_tick_and_counts_misfires(
     assert len(fired) == info.fires
 
 
+#: How late the dispatcher may fire a tick before a pause that lands meanwhile holds it.
+PAUSE_RACE_MS = 1000
+
+
 def _fleet_test(c: Client, url: str, queue: str, procs: list[Proc], window: float) -> None:
     """One schedule every second while the dispatcher holding it is SIGKILLed, and then the
     one that took over is SIGSTOPped (and later SIGCONTed): every tick of the window ran
@@ -308,9 +312,14 @@ def _fleet_test(c: Client, url: str, queue: str, procs: list[Proc], window: floa
         stopped.signal(signal.SIGCONT)
     remaining = window - (time.monotonic() - start)
     time.sleep(max(remaining, 1.0))
+    paused_at = redis_now_ms(c)
     c.schedules.pause(queue, "every-second")
     end = redis_now_ms(c)
-    expected = list(range(s.next_fire_ms or 0, end + 1, 1000))
+    # Every tick due up to the pause ran, but for one due in its last moments: the dispatcher
+    # fires a tick a little after it is due (more on a loaded machine), and a pause that lands
+    # in between holds it, as a pause should.  It may have run; nothing due later may have.
+    expected = list(range(s.next_fire_ms or 0, paused_at - PAUSE_RACE_MS + 1, 1000))
+    allowed = set(range(s.next_fire_ms or 0, end + 1, 1000))
 
     def missing() -> list[int]:
         return sorted(set(expected) - set(tick_jobs(c, queue, partitions, "every-second")))
@@ -326,9 +335,9 @@ def _fleet_test(c: Client, url: str, queue: str, procs: list[Proc], window: floa
     ticks = tick_jobs(c, queue, partitions, "every-second")
     twice = {t: n for t, n in ticks.items() if n > 1}
     assert not twice, f"ticks enqueued more than once: {twice}"
-    assert sorted(ticks) == expected
+    assert set(expected) <= set(ticks) <= allowed, (sorted(ticks), expected, sorted(allowed))
     info = c.schedules.get(queue, "every-second")
-    assert info.fires == len(expected) and info.misfires == 0, info
+    assert info.fires == len(ticks) and info.misfires == 0, info
     for proc in procs:
         if proc.alive():
             proc.check_alive()
