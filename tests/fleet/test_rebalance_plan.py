@@ -310,8 +310,11 @@ def test_apply_stops_at_the_first_error_saying_what_was_done_and_what_is_left(
     assert done.exit_code == 0, done.output
     rest = runner.invoke(cli, [*base, "--apply", "--yes", "--url", url])
     assert rest.exit_code == 0 and f"done: {total - 1} move(s)" in rest.output, rest.output
-    after = plan_json(runner, url, queue)
-    assert after["within_tolerance"] and after["moves"] == []
+    # The plan ran to the end: the partitions are spread evenly.  (A --plan by bytes right
+    # after may still propose a move: MEMORY USAGE of a key RESTOREd by MIGRATE can differ
+    # from the original's, so the bytes are not those planned; seen once under load.)
+    per_node = Counter(node_of(client, queue, p, partitions) for p in range(partitions))
+    assert sorted(per_node.values()) == [2, 2, 2], (per_node, rest.output)
     due = sum(
         client.redis.zcard(keys.partition_keys(queue, p, partitions).due)  # type: ignore[misc]
         for p in range(partitions)
