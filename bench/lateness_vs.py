@@ -1,14 +1,16 @@
 """Lateness of a spread of due jobs, this tree side by side with another revision.
 
-    python -m bench.lateness_vs --reference REV [--url redis://127.0.0.1:7300] [--rounds 3]
-                                [--rates 5000,10000]
+    python -m bench.lateness_vs --reference REV [--reference REV2 ...]
+                                [--url redis://127.0.0.1:7300] [--rounds 3] [--rates 5000,10000]
 
 Each round, per rate and tree (the order alternating between rounds): ``shardq bench e2e
 --jobs 10*rate --spread 10`` (64 partitions, 1 dispatcher + 1 worker, the tree's defaults),
 run from that tree (a reference revision unpacked by bench.baselines.reference, first on
-PYTHONPATH and as the working directory).  One line per run: lateness p50/p99, lost,
-duplicates, the CPU the run's processes spent per job (less noisy than lateness on a shared
-machine) and the calibration of that run; then min-max per tree and rate.
+PYTHONPATH and as the working directory).  Several references compare several revisions in
+one run (e.g. to find which commit between two moved a figure); the order rotates by round.
+One line per run: lateness p50/p99, lost, duplicates, the CPU the run's processes spent per
+job (less noisy than lateness on a shared machine) and the calibration of that run; then
+min-max per tree and rate.
 """
 
 from __future__ import annotations
@@ -59,16 +61,21 @@ def run(tree: str | None, url: str, rate: int) -> dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--url", default="redis://127.0.0.1:7300")
-    parser.add_argument("--reference", required=True)
+    parser.add_argument("--reference", required=True, action="append")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--rates", default="5000,10000")
     args = parser.parse_args()
-    sha, checkout = reference_mod.checkout(args.reference)
     rates = [int(r) for r in args.rates.split(",")]
-    trees = [("this", None), (sha[:12], str(checkout))]
+    trees: list[tuple[str, str | None]] = [("this", None)]
+    for rev in args.reference:
+        sha, checkout = reference_mod.checkout(rev)
+        trees.append((sha[:12], str(checkout)))
     results: dict[tuple[str, int], list[dict[str, Any]]] = {}
     for rnd in range(1, args.rounds + 1):
-        for name, tree in trees if rnd % 2 else trees[::-1]:
+        # Each round starts from another tree and runs them backwards every other round, so
+        # no tree always follows the same one (a warm or loaded machine after a given run).
+        order = trees[rnd % len(trees) :] + trees[: rnd % len(trees)]
+        for name, tree in order if rnd % 2 else order[::-1]:
             for rate in rates:
                 r = run(tree, args.url, rate)
                 results.setdefault((name, rate), []).append(r)

@@ -14,7 +14,7 @@ ARGV[3..] owners whose unexpired lease may be taken over: dispatchers whose memb
           Safe, because every write of the displaced owner checks its now stale token.  A lease
           without expiry, or expiring later than the lease time its grant recorded (ARGV[2] when
           none is recorded), is taken over whoever holds it: no script writes one.
-Max ARGV: 1026  = 2 + at most 1024 owners, one per partition (shardq.store.fleet.MAX_DISPLACE)
+Max ARGV: 1026  = 2 + at most 1024 owners (shardq.store.fleet.MAX_DISPLACE)
 
 Returns
   {1, token, 1, takeover}    newly granted; takeover 1 when the previous owner's lease expired

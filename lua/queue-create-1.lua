@@ -2,7 +2,7 @@
 
 KEYS[1] meta     hash    partitions, layout, created_ms
 
-ARGV[1] partition count
+ARGV[1] partition count (1..16384: one per slot at most)
 ARGV[2] key layout version
 ARGV[3] retention of acknowledged ready entries, ms (0: delete at once)
 ARGV[4] dead-letter cap per partition (entries)
@@ -19,7 +19,7 @@ Every check comes before the first write: a refused call writes nothing.
 --@include now.lua
 --@include checks.lua
 
-local _, bad1 = arg_number(1, 1, 1024)
+local _, bad1 = arg_number(1, 1, 16384)
 if bad1 then return bad1 end
 local _, bad3 = arg_number(3, 0, 604800000)
 if bad3 then return bad3 end

@@ -13,8 +13,9 @@ from shardq.store.codes import Code, check, error_for, is_code
 from shardq.store.numbers import Checked
 from shardq.store.op import Command, Op, cmd, op
 
-# Owners one lease-acquire may displace (lua/lease-acquire-2.lua's Max ARGV): one per partition.
-MAX_DISPLACE = keys.MAX_PARTITIONS
+# Owners one lease-acquire may displace (lua/lease-acquire-2.lua's Max ARGV).  More dead or
+# paused dispatchers than this at once are displaced over the following rounds.
+MAX_DISPLACE = 1024
 
 
 class Members(NamedTuple):
@@ -70,7 +71,7 @@ def lease_acquire(
 ) -> Op[Grant]:
     """Take or extend a partition's lease; ``displace`` names owners whose unexpired lease may
     be taken over (their membership expired, or they are this process's predecessor).  At most
-    :data:`MAX_DISPLACE` are named (one per partition: more cannot own anything); the rest wait
+    :data:`MAX_DISPLACE` are named; the rest wait
     for a later round."""
     names = list(displace)[:MAX_DISPLACE]
     return op("lease-acquire", [pk.lease, pk.fence], [owner, ttl_ms, *names], _parse_grant)

@@ -10,6 +10,12 @@ with the smallest suffix ``s`` whose slot falls inside the p-th of P equal slot 
 its middle.  The rule
 is deterministic, so every process derives the same tags without a lookup, and "which node holds
 partition p" is simply "which node holds slot range p".
+
+Past :data:`SEARCHED_PARTITIONS` partitions the search would cost too much (at 16,384 the range
+is one slot: ~16,384 CRC16s per partition, minutes for a queue), so the tag there is
+``sq:<queue>:<p>:<four letters of @A-O>`` whose slot is exactly the middle of the range: CRC16
+is linear, so the four letters (four free bits each) are solved for, not searched
+(:func:`_exact_suffix`).  Queues up to 1,024 partitions keep the tags they were created with.
 """
 
 from __future__ import annotations
@@ -20,7 +26,11 @@ from functools import lru_cache
 from shardq import names
 
 SLOTS = 16384
-MAX_PARTITIONS = 1024
+#: One partition per slot at most: a queue's partitions never share a slot.
+MAX_PARTITIONS = SLOTS
+#: Up to this many partitions, tags are found by search (the rule every queue created before
+#: 16,384 partitions were allowed has); beyond, by solving for the slot (module docstring).
+SEARCHED_PARTITIONS = 1024
 # Bump when the key layout changes; stored with the queue so old data is never misread.
 LAYOUT_VERSION = 4
 # From this layout on, a waiting job with a timed id is one due-set member '<id> <body>'
@@ -95,9 +105,13 @@ def partition_tag(queue: str, partition: int, partitions: int) -> str:
     partitions.  Within an eighth of the range width (at least 8 slots) of its centre, a
     partition lands on the primary that holds its centre unless a primary's boundary passes
     that close to it: on a fresh 3-primary cluster the counts then differ by at most one for
-    every P up to 512.  The search costs about 4 * P CRC16s per partition.
+    every P up to 512.  The search costs about 4 * P CRC16s per partition.  Past
+    :data:`SEARCHED_PARTITIONS` the tag is solved for the middle slot (module docstring).
     """
     lo, hi = slot_range(partition, partitions)
+    if partitions > SEARCHED_PARTITIONS:
+        solved = f"sq:{queue}:{partition}:"
+        return solved + _exact_suffix(solved.encode(), (lo + hi) // 2)
     # Compare doubled values so the centre (lo + hi) / 2 stays an integer.
     centre2, reach2 = lo + hi, 2 * max((hi - lo) // 8, 8)
     prefix = f"sq:{queue}:{partition}.".encode()
@@ -107,6 +121,31 @@ def partition_tag(queue: str, partition: int, partitions: int) -> str:
         if lo <= slot < hi and abs(2 * slot + 1 - centre2) <= reach2:
             return f"sq:{queue}:{partition}.{suffix}"
         suffix += 1
+
+
+# Four suffix letters '@'..'O' (0x40 | nibble): the tag's bytes are the prefix's, then 0x40 in
+# each, XOR 16 free bits.  With CRC16/XMODEM's zero init, crc(a ^ b) == crc(a) ^ crc(b) for
+# messages of one length, and leading zero bytes leave the CRC at 0, so
+#     slot(prefix + letters) == (crc(prefix + "@@@@") ^ crc(nibble bytes)) % SLOTS
+# and a table from the 14 low bits of crc(nibble bytes) to the smallest nibbles giving them
+# names the suffix for any slot in one lookup (every slot is reachable: test_keys checks).
+_LETTER_BASE = b"@@@@"
+
+
+@lru_cache(maxsize=1)
+def _syndromes() -> dict[int, int]:
+    table: dict[int, int] = {}
+    for n in range(1 << 16):
+        nibbles = bytes((n >> (4 * i)) & 0xF for i in range(4))
+        table.setdefault(binascii.crc_hqx(nibbles, 0) % SLOTS, n)
+    return table
+
+
+def _exact_suffix(prefix: bytes, slot: int) -> str:
+    """Four letters that put ``prefix`` + them on ``slot`` exactly."""
+    base = binascii.crc_hqx(prefix + _LETTER_BASE, 0) % SLOTS
+    n = _syndromes()[base ^ slot]
+    return "".join(chr(0x40 | ((n >> (4 * i)) & 0xF)) for i in range(4))
 
 
 def _queue_key(queue: str, kind: str) -> str:
@@ -335,7 +374,8 @@ def _tag(key: str) -> str | None:
 
 
 def tag_of_queue(queue: str, key: str) -> bool:
-    """Whether ``key``'s hash tag is one of ``queue``'s partitions' (``sq:<queue>:<p>.<s>``) or
+    """Whether ``key``'s hash tag is one of ``queue``'s partitions' (``sq:<queue>:<p>.<s>``,
+    ``sq:<queue>:<p>:<letters>``) or
     limits' (``sq:<queue>:limit:<name>``): the keys a queue deletion finds by SCAN and removes
     (whatever follows the tag), and only those."""
     tag = _tag(key)
@@ -345,8 +385,12 @@ def tag_of_queue(queue: str, key: str) -> bool:
     rest = tag[len(prefix) :]
     if rest.startswith("limit:"):
         return len(rest) > len("limit:")
-    partition, dot, suffix = rest.partition(".")
-    return bool(dot) and partition.isdigit() and suffix.isdigit() and partition.isascii()
+    partition, sep, suffix = rest.partition(":") if ":" in rest else rest.partition(".")
+    if not (sep and partition.isdigit() and partition.isascii()):
+        return False
+    if sep == ":":  # solved tag (past SEARCHED_PARTITIONS): four letters '@'..'O'
+        return len(suffix) == 4 and all("@" <= c <= "O" for c in suffix)
+    return suffix.isdigit()
 
 
 @lru_cache(maxsize=SLOTS)

@@ -222,9 +222,9 @@ def test_bad_queue_name_is_refused(strict_client: Client, queue: str, name: Any)
         _refused(c, queue, call, UnknownQueueError, "use 1-64 characters of letters, digits")
 
 
-@pytest.mark.parametrize("partitions", [0, -1, 1025, True, 2.0, "8"])
+@pytest.mark.parametrize("partitions", [0, -1, 16385, True, 2.0, "8"])
 def test_bad_partition_count_is_refused(client: Client, queue: str, partitions: Any) -> None:
-    with pytest.raises(InvalidJobError, match=r"partitions must be an integer 1\.\.1024"):
+    with pytest.raises(InvalidJobError, match=r"partitions must be an integer 1\.\.16384"):
         client.create_queue(queue, partitions)
     assert not client.redis.exists(keys.queue_meta_key(queue))
 

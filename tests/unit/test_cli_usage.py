@@ -57,7 +57,7 @@ def test_connection_refused_for_every_command(args: list[str]) -> None:
     [
         (["--log-level", "bogus", "queue", "list"], "--log-level"),
         (["queue", "create", "-q", "bad:name"], "1-64 characters"),
-        (["queue", "create", "-q", "ok", "--partitions", "5000"], "1<=x<=1024"),
+        (["queue", "create", "-q", "ok", "--partitions", "20000"], "1<=x<=16384"),
         (["enqueue", "-q", "q", "bad type!"], "1-128 characters"),
         (["enqueue", "-q", "q", "t", "--at", "2030-01-01T00:00:00"], "no time zone"),
         (["enqueue", "-q", "q", "t", "--delay", "-5"], "not negative"),

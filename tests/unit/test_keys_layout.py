@@ -4,6 +4,7 @@ the real cluster: tests/integration/test_keys.py)."""
 from __future__ import annotations
 
 import binascii
+import hashlib
 import itertools
 import random
 import types
@@ -131,6 +132,73 @@ def test_partition_tags_are_deterministic_and_cheap(monkeypatch: pytest.MonkeyPa
         keys.partition_tag.cache_clear()
         assert first == [keys.partition_tag("cheap", p, partitions) for p in range(partitions)]
         assert len(set(first)) == partitions
+
+
+# Digests of every tag of queue 'orders' at these counts, as queues were created with them:
+# a queue's tags may never change (its keys would be orphaned), whatever the rule becomes.
+KNOWN_TAGS = {
+    1: "d4239193bdf4dfdc",
+    8: "4d3ed1a963761b12",
+    64: "d9c3e94d7199851e",
+    256: "5dcac707a85b0c48",
+    1024: "e4cfaa76be893708",
+}
+
+
+@pytest.mark.parametrize("partitions", sorted(KNOWN_TAGS))
+def test_searched_tags_never_change(partitions: int) -> None:
+    tags = [keys.partition_tag("orders", p, partitions) for p in range(partitions)]
+    digest = hashlib.sha256("\n".join(tags).encode()).hexdigest()[:16]
+    assert digest == KNOWN_TAGS[partitions]
+
+
+@pytest.mark.parametrize("partitions", [1025, 2048, 5000, keys.MAX_PARTITIONS])
+def test_solved_tags_sit_on_the_middle_of_their_range(partitions: int) -> None:
+    """Past SEARCHED_PARTITIONS a tag is solved for: its slot is its range's middle slot, so
+    at 16,384 partition p is on slot p, and every tag is one of the queue's."""
+    for queue in ("q", "x" * 64):
+        tags = [keys.partition_tag(queue, p, partitions) for p in range(partitions)]
+        assert len(set(tags)) == partitions
+        for p, tag in enumerate(tags):
+            lo, hi = keys.slot_range(p, partitions)
+            assert keys.slot_of("{" + tag + "}") == (lo + hi) // 2, (queue, p, tag)
+            pk = keys.partition_keys(queue, p, partitions)
+            assert keys.tag_of_queue(queue, pk.due) and keys.tag_of_queue(queue, pk.idem("k"))
+            assert not keys.tag_of_queue(queue + "x", pk.due)
+    if partitions == keys.MAX_PARTITIONS:
+        assert [keys.slot_of("{" + t + "}") for t in tags] == list(range(keys.SLOTS))
+
+
+def test_solved_tags_are_cheap(monkeypatch: pytest.MonkeyPatch) -> None:
+    """One CRC16 per partition once the table is built (65,536 CRC16s, once per process)."""
+    keys._syndromes()
+    crcs = 0
+    real_crc = binascii.crc_hqx
+
+    def counting_crc(data: bytes, value: int) -> int:
+        nonlocal crcs
+        crcs += 1
+        return real_crc(data, value)
+
+    monkeypatch.setattr(keys, "binascii", types.SimpleNamespace(crc_hqx=counting_crc))
+    keys.partition_tag.cache_clear()
+    [keys.partition_tag("cheap", p, keys.MAX_PARTITIONS) for p in range(keys.MAX_PARTITIONS)]
+    assert crcs == keys.MAX_PARTITIONS
+
+
+def test_tag_of_queue_takes_only_the_queues_own_tag_shapes() -> None:
+    for key in ("{sq:q:3:ABCD}:due", "{sq:q:3.17}:due", "{sq:q:limit:x}:limit"):
+        assert keys.tag_of_queue("q", key), key
+    for key in (
+        "{sq:q:3:ABCP}:due",  # 'P' is past 'O'
+        "{sq:q:3:ABC}:due",
+        "{sq:q:3:ABCDE}:due",
+        "{sq:q:x:ABCD}:due",
+        "{sq:q:3.1x}:due",
+        "{sq:q:3}:due",
+        "{sq:q}:meta",
+    ):
+        assert not keys.tag_of_queue("q", key), key
 
 
 def test_routing_spreads_ids_over_partitions() -> None:
