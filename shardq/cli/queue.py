@@ -24,6 +24,7 @@ from shardq.cli.options import (
 from shardq.errors import ShardqError
 from shardq.inspector import EMPTY_STATES
 from shardq.names import NOT_STARTED_STATES
+from shardq.store.keys import SEARCHED_PARTITIONS
 
 # create and list --------------------------------------------------------------------------
 
@@ -88,6 +89,13 @@ def queue_create(
         f"queue {queue_name}: {'created' if created else 'exists'} with {partitions} partitions"
         + (", lanes on" if lanes else "")
     )
+    if created and partitions > SEARCHED_PARTITIONS:
+        click.echo(
+            f"note: past {SEARCHED_PARTITIONS} partitions the idle cost (~2.6 Redis calls/s "
+            "per partition) needs a process per ~2,000 partitions in each fleet, dispatchers "
+            "and workers (docs/capacity.md, section 2)",
+            err=True,
+        )
 
 
 @queue.command("lanes")

@@ -19,6 +19,7 @@ from shardq.dispatcher.context import DispatcherContext
 from shardq.dispatcher.leases import Leases
 from shardq.errors import FencedError
 from shardq.metrics import registry as metrics
+from shardq.runtime.duetimes import DueTimes
 from shardq.runtime.pernode import PerPrimary
 from shardq.runtime.supervisor import log_redirect
 from shardq.store import faults, fleet
@@ -40,7 +41,6 @@ class Promoter:
         self.pks = pks = ctx.pks
         self.leases = leases
         self.settings = ctx.settings
-        self.next_wake: dict[int, float] = {}
         self.hints: dict[int, int] = {}
         self.promoted = 0
         self.calls = 0
@@ -54,6 +54,8 @@ class Promoter:
             lambda p: pks[p].due,
             ctx.settings.max_sleep,
         )
+        #: When each held partition is next promoted (held ones only: set when won).
+        self.next_wake = DueTimes(self.nodes.node_of)
         self._m_promoted = metrics.PROMOTED.labels(ctx.queue)
         self._m_calls = metrics.PROMOTE_CALLS.labels(ctx.queue)
         leases.when_acquired(self.acquired)
@@ -63,13 +65,13 @@ class Promoter:
 
     def acquired(self, partition: int) -> None:
         """A lease was just won: promote at once."""
-        self.next_wake[partition] = 0.0
+        self.next_wake.set(partition, 0.0)
         self.nodes.wake(partition)
 
     def hint(self, partition: int) -> None:
         """An enqueue moved the partition's head earlier (or a retry came due)."""
         if partition in self.leases.tokens:
-            self.next_wake[partition] = 0.0
+            self.next_wake.set(partition, 0.0)
             self.hints[partition] = self.hints.get(partition, 0) + 1
             self.nodes.wake(partition)
 
@@ -79,17 +81,22 @@ class Promoter:
         state = self.supervisor.state(name)
         event = self.nodes.event(node)
         s = self.settings
+        due_times = self.next_wake
+        due_times.rebuild()  # (re)started: partitions a failed round had taken are due again
+        generation = self.nodes.generation
         while not stop.is_set():
             state.progress()
+            if generation != self.nodes.generation:  # partitions moved between primaries
+                generation = self.nodes.generation
+                due_times.rebuild()
             now = time.monotonic()
-            tokens = self.leases.tokens
-            mine = [p for p in self.nodes.mine(node) if p in tokens]
-            due = [p for p in mine if self.next_wake.get(p, 0.0) <= now]
+            due = due_times.take(node, now, s.max_inflight_calls)
             if due:
-                await self._promote(node, due[: s.max_inflight_calls])
+                await self._promote(node, due)
                 state.ok()
                 continue
-            wake_at = min((self.next_wake.get(p, 0.0) for p in mine), default=now + s.max_sleep)
+            earliest = due_times.earliest(node)
+            wake_at = now + s.max_sleep if earliest is None else earliest
             event.clear()
             state.ok()
             # Wait out the coalescing window too: partitions coming due within it are then all
@@ -102,7 +109,14 @@ class Promoter:
         s = self.settings
         lease_ms = round(s.lease_time * 1000)
         tokens = self.leases.tokens
-        held = [p for p in partitions if p in tokens]
+        held = []
+        for p in partitions:
+            if p in tokens:
+                held.append(p)
+            else:
+                self.next_wake.discard(p)  # released or lost since it was set: not ours
+        if not held:
+            return
         sent_tokens = [tokens[p] for p in held]
         ops = [
             fleet.promote(self.pks[p], t, s.batch, lease_ms)
@@ -119,6 +133,7 @@ class Promoter:
         for p, result, seen, token in zip(held, results, hints_before, sent_tokens, strict=True):
             if isinstance(result, FencedError):
                 self.leases.fenced(p, str(result), token)
+                self.next_wake.discard(p)
                 continue
             if isinstance(result, BaseException):
                 self.errors += 1
@@ -132,9 +147,10 @@ class Promoter:
                     failures.append(result)
                 if faults.is_redirect(result) or faults.is_transient(result):
                     self.nodes.topology_changed()
-                self.next_wake[p] = now + ERROR_BACKOFF
+                self.next_wake.set(p, now + ERROR_BACKOFF)
                 continue
             if p not in tokens:
+                self.next_wake.discard(p)
                 continue  # released meanwhile
             self.leases.extended(p, sent)
             moved = result.moved
@@ -142,12 +158,12 @@ class Promoter:
             self._m_promoted.inc(moved)
             self.by_partition[p] = self.by_partition.get(p, 0) + moved
             if moved >= s.batch or self.hints.get(p, 0) != seen:
-                self.next_wake[p] = now  # more are due, or a hint came meanwhile: go again
+                self.next_wake.set(p, now)  # more are due, or a hint came meanwhile: go again
             elif result.next_due_ms is None:
-                self.next_wake[p] = now + s.max_sleep
+                self.next_wake.set(p, now + s.max_sleep)
             else:
                 wait = max(0.0, (result.next_due_ms - result.now_ms) / 1000.0)
-                self.next_wake[p] = now + min(wait, s.max_sleep)
+                self.next_wake.set(p, now + min(wait, s.max_sleep))
         if failures and len(failures) + redirected == len(ops):
             # The whole primary failed: let the supervisor log it and back off this loop.
             raise failures[0]

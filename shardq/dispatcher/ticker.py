@@ -27,6 +27,7 @@ from shardq.dispatcher.context import DispatcherContext
 from shardq.dispatcher.leases import Leases
 from shardq.errors import FencedError, InvalidPeriodicScheduleError
 from shardq.metrics import registry as metrics
+from shardq.runtime.duetimes import DueTimes
 from shardq.runtime.pernode import PerPrimary
 from shardq.schedules import Definition, plan
 from shardq.store import schedules as ops
@@ -53,6 +54,8 @@ LOOP = "schedules"  # the loops are ``schedules:<primary>`` and ``schedules-topo
 
 # Seconds between looks at a partition that had no schedule (see Ticker._sleep_until).
 EMPTY_RECHECK = 10.0
+# Most partitions one round reads (the rest go in the next round, at once).
+ROUND_LIMIT = 1024
 
 
 class Ticker:
@@ -66,7 +69,6 @@ class Ticker:
         self.pks = pks = ctx.pks
         self.leases = leases
         self.settings = ctx.settings
-        self.next_wake: dict[int, float] = {}
         self.fired = 0
         self.misfired = 0
         self.calls = 0
@@ -80,12 +82,14 @@ class Ticker:
             lambda p: pks[p].due,
             ctx.settings.max_sleep,
         )
+        #: When each held partition's schedules are next read (held ones only).
+        self.next_wake = DueTimes(self.nodes.node_of)
         leases.when_acquired(self.wake)
 
     def wake(self, partition: int) -> None:
         """A lease was won or a hint came: look at the partition's schedules now."""
         if partition in self.leases.tokens:
-            self.next_wake[partition] = 0.0
+            self.next_wake.set(partition, 0.0)
             self.nodes.wake(partition)
 
     def start(self) -> None:
@@ -97,18 +101,28 @@ class Ticker:
         state = self.supervisor.state(name)
         event = self.nodes.event(node)
         max_sleep = self.settings.max_sleep
+        due_times = self.next_wake
+        due_times.rebuild()  # (re)started: partitions a failed round had taken are due again
+        generation = self.nodes.generation
         while not stop.is_set():
             state.progress()
+            if generation != self.nodes.generation:  # partitions moved between primaries
+                generation = self.nodes.generation
+                due_times.rebuild()
             now = time.monotonic()
             held = self.leases.tokens
-            mine = [p for p in self.nodes.mine(node) if p in held]
-            tokens = {p: held[p] for p in mine}
-            due = [p for p in mine if self.next_wake.get(p, 0.0) <= now]
+            due = []
+            for p in due_times.take(node, now, ROUND_LIMIT):
+                if p in held:
+                    due.append(p)
+                else:
+                    due_times.discard(p)  # released or lost since it was set
             if due:
-                await self.round(due, tokens)
+                await self.round(due, {p: held[p] for p in due})
                 state.ok()
                 continue
-            wake_at = min((self.next_wake.get(p, 0.0) for p in mine), default=now + max_sleep)
+            earliest = due_times.earliest(node)
+            wake_at = now + max_sleep if earliest is None else earliest
             event.clear()
             state.ok()
             with contextlib.suppress(TimeoutError):
@@ -120,13 +134,13 @@ class Ticker:
             # No schedule in this partition (most partitions, most queues): a new one wakes it
             # through the due hint its put publishes; the slow recheck only covers a lost hint,
             # so an idle dispatcher's Redis calls do not grow by P per max_sleep.
-            self.next_wake[p] = at + max(s.max_sleep, EMPTY_RECHECK)
+            self.next_wake.set(p, at + max(s.max_sleep, EMPTY_RECHECK))
         else:
-            self.next_wake[p] = at + min(max(0.0, (head_ms - now_ms) / 1000.0), s.max_sleep)
+            self.next_wake.set(p, at + min(max(0.0, (head_ms - now_ms) / 1000.0), s.max_sleep))
 
     def _error(self, p: int, op: str, exc: BaseException) -> None:
         metrics.SCRIPT_ERRORS.labels(self.queue, op, type(exc).__name__).inc()
-        self.next_wake[p] = time.monotonic() + ERROR_BACKOFF
+        self.next_wake.set(p, time.monotonic() + ERROR_BACKOFF)
 
     async def round(self, partitions: Sequence[int], tokens: dict[int, str]) -> None:
         """Read and fire the due schedules of ``partitions`` once."""
@@ -156,6 +170,7 @@ class Ticker:
             for (p, got, chunk), result in zip(calls, results, strict=True):
                 if isinstance(result, FencedError):
                     self.leases.fenced(p, str(result), tokens[p])
+                    self.next_wake.discard(p)
                     continue
                 if isinstance(result, BaseException):
                     failures.append(result)
@@ -183,11 +198,11 @@ class Ticker:
         if misfires:
             self._m_misfires.inc(misfires)
         if len(got.schedules) >= READ_BATCH:
-            self.next_wake[p] = at  # more may be due: read again at once
+            self.next_wake.set(p, at)  # more may be due: read again at once
         elif not fired:
             # Every schedule read changed meanwhile (or a clock went back): read again soon,
             # not in a tight loop.
-            self.next_wake[p] = at + ERROR_BACKOFF
+            self.next_wake.set(p, at + ERROR_BACKOFF)
         else:
             self._sleep_until(p, result.head_ms, result.now_ms, at)
 

@@ -27,6 +27,7 @@ from typing import Any
 
 from shardq.runtime.supervisor import Supervisor
 from shardq.store import faults
+from shardq.store.keys import slot_of
 from shardq.store.op import Op
 from shardq.store.transport import AsyncTransport
 
@@ -59,6 +60,10 @@ class PerPrimary:
         self._nodes: set[str] = set()
         self._node_of: dict[int, str] = {}
         self._groups: dict[str, list[int]] = {}
+        self._sets: dict[str, frozenset[int]] = {}
+        self._slots: dict[int, int] | None = None
+        #: Counts regroupings that moved a partition to another primary (DueTimes rebuild on it).
+        self.generation = 0
         self._changed = asyncio.Event()
         self._regroup()
 
@@ -66,11 +71,19 @@ class PerPrimary:
         return f"{self.name}:{node}"
 
     def _regroup(self) -> None:
-        node_of = {p: self.transport.node_name(self.route_key(p)) for p in self.partitions}
+        # Every SYNC_INTERVAL, for up to 16,384 partitions: the slots are computed once.
+        if self._slots is None:
+            self._slots = {p: slot_of(self.route_key(p)) for p in self.partitions}
+        node_name = self.transport.slot_node_name
+        node_of = {p: node_name(slot) for p, slot in self._slots.items()}
+        if node_of == self._node_of:
+            return
         groups: dict[str, list[int]] = {}
         for p, node in node_of.items():
             groups.setdefault(node, []).append(p)
         self._node_of, self._groups = node_of, groups
+        self._sets = {node: frozenset(ps) for node, ps in groups.items()}
+        self.generation += 1
 
     def node_of(self, partition: int) -> str:
         node = self._node_of.get(partition)
@@ -81,6 +94,10 @@ class PerPrimary:
     def mine(self, node: str) -> list[int]:
         """The partitions the loop of ``node`` serves (per the slot map at the last sync)."""
         return self._groups.get(node, [])
+
+    def mine_set(self, node: str) -> frozenset[int]:
+        """:meth:`mine` as a set (membership tests without a scan)."""
+        return self._sets.get(node, frozenset())
 
     def wake(self, partition: int) -> None:
         """Wake the loop serving ``partition`` (a hint, a new lease, a finished job)."""

@@ -339,6 +339,12 @@ class AsyncTransport:
             return STANDALONE
         return str(self.client.nodes_manager.get_node_from_slot(slot_of(key)).name)
 
+    def slot_node_name(self, slot: int) -> str:
+        """:meth:`node_name` of a key of ``slot``, the CRC16 already known."""
+        if not self.cluster:
+            return STANDALONE
+        return str(self.client.nodes_manager.get_node_from_slot(slot).name)
+
     def primaries(self) -> list[str]:
         if not self.cluster:
             return [STANDALONE]

@@ -307,3 +307,33 @@ def test_an_idle_primary_gets_room_while_others_drain_a_backlog(
     assert min(left) > 0, ("the backlog ran out before the probes: not measured", left)
     # backlog jobs started between a probe's enqueue and its start: rounds, not the backlog
     assert max(behind) < 5000, behind
+
+
+def test_a_queue_past_1024_partitions_runs_every_job_once(
+    cluster_url: str, cluster_client: Client, queue: str
+) -> None:
+    """Past keys.SEARCHED_PARTITIONS the tags are solved for their range's middle slot: jobs
+    spread over them run once each, and get and cancel find them by id.  (16,384 partitions
+    work the same way but cost ~2.6 idle calls/s each, more than one in-process fleet of a
+    test keeps up with: docs/capacity.md §2.)"""
+    partitions = 2 * keys.SEARCHED_PARTITIONS
+    client = cluster_client
+    client.create_queue(queue, partitions)
+    for p in (0, 1, partitions // 2, partitions - 1):
+        lo, hi = keys.slot_range(p, partitions)
+        assert keys.slot_of(keys.partition_keys(queue, p, partitions).due) == (lo + hi) // 2
+    runs = Runs()
+    n = 1_000
+    with Runner(cluster_url, queue, {"t": runs.add}):
+        results = client.enqueue_many(
+            queue, [JobRequest("t", {"i": i}, delay=1.0 + i / n) for i in range(n)]
+        )
+        ids = [r.job_id for r in results]
+        assert len({r.partition for r in results}) > 600  # spread over many partitions
+        cancelled = client.enqueue(queue, "t", delay=3600)
+        assert client.get(queue, cancelled) is not None
+        assert client.cancel(queue, cancelled)
+        wait_for(lambda: len(runs.count()) >= n, 60, lambda: f"{len(runs.count())} of {n} ran")
+        time.sleep(1.0)  # a second run, if any, would come within this
+    assert runs.count() == Counter(dict.fromkeys(ids, 1))
+    assert client.get(queue, cancelled) is None
