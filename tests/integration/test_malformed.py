@@ -487,7 +487,7 @@ def test_every_cli_command_fails_in_one_line_on_a_bad_id_or_name(
             assert f"{bad!r} is invalid: {rule}" in line, (args, line)
     not_text = "is not valid text (it holds bytes that are not UTF-8): write it in UTF-8"
     lone = "'\\udcff\\udcfe' is not valid Unicode (a lone surrogate): fix its source"
-    parts = "use partition numbers 0-1023 and ranges of them"
+    parts = "use partition numbers 0-16383 and ranges of them"
     for args, code, words in (
         (["limit", "remove", "-q", queue, "--type", NOT_UTF8], 1, "is not valid text: give type:"),
         (["health", "--username", NOT_UTF8], 2, f"'--username': {not_text}"),
