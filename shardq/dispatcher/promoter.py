@@ -133,7 +133,10 @@ class Promoter:
         for p, result, seen, token in zip(held, results, hints_before, sent_tokens, strict=True):
             if isinstance(result, FencedError):
                 self.leases.fenced(p, str(result), token)
-                self.next_wake.discard(p)
+                if p not in tokens:
+                    self.next_wake.discard(p)
+                # else: a stale token's refusal, the lease won again meanwhile; acquired()
+                # already made it due.
                 continue
             if isinstance(result, BaseException):
                 self.errors += 1

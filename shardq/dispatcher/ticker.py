@@ -170,7 +170,10 @@ class Ticker:
             for (p, got, chunk), result in zip(calls, results, strict=True):
                 if isinstance(result, FencedError):
                     self.leases.fenced(p, str(result), tokens[p])
-                    self.next_wake.discard(p)
+                    if p not in self.leases.tokens:
+                        self.next_wake.discard(p)
+                    # else: a stale token's refusal, the lease won again meanwhile; wake()
+                    # already made it due.
                     continue
                 if isinstance(result, BaseException):
                     failures.append(result)

@@ -1,0 +1,128 @@
+"""The promoter's due times through canned replies (no Redis): which partitions it promotes
+next after each kind of reply.  The replies are what lua/promote-8.lua answers; the transport
+only hands them back, so this checks bookkeeping, not Redis behaviour."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from types import SimpleNamespace
+from typing import Any
+
+from shardq.config import DispatcherSettings
+from shardq.dispatcher.promoter import Promoter
+from shardq.errors import FencedError
+from shardq.store import fleet, keys
+
+NODE = "127.0.0.1:1"
+
+
+class CannedTransport:
+    """One primary; run_on runs ``during`` (what happens while the call is on the wire), then
+    answers with ``replies``."""
+
+    def __init__(self) -> None:
+        self.replies: list[Any] = []
+        self.during: Callable[[], None] = lambda: None
+
+    def node_name(self, key: str) -> str:
+        return NODE
+
+    def slot_node_name(self, slot: int) -> str:
+        return NODE
+
+    async def run_on(self, node: str, ops: list[Any]) -> list[Any]:
+        assert len(ops) == len(self.replies)
+        self.during()
+        return self.replies
+
+
+class HeldLeases:
+    """What the promoter asks of Leases: the tokens held and the acquisition callbacks."""
+
+    def __init__(self) -> None:
+        self.tokens: dict[int, str] = {}
+        self.callbacks: list[Callable[[int], None]] = []
+
+    def when_acquired(self, callback: Callable[[int], None]) -> None:
+        self.callbacks.append(callback)
+
+    def win(self, partition: int, token: str) -> None:
+        self.tokens[partition] = token
+        for callback in self.callbacks:
+            callback(partition)
+
+    def fenced(self, partition: int, reason: str, token: str | None = None) -> None:
+        if token is None or self.tokens.get(partition) == token:
+            self.tokens.pop(partition, None)
+
+    def extended(self, partition: int, at: float) -> None:
+        pass
+
+
+def promoter(partitions: int = 2) -> tuple[Promoter, CannedTransport, HeldLeases]:
+    transport = CannedTransport()
+    leases = HeldLeases()
+    ctx = SimpleNamespace(
+        supervisor=None,
+        transport=transport,
+        queue="q",
+        pks=keys.all_partition_keys("q", partitions),
+        settings=DispatcherSettings(),
+    )
+    return Promoter(ctx, leases=leases), transport, leases  # type: ignore[arg-type]
+
+
+def due_now(p: Promoter) -> list[int]:
+    return p.next_wake.take(NODE, time.monotonic() + 1e-3, 100)
+
+
+def test_a_stale_tokens_refusal_keeps_a_partition_won_again_meanwhile() -> None:
+    """A promote sent with token 1; while it is on the wire the lease is lost and won again
+    (token 2).  The refusal of token 1 is no news: the partition is promoted next round."""
+    p, transport, leases = promoter()
+    leases.win(0, "1")
+    assert due_now(p) == [0]
+    transport.replies = [FencedError("fencing token 1 is stale")]
+
+    def lost_and_won_again() -> None:
+        leases.tokens.pop(0)
+        leases.win(0, "2")
+
+    transport.during = lost_and_won_again
+    asyncio.run(p._promote(NODE, [0]))
+    assert leases.tokens == {0: "2"}
+    assert due_now(p) == [0]
+
+
+def test_a_refusal_of_the_current_token_drops_the_partition() -> None:
+    p, transport, leases = promoter()
+    leases.win(0, "1")
+    assert due_now(p) == [0]
+    transport.replies = [FencedError("fencing token 1 is stale")]
+    asyncio.run(p._promote(NODE, [0]))
+    assert leases.tokens == {} and 0 not in p.next_wake
+
+
+def test_replies_set_the_next_promote() -> None:
+    p, transport, leases = promoter()
+    leases.win(0, "1")
+    leases.win(1, "1")
+    assert sorted(due_now(p)) == [0, 1]
+    batch = DispatcherSettings().batch
+    # partition 0 moved a full batch (more are due: again at once); 1 has none left
+    transport.replies = [fleet.Promoted(batch, 1000, 1000), fleet.Promoted(3, None, 1000)]
+    asyncio.run(p._promote(NODE, [0, 1]))
+    assert due_now(p) == [0]
+    assert p.next_wake.get(1) > time.monotonic() + DispatcherSettings().max_sleep / 2
+
+
+def test_a_partition_released_while_its_call_is_on_the_wire_is_dropped() -> None:
+    p, transport, leases = promoter()
+    leases.win(0, "1")
+    assert due_now(p) == [0]
+    transport.replies = [fleet.Promoted(1, None, 1000)]
+    transport.during = lambda: leases.tokens.pop(0)
+    asyncio.run(p._promote(NODE, [0]))
+    assert 0 not in p.next_wake
