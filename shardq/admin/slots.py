@@ -32,7 +32,6 @@ answers ASK there, and is counted as moved.
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -352,8 +351,6 @@ def suggest(stats: dict[str, Any], loads: list[NodeLoad]) -> Suggestion | None:
 
 # Placement: the input of shardq.admin.placement.plan, measured -----------------------------
 
-#: A key of some queue's partition: ``{sq:<queue>:<partition>.<suffix>}:<kind>``.
-_PARTITION_KEY = re.compile(r"^\{sq:([A-Za-z0-9_.\-]{1,64}):(\d+)\.\d+\}:")
 #: MEMORY USAGE calls per pipeline: one round trip per this many keys.
 _MEMORY_BATCH = 1000
 
@@ -459,11 +456,7 @@ def slot_usage(client: Client, queue: str) -> tuple[list[str], dict[int, SlotUsa
         at = 0
         for s, group in zip(mine, names, strict=True):
             n = len(group)
-            owned = {
-                (m.group(1), int(m.group(2)))
-                for k in flat[at : at + n]
-                if (m := _PARTITION_KEY.match(k))
-            }
+            owned = {owner for k in flat[at : at + n] if (owner := keys.partition_of_key(k))}
             usage[s] = SlotUsage(
                 slot=s,
                 node=addr,

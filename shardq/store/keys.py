@@ -373,11 +373,23 @@ def _tag(key: str) -> str | None:
     return key[1:end] if end > 1 else None
 
 
+def _partition_in_tag(rest: str) -> int | None:
+    """The partition number of a partition tag's part after ``sq:<queue>:`` (``<p>.<digits>``,
+    or ``<p>:<four letters @..O>`` past SEARCHED_PARTITIONS), else None."""
+    partition, sep, suffix = rest.partition(":") if ":" in rest else rest.partition(".")
+    if not (sep and partition.isdigit() and partition.isascii()):
+        return None
+    if sep == ":":
+        ok = len(suffix) == 4 and all("@" <= c <= "O" for c in suffix)
+    else:
+        ok = suffix.isdigit() and suffix.isascii()
+    return int(partition) if ok else None
+
+
 def tag_of_queue(queue: str, key: str) -> bool:
     """Whether ``key``'s hash tag is one of ``queue``'s partitions' (``sq:<queue>:<p>.<s>``,
-    ``sq:<queue>:<p>:<letters>``) or
-    limits' (``sq:<queue>:limit:<name>``): the keys a queue deletion finds by SCAN and removes
-    (whatever follows the tag), and only those."""
+    ``sq:<queue>:<p>:<letters>``) or limits' (``sq:<queue>:limit:<name>``): the keys a queue
+    deletion finds by SCAN and removes (whatever follows the tag), and only those."""
     tag = _tag(key)
     prefix = "sq:" + queue + ":"
     if tag is None or not tag.startswith(prefix):
@@ -385,12 +397,20 @@ def tag_of_queue(queue: str, key: str) -> bool:
     rest = tag[len(prefix) :]
     if rest.startswith("limit:"):
         return len(rest) > len("limit:")
-    partition, sep, suffix = rest.partition(":") if ":" in rest else rest.partition(".")
-    if not (sep and partition.isdigit() and partition.isascii()):
-        return False
-    if sep == ":":  # solved tag (past SEARCHED_PARTITIONS): four letters '@'..'O'
-        return len(suffix) == 4 and all("@" <= c <= "O" for c in suffix)
-    return suffix.isdigit()
+    return _partition_in_tag(rest) is not None
+
+
+def partition_of_key(key: str) -> tuple[str, int] | None:
+    """``(queue, partition)`` of a key of some queue's partition (either tag shape), else None
+    (a queue's own keys, a limit's, anything not shardq's).  Queue names hold no ':'."""
+    tag = _tag(key)
+    if tag is None or not tag.startswith("sq:"):
+        return None
+    queue, sep, rest = tag[3:].partition(":")
+    if not sep or not names.QUEUE_NAME_RE.fullmatch(queue):
+        return None
+    partition = _partition_in_tag(rest)
+    return None if partition is None else (queue, partition)
 
 
 @lru_cache(maxsize=SLOTS)

@@ -205,3 +205,22 @@ def test_routing_spreads_ids_over_partitions() -> None:
     counts = Counter(keys.partition_for(uuid.uuid4().hex, 16) for _ in range(16000))
     assert set(counts) == set(range(16))
     assert min(counts.values()) > 800 and max(counts.values()) < 1200
+
+
+@pytest.mark.parametrize("partitions", [64, 2048, keys.MAX_PARTITIONS])
+def test_partition_of_key_reads_back_every_partition_key(partitions: int) -> None:
+    for queue in ("q", "a.b-c_9"):
+        for p in (0, 1, partitions - 1):
+            pk = keys.partition_keys(queue, p, partitions)
+            for key in [*pk.all(), pk.idem("k:{x}")]:
+                assert keys.partition_of_key(key) == (queue, p), key
+    for key in (
+        keys.queue_meta_key("q"),
+        keys.limit_state_key("q", "type:t"),
+        "{sq:q:3:ABCP}:due",
+        "{sq:q:3.x}:due",
+        "{sq:q}:due",
+        "{other:q:3.1}:due",
+        "plain",
+    ):
+        assert keys.partition_of_key(key) is None, key
