@@ -7,7 +7,8 @@ Each round, per rate and tree (the order alternating between rounds): ``shardq b
 --jobs 10*rate --spread 10`` (64 partitions, 1 dispatcher + 1 worker, the tree's defaults),
 run from that tree (a reference revision unpacked by bench.baselines.reference, first on
 PYTHONPATH and as the working directory).  Several references compare several revisions in
-one run (e.g. to find which commit between two moved a figure); the order rotates by round.
+one run (e.g. to find which commit between two moved a figure); the order rotates by round,
+so each tree runs first as often as the others.
 One line per run: lateness p50/p99, lost, duplicates, the CPU the run's processes spent per
 job (less noisy than lateness on a shared machine) and the calibration of that run; then
 min-max per tree and rate.
@@ -72,10 +73,12 @@ def main() -> None:
         trees.append((sha[:12], str(checkout)))
     results: dict[tuple[str, int], list[dict[str, Any]]] = {}
     for rnd in range(1, args.rounds + 1):
-        # Each round starts from another tree and runs them backwards every other round, so
-        # no tree always follows the same one (a warm or loaded machine after a given run).
-        order = trees[rnd % len(trees) :] + trees[: rnd % len(trees)]
-        for name, tree in order if rnd % 2 else order[::-1]:
+        # Each round starts from the next tree, so every tree runs in every position as often
+        # (a run after another finds the machine warmer and more loaded: the second of a pair
+        # came out later in most rounds).  Rotation only: reversing every other round as
+        # well undid the rotation for two trees, and the reference ran first every round.
+        shift = rnd % len(trees)
+        for name, tree in trees[shift:] + trees[:shift]:
             for rate in rates:
                 r = run(tree, args.url, rate)
                 results.setdefault((name, rate), []).append(r)
