@@ -60,7 +60,6 @@ class PerPrimary:
         self._nodes: set[str] = set()
         self._node_of: dict[int, str] = {}
         self._groups: dict[str, list[int]] = {}
-        self._sets: dict[str, frozenset[int]] = {}
         self._slots: dict[int, int] | None = None
         #: Counts regroupings that moved a partition to another primary (DueTimes rebuild on it).
         self.generation = 0
@@ -82,7 +81,6 @@ class PerPrimary:
         for p, node in node_of.items():
             groups.setdefault(node, []).append(p)
         self._node_of, self._groups = node_of, groups
-        self._sets = {node: frozenset(ps) for node, ps in groups.items()}
         self.generation += 1
 
     def node_of(self, partition: int) -> str:
@@ -94,10 +92,6 @@ class PerPrimary:
     def mine(self, node: str) -> list[int]:
         """The partitions the loop of ``node`` serves (per the slot map at the last sync)."""
         return self._groups.get(node, [])
-
-    def mine_set(self, node: str) -> frozenset[int]:
-        """:meth:`mine` as a set (membership tests without a scan)."""
-        return self._sets.get(node, frozenset())
 
     def wake(self, partition: int) -> None:
         """Wake the loop serving ``partition`` (a hint, a new lease, a finished job)."""

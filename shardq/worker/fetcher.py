@@ -32,7 +32,6 @@ from redis.exceptions import ResponseError
 
 from shardq.config import WorkerSettings
 from shardq.metrics import registry as metrics
-from shardq.runtime.duetimes import DueTimes
 from shardq.runtime.pernode import PerPrimary
 from shardq.runtime.process import RoleContext
 from shardq.runtime.supervisor import log_redirect
@@ -106,9 +105,7 @@ class Fetcher:
         self.settler = settler
         self.executor = executor
         self.stats = ctx.stats
-        self.nodes = loops
-        #: When each partition is next read (all of them at once to begin with).
-        self.poll_at = DueTimes(loops.node_of, self.partitions)
+        self.poll_at: dict[int, float] = dict.fromkeys(self.partitions, 0.0)
         self.assigned: set[int] = set(self.partitions)
         self.fleet_size = 1
         self.hints: dict[int, int] = {}
@@ -117,8 +114,10 @@ class Fetcher:
         #: Partitions known to have jobs to read (a ready hint, or a full batch last time), as
         #: opposed to a poll that may well find nothing: only those make a loop wait for room.
         self.known_work: set[int] = set()
+        self._rotate = 0
         #: Jobs of late rounds that found the concurrency taken: started as handlers finish.
         self.overflow: deque[Delivery] = deque()
+        self.nodes = loops
 
     def start(self) -> None:
         self.nodes.start(self._loop)
@@ -134,7 +133,7 @@ class Fetcher:
         index, n = members.index(self.consumer), len(members)
         assigned = {p for p in self.partitions if p % n == index}
         for p in assigned - self.assigned:
-            self.poll_at.set(p, 0.0)  # newly ours (a peer left): read it now
+            self.poll_at[p] = 0.0  # newly ours (a peer left): read it now
             self.nodes.wake(p)
         self.assigned, self.fleet_size = assigned, n
 
@@ -146,7 +145,7 @@ class Fetcher:
     def hint(self, partition: int) -> None:
         if partition not in self.assigned:
             return
-        self.poll_at.set(partition, 0.0)
+        self.poll_at[partition] = 0.0
         self.hints[partition] = self.hints.get(partition, 0) + 1
         self.known_work.add(partition)
         self.nodes.wake(partition)
@@ -167,14 +166,9 @@ class Fetcher:
         event = self.nodes.event(node)
         s = self.settings
         flight: deque[_Round] = deque()
-        self.poll_at.rebuild()  # (re)started: partitions a failed round had taken are due again
-        generation = self.nodes.generation
         try:
             while not stop.is_set():
                 state.progress()
-                if generation != self.nodes.generation:  # partitions moved between primaries
-                    generation = self.nodes.generation
-                    self.poll_at.rebuild()
                 self._drain_overflow()
                 while len(flight) < PIPELINE:
                     planned = self._plan(node, len(flight))
@@ -183,10 +177,12 @@ class Fetcher:
                     flight.append(planned)
                 if not flight:
                     # Nothing to read or ack: sleep until a partition is due, a hint, or room.
+                    mine = self.nodes.mine(node)
                     now = time.monotonic()
                     room = self.inflight.room()
-                    earliest = self.poll_at.earliest(node)
-                    wake_at = now + s.idle_poll if earliest is None else earliest
+                    wake_at = min(
+                        (self.poll_at.get(p, 0.0) for p in mine), default=now + s.idle_poll
+                    )
                     timeout = s.idle_poll if room <= 0 else max(0.0, wake_at - now)
                     event.clear()
                     state.ok()
@@ -248,19 +244,15 @@ class Fetcher:
                 return
             self.executor.run(self.overflow.popleft())
 
-    def _known_due(self, node: str, now: float) -> bool:
-        """Whether a partition of ``node`` known to hold jobs is due to be read."""
-        mine = self.nodes.mine_set(node)
-        poll_at = self.poll_at
-        return any(p in mine and poll_at.get(p) <= now for p in self.known_work)
-
     def _plan(self, node: str, in_flight: int) -> _Round | None:
         """Send the next round of ``node`` (acks of finished jobs, fetches of due partitions
         sharing the free room), or None when there is nothing to send.  ``in_flight``: rounds
         of this loop not yet taken."""
         s = self.settings
+        mine = self.nodes.mine(node)
         now = time.monotonic()
         free = self.inflight.room()
+        due = [p for p in mine if self.poll_at.get(p, 0.0) <= now]
         # Freed room wakes every loop, but a loop that just took a reply plans its next round
         # at once, before a woken one runs: without a share kept back, a busy primary takes
         # every freed slot and an idle primary's new jobs wait for idle_poll (seen as 1-2 s
@@ -271,30 +263,27 @@ class Fetcher:
         since = self.waiting.get(node, now)
         ahead = sum(1 for n, t in self.waiting.items() if n != node and t < since)
         room = free - MIN_FETCH * ahead
-        due: list[int] = []
         if room <= 0:
             self.inflight.starved = True  # woken as soon as room frees up
-            if not in_flight and self._known_due(node, now):
+            if not in_flight and not self.known_work.isdisjoint(due):
                 self.waiting.setdefault(node, now)
+            due = []
         else:
             self.waiting.pop(node, None)
         # A round takes at most a share of the concurrency, so the next ones still find room
         # while this one's jobs wait to run: that is what keeps rounds in flight all the time.
         room = min(room, max(1, self.inflight.concurrency // (PIPELINE + 1)))
-        if room > 0:
-            # Longest waiting first (fair); fewer, fuller reads beat many thin ones (at least
-            # MIN_FETCH per partition read), so at most room // MIN_FETCH partitions.
-            due = self.poll_at.take(node, now, max(1, room // MIN_FETCH))
-        acked, ack_ops = self.settler.take_acks(self.nodes.mine_set(node))
+        acked, ack_ops = self.settler.take_acks(mine)
         if not due and not ack_ops:
             return None
-        # Share the free room among the due partitions.
+        # Share the free room among due partitions, rotating who goes first for fairness;
+        # fewer, fuller reads beat many thin ones (at least MIN_FETCH per partition read).
         count = 0
         if due:
+            self._rotate = (self._rotate + 1) % len(due)
+            due = due[self._rotate :] + due[: self._rotate]
             count = max(1, min(s.fetch_batch, max(room // len(due), MIN_FETCH), room))
-            keep = max(1, room // count)
-            self.poll_at.put_back(due[keep:])
-            due = due[:keep]
+            due = due[: max(1, room // count)]
         ops = [delivery.fetch(self.pks[p], self.consumer, count) for p in due]
         reserve = count * len(due)
         self.inflight.reserve(reserve)
@@ -331,12 +320,12 @@ class Fetcher:
                 else:
                     failures.append(result)
                 await self._failed(p, result)
-                self.poll_at.set(p, now + ERROR_BACKOFF)
+                self.poll_at[p] = now + ERROR_BACKOFF
                 continue
             assert isinstance(result, Batch)
             n = len(result.jobs)
             more = n >= r.count or self.hints.get(p, 0) != seen
-            self.poll_at.set(p, now if more else now + self.idle_interval(p))
+            self.poll_at[p] = now if more else now + self.idle_interval(p)
             if more:
                 self.known_work.add(p)
             else:

@@ -18,7 +18,7 @@ import logging
 import random
 import time
 import traceback
-from collections.abc import Callable, Collection, Container
+from collections.abc import Callable, Container
 from typing import Any
 
 from shardq import backoff
@@ -114,14 +114,13 @@ class Settler:
         if len(batch) == 1:
             self.wake(d.partition)
 
-    def take_acks(self, partitions: Collection[int]) -> tuple[Taken, list[Op[int]]]:
+    def take_acks(self, partitions: list[int]) -> tuple[Taken, list[Op[int]]]:
         """The ack ops for the given partitions' finished jobs, taken off the buffer (jobs that
         finish while they are on the way start a new batch); :meth:`acked` puts back what
-        failed.  Costs the buffered partitions, not all of ``partitions`` (a set: a primary's
-        loop may serve thousands)."""
+        failed."""
         taken: Taken = []
         ops: list[Op[int]] = []
-        for p in [p for p in self.acks if p in partitions]:
+        for p in partitions:
             batch = self.acks.pop(p, None)
             if not batch:
                 continue
@@ -152,7 +151,7 @@ class Settler:
     async def flush(self, partitions: list[int] | None = None) -> None:
         """Send buffered acks now (shutdown; a primary with nothing to fetch)."""
         wanted = self.partitions_with_acks() if partitions is None else partitions
-        taken, ops = self.take_acks(set(wanted))
+        taken, ops = self.take_acks(wanted)
         if ops:
             self.acked(taken, await self.transport.run_many(ops))
 
