@@ -40,7 +40,7 @@ from shardq.schedules import (
     make_definition,
 )
 from shardq.store import producer
-from shardq.store.op import Op
+from shardq.store.op import Call
 from shardq.store.retry import AsyncRunner, SyncRunner
 from shardq.store.transport import AsyncTransport
 
@@ -95,7 +95,7 @@ class Client:
     def _drive(self, plan: Plan[T], what: str) -> T:
         return drive(plan, self._runner.batches(what))
 
-    def _run(self, op: Op[T], *, what: str = "the call") -> T:
+    def _run(self, op: Call[T], *, what: str = "the call") -> T:
         return self._drive(one(op), what)
 
     # queues -------------------------------------------------------------------------------
@@ -372,7 +372,7 @@ class AsyncClient:
         await self._connected()
         return await drive_async(plan, self._runner.batches(what))
 
-    async def _run(self, op: Op[T], *, what: str = "the call") -> T:
+    async def _run(self, op: Call[T], *, what: str = "the call") -> T:
         return await self._drive(one(op), what)
 
     # queues -------------------------------------------------------------------------------

@@ -84,3 +84,31 @@ def queue_stats(client: Client, queue: str, window: float = 1.0) -> dict[str, An
     time.sleep(window)
     snaps = client._drive(inspect_plans.snapshots(client._queues, queue, node_of), what)
     return plans.stats_report(queue, first, snaps, window)
+
+
+def partition_rates(
+    client: Client, queues: list[str], window: float = 1.0
+) -> dict[str, dict[int, float]]:
+    """Per queue and partition: jobs/s (enqueued + promoted) over one ``window`` shared by
+    every queue (two snapshots of each, ``window`` seconds apart), so many queues cost one
+    window, not one each."""
+
+    def node_of(key: str) -> str:
+        return transport.node_name(client.redis, key)
+
+    def take() -> dict[str, Any]:
+        return {
+            q: client._drive(
+                inspect_plans.snapshots(client._queues, q, node_of), f"reading the stats of {q!r}"
+            )
+            for q in queues
+        }
+
+    first = take()
+    time.sleep(window)
+    last = take()
+    out: dict[str, dict[int, float]] = {}
+    for q in queues:
+        report = plans.stats_report(q, first[q], last[q], window)
+        out[q] = {int(r["partition"]): float(r["rate_per_s"]) for r in report["partitions"]}
+    return out

@@ -37,6 +37,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from redis.cluster import PRIMARY, ClusterNode
+
 from shardq.client import Client
 from shardq.connection import as_text, is_cluster
 from shardq.errors import ShardqError
@@ -48,6 +50,19 @@ PAUSE_SECONDS_PER_JOB = 2.4e-6
 
 class SlotMoveError(ShardqError):
     """A partition's slot cannot be moved as asked (not a cluster, unknown node, Redis refused)."""
+
+
+class SlotMidMoveError(SlotMoveError):
+    """A slot holding a queue's partition is MIGRATING: a move stopped half-way (its driver
+    was killed, MIGRATE timed out).  Moving ``partition`` of ``queue`` to ``target`` again
+    finishes it (the balancer does so by itself)."""
+
+    def __init__(self, message: str, queue: str, partition: int, slot: int, target: str) -> None:
+        super().__init__(message)
+        self.queue = queue
+        self.partition = partition
+        self.slot = slot
+        self.target = target
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,7 +116,23 @@ def _primaries(cluster: Any) -> dict[str, Any]:
         if faults.is_transient(exc):
             raise faults.translate(exc, "reading the slot map") from exc
         raise
-    return {f"{n.host}:{n.port}": n for n in cluster.get_primaries()}
+    found = {f"{n.host}:{n.port}": n for n in cluster.get_primaries()}
+    # CLUSTER SLOTS, where redis-py learns its nodes, lists only primaries serving a slot: a
+    # primary just added to the cluster is not there until a slot moves to it, yet it is the
+    # first place a balanced plan puts slots.  Every primary's CLUSTER NODES line names it.
+    if found:
+        any_node = cluster.get_redis_connection(next(iter(found.values())))
+        for addr, info in _admin(any_node, "CLUSTER NODES").items():
+            flags = str(info.get("flags", ""))
+            if addr in found or "master" not in flags:
+                continue
+            if any(bad in flags for bad in ("fail", "handshake", "noaddr")):
+                continue
+            if not info.get("connected", True) or not addr.rsplit(":", 1)[-1].isdigit():
+                continue
+            host, port = addr.rsplit(":", 1)
+            found[addr] = ClusterNode(host, int(port), PRIMARY)  # type: ignore[no-untyped-call]
+    return found
 
 
 def _admin(conn: Any, *command: Any) -> Any:
@@ -405,11 +436,15 @@ def _slot_map(
                         (a for a, i in nodes.items() if i.get("node_id") == m.get("node_id")),
                         str(m.get("node_id")),
                     )
-                    raise SlotMoveError(
+                    raise SlotMidMoveError(
                         f"slot {slot} (partition {wanted[slot]}) is mid-move from {addr} to "
                         f"{to} (a move that stopped half-way): finish it with `shardq rebalance "
                         f"--queue {queue} --move-partition {wanted[slot]} --to {to} --yes`, "
-                        "then plan again"
+                        "then plan again",
+                        queue,
+                        wanted[slot],
+                        slot,
+                        to,
                     )
             for span in info.get("slots", []):
                 lo, hi = int(span[0]), int(span[-1])

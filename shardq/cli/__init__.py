@@ -5,7 +5,8 @@ adds them all with ``add_command`` (no command registers itself by being importe
 
 - ``process``: ``dispatcher run``, ``worker run``, ``health``
 - ``queue``: every ``queue ...`` command; ``job``: every ``job ...`` command and ``enqueue``
-- ``schedule``, ``limit``; ``ops``: ``owners``, ``rebalance``, ``stats``, ``dlq ...``
+- ``schedule``, ``limit``; ``ops``: ``owners``, ``rebalance``, ``stats``, ``dlq ...``;
+  ``balancer``: ``balancer run|status``
 - ``security``: ``acl ...``, ``functions ...``; ``web``
 - ``dev``: ``dev ...``, ``demo``, ``bench ...`` (these import shardq.devtools inside the
   commands, so no other command loads it)
@@ -19,7 +20,18 @@ from __future__ import annotations
 import click
 
 from shardq import __version__
-from shardq.cli import dev, job, limit, ops, process, queue, schedule, security, web
+from shardq.cli import (
+    balancer,
+    dev,
+    job,
+    limit,
+    ops,
+    process,
+    queue,
+    schedule,
+    security,
+    web,
+)
 from shardq.cli.errors import ShardqGroup
 from shardq.cli.options import (
     LOG_LEVELS,
@@ -74,6 +86,7 @@ for _command in (
     limit.limit,
     ops.owners,
     ops.rebalance,
+    balancer.balancer_group,
     ops.stats,
     ops.dlq,
     security.acl_group,

@@ -8,15 +8,22 @@ from __future__ import annotations
 import dataclasses
 import sys
 import time
-from typing import Any
+from typing import Any, cast
 
 import click
 
 from shardq import admin
 from shardq import format as fmt
-from shardq.admin import placement, slots
+from shardq.admin import balancer, placement, slots
 from shardq.cli.job import show_job
-from shardq.cli.options import JOB_ID, JSON_OPTION, open_client, queue_option, redis_options
+from shardq.cli.options import (
+    JOB_ID,
+    JSON_OPTION,
+    open_client,
+    queue_option,
+    redis_options,
+    redis_settings,
+)
 from shardq.client import Client
 
 
@@ -128,10 +135,11 @@ def _print_spread(s: admin.Spread) -> None:
 @click.option(
     "--by",
     "balance_by",
-    type=click.Choice(["rate", "bytes"]),
-    default="rate",
+    type=click.Choice(balancer.BY_CHOICES),
+    default="load",
     show_default=True,
-    help="Load to even out (--plan/--apply): jobs/s over --window, or bytes in the slots.",
+    help="Load to even out (--plan/--apply): jobs/s over --window, bytes in the slots, or "
+    "load: each slot's share of both, counting equally.",
 )
 @click.option(
     "--max-moves",
@@ -139,6 +147,24 @@ def _print_spread(s: admin.Spread) -> None:
     default=10,
     show_default=True,
     help="Moves --apply may make in one run (run it again for the rest).",
+)
+@click.option(
+    "--concurrency",
+    type=click.IntRange(1, 64),
+    default=1,
+    show_default=True,
+    help="Moves --apply may run at once (never two on one primary).",
+)
+@click.option(
+    "--bytes-per-second",
+    type=click.FloatRange(min=1.0),
+    default=None,
+    help="Average bytes/s of the moves --apply starts (default: no limit).",
+)
+@click.option(
+    "--all-queues",
+    is_flag=True,
+    help="Count every queue's partitions (--plan/--apply), not only --queue's.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the plan as JSON (--plan).")
 @click.option("--yes", is_flag=True, help="Do it (without it, only print the plan).")
@@ -159,6 +185,9 @@ def rebalance(
     tolerance: float,
     balance_by: str,
     max_moves: int,
+    concurrency: int,
+    bytes_per_second: float | None,
+    all_queues: bool,
     as_json: bool,
     yes: bool,
     timeout: float,
@@ -175,10 +204,11 @@ def rebalance(
     MIGRATE, under load (callers follow ASK redirects; both primaries pause for about 2 us
     per waiting job).
 
-    --nodes --plan computes the slot moves that bring every primary's load (--by rate or
-    bytes of the queue's partitions) within --tolerance percent of the mean with the fewest
-    bytes moved; --nodes --apply --yes carries them out one at a time (at most --max-moves),
-    stopping at the first error.
+    --nodes --plan computes the slot moves that bring every primary's load (--by load, rate
+    or bytes of the queue's partitions, or of every queue's with --all-queues) within
+    --tolerance percent of the mean with the fewest bytes moved; --nodes --apply --yes
+    carries them out (at most --max-moves, --concurrency at once, --bytes-per-second),
+    stopping at the first error.  `shardq balancer run` keeps it balanced.
     """
     planning = plan_only or apply_plan
     node_mode = show_nodes or planning or move_partition is not None or to_node is not None
@@ -199,16 +229,19 @@ def rebalance(
         raise click.UsageError("--move-partition and --to go together")
     with open_client() as client:
         if planning:
+            budget = balancer.Budget(
+                concurrency, bytes_per_second, max_moves, int(migrate_timeout * 1000)
+            )
             _rebalance_plan(
                 client,
                 queue_name,
-                balance_by,
+                all_queues,
+                cast(balancer.By, balance_by),  # a click.Choice of BY_CHOICES
                 tolerance / 100.0,
                 window,
                 apply_plan,
                 yes,
-                max_moves,
-                migrate_timeout,
+                budget,
                 as_json,
             )
             return
@@ -344,42 +377,41 @@ def _rebalance_nodes(
 
 
 def _placement(
-    client: Client, queue_name: str, balance_by: str, tolerance: float, window: float
+    client: Client,
+    queue_name: str,
+    all_queues: bool,
+    balance_by: balancer.By,
+    tolerance: float,
+    window: float,
 ) -> tuple[placement.Placement, str]:
     """The plan, and a sentence saying what was counted."""
-    primaries, usage = slots.slot_usage(client, queue_name)  # SlotMoveError on a single node
-    rates: dict[int, float] = {}
-    if balance_by == "rate":
-        data = admin.queue_stats(client, queue_name, window)
-        rates = {int(r["partition"]): float(r["rate_per_s"]) for r in data["partitions"]}
-    units: dict[int, placement.Unit] = {}
-    for p, u in sorted(usage.items()):
-        load = rates.get(p, 0.0) if balance_by == "rate" else float(u.bytes)
-        have = units.get(u.slot)  # (partitions of one queue have slots of their own)
-        units[u.slot] = placement.Unit(
-            u.slot,
-            u.node,
-            load + (have.load if have else 0.0),
-            u.bytes,
-            tuple(sorted({*u.partitions, (queue_name, p)})),
-        )
-    shared = sum(1 for u in units.values() if any(q != queue_name for q, _ in u.partitions))
-    what = (
-        f"jobs/s (enqueued + promoted over {window:g} s)"
-        if balance_by == "rate"
-        else "bytes (MEMORY USAGE of every key in their slots)"
-    )
+    # SlotMoveError on a single node; SlotMidMoveError names the command that finishes a move.
+    m = balancer.measure(client, [] if all_queues else [queue_name], window)
+    if all_queues and queue_name not in m.queues:
+        client.partitions(queue_name)  # UnknownQueueError, as without --all-queues
+    what = {
+        "rate": f"jobs/s (enqueued + promoted over {window:g} s)",
+        "bytes": "bytes (MEMORY USAGE of every key in their slots)",
+        "load": f"% of the total: each slot's share of the jobs/s (over {window:g} s) plus its "
+        "share of the bytes (MEMORY USAGE of every key), the two counting equally",
+    }[balance_by]
+    partitions = sum(1 for s in m.slots for q, _ in s.partitions if q in m.queues)
+    if all_queues:
+        scope = f"the {partitions} partitions of every queue ({', '.join(m.queues)})"
+    else:
+        scope = f"the {partitions} partitions of {queue_name}"
+    shared = sum(1 for s in m.slots if len({q for q, _ in s.partitions}) > 1)
     counted = (
-        f"load counted: {what} of the {len(usage)} partitions of {queue_name} over "
-        f"{len(primaries)} primaries; other queues' partitions on a primary are not counted"
+        f"load counted: {what} of {scope} over {len(m.primaries)} primaries"
+        + ("" if all_queues else "; other queues' partitions are not counted (--all-queues)")
         + (
-            f" ({shared} slot(s) hold another queue's partition too: they move together)"
+            f" ({shared} slot(s) hold partitions of two queues: they move together)"
             if shared
             else ""
         )
         + "; bytes moved: every key of a moved slot"
     )
-    return placement.plan(list(units.values()), primaries, tolerance), counted
+    return placement.plan(m.units(balance_by), m.primaries, tolerance), counted
 
 
 def _placement_json(
@@ -416,6 +448,8 @@ def _placement_json(
 
 
 def _unit(by: str, value: float) -> str:
+    if by == "load":
+        return f"{value:,.2f} %"
     return f"{value:,.1f}/s" if by == "rate" else f"{value:,.0f} B"
 
 
@@ -448,7 +482,7 @@ def _print_placement(by: str, counted: str, p: placement.Placement) -> None:
         names = ", ".join(f"{q}/{n}" for q, n in m.partitions)
         click.echo(
             f"  {i:>3}. slot {m.slot:>5} (partition {names}) {m.source} -> {m.target}  "
-            f"{m.bytes:,} B" + (f"  {_unit(by, m.load)}" if by == "rate" else "")
+            f"{m.bytes:,} B" + (f"  {_unit(by, m.load)}" if by != "bytes" else "")
         )
     if not p.within_tolerance:
         click.echo(f"tolerance not met: {p.reason}")
@@ -457,23 +491,23 @@ def _print_placement(by: str, counted: str, p: placement.Placement) -> None:
 def _rebalance_plan(
     client: Client,
     queue_name: str,
-    balance_by: str,
+    all_queues: bool,
+    balance_by: balancer.By,
     tolerance: float,
     window: float,
     apply_plan: bool,
     yes: bool,
-    max_moves: int,
-    migrate_timeout: float,
+    budget: balancer.Budget,
     as_json: bool,
 ) -> None:
-    p, counted = _placement(client, queue_name, balance_by, tolerance, window)
+    p, counted = _placement(client, queue_name, all_queues, balance_by, tolerance, window)
     if as_json:
         fmt.echo_json(_placement_json(queue_name, balance_by, counted, p))
         return
     _print_placement(balance_by, counted, p)
     if not apply_plan or not p.moves:
         return
-    todo = list(p.moves[:max_moves])
+    todo = list(p.moves[: budget.max_moves])
     if not yes:
         click.echo(
             f"add --yes to carry out {len(todo)} of the {len(p.moves)} move(s)"
@@ -481,36 +515,35 @@ def _rebalance_plan(
             else "add --yes to carry it out"
         )
         return
-    steps = [(queue_name, _partition_of(m, queue_name), m.source, m.target) for m in todo]
-    done = 0
-    moved_bytes = 0
-    results = slots.execute(client, steps, int(migrate_timeout * 1000))
-    for m in todo:
-        try:
-            r = next(results)
-        except slots.SlotMoveError as exc:
-            raise click.ClickException(
-                f"stopped at move {done + 1} of {len(p.moves)} (slot {m.slot} {m.source} -> "
-                f"{m.target}): {exc}. Done: {done} move(s), {moved_bytes:,} bytes; left: "
-                f"{len(p.moves) - done}; `--nodes --plan` shows what is left (and the command that "
-                "finishes a move left half-way)"
-            ) from exc
-        done += 1
-        moved_bytes += m.bytes
+    settings = redis_settings()
+
+    def report(r: balancer.Moved) -> None:
         click.echo(
-            f"  moved slot {m.slot} to {m.target}: {r.keys_moved} keys, MIGRATE "
+            f"  moved slot {r.move.slot} to {r.move.target}: {r.keys_moved} keys, MIGRATE "
             f"{r.migrate_seconds * 1000:,.1f} ms"
         )
+
+    out = balancer.carry_out(lambda: Client(settings), p.moves, budget, on_moved=report)
+    done = len(out.done)
     left = len(p.moves) - done
+    if out.error is not None and out.failed is not None:
+        m = out.failed
+        raise click.ClickException(
+            f"stopped at move {done + 1} of {len(p.moves)} (slot {m.slot} {m.source} -> "
+            f"{m.target}): {out.error}. Done: {done} move(s), {out.bytes_moved:,} bytes; left: "
+            f"{left}; `--nodes --plan` shows what is left (and the command that "
+            "finishes a move left half-way)"
+        )
+    rate = out.bytes_moved / out.seconds if out.seconds > 0 else 0.0
     click.echo(
-        f"done: {done} move(s), {moved_bytes:,} bytes"
-        + (f"; {left} left (--max-moves {max_moves}): run it again for the rest" if left else "")
+        f"done: {done} move(s), {out.bytes_moved:,} bytes in {out.seconds:,.1f} s "
+        f"({rate:,.0f} B/s, at most {out.most_at_once} at once)"
+        + (
+            f"; {left} left (--max-moves {budget.max_moves}): run it again for the rest"
+            if left
+            else ""
+        )
     )
-
-
-def _partition_of(m: placement.Move, queue_name: str) -> int:
-    """The partition of ``queue_name`` in the moved slot (plan_move names the slot by it)."""
-    return next(n for q, n in m.partitions if q == queue_name)
 
 
 def _render_stats(data: dict[str, Any], top: int) -> str:

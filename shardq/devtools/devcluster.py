@@ -46,6 +46,7 @@ __all__ = [
     "NodeStatus",
     "PortInUseError",
     "RedisServerMissingError",
+    "add_primary",
     "cluster_down",
     "cluster_status",
     "cluster_up",
@@ -269,8 +270,19 @@ def _stop_nodes(nodes: list[_Node]) -> list[int]:
     return _stop_pids([pid for pid in map(_owned_pid, nodes) if pid is not None])
 
 
+def _extra_nodes(directory: Path) -> list[_Node]:
+    """Primaries :func:`add_primary` added to the cluster in ``directory``."""
+    if not directory.is_dir():
+        return []
+    return [
+        _Node(int(d.name.split("-", 1)[1]), d)
+        for d in sorted(directory.glob("extra-*"))
+        if d.name.split("-", 1)[1].isdigit()
+    ]
+
+
 def _stop_and_wipe(directory: Path, nodes: list[_Node]) -> list[int]:
-    stopped = _stop_nodes(nodes)
+    stopped = _stop_nodes([*nodes, *_extra_nodes(directory)])
     shutil.rmtree(directory, ignore_errors=True)
     return sorted(stopped)
 
@@ -713,6 +725,56 @@ def restart_node(
     pid = _owned_pid(node)
     assert pid is not None
     return pid
+
+
+def add_primary(
+    base_port: int,
+    port: int,
+    *,
+    host: str = "127.0.0.1",
+    root: Path | None = None,
+    timeout: float = 30.0,
+) -> str:
+    """Start an empty primary on ``port`` and join it to the cluster on ``base_port`` (no
+    slots, no replica: what an operator adding capacity has before rebalancing); returns its
+    ``host:port``.  Already joined: returned as it is.  ``cluster_down`` stops it with the
+    rest; ``cluster_up`` rebuilds a cluster that has one (it makes the 6-node cluster)."""
+    server, _ = _require_binaries()
+    directory, nodes = _cluster_layout(base_port, root)
+    if not directory.is_dir() or _serving_pid(host, nodes[0]) is None:
+        raise DevClusterError(f"no cluster of ours runs on {base_port}: start it first")
+    node = _Node(port, directory / f"extra-{port}")
+    address = f"{host}:{port}"
+    deadline = time.monotonic() + timeout
+    if _serving_pid(host, node) is None:
+        _ensure_port_free(host, port, "--port")
+        _start_node(server, node, host, cluster=True, appendonly=False)
+        _wait_started(host, node, deadline)
+    with _client(host, port) as new:
+        myid: Any = new.cluster("MYID")
+        new_id = str(myid)
+        new.cluster("MEET", host, base_port)
+    # Joined once every node of the cluster lists it as a connected primary, and it sees the
+    # cluster whole (it learns the slot map by gossip).
+    while True:
+        joined = True
+        for other in [*nodes, node]:
+            with _client(host, other.port) as c:
+                known: Any = c.cluster("NODES")
+            me = next((i for i in known.values() if i.get("node_id") == new_id), None)
+            flags = str(me.get("flags", "")) if me else ""
+            info = _cluster_info(host, other.port) or {}
+            up = bool(me and me.get("connected")) and info.get("cluster_state") == "ok"
+            if not up or "master" not in flags or "handshake" in flags:
+                joined = False
+        if joined:
+            return address
+        if time.monotonic() > deadline:
+            raise DevClusterError(
+                f"the new primary {address} did not join the cluster on {base_port} in "
+                f"{timeout:g} s; log {node.logfile}:\n{_log_tail(node)}"
+            )
+        time.sleep(0.1)
 
 
 def cluster_status(base_port: int = 7000, *, root: Path | None = None) -> list[NodeStatus]:

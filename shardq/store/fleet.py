@@ -67,7 +67,7 @@ def _parse_grant(reply: Any) -> Grant:
 
 
 def lease_acquire(
-    pk: keys.PartitionKeys, owner: str, ttl_ms: int, displace: Iterable[str] = ()
+    pk: keys.LeaseKeys, owner: str, ttl_ms: int, displace: Iterable[str] = ()
 ) -> Op[Grant]:
     """Take or extend a partition's lease; ``displace`` names owners whose unexpired lease may
     be taken over (their membership expired, or they are this process's predecessor).  At most
@@ -85,17 +85,17 @@ def _parse_renew(reply: Any) -> bool:
     return True
 
 
-def lease_renew(pk: keys.PartitionKeys, token: str, ttl_ms: int) -> Op[bool]:
+def lease_renew(pk: keys.LeaseKeys, token: str, ttl_ms: int) -> Op[bool]:
     """Extend a lease while ``token`` is current; the op returns False when fenced."""
     return op("lease-renew", [pk.lease], [token, ttl_ms], _parse_renew)
 
 
-def lease_release(pk: keys.PartitionKeys, token: str) -> Op[bool]:
+def lease_release(pk: keys.LeaseKeys, token: str) -> Op[bool]:
     """Give a lease back while it is still ours; True when released."""
     return op("lease-release", [pk.lease, pk.fence], [token], lambda r: check(r)[0] == 1)
 
 
-def lease_revoke(pk: keys.PartitionKeys, owner: str) -> Op[bool]:
+def lease_revoke(pk: keys.LeaseKeys, owner: str) -> Op[bool]:
     """An operator takes a partition from ``owner`` (fenced from its next write)."""
     return op("lease-revoke", [pk.lease, pk.fence], [owner], lambda r: check(r)[0] == 1)
 
@@ -302,3 +302,19 @@ def cancel_drain(queue: str, dispatcher: str) -> Command[int]:
 def owners_forget(queue: str, partitions: Iterable[int]) -> Command[int]:
     """Drop partitions from the advisory owners hash (their leases were revoked)."""
     return cmd("HDEL", keys.owners_key(queue), *[str(p) for p in partitions], parse=int)
+
+
+def balancer_report(fields: dict[str, str | int | float]) -> Command[int]:
+    """The balancer leader's last round (advisory: ``shardq balancer status``)."""
+    # Every round writes every field, so no field of an older round survives.
+    flat = [x for k, v in fields.items() for x in (k, v)]
+    return cmd("HSET", keys.BALANCER.status, *flat, parse=int)
+
+
+def balancer_status() -> Command[dict[str, str]]:
+    """The balancer leader's last report (empty when none was written)."""
+    return cmd(
+        "HGETALL",
+        keys.BALANCER.status,
+        parse=lambda r: {as_text(k): as_text(v) for k, v in r.items()},
+    )

@@ -21,7 +21,9 @@ is linear, so the four letters (four free bits each) are solved for, not searche
 from __future__ import annotations
 
 import binascii
+from dataclasses import dataclass
 from functools import lru_cache
+from typing import Protocol
 
 from shardq import names
 
@@ -50,6 +52,10 @@ SCHEDULE_NAME_RE = names.SCHEDULE_NAME_RE
 
 # Cross-queue keys (each on its own slot; touched only outside scripts).
 QUEUES_KEY = "sq:queues"
+#: The placement autopilot's keys (``shardq balancer run``), ``{sq:balancer}:<kind>``: its
+#: leader lease and fence (the dispatchers' lease scripts, lua/lease-*.lua) and the leader's
+#: last report (a hash, advisory: ``shardq balancer status``).
+BALANCER_KINDS: tuple[str, ...] = ("lease", "fence", "status")
 
 # The consumer group every worker reads a ready stream through.
 WORKER_GROUP = "workers"
@@ -213,6 +219,32 @@ def owners_key(queue: str) -> str:
     """Hash partition -> '<owner> <token>': who holds each lease.  Advisory (the lease itself
     decides); it lets a dispatcher find free partitions without reading every lease."""
     return _queue_key(queue, "owners")
+
+
+class LeaseKeys(Protocol):
+    """What the lease scripts (lua/lease-*.lua) touch: a lease and its fence.  A partition's
+    keys have them, and so has the balancer's leader lease."""
+
+    @property
+    def lease(self) -> str: ...
+
+    @property
+    def fence(self) -> str: ...
+
+
+@dataclass(frozen=True, slots=True)
+class BalancerKeys:
+    """The placement autopilot's keys (:data:`BALANCER_KINDS`), on one slot of their own."""
+
+    lease: str = "{sq:balancer}:lease"
+    fence: str = "{sq:balancer}:fence"
+    status: str = "{sq:balancer}:status"
+
+    def all(self) -> list[str]:
+        return ["{sq:balancer}:" + kind for kind in BALANCER_KINDS]
+
+
+BALANCER = BalancerKeys()
 
 
 class PartitionKeys:

@@ -138,10 +138,18 @@ def test_plan_and_apply_spread_a_queue_piled_on_one_primary_under_load(
             assert shown.exit_code == 0, shown.output
             assert "load counted: bytes" in shown.stdout and "plan: 8 move(s)" in shown.stdout
             assert "busiest/mean 3.0" in shown.stdout, shown.stdout
-            by_rate = runner.invoke(cli, [*mover[:-2], "--plan"])  # --by rate, the default
+            by_load = runner.invoke(cli, [*mover[:-2], "--plan"])  # --by load, the default
+            assert by_load.exit_code == 0, by_load.output
+            assert "load counted: % of the total: each slot's share of the jobs/s" in (
+                by_load.stdout
+            )
+            load_json = runner.invoke(cli, [*mover[:-2], "--plan", "--json"])
+            assert load_json.exit_code == 0, load_json.output
+            assert sum(json.loads(load_json.stdout)["before"].values()) == pytest.approx(100)
+            by_rate = runner.invoke(cli, [*mover[:-2], "--by", "rate", "--plan"])
             assert by_rate.exit_code == 0, by_rate.output
             assert "load counted: jobs/s (enqueued + promoted over 1 s)" in by_rate.stdout
-            rate_json = runner.invoke(cli, [*mover[:-2], "--plan", "--json"])
+            rate_json = runner.invoke(cli, [*mover[:-2], "--by", "rate", "--plan", "--json"])
             assert rate_json.exit_code == 0, rate_json.output
             # The producer's ~190 jobs/s, enqueued then promoted: jobs/s, not millions.
             assert 0 < sum(json.loads(rate_json.stdout)["before"].values()) < 2000
