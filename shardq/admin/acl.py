@@ -45,7 +45,8 @@ class Grant:
 
 # Key kinds, as shardq.store.keys names them (the one list of a queue's keys): partition keys
 # {sq:<queue>:<p>.<s>}:<kind> (and :idem:<key>), queue keys {sq:<queue>}:<kind>, limits'
-# state {sq:<queue>:limit:<name>}:<kind>; plus "registry", the queue registry sq:queues.
+# state {sq:<queue>:limit:<name>}:<kind>; plus "registry", the queue registry sq:queues, and
+# "balancer", the balancer's last round {sq:balancer}:status.
 PARTITION_KINDS: tuple[str, ...] = (*keys.PARTITION_KINDS, keys.IDEM_KIND)
 QUEUE_KINDS = keys.QUEUE_KINDS
 LIMIT_KINDS = keys.LIMIT_KINDS
@@ -154,6 +155,16 @@ GRANTS["operator"] = (
     Grant(("stats",), ("+hdel",)),
     Grant(("limits",), ("+hset", "+hdel")),  # shardq limit set / remove
     Grant(PARTITION_KINDS + QUEUE_KINDS + LIMIT_KINDS, ("+unlink",)),
+    Grant(("balancer",), ("+hgetall",), read_only=True),  # shardq balancer status
+)
+# The admin also runs the balancer (shardq balancer run): its leader lease and fence go through
+# the lease functions (lua/lease-*.lua: what they run on those keys), and it writes its last
+# round for `balancer status`.
+ADMIN_GRANTS: tuple[Grant, ...] = (
+    Grant(
+        ("balancer",),
+        ("+get", "+set", "+pexpire", "+pttl", "+del", "+hget", "+hset", "+hincrby"),
+    ),
 )
 # The viewer runs a read-only console (`shardq web` without --allow-actions): exactly what its
 # pages read, through the no-writes functions (partition-stats, owner-info, inflight, list-due,
@@ -214,6 +225,8 @@ def key_patterns(kind: str, queues: Sequence[str]) -> list[str]:
     """ACL key patterns of one key kind, for the queues (``["*"]``: every queue)."""
     if kind == "registry":
         return [keys.QUEUES_KEY]
+    if kind == "balancer":
+        return keys.BALANCER.all()
     out = []
     for q in queues:
         if kind in PARTITION_KINDS:
@@ -241,7 +254,7 @@ def rules(role: str, queues: Iterable[str] = ("*",)) -> str:
     head = ["off", "resetpass", "resetkeys", "resetchannels", channels, "-@all", *BASICS]
     if role == "admin":
         # Slot moves: MIGRATE takes every key of a slot, whatever application wrote it.
-        grants = GRANTS["operator"]
+        grants = (*GRANTS["operator"], *ADMIN_GRANTS)
         head += ["~*", *FUNCTIONS, *ADMIN_EXTRA, *PLAIN_EXTRA["operator"]]
     else:
         grants = GRANTS[role]
@@ -300,4 +313,7 @@ def markdown_table() -> str:
         rows.append(f"| {role} | (no key; channels `{{sq:*`) | `{plain}` |")
     admin = ", ".join(c.lstrip("+").upper().replace("|", " ") for c in ADMIN_EXTRA)
     rows.append(f"| admin | every key (`~*`) | the operator's, plus `{admin}` |")
+    for g in ADMIN_GRANTS:
+        commands = " ".join(c.lstrip("+").upper() for c in g.commands)
+        rows.append(f"| admin | {', '.join(g.kinds)} | `{commands}` |")
     return "\n".join(rows)

@@ -262,6 +262,38 @@ def test_only_the_admin_sizes_slots_for_the_placement_plan(
         slots.slot_usage(role_clients["operator"], queue)
 
 
+def test_the_balancer_runs_as_the_admin_and_the_operator_reads_its_status(
+    cluster_url: str, role_clients: dict[str, Client]
+) -> None:
+    """`shardq balancer run` as the admin: its leader lease (the lease functions on
+    {sq:balancer}) and its last round; the operator may read that round (`balancer status`),
+    no other role may take the balancer's lease."""
+    from redis.exceptions import ResponseError
+
+    from shardq.admin import balancer
+    from shardq.store import fleet, keys
+
+    def admin() -> Client:
+        name, password = USERS["admin"]
+        return Client(RedisSettings.from_url(cluster_url, username=name, password=password))
+
+    settings = balancer.BalancerSettings(lease_ms=3000, window=0.1, interval=0.2)
+    b = balancer.Balancer(admin, settings, owner="balancer:acl#1")
+    try:
+        assert b.lead() and b.still_leading()
+        b._report(balancer.Round(True, b.token, 0.5))
+        status = balancer.status(role_clients["operator"])
+        assert status["leader"] == "balancer:acl#1" and status["deviation"] == "0.5"
+        for role in ("producer", "dispatcher", "worker", "operator", "viewer"):
+            # Redis' own refusal: the lease's key is not one of the role's
+            with pytest.raises(ResponseError, match=r"can't access|no permissions"):
+                role_clients[role]._run(fleet.lease_acquire(keys.BALANCER, f"x-{role}", 3000))
+    finally:
+        b.step_down()
+        b.close()
+        Client.from_url(cluster_url).redis.delete(keys.BALANCER.status)
+
+
 def test_the_operator_deletes_a_queue_with_every_key_of_it(
     cluster_client: Client, role_clients: dict[str, Client], queue: str
 ) -> None:
