@@ -1020,6 +1020,26 @@ def test_web_console_actions_component(tmp_path: Path) -> None:
     assert flag.envvar == "SHARDQ_WEB_ALLOW_ACTIONS"
 
 
+def test_balancer_component_runs_two_as_the_admin() -> None:
+    """The placement autopilot (components/balancer, in overlays/dev): two pods (one leads,
+    the other stands by), the admin's Redis user (it moves slots), its own name so the
+    dispatchers' and workers' PDBs and metrics Service do not select it, and a grace period
+    longer than one MIGRATE's timeout so SIGTERM can finish the move in progress."""
+    deployment = one("overlays/dev", "Deployment", "shardq-balancer")
+    assert deployment["spec"]["replicas"] == 2
+    spec = pod_spec(deployment)
+    assert spec is not None and spec["terminationGracePeriodSeconds"] > 60
+    [c] = containers(spec)
+    assert c["args"][:2] == ["balancer", "run"]
+    env = {e["name"]: e for e in c["env"]}
+    for var in ("SHARDQ_REDIS_USERNAME", "SHARDQ_REDIS_PASSWORD"):
+        # (the dev overlay generates its Secrets: a hash suffix)
+        assert env[var]["valueFrom"]["secretKeyRef"]["name"].startswith("shardq-redis-admin"), var
+    labels = deployment["spec"]["template"]["metadata"]["labels"]
+    assert labels["app.kubernetes.io/name"] == "shardq-balancer"
+    assert not [o for o in render("base") if o["metadata"]["name"] == "shardq-balancer"]
+
+
 def test_prometheus_and_grafana_wiring() -> None:
     services = compose()["services"]
     prom = yaml.safe_load((ROOT / "deploy/prometheus/prometheus.yml").read_text())

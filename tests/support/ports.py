@@ -6,7 +6,8 @@ process, so a crashed session never leaves a block claimed.  A block is used onl
 port in it, and every cluster bus port (port + 10,000), accepts a bind.
 
 Blocks come from 12000-21999, so bus ports stay in 22000-31999: below Linux's ephemeral range
-(32768+), where an outgoing connection could take a port a node wants.  The demo (7200-7205),
+(32768+), where an outgoing connection could take a port a node wants.  Blocks overlapping
+17000-17399 are skipped: those are the bus ports of the clusters below.  The demo (7200-7205),
 the benchmarks (7300-7335) and a developer's own cluster (7000-7005) are outside it.
 
 ``SHARDQ_TEST_BASE_PORT`` pins the block (still locked); with ``SHARDQ_KEEP_TEST_REDIS=1`` a
@@ -102,6 +103,16 @@ def _block_free(base: int) -> bool:
     return all(_bindable(p) and _bindable(p + BUS_OFFSET) for p in range(base, base + BLOCK))
 
 
+# The cluster bus ports (port + 10,000) of a developer's cluster (7000-7005), the demo
+# (7200-7205) and the benchmarks (7300-7335): a block holding one would take it from a
+# cluster started after the session claimed the block (a benchmark restarting its cluster).
+RESERVED = range(17000, 17400)
+
+
+def _reserved(base: int) -> bool:
+    return base < RESERVED.stop and RESERVED.start < base + BLOCK
+
+
 def _try_lock(base: int) -> IO[str] | None:
     LOCK_DIR.mkdir(parents=True, exist_ok=True)
     handle = open(LOCK_DIR / f"{base}.lock", "a+")  # noqa: SIM115 - held for the session
@@ -139,7 +150,7 @@ def claim() -> tuple[TestPorts, IO[str]]:
                 "unset it to get a free block"
             )
         return _remember(TestPorts(base)), handle
-    bases = list(range(FIRST, LAST - BLOCK + 1, BLOCK))
+    bases = [b for b in range(FIRST, LAST - BLOCK + 1, BLOCK) if not _reserved(b)]
     # Not the tests' seeded RNG: two sessions started with the same seed must still spread out.
     random.SystemRandom().shuffle(bases)
     for base in bases:
