@@ -107,14 +107,19 @@ async def _run(args: argparse.Namespace, url: str, queue: str, client: Client) -
     t0 = time.monotonic()
     converged_s: float | None = None
     runner = asyncio.create_task(asyncio.to_thread(b.run, quit_balancer))
-    while time.monotonic() - t0 < args.timeout:
-        await asyncio.sleep(1.0)
-        now = await asyncio.to_thread(balancer.measure, client, (queue,), 0.5)
-        if now.deviation("load") <= settings.tolerance:
-            converged_s = time.monotonic() - t0
-            break
-    quit_balancer.set()
-    await runner
+    try:
+        while time.monotonic() - t0 < args.timeout:
+            await asyncio.sleep(1.0)
+            try:
+                now = await asyncio.to_thread(balancer.measure, client, (queue,), 0.5)
+            except slots.SlotMidMoveError:
+                continue  # the balancer is moving that slot right now
+            if now.deviation("load") <= settings.tolerance:
+                converged_s = time.monotonic() - t0
+                break
+    finally:
+        quit_balancer.set()
+        await runner
     ended_ms = time.time() * 1000
     after = await asyncio.to_thread(balancer.measure, client, (queue,), 1.0)
     b.close()
