@@ -294,6 +294,13 @@ class DispatcherSettings:
     max_sleep: float = 1.0
     """Longest sleep with no due job in sight; wake-up hints usually come first.  Each wake-up
     also renews the partition's lease."""
+    max_idle_sleep: float = 3.0
+    """Longest sleep of a partition found idle again and again (no job due before it): its
+    sleep doubles from max_sleep up to this (at least max_sleep).  Hints wake it at once, and
+    every partition gets one after each (re)subscription, so this only bounds how late a job
+    whose hint was lost can be; it keeps an idle fleet's promote calls at about P / this
+    instead of P / max_sleep.  Up to a third of lease_time, its promotes still renew its
+    lease."""
     coalesce: float = 0.002
     """Extra wait after the earliest due time before a primary's promote round, so partitions
     coming due within this window go in one round: fewer, fuller calls at high rates, at most
@@ -328,6 +335,7 @@ class DispatcherSettings:
         _check_int("batch", self.batch, 1, 1000, "a call must stay short")
         _check_int("max_inflight_calls", self.max_inflight_calls, 1, 10_000)
         _check_range("max_sleep", self.max_sleep, 0.001, 3600.0)
+        _check_range("max_idle_sleep", self.max_idle_sleep, 0.001, 3600.0)
         _check_range("coalesce", self.coalesce, 0.0, 1.0)
         _check_range("lease_time", self.lease_time, 0.1, 3600.0)
         _check_range("renew_interval", self.renew_interval, 0.01, 600.0)
@@ -370,6 +378,12 @@ class WorkerSettings:
     """On SIGTERM, how long running jobs get to finish (keep under the orchestrator's grace)."""
     idle_poll: float = 1.0
     """Longest wait between reads of an idle assigned partition; hints usually come first."""
+    max_idle_poll: float = 8.0
+    """Longest wait between reads of an assigned partition found empty again and again: the
+    wait doubles from idle_poll up to this (at least idle_poll).  Ready hints wake it at once
+    (and every partition gets one after each resubscription), so this only bounds how late a
+    job whose hint was lost can start; it keeps an idle fleet's fetch calls at about P / this
+    instead of P / idle_poll."""
     sweep_interval: float = 5.0
     """The fleet reads each partition at least this often even when it is not assigned to the
     reader (its worker is overloaded or just died)."""
@@ -409,6 +423,7 @@ class WorkerSettings:
         _check_range("reclaim_interval", self.reclaim_interval, 0.01, 3600.0)
         _check_range("shutdown_grace", self.shutdown_grace, 0.0, 86400.0)
         _check_range("idle_poll", self.idle_poll, 0.001, 3600.0)
+        _check_range("max_idle_poll", self.max_idle_poll, 0.001, 3600.0)
         _check_range("sweep_interval", self.sweep_interval, 0.001, 3600.0)
         _check_range("membership_timeout", self.membership_timeout, 0.1, 3600.0)
         _check_range("prune_consumers_after", self.prune_consumers_after, 0.0, 30 * 86400.0)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import time
 
 from shardq.dispatcher.context import DispatcherContext
@@ -42,6 +43,9 @@ class Promoter:
         self.leases = leases
         self.settings = ctx.settings
         self.hints: dict[int, int] = {}
+        #: Held partitions found idle (nothing due before the fallback) that many times in a
+        #: row: their fallback sleep doubles up to max_idle_sleep.
+        self.idle_streak: dict[int, int] = {}
         self.promoted = 0
         self.calls = 0
         self.errors = 0
@@ -65,12 +69,14 @@ class Promoter:
 
     def acquired(self, partition: int) -> None:
         """A lease was just won: promote at once."""
+        self.idle_streak.pop(partition, None)
         self.next_wake.set(partition, 0.0)
         self.nodes.wake(partition)
 
     def hint(self, partition: int) -> None:
         """An enqueue moved the partition's head earlier (or a retry came due)."""
         if partition in self.leases.tokens:
+            self.idle_streak.pop(partition, None)
             self.next_wake.set(partition, 0.0)
             self.hints[partition] = self.hints.get(partition, 0) + 1
             self.nodes.wake(partition)
@@ -161,12 +167,27 @@ class Promoter:
             self._m_promoted.inc(moved)
             self.by_partition[p] = self.by_partition.get(p, 0) + moved
             if moved >= s.batch or self.hints.get(p, 0) != seen:
+                self.idle_streak.pop(p, None)
                 self.next_wake.set(p, now)  # more are due, or a hint came meanwhile: go again
-            elif result.next_due_ms is None:
-                self.next_wake.set(p, now + s.max_sleep)
-            else:
-                wait = max(0.0, (result.next_due_ms - result.now_ms) / 1000.0)
-                self.next_wake.set(p, now + min(wait, s.max_sleep))
+                continue
+            wait = (
+                math.inf
+                if result.next_due_ms is None
+                else max(0.0, (result.next_due_ms - result.now_ms) / 1000.0)
+            )
+            self.next_wake.set(p, now + min(wait, self._fallback(p, moved, wait)))
         if failures and len(failures) + redirected == len(ops):
             # The whole primary failed: let the supervisor log it and back off this loop.
             raise failures[0]
+
+    def _fallback(self, partition: int, moved: int, wait: float) -> float:
+        """How long a partition may sleep without a hint: max_sleep, doubling (up to
+        max_idle_sleep) each time in a row it is found with nothing moved and nothing due
+        within max_sleep; any promoted job or hint starts it over."""
+        s = self.settings
+        if moved or wait <= s.max_sleep:
+            self.idle_streak.pop(partition, None)
+            return s.max_sleep
+        streak = self.idle_streak.get(partition, 0)
+        self.idle_streak[partition] = streak + 1
+        return min(max(s.max_idle_sleep, s.max_sleep), s.max_sleep * 2.0 ** min(streak, 30))

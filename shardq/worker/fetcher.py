@@ -109,6 +109,8 @@ class Fetcher:
         self.assigned: set[int] = set(self.partitions)
         self.fleet_size = 1
         self.hints: dict[int, int] = {}
+        #: Assigned partitions found empty that many reads in a row: their wait doubles.
+        self.idle_streak: dict[int, int] = {}
         #: Primaries whose loop has partitions to read but found no room, since when.
         self.waiting: dict[str, float] = {}
         #: Partitions known to have jobs to read (a ready hint, or a full batch last time), as
@@ -134,18 +136,27 @@ class Fetcher:
         assigned = {p for p in self.partitions if p % n == index}
         for p in assigned - self.assigned:
             self.poll_at[p] = 0.0  # newly ours (a peer left): read it now
+            self.idle_streak.pop(p, None)
             self.nodes.wake(p)
         self.assigned, self.fleet_size = assigned, n
 
     def idle_interval(self, partition: int) -> float:
-        if partition in self.assigned:
-            return self.settings.idle_poll
-        return self.settings.sweep_interval * max(1, self.fleet_size - 1)
+        """How long until an assigned partition just found empty is read again without a
+        hint: idle_poll, doubling (up to max_idle_poll) each time in a row it was found empty
+        (a hint, a full batch or its assignment starts it over).  An unassigned one is swept
+        every sweep_interval x (N - 1)."""
+        s = self.settings
+        if partition not in self.assigned:
+            return s.sweep_interval * max(1, self.fleet_size - 1)
+        streak = self.idle_streak.get(partition, 0)
+        self.idle_streak[partition] = streak + 1
+        return min(max(s.max_idle_poll, s.idle_poll), s.idle_poll * 2.0 ** min(streak, 30))
 
     def hint(self, partition: int) -> None:
         if partition not in self.assigned:
             return
         self.poll_at[partition] = 0.0
+        self.idle_streak.pop(partition, None)
         self.hints[partition] = self.hints.get(partition, 0) + 1
         self.known_work.add(partition)
         self.nodes.wake(partition)
@@ -325,6 +336,8 @@ class Fetcher:
             assert isinstance(result, Batch)
             n = len(result.jobs)
             more = n >= r.count or self.hints.get(p, 0) != seen
+            if more or n:
+                self.idle_streak.pop(p, None)  # work found: the next empty read starts over
             self.poll_at[p] = now if more else now + self.idle_interval(p)
             if more:
                 self.known_work.add(p)

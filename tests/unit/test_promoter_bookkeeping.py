@@ -126,3 +126,33 @@ def test_a_partition_released_while_its_call_is_on_the_wire_is_dropped() -> None
     transport.during = lambda: leases.tokens.pop(0)
     asyncio.run(p._promote(NODE, [0]))
     assert 0 not in p.next_wake
+
+
+def test_an_idle_partitions_fallback_doubles_and_a_hint_starts_it_over() -> None:
+    """Found idle again and again (nothing moved, nothing due within max_sleep), a partition's
+    next promote without a hint comes after max_sleep, 2x, 4x ... up to max_idle_sleep; a job
+    due sooner still wakes it then; a hint, or a promote that moved jobs, starts over."""
+    p, transport, leases = promoter(1)
+    s = DispatcherSettings()
+    leases.win(0, "1")
+
+    def sleep_after(reply: fleet.Promoted) -> float:
+        transport.replies = [reply]
+        before = time.monotonic()
+        asyncio.run(p._promote(NODE, [0]))
+        return p.next_wake.get(0) - before
+
+    idle = fleet.Promoted(0, None, 1000)
+    sleeps = [sleep_after(idle) for _ in range(5)]
+    expected = [1.0, 2.0, 3.0, 3.0, 3.0]  # max_sleep 1 s doubling, max_idle_sleep 3 s
+    assert s.max_sleep == 1.0 and s.max_idle_sleep == 3.0
+    assert all(abs(a - b) < 0.05 for a, b in zip(sleeps, expected, strict=True)), sleeps
+    # Far-off jobs only (due in an hour) count as idle too; one due in 0.5 s wakes it then.
+    assert abs(sleep_after(fleet.Promoted(0, 1000 + 3_600_000, 1000)) - 3.0) < 0.05
+    assert abs(sleep_after(fleet.Promoted(0, 1500, 1000)) - 0.5) < 0.05
+    assert abs(sleep_after(idle) - 1.0) < 0.05  # a job came due within max_sleep: over
+    sleep_after(idle)
+    p.hint(0)
+    assert abs(sleep_after(idle) - 1.0) < 0.05  # a hint: over
+    sleep_after(idle)
+    assert abs(sleep_after(fleet.Promoted(3, None, 1000)) - 1.0) < 0.05  # moved jobs: over

@@ -1,0 +1,41 @@
+"""The worker's fallback reads of an assigned partition found empty (no Redis): the wait
+doubles from idle_poll up to max_idle_poll, and a hint or found work starts it over; an
+unassigned partition is swept every sweep_interval x (N - 1).  The bookkeeping only
+(shardq/worker/fetcher.py); reads on Redis are tests/integration's."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+from shardq.config import WorkerSettings
+from shardq.worker.fetcher import Fetcher
+
+
+def reader(**settings: Any) -> Any:
+    return SimpleNamespace(
+        settings=WorkerSettings(**settings),
+        assigned={0},
+        idle_streak={},
+        fleet_size=3,
+        poll_at={},
+        hints={},
+        known_work=set(),
+        nodes=SimpleNamespace(wake=lambda p: None),
+    )
+
+
+def test_an_assigned_partition_found_empty_again_waits_longer_up_to_max_idle_poll() -> None:
+    r = reader()
+    waits = [Fetcher.idle_interval(r, 0) for _ in range(6)]
+    assert waits == [1.0, 2.0, 4.0, 8.0, 8.0, 8.0]
+    Fetcher.hint(r, 0)  # a ready hint: read now, and the next empty read starts over
+    assert r.poll_at[0] == 0.0
+    assert Fetcher.idle_interval(r, 0) == 1.0
+    # not assigned to this worker: the sweep, whatever happened before
+    assert Fetcher.idle_interval(r, 1) == 5.0 * 2
+
+
+def test_max_idle_poll_below_idle_poll_means_no_backoff() -> None:
+    r = reader(idle_poll=2.0, max_idle_poll=0.5)
+    assert [Fetcher.idle_interval(r, 0) for _ in range(3)] == [2.0, 2.0, 2.0]
