@@ -119,19 +119,29 @@ def _primaries(cluster: Any) -> dict[str, Any]:
     found = {f"{n.host}:{n.port}": n for n in cluster.get_primaries()}
     # CLUSTER SLOTS, where redis-py learns its nodes, lists only primaries serving a slot: a
     # primary just added to the cluster is not there until a slot moves to it, yet it is the
-    # first place a balanced plan puts slots.  Every primary's CLUSTER NODES line names it.
+    # first place a balanced plan puts slots.  Every primary's CLUSTER NODES line names it;
+    # but one node's view can lag (a replica of a cluster just formed still shows as a master
+    # without slots there), so the candidate itself must say it is a primary.
     if found:
         any_node = cluster.get_redis_connection(next(iter(found.values())))
         for addr, info in _admin(any_node, "CLUSTER NODES").items():
             flags = str(info.get("flags", ""))
-            if addr in found or "master" not in flags:
+            if addr in found or "master" not in flags or info.get("slots"):
                 continue
             if any(bad in flags for bad in ("fail", "handshake", "noaddr")):
                 continue
             if not info.get("connected", True) or not addr.rsplit(":", 1)[-1].isdigit():
                 continue
             host, port = addr.rsplit(":", 1)
-            found[addr] = ClusterNode(host, int(port), PRIMARY)  # type: ignore[no-untyped-call]
+            node = ClusterNode(host, int(port), PRIMARY)  # type: ignore[no-untyped-call]
+            try:
+                role = cluster.get_redis_connection(node).info("replication").get("role")
+            except Exception:
+                # Not answering, or not to us (a node the cluster's users are not set on yet):
+                # no place to move slots to.
+                continue
+            if role == "master":
+                found[addr] = node
     return found
 
 
