@@ -52,8 +52,10 @@ ERROR_BACKOFF = 0.25
 LOOP = "schedules"  # the loops are ``schedules:<primary>`` and ``schedules-topology``
 
 
-# Seconds between looks at a partition that had no schedule (see Ticker._sleep_until).
-EMPTY_RECHECK = 10.0
+# Seconds between looks at a partition that had no schedule (see Ticker._sleep_until): a new
+# schedule wakes its partition through the due hint schedule-put publishes, and every
+# partition gets a hint after each resubscription, so this only bounds a lost hint.
+EMPTY_RECHECK = 60.0
 # Most partitions one round reads (the rest go in the next round, at once).
 ROUND_LIMIT = 1024
 
