@@ -10,7 +10,7 @@ from typing import Any
 import click
 
 from shardq import format as fmt
-from shardq.admin import balancer
+from shardq.admin import balancer, slots
 from shardq.cli.options import JSON_OPTION, QUEUE_NAME, open_client, redis_options, redis_settings
 from shardq.client import Client
 
@@ -152,6 +152,8 @@ def run(
         ),
     )
     redis = redis_settings()
+    with Client(redis) as client:
+        slots.primary_addresses(client)  # a single node has no slots to move: say so now
     b = balancer.Balancer(lambda: Client(redis), settings)
     stop = threading.Event()
 

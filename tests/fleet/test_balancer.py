@@ -333,3 +333,22 @@ def test_the_balancer_fills_a_fourth_primary_added_to_the_cluster(
                 loop.join(30)
             b.close()
     client.close()
+
+
+def test_balancer_run_refuses_a_single_node_and_settings_that_would_chase_noise(
+    standalone_url: str, balancer_cluster: tuple[str, TestPorts, object]
+) -> None:
+    from click.testing import CliRunner
+
+    from shardq.cli import main as cli
+
+    runner = CliRunner()
+    single = runner.invoke(cli, ["balancer", "run", "--rounds", "1", "--url", standalone_url])
+    assert single.exit_code == 1 and "single node: there are no slots to move" in single.output
+    noisy = runner.invoke(
+        cli,
+        ["balancer", "run", "--tolerance", "10", "--trigger", "5", "--url", balancer_cluster[0]],
+    )
+    assert noisy.exit_code == 1 and "must be above the tolerance" in noisy.output, noisy.output
+    status = runner.invoke(cli, ["balancer", "status", "--url", standalone_url])
+    assert status.exit_code == 0 and "no balancer has led" in status.output, status.output
