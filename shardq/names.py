@@ -76,6 +76,18 @@ def check_queue_name(queue: str) -> None:
         raise UnknownQueueError(f"queue name {queue!r} is invalid: {QUEUE_NAME_RULE}")
 
 
+def check_new_queue_name(queue: str) -> None:
+    """As :func:`check_queue_name`, for a queue being created: also refuses a name of dots
+    only ('.', '..'), which browsers and HTTP clients rewrite out of the console's URLs
+    (/queues/../jobs is /jobs).  A queue made before this rule keeps working by its name."""
+    check_queue_name(queue)
+    if not queue.strip("."):
+        raise UnknownQueueError(
+            f"queue name {queue!r} is invalid: {QUEUE_NAME_RULE}, and not only dots (URLs "
+            "would lose it)"
+        )
+
+
 # -- job types and ids ----------------------------------------------------------------------
 
 JOB_TYPE_RE = re.compile(r"[A-Za-z0-9_.:/\-]{1,128}")

@@ -541,7 +541,7 @@ def queue_create(
     dead_letter_cap: int = DEFAULT_DEAD_CAP,
 ) -> Op[bool]:
     """Record a queue's settings once; the op returns True when the queue is new."""
-    names.check_queue_name(queue)
+    names.check_new_queue_name(queue)
     if (
         isinstance(partitions, bool)
         or not isinstance(partitions, int)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import math
 import time
+import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -220,6 +221,22 @@ def test_bad_queue_name_is_refused(strict_client: Client, queue: str, name: Any)
         lambda: c.get(name, "j"),
     ):
         _refused(c, queue, call, UnknownQueueError, "use 1-64 characters of letters, digits")
+
+
+@pytest.mark.parametrize("name", [".", "..", "..."])
+def test_a_queue_named_only_dots_is_not_created(client: Client, name: str) -> None:
+    """Browsers rewrite /queues/../jobs to /jobs: such a queue could never be opened in the
+    console, so it is refused at creation, with nothing written."""
+    with pytest.raises(UnknownQueueError, match="not only dots"):
+        client.create_queue(name, 4)
+    assert not client.redis.exists(keys.queue_meta_key(name))
+    assert name not in client.queues()
+    from shardq.inspector import Inspector
+
+    dotted = f"t-{uuid.uuid4().hex[:8]}{name}x"
+    client.create_queue(dotted, 2)  # dots among other characters are fine
+    assert dotted in client.queues()
+    Inspector(client).delete_queue(dotted)
 
 
 @pytest.mark.parametrize("partitions", [0, -1, 16385, True, 2.0, "8"])
