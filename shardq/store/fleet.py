@@ -274,13 +274,19 @@ def member_scores(members_key: str) -> Command[list[tuple[str, float]]]:
     return cmd("ZRANGE", members_key, 0, -1, "WITHSCORES", parse=_score_pairs)
 
 
+#: The longest a heartbeat can keep a member live: lua/members-2.lua's MAX_TIMEOUT, beyond
+#: which it removes a member (only a buggy writer stores a later expiry, or +inf).
+MEMBER_MAX_TIMEOUT_MS = 3_600_000
+
+
 def live_members(members_key: str, now_ms: int) -> Command[list[str]]:
-    """The members of a registry whose heartbeat expires at or after ``now_ms``."""
+    """The members of a registry whose heartbeat expires at or after ``now_ms``, and no later
+    than a heartbeat can set (members-2 drops the others at its next call)."""
     return cmd(
         "ZRANGEBYSCORE",
         members_key,
         now_ms,
-        "+inf",
+        now_ms + MEMBER_MAX_TIMEOUT_MS,
         parse=lambda r: [as_text(m) for m in r],
     )
 

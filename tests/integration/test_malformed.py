@@ -629,3 +629,25 @@ def test_failure_settles_that_cannot_be_described_still_end_each_delivery(
     for kind, job_id in ids.items():
         info = client.get(queue, job_id)
         assert info is None, (kind, info)  # each ran again and completed
+
+
+def test_a_member_heartbeat_no_heartbeat_could_write_is_not_live(
+    cluster_client: Client, queue: str
+) -> None:
+    """A dispatcher registry entry expiring at +inf or beyond the longest membership timeout
+    (only a buggy writer stores one; members-2 drops it at its next call) does not count as a
+    live dispatcher for `shardq rebalance`, which would give it a fair share."""
+    from shardq import admin
+    from shardq.store import fleet
+
+    cluster_client.create_queue(queue, 4)
+    now_ms = int(cluster_client.redis.time()[0]) * 1000  # type: ignore[index]
+    cluster_client.redis.zadd(
+        keys.dispatchers_key(queue),
+        {
+            "dispatcher:forever#1": float("inf"),
+            "dispatcher:too-far#1": now_ms + fleet.MEMBER_MAX_TIMEOUT_MS + 60_000,
+            "dispatcher:fine#1": now_ms + 60_000,
+        },
+    )
+    assert admin.spread(cluster_client, queue).live == ["dispatcher:fine#1"]
