@@ -905,6 +905,11 @@ def test_locust_service_options() -> None:
         assert var.startswith("SHARDQ_LOADTEST_"), var
         option = var.removeprefix("SHARDQ_LOADTEST_").lower().replace("_", "-")
         assert f'"{option}"' in source, f"{var}: loadtest/locustfile.py has no option {option}"
+    # It loads the fleet's queue with jobs the fleet's workers (the example handlers) can run:
+    # any other job type would only fill the dead-letter streams.
+    from shardq.examples.handlers import handlers
+
+    assert locust["environment"]["SHARDQ_LOADTEST_JOB_TYPE"] in handlers
 
 
 def test_web_console_is_read_only_behind_the_token_with_probes() -> None:
