@@ -11,7 +11,15 @@ import click
 
 from shardq import format as fmt
 from shardq.admin import balancer, slots
-from shardq.cli.options import JSON_OPTION, QUEUE_NAME, open_client, redis_options, redis_settings
+from shardq.cli.options import (
+    JSON_OPTION,
+    QUEUE_NAME,
+    balance_by_option,
+    move_budget_options,
+    open_client,
+    redis_options,
+    redis_settings,
+)
 from shardq.client import Client
 
 
@@ -29,14 +37,7 @@ def balancer_group() -> None:
     multiple=True,
     help="A queue to balance (repeat it for more); default: every queue.",
 )
-@click.option(
-    "--by",
-    "balance_by",
-    type=click.Choice(balancer.BY_CHOICES),
-    default="load",
-    show_default=True,
-    help="Load to even out: jobs/s, bytes in the slots, or load (each slot's share of both).",
-)
+@balance_by_option
 @click.option(
     "--tolerance",
     type=click.FloatRange(0.0, 100.0),
@@ -80,26 +81,7 @@ def balancer_group() -> None:
     show_default=True,
     help="Seconds of the leader lease (one balancer leads; the others stand by).",
 )
-@click.option(
-    "--max-moves",
-    type=click.IntRange(1),
-    default=10,
-    show_default=True,
-    help="Moves per plan (the rest wait for the next plan).",
-)
-@click.option(
-    "--concurrency",
-    type=click.IntRange(1, 64),
-    default=1,
-    show_default=True,
-    help="Moves at once (never two on one primary).",
-)
-@click.option(
-    "--bytes-per-second",
-    type=click.FloatRange(min=1.0),
-    default=None,
-    help="Average bytes/s of the moves started (default: no limit).",
-)
+@move_budget_options
 @click.option(
     "--migrate-timeout",
     default=60.0,

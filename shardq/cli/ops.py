@@ -19,6 +19,8 @@ from shardq.cli.job import show_job
 from shardq.cli.options import (
     JOB_ID,
     JSON_OPTION,
+    balance_by_option,
+    move_budget_options,
     open_client,
     queue_option,
     redis_options,
@@ -132,35 +134,8 @@ def _print_spread(s: admin.Spread) -> None:
     show_default=True,
     help="Percent of the mean each primary's load may differ by (--plan/--apply).",
 )
-@click.option(
-    "--by",
-    "balance_by",
-    type=click.Choice(balancer.BY_CHOICES),
-    default="load",
-    show_default=True,
-    help="Load to even out (--plan/--apply): jobs/s over --window, bytes in the slots, or "
-    "load: each slot's share of both, counting equally.",
-)
-@click.option(
-    "--max-moves",
-    type=click.IntRange(1),
-    default=10,
-    show_default=True,
-    help="Moves --apply may make in one run (run it again for the rest).",
-)
-@click.option(
-    "--concurrency",
-    type=click.IntRange(1, 64),
-    default=1,
-    show_default=True,
-    help="Moves --apply may run at once (never two on one primary).",
-)
-@click.option(
-    "--bytes-per-second",
-    type=click.FloatRange(min=1.0),
-    default=None,
-    help="Average bytes/s of the moves --apply starts (default: no limit).",
-)
+@balance_by_option
+@move_budget_options
 @click.option(
     "--all-queues",
     is_flag=True,

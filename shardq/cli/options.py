@@ -36,6 +36,7 @@ import click
 import orjson
 from click.core import ParameterSource
 
+from shardq.admin import balancer
 from shardq.config import (
     DEFAULT_URL,
     RedisSettings,
@@ -533,3 +534,50 @@ def parse_payload(text: str) -> Any:
         return orjson.loads(text)
     except orjson.JSONDecodeError as exc:
         raise click.BadParameter(f"not JSON: {exc}", param_hint="--payload") from None
+
+
+# The placement autopilot's options (`rebalance --nodes --apply`, `balancer run`) -------------
+
+
+def move_budget_options(fn: F) -> F:
+    """``--max-moves``, ``--concurrency``, ``--bytes-per-second``: what carrying out a plan of
+    slot moves may do (shardq.admin.balancer.Budget)."""
+    for option in reversed(
+        [
+            click.option(
+                "--max-moves",
+                type=click.IntRange(1),
+                default=10,
+                show_default=True,
+                help="Moves carried out per plan (the rest wait for the next run or plan).",
+            ),
+            click.option(
+                "--concurrency",
+                type=click.IntRange(1, 64),
+                default=1,
+                show_default=True,
+                help="Moves at once (never two on one primary).",
+            ),
+            click.option(
+                "--bytes-per-second",
+                type=click.FloatRange(min=1.0),
+                default=None,
+                help="Average bytes/s of the moves started (default: no limit).",
+            ),
+        ]
+    ):
+        fn = option(fn)
+    return fn
+
+
+def balance_by_option(fn: F) -> F:
+    """``--by``: the load a placement plan evens out."""
+    return click.option(
+        "--by",
+        "balance_by",
+        type=click.Choice(balancer.BY_CHOICES),
+        default="load",
+        show_default=True,
+        help="Load to even out: jobs/s over --window, bytes in the slots, or load: each "
+        "slot's share of both, counting equally.",
+    )(fn)
