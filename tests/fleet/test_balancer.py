@@ -17,11 +17,11 @@ from collections import Counter
 from collections.abc import Iterator
 
 import pytest
-import redis
 from redis.exceptions import RedisError
 from support.helpers import Runner, Runs, job_id_in, scaled, wait_for
 from support.ports import TestPorts
 from support.procs import Proc
+from support.slotmoves import half_move
 
 from shardq import Client, JobRequest
 from shardq.admin import balancer, placement, slots
@@ -254,15 +254,8 @@ def test_a_move_left_half_way_is_finished_by_the_next_leader_first(
         r.job_id
         for r in client.enqueue_many(queue, [JobRequest("t", i, delay=3600) for i in range(200)])
     ]
-    pk = keys.partition_keys(queue, 1, partitions)
-    slot = keys.slot_of(pk.due)
-    source = slots.plan_move(client, queue, 1, slots.primary_addresses(client)[0]).source
-    target = next(a for a in slots.primary_addresses(client) if a != source)
-    src = redis.Redis(host="127.0.0.1", port=int(source.split(":")[1]))
-    dst = redis.Redis(host="127.0.0.1", port=int(target.split(":")[1]))
-    dst.execute_command("CLUSTER SETSLOT", slot, "IMPORTING", src.execute_command("CLUSTER MYID"))
-    src.execute_command("CLUSTER SETSLOT", slot, "MIGRATING", dst.execute_command("CLUSTER MYID"))
-    src.execute_command("MIGRATE", "127.0.0.1", int(target.split(":")[1]), pk.jobs, 0, 5000)
+    moving = half_move(client, queue, 1, partitions)
+    slot, target = moving.slot, moving.target
     settings = balancer.BalancerSettings(queues=(queue,), window=0.1, interval=0.2)
     b = balancer.Balancer(lambda: Client.from_url(url), settings)
     try:
@@ -274,8 +267,6 @@ def test_a_move_left_half_way_is_finished_by_the_next_leader_first(
     finally:
         b.step_down()
         b.close()
-        src.close()
-        dst.close()
         client.close()
 
 

@@ -14,11 +14,11 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-import redis
 from click.testing import CliRunner
 from redis.exceptions import RedisError
 from support.helpers import Runner, Runs, job_id_in, wait_for
 from support.ports import TestPorts
+from support.slotmoves import half_move
 
 from shardq import Client, JobRequest
 from shardq.admin import acl, slots
@@ -201,17 +201,8 @@ def test_a_half_done_move_is_named_with_the_command_that_finishes_it(
         r.job_id
         for r in client.enqueue_many(queue, [JobRequest("t", i, delay=3600) for i in range(200)])
     ]
-    pk = keys.partition_keys(queue, 1, partitions)
-    slot = keys.slot_of(pk.due)
-    source = node_of(client, queue, 1, partitions)
-    target = next(a for a in slots.primary_addresses(client) if a != source)
-    src = redis.Redis(host="127.0.0.1", port=int(source.split(":")[1]))
-    dst = redis.Redis(host="127.0.0.1", port=int(target.split(":")[1]))
-    src_id = src.execute_command("CLUSTER MYID").decode()
-    dst_id = dst.execute_command("CLUSTER MYID").decode()
-    dst.execute_command("CLUSTER SETSLOT", slot, "IMPORTING", src_id)
-    src.execute_command("CLUSTER SETSLOT", slot, "MIGRATING", dst_id)
-    src.execute_command("MIGRATE", "127.0.0.1", int(target.split(":")[1]), pk.jobs, 0, 5000)
+    moving = half_move(client, queue, 1, partitions)
+    slot, source, target = moving.slot, moving.source, moving.target
 
     runner = CliRunner()
     base = ["rebalance", "--queue", queue, "--nodes", "--url", url, "--by", "bytes"]
@@ -230,8 +221,6 @@ def test_a_half_done_move_is_named_with_the_command_that_finishes_it(
     with pytest.raises(slots.SlotMoveError, match=r"not .* as planned"):
         list(slots.execute(client, [(queue, 1, source, source)]))
     assert node_of(client, queue, 1, partitions) == target
-    src.close()
-    dst.close()
     client.close()
 
 
