@@ -8,7 +8,7 @@ KEYS[4] idem     string  idempotency key -> job id (placeholder key when ARGV[8]
 KEYS[5] stats    hash    counters (and the flags of a queue of layout < 4: lua/includes/lanes.lua)
 KEYS[6] lane     zset    due jobs waiting for fetch, by fair-queueing score (lanes on)
 KEYS[7] vtime    hash    virtual time and per-flow last score of the lane (lanes on)
-KEYS[8] ctl      hash    the partition's flags (read only: lanes on or off)
+KEYS[8] ctl      hash    the partition's flags (read only: lanes on or off; sealed by a resize)
 
 ARGV[1] job id
 ARGV[2] body (JSON, opaque to the script but for its '@<level><tenant>@' prefix, if any)
@@ -31,6 +31,8 @@ Returns
   {-2, at, now, tolerance}            E_DUE_IN_PAST
   {-3, due, now, horizon}             E_BEYOND_HORIZON
   {-4, job id}                        E_DUPLICATE_JOB_ID
+  {-16, '<generation>:<partitions>', job id}  E_LAYOUT_MOVED: a resize empties this partition
+                                      (lua/includes/resize.lua): enqueue into that generation
   {-10, key, found, expected}         E_WRONG_TYPE: a key was overwritten outside shardq
   {-11, argv index, value, lo, hi}    E_BAD_ARGUMENT
   {-15, 'KEYS' or 'ARGV', n, cap}    E_TOO_MANY_ARGUMENTS: before anything else (store/loader.py)
@@ -41,6 +43,7 @@ Every check comes before the first write: a refused call writes nothing.
 --@include checks.lua
 --@include lanes.lua
 --@include compact.lua
+--@include resize.lua
 
 local now = now_ms()
 if not ENQUEUE_MODES[ARGV[3]] then return {-11, 3, ARGV[3], 'in', 'at'} end
@@ -73,6 +76,8 @@ local wrong = wrong_type(types)
 if wrong then return wrong end
 
 local id = ARGV[1]
+local moved = sealed_to(KEYS[8])
+if moved then return {-16, moved, id} end
 if idem then
   local existing = redis.call('GET', KEYS[4])
   if existing then

@@ -11,7 +11,7 @@ KEYS[3] ready    stream  due jobs
 KEYS[4] stats    hash    counters (and the flags of a queue of layout < 4: lua/includes/lanes.lua)
 KEYS[5] lane     zset    due jobs waiting for fetch, by fair-queueing score (lanes on)
 KEYS[6] vtime    hash    virtual time and per-flow last score of the lane (lanes on)
-KEYS[7] ctl      hash    the partition's flags (read only: lanes on or off)
+KEYS[7] ctl      hash    the partition's flags (read only: lanes on or off; sealed by a resize)
 
 ARGV[1] past tolerance ms
 ARGV[2] horizon ms
@@ -29,12 +29,15 @@ or, for the whole call, before anything is written:
   {-11, argv index, value, lo, hi}    E_BAD_ARGUMENT
   {-14, role, key}                    E_NOT_PERMITTED: the caller is no producer (lua/includes/checks.lua)
   {-15, 'KEYS' or 'ARGV', n, cap}    E_TOO_MANY_ARGUMENTS: before anything else (store/loader.py)
+  {-16, '<generation>:<partitions>'}  E_LAYOUT_MOVED: a resize empties this partition
+                                      (lua/includes/resize.lua): enqueue into that generation
 ]]
 --@include now.lua
 --@include schedule.lua
 --@include checks.lua
 --@include lanes.lua
 --@include compact.lua
+--@include resize.lua
 
 local denied = producer_only(KEYS[1], KEYS[2])
 if denied then return denied end
@@ -57,6 +60,8 @@ if lanes then
 end
 local wrong = wrong_type(spec)
 if wrong then return wrong end
+local moved = sealed_to(KEYS[7])
+if moved then return {-16, moved} end
 
 local out = {now}
 local created, earliest, readied = 0, nil, 0

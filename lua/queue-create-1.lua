@@ -1,6 +1,8 @@
 --[[ queue-create: record a queue's partition count once; later calls must agree with it.
 
-KEYS[1] meta     hash    partitions, layout, created_ms
+KEYS[1] meta     hash    partitions, layout, created_ms (a resized queue: its count in
+                         'generation:partitions', shardq.store.meta.RESIZED_MARKER in
+                         'partitions', which refuses every release before resizing)
 
 ARGV[1] partition count (1..16384: one per slot at most)
 ARGV[2] key layout version
@@ -27,7 +29,8 @@ local _, bad4 = arg_number(4, 1, 1e12)
 if bad4 then return bad4 end
 local wrong = wrong_type({KEYS[1], 'hash'})
 if wrong then return wrong end
-local existing = redis.call('HGET', KEYS[1], 'partitions')
+local existing = redis.call('HGET', KEYS[1], 'generation:partitions')
+  or redis.call('HGET', KEYS[1], 'partitions')
 if existing then
   if existing ~= ARGV[1] then return {-8, existing, ARGV[1]} end
   return {0, existing}

@@ -39,7 +39,7 @@ from shardq.schedules import (
     ScheduleInfo,
     make_definition,
 )
-from shardq.store import producer
+from shardq.store import keys, producer
 from shardq.store.op import Call
 from shardq.store.retry import AsyncRunner, SyncRunner
 from shardq.store.transport import AsyncTransport
@@ -160,6 +160,12 @@ class Client:
     def forget(self, queue: str) -> None:
         """Drop what is cached about ``queue`` (it was deleted or re-created)."""
         self._queues.forget(queue)
+
+    def layout(self, queue: str) -> keys.Layout:
+        """Where the queue's partitions live now (read, not cached: a resize may be running):
+        the active generation, and the one a resize empties."""
+        self.forget(queue)
+        return self._drive(plans.layout(self._queues, queue), f"reading queue {queue!r}")
 
     def partitions(self, queue: str) -> int:
         """The queue's partition count (cached after the first lookup)."""
@@ -414,6 +420,10 @@ class AsyncClient:
 
     def forget(self, queue: str) -> None:
         self._queues.forget(queue)
+
+    async def layout(self, queue: str) -> keys.Layout:
+        self.forget(queue)
+        return await self._drive(plans.layout(self._queues, queue), f"reading queue {queue!r}")
 
     async def partitions(self, queue: str) -> int:
         plan = plans.partitions(self._queues, queue)

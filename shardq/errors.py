@@ -201,6 +201,24 @@ class ScriptArgumentError(ShardqError, ValueError):
     """A script refused an argument out of its bounds (a bug, or a shardq version mismatch)."""
 
 
+class LayoutMovedError(ShardqError):
+    """The partition asked belongs to a generation a resize empties (or emptied): the job is
+    not there, or a new job may not go there.  ``generation`` and ``partitions`` name where
+    the queue's jobs go now; the clients follow it themselves (like a cluster's MOVED), so
+    this reaches a caller only from a tool that asks one partition."""
+
+    def __init__(self, message: str, generation: int = 0, partitions: int = 0) -> None:
+        super().__init__(message)
+        self.generation = generation
+        self.partitions = partitions
+
+
+class JobMovingError(ShardqError):
+    """A resize is moving the job between partitions right now: ask again in a moment (the
+    clients do, for a few seconds).  If it lasts, no resize is running to finish the move:
+    `shardq queue resize --queue Q --resume` does."""
+
+
 class NotPermittedError(ShardqError, PermissionError):
     """The Redis user may not run this function: it is another role's (pause, lanes, empty,
     purge, replay and run now are the operator's and admin's).  Nothing was written."""

@@ -71,6 +71,8 @@ GRANTS: dict[str, tuple[Grant, ...]] = {
         # client.schedules: add/update, pause, resume, remove, list (schedule-put/read)
         Grant(("sched", "sched:state"), ("+hget", "+hset", "+hdel", "+hscan")),
         Grant(("sched:next",), ("+zadd", "+zrem", "+zrange", "+zscore")),
+        # by id during a resize: a job being moved, a sealed partition (lua/includes/resize.lua)
+        Grant(("moving",), ("+hexists", "+hget"), read_only=True),
     ),
     "dispatcher": (
         Grant(("meta",), ("+hget", "+hgetall"), read_only=True),
@@ -156,6 +158,7 @@ GRANTS["operator"] = (
     Grant(("limits",), ("+hset", "+hdel")),  # shardq limit set / remove
     Grant(PARTITION_KINDS + QUEUE_KINDS + LIMIT_KINDS, ("+unlink",)),
     Grant(("balancer",), ("+hgetall",), read_only=True),  # shardq balancer status
+    Grant(("resize",), ("+hgetall",), read_only=True),  # shardq queue info
 )
 # The admin also runs the balancer (shardq balancer run): its leader lease and fence go through
 # the lease functions (lua/lease-*.lua: what they run on those keys), and it writes its last
@@ -165,6 +168,27 @@ ADMIN_GRANTS: tuple[Grant, ...] = (
         ("balancer",),
         ("+get", "+set", "+pexpire", "+pttl", "+del", "+hget", "+hset", "+hincrby"),
     ),
+    # It resizes queues (shardq queue resize: lua/resize-*.lua, shardq.plans.resize): the
+    # driver's lease, its record, the meta; taking batches out of the old generation's
+    # partitions and putting them into the new one's; the idempotency records, copied.
+    Grant(("resize:lease",), ("+get", "+set", "+pexpire", "+pttl", "+del")),
+    Grant(("resize:fence",), ("+hincrby", "+hget", "+hset")),
+    Grant(("resize",), ("+hgetall", "+hset", "+hincrby")),
+    Grant(("meta",), ("+hset", "+hdel", "+hget", "+hgetall")),
+    Grant(("owners",), ("+hdel",)),
+    Grant(("moving",), ("+hgetall", "+hset", "+hget", "+hlen", "+del")),
+    Grant(("inbound",), ("+sismember", "+sadd")),
+    Grant(("due",), ("+zrange", "+zrem", "+zadd", "+zcard")),
+    Grant(("jobs",), ("+hget", "+hdel", "+hsetnx", "+hlen")),
+    Grant(("errors",), ("+hget", "+hdel", "+hset")),
+    Grant(("lane",), ("+zrange", "+zrem", "+zcard")),
+    Grant(("dead",), ("+xrange", "+xdel", "+xadd", "+xlen")),
+    Grant(("sched", "sched:state"), ("+hkeys", "+hget", "+hdel", "+hsetnx", "+hset", "+hlen")),
+    Grant(("sched:next",), ("+zscore", "+zrem", "+zadd")),
+    Grant(("ctl",), ("+hincrby",)),
+    Grant(("stats",), ("+hincrby",)),
+    Grant(("ready",), ("+exists", "+xinfo|groups", "+xrange")),
+    Grant(("idem",), ("+get", "+pttl", "+set")),
 )
 # The viewer runs a read-only console (`shardq web` without --allow-actions): exactly what its
 # pages read, through the no-writes functions (partition-stats, owner-info, inflight, list-due,
@@ -193,6 +217,10 @@ GRANTS["viewer"] = (
     Grant(("fence",), ("+hget",), read_only=True),
     Grant(("sched", "sched:state"), ("+hget", "+hscan"), read_only=True),
     Grant(("sched:next",), ("+zrange", "+zscore"), read_only=True),
+    # get during a resize (lua/includes/resize.lua): a job being moved, a sealed partition
+    Grant(("moving",), ("+hget",), read_only=True),
+    Grant(("ctl",), ("+hget",), read_only=True),
+    Grant(("resize",), ("+hgetall",), read_only=True),  # the resize's progress (queue info)
 )
 # The admin loads the functions library and moves slots between primaries (MIGRATE moves every
 # key of a slot, so its keys are all keys; MEMORY USAGE sizes them for the placement planner).

@@ -234,12 +234,13 @@ def _migrating_to(conn: Any, slot: int) -> str | None:
 def plan_move(client: Client, queue: str, partition: int, target: str) -> MovePlan:
     """Describe moving ``partition`` of ``queue`` to the primary ``target``; changes nothing."""
     cluster = _cluster(client)
-    partitions = client.partitions(queue)  # UnknownQueueError for a queue never created
+    layout = client.layout(queue)  # UnknownQueueError for a queue never created
+    partitions = layout.partitions
     if not 0 <= partition < partitions:
         raise SlotMoveError(
             f"queue {queue!r} has partitions 0-{partitions - 1}; {partition} is not one of them"
         )
-    pk = keys.partition_keys(queue, partition, partitions)
+    pk = layout.pk(partition)
     slot = keys.slot_of(pk.due)
     primaries = _primaries(cluster)
     target_addr = _resolve_target(cluster, primaries, target)
@@ -480,10 +481,9 @@ def slot_usage(client: Client, queue: str) -> tuple[list[str], dict[int, SlotUsa
     hash, sorted set or stream: an estimate, and cheap).  MEMORY USAGE is a store call (the
     key is on the node asked), the CLUSTER commands are not (see the module docstring)."""
     cluster = _cluster(client)
-    partitions = client.partitions(queue)  # UnknownQueueError for a queue never created
-    slot_of_partition = {
-        p: keys.slot_of(keys.partition_keys(queue, p, partitions).due) for p in range(partitions)
-    }
+    layout = client.layout(queue)  # UnknownQueueError for a queue never created
+    # By fleet id (keys.fleet_id): both generations while a resize runs.
+    slot_of_partition = {pk.fleet_id: keys.slot_of(pk.due) for pk in layout.every()}
     primaries = _primaries(cluster)
     where = _slot_map(cluster, primaries, queue, {s: p for p, s in slot_of_partition.items()})
     usage: dict[int, SlotUsage] = {}

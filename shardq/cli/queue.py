@@ -24,7 +24,8 @@ from shardq.cli.options import (
 from shardq.errors import ShardqError
 from shardq.inspector import EMPTY_STATES
 from shardq.names import NOT_STARTED_STATES
-from shardq.store.keys import SEARCHED_PARTITIONS
+from shardq.store import keys
+from shardq.store.keys import MAX_PARTITIONS, SEARCHED_PARTITIONS
 
 # create and list --------------------------------------------------------------------------
 
@@ -116,6 +117,54 @@ def queue_lanes(queue_name: str, on: bool | None) -> None:
     click.echo(f"{queue_name}: lanes {'on' if on else 'off'} ({changed} of {n} partitions changed)")
 
 
+@queue.command("resize")
+@queue_option()
+@click.option(
+    "--partitions",
+    type=click.IntRange(1, MAX_PARTITIONS),
+    default=None,
+    help="The new partition count (grow or shrink, any count 1..16384).",
+)
+@click.option("--resume", is_flag=True, help="Go on with the resize that was started.")
+@click.option("--abort", is_flag=True, help="Turn the running resize back: jobs stay in the old.")
+@click.option(
+    "--batch",
+    type=click.IntRange(1, 1000),
+    default=200,
+    show_default=True,
+    help="Jobs taken out of a partition per call (each call one bounded script).",
+)
+@redis_options
+def queue_resize(
+    queue_name: str, partitions: int | None, resume: bool, abort: bool, batch: int
+) -> None:
+    """Change the partition count of a live queue, with producers, dispatchers and workers
+    running: every waiting job, schedule, idempotency record and dead letter moves to the new
+    partitions in bounded batches, ready and running jobs finish where they are, and the
+    fleet takes up the new layout by itself.  Safe to interrupt: run it again with --resume
+    (its state is in Redis), or --abort before it commits.  Needs the admin's rights."""
+    from shardq.admin.resize import Progress, Resizer
+
+    if sum((partitions is not None, resume, abort)) != 1:
+        raise click.UsageError("pass exactly one of --partitions N, --resume, --abort")
+
+    def report(p: Progress) -> None:
+        click.echo(
+            f"round {p.rounds}: moved {p.moved} (+{p.idempotency_moved} idempotency records), "
+            f"left to move {p.waiting}, draining in place {p.running}, "
+            f"slowest round {p.longest_ms:.1f} ms, {p.elapsed:.1f} s",
+            err=True,
+        )
+
+    with open_client() as client:
+        resizer = Resizer(client, queue_name, on_progress=report, batch=batch)
+        final = resizer.abort() if abort else resizer.run(None if resume else partitions)
+    click.echo(
+        f"queue {queue_name}: resize {final.phase} ({final.raw.get('from')} -> "
+        f"{final.raw.get('to')}, as generation:partitions)"
+    )
+
+
 @queue.command("upgrade")
 @queue_option()
 @redis_options
@@ -171,18 +220,30 @@ def queue_list(as_json: bool) -> None:
 @JSON_OPTION
 @redis_options
 def queue_info(queue_name: str, as_json: bool) -> None:
-    """Per partition: counts per state, oldest due, lag, owner, node, paused."""
+    """Per partition: counts per state, oldest due, lag, owner, node, paused; a running
+    resize's progress."""
+    from shardq.admin.resize import Resizer
     from shardq.inspector import Inspector
 
     with open_client() as client:
         infos = Inspector(client).partitions(queue_name)
+        layout = client.layout(queue_name)
+        resize = Resizer(client, queue_name).status() if layout.resizing else None
     if as_json:
         fmt.echo_json_lines(dataclasses.asdict(i) for i in infos)
         return
+    if resize is not None:
+        click.echo(
+            f"resizing: phase {resize.phase}, {resize.raw.get('from')} -> {resize.raw.get('to')} "
+            f"(generation:partitions), moved {resize.raw.get('moved', '0')} jobs and "
+            f"{resize.raw.get('idempotency_moved', '0')} idempotency records; partitions "
+            f"g<generation>.<p> are the new ones (`shardq queue resize --resume` goes on)"
+        )
     now = fmt.now_ms()
     rows = [
         [
-            i.partition, i.node, i.scheduled, i.overdue, i.ready, i.running, i.dead,
+            keys.label_of_fleet_id(i.partition), i.node, i.scheduled, i.overdue, i.ready,
+            i.running, i.dead,
             fmt.when(i.oldest_due_ms, now) if i.oldest_due_ms else "-",
             f"{i.lag_seconds:.3f}", "yes" if i.paused else "", i.owner or "(free)",
         ]

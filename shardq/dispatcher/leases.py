@@ -126,14 +126,16 @@ class Leases:
         self.rounds += 1
         total = len(self.pks)
         skipped: list[str] = []
-        owners = await fleet.read_owners(self.transport.client, self.queue, total, skipped)
+        # Fleet ids (keys.fleet_id) run past the count while a resize runs.
+        bound = max(self.pks) + 1
+        owners = await fleet.read_owners(self.transport.client, self.queue, bound, skipped)
         if skipped:
             self._malformed_owners(skipped)
         if self.pinned is not None:
             wanted = list(self.pinned)
             self.target = len(wanted)
         else:
-            wanted = list(range(total))
+            wanted = list(self.pks)
             self.target = fair_share(total, self.working_members(owners), self.owner)
         await self._renew()
         if stale:

@@ -54,7 +54,7 @@ class Promoter:
             ctx.supervisor,
             ctx.transport,
             "promoter",
-            range(len(pks)),
+            list(pks),
             lambda p: pks[p].due,
             ctx.settings.max_sleep,
         )

@@ -33,8 +33,9 @@ class Sampler:
 
     async def round(self) -> None:
         owned = set(self.leases.tokens)
-        sample_all = 0 in owned
-        wanted = range(len(self.pks)) if sample_all else sorted(owned)
+        # The holder of the first partition samples them all (the backlog of unheld ones too).
+        sample_all = min(self.pks) in owned
+        wanted = list(self.pks) if sample_all else sorted(owned)
         ops = [
             inspect.partition_stats(self.pks[p], self.transport.node_name(self.pks[p].due))
             for p in wanted

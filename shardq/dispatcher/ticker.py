@@ -80,7 +80,7 @@ class Ticker:
             ctx.supervisor,
             ctx.transport,
             LOOP,
-            range(len(pks)),
+            list(pks),
             lambda p: pks[p].due,
             ctx.settings.max_sleep,
         )

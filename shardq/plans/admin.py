@@ -46,14 +46,13 @@ class OwnerRow:
 
 def owners(cache: QueueCache, queue: str) -> Plan[list[OwnerRow]]:
     """Lease owner, token, lease age and next due time of every partition."""
-    n = yield from producer_plans.partitions(cache, queue)
-    pks = keys.all_partition_keys(queue, n)
+    pks = (yield from _layout(cache, queue)).every()
     rows = []
     for pk, info in zip(pks, (yield from each([fleet.lease_info(pk) for pk in pks])), strict=True):
         now = info.now_ms
         rows.append(
             OwnerRow(
-                partition=pk.partition,
+                partition=pk.fleet_id,
                 owner=info.owner,
                 token=info.token,
                 lease_age_s=(now - info.granted_ms) / 1000
@@ -132,10 +131,8 @@ def even_plan(cache: QueueCache, queue: str, fair_share: FairShare) -> Plan[list
 def revoke(cache: QueueCache, queue: str, leases: list[tuple[int, str]]) -> Plan[int]:
     """Revoke the given (partition, owner) leases (the owner is fenced off; a peer takes
     over) and drop them from the advisory owners hash.  Returns how many were revoked."""
-    n = yield from producer_plans.partitions(cache, queue)
-    calls: list[Call[Any]] = [
-        fleet.lease_revoke(keys.partition_keys(queue, p, n), owner) for p, owner in leases
-    ]
+    pks = (yield from _layout(cache, queue)).fleet()
+    calls: list[Call[Any]] = [fleet.lease_revoke(pks[p], owner) for p, owner in leases]
     results = ok((yield calls))
     done = [p for (p, _), revoked in zip(leases, results, strict=True) if revoked is True]
     if done:
@@ -239,11 +236,9 @@ def dead_letters(
     cache: QueueCache, queue: str, limit: int, partition: int | None
 ) -> Plan[list[DeadLetter]]:
     """Newest dead letters first, at most ``limit`` per partition read."""
-    n = yield from producer_plans.partitions(cache, queue)
-    wanted = [partition] if partition is not None else list(range(n))
-    pages = yield from each(
-        [inspect.dead_newest(keys.partition_keys(queue, p, n), limit) for p in wanted]
-    )
+    pks = (yield from _layout(cache, queue)).fleet()
+    wanted = [partition] if partition is not None else list(pks)
+    pages = yield from each([inspect.dead_newest(pks[p], limit) for p in wanted])
     out = [d for page in pages for d in page]
     out.sort(key=lambda d: d.at_ms or 0, reverse=True)
     return out[:limit]
@@ -262,24 +257,33 @@ def _dead_ids(pk: keys.PartitionKeys, job_ids: set[str] | None) -> Plan[list[str
         start = f"{ms}-{int(seq or 0) + 1}"
 
 
-def _by_partition(n: int, job_ids: list[str] | None) -> dict[int, set[str] | None]:
+def _by_partition(
+    layout: keys.Layout, job_ids: list[str] | None
+) -> dict[keys.PartitionKeys, set[str] | None]:
+    """The partitions to read and the jobs wanted in each (None: all): every live one, or
+    each job's homes (while a resize runs, a dead letter is in either generation)."""
     if job_ids is None:
-        return dict.fromkeys(range(n))
-    grouped: dict[int, set[str] | None] = {}
+        return dict.fromkeys(layout.every())
+    grouped: dict[keys.PartitionKeys, set[str] | None] = {}
     for job_id in job_ids:
-        group = grouped.setdefault(keys.partition_for(job_id, n), set())
-        assert group is not None
-        group.add(job_id)
+        for pk in layout.homes(job_id):
+            group = grouped.setdefault(pk, set())
+            assert group is not None
+            group.add(job_id)
     return grouped
+
+
+def _layout(cache: QueueCache, queue: str) -> Plan[keys.Layout]:
+    """The queue's layout read now (an operator's tool: a resize may have begun)."""
+    return (yield from producer_plans.read_meta(cache, queue)).key_layout
 
 
 def replay(cache: QueueCache, queue: str, job_ids: list[str] | None) -> Plan[tuple[int, int]]:
     """Move dead jobs back to the due set (due now, attempts reset): all, or the given jobs'.
     Returns (moved, skipped)."""
-    n = yield from producer_plans.partitions(cache, queue)
+    layout = yield from _layout(cache, queue)
     moved = skipped = 0
-    for p, wanted in _by_partition(n, job_ids).items():
-        pk = keys.partition_keys(queue, p, n)
+    for pk, wanted in _by_partition(layout, job_ids).items():
         ids = yield from _dead_ids(pk, wanted)
         for start in range(0, len(ids), DLQ_BATCH):
             done, left = yield from one(inspect.dlq_replay(pk, ids[start : start + DLQ_BATCH]))
@@ -290,10 +294,9 @@ def replay(cache: QueueCache, queue: str, job_ids: list[str] | None) -> Plan[tup
 
 def purge(cache: QueueCache, queue: str, job_ids: list[str] | None) -> Plan[int]:
     """Delete dead letters (all, or those of the given jobs) and their dead jobs."""
-    n = yield from producer_plans.partitions(cache, queue)
+    layout = yield from _layout(cache, queue)
     deleted = 0
-    for p, wanted in _by_partition(n, job_ids).items():
-        pk = keys.partition_keys(queue, p, n)
+    for pk, wanted in _by_partition(layout, job_ids).items():
         ids = yield from _dead_ids(pk, wanted)
         for start in range(0, len(ids), DLQ_BATCH):
             deleted += yield from one(inspect.dlq_purge(pk, ids[start : start + DLQ_BATCH]))
@@ -301,6 +304,5 @@ def purge(cache: QueueCache, queue: str, job_ids: list[str] | None) -> Plan[int]
 
 
 def dead_count(cache: QueueCache, queue: str) -> Plan[int]:
-    n = yield from producer_plans.partitions(cache, queue)
-    pks = keys.all_partition_keys(queue, n)
+    pks = (yield from _layout(cache, queue)).every()
     return sum((yield from each([inspect.dead_length(pk) for pk in pks])))

@@ -284,16 +284,20 @@ def _due_state(error: str | None) -> names.JobState:
 
 
 def _list_due(
-    queue: str, partitions: int, limit: int, cursor: str | None, start_ms: int, end_ms: int
+    queue: str,
+    pks: list[keys.PartitionKeys],
+    limit: int,
+    cursor: str | None,
+    start_ms: int,
+    end_ms: int,
 ) -> Plan[Page]:
-    pks = keys.all_partition_keys(queue, partitions)
     score, member = _decode_cursor(cursor, "scheduled") if cursor else (start_ms, "")
     pages = ok((yield [inspect.list_due(pk, score, member, end_ms, limit) for pk in pks]))
     # Each partition's rows are tagged in a list built now: a generator here would read the
     # partition when the merge consumes it, after the loop, and tag every job with the last one.
     merged = heapq.merge(
         *(
-            [(due, job_id, pk.partition, raw, error) for due, job_id, raw, error in rows]
+            [(due, job_id, pk.fleet_id, raw, error) for due, job_id, raw, error in rows]
             for pk, (_, rows) in zip(pks, pages, strict=True)
         )
     )
@@ -318,12 +322,12 @@ LANE_PREFIX = f"{inspect.LANE_ENTRY_MS}-"
 def _list_stream(
     state: Literal["ready", "running", "dead"],
     queue: str,
-    partitions: int,
+    pks: list[keys.PartitionKeys],
     limit: int,
     cursor: str | None,
 ) -> Plan[Page]:
-    """A merge by (entry id, partition) over each partition's stream."""
-    pks = keys.all_partition_keys(queue, partitions)
+    """A merge by (entry id, partition) over each partition's stream (a partition by its
+    place in ``pks``: every live generation's, :meth:`shardq.store.keys.Layout.every`)."""
     after_id, after_p = _decode_cursor(cursor, state) if cursor else ("", -1)
 
     def after(p: int) -> str:
@@ -337,7 +341,7 @@ def _list_stream(
         "dead": inspect.list_dead,
     }
     build = builders[state]
-    pages = ok((yield [build(pk, after(pk.partition), limit) for pk in pks]))
+    pages = ok((yield [build(pk, after(i), limit) for i, pk in enumerate(pks)]))
 
     def key(entry_id: str) -> tuple[int, int]:
         ms, _, seq = entry_id.partition("-")
@@ -349,7 +353,8 @@ def _list_stream(
     more = len(rows) > limit or any(len(rs) == limit for _, rs in pages)
     rows = rows[:limit]
     jobs: list[JobSummary] = []
-    for _, p, now, row in rows:
+    for _, at, now, row in rows:
+        p = pks[at].fleet_id
         if state == "ready":
             eid, job_id, due, raw, bad = row
             # A job in a lane (lanes on) has no stream entry yet: its id is only a cursor.
@@ -397,8 +402,10 @@ def _list_stream(
     return Page(jobs, next_cursor)
 
 
-def _list_retrying(queue: str, partitions: int, limit: int, cursor: str | None) -> Plan[Page]:
-    pks = keys.all_partition_keys(queue, partitions)
+def _list_retrying(
+    queue: str, pks: list[keys.PartitionKeys], limit: int, cursor: str | None
+) -> Plan[Page]:
+    partitions = len(pks)
     p, scan = _decode_cursor(cursor, "retrying") if cursor else (0, "0")
     if not (isinstance(p, int) and 0 <= p < partitions and isinstance(scan, str)):
         raise InvalidCursorError("that retrying cursor does not fit this queue")
@@ -409,7 +416,14 @@ def _list_retrying(queue: str, partitions: int, limit: int, cursor: str | None) 
         for job_id, due, error, raw, bad in rows:
             jobs.append(
                 _summary(
-                    queue, p, job_id, "retrying", raw, due_ms=due, last_error=error, malformed=bad
+                    queue,
+                    pks[p].fleet_id,
+                    job_id,
+                    "retrying",
+                    raw,
+                    due_ms=due,
+                    last_error=error,
+                    malformed=bad,
                 )
             )
         if scan == "0":
@@ -423,7 +437,7 @@ def _list_retrying(queue: str, partitions: int, limit: int, cursor: str | None) 
 
 def _list(
     queue: str,
-    partitions: int,
+    pks: list[keys.PartitionKeys],
     state: str,
     *,
     job_type: str | None,
@@ -436,11 +450,11 @@ def _list(
     if state == "scheduled":
         lo = -(10**15) if start_ms is None else int(start_ms)
         hi = 10**15 if end_ms is None else int(end_ms)
-        page = yield from _list_due(queue, partitions, limit, cursor, lo, hi)
+        page = yield from _list_due(queue, pks, limit, cursor, lo, hi)
     elif state == "retrying":
-        page = yield from _list_retrying(queue, partitions, limit, cursor)
+        page = yield from _list_retrying(queue, pks, limit, cursor)
     else:
-        page = yield from _list_stream(state, queue, partitions, limit, cursor)  # type: ignore[arg-type]
+        page = yield from _list_stream(state, queue, pks, limit, cursor)  # type: ignore[arg-type]
     if job_type is not None:
         page = Page([j for j in page.jobs if j.type == job_type], page.cursor)
     return page
@@ -471,8 +485,9 @@ def time_ms(when: datetime | float | None) -> int | None:
         raise InvalidScheduleError(f"{exc}: pass a datetime or epoch seconds") from None
 
 
-def _partitions(cache: QueueCache, queue: str) -> Plan[int]:
-    return (yield from producer_plans.partitions(cache, queue))
+def _layout(cache: QueueCache, queue: str) -> Plan[keys.Layout]:
+    """The queue's layout read now (a resize may have begun or ended since it was cached)."""
+    return (yield from producer_plans.read_meta(cache, queue)).key_layout
 
 
 # the operations (what Inspector and AsyncInspector drive) ------------------------------------
@@ -506,9 +521,9 @@ def _list_jobs(
     start_ms: int | None,
     end_ms: int | None,
 ) -> Plan[Page]:
-    n = yield from _partitions(cache, queue)
+    layout = yield from _layout(cache, queue)
     page = yield from _list(
-        queue, n, state, job_type=job_type, limit=limit, cursor=cursor,
+        queue, layout.every(), state, job_type=job_type, limit=limit, cursor=cursor,
         start_ms=start_ms, end_ms=end_ms,
     )  # fmt: skip
     return page
@@ -521,12 +536,17 @@ def find(cache: QueueCache, queue: str, idempotency_key: str) -> Plan[JobInfo | 
 
 
 def _find(cache: QueueCache, queue: str, idempotency_key: str) -> Plan[JobInfo | None]:
-    n = yield from _partitions(cache, queue)
-    pk = keys.partition_keys(queue, keys.partition_for(idempotency_key, n), n)
-    job_id = yield from one(queues.idempotent_job(pk, idempotency_key))
+    layout = yield from _layout(cache, queue)
+    # Oldest generation first: a resize copies a key's record to the new one before it
+    # deletes it from the old, so a record not in the old one is in the new one by then.
+    job_id = None
+    for pk in layout.homes(idempotency_key):
+        job_id = yield from one(queues.idempotent_job(pk, idempotency_key))
+        if job_id is not None:
+            break
     if job_id is None:
         return None
-    return (yield from one(producer.get(queue, n, job_id)))
+    return (yield from producer_plans.one_at_home(cache, queue, job_id, producer.get))
 
 
 def cancel(
@@ -557,13 +577,13 @@ def _cancel(
     end_ms: int | None,
     progress: Progress,
 ) -> Plan[int]:
-    n = yield from _partitions(cache, queue)
-    return (yield from _cancel_all(queue, n, state, job_type, start_ms, end_ms, progress))
+    layout = yield from _layout(cache, queue)
+    return (yield from _cancel_all(cache, layout, state, job_type, start_ms, end_ms, progress))
 
 
 def _cancel_all(
-    queue: str,
-    partitions: int,
+    cache: QueueCache,
+    layout: keys.Layout,
     state: str,
     job_type: str | None,
     start_ms: int | None,
@@ -574,11 +594,11 @@ def _cancel_all(
     cursor: str | None = None
     while True:
         page = yield from _list(
-            queue, partitions, state, job_type=job_type, limit=BATCH, cursor=cursor,
+            layout.queue, layout.every(), state, job_type=job_type, limit=BATCH, cursor=cursor,
             start_ms=start_ms, end_ms=end_ms,
         )  # fmt: skip
         ids = [j.id for j in page.jobs if j.id]
-        results = yield [producer.cancel(queue, partitions, i) for i in ids]
+        results = yield from producer_plans.at_home(cache, layout.queue, ids, producer.cancel)
         # A job that started or finished meanwhile is not an error of the sweep.
         done += sum(1 for r in results if r is True)
         if progress is not None:
@@ -592,13 +612,13 @@ def retry_dead(
     cache: QueueCache, queue: str, job_type: str | None, progress: Progress
 ) -> Plan[int]:
     """Replay every dead job (of ``job_type``), a page at a time; returns how many."""
-    n = yield from _partitions(cache, queue)
+    layout = yield from _layout(cache, queue)
     done = 0
     cursor: str | None = None
-    pks = keys.all_partition_keys(queue, n)
+    pks = layout.fleet()
     while True:
         page = yield from _list(
-            queue, n, "dead", job_type=job_type, limit=BATCH, cursor=cursor,
+            queue, layout.every(), "dead", job_type=job_type, limit=BATCH, cursor=cursor,
             start_ms=None, end_ms=None,
         )  # fmt: skip
         by_partition: dict[int, list[str]] = {}
@@ -623,11 +643,11 @@ def empty(cache: QueueCache, queue: str, state: str, progress: Progress) -> Plan
 
 
 def _empty(cache: QueueCache, queue: str, state: str, progress: Progress) -> Plan[int]:
-    n = yield from _partitions(cache, queue)
-    pks = keys.all_partition_keys(queue, n)
+    layout = yield from _layout(cache, queue)
+    pks = layout.fleet()
     done = 0
     if state == "scheduled":
-        left = list(pks)
+        left = list(pks.values())
         while left:
             counts = ok((yield [inspect.empty_due(pk, 1000) for pk in left]))
             done += sum(counts)
@@ -639,7 +659,7 @@ def _empty(cache: QueueCache, queue: str, state: str, progress: Progress) -> Pla
         cursor: str | None = None
         while True:
             page = yield from _list(
-                queue, n, "dead", job_type=None, limit=BATCH, cursor=cursor,
+                queue, layout.every(), "dead", job_type=None, limit=BATCH, cursor=cursor,
                 start_ms=None, end_ms=None,
             )  # fmt: skip
             by_partition: dict[int, list[str]] = {}
@@ -653,28 +673,27 @@ def _empty(cache: QueueCache, queue: str, state: str, progress: Progress) -> Pla
             cursor = page.cursor
             if cursor is None:
                 return done
-    return (yield from _cancel_all(queue, n, state, None, None, None, progress))
+    return (yield from _cancel_all(cache, layout, state, None, None, None, progress))
 
 
 def pause(cache: QueueCache, queue: str, paused: bool) -> Plan[int]:
     """Pause or resume every partition; returns how many changed state."""
-    n = yield from _partitions(cache, queue)
-    pks = keys.all_partition_keys(queue, n)
+    pks = (yield from _layout(cache, queue)).every()
     return sum(ok((yield [inspect.pause(pk, paused) for pk in pks])))
 
 
 def partitions(cache: QueueCache, queue: str, node_of: NodeOf) -> Plan[list[PartitionInfo]]:
     """Every partition now: counts per state, oldest due, lag, owner, node (``node_of`` names
     the primary serving a key), paused."""
-    n = yield from _partitions(cache, queue)
-    pks = keys.all_partition_keys(queue, n)
+    pks = (yield from _layout(cache, queue)).every()
+    n = len(pks)
     calls: list[Call[Any]] = [inspect.partition_stats(pk, node_of(pk.due)) for pk in pks]
     calls += [fleet.lease_info(pk) for pk in pks]
     results = ok((yield calls))
     snaps, leases = results[:n], results[n:]
     return [
         PartitionInfo(
-            partition=s.partition,
+            partition=pk.fleet_id,
             node=s.node,
             scheduled=s.due,
             overdue=s.overdue,
@@ -689,7 +708,7 @@ def partitions(cache: QueueCache, queue: str, node_of: NodeOf) -> Plan[list[Part
             counters={k: v for k, v in s.counters.items() if k not in ("paused", "lanes")},
             malformed={**s.malformed, **lease.malformed},
         )
-        for s, lease in zip(snaps, leases, strict=True)
+        for pk, s, lease in zip(pks, snaps, leases, strict=True)
     ]
 
 
@@ -697,8 +716,7 @@ def snapshots(
     cache: QueueCache, queue: str, node_of: NodeOf
 ) -> Plan[list[inspect.PartitionSnapshot]]:
     """A snapshot of every partition (the partition-stats script), in partition order."""
-    n = yield from _partitions(cache, queue)
-    pks = keys.all_partition_keys(queue, n)
+    pks = (yield from _layout(cache, queue)).every()
     return ok((yield [inspect.partition_stats(pk, node_of(pk.due)) for pk in pks]))
 
 
@@ -711,8 +729,7 @@ _ROLES = (
 def members(cache: QueueCache, queue: str) -> Plan[list[Member]]:
     """Live dispatchers and workers (heartbeat not expired on the Redis clock): partitions
     held, deliveries in flight, heartbeat."""
-    n = yield from _partitions(cache, queue)
-    pks = keys.all_partition_keys(queue, n)
+    pks = (yield from _layout(cache, queue)).every()
     # The registries and the clock their scores are written in: one node (the queue's slot).
     reads: list[Call[Any]] = [fleet.clock(keys.dispatchers_key(queue))]
     for _, members_key, drain_key in _ROLES:
@@ -723,7 +740,7 @@ def members(cache: QueueCache, queue: str) -> Plan[list[Member]]:
     held: dict[str, list[int]] = {}
     for pk, lease in zip(pks, leases, strict=True):
         if lease.owner:
-            held.setdefault(lease.owner, []).append(pk.partition)
+            held.setdefault(lease.owner, []).append(pk.fleet_id)
     pending: dict[str, int] = {}
     for per_partition in inflight:
         for consumer, count in per_partition.items():
@@ -760,9 +777,7 @@ def run_now(cache: QueueCache, queue: str, job_id: str) -> Plan[str]:
 
 
 def _run_now(cache: QueueCache, queue: str, job_id: str) -> Plan[str]:
-    n = yield from _partitions(cache, queue)
-    pk = keys.partition_keys(queue, keys.partition_for(job_id, n), n)
-    (result,) = yield [inspect.run_now(pk, job_id)]
+    (result,) = yield from producer_plans.at_home(cache, queue, [job_id], inspect.run_now)
     if isinstance(result, JobNotFoundError):
         raise JobNotFoundError(f"job {job_id!r} is not in queue {queue!r} (finished or never was)")
     if isinstance(result, BaseException):
@@ -797,14 +812,14 @@ def delete_queue(
 def _delete_queue(
     cache: QueueCache, queue: str, force: bool, routes: Callable[[], list[str]]
 ) -> Plan[int]:
-    n = yield from _partitions(cache, queue)
+    layout = yield from _layout(cache, queue)
     live = yield from members(cache, queue)
     if live and not force:
         raise QueueInUseError(
             f"queue {queue!r} has {len(live)} live workers/dispatchers: stop them first (or force)"
         )
     yield from pause(cache, queue, True)
-    pks = keys.all_partition_keys(queue, n)
+    pks = layout.every()
     deleted: int = sum(ok((yield [queues.unlink(pk.all()) for pk in pks])))
     deleted += yield from _delete_tagged(queue, routes())
     meta, *own = keys.queue_keys(queue)

@@ -10,20 +10,28 @@ cached.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import dataclasses
+from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
-from shardq import tracing
+from shardq import names, tracing
 from shardq.config import ProducerSettings
-from shardq.errors import BulkEnqueueError, InvalidLimitError, NotDurableError, ShardqError
+from shardq.errors import (
+    BulkEnqueueError,
+    InvalidLimitError,
+    JobMovingError,
+    LayoutMovedError,
+    NotDurableError,
+    ShardqError,
+)
 from shardq.jobs import EnqueueResult, JobInfo, JobRequest
 from shardq.limits import Limit
 from shardq.names import Priority, check_limit_name, check_queue_name
 from shardq.plans import Plan, each, one
 from shardq.store import inspect, keys, producer, queues
 from shardq.store.meta import QueueMeta
-from shardq.store.op import Call, Rounds, Waiting
+from shardq.store.op import Call, Pause, Rounds, Waiting
 from shardq.store.producer import BulkCall, Outcome, PreparedEnqueue, QueueCache
 
 # queues ----------------------------------------------------------------------------------------
@@ -47,7 +55,76 @@ def read_meta(cache: QueueCache, queue: str) -> Plan[QueueMeta]:
 
 
 def partitions(cache: QueueCache, queue: str) -> Plan[int]:
+    """The count of the generation new jobs go to."""
     return (yield from meta(cache, queue)).partitions
+
+
+def layout(cache: QueueCache, queue: str) -> Plan[keys.Layout]:
+    """Where the queue's partitions live (cached with the meta)."""
+    return (yield from meta(cache, queue)).key_layout
+
+
+T = TypeVar("T")
+
+#: A by-id call follows at most this many sealed partitions' redirects (one per resize since
+#: its cached meta was read), and waits out a job a resize is moving for up to MOVING_WAIT.
+MAX_REDIRECTS = 8
+MOVING_WAIT = 5.0
+MOVING_PAUSE = 0.01
+
+
+def at_home(
+    cache: QueueCache,
+    queue: str,
+    routing_keys: list[str],
+    make: Callable[[keys.PartitionKeys, str], Call[T]],
+) -> Plan[list[T | BaseException]]:
+    """Run ``make(pk, key)`` for each job id (or schedule name) where its job is: first in
+    its partition of the oldest live generation this process knows (a resize moves jobs only
+    from there to the new one), following a sealed partition's redirect to the generation it
+    names (E_LAYOUT_MOVED: the cached meta is forgotten, as it is out of date) and asking
+    again while a resize is moving the job (E_JOB_MOVING, up to MOVING_WAIT seconds).  Per
+    key its result or the exception it ended with."""
+    here = yield from layout(cache, queue)
+    homes = [here.homes(k)[0] for k in routing_keys]
+    out: list[T | BaseException] = [JobMovingError("not asked")] * len(routing_keys)
+    todo = list(range(len(routing_keys)))
+    hops, waited = 0, 0.0
+    while todo:
+        results = yield [make(homes[i], routing_keys[i]) for i in todo]
+        again: list[int] = []
+        moving = False
+        for i, r in zip(todo, results, strict=True):
+            out[i] = r
+            if isinstance(r, LayoutMovedError) and hops < MAX_REDIRECTS and r.partitions:
+                key = routing_keys[i]
+                p = keys.partition_for(key, r.partitions)
+                homes[i] = keys.partition_keys(queue, p, r.partitions, r.generation)
+                cache.forget(queue)
+                again.append(i)
+            elif isinstance(r, JobMovingError) and waited < MOVING_WAIT:
+                moving = True
+                again.append(i)
+        if any(isinstance(out[i], LayoutMovedError) for i in again):
+            hops += 1
+        if moving:
+            yield Pause(MOVING_PAUSE)
+            waited += MOVING_PAUSE
+        todo = again
+    return out
+
+
+def one_at_home(
+    cache: QueueCache,
+    queue: str,
+    routing_key: str,
+    make: Callable[[keys.PartitionKeys, str], Call[T]],
+) -> Plan[T]:
+    """:func:`at_home` of one key: its result, or its exception raised."""
+    (r,) = yield from at_home(cache, queue, [routing_key], make)
+    if isinstance(r, BaseException):
+        raise r
+    return r
 
 
 def create_queue(
@@ -75,16 +152,15 @@ def _create_queue(
     cache.forget(queue)
     read = yield from read_meta(cache, queue)  # with its layout (an existing queue keeps its own)
     if read.layout >= keys.CONTROL_LAYOUT:
-        yield from control(queue, read.partitions)
+        yield from control(read.key_layout.every())
     if lanes:
         yield from set_lanes(cache, queue, True)
     return created
 
 
-def control(queue: str, partition_count: int) -> Plan[int]:
-    """Start using every partition's control hash (lua/control-init-2.lua); returns how many
+def control(pks: list[keys.PartitionKeys]) -> Plan[int]:
+    """Start using each partition's control hash (lua/control-init-2.lua); returns how many
     partitions started now."""
-    pks = keys.all_partition_keys(queue, partition_count)
     return sum((yield from each([inspect.control_init(pk) for pk in pks])))
 
 
@@ -92,7 +168,7 @@ def upgrade(cache: QueueCache, queue: str) -> Plan[int]:
     """Raise the queue's stored layout to this version's; returns the layout it had."""
     read = yield from read_meta(cache, queue)
     # Every time, not only below layout 4: it finishes an upgrade or creation cut short.
-    yield from control(queue, read.partitions)
+    yield from control(read.key_layout.every())
     if read.layout < keys.LAYOUT_VERSION:
         yield from one(queues.set_meta_field(queue, "layout", keys.LAYOUT_VERSION))
     cache.forget(queue)
@@ -109,10 +185,10 @@ def registered() -> Plan[list[str]]:
 def set_lanes(cache: QueueCache, queue: str, on: bool) -> Plan[int]:
     """Turn lanes on or off in every partition; returns how many changed.  Producers read the
     meta's flag: it is on only while every partition is (set after them, cleared before)."""
-    n = yield from partitions(cache, queue)
+    cache.forget(queue)
+    pks = (yield from layout(cache, queue)).every()
     if not on:
         yield from one(queues.set_meta_field(queue, "lanes", "0"))
-    pks = keys.all_partition_keys(queue, n)
     changed = sum((yield from each([inspect.lanes(pk, on) for pk in pks])))
     if on:
         yield from one(queues.set_meta_field(queue, "lanes", "1"))
@@ -271,9 +347,33 @@ def _enqueue(
     durable: bool,
 ) -> Plan[EnqueueResult]:
     read = yield from meta(cache, queue)
-    prepared = producer.prepare_enqueue(queue, read.partitions, request, settings, read.compact)
+    prepared = producer.prepare_enqueue(queue, read.key_layout, request, settings, read.compact)
     if prepared.body[:1] == b"@":
         yield from require_lanes(cache, queue)
+    hops = 0
+    while True:
+        found = yield from _stored_before(read.key_layout, prepared)
+        if found is not None:
+            return found
+        try:
+            return (yield from _send_one(prepared, settings, durable))
+        except LayoutMovedError as moved:
+            # A resize sealed the partition before this process saw it begin: nothing was
+            # written.  The job goes to the new generation with the id already chosen, so a
+            # first attempt that did land (a resend after a lost reply) is recognised.
+            hops += 1
+            if hops > MAX_REDIRECTS:
+                raise
+            read = yield from moved_meta(cache, queue, moved)
+            request = prepared.with_id()
+            prepared = producer.prepare_enqueue(
+                queue, read.key_layout, request, settings, read.compact
+            )
+
+
+def _send_one(
+    prepared: PreparedEnqueue, settings: ProducerSettings, durable: bool
+) -> Plan[EnqueueResult]:
     if not durable:
         return (yield from one(prepared.op()))
     run = BulkRun([prepared], settings)
@@ -283,6 +383,56 @@ def _enqueue(
         return run.outcome()[0]
     except BulkEnqueueError as exc:
         raise next(iter(exc.failed.values())) from None
+
+
+def moved_meta(cache: QueueCache, queue: str, moved: LayoutMovedError) -> Plan[QueueMeta]:
+    """The meta after a sealed partition's redirect: read again; while the resize has sealed
+    the old generation but not yet switched the meta (a few milliseconds), the layout the
+    redirect names, with the meta's generation draining."""
+    cache.forget(queue)
+    read = yield from read_meta(cache, queue)
+    if read.generation >= moved.generation or not moved.partitions:
+        return read
+    cache.forget(queue)
+    return dataclasses.replace(
+        read,
+        partitions=moved.partitions,
+        generation=moved.generation,
+        draining=(read.generation, read.partitions),
+    )
+
+
+def _stored_before(layout: keys.Layout, prepared: PreparedEnqueue) -> Plan[EnqueueResult | None]:
+    """While a resize runs, what the generation it empties already holds under this job's
+    idempotency key or given id (that partition is sealed: nothing new lands there, so asking
+    it first and then enqueueing into the new generation cannot race a writer); None when
+    nothing, or no resize runs.  A generated id is new, so it is never asked about."""
+    request = prepared.request
+    if layout.draining is None or (request.job_id is None and request.idempotency_key is None):
+        return None
+    key = request.idempotency_key
+    if key is not None:
+        old = layout.homes(key)[0]
+        existing = yield from one(queues.idempotent_job(old, key))
+        if existing is None:
+            return None
+        return EnqueueResult(existing, False, None, layout.route(existing).partition)
+    job_id = prepared.job_id
+    old = layout.homes(job_id)[0]
+    waited = 0.0
+    while True:
+        (body,) = yield [producer.stored_body(old, job_id)]
+        if isinstance(body, JobMovingError) and waited < MOVING_WAIT:
+            yield Pause(MOVING_PAUSE)
+            waited += MOVING_PAUSE
+            continue
+        if isinstance(body, LayoutMovedError) or body is None:
+            return None  # not there (moved on, or never was): the new partition decides
+        if isinstance(body, BaseException):
+            raise body
+        if body == prepared.body:
+            return EnqueueResult(job_id, True, None, prepared.partition)
+        raise producer.duplicate(job_id)
 
 
 def enqueue_many(
@@ -313,7 +463,7 @@ def _enqueue_many(
 ) -> Plan[list[EnqueueResult]]:
     read = yield from meta(cache, queue)
     # Every job is validated before any is sent, so a bad one writes nothing.
-    prepared = producer.prepare_many(queue, read.partitions, requests, settings, read.compact)
+    prepared = producer.prepare_many(queue, read.key_layout, requests, settings, read.compact)
     if producer.needs_lanes(prepared):
         yield from require_lanes(cache, queue)
     runs = [
@@ -330,7 +480,55 @@ def _enqueue_many(
         # Each chunk written before the previous one's replies are read.
         for run, results in zip(runs, (yield Rounds([run.ops for run in runs])), strict=True):
             run.settle(results)
-    return _merged(runs, settings).outcome()
+    whole = _merged(runs, settings)
+    yield from _follow_resize(cache, queue, whole, settings, durable)
+    return whole.outcome()
+
+
+def _follow_resize(
+    cache: QueueCache, queue: str, whole: BulkRun, settings: ProducerSettings, durable: bool
+) -> Plan[None]:
+    """Send again, to the new generation, the jobs a partition sealed by a resize refused
+    (nothing of them was written), with the ids already chosen (see :func:`_enqueue`)."""
+    for _ in range(MAX_REDIRECTS):
+        moved = [i for i, exc in whole.failed.items() if isinstance(exc, LayoutMovedError)]
+        if not moved:
+            return
+        first = whole.failed[moved[0]]
+        assert isinstance(first, LayoutMovedError)
+        read = yield from moved_meta(cache, queue, first)
+        send: list[int] = []
+        for i in moved:
+            again = producer.prepare_enqueue(
+                queue, read.key_layout, whole.prepared[i].with_id(), settings, read.compact
+            )
+            whole.prepared[i] = again
+            try:
+                found = yield from _stored_before(read.key_layout, again)
+            except ShardqError as exc:
+                whole.failed[i] = exc
+                continue
+            if found is not None:
+                whole.results[i] = found
+                del whole.failed[i]
+            else:
+                send.append(i)
+        if not send:
+            return
+        run = BulkRun([whole.prepared[i] for i in send], settings)
+        if durable:
+            results, acked = yield _durable(settings, run.ops)
+            run.settle(results, acked)
+        else:
+            run.settle((yield run.ops))
+        for j, i in enumerate(send):
+            whole.failed.pop(i, None)
+            if j in run.failed:
+                whole.failed[i] = run.failed[j]
+            else:
+                whole.results[i] = run.results[j]
+        whole.short.extend(run.short)
+        whole.short_by(run.fewest_acked)
 
 
 def _merged(runs: list[BulkRun], settings: ProducerSettings) -> BulkRun:
@@ -352,8 +550,8 @@ def _merged(runs: list[BulkRun], settings: ProducerSettings) -> BulkRun:
 
 
 def cancel(cache: QueueCache, queue: str, job_id: str) -> Plan[bool]:
-    n = yield from partitions(cache, queue)
-    return bool((yield from one(producer.cancel(queue, n, job_id))))
+    names.check_job_id(job_id)
+    return bool((yield from one_at_home(cache, queue, job_id, producer.cancel)))
 
 
 def reschedule(
@@ -367,11 +565,14 @@ def reschedule(
 ) -> Plan[int]:
     if producer.priority_needs_lanes(priority):
         yield from require_lanes(cache, queue)
-    n = yield from partitions(cache, queue)
-    call = producer.reschedule(queue, n, job_id, run_at, delay, settings, priority)
-    return int((yield from one(call)))
+    names.check_job_id(job_id)
+
+    def call(pk: keys.PartitionKeys, job: str) -> Call[int]:
+        return producer.reschedule(pk, job, run_at, delay, settings, priority)
+
+    return int((yield from one_at_home(cache, queue, job_id, call)))
 
 
 def get(cache: QueueCache, queue: str, job_id: str) -> Plan[JobInfo | None]:
-    n = yield from partitions(cache, queue)
-    return (yield from one(producer.get(queue, n, job_id)))
+    names.check_job_id(job_id)
+    return (yield from one_at_home(cache, queue, job_id, producer.get))

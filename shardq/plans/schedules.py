@@ -112,9 +112,17 @@ def info(queue: str, partition: int, row: ops.StoredSchedule) -> ScheduleInfo:
 
 
 def _keys(cache: QueueCache, queue: str, name: str) -> Plan[keys.PartitionKeys]:
-    """The keys of the partition schedule ``name`` lives in (its name's partition)."""
-    n = yield from producer_plans.partitions(cache, queue)
-    return keys.partition_keys(queue, keys.partition_for(name, n), n)
+    """The keys of the partition schedule ``name`` lives in (its name's partition).  While a
+    resize runs, that is its partition in the generation being emptied as long as it is still
+    there (a resize moves schedules first, in its first round), else in the new one."""
+    cache.forget(queue)  # a resize may have begun: schedules are read and written rarely
+    layout = yield from producer_plans.layout(cache, queue)
+    homes = layout.homes(name)
+    if len(homes) > 1:
+        got = yield from _read(homes[0], name)
+        if got.schedules and got.schedules[0].definition is not None:
+            return homes[0]
+    return homes[-1]
 
 
 def _found(queue: str, pk: keys.PartitionKeys, name: str, got: ops.ReadResult) -> ScheduleInfo:
@@ -170,9 +178,9 @@ def _get(cache: QueueCache, queue: str, name: str) -> Plan[ScheduleInfo]:
 
 def list_all(cache: QueueCache, queue: str, page: int = 200) -> Plan[list[ScheduleInfo]]:
     """Every schedule of the queue, by name: an HSCAN page at a time, partition by partition."""
-    n = yield from producer_plans.partitions(cache, queue)
+    cache.forget(queue)
     out: list[ScheduleInfo] = []
-    for pk in keys.all_partition_keys(queue, n):
+    for pk in (yield from producer_plans.layout(cache, queue)).every():
         cursor = "0"
         while True:
             got = yield from one(ops.read(pk, "scan", cursor, page))

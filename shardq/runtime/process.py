@@ -29,7 +29,7 @@ import asyncio
 import contextlib
 import logging
 from abc import ABC, abstractmethod
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any, Generic, Protocol, TypeVar
 
@@ -41,8 +41,20 @@ from shardq.runtime.membership import Membership
 from shardq.runtime.startup import queue_meta
 from shardq.runtime.supervisor import Supervisor
 from shardq.store import keys
-from shardq.store.meta import QueueMeta
+from shardq.store.meta import QueueMeta, read_meta
 from shardq.store.transport import AsyncTransport
+
+#: How often a worker or dispatcher reads the queue's meta to see a resize begin or end.
+LAYOUT_CHECK = 1.0
+
+
+def _describe(layout: keys.Layout) -> str:
+    text = f"{layout.partitions} partitions"
+    if layout.generation:
+        text += f" of generation {layout.generation}"
+    if layout.draining is not None:
+        text += f", draining generation {layout.draining[0]} ({layout.draining[1]} partitions)"
+    return text
 
 
 class RoleSettings(Protocol):
@@ -74,8 +86,10 @@ class RoleContext(Generic[S]):
     redis: AsyncRedis
     transport: AsyncTransport
     meta: QueueMeta
-    pks: Sequence[keys.PartitionKeys]  # every partition's keys, by partition
-    pinned: Sequence[int] | None  # the partitions this process is pinned to; None: its share
+    # every live partition's keys by fleet id (keys.fleet_id: generation 0's are 0..P-1; while
+    # a resize runs, the generation it empties and the new one)
+    pks: Mapping[int, keys.PartitionKeys]
+    pinned: Sequence[int] | None  # the partitions (fleet ids) this process is pinned to
     settings: S
     supervisor: Supervisor
     membership: Membership | None  # None: not in a fleet (a worker pinned to partitions)
@@ -85,7 +99,7 @@ class RoleContext(Generic[S]):
     @property
     def partitions(self) -> list[int]:
         """The partitions this process serves: the pinned ones, else all of the queue's."""
-        return list(self.pinned) if self.pinned is not None else list(range(self.meta.partitions))
+        return list(self.pinned) if self.pinned is not None else list(self.pks)
 
     def fields(self) -> dict[str, Any]:
         """The shared fields by name, to build a role's context from."""
@@ -183,7 +197,7 @@ class RoleProcess(ABC, Generic[S]):
             await self.transport.aclose()
 
     async def _run(self) -> None:
-        meta = await queue_meta(self.transport, self.queue, self._stop, self.log)
+        meta: QueueMeta | None = await queue_meta(self.transport, self.queue, self._stop, self.log)
         if meta is None:
             return  # stopped while waiting for Redis
         s = self.settings
@@ -207,6 +221,25 @@ class RoleProcess(ABC, Generic[S]):
             self.membership = Membership(
                 self.transport, members_key, drain_key, self.member, s.membership_timeout
             )
+        try:
+            while meta is not None:
+                meta = await self._serve(meta, watch)
+                if meta is not None:
+                    self.supervisor = Supervisor(self.role, self.queue)
+        finally:
+            if self.membership is not None:
+                with contextlib.suppress(Exception):  # its heartbeat expires anyway
+                    await self.membership.leave()
+
+    async def _serve(self, meta: QueueMeta, watch: redis_config.ConfigWatch) -> QueueMeta | None:
+        """Run the role on one layout of the queue until :meth:`stop` (None) or until a resize
+        changes the layout (the meta read then: the caller runs the role again on it, in this
+        same process: leases handed back and in-flight jobs finished first, as at a stop)."""
+        s = self.settings
+        layout = meta.key_layout
+        pinned = None
+        if self._pinned is not None:
+            pinned = [keys.fleet_id(meta.generation, p) for p in self._pinned]
         core = RoleContext(
             role=self.role,
             queue=self.queue,
@@ -214,8 +247,8 @@ class RoleProcess(ABC, Generic[S]):
             redis=self.redis,
             transport=self.transport,
             meta=meta,
-            pks=keys.all_partition_keys(self.queue, meta.partitions),
-            pinned=self._pinned,
+            pks=layout.fleet(),
+            pinned=pinned,
             settings=s,
             supervisor=self.supervisor,
             membership=self.membership,
@@ -225,22 +258,37 @@ class RoleProcess(ABC, Generic[S]):
         stopping = await self.start_role(core)
         sup = self.supervisor
         sup.every("redis-config", s.redis_check_interval, watch.round)
+        changed: asyncio.Future[QueueMeta] = asyncio.get_running_loop().create_future()
+
+        async def check_layout() -> None:
+            # A resize begins or ends by rewriting the meta: serve the new layout.
+            now = await read_meta(self.redis, self.queue)
+            if now.key_layout != layout and not changed.done():
+                changed.set_result(now)
+
+        sup.every("layout", LAYOUT_CHECK, check_layout)
         self.started.set()
         self.log.info(
-            "%s %s started on %s (%d partitions)",
+            "%s %s started on %s (%s)",
             self.role,
             self.member,
             self.queue,
-            meta.partitions,
+            _describe(layout),
         )
+        stop: asyncio.Future[Any] = asyncio.ensure_future(self._stop.wait())
         try:
-            await self._stop.wait()
+            waits: list[asyncio.Future[Any]] = [stop, changed]
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
         finally:
+            stop.cancel()
             await sup.stop(stopping.first, rest=False)
             await stopping.drain()
             await sup.stop()
             await stopping.close()
-            if self.membership is not None:
-                with contextlib.suppress(Exception):  # its heartbeat expires anyway
-                    await self.membership.leave()
             self.log.info("%s %s stopped (%s)", self.role, self.member, stopping.summary())
+        if self._stop.is_set() or not changed.done():
+            return None
+        following = changed.result()
+        self.log.info("%s %s: the queue's layout changed: %s", self.role, self.member,
+                      _describe(following.key_layout))  # fmt: skip
+        return following

@@ -17,9 +17,11 @@ from shardq.errors import (
     DuplicateJobError,
     FencedError,
     InvalidScheduleError,
+    JobMovingError,
     JobNotFoundError,
     JobNotScheduledError,
     JobRunningError,
+    LayoutMovedError,
     NotPermittedError,
     QueueConfigConflictError,
     ScheduleNotFoundError,
@@ -47,6 +49,8 @@ class Code(IntEnum):
     SCHEDULE_CHANGED = -13
     NOT_PERMITTED = -14
     TOO_MANY_ARGUMENTS = -15
+    LAYOUT_MOVED = -16
+    JOB_MOVING = -17
 
 
 def _text(value: Any) -> str:
@@ -162,6 +166,26 @@ def _too_many(d: list[str]) -> ShardqError:
     )
 
 
+def _layout_moved(d: list[str]) -> ShardqError:
+    generation, _, partitions = d[0].partition(":")
+    gen = int(generation) if generation.isdigit() else 0
+    count = int(partitions) if partitions.isdigit() else 0
+    return LayoutMovedError(
+        f"a resize moves this partition's jobs to generation {gen} ({count} partitions): "
+        "ask there (the clients follow this themselves; a tool pointed at one partition "
+        "should read the queue's meta again)",
+        gen,
+        count,
+    )
+
+
+def _moving(d: list[str]) -> ShardqError:
+    return JobMovingError(
+        f"job {d[0]!r} is being moved by a resize: ask again in a moment; if this lasts, "
+        "finish the resize with `shardq queue resize --queue Q --resume`"
+    )
+
+
 _ERRORS: dict[Code, Callable[[list[str]], ShardqError]] = {
     Code.FENCED: _fenced,
     Code.DUE_IN_PAST: _past,
@@ -178,6 +202,8 @@ _ERRORS: dict[Code, Callable[[list[str]], ShardqError]] = {
     Code.SCHEDULE_CHANGED: _schedule_changed,
     Code.NOT_PERMITTED: _not_permitted,
     Code.TOO_MANY_ARGUMENTS: _too_many,
+    Code.LAYOUT_MOVED: _layout_moved,
+    Code.JOB_MOVING: _moving,
 }
 
 

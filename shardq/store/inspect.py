@@ -367,7 +367,7 @@ def run_now(pk: keys.PartitionKeys, job_id: str) -> Op[str]:
     or 'ready' when it was already promoted)."""
     return op(
         "run-now",
-        [pk.jobs, pk.due, pk.errors, pk.stats, pk.ctl],
+        [pk.jobs, pk.due, pk.errors, pk.stats, pk.ctl, pk.moving],
         [job_id, pk.due_hint],
         lambda r: as_text(check(r)[1]),
     )

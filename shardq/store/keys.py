@@ -70,8 +70,11 @@ PARTITION_KINDS: tuple[str, ...] = (
     *("sched", "sched:next", "sched:state"),
     # lanes (lua/includes/lanes.lua): due jobs by fair-queueing score, virtual time
     *("lane", "vtime"),
-    # the operator's flags (paused, lanes)
+    # the operator's flags (paused, lanes; sealed by a resize)
     "ctl",
+    # a resize (lua/includes/resize.lua): the batch taken out of a partition it empties, and
+    # the batch ids a partition of the new generation has stored
+    *("moving", "inbound"),
 )
 #: A partition's idempotency keys, ``{<partition tag>}:idem:<idempotency key>``: one per key,
 #: found by SCAN (:func:`queue_tags_pattern`).
@@ -79,6 +82,8 @@ IDEM_KIND = "idem"
 #: A queue's own keys, ``{sq:<queue>}:<kind>`` (:func:`queue_keys`).
 QUEUE_KINDS: tuple[str, ...] = (
     *("meta", "dispatchers", "drain", "workers", "workers:drain", "owners", "limits"),
+    # a resize (shardq.admin.resize): its record, and its driver's lease and fence
+    *("resize", "resize:lease", "resize:fence"),
 )
 #: Each limit's state, on the limit's own slot: ``{sq:<queue>:limit:<name>}:<kind>``
 #: (``limit``: the next free start; ``running``: the jobs holding running slots); found by
@@ -102,8 +107,17 @@ def slot_range(partition: int, partitions: int) -> tuple[int, int]:
     return partition * SLOTS // partitions, (partition + 1) * SLOTS // partitions
 
 
+def generation_prefix(queue: str, generation: int = 0) -> str:
+    """What every partition tag of one generation of ``queue`` starts with: ``sq:<queue>:`` for
+    the partitions a queue was created with (generation 0), ``sq:<queue>:g<g>.`` for those a
+    resize made (:class:`Layout`).  A later generation's count may equal an earlier one's (8 ->
+    16 -> 8), so the number keeps their keys apart; both shapes stay under ``{sq:<queue>:``, so
+    the ACL patterns and SCAN patterns below cover every generation."""
+    return f"sq:{queue}:" if generation == 0 else f"sq:{queue}:g{generation}."
+
+
 @lru_cache(maxsize=65536)
-def partition_tag(queue: str, partition: int, partitions: int) -> str:
+def partition_tag(queue: str, partition: int, partitions: int, generation: int = 0) -> str:
     """The hash tag of one partition: its slot lies near the middle of its own slot range.
 
     Anywhere in the range is not enough: a range that straddles two primaries' slot ranges
@@ -115,17 +129,18 @@ def partition_tag(queue: str, partition: int, partitions: int) -> str:
     :data:`SEARCHED_PARTITIONS` the tag is solved for the middle slot (module docstring).
     """
     lo, hi = slot_range(partition, partitions)
+    head = generation_prefix(queue, generation) + str(partition)
     if partitions > SEARCHED_PARTITIONS:
-        solved = f"sq:{queue}:{partition}:"
+        solved = head + ":"
         return solved + _exact_suffix(solved.encode(), (lo + hi) // 2)
     # Compare doubled values so the centre (lo + hi) / 2 stays an integer.
     centre2, reach2 = lo + hi, 2 * max((hi - lo) // 8, 8)
-    prefix = f"sq:{queue}:{partition}.".encode()
+    prefix = (head + ".").encode()
     suffix = 0
     while True:
         slot = binascii.crc_hqx(prefix + str(suffix).encode(), 0) % SLOTS
         if lo <= slot < hi and abs(2 * slot + 1 - centre2) <= reach2:
-            return f"sq:{queue}:{partition}.{suffix}"
+            return f"{head}.{suffix}"
         suffix += 1
 
 
@@ -215,6 +230,20 @@ def drain_key(queue: str) -> str:
     return _queue_key(queue, "drain")
 
 
+def resize_key(queue: str) -> str:
+    """Hash: the queue's resize, running or last finished (from, to, phase, counts)."""
+    return _queue_key(queue, "resize")
+
+
+def resize_lease_key(queue: str) -> str:
+    """The resize driver's lease: one process drives a resize at a time."""
+    return _queue_key(queue, "resize:lease")
+
+
+def resize_fence_key(queue: str) -> str:
+    return _queue_key(queue, "resize:fence")
+
+
 def owners_key(queue: str) -> str:
     """Hash partition -> '<owner> <token>': who holds each lease.  Advisory (the lease itself
     decides); it lets a dispatcher find free partitions without reading every lease."""
@@ -261,9 +290,12 @@ class PartitionKeys:
         "due_hint",
         "errors",
         "fence",
+        "generation",
+        "inbound",
         "jobs",
         "lane",
         "lease",
+        "moving",
         "partition",
         "queue",
         "ready",
@@ -276,9 +308,10 @@ class PartitionKeys:
         "vtime",
     )
 
-    def __init__(self, queue: str, partition: int, tag: str) -> None:
+    def __init__(self, queue: str, partition: int, tag: str, generation: int = 0) -> None:
         self.queue = queue
         self.partition = partition
+        self.generation = generation
         self.tag = tag
         base = "{" + tag + "}:"
         #: Sorted set: job id scored by due time in ms (Redis clock).
@@ -311,6 +344,11 @@ class PartitionKeys:
         self.schedule_next = base + "sched:next"
         #: Hash: schedule name -> 'last fire ms|last tick ms|fires|misfires|paused'.
         self.schedule_state = base + "sched:state"
+        #: Hash: the batch a resize took out of this partition, not yet dropped (job id ->
+        #: record, '' -> batch id): lua/resize-take-10.lua.
+        self.moving = base + "moving"
+        #: Set: the resize batch ids this partition has stored (lua/resize-put-9.lua).
+        self.inbound = base + "inbound"
         #: Sharded pub/sub channel: the due head moved earlier (wakes the dispatcher).
         self.due_hint = base + "hint:due"
         #: Sharded pub/sub channel: jobs landed in the ready stream (wakes workers).
@@ -330,8 +368,18 @@ class PartitionKeys:
         """Passed in KEYS when an enqueue has no idempotency key (the script does not touch it)."""
         return "{" + self.tag + "}:" + IDEM_KIND + ":"
 
+    @property
+    def fleet_id(self) -> int:
+        """The partition's number among every generation's (:func:`fleet_id`)."""
+        return fleet_id(self.generation, self.partition)
+
+    @property
+    def label(self) -> str:
+        """How logs, metrics and listings name it: ``5`` (generation 0), ``g1.5`` (a resize's)."""
+        return partition_label(self.generation, self.partition)
+
     def __repr__(self) -> str:
-        return f"PartitionKeys({self.queue!r}, {self.partition}, {self.tag!r})"
+        return f"PartitionKeys({self.queue!r}, {self.label}, {self.tag!r})"
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, PartitionKeys) and other.tag == self.tag
@@ -341,14 +389,90 @@ class PartitionKeys:
 
 
 @lru_cache(maxsize=65536)
-def partition_keys(queue: str, partition: int, partitions: int) -> PartitionKeys:
+def partition_keys(
+    queue: str, partition: int, partitions: int, generation: int = 0
+) -> PartitionKeys:
     """Keys of one partition; see the module docstring for the tag rule."""
-    return PartitionKeys(queue, partition, partition_tag(queue, partition, partitions))
+    tag = partition_tag(queue, partition, partitions, generation)
+    return PartitionKeys(queue, partition, tag, generation)
 
 
-def all_partition_keys(queue: str, partitions: int) -> list[PartitionKeys]:
-    """Keys of every partition of a queue, in partition order."""
-    return [partition_keys(queue, p, partitions) for p in range(partitions)]
+def all_partition_keys(queue: str, partitions: int, generation: int = 0) -> list[PartitionKeys]:
+    """Keys of every partition of one generation of a queue, in partition order."""
+    return [partition_keys(queue, p, partitions, generation) for p in range(partitions)]
+
+
+def fleet_id(generation: int, partition: int) -> int:
+    """A partition's number in the fleet (leases, the owners hash, the workers' split, metrics):
+    ``generation * MAX_PARTITIONS + partition``, so the partitions of generation 0 keep their
+    numbers and two generations live during a resize never share one."""
+    return generation * MAX_PARTITIONS + partition
+
+
+def partition_label(generation: int, partition: int) -> str:
+    """``5`` for partition 5 of generation 0, ``g1.5`` for partition 5 of generation 1."""
+    return str(partition) if generation == 0 else f"g{generation}.{partition}"
+
+
+def label_of_fleet_id(partition_id: int) -> str:
+    return partition_label(*divmod(partition_id, MAX_PARTITIONS))
+
+
+@dataclass(frozen=True, slots=True)
+class Layout:
+    """Where a queue's partitions live: the generation new jobs go to (``partitions`` of
+    generation ``generation``) and, while a resize runs, the one it empties (``draining``:
+    ``(generation, partitions)``).  A queue never resized is generation 0 alone.
+
+    Routing (:meth:`route`) always picks the active generation; a job already stored is in the
+    draining generation or the active one (:meth:`homes`: old first, since a resize only moves
+    jobs old -> new); the fleet serves both (:meth:`fleet`)."""
+
+    queue: str
+    partitions: int
+    generation: int = 0
+    draining: tuple[int, int] | None = None
+
+    def pk(self, partition: int) -> PartitionKeys:
+        """Partition ``partition`` of the active generation."""
+        return partition_keys(self.queue, partition, self.partitions, self.generation)
+
+    def active(self) -> list[PartitionKeys]:
+        return all_partition_keys(self.queue, self.partitions, self.generation)
+
+    def old(self) -> list[PartitionKeys]:
+        """The draining generation's partitions (none when no resize runs)."""
+        if self.draining is None:
+            return []
+        generation, partitions = self.draining
+        return all_partition_keys(self.queue, partitions, generation)
+
+    def every(self) -> list[PartitionKeys]:
+        """Every live partition: the draining generation's, then the active one's."""
+        return self.old() + self.active()
+
+    def route(self, routing_key: str) -> PartitionKeys:
+        """Where a new job with this id (or idempotency key) goes."""
+        return self.pk(partition_for(routing_key, self.partitions))
+
+    def homes(self, routing_key: str) -> list[PartitionKeys]:
+        """Where a stored job with this id may be, in the order to ask: its draining
+        generation's partition first (a resize moves jobs only from there to the active one, so
+        a job not found there is found in the second by a call made after the first)."""
+        here = self.route(routing_key)
+        if self.draining is None:
+            return [here]
+        generation, partitions = self.draining
+        p = partition_for(routing_key, partitions)
+        return [partition_keys(self.queue, p, partitions, generation), here]
+
+    def fleet(self) -> dict[int, PartitionKeys]:
+        """Every live partition by :func:`fleet_id`, the draining generation's first."""
+        return {pk.fleet_id: pk for pk in self.every()}
+
+    @property
+    def resizing(self) -> bool:
+        return self.draining is not None
 
 
 # Patterns: the keys of a queue (or of every queue: queue "*") as glob patterns, for ACL key
@@ -405,9 +529,25 @@ def _tag(key: str) -> str | None:
     return key[1:end] if end > 1 else None
 
 
+def _generation_in_tag(rest: str) -> tuple[int, str] | None:
+    """The generation of a partition tag's part after ``sq:<queue>:`` and what follows it
+    (``g<g>.`` first for a resize's generation, :func:`generation_prefix`)."""
+    if not rest.startswith("g"):
+        return 0, rest
+    generation, dot, tail = rest[1:].partition(".")
+    if dot and generation.isascii() and generation.isdigit() and not generation.startswith("0"):
+        return int(generation), tail
+    return None
+
+
 def _partition_in_tag(rest: str) -> int | None:
-    """The partition number of a partition tag's part after ``sq:<queue>:`` (``<p>.<digits>``,
-    or ``<p>:<four letters @..O>`` past SEARCHED_PARTITIONS), else None."""
+    """The fleet id (:func:`fleet_id`) of a partition tag's part after ``sq:<queue>:``
+    (``[g<g>.]<p>.<digits>``, or ``[g<g>.]<p>:<four letters @..O>`` past SEARCHED_PARTITIONS),
+    else None."""
+    found = _generation_in_tag(rest)
+    if found is None:
+        return None
+    generation, rest = found
     partition, sep, suffix = rest.partition(":") if ":" in rest else rest.partition(".")
     if not (sep and partition.isdigit() and partition.isascii()):
         return None
@@ -415,7 +555,7 @@ def _partition_in_tag(rest: str) -> int | None:
         ok = len(suffix) == 4 and all("@" <= c <= "O" for c in suffix)
     else:
         ok = suffix.isdigit() and suffix.isascii()
-    return int(partition) if ok else None
+    return fleet_id(generation, int(partition)) if ok else None
 
 
 def tag_of_queue(queue: str, key: str) -> bool:
@@ -433,7 +573,7 @@ def tag_of_queue(queue: str, key: str) -> bool:
 
 
 def partition_of_key(key: str) -> tuple[str, int] | None:
-    """``(queue, partition)`` of a key of some queue's partition (either tag shape), else None
+    """``(queue, fleet id)`` of a key of some queue's partition (any tag shape), else None
     (a queue's own keys, a limit's, anything not shardq's).  Queue names hold no ':'."""
     tag = _tag(key)
     if tag is None or not tag.startswith("sq:"):

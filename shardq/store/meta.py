@@ -12,18 +12,37 @@ from shardq.store import keys, numbers
 DEFAULT_DEAD_CAP = 100_000
 
 
+#: What a resized queue's meta holds in ``partitions``, where releases before resizing read
+#: the count: not a number, so they refuse the queue (MalformedRecordError) instead of
+#: writing into generation 0's keys, and their ``queue create`` finds it taken and writes
+#: nothing.  The count is then in ``generation:partitions``.
+RESIZED_MARKER = "resized: needs shardq >= 0.2"
+#: The meta's fields of a resized queue (lua/resize-*.lua, shardq.admin.resize).
+GENERATION_FIELD = "generation"
+GENERATION_PARTITIONS_FIELD = "generation:partitions"
+#: '<generation>:<partitions>' of the generation a running resize empties.
+DRAINING_FIELD = "draining"
+
+
 @dataclass(frozen=True, slots=True)
 class QueueMeta:
     queue: str
-    partitions: int
+    partitions: int  # the active generation's count
     ack_retention_ms: int
     dead_cap: int
     layout: int = 0  # keys.LAYOUT_VERSION at creation (or `shardq queue upgrade`); 0: unknown
+    generation: int = 0  # 0 until the queue is first resized
+    draining: tuple[int, int] | None = None  # (generation, partitions) a running resize empties
 
     @property
     def compact(self) -> bool:
         """Waiting jobs with a timed id are stored compactly (lua/includes/compact.lua)."""
         return self.layout >= keys.COMPACT_LAYOUT
+
+    @property
+    def key_layout(self) -> keys.Layout:
+        """Where the queue's partitions live (the active generation, and the draining one)."""
+        return keys.Layout(self.queue, self.partitions, self.generation, self.draining)
 
 
 def unknown_queue(queue: str) -> UnknownQueueError:
@@ -43,9 +62,13 @@ def parse_meta(queue: str, raw: dict[Any, Any]) -> QueueMeta:
     if "partitions" not in fields:
         raise unknown_queue(queue)  # never created
     try:
-        partitions = numbers.integer(
-            fields["partitions"], 1, keys.MAX_PARTITIONS, what="partitions"
-        )
+        generation, draining = 0, None
+        count = fields["partitions"]
+        if GENERATION_FIELD in fields:
+            generation = numbers.integer(fields[GENERATION_FIELD], 0, 10**9, what="generation")
+            count = fields.get(GENERATION_PARTITIONS_FIELD)
+            draining = parse_draining(fields.get(DRAINING_FIELD), generation)
+        partitions = numbers.integer(count, 1, keys.MAX_PARTITIONS, what="partitions")
         ack = fields.get("ack_retention_ms", 0)
         dead_cap = fields.get("dead_cap", DEFAULT_DEAD_CAP)
         return QueueMeta(
@@ -55,6 +78,8 @@ def parse_meta(queue: str, raw: dict[Any, Any]) -> QueueMeta:
             numbers.integer(dead_cap, 1, MAX_DEAD_CAP, what="dead_cap"),
             # 0: unknown (older than the field), read as the plain layout
             numbers.integer(fields.get("layout", 0), 0, 1000, what="layout"),
+            generation,
+            draining,
         )
     except numbers.BadNumber as exc:
         # Damaged by hand (or by a buggy release): no process may guess its partitions.
@@ -62,6 +87,20 @@ def parse_meta(queue: str, raw: dict[Any, Any]) -> QueueMeta:
             f"queue {queue!r} has a damaged meta ({keys.queue_meta_key(queue)}): {exc}; "
             "set the field back with HSET as `shardq queue create` wrote it"
         ) from None
+
+
+def parse_draining(raw: Any, generation: int) -> tuple[int, int] | None:
+    """``(generation, partitions)`` from the meta's '<generation>:<partitions>' (absent: None);
+    another generation than the active one (older, or newer while an abort drains it)."""
+    if raw is None:
+        return None
+    old, sep, count = as_text(raw).partition(":")
+    if not sep:
+        raise numbers.BadNumber("draining", raw, "'<generation>:<partitions>'")
+    old_generation = numbers.integer(old, 0, 10**9, what="draining generation")
+    if old_generation == generation:
+        raise numbers.BadNumber("draining generation", old, f"another than {generation}")
+    return old_generation, numbers.integer(count, 1, keys.MAX_PARTITIONS, what="partitions")
 
 
 async def read_meta(client: Any, queue: str) -> QueueMeta:

@@ -157,4 +157,12 @@ class Rounds:
     rounds: list[list[Call[Any]]]
 
 
-Batch = list[Call[Any]] | Waiting | Rounds
+@dataclass(frozen=True, slots=True)
+class Pause:
+    """No call: the runner sleeps ``seconds`` (time.sleep or asyncio.sleep) and replies None.
+    A plan waiting out something brief (a job a resize is moving) yields it."""
+
+    seconds: float
+
+
+Batch = list[Call[Any]] | Waiting | Rounds | Pause

@@ -11,10 +11,10 @@ import binascii
 import dataclasses
 import math
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from shardq import jobs as jobmod
 from shardq import names
@@ -36,6 +36,8 @@ from shardq.store.meta import DEFAULT_DEAD_CAP as DEFAULT_DEAD_CAP
 from shardq.store.meta import MAX_DEAD_CAP, QueueMeta, parse_meta
 from shardq.store.numbers import Checked
 from shardq.store.op import Op, op
+
+T = TypeVar("T")
 
 # Most jobs per enqueue-batch call: keeps one call well under a millisecond of Redis time.
 BATCH_JOBS = 100
@@ -246,15 +248,26 @@ class PreparedEnqueue:
         return dataclasses.replace(req, job_id=self.job_id)
 
 
+def _layout(queue: str, partitions: int | keys.Layout) -> keys.Layout:
+    """The layout jobs go to: given, or generation 0 of ``partitions`` (a queue never
+    resized)."""
+    if isinstance(partitions, keys.Layout):
+        return partitions
+    return keys.Layout(queue, partitions)
+
+
 def prepare_enqueue(
     queue: str,
-    partitions: int,
+    partitions: int | keys.Layout,
     req: JobRequest,
     settings: ProducerSettings,
     compact: bool = False,
 ) -> PreparedEnqueue:
-    """Validate one job fully; raises before anything is sent.  ``compact``: the queue has
-    layout 3 (:meth:`shardq.Client.compact`), so a waiting job gets a timed id."""
+    """Validate one job fully; raises before anything is sent.  ``partitions``: the queue's
+    layout (:attr:`shardq.store.meta.QueueMeta.key_layout`), or the count of a queue never
+    resized.  ``compact``: the queue has layout 3 (:meth:`shardq.Client.compact`), so a
+    waiting job gets a timed id."""
+    layout = _layout(queue, partitions)
     if not isinstance(req, JobRequest):
         raise InvalidJobError(f"enqueue_many takes shardq.JobRequest items, got {req!r}")
     schedule = jobmod.make_schedule(req.run_at, req.delay, settings)
@@ -273,10 +286,10 @@ def prepare_enqueue(
         tenant=req.tenant,
     )
     due = timed_due(schedule, body, compact) if req.job_id is None else None
-    job_id, partition = route(partitions, req.job_id, req.idempotency_key, due)
+    job_id, partition = route(layout.partitions, req.job_id, req.idempotency_key, due)
     if due is not None:
         schedule = timed_mode(schedule)
-    pk = keys.partition_keys(queue, partition, partitions)
+    pk = layout.pk(partition)
     return PreparedEnqueue(req, job_id, partition, pk, body, schedule, settings)
 
 
@@ -302,7 +315,7 @@ def lanes_off(queue: str) -> LanesOffError:
 
 def prepare_many(
     queue: str,
-    partitions: int,
+    partitions: int | keys.Layout,
     requests: Iterable[JobRequest],
     settings: ProducerSettings,
     compact: bool = False,
@@ -312,14 +325,16 @@ def prepare_many(
     The same checks; a request with neither a job id nor an idempotency key (most of a bulk
     enqueue) takes a shorter path to its id and partition, with the partition keys looked up
     once per call rather than once per job."""
-    pks = keys.all_partition_keys(queue, partitions)
+    layout = _layout(queue, partitions)
+    pks = layout.active()
+    count = layout.partitions
     new_id = jobmod.new_job_id
     crc32 = binascii.crc32
     out: list[PreparedEnqueue] = []
     append = out.append
     for req in requests:
         if type(req) is not JobRequest or req.job_id is not None or req.idempotency_key is not None:
-            append(prepare_enqueue(queue, partitions, req, settings, compact))
+            append(prepare_enqueue(queue, layout, req, settings, compact))
             continue
         schedule = jobmod.make_schedule(req.run_at, req.delay, settings)
         body = jobmod.encode_body(
@@ -340,7 +355,7 @@ def prepare_many(
         else:
             job_id = jobmod.new_timed_job_id(due)
             schedule = timed_mode(schedule)
-        partition = crc32(job_id.encode()) % partitions  # keys.partition_for, inlined
+        partition = crc32(job_id.encode()) % count  # keys.partition_for, inlined
         append(PreparedEnqueue(req, job_id, partition, pks[partition], body, schedule, settings))
     return out
 
@@ -423,11 +438,6 @@ def plan_bulk(prepared: list[PreparedEnqueue]) -> list[BulkCall]:
     return calls
 
 
-def _partition_keys(queue: str, partitions: int, job_id: str) -> keys.PartitionKeys:
-    names.check_job_id(job_id)
-    return keys.partition_keys(queue, keys.partition_for(job_id, partitions), partitions)
-
-
 def _parse_cancel(reply: Any) -> bool:
     if is_code(reply, Code.JOB_NOT_FOUND):
         return False
@@ -435,20 +445,19 @@ def _parse_cancel(reply: Any) -> bool:
     return True
 
 
-def cancel(queue: str, partitions: int, job_id: str) -> Op[bool]:
-    """Cancel a job that has not started: True if cancelled, False if there is no such job."""
-    pk = _partition_keys(queue, partitions, job_id)
+def cancel(pk: keys.PartitionKeys, job_id: str) -> Op[bool]:
+    """Cancel a job that has not started: True if cancelled, False if there is no such job
+    (in the partition ``pk``, its home: :meth:`shardq.store.keys.Layout.homes`)."""
     # Not resent after an ambiguous fault: a resend would answer "not found" for the job the
     # first call cancelled.
     return op(
-        "cancel", [pk.jobs, pk.due, pk.errors, pk.stats], [job_id], _parse_cancel,
-        safe_to_repeat=False,
+        "cancel", [pk.jobs, pk.due, pk.errors, pk.stats, pk.ctl, pk.moving], [job_id],
+        _parse_cancel, safe_to_repeat=False,
     )  # fmt: skip
 
 
 def reschedule(
-    queue: str,
-    partitions: int,
+    pk: keys.PartitionKeys,
     job_id: str,
     run_at: datetime | float | None,
     delay: timedelta | float | None,
@@ -458,7 +467,6 @@ def reschedule(
     """Move a waiting job to a new due time, or give it a new priority (``run_at`` and
     ``delay`` both None: the due time stays); the op returns the due time in ms on the Redis
     clock."""
-    pk = _partition_keys(queue, partitions, job_id)
     level = names.check_priority(priority) if priority is not None else ""
     if run_at is None and delay is None:
         if not level:
@@ -468,7 +476,7 @@ def reschedule(
         schedule = jobmod.make_schedule(run_at, delay, settings)
     return op(
         "reschedule",
-        [pk.due, pk.jobs],
+        [pk.due, pk.jobs, pk.ctl, pk.moving],
         [
             job_id,
             schedule.mode,
@@ -482,9 +490,9 @@ def reschedule(
     )
 
 
-def get(queue: str, partitions: int, job_id: str) -> Op[JobInfo | None]:
+def get(pk: keys.PartitionKeys, job_id: str) -> Op[JobInfo | None]:
     """A snapshot of one job, or None once it completed, was cancelled, or never existed."""
-    pk = _partition_keys(queue, partitions, job_id)
+    queue = pk.queue
 
     def parse(reply: Any) -> JobInfo | None:
         envelope, due, error = check(reply)
@@ -531,7 +539,31 @@ def get(queue: str, partitions: int, job_id: str) -> Op[JobInfo | None]:
             malformed=c.bad,
         )
 
-    return op("get", [pk.jobs, pk.due, pk.errors], [job_id], parse)
+    return _get(pk, job_id, parse)
+
+
+def _get(pk: keys.PartitionKeys, job_id: str, parse: Callable[[Any], T]) -> Op[T]:
+    return op("get", [pk.jobs, pk.due, pk.errors, pk.ctl, pk.moving], [job_id], parse)
+
+
+def duplicate(job_id: str) -> ShardqError:
+    """The error of an enqueue whose id another job holds (as the enqueue script reports it)."""
+    return error_for(Code.DUPLICATE_JOB_ID, [job_id])
+
+
+def stored_body(pk: keys.PartitionKeys, job_id: str) -> Op[bytes | None]:
+    """The body a job is stored with in partition ``pk`` (any state), or None when it is not
+    there; E_LAYOUT_MOVED / E_JOB_MOVING as :func:`get` (the get script).  An enqueue with
+    a given id asks the generation a resize empties with it first (shardq.plans.producer)."""
+
+    def parse(reply: Any) -> bytes | None:
+        envelope = check(reply)[0]
+        if envelope is None:
+            return None
+        raw = envelope if isinstance(envelope, bytes) else str(envelope).encode()
+        return raw.partition(b"|")[2]
+
+    return _get(pk, job_id, parse)
 
 
 def queue_create(

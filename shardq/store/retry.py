@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 
 from shardq import backoff
 from shardq.store import faults, transport
-from shardq.store.op import Batch, Call, Rounds, Waiting, result
+from shardq.store.op import Batch, Call, Pause, Rounds, Waiting, result
 from shardq.store.transport import AsyncTransport, refresh_sync
 
 T = TypeVar("T")
@@ -132,6 +132,9 @@ class SyncRunner:
         return sync_call(self.client, fn, self.window, safe_to_repeat=True, what=what)
 
     def send(self, batch: Batch, deadline: float, what: str) -> Any:
+        if isinstance(batch, Pause):
+            time.sleep(batch.seconds)
+            return None
         if isinstance(batch, Waiting):
             return self._waiting(batch, deadline, what)
         if isinstance(batch, Rounds):
@@ -219,6 +222,9 @@ class AsyncRunner:
         )
 
     async def send(self, batch: Batch, deadline: float, what: str) -> Any:
+        if isinstance(batch, Pause):
+            await asyncio.sleep(batch.seconds)
+            return None
         if isinstance(batch, Waiting):
             return await self._waiting(batch, deadline, what)
         if isinstance(batch, Rounds):

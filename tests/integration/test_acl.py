@@ -32,6 +32,8 @@ DISPATCHER = frozenset({"dispatcher", "operator", "admin"})
 WORKER = frozenset({"worker", "operator", "admin"})
 # The read-only console's user: the no-writes functions its pages run (FCALL_RO only).
 VIEWER = frozenset({"viewer"})
+# What only the admin runs: resizing a queue (shardq queue resize).
+ADMIN = frozenset({"admin"})
 
 # Which roles may call each function of the library (on the prepared partition of
 # tests/support/script_cases.py, where each call succeeds for a role that may).
@@ -86,11 +88,19 @@ MAY_CALL: dict[str, frozenset[str]] = {
     "list-running": DISPATCHER | VIEWER,
     "list-dead": DISPATCHER | VIEWER,
     "list-retrying": OPERATOR | VIEWER,
+    # resizing (the admin's: it rewrites the meta and moves every job); sealing is a flag in
+    # the control hash, which the operator may write too
+    "resize-seal": OPERATOR,
+    "resize-take": ADMIN,
+    "resize-put": ADMIN,
+    "resize-ack": ADMIN,
+    "resize-left": ADMIN,
 }
 
 # Functions that ask Redis whether the caller is of their role before anything else
 # (lua/includes/checks.lua operator_only, producer_only): refused with NotPermittedError.
 ASKS = {"pause", "lanes", "control-init", "empty-due", "dlq-purge", "dlq-replay", "run-now"}
+ASKS |= {"resize-seal"}
 ASKS |= {"enqueue-batch"}
 
 _CREATED: list[str] = []

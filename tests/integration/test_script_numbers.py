@@ -323,13 +323,17 @@ def test_a_due_score_written_by_hand_reads_as_whole_ms_everywhere(
     r.hset(pk.jobs, "odd", f"S0|{_body()}")
     r.zadd(pk.due, {"odd": float(score)})
     token = _lease(r, pk)
-    got = _run(r, queue, producer.get(queue, 1, "odd"))
+    got = _run(r, queue, producer.get(keys.partition_keys(queue, 0, 1), "odd"))
     assert not isinstance(got, BaseException), got
     info = _run(r, queue, fleet.lease_info(pk))
     assert info.next_due_ms is not None and _ms(info.next_due_ms)
     snap = _run(r, queue, inspect.partition_stats(pk, "n"))
     assert snap.oldest_due_ms is not None and _ms(snap.oldest_due_ms)
-    kept = _run(r, queue, producer.reschedule(queue, 1, "odd", None, None, SETTINGS, "low"))
+    kept = _run(
+        r,
+        queue,
+        producer.reschedule(keys.partition_keys(queue, 0, 1), "odd", None, None, SETTINGS, "low"),
+    )
     assert not isinstance(kept, BaseException) and _ms(kept), kept
     bulk = client.enqueue_many(queue, [JobRequest("t", 1, delay=30)])
     assert bulk[0].created

@@ -40,6 +40,7 @@ def test_the_library_loads_and_registers_every_function(client: Client) -> None:
         "run-now",
         "schedule-fire",
         "schedule-put",
+        "resize-put",  # (a resize's put adds memory where it lands)
     }
 
 
@@ -138,7 +139,7 @@ def test_a_worker_holding_more_than_one_call_carries_acks_them_in_chunks(
         redis=None,  # type: ignore[arg-type]  # take_acks builds the ops; they are run here
         transport=None,  # type: ignore[arg-type]
         meta=client._run(read_meta(queue)),
-        pks=[pk],
+        pks={0: pk},
         pinned=None,
         settings=WorkerSettings(),
         supervisor=Supervisor("worker", queue),

@@ -565,7 +565,10 @@ def test_the_read_only_console_runs_as_the_viewer_user(
                 inspect.pause(pk, True),
                 inspect.empty_due(pk, 10),
                 inspect.run_now(pk, seeded.dead),
-                producer.cancel(queue, 8, seeded.scheduled[0]),
+                producer.cancel(
+                    keys.partition_keys(queue, keys.partition_for(seeded.scheduled[0], 8), 8),
+                    seeded.scheduled[0],
+                ),
             ):
                 node = viewer.redis.get_redis_connection(
                     viewer.redis.get_node_from_key(op.route_key)

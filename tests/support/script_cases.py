@@ -18,6 +18,7 @@ from shardq.jobs import JobRequest
 from shardq.schedules import make_definition
 from shardq.store import delivery, fleet, inspect, keys, producer, transport
 from shardq.store import limits as store_limits
+from shardq.store import resize as store_resize
 from shardq.store import schedules as sched
 from shardq.store.op import Op
 
@@ -101,12 +102,26 @@ def _schedule_fire(s: State) -> Op[Any]:
     return sched.fire(s.pk, s.token, [fire])
 
 
+def _resize_ack(s: State) -> Op[Any]:
+    """Dropping a batch held in the partition's 'moving' hash."""
+    s.redis.hset(s.pk.moving, mapping={"": "batch-1", "x": "{}"})
+    return store_resize.ack(s.pk, "batch-1")
+
+
+def _resize_take(s: State) -> Op[Any]:
+    """A take out of the prepared partition, sealed first (a take refuses an open one)."""
+    transport.run(s.redis, store_resize.seal(s.pk, (1, 2)))
+    return store_resize.take(s.pk, 10)
+
+
 OPS: dict[str, Callable[[State], Op[Any]]] = {
     "enqueue": enqueue_op,
     "enqueue-batch": _enqueue_batch,
-    "cancel": lambda s: producer.cancel(s.queue, 1, s.scheduled),
-    "reschedule": lambda s: producer.reschedule(s.queue, 1, s.scheduled, None, 30, SETTINGS),
-    "get": lambda s: producer.get(s.queue, 1, s.scheduled),
+    "cancel": lambda s: producer.cancel(keys.partition_keys(s.queue, 0, 1), s.scheduled),
+    "reschedule": lambda s: producer.reschedule(
+        keys.partition_keys(s.queue, 0, 1), s.scheduled, None, 30, SETTINGS
+    ),
+    "get": lambda s: producer.get(keys.partition_keys(s.queue, 0, 1), s.scheduled),
     "queue-create": lambda s: producer.queue_create(s.queue + "-new", 2),
     "fetch": lambda s: delivery.fetch(s.pk, "c2", 10),
     "ack": lambda s: delivery.ack(s.pk, [(s.pending_entry, s.pending_id)]),
@@ -154,4 +169,13 @@ OPS: dict[str, Callable[[State], Op[Any]]] = {
         s.queue, limits.for_type("t", concurrency=2), [b"a"]
     ),
     "defer": lambda s: store_limits.defer(s.pk, [(s.pending_entry, s.pending_id, 10**13)]),
+    "resize-seal": lambda s: store_resize.seal(s.pk, (1, 2)),
+    "resize-take": _resize_take,
+    "resize-put": lambda s: store_resize.put(
+        keys.partition_keys(s.queue, 1, 2, 1),
+        "batch-1",
+        [store_resize.Record("moved-1", b'{"k":"j","i":"moved-1","s":"1000","e":"S0|{}"}')],
+    ),
+    "resize-ack": _resize_ack,
+    "resize-left": lambda s: store_resize.left(s.pk),
 }

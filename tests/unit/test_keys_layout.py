@@ -42,6 +42,7 @@ def _call_slots(call: Op[Any]) -> set[int]:
 def producer_calls(queue: str, partition: int, partitions: int) -> list[Op[Any]]:
     """Every call the producer builds for one partition (shared by sync and async)."""
     job_id = job_id_in(partition, partitions)
+    home = keys.partition_keys(queue, keys.partition_for(job_id, partitions), partitions)
     idem = idem_key_in(partition, partitions)
     single = producer.prepare_enqueue(queue, partitions, JobRequest("t", job_id=job_id), SETTINGS)
     deduped = producer.prepare_enqueue(
@@ -58,9 +59,9 @@ def producer_calls(queue: str, partition: int, partitions: int) -> list[Op[Any]]
         single.op(),
         deduped.op(),
         *(c.op for c in producer.plan_bulk([*bulk, deduped])),
-        producer.cancel(queue, partitions, job_id),
-        producer.reschedule(queue, partitions, job_id, None, 10, SETTINGS),
-        producer.get(queue, partitions, job_id),
+        producer.cancel(home, job_id),
+        producer.reschedule(home, job_id, None, 10, SETTINGS),
+        producer.get(home, job_id),
     ]
     assert keys.partition_for(idem, partitions) == partition
     return calls

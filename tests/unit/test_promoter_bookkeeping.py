@@ -68,7 +68,7 @@ def promoter(partitions: int = 2) -> tuple[Promoter, CannedTransport, HeldLeases
         supervisor=None,
         transport=transport,
         queue="q",
-        pks=keys.all_partition_keys("q", partitions),
+        pks=keys.Layout("q", partitions).fleet(),
         settings=DispatcherSettings(),
     )
     return Promoter(ctx, leases=leases), transport, leases  # type: ignore[arg-type]

@@ -2,6 +2,8 @@
 
 KEYS[1] due      zset    job id (or '<id> <body>', a compact job) scored by due ms
 KEYS[2] jobs     hash    job id -> envelope
+KEYS[3] ctl      hash    the partition's flags (read: sealed by a resize)
+KEYS[4] moving   hash    the batch a resize has taken out of this partition
 
 ARGV[1] job id
 ARGV[2] 'at' (ARGV[3] is an absolute ms time), 'in' (ARGV[3] is a delay in ms from Redis now)
@@ -20,6 +22,9 @@ Returns
   {-6, id}                E_JOB_NOT_FOUND
   {-7, id}                E_JOB_RUNNING
   {-9, id}                E_JOB_DEAD
+  {-16, '<generation>:<partitions>', id}  E_LAYOUT_MOVED: not here, and a resize sealed this
+                                      partition (lua/includes/resize.lua): ask that generation
+  {-17, id}                           E_JOB_MOVING: a resize is moving it: ask again shortly
   {-10, key, found, expected}         E_WRONG_TYPE: a key was overwritten outside shardq
   {-11, argv index, value, lo, hi}    E_BAD_ARGUMENT
   {-15, 'KEYS' or 'ARGV', n, cap}    E_TOO_MANY_ARGUMENTS: before anything else (store/loader.py)
@@ -32,6 +37,7 @@ Flags: allow-oom  (runs when Redis is at maxmemory: it frees memory or keeps a f
 --@include checks.lua
 --@include lanes.lua
 --@include compact.lua
+--@include resize.lua
 
 if ARGV[2] ~= 'in' and ARGV[2] ~= 'at' and ARGV[2] ~= 'keep' then
   return {-11, 2, ARGV[2], 'in', 'at'}
@@ -44,7 +50,7 @@ local tolerance, bad4 = arg_number(4, 0, 1e13)
 if bad4 then return bad4 end
 local horizon, bad5 = arg_number(5, 1, 1e13)
 if bad5 then return bad5 end
-local wrong = wrong_type({KEYS[1], 'zset', KEYS[2], 'hash'})
+local wrong = wrong_type({KEYS[1], 'zset', KEYS[2], 'hash', KEYS[3], 'hash', KEYS[4], 'hash'})
 if wrong then return wrong end
 local now = now_ms()
 local id = ARGV[1]
@@ -64,7 +70,7 @@ else
 end
 if not current then
   local v = redis.call('HGET', KEYS[2], id)
-  if not v then return {-6, id} end
+  if not v then return not_here(KEYS[3], KEYS[4], id) end
   local state = string.sub(v, 1, 1)
   if state == 'A' then return {-7, id} end
   if state == 'D' then return {-9, id} end

@@ -7,6 +7,8 @@ KEYS[1] jobs     hash    job id -> envelope
 KEYS[2] due      zset    job id (or '<id> <body>', a compact job) scored by due ms
 KEYS[3] errors   hash    job id -> last error
 KEYS[4] stats    hash    counters
+KEYS[5] ctl      hash    the partition's flags (read: sealed by a resize)
+KEYS[6] moving   hash    the batch a resize has taken out of this partition
 
 ARGV[1] job id
 
@@ -16,6 +18,9 @@ Returns
   {-6, id}     E_JOB_NOT_FOUND
   {-7, id}     E_JOB_RUNNING: a worker holds it
   {-9, id}     E_JOB_DEAD: it is in the dead-letter stream
+  {-16, '<generation>:<partitions>', id}  E_LAYOUT_MOVED: not here, and a resize sealed this
+                                      partition (lua/includes/resize.lua): ask that generation
+  {-17, id}                           E_JOB_MOVING: a resize is moving it: ask again shortly
   {-10, key, found, expected}         E_WRONG_TYPE: a key was overwritten outside shardq
   {-15, 'KEYS' or 'ARGV', n, cap}    E_TOO_MANY_ARGUMENTS: before anything else (store/loader.py)
 Every check comes before the first write: a refused call writes nothing.
@@ -24,13 +29,15 @@ Flags: allow-oom  (runs when Redis is at maxmemory: it frees memory or keeps a f
 ]]
 --@include checks.lua
 --@include compact.lua
+--@include resize.lua
 
-local wrong = wrong_type({KEYS[1], 'hash', KEYS[2], 'zset', KEYS[3], 'hash'})
+local wrong = wrong_type({KEYS[1], 'hash', KEYS[2], 'zset', KEYS[3], 'hash', KEYS[5], 'hash',
+  KEYS[6], 'hash'})
 if wrong then return wrong end
 local v = redis.call('HGET', KEYS[1], ARGV[1])
 if not v then
   local member = compact_find(KEYS[2], ARGV[1])
-  if not member then return {-6, ARGV[1]} end
+  if not member then return not_here(KEYS[5], KEYS[6], ARGV[1]) end
   redis.call('ZREM', KEYS[2], member)
   count(KEYS[4], 'cancelled', 1)
   return {1, 1}

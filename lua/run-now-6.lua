@@ -9,7 +9,9 @@ KEYS[1] jobs     hash    job id -> envelope
 KEYS[2] due      zset    job id (or '<id> <body>', a compact job) scored by due ms
 KEYS[3] errors   hash    job id -> last error
 KEYS[4] stats    hash    counters
-KEYS[5] ctl      hash    the partition's flags (its type is checked: who may write it may run this)
+KEYS[5] ctl      hash    the partition's flags (its type is checked: who may write it may run this;
+                         read: sealed by a resize)
+KEYS[6] moving   hash    the batch a resize has taken out of this partition
 
 ARGV[1] job id
 ARGV[2] due-hint channel (sharded pub/sub)
@@ -20,6 +22,9 @@ Returns
   {0, 'ready'}       already promoted: a worker takes it as soon as it can
   {-6, id}     E_JOB_NOT_FOUND
   {-7, id}     E_JOB_RUNNING: a worker holds it
+  {-16, '<generation>:<partitions>', id}  E_LAYOUT_MOVED: not here, and a resize sealed this
+                                      partition (lua/includes/resize.lua): ask that generation
+  {-17, id}                           E_JOB_MOVING: a resize is moving it: ask again shortly
   {-10, key, found, expected}         E_WRONG_TYPE: a key was overwritten outside shardq
   {-14, role, key}                    E_NOT_PERMITTED: the caller may not write the control hash
   {-15, 'KEYS' or 'ARGV', n, cap}    E_TOO_MANY_ARGUMENTS: before anything else (store/loader.py)
@@ -29,15 +34,17 @@ Every check comes before the first write: a refused call writes nothing.
 --@include envelope.lua
 --@include checks.lua
 --@include compact.lua
+--@include resize.lua
 
 local denied = operator_only(KEYS[5], KEYS[1])
 if denied then return denied end
-local wrong = wrong_type({KEYS[1], 'hash', KEYS[2], 'zset', KEYS[3], 'hash', KEYS[5], 'hash'})
+local wrong = wrong_type({KEYS[1], 'hash', KEYS[2], 'zset', KEYS[3], 'hash', KEYS[5], 'hash',
+  KEYS[6], 'hash'})
 if wrong then return wrong end
 local v = redis.call('HGET', KEYS[1], ARGV[1])
 if not v then
   local member, due = compact_find(KEYS[2], ARGV[1])
-  if not member then return {-6, ARGV[1]} end
+  if not member then return not_here(KEYS[5], KEYS[6], ARGV[1]) end
   local _, body = split_member(member)
   expand_compact(KEYS[1], KEYS[2], ARGV[1], member, due, body)
   v = 'S0|' .. body

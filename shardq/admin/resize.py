@@ -1,0 +1,219 @@
+"""Driving a resize of a live queue (``shardq queue resize``, :meth:`Resizer.run`).
+
+The steps are plans (:mod:`shardq.plans.resize`); this drives them: one driver at a time (a
+lease with a fencing token, the dispatchers' lease scripts on ``{sq:<queue>}:resize:lease``),
+rounds of bounded calls until the old generation is empty, then the commit.  Everything it
+knows is in Redis (``{sq:<queue>}:resize`` and the partitions' 'moving' batches), so a driver
+killed at any point is resumed by running it again (``--resume``): a batch it had taken out is
+answered again by the next take and stored once (the target's inbound set), and an
+interrupted begin or commit is finished (each of their steps is safe to repeat).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from shardq.client import Client
+from shardq.errors import FencedError, ShardqError
+from shardq.logs import log_event
+from shardq.plans import resize as plans
+from shardq.plans.resize import ResizeError, State
+from shardq.runtime.identity import member_id
+from shardq.runtime.process import LAYOUT_CHECK
+from shardq.store import fleet, transport
+from shardq.store import resize as ops
+
+log = logging.getLogger("shardq.resize")
+
+__all__ = ["Progress", "ResizeError", "Resizer", "State"]
+
+
+@dataclass(slots=True)
+class Progress:
+    """Where a resize stands, after each round."""
+
+    state: State
+    rounds: int = 0
+    moved: int = 0  # records this driver stored in the new generation
+    idempotency_moved: int = 0
+    waiting: int = 0  # what the old generation still holds for the resize to move
+    running: int = 0  # ready and running jobs the fleet still drains in place
+    longest_ms: float = 0.0  # the slowest round of calls
+    started: float = field(default_factory=time.monotonic)
+
+    @property
+    def elapsed(self) -> float:
+        return time.monotonic() - self.started
+
+
+class Resizer:
+    """Resize one queue with ``client`` (an admin's or operator's connection)."""
+
+    def __init__(
+        self,
+        client: Client,
+        queue: str,
+        *,
+        lease_ms: int = 15_000,
+        idle_pause: float = 0.2,
+        on_progress: Callable[[Progress], None] | None = None,
+        stop: threading.Event | None = None,
+        owner: str | None = None,
+        batch: int = ops.BATCH,
+        settle: float = 3 * LAYOUT_CHECK,
+    ) -> None:
+        """``batch``: records taken out of a partition per call (ops.BATCH keeps each call
+        well under a millisecond of Redis time)."""
+        self.client = client
+        self.queue = queue
+        self.lease_ms = lease_ms
+        self.idle_pause = idle_pause
+        self.on_progress = on_progress
+        self.stop = stop or threading.Event()
+        self.owner = owner or member_id("resize")
+        self.lease = ops.lease_keys(queue)
+        #: How long after the commit the old generation's keys are deleted: the fleet reads
+        #: the meta every LAYOUT_CHECK and then hands its old partitions back.
+        self.settle = settle
+        self.batch = batch
+        self.token = ""
+        self._renewed = 0.0
+
+    # the lease -----------------------------------------------------------------------------
+
+    def _take_lease(self) -> None:
+        grant = self.client._run(
+            fleet.lease_acquire(self.lease, self.owner, self.lease_ms),
+            what="taking the resize lease",
+        )
+        if not grant.won:
+            raise ResizeError(
+                f"another process ({grant.owner}) is driving the resize of {self.queue!r}; "
+                "if it was killed, its lease expires within "
+                f"{self.lease_ms / 1000:.0f} s: run this again then"
+            )
+        self.token, self._renewed = grant.token, time.monotonic()
+
+    def _keep_lease(self) -> None:
+        if time.monotonic() - self._renewed < self.lease_ms / 3000:
+            return
+        kept = self.client._run(
+            fleet.lease_renew(self.lease, self.token, self.lease_ms),
+            what="renewing the resize lease",
+        )
+        if not kept:
+            raise FencedError(
+                f"this driver lost the resize lease of {self.queue!r} (paused past "
+                f"{self.lease_ms / 1000:.0f} s?): another driver goes on; nothing is lost"
+            )
+        self._renewed = time.monotonic()
+
+    def _give_lease(self) -> None:
+        if self.token:
+            with contextlib.suppress(ShardqError):  # else it expires by itself
+                self.client._run(
+                    fleet.lease_release(self.lease, self.token), what="releasing the lease"
+                )
+            self.token = ""
+
+    # driving -------------------------------------------------------------------------------
+
+    def status(self) -> State:
+        return self.client._drive(plans.state(self.queue), f"reading the resize of {self.queue!r}")
+
+    def run(self, partitions: int | None = None) -> State:
+        """Resize to ``partitions`` (None: resume the running resize) and return the final
+        state (phase 'done', or 'aborted' for an abort carried out).  Stops early, leaving the
+        resize to resume, when :attr:`stop` is set."""
+        self._take_lease()
+        try:
+            if partitions is not None:
+                plan = plans.begin(self.client._queues, self.queue, partitions)
+                was = self.client._drive(plan, f"starting the resize of {self.queue!r}")
+            else:
+                was = self.status()
+                if not was.running:
+                    raise ResizeError(f"queue {self.queue!r} has no resize to resume")
+                if was.phase == "preparing":
+                    to = was.generation("to")[1]
+                    plan = plans.begin(self.client._queues, self.queue, to)
+                    was = self.client._drive(plan, f"resuming the resize of {self.queue!r}")
+            log_event(
+                log, "resize.moving", logging.INFO, queue=self.queue,
+                source=was.raw.get("from"), target=was.raw.get("to"),
+            )  # fmt: skip
+            return self._move(was)
+        finally:
+            self._give_lease()
+
+    def abort(self) -> State:
+        """Turn the running resize around and carry it out: every job back in the old
+        generation, which stays the queue's."""
+        self._take_lease()
+        try:
+            plan = plans.abort(self.client._queues, self.queue)
+            was = self.client._drive(plan, f"aborting the resize of {self.queue!r}")
+            log_event(log, "resize.aborting", logging.WARNING, queue=self.queue)
+            return self._move(was)
+        finally:
+            self._give_lease()
+
+    def _retire(self, was: State) -> State:
+        """After the commit, wait until every worker and dispatcher has read the meta again
+        (and stopped serving the old generation: a process still reading its ready streams
+        would make them again), then delete the old generation's keys."""
+        committed = int(was.raw.get("committed_ms", "0") or 0) / 1000
+        wait = committed + self.settle - time.time()
+        if wait > 0:
+            self.stop.wait(wait)
+        self._keep_lease()
+        return self.client._drive(
+            plans.retire(self.client._queues, self.queue, was), "deleting the old partitions"
+        )
+
+    def _move(self, was: State) -> State:
+        if was.phase == "retiring":
+            return self._retire(was)
+        progress = Progress(was)
+        drive = self.client._drive
+
+        def routes() -> list[str]:
+            return transport.primary_routes(self.client.redis)
+
+        while not self.stop.is_set():
+            self._keep_lease()
+            done = drive(plans.move_round(self.queue, was, batch=self.batch), "moving jobs")
+            progress.rounds += 1
+            progress.moved += done.moved
+            progress.longest_ms = max(progress.longest_ms, done.longest_ms)
+            if done.moved or done.batches:
+                self._report(progress)
+                continue
+            progress.idempotency_moved += drive(
+                plans.move_idempotency(self.queue, was, routes()), "moving idempotency records"
+            )
+            lefts = drive(plans.left(self.queue, was), "reading the old partitions")
+            progress.waiting = sum(lf.waiting for lf in lefts)
+            progress.running = sum(lf.jobs for lf in lefts)
+            self._report(progress)
+            if all(lf.empty for lf in lefts):
+                was = drive(plans.commit(self.client._queues, self.queue, was), "committing")
+                final = self._retire(was)
+                log_event(
+                    log, "resize.done", logging.INFO, queue=self.queue, phase=final.phase,
+                    moved=progress.moved, seconds=round(progress.elapsed, 1),
+                )  # fmt: skip
+                return final
+            if progress.waiting == 0:
+                # Only ready and running jobs are left: the fleet drains them in place.
+                self.stop.wait(self.idle_pause)
+        return self.status()
+
+    def _report(self, progress: Progress) -> None:
+        if self.on_progress is not None:
+            self.on_progress(progress)
