@@ -134,9 +134,21 @@ def queue_lanes(queue_name: str, on: bool | None) -> None:
     show_default=True,
     help="Jobs taken out of a partition per call (each call one bounded script).",
 )
+@click.option(
+    "--lease-time",
+    type=click.FloatRange(1, 600),
+    default=15.0,
+    show_default=True,
+    help="Seconds a killed driver's lease keeps others from resuming.",
+)
 @redis_options
 def queue_resize(
-    queue_name: str, partitions: int | None, resume: bool, abort: bool, batch: int
+    queue_name: str,
+    partitions: int | None,
+    resume: bool,
+    abort: bool,
+    batch: int,
+    lease_time: float,
 ) -> None:
     """Change the partition count of a live queue, with producers, dispatchers and workers
     running: every waiting job, schedule, idempotency record and dead letter moves to the new
@@ -157,7 +169,9 @@ def queue_resize(
         )
 
     with open_client() as client:
-        resizer = Resizer(client, queue_name, on_progress=report, batch=batch)
+        resizer = Resizer(
+            client, queue_name, on_progress=report, batch=batch, lease_ms=round(lease_time * 1000)
+        )
         final = resizer.abort() if abort else resizer.run(None if resume else partitions)
     click.echo(
         f"queue {queue_name}: resize {final.phase} ({final.raw.get('from')} -> "

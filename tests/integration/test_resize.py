@@ -5,6 +5,9 @@ puts everything back.  Under a running fleet and with kill -9: tests/fleet/test_
 
 from __future__ import annotations
 
+import random
+import signal
+import subprocess
 import threading
 import time
 from typing import Any
@@ -17,6 +20,7 @@ from shardq import Client, Job, JobRequest
 from shardq.admin.resize import ResizeError, Resizer
 from shardq.config import RedisSettings
 from shardq.connection import connect
+from shardq.devtools.bench import cli_command
 from shardq.errors import LayoutMovedError, MalformedRecordError
 from shardq.store import keys, transport
 from shardq.store import producer as store_producer
@@ -213,14 +217,15 @@ def _id_in(partition: int, partitions: int) -> str:
     return f"j{n}"
 
 
+@pytest.mark.parametrize(("start", "to"), [(4, 8), (8, 4)])
 def test_a_resize_under_a_running_fleet_runs_every_job_once(
-    cluster_client: Client, cluster_url: str, queue: str
+    cluster_client: Client, cluster_url: str, queue: str, start: int, to: int
 ) -> None:
-    """Grow 4 -> 8 while a dispatcher and two workers run, jobs come due throughout and some
-    fail once (retrying) or for good (dead): every job runs, none twice, the dead letters
-    come across, and the fleet takes up each layout without a restart."""
+    """Grow 4 -> 8 (and shrink 8 -> 4) while a dispatcher and two workers run, jobs come due
+    throughout and some fail once (retrying) or for good (dead): every job runs, none twice,
+    the dead letters come across, and the fleet takes up each layout without a restart."""
     client = cluster_client
-    client.create_queue(queue, partitions=4)
+    client.create_queue(queue, partitions=start)
     runs = Runs()
 
     def handler(job: Job) -> None:
@@ -251,7 +256,7 @@ def test_a_resize_under_a_running_fleet_runs_every_job_once(
         producer_thread.start()
         admin = Client.from_url(cluster_url)
         try:
-            assert Resizer(admin, queue).run(8).phase == "done"
+            assert Resizer(admin, queue).run(to).phase == "done"
         finally:
             admin.close()
             stop.set()
@@ -274,4 +279,77 @@ def test_a_resize_under_a_running_fleet_runs_every_job_once(
     assert [j for j in everything if counts[j] != 1] == []
     assert {j: counts[j] for j in flaky if counts[j] != 2} == {}
     assert all(counts[j] == 1 for j in poison)
-    assert client.layout(queue).partitions == 8
+    assert client.layout(queue).partitions == to
+
+
+def test_kill_9_of_the_resizing_process_at_random_points_then_resume_loses_nothing(
+    cluster_client: Client, cluster_url: str, queue: str
+) -> None:
+    """`shardq queue resize` killed with SIGKILL at a random moment, over several rounds (each
+    a new resize after the last finished), then resumed: every job is found once, due when it
+    was, and no job is left in two generations."""
+    client = cluster_client
+    client.create_queue(queue, partitions=8)
+    ids = [client.enqueue(queue, "far", i, delay=86_400 * 30) for i in range(1500)]
+    ids += [
+        r.job_id
+        for r in client.enqueue_many(
+            queue, [JobRequest("bulk", i, delay=3600) for i in range(1500)]
+        )
+    ]
+    keyed = {
+        f"k{i}": client.enqueue(queue, "k", i, delay=600, idempotency_key=f"k{i}")
+        for i in range(100)
+    }
+    ids += list(keyed.values())
+    before = _due_of(client, queue, ids)
+    rng = random.Random()
+    sizes = [16, 5, 12]
+    killed = 0
+    for to in sizes:
+        argv = cli_command(
+            "queue", "resize", "--queue", queue, "--partitions", str(to), "--batch", "20",
+            "--lease-time", "2", "--url", cluster_url,
+        )  # fmt: skip
+        proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        # (the CLI takes ~0.5 s to start: some kills land before it began, most during)
+        time.sleep(rng.uniform(0.6, 2.0))
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGKILL)
+            killed += 1
+        proc.wait(30)
+        # A killed driver's lease lasts its ttl; the resumed one waits it out.
+        admin = Client.from_url(cluster_url)
+        try:
+            deadline = time.monotonic() + 60
+            while True:
+                try:
+                    resizer = Resizer(admin, queue, settle=0.2)
+                    state = resizer.status()
+                    if state.running:
+                        final = resizer.run(None)  # resume what the killed one started
+                    elif admin.layout(queue).partitions != to:
+                        final = resizer.run(to)  # killed before it began: start it again
+                    else:
+                        final = state
+                    break
+                except ResizeError as exc:
+                    if "driving the resize" not in str(exc) or time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.5)
+        finally:
+            admin.close()
+        assert final.phase == "done", final.raw
+        assert client.layout(queue).partitions == to
+        assert _due_of(client, queue, ids) == before
+        for key, job_id in keyed.items():
+            assert client.enqueue(queue, "k", 0, idempotency_key=key) == job_id
+        # One member per job in the live generation, nothing left anywhere else.
+        layout = client.layout(queue)
+        r = connect(RedisSettings.from_url(cluster_url))
+        try:
+            stored = sum(r.zcard(pk.due) for pk in layout.active())
+        finally:
+            r.close()
+        assert stored == len(ids)
+    assert killed >= 1, "every resize finished before its kill: nothing was tested"
