@@ -174,7 +174,7 @@ ADMIN_GRANTS: tuple[Grant, ...] = (
     Grant(("resize:lease",), ("+get", "+set", "+pexpire", "+pttl", "+del")),
     Grant(("resize:fence",), ("+hincrby", "+hget", "+hset")),
     Grant(("resize",), ("+hgetall", "+hset", "+hincrby")),
-    Grant(("meta",), ("+hset", "+hdel", "+hget", "+hgetall")),
+    Grant(("meta",), ("+hset", "+hget", "+hgetall")),
     Grant(("owners",), ("+hdel",)),
     Grant(("moving",), ("+hgetall", "+hset", "+hget", "+hlen", "+del")),
     Grant(("inbound",), ("+sismember", "+sadd")),

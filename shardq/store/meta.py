@@ -92,8 +92,8 @@ def parse_meta(queue: str, raw: dict[Any, Any]) -> QueueMeta:
 def parse_draining(raw: Any, generation: int) -> tuple[int, int] | None:
     """``(generation, partitions)`` from the meta's '<generation>:<partitions>' (absent: None);
     another generation than the active one (older, or newer while an abort drains it)."""
-    if raw is None:
-        return None
+    if raw is None or as_text(raw) == "":
+        return None  # none (or emptied by the commit of the last resize)
     old, sep, count = as_text(raw).partition(":")
     if not sep:
         raise numbers.BadNumber("draining", raw, "'<generation>:<partitions>'")

@@ -205,8 +205,9 @@ def begin_meta(queue: str, new: tuple[int, int], old: tuple[int, int]) -> Comman
 
 
 def end_meta(queue: str) -> Command[int]:
-    """The old generation is empty: nothing drains any more."""
-    return cmd("HDEL", keys.queue_meta_key(queue), DRAINING_FIELD, parse=int)
+    """The old generation is empty: nothing drains any more (the field emptied, not deleted:
+    no role may delete a meta field, which could take a queue's partition count away)."""
+    return cmd("HSET", keys.queue_meta_key(queue), DRAINING_FIELD, "", parse=int)
 
 
 def meta_field(queue: str, field: str) -> Command[str | None]:

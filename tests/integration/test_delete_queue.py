@@ -17,7 +17,7 @@ from support.helpers import job_id_in, primaries, text
 from shardq import JobRequest, limits
 from shardq.client import Client
 from shardq.inspector import LIST_STATES, Inspector
-from shardq.store import delivery, fleet, keys, transport
+from shardq.store import delivery, fleet, keys, resize, transport
 from shardq.store import limits as store_limits
 
 PARTITIONS = 4
@@ -91,6 +91,11 @@ def fill(client: Client, queue: str) -> dict[str, Any]:
     client.redis.hset(keys.owners_key(queue), "0", "dispatcher:old#1 7")
     # a lease and its fencing counter, as a dispatcher leaves them
     transport.run(client.redis, fleet.lease_acquire(pks[0], "dispatcher:old#1", 600_000))
+    # what a resize keeps: a batch taken out, a batch id stored, its record and driver's lease
+    client.redis.hset(pks[0].moving, "", "batch-1")
+    client.redis.sadd(pks[0].inbound, "batch-1")
+    client.redis.hset(keys.resize_key(queue), "phase", "done")
+    transport.run(client.redis, fleet.lease_acquire(resize.lease_keys(queue), "r", 600_000))
     return old
 
 
