@@ -88,8 +88,14 @@ class Recorder:
     """A stand-in for the slot move (the scheduling is what is tested): records which moves
     ran at the same time, sleeps a little, fails on the slots it is told to."""
 
-    def __init__(self, seconds: float = 0.05, fail: frozenset[int] = frozenset()) -> None:
+    def __init__(
+        self,
+        seconds: float = 0.05,
+        fail: frozenset[int] = frozenset(),
+        seconds_of: dict[int, float] | None = None,
+    ) -> None:
         self.seconds = seconds
+        self.seconds_of = seconds_of or {}
         self.fail = fail
         self.lock = threading.Lock()
         self.running: set[int] = set()
@@ -104,7 +110,7 @@ class Recorder:
             self.running.add(m.slot)
             self.overlaps.append(set(self.running))
             self.nodes.extend((m.source, m.target))
-        time.sleep(self.seconds)
+        time.sleep(self.seconds_of.get(m.slot, self.seconds))
         with self.lock:
             self.running.discard(m.slot)
         if m.slot in self.fail:
@@ -162,7 +168,9 @@ def test_the_byte_rate_spaces_the_starts_out() -> None:
 
 def test_the_first_error_stops_new_moves_and_lets_running_ones_finish() -> None:
     moves = [move(1, "a", "b"), move(2, "c", "d"), move(3, "a", "e"), move(4, "f", "g")]
-    rec = Recorder(seconds=0.05, fail=frozenset({1}))
+    # 1 fails at once and 2 runs long, so the error is seen while 2 still runs: were 2 to
+    # finish first (a thread scheduled late on a busy machine), 4 (free nodes) could start.
+    rec = Recorder(fail=frozenset({1}), seconds_of={1: 0.0, 2: 0.5})
     out = balancer.carry_out(no_client, moves, Budget(concurrency=2), move_one=rec)
     assert out.failed is not None and out.failed.slot == 1
     assert isinstance(out.error, RuntimeError) and "slot 1 refused" in str(out.error)
