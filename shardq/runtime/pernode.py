@@ -120,7 +120,9 @@ class PerPrimary:
         for node in sorted(wanted - self._nodes):
             self._nodes.add(node)
             self.event(node)
-            self.supervisor.forever(self.loop_name(node), self._bind(node), pace=self.pace)
+            self.supervisor.forever(
+                self.loop_name(node), self._bind(node), pace=self.pace, wakes=(self.event(node),)
+            )
         for node in sorted(self._nodes - wanted):
             self._nodes.discard(node)
             self.wakeups.pop(node, None)
@@ -148,7 +150,9 @@ class PerPrimary:
     def start(self, body: Callable[[str], Awaitable[None]]) -> None:
         """Run ``body(node)`` as the loop of each primary, kept in step with the slot map."""
         self.body = body
-        self.supervisor.forever(f"{self.name}-topology", self.watch, pace=SYNC_INTERVAL)
+        self.supervisor.forever(
+            f"{self.name}-topology", self.watch, pace=SYNC_INTERVAL, wakes=(self._changed,)
+        )
 
     @property
     def nodes(self) -> set[str]:

@@ -93,6 +93,10 @@ class _Loop:
     stop: asyncio.Event
     task: asyncio.Task[None] | None = None
     pace: float = 0.0  # a forever loop's longest wait between two progress reports
+    # Events a forever loop sleeps on (its wake-ups): set at its stop too, so it sees the stop
+    # at once instead of at the end of its sleep (a process re-running its role on a resized
+    # queue stops every loop, one group after the other).
+    wakes: tuple[asyncio.Event, ...] = ()
 
     def stall_bound(self, stall_after: float) -> float:
         """Seconds without progress after which this loop counts as stuck."""
@@ -129,14 +133,23 @@ class Supervisor:
         """Run ``body`` every ``interval`` seconds (measured from the end of the last round)."""
         self._add(name, body, interval, first_at_once)
 
-    def forever(self, name: str, body: Body, *, pace: float = 0.0) -> None:
+    def forever(
+        self, name: str, body: Body, *, pace: float = 0.0, wakes: tuple[asyncio.Event, ...] = ()
+    ) -> None:
         """Run ``body`` (a coroutine that loops until its stop event); restart it on failure.
 
         ``pace``: the longest a healthy pass of ``body`` waits between two calls of
         :meth:`LoopState.progress` or :meth:`LoopState.ok` (its idle sleep); the stall bound is
-        derived from it."""
+        derived from it.  ``wakes``: the events ``body`` sleeps on (set when it is stopped, so
+        it returns at once; it checks its stop event after each wake)."""
         self._add(name, body, None, True)
         self.loops[name].pace = pace  # before the task's first step: it has not run yet
+        self.loops[name].wakes = wakes
+
+    def wake_on_stop(self, name: str, *events: asyncio.Event) -> None:
+        """Also set ``events`` when loop ``name`` is stopped (see :meth:`forever`)."""
+        loop = self.loops[name]
+        loop.wakes = (*loop.wakes, *events)
 
     def _add(self, name: str, body: Body, interval: float | None, at_once: bool) -> None:
         if name in self.loops:
@@ -313,6 +326,8 @@ class Supervisor:
 async def _stop_loops(loops: list[_Loop], grace: float) -> None:
     for loop in loops:
         loop.stop.set()
+        for event in loop.wakes:
+            event.set()
     tasks = [loop.task for loop in loops if loop.task is not None]
     if not tasks:
         return

@@ -41,7 +41,8 @@ class Recoverer:
         self.executor = executor
         self.stats = ctx.stats
         self.rounds = 0
-        self._now = asyncio.Event()
+        #: Set to reclaim at once (a member left; the loop's stop sets it too).
+        self.now = asyncio.Event()
         self._follow_up: float | None = None
         self.calls = PerPrimaryCalls(ctx.transport, "recoverer")
         self.trigger()  # at start: a predecessor's deliveries come back at once
@@ -54,7 +55,7 @@ class Recoverer:
     def trigger(self) -> None:
         """A member left the fleet: reclaim now, and once more when its last deliveries are
         surely idle long enough (it may have touched them just before it died)."""
-        self._now.set()
+        self.now.set()
         self._follow_up = time.monotonic() + self.orphan_idle + 0.1
 
     async def loop(self) -> None:
@@ -66,20 +67,20 @@ class Recoverer:
             if self._follow_up is not None:
                 timeout = max(0.0, min(timeout, self._follow_up - time.monotonic()))
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._now.wait(), timeout)
+                await asyncio.wait_for(self.now.wait(), timeout)
             if stop.is_set():
                 return
             if self._follow_up is not None and time.monotonic() >= self._follow_up:
                 self._follow_up = None
-            self._now.clear()
+            self.now.clear()
             outcome = await self.round()
             if outcome == "no room":
                 # No room right now (handlers busy, or a fetch round holds it for a moment):
                 # try again shortly rather than a whole interval later.
                 await asyncio.sleep(0.05)
-                self._now.set()
+                self.now.set()
             elif outcome == "more":
-                self._now.set()  # a partition filled its share: there may be more to take
+                self.now.set()  # a partition filled its share: there may be more to take
             state.ok()
 
     async def round(self) -> str:

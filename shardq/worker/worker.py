@@ -185,7 +185,7 @@ class Worker(RoleProcess[WorkerSettings]):
             sup.every("membership", s.heartbeat_interval, heartbeat.members)
         sup.every("heartbeat", s.heartbeat_interval, heartbeat.beat)
         fetcher.start()
-        sup.forever("recoverer", recoverer.loop, pace=s.reclaim_interval)
+        sup.forever("recoverer", recoverer.loop, pace=s.reclaim_interval, wakes=(recoverer.now,))
         sup.every("janitor", PRUNE_EVERY, janitor.round)
         sup.every("limits", LIMITS_REFRESH, limiter.refresh)
         sup.every("limit-holds", s.heartbeat_interval, limiter.renew)
