@@ -10,14 +10,16 @@ resized to ``--to`` partitions by a :class:`shardq.admin.resize.Resizer` in a th
 producer and the fleet go on.  The report: seconds to finish, Redis CPU spent on the primaries
 during it (net of their idle rate) and its script calls, the slowest round of the driver's
 calls (one round: a take and the puts of up to 64 partitions, pipelined), lateness p50/p99/max
-of the live jobs due while it ran, lost / ran twice, and the waiting jobs found in the new
-partitions; with the calibration of the run (redis-benchmark PING).
+of the live jobs due while it ran (and by phase: preparing, moving, retiring), lost / ran
+twice, and the waiting jobs found in the new partitions; with the calibration of the run
+(redis-benchmark PING).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
 import time
 from collections import Counter
@@ -94,6 +96,23 @@ async def _run(args: argparse.Namespace, url: str, queue: str, client: Client) -
     await producer.close()
     await redis.aclose()
     during = sorted(lat for due, lat in late.values() if started_ms <= due <= ended_ms)
+    # The phases: preparing (the fleet takes up the new partitions), moving (producers route
+    # to them, waiting jobs are moved), retiring (committed: the fleet drops the old ones).
+    marks = [
+        ("preparing", started_ms),
+        ("moving", float(final.raw.get("moving_ms", started_ms))),
+        ("retiring", float(final.raw.get("committed_ms", ended_ms))),
+        ("", ended_ms),
+    ]
+    by_phase: dict[str, dict[str, Any]] = {}
+    for (name, lo), (_, hi) in itertools.pairwise(marks):
+        part = sorted(lat for due, lat in late.values() if lo <= due < hi)
+        by_phase[name] = {
+            "seconds": round((hi - lo) / 1000, 1),
+            "jobs": len(part),
+            "p50": round(percentile(part, 0.5), 1) if part else None,
+            "p99": round(percentile(part, 0.99), 1) if part else None,
+        }
     layout = client.layout(queue)
     kept = sum(client.redis.zcard(pk.due) for pk in layout.active())  # type: ignore[misc]
     p = last[-1] if last else None
@@ -117,6 +136,7 @@ async def _run(args: argparse.Namespace, url: str, queue: str, client: Client) -
             "p99": round(percentile(during, 0.99), 1) if during else None,
             "max": round(during[-1], 1) if during else None,
         },
+        "lateness_by_phase_ms": by_phase,
         "lost": len(set(ids) - set(runs)),
         "ran_twice": sum(1 for n in runs.values() if n > 1),
         "waiting_jobs_kept": kept,

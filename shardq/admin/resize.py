@@ -66,6 +66,7 @@ class Resizer:
         owner: str | None = None,
         batch: int = ops.BATCH,
         settle: float = 3 * LAYOUT_CHECK,
+        fleet_wait: float = 30.0,
     ) -> None:
         """``batch``: records taken out of a partition per call (ops.BATCH keeps each call
         well under a millisecond of Redis time)."""
@@ -80,6 +81,8 @@ class Resizer:
         #: How long after the commit the old generation's keys are deleted: the fleet reads
         #: the meta every LAYOUT_CHECK and then hands its old partitions back.
         self.settle = settle
+        #: How long the switch waits at most for the dispatchers to take up the new partitions.
+        self.fleet_wait = fleet_wait
         self.batch = batch
         self.token = ""
         self._renewed = 0.0
@@ -143,6 +146,8 @@ class Resizer:
                     to = was.generation("to")[1]
                     plan = plans.begin(self.client._queues, self.queue, to)
                     was = self.client._drive(plan, f"resuming the resize of {self.queue!r}")
+            if was.phase == "preparing":
+                was = self._switch(was)
             log_event(
                 log, "resize.moving", logging.INFO, queue=self.queue,
                 source=was.raw.get("from"), target=was.raw.get("to"),
@@ -159,9 +164,42 @@ class Resizer:
             plan = plans.abort(self.client._queues, self.queue)
             was = self.client._drive(plan, f"aborting the resize of {self.queue!r}")
             log_event(log, "resize.aborting", logging.WARNING, queue=self.queue)
+            if was.phase == "preparing":
+                was = self._switch(was)
             return self._move(was)
         finally:
             self._give_lease()
+
+    def _switch(self, was: State) -> State:
+        """Switch producers to the new generation once the fleet serves it: at least
+        :attr:`settle` after the meta named it (every process reads the meta each
+        LAYOUT_CHECK), and, when dispatchers serve the queue, once one holds the lease of each
+        new partition (up to :attr:`fleet_wait`; a fleet slower than that still takes it up,
+        its jobs only wait longer)."""
+        announced = int(was.raw.get("announced_ms", "0") or 0) / 1000
+        wait = announced + self.settle - time.time()
+        if wait > 0:
+            self.stop.wait(wait)
+        deadline = time.monotonic() + self.fleet_wait
+        waiting: list[int] | None = None  # all
+        while not self.stop.is_set():
+            self._keep_lease()
+            plan = plans.unserved(self.queue, was, waiting)
+            waiting = self.client._drive(plan, "reading the new partitions' leases")
+            if not waiting or time.monotonic() >= deadline:
+                if waiting:
+                    log_event(
+                        log, "resize.fleet_slow", logging.WARNING, queue=self.queue,
+                        unserved=len(waiting), seconds=self.fleet_wait,
+                    )  # fmt: skip
+                break
+            self.stop.wait(max(self.idle_pause, 0.5))
+        if self.stop.is_set():
+            return was
+        self._keep_lease()
+        return self.client._drive(
+            plans.switch(self.client._queues, self.queue, was), "switching to the new partitions"
+        )
 
     def _retire(self, was: State) -> State:
         """After the commit, wait until every worker and dispatcher has read the meta again

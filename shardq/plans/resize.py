@@ -2,9 +2,11 @@
 (:mod:`shardq.admin.resize`) runs, each safe to run again after a crash at any point.
 
 1. :func:`begin`: pick the next generation, record the resize (phase ``preparing``), make the
-   new generation's partitions (control hash with the queue's flags, consumer group), seal
-   every old partition (it takes no new job and points by-id calls at the new generation),
-   then switch the meta: producers route to the new generation, the fleet serves both
+   new generation's partitions (control hash with the queue's flags, consumer group) and name
+   it in the meta as the coming one: the fleet serves it from its next read of the meta.
+   Then, once the fleet has taken it up (the driver waits), :func:`switch` seals every old
+   partition (it takes no new job and points by-id calls at the new generation) and switches
+   the meta: producers route to the new generation, the fleet already serves both
    (phase ``moving``).
 2. :func:`move_round`, again and again: take a batch of waiting work out of each old partition
    (schedules, due jobs, retrying, compact members, dead letters), store each record in its
@@ -26,7 +28,7 @@ from typing import Any
 from shardq.errors import InvalidJobError, QueueConfigConflictError, ShardqError
 from shardq.plans import Plan, each, ok, one
 from shardq.plans import producer as producer_plans
-from shardq.store import inspect, keys, queues
+from shardq.store import fleet, inspect, keys, queues
 from shardq.store import resize as ops
 from shardq.store.meta import QueueMeta
 from shardq.store.op import Call
@@ -85,7 +87,8 @@ def _check_count(partitions: int) -> None:
 
 def begin(cache: QueueCache, queue: str, partitions: int) -> Plan[State]:
     """Start resizing ``queue`` to ``partitions`` (or finish starting one a crash cut short);
-    returns the recorded state, phase ``moving``."""
+    returns the recorded state: phase ``preparing`` (the driver runs :func:`switch` once the
+    fleet serves the new generation), or the phase a running resize is in."""
     _check_count(partitions)
     was = yield from state(queue)
     read = yield from producer_plans.read_meta(cache, queue)
@@ -135,8 +138,8 @@ def begin(cache: QueueCache, queue: str, partitions: int) -> Plan[State]:
 def _prepare(
     cache: QueueCache, queue: str, read: QueueMeta, old: tuple[int, int], new: tuple[int, int]
 ) -> Plan[None]:
-    """Make the new generation's partitions, seal the old ones, switch the meta (each step
-    safe to repeat)."""
+    """Make the new generation's partitions and name them in the meta as the coming ones
+    (each step safe to repeat); :func:`switch` goes on once the fleet serves them."""
     old_pks = keys.all_partition_keys(queue, old[1], old[0])
     new_pks = keys.all_partition_keys(queue, new[1], new[0])
     yield from producer_plans.control(new_pks)
@@ -149,10 +152,41 @@ def _prepare(
     queues.groups_made((yield [queues.group_create(pk) for pk in new_pks]))
     # An abort moves jobs back into partitions a crash may have left sealed: open them first.
     yield from each([ops.seal(pk, None) for pk in new_pks])
+    if new[0] != read.generation:
+        # (An abort before the switch goes back to the active generation: served already.)
+        yield from one(ops.announce_meta(queue, new))
+    announced: dict[str, str | int] = {"announced_ms": int(time.time() * 1000)}
+    yield from one(ops.state_write(queue, announced))
+
+
+def unserved(queue: str, was: State, among: list[int] | None = None) -> Plan[list[int]]:
+    """The new generation's partitions (of ``among``, indexes; default all) no dispatcher
+    holds the lease of yet; none when no dispatcher holds an old one either (a queue no
+    dispatcher serves has nothing to wait for)."""
+    old, new = was.generation("from"), was.generation("to")
+    new_pks = keys.all_partition_keys(queue, new[1], new[0])
+    chosen = [new_pks[p] for p in among] if among is not None else new_pks
+    infos = yield from each([fleet.lease_info(pk) for pk in chosen])
+    waiting = [pk.partition for pk, info in zip(chosen, infos, strict=True) if info.owner is None]
+    if not waiting:
+        return []
+    old_pks = keys.all_partition_keys(queue, old[1], old[0])
+    held = yield from each([fleet.lease_info(pk) for pk in old_pks])
+    return waiting if any(info.owner is not None for info in held) else []
+
+
+def switch(cache: QueueCache, queue: str, was: State) -> Plan[State]:
+    """Seal the old generation and make the new one the queue's (phase ``moving``): producers
+    route there from now on.  Run once the fleet serves the new generation (the driver waits
+    for that after :func:`begin`); safe to repeat."""
+    old, new = was.generation("from"), was.generation("to")
+    old_pks = keys.all_partition_keys(queue, old[1], old[0])
     yield from each([ops.seal(pk, new) for pk in old_pks])
     yield from one(ops.begin_meta(queue, new, old))
-    yield from one(ops.state_write(queue, {"phase": "moving"}))
+    moving: dict[str, str | int] = {"phase": "moving", "moving_ms": int(time.time() * 1000)}
+    yield from one(ops.state_write(queue, moving))
     cache.forget(queue)
+    return (yield from state(queue))
 
 
 @dataclass(slots=True)

@@ -54,6 +54,8 @@ def _describe(layout: keys.Layout) -> str:
         text += f" of generation {layout.generation}"
     if layout.draining is not None:
         text += f", draining generation {layout.draining[0]} ({layout.draining[1]} partitions)"
+    if layout.coming is not None:
+        text += f", generation {layout.coming[0]} coming ({layout.coming[1]} partitions)"
     return text
 
 
@@ -231,6 +233,12 @@ class RoleProcess(ABC, Generic[S]):
                 with contextlib.suppress(Exception):  # its heartbeat expires anyway
                     await self.membership.leave()
 
+    def _served(self, meta: QueueMeta) -> tuple[frozenset[int], tuple[int, ...]]:
+        """What this process serves on ``meta``: every live partition, and the pinned ones
+        (of the active generation)."""
+        pinned = tuple(keys.fleet_id(meta.generation, p) for p in self._pinned or ())
+        return frozenset(meta.key_layout.fleet()), pinned
+
     async def _serve(self, meta: QueueMeta, watch: redis_config.ConfigWatch) -> QueueMeta | None:
         """Run the role on one layout of the queue until :meth:`stop` (None) or until a resize
         changes the layout (the meta read then: the caller runs the role again on it, in this
@@ -260,10 +268,13 @@ class RoleProcess(ABC, Generic[S]):
         sup.every("redis-config", s.redis_check_interval, watch.round)
         changed: asyncio.Future[QueueMeta] = asyncio.get_running_loop().create_future()
 
+        served = self._served(meta)
+
         async def check_layout() -> None:
-            # A resize begins or ends by rewriting the meta: serve the new layout.
+            # A resize rewrites the meta as it goes: run again on partitions that changed (the
+            # switch itself changes none: the coming generation was served already).
             now = await read_meta(self.redis, self.queue)
-            if now.key_layout != layout and not changed.done():
+            if self._served(now) != served and not changed.done():
                 changed.set_result(now)
 
         sup.every("layout", LAYOUT_CHECK, check_layout)

@@ -426,12 +426,15 @@ class Layout:
 
     Routing (:meth:`route`) always picks the active generation; a job already stored is in the
     draining generation or the active one (:meth:`homes`: old first, since a resize only moves
-    jobs old -> new); the fleet serves both (:meth:`fleet`)."""
+    jobs old -> new); the fleet serves both (:meth:`fleet`), and ``coming``, the generation a
+    resize has made and not yet switched to: the fleet takes it up before producers route to
+    it, so no job waits in a partition nobody serves."""
 
     queue: str
     partitions: int
     generation: int = 0
     draining: tuple[int, int] | None = None
+    coming: tuple[int, int] | None = None
 
     def pk(self, partition: int) -> PartitionKeys:
         """Partition ``partition`` of the active generation."""
@@ -467,8 +470,14 @@ class Layout:
         return [partition_keys(self.queue, p, partitions, generation), here]
 
     def fleet(self) -> dict[int, PartitionKeys]:
-        """Every live partition by :func:`fleet_id`, the draining generation's first."""
-        return {pk.fleet_id: pk for pk in self.every()}
+        """Every partition the fleet serves by :func:`fleet_id`: the draining generation's,
+        the active one's, the coming one's."""
+        served = {pk.fleet_id: pk for pk in self.every()}
+        if self.coming is not None:
+            generation, partitions = self.coming
+            for pk in all_partition_keys(self.queue, partitions, generation):
+                served.setdefault(pk.fleet_id, pk)
+        return served
 
     @property
     def resizing(self) -> bool:

@@ -22,6 +22,9 @@ GENERATION_FIELD = "generation"
 GENERATION_PARTITIONS_FIELD = "generation:partitions"
 #: '<generation>:<partitions>' of the generation a running resize empties.
 DRAINING_FIELD = "draining"
+#: '<generation>:<partitions>' of the generation a resize has made and switches to next: the
+#: fleet serves it from then on (producers still route to the active one).  '' when none.
+COMING_FIELD = "next"
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,6 +36,7 @@ class QueueMeta:
     layout: int = 0  # keys.LAYOUT_VERSION at creation (or `shardq queue upgrade`); 0: unknown
     generation: int = 0  # 0 until the queue is first resized
     draining: tuple[int, int] | None = None  # (generation, partitions) a running resize empties
+    coming: tuple[int, int] | None = None  # (generation, partitions) a resize switches to next
 
     @property
     def compact(self) -> bool:
@@ -41,8 +45,9 @@ class QueueMeta:
 
     @property
     def key_layout(self) -> keys.Layout:
-        """Where the queue's partitions live (the active generation, and the draining one)."""
-        return keys.Layout(self.queue, self.partitions, self.generation, self.draining)
+        """Where the queue's partitions live (the active generation, the draining one, the
+        coming one)."""
+        return keys.Layout(self.queue, self.partitions, self.generation, self.draining, self.coming)
 
 
 def unknown_queue(queue: str) -> UnknownQueueError:
@@ -69,6 +74,8 @@ def parse_meta(queue: str, raw: dict[Any, Any]) -> QueueMeta:
             count = fields.get(GENERATION_PARTITIONS_FIELD)
             draining = parse_draining(fields.get(DRAINING_FIELD), generation)
         partitions = numbers.integer(count, 1, keys.MAX_PARTITIONS, what="partitions")
+        # Also before the first resize's switch (generation 0, a numeric 'partitions').
+        coming = parse_draining(fields.get(COMING_FIELD), generation, COMING_FIELD)
         ack = fields.get("ack_retention_ms", 0)
         dead_cap = fields.get("dead_cap", DEFAULT_DEAD_CAP)
         return QueueMeta(
@@ -80,6 +87,7 @@ def parse_meta(queue: str, raw: dict[Any, Any]) -> QueueMeta:
             numbers.integer(fields.get("layout", 0), 0, 1000, what="layout"),
             generation,
             draining,
+            coming,
         )
     except numbers.BadNumber as exc:
         # Damaged by hand (or by a buggy release): no process may guess its partitions.
@@ -89,17 +97,17 @@ def parse_meta(queue: str, raw: dict[Any, Any]) -> QueueMeta:
         ) from None
 
 
-def parse_draining(raw: Any, generation: int) -> tuple[int, int] | None:
+def parse_draining(raw: Any, generation: int, name: str = DRAINING_FIELD) -> tuple[int, int] | None:
     """``(generation, partitions)`` from the meta's '<generation>:<partitions>' (absent: None);
     another generation than the active one (older, or newer while an abort drains it)."""
     if raw is None or as_text(raw) == "":
         return None  # none (or emptied by the commit of the last resize)
     old, sep, count = as_text(raw).partition(":")
     if not sep:
-        raise numbers.BadNumber("draining", raw, "'<generation>:<partitions>'")
-    old_generation = numbers.integer(old, 0, 10**9, what="draining generation")
+        raise numbers.BadNumber(name, raw, "'<generation>:<partitions>'")
+    old_generation = numbers.integer(old, 0, 10**9, what=f"{name} generation")
     if old_generation == generation:
-        raise numbers.BadNumber("draining generation", old, f"another than {generation}")
+        raise numbers.BadNumber(f"{name} generation", old, f"another than {generation}")
     return old_generation, numbers.integer(count, 1, keys.MAX_PARTITIONS, what="partitions")
 
 

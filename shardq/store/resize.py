@@ -13,6 +13,7 @@ from shardq.connection import as_text
 from shardq.store import keys, numbers
 from shardq.store.codes import check
 from shardq.store.meta import (
+    COMING_FIELD,
     DRAINING_FIELD,
     GENERATION_FIELD,
     GENERATION_PARTITIONS_FIELD,
@@ -190,16 +191,23 @@ def idem_key_of(name: str) -> str | None:
 # the meta and the resize's own record -------------------------------------------------------
 
 
+def announce_meta(queue: str, new: tuple[int, int]) -> Command[int]:
+    """Name the generation the resize switches to next: every worker and dispatcher serves it
+    from its next read of the meta on, before any producer routes there."""
+    return cmd("HSET", keys.queue_meta_key(queue), COMING_FIELD, f"{new[0]}:{new[1]}", parse=int)
+
+
 def begin_meta(queue: str, new: tuple[int, int], old: tuple[int, int]) -> Command[int]:
     """Switch the meta to the new generation with the old one draining (the count goes out of
     ``partitions`` for good: releases before resizing refuse the queue, see
-    :data:`shardq.store.meta.RESIZED_MARKER`)."""
+    :data:`shardq.store.meta.RESIZED_MARKER`).  The fleet served both already (the old one
+    active, the new one coming), so the switch changes no process's partitions."""
     return cmd(
         "HSET",
         keys.queue_meta_key(queue),
         *(GENERATION_FIELD, new[0], GENERATION_PARTITIONS_FIELD, new[1]),
         *(DRAINING_FIELD, f"{old[0]}:{old[1]}", "partitions", RESIZED_MARKER),
-        *(LAST_GENERATION_FIELD, max(new[0], old[0])),
+        *(LAST_GENERATION_FIELD, max(new[0], old[0]), COMING_FIELD, ""),
         parse=int,
     )
 
