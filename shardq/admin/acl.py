@@ -238,9 +238,12 @@ ADMIN_EXTRA = (
     "+restore",
     "+restore-asking",
     "+select",
+    # WAIT: a resize drops a batch from its old partition once a replica has it in the new one
+    "+wait",
 )
 PLAIN_EXTRA: dict[str, tuple[str, ...]] = {
-    "producer": ("+spublish",),
+    # WAIT: a durable enqueue waits for its replicas (ProducerSettings.durable_replicas)
+    "producer": ("+spublish", "+wait"),
     "dispatcher": ("+spublish", "+ssubscribe", "+sunsubscribe"),
     "worker": ("+spublish", "+ssubscribe", "+sunsubscribe"),
     # SCAN: deleting a queue finds its idempotency keys and limit state by SCAN MATCH

@@ -225,7 +225,10 @@ class Resizer:
 
         while not self.stop.is_set():
             self._keep_lease()
-            done = drive(plans.move_round(self.queue, was, batch=self.batch), "moving jobs")
+            # Each round asks the slot map again: after a failover a primary may have none.
+            replicas = min(1, transport.fewest_replicas(self.client.redis))
+            plan = plans.move_round(self.queue, was, batch=self.batch, replicas=replicas)
+            done = drive(plan, "moving jobs")
             progress.rounds += 1
             progress.moved += done.moved
             progress.longest_ms = max(progress.longest_ms, done.longest_ms)

@@ -31,11 +31,14 @@ from shardq.plans import producer as producer_plans
 from shardq.store import fleet, inspect, keys, queues
 from shardq.store import resize as ops
 from shardq.store.meta import QueueMeta
-from shardq.store.op import Call
+from shardq.store.op import Call, Waiting
 from shardq.store.producer import QueueCache
 
 #: Old partitions worked on in one round of calls (each call bounded by ops.BATCH records).
 PARTITIONS_PER_ROUND = 64
+#: How long a round's puts wait for a replica to confirm them (WAIT); one not confirmed by
+#: then stays held in its old partition and is put again (recognised) by the next round.
+PUT_WAIT_MS = 2000
 #: SCAN COUNT of the idempotency pass.
 SCAN_COUNT = 1000
 
@@ -199,10 +202,17 @@ class Round:
 
 
 def move_round(
-    queue: str, was: State, partitions: list[int] | None = None, batch: int = ops.BATCH
+    queue: str,
+    was: State,
+    partitions: list[int] | None = None,
+    batch: int = ops.BATCH,
+    replicas: int = 0,
 ) -> Plan[Round]:
     """Take one batch (up to ``batch`` records) out of each old partition (``partitions``:
-    some of them), store it in the new generation, drop it."""
+    some of them), store it in the new generation, drop it.  ``replicas``: a batch is dropped
+    only once that many replicas have its puts (WAIT), so a primary killed just after a put
+    cannot take moved jobs with it; a batch left held is put again (and recognised) by the
+    next round."""
     old, new = was.generation("from"), was.generation("to")
     old_pks = keys.all_partition_keys(queue, old[1], old[0])
     chosen = [old_pks[p] for p in partitions] if partitions is not None else old_pks
@@ -210,7 +220,7 @@ def move_round(
     for start in range(0, len(chosen), PARTITIONS_PER_ROUND):
         group = chosen[start : start + PARTITIONS_PER_ROUND]
         t0 = time.perf_counter()
-        stored, batches = yield from _carry(queue, new, group, batch)
+        stored, batches = yield from _carry(queue, new, group, batch, replicas)
         done.moved += stored
         done.batches += batches
         done.longest_ms = max(done.longest_ms, (time.perf_counter() - t0) * 1000)
@@ -344,14 +354,20 @@ def abort(cache: QueueCache, queue: str) -> Plan[State]:
 
 
 def _carry(
-    queue: str, new: tuple[int, int], pks: list[keys.PartitionKeys], batch: int = ops.BATCH
+    queue: str,
+    new: tuple[int, int],
+    pks: list[keys.PartitionKeys],
+    batch: int = ops.BATCH,
+    replicas: int = 0,
 ) -> Plan[tuple[int, int]]:
     """Take a batch out of each of ``pks``, store each record in its partition of ``new`` (one
     put per batch and target: the target's inbound set then recognises a resend), drop the
-    batches; returns (records stored now, batches carried)."""
+    batches whose puts ``replicas`` replicas confirmed; returns (records stored now, batches
+    dropped)."""
     taken = yield from each([ops.take(pk, batch) for pk in pks])
-    puts = []
-    for t in taken:
+    puts: list[Call[int]] = []
+    owner: list[int] = []  # the taken batch (index into pks) of each put
+    for i, t in enumerate(taken):
         if t.batch is None:
             continue
         by_target: dict[int, list[ops.Record]] = {}
@@ -360,10 +376,21 @@ def _carry(
         for p, records in by_target.items():
             target = keys.partition_keys(queue, p, new[1], new[0])
             puts.append(ops.put(target, t.batch, records))
-    stored = yield from each(puts)
-    held = [(pk, t.batch) for pk, t in zip(pks, taken, strict=True) if t.batch]
+            owner.append(i)
+    unconfirmed: set[int] = set()
+    if replicas and puts:
+        results, acked = yield Waiting(puts, replicas, PUT_WAIT_MS)
+        stored = ok(results)
+        unconfirmed = {i for i, n in zip(owner, acked, strict=True) if (n or 0) < replicas}
+    else:
+        stored = yield from each(puts)
+    held = [
+        (pk, t.batch)
+        for i, (pk, t) in enumerate(zip(pks, taken, strict=True))
+        if t.batch and i not in unconfirmed
+    ]
     yield from each([ops.ack(pk, batch) for pk, batch in held])
-    return sum(stored), len(held)
+    return sum(stored), len(held) + len(unconfirmed)
 
 
 def _flush(queue: str, was: State, pks: list[keys.PartitionKeys]) -> Plan[None]:

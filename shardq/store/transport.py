@@ -90,6 +90,15 @@ def node_name(client: Any, key: str) -> str:
     return str(manager.get_node_from_slot(slot_of(key)).name)
 
 
+def fewest_replicas(client: Any) -> int:
+    """The fewest replicas any primary has per a sync client's slot map (0 for a single node):
+    how many a write may wait for (WAIT) without waiting on a replica that does not exist."""
+    manager = getattr(client, "nodes_manager", None)
+    if manager is None or not manager.slots_cache:
+        return 0
+    return min(len(nodes) - 1 for nodes in manager.slots_cache.values() if nodes)
+
+
 def _routes(manager: Any) -> list[str]:
     """One route key per primary of a slot map: a key of the first slot it serves."""
     first: dict[str, int] = {}
