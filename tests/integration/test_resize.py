@@ -1,7 +1,7 @@
 """Resizing a queue (shardq.admin.resize): every kind of waiting job, idempotency record,
 schedule and dead letter comes out the other side, found by id before, during and after;
 releases before resizing refuse a resized queue; a resize stopped halfway resumes; an abort
-puts everything back.  Under a running fleet and with kill -9: tests/fleet/test_resize.py."""
+puts everything back.  Under a running fleet and with kill -9: tests/fleet/test_resize_fleet.py."""
 
 from __future__ import annotations
 
