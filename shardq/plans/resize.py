@@ -38,7 +38,7 @@ from shardq.store.producer import QueueCache
 PARTITIONS_PER_ROUND = 64
 #: How long a round's puts wait for a replica to confirm them (WAIT); one not confirmed by
 #: then stays held in its old partition and is put again (recognised) by the next round.
-PUT_WAIT_MS = 2000
+PUT_WAIT_MS = 500
 #: SCAN COUNT of the idempotency pass.
 SCAN_COUNT = 1000
 

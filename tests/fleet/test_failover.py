@@ -31,6 +31,7 @@ from support.ports import TestPorts
 
 from shardq import AsyncClient, Client, JobRequest, ProducerSettings, RedisSettings
 from shardq.admin import slots as slot_moves
+from shardq.admin.resize import Resizer
 from shardq.devtools.devcluster import cluster_down, cluster_up, node_pid, restart_node
 from shardq.errors import BulkEnqueueError, NotDurableError, RedisUnavailableError
 from shardq.store import keys
@@ -452,3 +453,103 @@ def test_the_inspector_and_the_operator_tools_ride_out_a_killed_primary_like_cli
     hasty.close()
     watcher.close()
     client.close()
+
+
+def test_a_resize_rides_out_a_killed_primary(fresh: FreshCluster, queue: str) -> None:
+    """A primary killed (SIGKILL, its replica promoted, then back as a replica) at a random
+    moment of a resize 12 -> 24, under producers of every kind and a fleet: the resize
+    finishes (resumed if the failover stopped it, as an operator would), waiting jobs stored
+    long before the kill all run (a move waits for a replica before it drops a batch), and
+    only writes acknowledged in the instant before the kill may be lost."""
+    client = Client.from_url(fresh.url)
+    client.create_queue(queue, PARTITIONS)
+    ledger, runs, stop = Ledger(), Runs(), threading.Event()
+    # Waiting jobs the resize moves: due from 2 s to 25 s on, stored long before the kill.
+    seeded = client.enqueue_many(
+        queue, [JobRequest("t", i, delay=random.uniform(2.0, 25.0)) for i in range(3000)]
+    )
+    ledger.add([r.job_id for r in seeded])
+    settings = ProducerSettings(retry_timeout=30, durable_timeout=1.0)
+    threads = producers(fresh.url, queue, ledger, stop, settings)
+    victim_port = random.choice(
+        [fresh.primary_port(client, keys.partition_keys(queue, p, PARTITIONS).due) for p in (0, 5)]
+    )
+    outcome: list[str] = []
+    resumes: list[str] = []
+
+    def drive() -> None:
+        admin = Client.from_url(fresh.url, settings)
+        deadline = time.monotonic() + 120
+        try:
+            resizer = Resizer(admin, queue, batch=50)
+            final = None
+            while final is None:
+                try:
+                    state = resizer.status()
+                    final = resizer.run(None if state.running else 24)
+                except Exception as exc:  # the operator's answer: run it again (--resume)
+                    if time.monotonic() > deadline:
+                        raise
+                    resumes.append(f"{type(exc).__name__}: {exc}")
+                    time.sleep(1.0)
+            outcome.append(final.phase)
+        finally:
+            admin.close()
+
+    with Runner(fresh.url, queue, {"t": runs.add}):
+        for t in threads:
+            t.start()
+        time.sleep(1.0)
+        driver = threading.Thread(target=drive, daemon=True)
+        driver.start()
+        time.sleep(random.uniform(0.5, 6.0))  # preparing, moving or settling
+        pid = node_pid(fresh.base, victim_port, root=fresh.root)
+        assert pid is not None
+        killed_at = time.monotonic()
+        os.kill(pid, signal.SIGKILL)
+        wait_for(
+            lambda: not _pings(victim_port) and _failed_over(client, victim_port), 30, "no failover"
+        )
+        time.sleep(random.uniform(1.0, 3.0))
+        restart_node(fresh.base, victim_port, root=fresh.root)  # back as a replica
+        # Load through the kill and the failover, then no more than one worker can run.
+        time.sleep(2.0)
+        stop.set()
+        for t in threads:
+            t.join(60)
+        driver.join(150)
+        assert outcome == ["done"], (outcome, resumes, _left(client, queue))
+        assert client.layout(queue).partitions == 24
+        drain(client, queue, ledger, runs)
+    figures = check(ledger, runs, killed_at)
+    waiting = {r.job_id for r in seeded}
+    assert waiting <= set(runs.count()), f"{len(waiting - set(runs.count()))} moved jobs lost"
+    print(f"resize through a killed primary: {figures}, resumed {len(resumes)}: {resumes[:2]}")
+    client.close()
+
+
+def _left(client: Client, queue: str) -> list[object]:
+    """What the old partitions of a resize still hold (the message of a resize that hangs)."""
+    from shardq.plans import resize as resize_plans
+
+    was = client._drive(resize_plans.state(queue), "reading the resize")
+    if not was.running:
+        return [was.raw]
+    lefts = client._drive(resize_plans.left(queue, was), "reading the old partitions")
+    return [was.raw, *[(i, lf) for i, lf in enumerate(lefts) if not lf.empty]]
+
+
+def _pings(port: int) -> bool:
+    try:
+        return bool(redis.Redis(port=port, socket_timeout=0.5).ping())
+    except redis.RedisError:
+        return False
+
+
+def _failed_over(client: Client, dead_port: int) -> bool:
+    manager = client.redis.nodes_manager  # type: ignore[union-attr]
+    try:
+        manager.initialize()
+    except redis.RedisError:
+        return False
+    return all(nodes[0].port != dead_port for nodes in manager.slots_cache.values() if nodes)
