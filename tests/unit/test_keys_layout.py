@@ -225,3 +225,33 @@ def test_partition_of_key_reads_back_every_partition_key(partitions: int) -> Non
         "plain",
     ):
         assert keys.partition_of_key(key) is None, key
+
+
+def test_a_coming_generation_is_served_by_the_fleet_but_not_routed_to() -> None:
+    """The meta's 'next' (a resize's new generation before the switch): the fleet serves it,
+    producers and by-id calls still use the active one; a damaged value is refused by name."""
+    from shardq.errors import MalformedRecordError
+    from shardq.store.meta import parse_meta
+
+    meta = parse_meta("q", {"partitions": "4", "next": "1:8"})
+    layout = meta.key_layout
+    assert meta.coming == (1, 8) and layout.coming == (1, 8)
+    assert sorted(layout.fleet()) == [0, 1, 2, 3, *range(16384, 16392)]
+    assert [pk.generation for pk in layout.every()] == [0] * 4  # listings: stored jobs only
+    assert layout.route("job-1").generation == 0
+    assert layout.homes("job-1") == [layout.route("job-1")]
+    # After the switch 'next' is emptied: served partitions are the same set.
+    switched = parse_meta(
+        "q",
+        {
+            "partitions": "resized: needs shardq >= 0.2",
+            "generation": "1",
+            "generation:partitions": "8",
+            "draining": "0:4",
+            "next": "",
+        },
+    )
+    assert switched.coming is None and set(switched.key_layout.fleet()) == set(layout.fleet())
+    for bad in ("8", "x:8", "0:8"):  # no generation, not a number, the active generation
+        with pytest.raises(MalformedRecordError, match="next"):
+            parse_meta("q", {"partitions": "4", "next": bad})
