@@ -1,0 +1,251 @@
+"""Steady state and idle, shardq beside BullMQ, with CPU accounting: same Redis, same box, one run.
+
+    python -m bench.baselines.steady [--url redis://127.0.0.1:7337] [--rates 5000,2000]
+        [--seconds 10] [--idle 5] [--rounds 2] [--out FILE.json]
+
+Without ``--url``, a standalone Redis of its own on 7337 (started fresh, stopped at the end).
+For each round, rate and design (the order alternates from round to round):
+
+1. the consumer starts and settles (3 s), then **idle** is measured for ``--idle`` seconds with
+   no job due: Redis CPU (``used_cpu_user + used_cpu_sys`` of redis-server, as a share of a
+   core) and the consumer's (utime + stime of its processes, the same);
+2. ``rate * seconds`` jobs are enqueued ahead, due evenly over ``--seconds`` seconds starting
+   after the enqueue ended, then **steady** is measured over the due window (+0.5 s): Redis
+   CPU and consumer CPU per job, each net of the idle rate of Redis measured just before
+   (serverCron and the like; the consumer's own idle CPU is charged to it);
+3. lateness p50/p99/max of every job's first run (handler start minus due time), from the run
+   log; lost (never ran) and ran twice.
+
+The designs, each at its defaults where a user would leave them:
+
+- ``shardq``: ``shardq dispatcher run`` and ``shardq worker run --concurrency 100`` (two
+  processes, every other setting the CLI's default), a queue of 64 partitions (the default),
+  an inline handler appending one line to the run log (bench/handlers/baseline_runlog.py);
+- ``bullmq``: one Node process, a BullMQ ``Worker`` of concurrency 100
+  (bench/baselines/bullmq/consumer.js), the same handler.
+
+Payloads of 20 bytes; both producers bulk-enqueue (shardq ``enqueue_many``, BullMQ
+``addBulk``), before the window, so the enqueue's cost is not in the figures.  A calibration
+of the box (CPU loop, redis-benchmark) before and after, in the same run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import redis as redis_lib
+
+from bench.baselines import bullmq_node, shardq_consumer
+from bench.baselines.scenarios import RunLogs
+from bench.common import REPO, calibrate, calibration_line, cpu_seconds, pct
+from shardq.devtools.bench import cli_command
+from shardq.devtools.devcluster import standalone_down, standalone_up
+
+PORT = 7337
+PARTITIONS = 64  # `shardq queue create`'s default
+CONCURRENCY = 100
+SETTLE = 3.0
+PAYLOAD = "x" * 20
+DESIGNS = ("shardq", "bullmq")
+
+
+def _redis_cpu(r: redis_lib.Redis) -> float:
+    cpu = r.info("cpu")
+    return float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"])
+
+
+class Consumer:
+    """A design's consumer processes (killed by their own pids at the end)."""
+
+    def __init__(self, design: str, url: str, queue: str, log: Path) -> None:
+        env = dict(os.environ, SHARDQ_BENCH_RUNLOG=str(log))
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+        if design == "shardq":
+            common = ["--queue", queue, "--url", url]
+            self.procs = [
+                subprocess.Popen(cli_command("dispatcher", "run", *common), env=env, cwd=REPO),
+                subprocess.Popen(
+                    cli_command(
+                        "worker", "run", *common, "--concurrency", str(CONCURRENCY),
+                        "--handlers", "bench.handlers.baseline_runlog:register",
+                    ),
+                    env=env, cwd=REPO,
+                ),
+            ]  # fmt: skip
+        else:
+            argv = bullmq_node.consumer_argv(url, queue, str(log))
+            argv += ["--concurrency", str(CONCURRENCY)]
+            self.procs = [subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL)]
+
+    def cpu(self) -> float:
+        return sum(cpu_seconds(p.pid) for p in self.procs)
+
+    def alive(self) -> bool:
+        return all(p.poll() is None for p in self.procs)
+
+    def stop(self) -> None:
+        for p in self.procs:
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+        for p in self.procs:
+            try:
+                p.wait(20)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+
+
+def run_one(design: str, url: str, rate: int, seconds: float, idle: float) -> dict[str, Any]:
+    r = redis_lib.Redis.from_url(url)
+    queue = f"steady-{secrets.token_hex(4)}"
+    mod: Any = shardq_consumer if design == "shardq" else bullmq_node
+    handle = mod.connect(url)
+    if design == "shardq":
+        handle.create_queue(queue, PARTITIONS)
+    else:
+        mod.setup(handle, queue)
+    workdir = Path(tempfile.mkdtemp(prefix="shardq-steady-"))
+    consumer = Consumer(design, url, queue, workdir / "runs.log")
+    logs = RunLogs(workdir)
+    try:
+        time.sleep(SETTLE)
+        if not consumer.alive():
+            raise RuntimeError(f"the {design} consumer exited at start")
+        # Idle: nothing due.
+        r0, c0, t0 = _redis_cpu(r), consumer.cpu(), time.monotonic()
+        time.sleep(idle)
+        r1, c1, t1 = _redis_cpu(r), consumer.cpu(), time.monotonic()
+        idle_redis = (r1 - r0) / (t1 - t0)
+        idle_consumer = (c1 - c0) / (t1 - t0)
+        # Steady: rate * seconds jobs due evenly over the window, enqueued ahead.
+        n = int(rate * seconds)
+        lead = 1.0 + n / 40_000  # the bulk enqueue finishes before the first due time
+        base_ms = int((time.time() + lead) * 1000)
+        step = seconds * 1000 / n
+        jobs = [(secrets.token_hex(6), base_ms + int(i * step)) for i in range(n)]
+        if design == "shardq":
+            shardq_consumer.produce(handle, queue, jobs, PAYLOAD)
+        else:
+            mod.produce(handle, queue, jobs, PAYLOAD)
+        enqueue_late = time.time() * 1000 > base_ms
+        time.sleep(max(0.0, base_ms / 1000 - time.time()))
+        r2, c2, t2 = _redis_cpu(r), consumer.cpu(), time.monotonic()
+        time.sleep(seconds + 0.5)
+        r3, c3, t3 = _redis_cpu(r), consumer.cpu(), time.monotonic()
+        window = t3 - t2
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            logs.read()
+            if len(logs.runs) >= n:
+                break
+            time.sleep(0.2)
+        ids = {j for j, _ in jobs}
+        late = [logs.first_late[j] for j in ids if j in logs.first_late]
+        return {
+            "design": design,
+            "rate": rate,
+            "jobs": n,
+            "redis_cpu_us_per_job": round((r3 - r2 - idle_redis * window) * 1e6 / n, 1),
+            "consumer_cpu_us_per_job": round((c3 - c2) * 1e6 / n, 1),
+            "lateness_ms": {"p50": pct(late, 0.5), "p99": pct(late, 0.99), "max": pct(late, 1.0)},
+            "lost": len(ids - set(logs.runs)),
+            "ran_twice": sum(1 for j, k in logs.runs.items() if k > 1 and j in ids),
+            "idle_redis_core_pct": round(idle_redis * 100, 2),
+            "idle_consumer_core_pct": round(idle_consumer * 100, 2),
+            "enqueue_outlasted_lead": enqueue_late,
+        }
+    finally:
+        consumer.stop()
+        if design == "shardq":
+            shardq_consumer.cleanup(handle, queue)
+        else:
+            mod.cleanup(handle, queue)
+        handle.close()
+        r.close()
+        for path in workdir.glob("*"):
+            path.unlink()
+        workdir.rmdir()
+
+
+def _table(rows: list[dict[str, Any]]) -> str:
+    head = (
+        "| design | rate | Redis CPU µs/job | consumer CPU µs/job | lateness p50 / p99 ms "
+        "| lost | twice | idle Redis % core | idle consumer % core |\n"
+        "|---|---|---|---|---|---|---|---|---|"
+    )
+    lines = [head]
+    for w in rows:
+        lat = w["lateness_ms"]
+        lines.append(
+            f"| {w['design']} | {w['rate']:,} | {w['redis_cpu_us_per_job']} | "
+            f"{w['consumer_cpu_us_per_job']} | {lat['p50']} / {lat['p99']} | {w['lost']} | "
+            f"{w['ran_twice']} | {w['idle_redis_core_pct']} | {w['idle_consumer_core_pct']} |"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.baselines.steady", description=__doc__.splitlines()[0]
+    )
+    parser.add_argument("--url", default="", help="a standalone Redis (default: one of its own)")
+    parser.add_argument("--rates", default="5000,2000")
+    parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument("--idle", type=float, default=5.0)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--designs", default=",".join(DESIGNS))
+    parser.add_argument("--out", default="", help="also write the JSON document here")
+    args = parser.parse_args(argv)
+    designs = [d for d in args.designs.split(",") if d]
+    if "bullmq" in designs:
+        why = bullmq_node.missing()
+        if why:
+            raise SystemExit(f"BullMQ baseline unavailable: {why}")
+        bullmq_node.ensure_installed()
+    own = not args.url
+    url = args.url
+    if own:
+        standalone_down(PORT)
+        url = standalone_up(PORT)
+    try:
+        doc: dict[str, Any] = {
+            "command": " ".join(["python -m bench.baselines.steady", *sys.argv[1:]])
+        }
+        doc["date"] = time.strftime("%Y-%m-%d")
+        doc["versions"] = {"bullmq": bullmq_node.versions()} if "bullmq" in designs else {}
+        cal = calibrate(url)
+        doc["calibration_before"] = cal
+        print(f"calibration (same run, before): {calibration_line(cal)}", file=sys.stderr)
+        rows: list[dict[str, Any]] = []
+        for rnd in range(args.rounds):
+            order = designs if rnd % 2 == 0 else designs[::-1]
+            for rate in (int(x) for x in args.rates.split(",")):
+                for design in order:
+                    row = run_one(design, url, rate, args.seconds, args.idle)
+                    row["round"] = rnd + 1
+                    rows.append(row)
+                    print(json.dumps(row), file=sys.stderr)
+        cal = calibrate(url)
+        doc["calibration_after"] = cal
+        print(f"calibration (same run, after):  {calibration_line(cal)}", file=sys.stderr)
+        doc["runs"] = rows
+        print(_table(rows))
+        if args.out:
+            Path(args.out).write_text(json.dumps(doc, indent=2) + "\n")
+    finally:
+        if own:
+            standalone_down(PORT)
+
+
+if __name__ == "__main__":
+    main()
