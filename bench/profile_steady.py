@@ -1,0 +1,172 @@
+"""Where Redis' time goes in shardq's steady state: calls and Redis time per job, by script.
+
+    python -m bench.profile_steady [--rate 5000] [--seconds 10] [--url redis://127.0.0.1:7338]
+
+The consumer of bench/baselines/steady.py (`shardq dispatcher run` + `shardq worker run
+--concurrency 100`, CLI defaults, 64 partitions) on a standalone Redis of its own (7338 unless
+``--url``), ``rate * seconds`` jobs due evenly over ``--seconds`` seconds, enqueued ahead.
+Redis logs every command of the due window (``slowlog-log-slower-than 0``: this costs Redis
+time of its own, so the CPU figures of bench/baselines/steady.py are measured without it).
+The report: per script (``FCALL <function>``), calls per job, mean µs per call and µs per job
+(the slow log's durations); every command per job, in scripts or not (``INFO commandstats``
+deltas: TYPE checks, XADD, SPUBLISH hints...); the window's lateness p50/p99.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import secrets
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import redis as redis_lib
+
+from bench.baselines import shardq_consumer
+from bench.baselines.scenarios import RunLogs
+from bench.baselines.steady import PARTITIONS, PAYLOAD, SETTLE, Consumer
+from bench.common import calibrate, calibration_line, pct
+from shardq.devtools.devcluster import standalone_down, standalone_up
+
+PORT = 7338
+LOG_LEN = 2_000_000
+
+
+def _commandstats(r: redis_lib.Redis) -> dict[str, int]:
+    return {k.removeprefix("cmdstat_"): int(v["calls"]) for k, v in r.info("commandstats").items()}
+
+
+def _name(args: list[Any]) -> str:
+    words = [a.decode(errors="replace") if isinstance(a, bytes) else str(a) for a in args]
+    if not words:
+        return "?"
+    head = words[0].lower()
+    if head in ("fcall", "fcall_ro") and len(words) > 1:
+        return f"{head} {words[1]}"
+    return head
+
+
+def profile(url: str, rate: int, seconds: float) -> dict[str, Any]:
+    r = redis_lib.Redis.from_url(url)
+    queue = f"profile-{secrets.token_hex(4)}"
+    client = shardq_consumer.connect(url)
+    client.create_queue(queue, PARTITIONS)
+    workdir = Path(tempfile.mkdtemp(prefix="shardq-profile-"))
+    consumer = Consumer("shardq", url, queue, workdir / "runs.log")
+    logs = RunLogs(workdir)
+    old = r.config_get("slowlog-*")
+    try:
+        time.sleep(SETTLE)
+        n = int(rate * seconds)
+        base_ms = int((time.time() + 1.0 + n / 40_000) * 1000)
+        jobs = [(secrets.token_hex(6), base_ms + int(i * seconds * 1000 / n)) for i in range(n)]
+        shardq_consumer.produce(client, queue, jobs, PAYLOAD)
+        time.sleep(max(0.0, base_ms / 1000 - time.time()))
+        r.config_set("slowlog-max-len", LOG_LEN)
+        r.config_set("slowlog-log-slower-than", 0)
+        r.slowlog_reset()
+        stats0 = _commandstats(r)
+        time.sleep(seconds + 0.5)
+        r.config_set("slowlog-log-slower-than", old.get("slowlog-log-slower-than", 10000))
+        stats1 = _commandstats(r)
+        entries = r.slowlog_get(LOG_LEN)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and len(logs.runs) < n:
+            logs.read()
+            time.sleep(0.2)
+        calls: Counter[str] = Counter()
+        usec: Counter[str] = Counter()
+        for e in entries:
+            command = e.get("command", b"")  # redis-py joins the arguments with spaces
+            name = _name(command.split() if isinstance(command, bytes) else str(command).split())
+            calls[name] += 1
+            usec[name] += int(e["duration"])
+        for name in ("config", "slowlog", "info"):  # this profiler's own calls
+            calls.pop(name, None)
+            usec.pop(name, None)
+        inside = {
+            k: stats1.get(k, 0) - stats0.get(k, 0)
+            for k in stats1
+            if stats1.get(k, 0) - stats0.get(k, 0) > 0
+            and k not in ("fcall", "fcall_ro", "config|set", "slowlog|get", "slowlog|reset", "info")
+        }
+        late = list(logs.first_late.values())
+        # The slow log holds the commands a script runs as entries of their own too (their
+        # time inside the script's), so only the FCALLs are summed; every command (in a script
+        # or not: the roles send few plain ones) is counted apart.
+        top = [k for k in calls if k.startswith("fcall")]
+        rows = [
+            {
+                "call": name,
+                "calls_per_job": round(calls[name] / n, 4),
+                "us_per_call": round(usec[name] / calls[name], 1),
+                "us_per_job": round(usec[name] / n, 2),
+            }
+            for name in sorted(top, key=lambda k: -usec[k])
+        ]
+        return {
+            "rate": rate,
+            "jobs": n,
+            "ran": len(logs.runs),
+            "calls_per_job": round(sum(calls[k] for k in top) / n, 3),
+            "us_per_job": round(sum(usec[k] for k in top) / n, 1),
+            "by_call": rows,
+            "commands_per_job": {k: round(v / n, 3) for k, v in sorted(inside.items())},
+            "lateness_ms": {"p50": pct(late, 0.5), "p99": pct(late, 0.99)},
+        }
+    finally:
+        consumer.stop()
+        r.config_set("slowlog-log-slower-than", old.get("slowlog-log-slower-than", 10000))
+        r.config_set("slowlog-max-len", old.get("slowlog-max-len", 128))
+        r.slowlog_reset()
+        shardq_consumer.cleanup(client, queue)
+        client.close()
+        r.close()
+        for path in workdir.glob("*"):
+            path.unlink()
+        workdir.rmdir()
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.profile_steady", description=__doc__.splitlines()[0]
+    )
+    parser.add_argument("--url", default="")
+    parser.add_argument("--rate", type=int, default=5000)
+    parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument("--out", default="")
+    args = parser.parse_args(argv)
+    url = args.url
+    if not url:
+        standalone_down(PORT)
+        url = standalone_up(PORT)
+    try:
+        cal = calibrate(url)
+        print(f"calibration: {calibration_line(cal)}", file=sys.stderr)
+        doc = profile(url, args.rate, args.seconds)
+        doc["calibration"] = cal
+        doc["command"] = " ".join(["python -m bench.profile_steady", *sys.argv[1:]])
+        doc["date"] = time.strftime("%Y-%m-%d")
+        print(
+            f"{doc['jobs']:,} jobs at {doc['rate']:,}/s: {doc['calls_per_job']} calls/job, "
+            f"{doc['us_per_job']} µs/job of Redis time in them (slow log); "
+            f"lateness {doc['lateness_ms']}"
+        )
+        print("| script call | calls/job | µs/call | µs/job |\n|---|---|---|---|")
+        for row in doc["by_call"]:
+            cells = (row["call"], row["calls_per_job"], row["us_per_call"], row["us_per_job"])
+            print("| " + " | ".join(str(c) for c in cells) + " |")
+        print("commands per job (in scripts or not):", json.dumps(doc["commands_per_job"]))
+        if args.out:
+            Path(args.out).write_text(json.dumps(doc, indent=2) + "\n")
+    finally:
+        if not args.url:
+            standalone_down(PORT)
+
+
+if __name__ == "__main__":
+    main()
