@@ -31,11 +31,8 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from bench.common import calibrate, calibration_line, delete_queue, fresh_queue  # noqa: E402
-from shardq import (  # noqa: E402
-    JobRequest,
-    keys,
-    slots,
-)
+from shardq import JobRequest  # noqa: E402
+from shardq.admin import slots  # noqa: E402
 from shardq.aio import AsyncClient  # noqa: E402
 from shardq.client import Client  # noqa: E402
 from shardq.config import DispatcherSettings, RedisSettings, WorkerSettings  # noqa: E402
@@ -43,6 +40,7 @@ from shardq.connection import connect_async  # noqa: E402
 from shardq.devtools.bench import percentile  # noqa: E402
 from shardq.dispatcher import Dispatcher  # noqa: E402
 from shardq.jobs import Job  # noqa: E402
+from shardq.store import keys  # noqa: E402
 from shardq.worker import Worker  # noqa: E402
 
 PARTITIONS = 8
