@@ -13,7 +13,8 @@ producer timing, run logs and loss/duplicate accounting), every job due at one i
 The designs: ``bullmq``, one Node process running a BullMQ ``Worker``
 (``--bullmq-concurrency`` jobs in flight, default 100: within the noise of 200, the best of a
 10-1,000 sweep on the reference box; see bench/README.md), and ``shardq``, one Python process
-running a shardq ``Dispatcher`` and ``Worker`` (:mod:`bench.baselines.shardq_consumer`: 16 partitions, worker concurrency 1,000).
+running a shardq ``Dispatcher`` and ``Worker`` (:mod:`bench.baselines.shardq_consumer`: 16
+partitions, worker concurrency 1,000).
 One consumer process each, both appending one line per handler run to a run log; the handler
 does nothing else.  Drain rate = jobs run / (last first-run start - first first-run start), the
 starts read from the run log (due time + lateness), the way ``shardq bench e2e`` measures it.
