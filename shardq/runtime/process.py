@@ -233,11 +233,14 @@ class RoleProcess(ABC, Generic[S]):
                 with contextlib.suppress(Exception):  # its heartbeat expires anyway
                     await self.membership.leave()
 
-    def _served(self, meta: QueueMeta) -> tuple[frozenset[int], tuple[int, ...]]:
-        """What this process serves on ``meta``: every live partition, and the pinned ones
-        (of the active generation)."""
+    def _served(self, meta: QueueMeta) -> tuple[frozenset[tuple[int, int]], tuple[int, ...]]:
+        """What this process serves on ``meta``: the generations whose partitions it serves
+        (``(generation, partitions)``: the active, draining and coming ones, which is what
+        ``Layout.fleet()`` is made of, without building its keys every LAYOUT_CHECK), and the
+        pinned partitions (of the active generation)."""
+        generations = {(meta.generation, meta.partitions), meta.draining, meta.coming}
         pinned = tuple(keys.fleet_id(meta.generation, p) for p in self._pinned or ())
-        return frozenset(meta.key_layout.fleet()), pinned
+        return frozenset(g for g in generations if g is not None), pinned
 
     async def _serve(self, meta: QueueMeta, watch: redis_config.ConfigWatch) -> QueueMeta | None:
         """Run the role on one layout of the queue until :meth:`stop` (None) or until a resize
