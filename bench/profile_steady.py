@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import secrets
+import shutil
 import sys
 import tempfile
 import time
@@ -126,9 +127,7 @@ def profile(url: str, rate: int, seconds: float) -> dict[str, Any]:
         shardq_consumer.cleanup(client, queue)
         client.close()
         r.close()
-        for path in workdir.glob("*"):
-            path.unlink()
-        workdir.rmdir()
+        shutil.rmtree(workdir, ignore_errors=True)
 
 
 def main(argv: list[str] | None = None) -> None:

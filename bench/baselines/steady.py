@@ -35,6 +35,7 @@ import argparse
 import json
 import os
 import secrets
+import shutil
 import signal
 import subprocess
 import sys
@@ -133,10 +134,7 @@ def run_one(design: str, url: str, rate: int, seconds: float, idle: float) -> di
         base_ms = int((time.time() + lead) * 1000)
         step = seconds * 1000 / n
         jobs = [(secrets.token_hex(6), base_ms + int(i * step)) for i in range(n)]
-        if design == "shardq":
-            shardq_consumer.produce(handle, queue, jobs, PAYLOAD)
-        else:
-            mod.produce(handle, queue, jobs, PAYLOAD)
+        mod.produce(handle, queue, jobs, PAYLOAD)
         enqueue_late = time.time() * 1000 > base_ms
         time.sleep(max(0.0, base_ms / 1000 - time.time()))
         r2, c2, t2 = _redis_cpu(r), consumer.cpu(), time.monotonic()
@@ -166,15 +164,10 @@ def run_one(design: str, url: str, rate: int, seconds: float, idle: float) -> di
         }
     finally:
         consumer.stop()
-        if design == "shardq":
-            shardq_consumer.cleanup(handle, queue)
-        else:
-            mod.cleanup(handle, queue)
+        mod.cleanup(handle, queue)
         handle.close()
         r.close()
-        for path in workdir.glob("*"):
-            path.unlink()
-        workdir.rmdir()
+        shutil.rmtree(workdir, ignore_errors=True)
 
 
 def _table(rows: list[dict[str, Any]]) -> str:
