@@ -279,7 +279,7 @@ def test_an_idle_primary_gets_room_while_others_drain_a_backlog(
     idle_parts = [p for p in range(partitions) if nodes[p] == idle]
     busy_parts = [p for p in range(partitions) if nodes[p] != idle]
     backlog = [
-        job_id_in(busy_parts[i % len(busy_parts)], partitions, f"w{i}-") for i in range(6000)
+        job_id_in(busy_parts[i % len(busy_parts)], partitions, f"w{i}-") for i in range(8000)
     ]
     client.enqueue_many(queue, [JobRequest("t", job_id=j) for j in backlog])
     order: list[str] = []
@@ -295,6 +295,11 @@ def test_an_idle_primary_gets_room_while_others_drain_a_backlog(
     with Runner(cluster_url, queue, {"t": handler}, workers=2, worker_settings=no_polls):
         wait_for(lambda: len(order) > 200, 30, "the backlog did not start")
         for k in range(5):
+            # A probe sent with little backlog left may start after all of it and shows
+            # nothing; how fast the backlog drains varies with the machine's load (a fifth
+            # probe sent with ~750 left found none in CI), so probes stop short of its end.
+            if len(order) > len(backlog) - 2000:
+                break
             probe = client.enqueue(
                 queue, "t", job_id=job_id_in(idle_parts[k % len(idle_parts)], partitions, f"p{k}-")
             )
@@ -305,6 +310,7 @@ def test_an_idle_primary_gets_room_while_others_drain_a_backlog(
             left.append(len(waiting.difference(order[:at])))
     # Measured only while the backlog lasted: a probe that started once the backlog was done
     # shows nothing (it may have waited for all of it).
+    assert len(left) >= 2, ("the backlog ran out before two probes: not measured", left)
     assert min(left) > 0, ("the backlog ran out before the probes: not measured", left)
     # backlog jobs started between a probe's enqueue and its start: rounds, not the backlog
     assert max(behind) < 5000, behind
