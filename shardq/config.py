@@ -19,6 +19,13 @@ DEFAULT_URL = "redis://127.0.0.1:7000"
 #: be later, and a stored time past it cannot be a real one (and would fail whoever formats
 #: it).  Here, below every layer, for the models' checks and the store's readers alike.
 MAX_TIME_MS = 253_402_300_799_999
+#: The default lateness budget of dispatchers and workers (seconds): see
+#: DispatcherSettings.lateness_budget; chosen from the cost/lateness curve in
+#: docs/capacity.md §1.3c.
+LATENESS_BUDGET = 0.010
+#: Past this a budget stops buying anything (calls are full long before) and starts to look
+#: like an outage: a second.
+MAX_LATENESS_BUDGET = 1.0
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
 
@@ -305,6 +312,12 @@ class DispatcherSettings:
     """Extra wait after the earliest due time before a primary's promote round, so partitions
     coming due within this window go in one round: fewer, fuller calls at high rates, at most
     this much more lateness at any rate (0: promote each partition the moment it is due)."""
+    lateness_budget: float = LATENESS_BUDGET
+    """How late a job may start, on top of Redis and network time, so that calls carry more
+    jobs (less Redis and process CPU per job): the dispatcher promotes up to half of it late,
+    the worker reads up to the rest after a ready hint (shardq/runtime/budget.py).  Set the
+    same on dispatchers and workers (SHARDQ_LATENESS_BUDGET sets both); 0: every wait sized
+    for punctuality."""
     lease_time: float = 10.0
     """A partition whose owner stops renewing is free after this long (the backstop: peers take
     a dead or paused owner's partitions as soon as its membership expires)."""
@@ -337,6 +350,7 @@ class DispatcherSettings:
         _check_range("max_sleep", self.max_sleep, 0.001, 3600.0)
         _check_range("max_idle_sleep", self.max_idle_sleep, 0.001, 3600.0)
         _check_range("coalesce", self.coalesce, 0.0, 1.0)
+        _check_range("lateness_budget", self.lateness_budget, 0.0, MAX_LATENESS_BUDGET)
         _check_range("lease_time", self.lease_time, 0.1, 3600.0)
         _check_range("renew_interval", self.renew_interval, 0.01, 600.0)
         _check_range("membership_timeout", self.membership_timeout, 0.1, 3600.0)
@@ -384,6 +398,12 @@ class WorkerSettings:
     (and every partition gets one after each resubscription), so this only bounds how late a
     job whose hint was lost can start; it keeps an idle fleet's fetch calls at about P / this
     instead of P / idle_poll."""
+    lateness_budget: float = LATENESS_BUDGET
+    """How late a job may start, on top of Redis and network time, so that calls carry more
+    jobs (less Redis and process CPU per job): the dispatcher promotes up to half of it late,
+    the worker reads up to the rest after a ready hint (shardq/runtime/budget.py).  Set the
+    same on dispatchers and workers (SHARDQ_LATENESS_BUDGET sets both); 0: every wait sized
+    for punctuality."""
     sweep_interval: float = 5.0
     """The fleet reads each partition at least this often even when it is not assigned to the
     reader (its worker is overloaded or just died)."""
@@ -425,6 +445,7 @@ class WorkerSettings:
         _check_range("idle_poll", self.idle_poll, 0.001, 3600.0)
         _check_range("max_idle_poll", self.max_idle_poll, 0.001, 3600.0)
         _check_range("sweep_interval", self.sweep_interval, 0.001, 3600.0)
+        _check_range("lateness_budget", self.lateness_budget, 0.0, MAX_LATENESS_BUDGET)
         _check_range("membership_timeout", self.membership_timeout, 0.1, 3600.0)
         _check_range("prune_consumers_after", self.prune_consumers_after, 0.0, 30 * 86400.0)
         _check_range("settle_window", self.settle_window, 0.0, 86400.0)

@@ -1,7 +1,7 @@
 """Steady state and idle, shardq beside BullMQ, with CPU accounting: same Redis, same box, one run.
 
     python -m bench.baselines.steady [--url redis://127.0.0.1:7337] [--rates 5000,2000]
-        [--seconds 10] [--idle 5] [--rounds 2] [--out FILE.json]
+        [--seconds 10] [--idle 5] [--rounds 2] [--budgets 2,10,20] [--out FILE.json]
 
 Without ``--url``, a standalone Redis of its own on 7337 (started fresh, stopped at the end).
 For each round, rate and design (the order alternates from round to round):
@@ -19,7 +19,8 @@ For each round, rate and design (the order alternates from round to round):
 The designs, each at its defaults where a user would leave them:
 
 - ``shardq``: ``shardq dispatcher run`` and ``shardq worker run --concurrency 100`` (two
-  processes, every other setting the CLI's default), a queue of 64 partitions (the default),
+  processes, every other setting the CLI's default; ``--budgets`` runs each lateness budget
+  given, SHARDQ_LATENESS_BUDGET for both processes), a queue of 64 partitions (the default),
   an inline handler appending one line to the run log (bench/handlers/baseline_runlog.py);
 - ``bullmq``: one Node process, a BullMQ ``Worker`` of concurrency 100
   (bench/baselines/bullmq/consumer.js), the same handler.
@@ -68,8 +69,12 @@ def _redis_cpu(r: redis_lib.Redis) -> float:
 class Consumer:
     """A design's consumer processes (killed by their own pids at the end)."""
 
-    def __init__(self, design: str, url: str, queue: str, log: Path) -> None:
+    def __init__(
+        self, design: str, url: str, queue: str, log: Path, budget_ms: float | None = None
+    ) -> None:
         env = dict(os.environ, SHARDQ_BENCH_RUNLOG=str(log))
+        if budget_ms is not None:  # both shardq processes read it (the default otherwise)
+            env["SHARDQ_LATENESS_BUDGET"] = f"{budget_ms}ms"
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
         if design == "shardq":
             common = ["--queue", queue, "--url", url]
@@ -106,7 +111,9 @@ class Consumer:
                 p.wait()
 
 
-def run_one(design: str, url: str, rate: int, seconds: float, idle: float) -> dict[str, Any]:
+def run_one(
+    design: str, url: str, rate: int, seconds: float, idle: float, budget_ms: float | None = None
+) -> dict[str, Any]:
     r = redis_lib.Redis.from_url(url)
     queue = f"steady-{secrets.token_hex(4)}"
     mod: Any = shardq_consumer if design == "shardq" else bullmq_node
@@ -116,7 +123,7 @@ def run_one(design: str, url: str, rate: int, seconds: float, idle: float) -> di
     else:
         mod.setup(handle, queue)
     workdir = Path(tempfile.mkdtemp(prefix="shardq-steady-"))
-    consumer = Consumer(design, url, queue, workdir / "runs.log")
+    consumer = Consumer(design, url, queue, workdir / "runs.log", budget_ms)
     logs = RunLogs(workdir)
     try:
         time.sleep(SETTLE)
@@ -152,6 +159,7 @@ def run_one(design: str, url: str, rate: int, seconds: float, idle: float) -> di
         return {
             "design": design,
             "rate": rate,
+            "budget_ms": budget_ms if design == "shardq" else None,
             "jobs": n,
             "redis_cpu_us_per_job": round((r3 - r2 - idle_redis * window) * 1e6 / n, 1),
             "consumer_cpu_us_per_job": round((c3 - c2) * 1e6 / n, 1),
@@ -172,15 +180,17 @@ def run_one(design: str, url: str, rate: int, seconds: float, idle: float) -> di
 
 def _table(rows: list[dict[str, Any]]) -> str:
     head = (
-        "| design | rate | Redis CPU µs/job | consumer CPU µs/job | lateness p50 / p99 ms "
-        "| lost | twice | idle Redis % core | idle consumer % core |\n"
-        "|---|---|---|---|---|---|---|---|---|"
+        "| design | budget ms | rate | Redis CPU µs/job | consumer CPU µs/job "
+        "| lateness p50 / p99 ms | lost | twice | idle Redis % core | idle consumer % core |\n"
+        "|---|---|---|---|---|---|---|---|---|---|"
     )
     lines = [head]
     for w in rows:
         lat = w["lateness_ms"]
+        budget = w.get("budget_ms")
+        shown = "" if w["design"] != "shardq" else "default" if budget is None else budget
         lines.append(
-            f"| {w['design']} | {w['rate']:,} | {w['redis_cpu_us_per_job']} | "
+            f"| {w['design']} | {shown} | {w['rate']:,} | {w['redis_cpu_us_per_job']} | "
             f"{w['consumer_cpu_us_per_job']} | {lat['p50']} / {lat['p99']} | {w['lost']} | "
             f"{w['ran_twice']} | {w['idle_redis_core_pct']} | {w['idle_consumer_core_pct']} |"
         )
@@ -197,9 +207,18 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--idle", type=float, default=5.0)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--designs", default=",".join(DESIGNS))
+    parser.add_argument(
+        "--budgets",
+        default="",
+        help="shardq lateness budgets to run, in ms (e.g. 2,10,20,50,100; 'default' for the "
+        "dispatcher's and worker's default); BullMQ runs once per rate and round",
+    )
     parser.add_argument("--out", default="", help="also write the JSON document here")
     args = parser.parse_args(argv)
     designs = [d for d in args.designs.split(",") if d]
+    budgets: list[float | None] = [
+        None if b.strip() == "default" else float(b) for b in args.budgets.split(",") if b.strip()
+    ] or [None]
     if "bullmq" in designs:
         why = bullmq_node.missing()
         if why:
@@ -224,10 +243,11 @@ def main(argv: list[str] | None = None) -> None:
             order = designs if rnd % 2 == 0 else designs[::-1]
             for rate in (int(x) for x in args.rates.split(",")):
                 for design in order:
-                    row = run_one(design, url, rate, args.seconds, args.idle)
-                    row["round"] = rnd + 1
-                    rows.append(row)
-                    print(json.dumps(row), file=sys.stderr)
+                    for budget in budgets if design == "shardq" else [None]:
+                        row = run_one(design, url, rate, args.seconds, args.idle, budget)
+                        row["round"] = rnd + 1
+                        rows.append(row)
+                        print(json.dumps(row), file=sys.stderr)
         cal = calibrate(url)
         doc["calibration_after"] = cal
         print(f"calibration (same run, after):  {calibration_line(cal)}", file=sys.stderr)

@@ -229,7 +229,15 @@ class _OptionalFloat(click.ParamType):  # type: ignore[type-arg]
             self.fail(f"{value!r} is not a number of seconds or 'none'", param, ctx)
 
 
-def _param_type(annotation: Any) -> Any:
+#: Settings that are a number but not seconds (every other float setting takes a duration:
+#: ``--lateness-budget 20ms``, ``--lease-time 10s``, or plain seconds).
+NOT_SECONDS = frozenset({"hot_multiple"})
+#: Settings shared by the dispatcher and the worker: also read from SHARDQ_<NAME>, after the
+#: role's own variable (one value for the whole fleet).
+SHARED_SETTINGS = frozenset({"lateness_budget"})
+
+
+def _param_type(annotation: Any, name: str = "") -> Any:
     hints = annotation
     if isinstance(hints, str):
         hints = eval(hints, vars(typing) | {"float": float, "int": int, "bool": bool})
@@ -241,7 +249,7 @@ def _param_type(annotation: Any) -> Any:
         return click.BOOL
     if hints is int:
         return click.INT
-    return click.FLOAT
+    return click.FLOAT if name in NOT_SECONDS else Duration()
 
 
 def settings_options(cls: type, env_prefix: str, skip: tuple[str, ...] = ()) -> Callable[[F], F]:
@@ -255,18 +263,21 @@ def settings_options(cls: type, env_prefix: str, skip: tuple[str, ...] = ()) -> 
                 continue
             default = f.default
             flag = "--" + f.name.replace("_", "-")
-            param_type = _param_type(f.type)
+            param_type = _param_type(f.type, f.name)
             if param_type is click.BOOL:
                 # a bool is a flag pair, --x/--no-x (None when neither is given)
                 flag = f"{flag}/--no-{flag[2:]}"
             help_text = docs.get(f.name, "")
+            envvars = [f"{env_prefix}{f.name.upper()}"]
+            if f.name in SHARED_SETTINGS:
+                envvars.append(f"SHARDQ_{f.name.upper()}")
             fn = click.option(
                 flag,
                 f.name,
                 type=param_type,
                 default=None,
-                envvar=f"{env_prefix}{f.name.upper()}",
-                help=f"{help_text} [default: {default}; env {env_prefix}{f.name.upper()}]",
+                envvar=envvars,
+                help=f"{help_text} [default: {default}; env {' or '.join(envvars)}]",
             )(fn)
         return fn
 

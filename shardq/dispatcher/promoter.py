@@ -1,11 +1,14 @@
 """Promoter: moves due jobs to the ready streams, one loop per Redis primary.
 
 Each loop serves the held partitions its primary holds: it sends one promote call per due
-partition in one batch on that primary's connection, then sleeps until the earliest next due
-time of its partitions (bounded by ``max_sleep``), woken early by hints.  A paused or failing
-primary holds up its own loop only.  A hint that lands while a call for its partition is in
-flight forces another call, so a reply computed before the hint cannot put the partition back
-to sleep.
+partition in one batch on that primary's connection, then sleeps until the earliest deadline
+of its partitions (bounded by ``max_sleep``), woken early by hints.  A partition's deadline is
+its head job's due time plus its slack under the lateness budget (shardq/runtime/budget.py:
+0 without a budget); a round promotes every partition with a job due, not only those at
+their deadline, so one round takes what the whole primary collected in the window.  A paused
+or failing primary holds up its own loop only.  A hint that lands while a call for its
+partition is in flight forces another call, so a reply computed before the hint cannot put
+the partition back to sleep.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from shardq.dispatcher.context import DispatcherContext
 from shardq.dispatcher.leases import Leases
 from shardq.errors import FencedError
 from shardq.metrics import registry as metrics
+from shardq.runtime.budget import DueRates, dispatcher_share
 from shardq.runtime.duetimes import DueTimes
 from shardq.runtime.pernode import PerPrimary
 from shardq.runtime.supervisor import log_redirect
@@ -58,8 +62,13 @@ class Promoter:
             lambda p: pks[p].due,
             ctx.settings.max_sleep,
         )
-        #: When each held partition is next promoted (held ones only: set when won).
+        #: When each held partition must be promoted by, its deadline (held ones only: set
+        #: when won), and when its head job is due (a round takes every partition due by then).
         self.next_wake = DueTimes(self.nodes.node_of)
+        self.due_at: dict[int, float] = {}
+        #: Each partition's due rate: its slack under the budget shrinks when calls fill sooner.
+        self.rates = DueRates()
+        self.share = dispatcher_share(ctx.settings.lateness_budget)
         self._m_promoted = metrics.PROMOTED.labels(ctx.queue)
         self._m_calls = metrics.PROMOTE_CALLS.labels(ctx.queue)
         leases.when_acquired(self.acquired)
@@ -70,16 +79,55 @@ class Promoter:
     def acquired(self, partition: int) -> None:
         """A lease was just won: promote at once."""
         self.idle_streak.pop(partition, None)
-        self.next_wake.set(partition, 0.0)
+        self._schedule(partition, 0.0, 0.0)
         self.nodes.wake(partition)
 
     def hint(self, partition: int) -> None:
-        """An enqueue moved the partition's head earlier (or a retry came due)."""
+        """An enqueue moved the partition's head earlier (or a retry came due): a job may be due
+        now, so the partition is due now and promoted within its slack."""
         if partition in self.leases.tokens:
             self.idle_streak.pop(partition, None)
-            self.next_wake.set(partition, 0.0)
+            now = time.monotonic()
+            deadline = now + self.rates.slack(partition, self.share)
+            if partition in self.next_wake:  # never later than it already was
+                deadline = min(deadline, self.next_wake.get(partition))
+            self._schedule(partition, min(now, self.due_at.get(partition, now)), deadline)
             self.hints[partition] = self.hints.get(partition, 0) + 1
             self.nodes.wake(partition)
+
+    def _schedule(self, partition: int, due: float, deadline: float) -> None:
+        """``partition``'s head is due at ``due`` and must be promoted by ``deadline``."""
+        self.due_at[partition] = due
+        self.next_wake.set(partition, deadline)
+
+    def _due_in(self, partition: int, wait: float, now: float) -> None:
+        """The head of ``partition`` is due ``wait`` seconds after ``now``: promote it then,
+        within its slack."""
+        due = now + wait
+        self._schedule(partition, due, due + self.rates.slack(partition, self.share))
+
+    def _forget(self, partition: int) -> None:
+        """Not ours any more: never handed out again."""
+        self.next_wake.discard(partition)
+        self.due_at.pop(partition, None)
+        self.rates.forget(partition)
+
+    def _take(self, node: str, now: float, limit: int) -> list[int]:
+        """The partitions of ``node`` to promote now: none until one reaches its deadline,
+        then every one with a job due (a partition's deadline is at most ``share`` after its
+        due time, so those are among the ones whose deadline is within ``share``)."""
+        due_times = self.next_wake
+        earliest = due_times.earliest(node)
+        if earliest is None or earliest > now:
+            return []
+        if self.share <= 0.0:
+            return due_times.take(node, now, limit)
+        candidates = due_times.take(node, now + self.share, limit)
+        due_at = self.due_at
+        taken = [p for p in candidates if due_at.get(p, 0.0) <= now]
+        if len(taken) < len(candidates):
+            due_times.put_back(p for p in candidates if due_at.get(p, 0.0) > now)
+        return taken
 
     async def _loop(self, node: str) -> None:
         name = self.nodes.loop_name(node)
@@ -96,7 +144,7 @@ class Promoter:
                 generation = self.nodes.generation
                 due_times.rebuild()
             now = time.monotonic()
-            due = due_times.take(node, now, s.max_inflight_calls)
+            due = self._take(node, now, s.max_inflight_calls)
             if due:
                 await self._promote(node, due)
                 state.ok()
@@ -105,8 +153,9 @@ class Promoter:
             wake_at = now + s.max_sleep if earliest is None else earliest
             event.clear()
             state.ok()
-            # Wait out the coalescing window too: partitions coming due within it are then all
-            # due at once and share one round (one batch on this primary's connection).
+            # Wait out the coalescing window too: partitions reaching their deadline within it
+            # are then all due at once and share one round (one batch on this primary's
+            # connection).
             timeout = min(max(0.0, wake_at - now) + s.coalesce, s.max_sleep)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(event.wait(), timeout)
@@ -120,7 +169,7 @@ class Promoter:
             if p in tokens:
                 held.append(p)
             else:
-                self.next_wake.discard(p)  # released or lost since it was set: not ours
+                self._forget(p)  # released or lost since it was set: not ours
         if not held:
             return
         sent_tokens = [tokens[p] for p in held]
@@ -140,7 +189,7 @@ class Promoter:
             if isinstance(result, FencedError):
                 self.leases.fenced(p, str(result), token)
                 if p not in tokens:
-                    self.next_wake.discard(p)
+                    self._forget(p)
                 # else: a stale token's refusal, the lease won again meanwhile; acquired()
                 # already made it due.
                 continue
@@ -156,26 +205,35 @@ class Promoter:
                     failures.append(result)
                 if faults.is_redirect(result) or faults.is_transient(result):
                     self.nodes.topology_changed()
-                self.next_wake.set(p, now + ERROR_BACKOFF)
+                self._schedule(p, now + ERROR_BACKOFF, now + ERROR_BACKOFF)
                 continue
             if p not in tokens:
-                self.next_wake.discard(p)
+                self._forget(p)
                 continue  # released meanwhile
             self.leases.extended(p, sent)
             moved = result.moved
             self.promoted += moved
             self._m_promoted.inc(moved)
             self.by_partition[p] = self.by_partition.get(p, 0) + moved
-            if moved >= s.batch or self.hints.get(p, 0) != seen:
+            self.rates.observe(p, moved, now)
+            if moved >= s.batch:
                 self.idle_streak.pop(p, None)
-                self.next_wake.set(p, now)  # more are due, or a hint came meanwhile: go again
+                self._schedule(p, now, now)  # more are due: go again at once
+                continue
+            if self.hints.get(p, 0) != seen:
+                self.idle_streak.pop(p, None)
+                self._due_in(p, 0.0, now)  # a hint came meanwhile: go again (within slack)
                 continue
             wait = (
                 math.inf
                 if result.next_due_ms is None
                 else max(0.0, (result.next_due_ms - result.now_ms) / 1000.0)
             )
-            self.next_wake.set(p, now + min(wait, self._fallback(p, moved, wait)))
+            fallback = self._fallback(p, moved, wait)
+            if wait <= fallback:
+                self._due_in(p, wait, now)
+            else:  # nothing due within the fallback: look again then (no slack on top)
+                self._schedule(p, now + fallback, now + fallback)
         if failures and len(failures) + redirected == len(ops):
             # The whole primary failed: let the supervisor log it and back off this loop.
             raise failures[0]

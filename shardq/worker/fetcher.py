@@ -11,6 +11,11 @@ other partition it sweeps every ``sweep_interval`` x (N - 1), so the fleet looks
 partition about once per ``sweep_interval`` whatever N is; a sweep that finds a full batch
 keeps reading, so a backlog bigger than its assigned worker's capacity is shared out.
 
+Under a lateness budget (shardq/runtime/budget.py) a ready hint schedules the read the
+worker's share of it later instead of at once, and a round that runs also reads every hinted
+partition of its primary due within that share: one round takes what several promotes made
+ready.  A full batch is read again at once whatever the budget.
+
 A round reserves room for the jobs it may bring.  One not answered within
 :data:`ROUND_STUCK` (its primary paused, asleep, failing over: up to the socket timeout) gives
 its reservation back, so a stuck primary does not hold two thirds of the concurrency away from
@@ -32,6 +37,7 @@ from redis.exceptions import ResponseError
 
 from shardq.config import WorkerSettings
 from shardq.metrics import registry as metrics
+from shardq.runtime.budget import worker_share
 from shardq.runtime.pernode import PerPrimary
 from shardq.runtime.process import RoleContext
 from shardq.runtime.supervisor import log_redirect
@@ -117,6 +123,8 @@ class Fetcher:
         #: opposed to a poll that may well find nothing: only those make a loop wait for room.
         self.known_work: set[int] = set()
         self._rotate = 0
+        #: How long after a ready hint a read may wait (the worker's share of the budget).
+        self.share = worker_share(ctx.settings.lateness_budget)
         #: Jobs of late rounds that found the concurrency taken: started as handlers finish.
         self.overflow: deque[Delivery] = deque()
         self.nodes = loops
@@ -153,13 +161,21 @@ class Fetcher:
         return min(max(s.max_idle_poll, s.idle_poll), s.idle_poll * 2.0 ** min(streak, 30))
 
     def hint(self, partition: int) -> None:
+        """Jobs landed in the partition's ready stream: read it within the worker's share of
+        the budget (at once without one)."""
         if partition not in self.assigned:
             return
-        self.poll_at[partition] = 0.0
         self.idle_streak.pop(partition, None)
         self.hints[partition] = self.hints.get(partition, 0) + 1
         self.known_work.add(partition)
-        self.nodes.wake(partition)
+        if not self.share:
+            self.poll_at[partition] = 0.0
+            self.nodes.wake(partition)
+            return
+        at = time.monotonic() + self.share
+        if self.poll_at.get(partition, 0.0) > at:  # else it is read by then anyway
+            self.poll_at[partition] = at
+            self.nodes.wake(partition)  # its loop may sleep past it: let it look again
 
     def wake(self, partition: int) -> None:
         """Room freed up or an ack is waiting: let the partition's loop run a round."""
@@ -263,7 +279,12 @@ class Fetcher:
         mine = self.nodes.mine(node)
         now = time.monotonic()
         free = self.inflight.room()
-        due = [p for p in mine if self.poll_at.get(p, 0.0) <= now]
+        poll_at = self.poll_at
+        due = [p for p in mine if poll_at.get(p, 0.0) <= now]
+        if due and self.share:
+            # A round goes out: it also takes the hinted partitions due within the share.
+            horizon, known = now + self.share, self.known_work
+            due += [p for p in mine if now < poll_at.get(p, 0.0) <= horizon and p in known]
         # Freed room wakes every loop, but a loop that just took a reply plans its next round
         # at once, before a woken one runs: without a share kept back, a busy primary takes
         # every freed slot and an idle primary's new jobs wait for idle_poll (seen as 1-2 s
@@ -335,10 +356,16 @@ class Fetcher:
                 continue
             assert isinstance(result, Batch)
             n = len(result.jobs)
-            more = n >= r.count or self.hints.get(p, 0) != seen
+            full, hinted = n >= r.count, self.hints.get(p, 0) != seen
+            more = full or hinted
             if more or n:
                 self.idle_streak.pop(p, None)  # work found: the next empty read starts over
-            self.poll_at[p] = now if more else now + self.idle_interval(p)
+            if full:
+                self.poll_at[p] = now
+            elif hinted:  # a hint came while it was read: read again within the share
+                self.poll_at[p] = now + self.share
+            else:
+                self.poll_at[p] = now + self.idle_interval(p)
             if more:
                 self.known_work.add(p)
             else:

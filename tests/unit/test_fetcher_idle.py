@@ -22,11 +22,12 @@ def reader(**settings: Any) -> Any:
         hints={},
         known_work=set(),
         nodes=SimpleNamespace(wake=lambda p: None),
+        share=settings.get("lateness_budget", 0.0) / 2,
     )
 
 
 def test_an_assigned_partition_found_empty_again_waits_longer_up_to_max_idle_poll() -> None:
-    r = reader()
+    r = reader(lateness_budget=0.0)
     waits = [Fetcher.idle_interval(r, 0) for _ in range(6)]
     assert waits == [1.0, 2.0, 4.0, 8.0, 8.0, 8.0]
     Fetcher.hint(r, 0)  # a ready hint: read now, and the next empty read starts over
@@ -39,3 +40,22 @@ def test_an_assigned_partition_found_empty_again_waits_longer_up_to_max_idle_pol
 def test_max_idle_poll_below_idle_poll_means_no_backoff() -> None:
     r = reader(idle_poll=2.0, max_idle_poll=0.5)
     assert [Fetcher.idle_interval(r, 0) for _ in range(3)] == [2.0, 2.0, 2.0]
+
+
+def test_under_a_budget_a_hint_schedules_the_read_within_the_share_never_later() -> None:
+    import time
+
+    woken: list[int] = []
+    r = reader(lateness_budget=0.02)
+    r.nodes = SimpleNamespace(wake=woken.append)
+    r.poll_at[0] = time.monotonic() + 5.0  # found empty: next read in 5 s
+    before = time.monotonic()
+    Fetcher.hint(r, 0)
+    assert before + 0.01 <= r.poll_at[0] <= time.monotonic() + 0.01  # the share: 10 ms
+    assert woken == [0] and 0 in r.known_work  # its loop looks again (it slept past it)
+    at = r.poll_at[0]
+    Fetcher.hint(r, 0)  # a second hint moves nothing and wakes nobody
+    assert r.poll_at[0] == at and woken == [0]
+    r.poll_at[0] = 0.0  # due already: a hint leaves it due
+    Fetcher.hint(r, 0)
+    assert r.poll_at[0] == 0.0

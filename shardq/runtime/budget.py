@@ -1,0 +1,81 @@
+"""The lateness budget: how long a promote or a fetch may wait so that its call carries more jobs.
+
+A call's Redis cost is mostly fixed: a promote of one job and one of a hundred differ by a few
+microseconds per job (docs/capacity.md §1.2), and at the rates most queues see each partition
+has a job due every few milliseconds at best, so calls made the moment a job is due carry
+about one job each.  ``lateness_budget`` (seconds, DispatcherSettings and WorkerSettings, one
+value for both: ``--lateness-budget 20ms`` or SHARDQ_LATENESS_BUDGET) is how much lateness the
+user grants the processes to spend on fewer, fuller calls; Redis and network time come on top.
+
+Half of it goes to the dispatcher: a partition whose head job is due at ``h`` may be promoted
+as late as ``h + slack``, and a primary's loop sleeps until the earliest such deadline of its
+partitions, then promotes *every* partition with a job due, so one round takes what all of
+them collected in the window (one pipelined batch on the primary's connection).  The slack is
+the dispatcher's share, or less when the partition's due rate fills a call sooner
+(:data:`ENOUGH_PER_CALL` jobs): at high rates calls fill up and wait less.  The other half
+goes to the worker: a ready hint schedules a read that much later instead of at once, and a
+read that runs takes every hinted partition of that primary due within the window, so one
+fetch round takes what several promotes made ready.  A budget of 0 keeps every wait sized for
+punctuality (promote when due, read on each hint).
+"""
+
+from __future__ import annotations
+
+#: The dispatcher's part of the budget (the worker has the rest): measured, see
+#: docs/design/lateness-budget.md.
+DISPATCHER_SHARE = 0.5
+#: A call carrying this many jobs pays under ~1.5 us of fixed cost per job (a promote call's
+#: fixed part is ~40 us, its per-job part ~5-9 us): waiting to fill it further buys little, so a
+#: partition whose rate fills this many sooner than the budget waits only that long.
+ENOUGH_PER_CALL = 32
+#: Weight of the newest observation in the per-partition rate estimate (an EWMA).
+RATE_WEIGHT = 0.3
+
+
+def dispatcher_share(budget: float) -> float:
+    """How late the dispatcher may promote a due job, of a lateness budget."""
+    return budget * DISPATCHER_SHARE
+
+
+def worker_share(budget: float) -> float:
+    """How long after a ready hint the worker may read, of a lateness budget."""
+    return budget - dispatcher_share(budget)
+
+
+class DueRates:
+    """Each partition's due rate (jobs/s), estimated from what its promotes carried over the
+    time between them, and the slack it gets from a share of the budget."""
+
+    __slots__ = ("_last", "_rate")
+
+    def __init__(self) -> None:
+        self._rate: dict[int, float] = {}
+        self._last: dict[int, float] = {}
+
+    def observe(self, partition: int, moved: int, now: float) -> None:
+        """A promote of ``partition`` moved ``moved`` jobs at ``now`` (monotonic seconds)."""
+        last = self._last.get(partition)
+        self._last[partition] = now
+        if last is None or now <= last:
+            return
+        sample = moved / (now - last)
+        old = self._rate.get(partition)
+        self._rate[partition] = sample if old is None else old + RATE_WEIGHT * (sample - old)
+
+    def rate(self, partition: int) -> float:
+        return self._rate.get(partition, 0.0)
+
+    def slack(self, partition: int, share: float) -> float:
+        """How long after its head is due ``partition`` may wait: ``share``, or the time its
+        rate takes to fill :data:`ENOUGH_PER_CALL` jobs when that is shorter."""
+        if share <= 0.0:
+            return 0.0
+        rate = self._rate.get(partition, 0.0)
+        if rate <= 0.0:
+            return share
+        return min(share, ENOUGH_PER_CALL / rate)
+
+    def forget(self, partition: int) -> None:
+        """Not served any more (a lease lost or released)."""
+        self._rate.pop(partition, None)
+        self._last.pop(partition, None)
