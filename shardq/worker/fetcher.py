@@ -14,7 +14,8 @@ keeps reading, so a backlog bigger than its assigned worker's capacity is shared
 Under a lateness budget (shardq/runtime/budget.py) a ready hint schedules the read the
 worker's share of it later instead of at once, and a round that runs also reads every hinted
 partition of its primary due within that share: one round takes what several promotes made
-ready.  A full batch is read again at once whatever the budget.
+ready.  A full batch is read again at once whatever the budget.  Acks of finished jobs go
+with the next round that reads, or alone once the oldest has waited the share.
 
 A round reserves room for the jobs it may bring.  One not answered within
 :data:`ROUND_STUCK` (its primary paused, asleep, failing over: up to the socket timeout) gives
@@ -211,6 +212,9 @@ class Fetcher:
                         (self.poll_at.get(p, 0.0) for p in mine), default=now + s.idle_poll
                     )
                     timeout = s.idle_poll if room <= 0 else max(0.0, wake_at - now)
+                    acks_at = self.settler.acks_due_at(self.nodes.node_of, node)
+                    if acks_at is not None:  # acks waiting for a read go alone by then
+                        timeout = min(timeout, max(0.0, acks_at - now))
                     event.clear()
                     state.ok()
                     with contextlib.suppress(TimeoutError):
@@ -305,7 +309,14 @@ class Fetcher:
         # A round takes at most a share of the concurrency, so the next ones still find room
         # while this one's jobs wait to run: that is what keeps rounds in flight all the time.
         room = min(room, max(1, self.inflight.concurrency // (PIPELINE + 1)))
-        acked, ack_ops = self.settler.take_acks(mine)
+        if due or not self.share:
+            acked, ack_ops = self.settler.take_acks(mine)
+        else:
+            # No read goes: acks wait for one, up to the share (then they go alone).
+            acks_at = self.settler.acks_due_at(self.nodes.node_of, node)
+            if acks_at is None or acks_at > now:
+                return None
+            acked, ack_ops = self.settler.take_acks(mine)
         if not due and not ack_ops:
             return None
         # Share the free room among due partitions, rotating who goes first for fairness;

@@ -26,6 +26,7 @@ from shardq.errors import PermanentError, RetryAfter
 from shardq.jobs import DEFAULT_BACKOFF, Backoff
 from shardq.logs import log_event
 from shardq.metrics import registry as metrics
+from shardq.runtime.budget import worker_share
 from shardq.store import delivery, faults, numbers
 from shardq.store.op import Op
 from shardq.worker.context import WorkerContext
@@ -90,7 +91,12 @@ class Settler:
         self.settings = ctx.settings
         self.stats = ctx.stats
         self.wake = wake
+        #: How long a finished job's ack may wait for a round that fetches (the worker's share
+        #: of the lateness budget; 0: a round goes at once).
+        self.share = worker_share(ctx.settings.lateness_budget)
         self.acks: dict[int, list[Delivery]] = {}
+        #: When each partition's oldest buffered ack was buffered (monotonic seconds).
+        self.ack_since: dict[int, float] = {}
         self.pending_acks = 0
         self.tasks: set[asyncio.Task[None]] = set()
         # The registered handler types (the worker's live dict): label values come only from
@@ -109,6 +115,8 @@ class Settler:
         batch = self.acks.get(d.partition)
         if batch is None:
             batch = self.acks[d.partition] = []
+        if not batch:
+            self.ack_since[d.partition] = time.monotonic()
         batch.append(d)
         self.pending_acks += 1
         if len(batch) == 1:
@@ -122,6 +130,7 @@ class Settler:
         ops: list[Op[int]] = []
         for p in partitions:
             batch = self.acks.pop(p, None)
+            self.ack_since.pop(p, None)
             if not batch:
                 continue
             for lo in range(0, len(batch), delivery.MAX_ACK):
@@ -137,6 +146,7 @@ class Settler:
             if isinstance(result, BaseException):
                 metrics.SCRIPT_ERRORS.labels(self.queue, "ack", type(result).__name__).inc()
                 self.acks[p] = batch + self.acks.get(p, [])
+                self.ack_since[p] = 0.0  # sent once already: due with the next round
                 continue
             self.pending_acks -= len(batch)
             for d in batch:
@@ -144,6 +154,14 @@ class Settler:
             self.stats.completed += len(batch)
             for d in batch:
                 self._count(d.job.type, "completed")
+
+    def acks_due_at(self, node_of: Callable[[int], str], node: str) -> float | None:
+        """When the oldest buffered ack of ``node``'s partitions must go (it was buffered a
+        worker's share of the lateness budget ago: acks wait for a round that fetches, up to
+        that), or None when it has none.  An ack's delay makes no job late: finished jobs hold
+        no room while their ack waits."""
+        oldest = min((t for p, t in self.ack_since.items() if node_of(p) == node), default=None)
+        return None if oldest is None else oldest + self.share
 
     def partitions_with_acks(self) -> list[int]:
         return [p for p, batch in self.acks.items() if batch]
@@ -243,5 +261,6 @@ class Settler:
                 self._count(d.job.type, "abandoned")
                 n += 1
         self.acks.clear()
+        self.ack_since.clear()
         self.pending_acks = 0
         return n
