@@ -53,6 +53,11 @@ log = logging.getLogger("shardq.worker")
 
 ERROR_BACKOFF = 0.25
 MIN_FETCH = 32
+# A partition whose last read brought few jobs (and not a full batch) is read for twice as
+# many as it brought, at least this many: in steady state most partitions hold a job or two
+# per read, and reading each for MIN_FETCH would reserve the round's room for one partition
+# (a round per partition read: the worker's CPU per job went to rounds).
+THIN_FETCH = 4
 # Rounds one primary's loop keeps in flight.
 PIPELINE = 2
 # A round in flight this long holds no room any more (see the module docstring).
@@ -64,7 +69,7 @@ class _Round:
     """One round sent to a primary and not yet taken: what it carries."""
 
     due: list[int]
-    count: int
+    counts: list[int]
     acked: Taken
     ack_ops: list[Any]
     reserve: int
@@ -123,6 +128,8 @@ class Fetcher:
         #: Partitions known to have jobs to read (a ready hint, or a full batch last time), as
         #: opposed to a poll that may well find nothing: only those make a loop wait for room.
         self.known_work: set[int] = set()
+        #: Jobs the last read of each partition brought, when it was not a full batch.
+        self.last_read: dict[int, int] = {}
         self._rotate = 0
         #: How long after a ready hint a read may wait (the worker's share of the budget).
         self.share = worker_share(ctx.settings.lateness_budget)
@@ -320,19 +327,32 @@ class Fetcher:
         if not due and not ack_ops:
             return None
         # Share the free room among due partitions, rotating who goes first for fairness;
-        # fewer, fuller reads beat many thin ones (at least MIN_FETCH per partition read).
-        count = 0
+        # fewer, fuller reads beat many thin ones (at least MIN_FETCH per partition read), but
+        # a partition known to bring few (its last read was thin) is read for what it brings.
+        counts: list[int] = []
         if due:
             self._rotate = (self._rotate + 1) % len(due)
             due = due[self._rotate :] + due[: self._rotate]
             count = max(1, min(s.fetch_batch, max(room // len(due), MIN_FETCH), room))
-            due = due[: max(1, room // count)]
-        ops = [delivery.fetch(self.pks[p], self.consumer, count) for p in due]
-        reserve = count * len(due)
+            last_read, taken, left = self.last_read, [], room
+            for p in due:
+                last = last_read.get(p)
+                want = count if last is None else min(count, max(THIN_FETCH, 2 * last))
+                if taken and want > left:
+                    break
+                taken.append(p)
+                counts.append(max(1, min(want, left)))
+                left -= counts[-1]
+                if left <= 0:
+                    break
+            due = taken
+        pks, consumer = self.pks, self.consumer
+        ops = [delivery.fetch(pks[p], consumer, c) for p, c in zip(due, counts, strict=True)]
+        reserve = sum(counts)
         self.inflight.reserve(reserve)
         hints_before = [self.hints.get(p, 0) for p in due]
         task = asyncio.get_running_loop().create_task(self.transport.run_on(node, [*ack_ops, *ops]))
-        return _Round(due, count, acked, ack_ops, reserve, hints_before, task)
+        return _Round(due, counts, acked, ack_ops, reserve, hints_before, task)
 
     async def _finish(self, r: _Round) -> list[Delivery]:
         """Take a round's reply: settle its acks, admit its jobs (not run yet)."""
@@ -355,7 +375,9 @@ class Fetcher:
                 redirected += 1
                 log_redirect(log, result, partition=p, call="ack")
                 self.nodes.topology_changed()
-        for p, result, seen in zip(r.due, results[n_acks:], r.hints_before, strict=True):
+        for p, result, seen, count in zip(
+            r.due, results[n_acks:], r.hints_before, r.counts, strict=True
+        ):
             if isinstance(result, BaseException):
                 if faults.is_migration(result):
                     redirected += 1
@@ -367,7 +389,11 @@ class Fetcher:
                 continue
             assert isinstance(result, Batch)
             n = len(result.jobs)
-            full, hinted = n >= r.count, self.hints.get(p, 0) != seen
+            full, hinted = n >= count, self.hints.get(p, 0) != seen
+            if full:
+                self.last_read.pop(p, None)  # more may wait: the next read is a full one
+            else:
+                self.last_read[p] = n
             more = full or hinted
             if more or n:
                 self.idle_streak.pop(p, None)  # work found: the next empty read starts over
