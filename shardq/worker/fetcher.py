@@ -334,7 +334,8 @@ class Fetcher:
             self._rotate = (self._rotate + 1) % len(due)
             due = due[self._rotate :] + due[: self._rotate]
             count = max(1, min(s.fetch_batch, max(room // len(due), MIN_FETCH), room))
-            last_read, taken, left = self.last_read, [], room
+            last_read, left = self.last_read, room
+            taken: list[int] = []
             for p in due:
                 last = last_read.get(p)
                 want = count if last is None else min(count, max(THIN_FETCH, 2 * last))
