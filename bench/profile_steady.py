@@ -1,6 +1,7 @@
 """Where Redis' time goes in shardq's steady state: calls and Redis time per job, by script.
 
-    python -m bench.profile_steady [--rate 5000] [--seconds 10] [--url redis://127.0.0.1:7338]
+    python -m bench.profile_steady [--rate 5000] [--seconds 10] [--budget MS] [--py-spy]
+        [--url redis://127.0.0.1:7338]
 
 The consumer of bench/baselines/steady.py (`shardq dispatcher run` + `shardq worker run
 --concurrency 100`, CLI defaults, 64 partitions) on a standalone Redis of its own (7338 unless
@@ -10,14 +11,23 @@ time of its own, so the CPU figures of bench/baselines/steady.py are measured wi
 The report: per script (``FCALL <function>``), calls per job, mean µs per call and µs per job
 (the slow log's durations); every command per job, in scripts or not (``INFO commandstats``
 deltas: TYPE checks, XADD, SPUBLISH hints...); the window's lateness p50/p99.
+
+``--budget MS`` runs both processes with that lateness budget (SHARDQ_LATENESS_BUDGET; the
+default otherwise).  ``--py-spy`` (needs ``pip install py-spy``) also samples the dispatcher
+and the worker for the middle of the window and reports their Python CPU by component: each
+sample is charged to the innermost shardq module on its stack (``event loop`` when none is:
+asyncio's own work, socket writes and reads; the handler is bench/handlers).  Sampling costs
+the processes a little CPU of its own, so it is off by default.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import secrets
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -51,13 +61,61 @@ def _name(args: list[Any]) -> str:
     return head
 
 
-def profile(url: str, rate: int, seconds: float) -> dict[str, Any]:
+def _component(frame_path: str) -> str | None:
+    """The shardq (or bench) module of a py-spy frame's file, or None."""
+    for root in ("shardq/", "bench/"):
+        at = frame_path.rfind("/" + root)
+        if at >= 0 or frame_path.startswith(root):
+            return frame_path[at + 1 if at >= 0 else 0 :]
+    return None
+
+
+_FRAME = re.compile(r"^(.*) \((.*):\d+\)$")
+
+
+def components(raw: str) -> dict[str, float]:
+    """Shares of a py-spy ``--format raw`` profile (one ``frame;frame;... count`` line per
+    stack) by the innermost shardq/bench module on each stack."""
+    counts: Counter[str] = Counter()
+    total = 0
+    for line in raw.splitlines():
+        stack, _, n = line.rpartition(" ")
+        if not stack or not n.isdigit():
+            continue
+        total += int(n)
+        name = "event loop"
+        for frame in reversed(stack.split(";")):
+            m = _FRAME.match(frame)
+            module = _component(m.group(2)) if m else None
+            if module is not None and not module.startswith("shardq/cli/"):
+                name = module
+                break
+        counts[name] += int(n)
+    return {k: round(v / total, 3) for k, v in counts.most_common()} if total else {}
+
+
+def _spy(pids: dict[str, int], seconds: float, workdir: Path) -> dict[str, subprocess.Popen[bytes]]:
+    spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+    return {
+        role: subprocess.Popen(
+            [spy, "record", "--pid", str(pid), "--duration", str(max(1, int(seconds))),
+             "--rate", "200", "--format", "raw", "--nonblocking",
+             "--output", str(workdir / f"{role}.spy")],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )
+        for role, pid in pids.items()
+    }  # fmt: skip
+
+
+def profile(
+    url: str, rate: int, seconds: float, budget_ms: float | None = None, py_spy: bool = False
+) -> dict[str, Any]:
     r = redis_lib.Redis.from_url(url)
     queue = f"profile-{secrets.token_hex(4)}"
     client = shardq_consumer.connect(url)
     client.create_queue(queue, PARTITIONS)
     workdir = Path(tempfile.mkdtemp(prefix="shardq-profile-"))
-    consumer = Consumer("shardq", url, queue, workdir / "runs.log")
+    consumer = Consumer("shardq", url, queue, workdir / "runs.log", budget_ms)
     logs = RunLogs(workdir)
     old = r.config_get("slowlog-*")
     try:
@@ -71,7 +129,24 @@ def profile(url: str, rate: int, seconds: float) -> dict[str, Any]:
         r.config_set("slowlog-log-slower-than", 0)
         r.slowlog_reset()
         stats0 = _commandstats(r)
-        time.sleep(seconds + 0.5)
+        spies = {}
+        if py_spy:
+            pids = dict(zip(("dispatcher", "worker"), (p.pid for p in consumer.procs), strict=True))
+            time.sleep(seconds * 0.2)
+            spies = _spy(pids, seconds * 0.6, workdir)
+            time.sleep(seconds * 0.8 + 0.5)
+        else:
+            time.sleep(seconds + 0.5)
+        python: dict[str, Any] = {}
+        for role, spy in spies.items():
+            spy.wait(30)
+            out = workdir / f"{role}.spy"
+            raw = out.read_text() if out.exists() else ""
+            samples = sum(int(x.rpartition(" ")[2]) for x in raw.splitlines() if x.strip())
+            python[role] = {
+                "busy_share_of_a_core": round(samples / (200 * max(1, int(seconds * 0.6))), 3),
+                "by_component": components(raw),
+            }
         r.config_set("slowlog-log-slower-than", old.get("slowlog-log-slower-than", 10000))
         stats1 = _commandstats(r)
         entries = r.slowlog_get(LOG_LEN)
@@ -118,6 +193,8 @@ def profile(url: str, rate: int, seconds: float) -> dict[str, Any]:
             "by_call": rows,
             "commands_per_job": {k: round(v / n, 3) for k, v in sorted(inside.items())},
             "lateness_ms": {"p50": pct(late, 0.5), "p99": pct(late, 0.99)},
+            "budget_ms": budget_ms,
+            "python": python,
         }
     finally:
         consumer.stop()
@@ -137,6 +214,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--url", default="")
     parser.add_argument("--rate", type=int, default=5000)
     parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument("--budget", type=float, default=None, help="lateness budget, ms")
+    parser.add_argument("--py-spy", action="store_true", help="Python CPU by component too")
     parser.add_argument("--out", default="")
     args = parser.parse_args(argv)
     url = args.url
@@ -146,7 +225,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         cal = calibrate(url)
         print(f"calibration: {calibration_line(cal)}", file=sys.stderr)
-        doc = profile(url, args.rate, args.seconds)
+        doc = profile(url, args.rate, args.seconds, args.budget, args.py_spy)
         doc["calibration"] = cal
         doc["command"] = " ".join(["python -m bench.profile_steady", *sys.argv[1:]])
         doc["date"] = time.strftime("%Y-%m-%d")
@@ -160,6 +239,11 @@ def main(argv: list[str] | None = None) -> None:
             cells = (row["call"], row["calls_per_job"], row["us_per_call"], row["us_per_job"])
             print("| " + " | ".join(str(c) for c in cells) + " |")
         print("commands per job (in scripts or not):", json.dumps(doc["commands_per_job"]))
+        for role, spied in doc["python"].items():
+            shares = ", ".join(
+                f"{k} {v:.0%}" for k, v in spied["by_component"].items() if v >= 0.01
+            )
+            print(f"{role} Python, {spied['busy_share_of_a_core']:.0%} of a core busy: {shares}")
         if args.out:
             Path(args.out).write_text(json.dumps(doc, indent=2) + "\n")
     finally:
