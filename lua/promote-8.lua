@@ -16,7 +16,9 @@ KEYS[8] ctl      hash    the partition's flags, 'paused' and 'lanes' (read only)
 
 ARGV[1] fencing token of the caller
 ARGV[2] max jobs to move in this call (K)
-ARGV[3] ready-hint channel (sharded pub/sub) to wake workers when jobs moved
+ARGV[3] ready-hint channel (sharded pub/sub) to wake workers when jobs moved; the message
+        is the id of the last entry added to the ready stream ('1' when they went to the
+        lane), so a worker that has read past it knows the hint is no news
 ARGV[4] lease time ms: a successful promote also extends the caller's lease, so a busy or
         regularly woken partition needs no separate renewal call
 
@@ -64,6 +66,7 @@ local moved = #batch / 2
 -- it is like any other.  HSETNX: its id has no entry (enqueue checked), and the dispatcher's
 -- ACL grants no HSET.
 local items = {}
+local last_entry = '1'
 for i = 1, #batch, 2 do
   local id, body = split_member(batch[i])
   local v
@@ -77,7 +80,7 @@ for i = 1, #batch, 2 do
     items[#items + 1] = v and envelope_flow(v) or 'n'
     items[#items + 1] = batch[i + 1]
   else
-    redis.call('XADD', KEYS[2], '*', 'j', id, 'd', batch[i + 1])
+    last_entry = redis.call('XADD', KEYS[2], '*', 'j', id, 'd', batch[i + 1])
   end
 end
 if lanes then lane_add(KEYS[6], KEYS[7], items) end
@@ -85,7 +88,7 @@ if moved > 0 then
   -- The batch is the lowest-scored members, so they are ranks 0..moved-1: one removal.
   redis.call('ZREMRANGEBYRANK', KEYS[1], 0, moved - 1)
   count(KEYS[4], 'promoted', moved)
-  redis.call('SPUBLISH', ARGV[3], '1')
+  redis.call('SPUBLISH', ARGV[3], last_entry)
 end
 
 local head = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')

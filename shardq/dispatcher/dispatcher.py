@@ -144,7 +144,7 @@ class Dispatcher(RoleProcess[DispatcherSettings]):
         sampler = Sampler(ctx, leases=leases)
         self.leases, self.promoter, self.ticker = leases, promoter, ticker
 
-        def hint(p: int) -> None:
+        def hint(p: int, message: bytes | None) -> None:
             promoter.hint(p)
             ticker.wake(p)
 

@@ -1,9 +1,11 @@
 """Wake-up hints over sharded pub/sub.
 
 Scripts publish a hint on a partition's channel (same slot as its keys) when the due head moves
-earlier or jobs land in the ready stream.  Hints only make sleepers wake early: a lost hint costs
-latency up to the sleeper's bounded fallback interval, never a job. After every (re)subscription
-each partition gets one hint, covering any published while no subscription was in place.
+earlier or jobs land in the ready stream; a promote's ready hint carries the id of the last
+entry it added, so a worker that has read past it already ignores it.  Hints only make
+sleepers wake early: a lost hint costs latency up to the sleeper's bounded fallback interval,
+never a job. After every (re)subscription each partition gets one hint, covering any
+published while no subscription was in place.
 
 In cluster mode each primary gets its own subscriber connection and listening task: redis-py's
 cluster pub/sub polls nodes one after another, which would add up to one timeout per node to
@@ -39,7 +41,7 @@ ERROR_BACKOFF = 0.5
 async def _listen_one(
     client: Any,
     channels: dict[str, int],
-    on_hint: Callable[[int], None],
+    on_hint: Callable[[int, bytes | None], None],
     stop: asyncio.Event,
     end: asyncio.Event,
     state: LoopState,
@@ -60,7 +62,7 @@ async def _listen_one(
         # Hints published while we were not subscribed (start-up, a slot move, a reconnect) are
         # gone: wake every partition once so nobody waits out the fallback interval for them.
         for each in set(channels.values()):
-            on_hint(each)
+            on_hint(each, None)
         while not stop.is_set() and not end.is_set():
             state.progress()
             msg = await pubsub.get_message(ignore_subscribe_messages=False, timeout=0.5)
@@ -73,7 +75,8 @@ async def _listen_one(
                 raw = channel if isinstance(channel, bytes) else str(channel).encode()
                 partition = by_name.get(raw)
                 if partition is not None:
-                    on_hint(partition)
+                    data = msg.get("data")
+                    on_hint(partition, data if isinstance(data, bytes) else None)
             elif kind == "sunsubscribe":
                 return  # a slot moved away from this node: regroup
     finally:
@@ -117,12 +120,13 @@ class _Listener:
 async def listen(
     client: AsyncRedis,
     channels: dict[str, int],
-    on_hint: Callable[[int], None],
+    on_hint: Callable[[int, bytes | None], None],
     supervisor: Supervisor,
     loop: str,
     refresh: Callable[[], Awaitable[None]] | None = None,
 ) -> None:
-    """Call ``on_hint(partition)`` for each hint until the supervisor stops ``loop``;
+    """Call ``on_hint(partition, message)`` for each hint (message None for the one every
+    partition gets after a (re)subscription) until the supervisor stops ``loop``;
     reconnects and regroups by itself after errors and slot moves (the supervisor restarts it
     if it raises).  ``refresh`` re-reads the slot map (the process's coalesced refresh, see
     :meth:`~shardq.store.transport.AsyncTransport.refresh`); by default the client's own."""
@@ -189,7 +193,7 @@ async def listen(
 async def _listen_standalone(
     client: AsyncRedis,
     channels: dict[str, int],
-    on_hint: Callable[[int], None],
+    on_hint: Callable[[int, bytes | None], None],
     supervisor: Supervisor,
     loop: str,
 ) -> None:

@@ -174,7 +174,9 @@ class RoleProcess(ABC, Generic[S]):
         ready = self.started.is_set() and not sup.failing()
         return health.Status(self.role, self.queue, sup.problems(), ready, sup.stuck())
 
-    def listen_for_hints(self, channels: dict[str, int], on_hint: Callable[[int], None]) -> None:
+    def listen_for_hints(
+        self, channels: dict[str, int], on_hint: Callable[[int, bytes | None], None]
+    ) -> None:
         """The ``hints`` loop: wake-ups over sharded pub/sub, ``channel -> partition``."""
         sup = self.supervisor
         sup.forever(

@@ -78,6 +78,15 @@ class _Round:
     late: bool = False  # not answered within ROUND_STUCK: its reservation was given back
 
 
+def entry_id_of(raw: bytes) -> tuple[int, int] | None:
+    """A stream entry id ``<ms>-<seq>`` as numbers (None for anything else: a hint of another
+    kind, such as a resume's '1')."""
+    ms, dash, seq = raw.partition(b"-")
+    if not dash or not ms.isdigit() or not seq.isdigit():
+        return None
+    return int(ms), int(seq)
+
+
 def read_loops(core: RoleContext[WorkerSettings]) -> PerPrimary:
     """The fetch loops, one per primary over the partitions this worker reads (started by
     :meth:`Fetcher.start`); made before the components that wake them."""
@@ -130,6 +139,8 @@ class Fetcher:
         self.known_work: set[int] = set()
         #: Jobs the last read of each partition brought, when it was not a full batch.
         self.last_read: dict[int, int] = {}
+        #: The newest ready entry this worker has read of each partition, as (ms, seq).
+        self.read_upto: dict[int, tuple[int, int]] = {}
         self._rotate = 0
         #: How long after a ready hint a read may wait (the worker's share of the budget).
         self.share = worker_share(ctx.settings.lateness_budget)
@@ -168,11 +179,19 @@ class Fetcher:
         self.idle_streak[partition] = streak + 1
         return min(max(s.max_idle_poll, s.idle_poll), s.idle_poll * 2.0 ** min(streak, 30))
 
-    def hint(self, partition: int) -> None:
+    def hint(self, partition: int, message: bytes | None = None) -> None:
         """Jobs landed in the partition's ready stream: read it within the worker's share of
-        the budget (at once without one)."""
+        the budget (at once without one).  A promote's hint names the last entry it added
+        (``message``): one this worker has read already is no news (the hint and the read
+        travel on different connections, so a read often takes the jobs before their hint
+        comes), and re-reading for it would find nothing."""
         if partition not in self.assigned:
             return
+        if message is not None:
+            entry = entry_id_of(message)
+            upto = self.read_upto.get(partition)
+            if entry is not None and upto is not None and entry <= upto:
+                return
         self.idle_streak.pop(partition, None)
         self.hints[partition] = self.hints.get(partition, 0) + 1
         self.known_work.add(partition)
@@ -395,6 +414,10 @@ class Fetcher:
                 self.last_read.pop(p, None)  # more may wait: the next read is a full one
             else:
                 self.last_read[p] = n
+            if n:
+                newest = entry_id_of(result.jobs[-1].entry_id)
+                if newest is not None and newest > self.read_upto.get(p, (0, 0)):
+                    self.read_upto[p] = newest
             more = full or hinted
             if more or n:
                 self.idle_streak.pop(p, None)  # work found: the next empty read starts over

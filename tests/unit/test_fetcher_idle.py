@@ -21,6 +21,7 @@ def reader(**settings: Any) -> Any:
         poll_at={},
         hints={},
         known_work=set(),
+        read_upto={},
         nodes=SimpleNamespace(wake=lambda p: None),
         share=settings.get("lateness_budget", 0.0) / 2,
     )
@@ -59,3 +60,18 @@ def test_under_a_budget_a_hint_schedules_the_read_within_the_share_never_later()
     r.poll_at[0] = 0.0  # due already: a hint leaves it due
     Fetcher.hint(r, 0)
     assert r.poll_at[0] == 0.0
+
+
+def test_a_hint_naming_an_entry_already_read_is_no_news() -> None:
+    woken: list[int] = []
+    r = reader(lateness_budget=0.0)
+    r.nodes = SimpleNamespace(wake=woken.append)
+    r.read_upto[0] = (1700000000000, 5)
+    r.poll_at[0] = 99.0
+    Fetcher.hint(r, 0, b"1700000000000-5")  # read already
+    Fetcher.hint(r, 0, b"1699999999999-9")
+    assert woken == [] and r.poll_at[0] == 99.0 and 0 not in r.known_work
+    Fetcher.hint(r, 0, b"1700000000000-6")  # newer: read it
+    assert woken == [0] and r.poll_at[0] == 0.0
+    Fetcher.hint(r, 0, b"1")  # a hint of another kind (a resume): always read
+    assert woken == [0, 0]
