@@ -73,14 +73,29 @@ def _component(frame_path: str) -> str | None:
 _FRAME = re.compile(r"^(.*) \((.*):\d+\)$")
 
 
+def _waiting(stack: str) -> bool:
+    """A sample of the event loop waiting in epoll (py-spy counts it as running)."""
+    return stack.rsplit(";", 1)[-1].startswith("select (selectors.py")
+
+
+def busy_samples(raw: str) -> int:
+    """Samples of a py-spy raw profile not spent waiting in epoll."""
+    total = 0
+    for line in raw.splitlines():
+        stack, _, n = line.rpartition(" ")
+        if stack and n.isdigit() and not _waiting(stack):
+            total += int(n)
+    return total
+
+
 def components(raw: str) -> dict[str, float]:
     """Shares of a py-spy ``--format raw`` profile (one ``frame;frame;... count`` line per
-    stack) by the innermost shardq/bench module on each stack."""
+    stack) by the innermost shardq/bench module on each stack, waits in epoll left out."""
     counts: Counter[str] = Counter()
     total = 0
     for line in raw.splitlines():
         stack, _, n = line.rpartition(" ")
-        if not stack or not n.isdigit():
+        if not stack or not n.isdigit() or _waiting(stack):
             continue
         total += int(n)
         name = "event loop"
@@ -142,7 +157,7 @@ def profile(
             spy.wait(30)
             out = workdir / f"{role}.spy"
             raw = out.read_text() if out.exists() else ""
-            samples = sum(int(x.rpartition(" ")[2]) for x in raw.splitlines() if x.strip())
+            samples = busy_samples(raw)
             python[role] = {
                 "busy_share_of_a_core": round(samples / (200 * max(1, int(seconds * 0.6))), 3),
                 "by_component": components(raw),
