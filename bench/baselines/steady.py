@@ -197,6 +197,50 @@ def _table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def _span(values: list[float], digits: int | None = None) -> str:
+    lo, hi = min(values), max(values)
+    if digits is not None:
+        fmt = lambda v: f"{v:.{digits}f}"  # noqa: E731
+    else:
+        fmt = (lambda v: f"{v:,.0f}") if hi >= 100 else (lambda v: f"{v:.1f}")
+    return fmt(lo) if lo == hi else f"{fmt(lo)}-{fmt(hi)}"
+
+
+def summary(rows: list[dict[str, Any]]) -> str:
+    """Min-max over rounds of each design, budget and rate, with each shardq row's Redis CPU
+    per job as a multiple of BullMQ's at that rate (the min-max of the ratios within a round:
+    both were measured side by side)."""
+    groups: dict[tuple[str, Any, int], list[dict[str, Any]]] = {}
+    for w in rows:
+        groups.setdefault((w["design"], w.get("budget_ms"), w["rate"]), []).append(w)
+    bull = {(w["round"], w["rate"]): w for w in rows if w["design"] == "bullmq"}
+    lines = [
+        "| design | budget ms | jobs/s | Redis CPU µs/job | x BullMQ's | consumer CPU µs/job "
+        "| x BullMQ's | lateness p50 ms | p99 ms | lost | twice |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for (design, budget, rate), ws in sorted(
+        groups.items(), key=lambda kv: (kv[0][2], kv[0][0] != "shardq", kv[0][1] or 0)
+    ):
+        ratios = [
+            (w["redis_cpu_us_per_job"] / b["redis_cpu_us_per_job"],
+             w["consumer_cpu_us_per_job"] / b["consumer_cpu_us_per_job"])
+            for w in ws
+            if design == "shardq" and (b := bull.get((w["round"], rate)))
+        ]  # fmt: skip
+        shown = "" if design != "shardq" else "default" if budget is None else f"{budget:g}"
+        redis_x = f"{_span([r[0] for r in ratios], 2)}x" if ratios else ""
+        consumer_x = f"{_span([r[1] for r in ratios], 2)}x" if ratios else ""
+        lines.append(
+            f"| {design} | {shown} | {rate:,} | {_span([w['redis_cpu_us_per_job'] for w in ws])} "
+            f"| {redis_x} | {_span([w['consumer_cpu_us_per_job'] for w in ws])} | {consumer_x} "
+            f"| {_span([w['lateness_ms']['p50'] for w in ws])} "
+            f"| {_span([w['lateness_ms']['p99'] for w in ws])} "
+            f"| {sum(w['lost'] for w in ws)} | {sum(w['ran_twice'] for w in ws)} |"
+        )
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         prog="python -m bench.baselines.steady", description=__doc__.splitlines()[0]
@@ -214,7 +258,13 @@ def main(argv: list[str] | None = None) -> None:
         "dispatcher's and worker's default); BullMQ runs once per rate and round",
     )
     parser.add_argument("--out", default="", help="also write the JSON document here")
+    parser.add_argument(
+        "--summarize", default="", help="print the min-max table of a stored --out file and exit"
+    )
     args = parser.parse_args(argv)
+    if args.summarize:
+        print(summary(json.loads(Path(args.summarize).read_text())["runs"]))
+        return
     designs = [d for d in args.designs.split(",") if d]
     budgets: list[float | None] = [
         None if b.strip() == "default" else float(b) for b in args.budgets.split(",") if b.strip()
@@ -253,6 +303,8 @@ def main(argv: list[str] | None = None) -> None:
         print(f"calibration (same run, after):  {calibration_line(cal)}", file=sys.stderr)
         doc["runs"] = rows
         print(_table(rows))
+        print()
+        print(summary(rows))
         if args.out:
             Path(args.out).write_text(json.dumps(doc, indent=2) + "\n")
     finally:
