@@ -25,6 +25,9 @@ The designs, each at its defaults where a user would leave them:
 - ``bullmq``: one Node process, a BullMQ ``Worker`` of concurrency 100
   (bench/baselines/bullmq/consumer.js), the same handler.
 
+``--concurrency N`` sets both designs' jobs in flight instead of 100 (``--rates 50000 --seconds
+1`` is a due burst: 50,000 jobs due within one second, the consumer running).
+
 Payloads of 20 bytes; both producers bulk-enqueue (shardq ``enqueue_many``, BullMQ
 ``addBulk``), before the window, so the enqueue's cost is not in the figures.  A calibration
 of the box (CPU loop, redis-benchmark) before and after, in the same run.
@@ -70,7 +73,13 @@ class Consumer:
     """A design's consumer processes (killed by their own pids at the end)."""
 
     def __init__(
-        self, design: str, url: str, queue: str, log: Path, budget_ms: float | None = None
+        self,
+        design: str,
+        url: str,
+        queue: str,
+        log: Path,
+        budget_ms: float | None = None,
+        concurrency: int = CONCURRENCY,
     ) -> None:
         env = dict(os.environ, SHARDQ_BENCH_RUNLOG=str(log))
         if budget_ms is not None:  # both shardq processes read it (the default otherwise)
@@ -82,7 +91,7 @@ class Consumer:
                 subprocess.Popen(cli_command("dispatcher", "run", *common), env=env, cwd=REPO),
                 subprocess.Popen(
                     cli_command(
-                        "worker", "run", *common, "--concurrency", str(CONCURRENCY),
+                        "worker", "run", *common, "--concurrency", str(concurrency),
                         "--handlers", "bench.handlers.baseline_runlog:register",
                     ),
                     env=env, cwd=REPO,
@@ -90,7 +99,7 @@ class Consumer:
             ]  # fmt: skip
         else:
             argv = bullmq_node.consumer_argv(url, queue, str(log))
-            argv += ["--concurrency", str(CONCURRENCY)]
+            argv += ["--concurrency", str(concurrency)]
             self.procs = [subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL)]
 
     def cpu(self) -> float:
@@ -112,7 +121,13 @@ class Consumer:
 
 
 def run_one(
-    design: str, url: str, rate: int, seconds: float, idle: float, budget_ms: float | None = None
+    design: str,
+    url: str,
+    rate: int,
+    seconds: float,
+    idle: float,
+    budget_ms: float | None = None,
+    concurrency: int = CONCURRENCY,
 ) -> dict[str, Any]:
     r = redis_lib.Redis.from_url(url)
     queue = f"steady-{secrets.token_hex(4)}"
@@ -123,7 +138,7 @@ def run_one(
     else:
         mod.setup(handle, queue)
     workdir = Path(tempfile.mkdtemp(prefix="shardq-steady-"))
-    consumer = Consumer(design, url, queue, workdir / "runs.log", budget_ms)
+    consumer = Consumer(design, url, queue, workdir / "runs.log", budget_ms, concurrency)
     logs = RunLogs(workdir)
     try:
         time.sleep(SETTLE)
@@ -257,6 +272,13 @@ def main(argv: list[str] | None = None) -> None:
         help="shardq lateness budgets to run, in ms (e.g. 2,10,20,50,100; 'default' for the "
         "dispatcher's and worker's default); BullMQ runs once per rate and round",
     )
+    parser.add_argument(
+        "--concurrency",
+        type=int,
+        default=CONCURRENCY,
+        help="jobs in flight per consumer, both designs (shardq worker --concurrency, BullMQ "
+        "Worker concurrency)",
+    )
     parser.add_argument("--out", default="", help="also write the JSON document here")
     parser.add_argument(
         "--summarize", default="", help="print the min-max table of a stored --out file and exit"
@@ -294,7 +316,10 @@ def main(argv: list[str] | None = None) -> None:
             for rate in (int(x) for x in args.rates.split(",")):
                 for design in order:
                     for budget in budgets if design == "shardq" else [None]:
-                        row = run_one(design, url, rate, args.seconds, args.idle, budget)
+                        row = run_one(
+                            design, url, rate, args.seconds, args.idle, budget, args.concurrency
+                        )
+                        row["concurrency"] = args.concurrency
                         row["round"] = rnd + 1
                         rows.append(row)
                         print(json.dumps(row), file=sys.stderr)
