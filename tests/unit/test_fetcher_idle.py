@@ -75,3 +75,52 @@ def test_a_hint_naming_an_entry_already_read_is_no_news() -> None:
     assert woken == [0] and r.poll_at[0] == 0.0
     Fetcher.hint(r, 0, b"1")  # a hint of another kind (a resume): always read
     assert woken == [0, 0]
+
+
+def planner(partitions: list[int]) -> Any:
+    """A fetcher's round planning with its collaborators reduced to bookkeeping: the rounds'
+    calls are built (real ops) but sent nowhere."""
+    import asyncio
+
+    from shardq.store import keys
+    from shardq.worker.inflight import InFlight
+
+    async def run_on(node: str, ops: list[Any]) -> list[Any]:
+        return []
+
+    r = reader(lateness_budget=0.0)
+    r.assigned = set(partitions)
+    r.poll_at = dict.fromkeys(partitions, 0.0)
+    r.last_read = {}
+    r.waiting = {}
+    r._rotate = 0
+    r.pks = {p: keys.partition_keys("q", p, 64) for p in partitions}
+    r.consumer = "w1"
+    r.inflight = InFlight(concurrency=300)
+    r.nodes = SimpleNamespace(mine=lambda node: partitions, node_of=lambda p: "n")
+    r.settler = SimpleNamespace(take_acks=lambda mine: ([], []))
+    r.transport = SimpleNamespace(run_on=run_on)
+    r.loop = asyncio.new_event_loop()
+    return r
+
+
+def test_a_partition_whose_thin_read_is_in_flight_is_not_read_again_beside_it() -> None:
+    r = planner([0, 1, 2])
+    r.last_read = {0: 1, 1: 1}  # thin last time (steady state); 2: a full batch last time
+
+    async def plan_two() -> tuple[Any, Any]:
+        first = Fetcher._plan(r, "n", [])
+        second = Fetcher._plan(r, "n", [first])
+        return first, second
+
+    first, second = r.loop.run_until_complete(plan_two())
+    assert sorted(first.due) == [0, 1, 2]
+    # Only the backlog partition is read again while the first round is out: the thin ones'
+    # read takes what they hold, and its reply says when to read them next.
+    assert second.due == [2]
+
+    async def after_reply() -> Any:
+        return Fetcher._plan(r, "n", [])  # the first round was taken: nothing in flight
+
+    assert sorted(r.loop.run_until_complete(after_reply()).due) == [0, 1, 2]
+    r.loop.close()
