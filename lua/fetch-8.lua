@@ -23,6 +23,11 @@ KEYS[8] ctl      hash    the partition's flags, 'paused' and 'lanes' (read only)
 ARGV[1] consumer group
 ARGV[2] consumer (worker) name
 ARGV[3] max entries to read
+ARGV[4..] pairs of (entry id, job id) of this partition's jobs whose handlers succeeded: settled
+        first (lua/includes/acks.lua), paused or not, so a finished job's ack rides with the
+        next read of its partition instead of a call of its own (BullMQ's moveToFinished
+        fetches the next job the same way)
+Max ARGV: 2003  = 3 + 2 per ack: at most 1000 acks (shardq.store.delivery.MAX_ACK)
 
 Returns {now ms, entry id, job id, due ms, attempt, body, reserved, ...} (6 fields per job;
 none while the partition is paused).  reserved is 1 for a job a rate limit deferred to a start
@@ -38,10 +43,12 @@ Flags: allow-oom  (runs when Redis is at maxmemory: it frees memory or keeps a f
 --@include now.lua
 --@include envelope.lua
 --@include checks.lua
+--@include acks.lua
 --@include lanes.lua
 
 local n, bad = arg_number(3, 1, 1000)
 if bad then return bad end
+if (#ARGV - 3) % 2 ~= 0 then return {-11, #ARGV, 'argument count', 3, 2} end
 local paused, lanes, wrong_ctl = partition_flags(KEYS[8], KEYS[5])
 if wrong_ctl then return wrong_ctl end
 -- Lanes turned off ('2'): the lane is read while it still holds jobs (it exists).  Nobody but
@@ -54,6 +61,7 @@ if lanes then
 end
 local wrong = wrong_type(spec)
 if wrong then return wrong end
+if #ARGV > 3 then ack_entries(KEYS[1], KEYS[2], KEYS[4], KEYS[5], ARGV[1], 4) end
 local now = now_ms()
 local out = {now}
 -- A paused partition (pause-2.lua) delivers nothing; resuming publishes the ready hint.

@@ -92,12 +92,28 @@ def _worker_keys(pk: keys.PartitionKeys) -> list[str]:
     return [pk.ready, pk.jobs, pk.dead, pk.errors, pk.stats]
 
 
-def fetch(pk: keys.PartitionKeys, consumer: str, count: int) -> Op[Batch]:
-    """Up to ``count`` new ready jobs of one partition, marked active, with their bodies."""
+def _ack_pairs(entries: Iterable[tuple[bytes, bytes]]) -> list[Any]:
+    argv: list[Any] = []
+    for eid, raw_id in entries:
+        argv += (eid, raw_id)
+    if len(argv) > 2 * MAX_ACK:
+        raise ValueError(f"at most {MAX_ACK} acks per call, got {len(argv) // 2}")
+    return argv
+
+
+def fetch(
+    pk: keys.PartitionKeys,
+    consumer: str,
+    count: int,
+    acks: Iterable[tuple[bytes, bytes]] = (),
+) -> Op[Batch]:
+    """Up to ``count`` new ready jobs of one partition, marked active, with their bodies.
+    ``acks``: (entry id, job id) of this partition's jobs whose handlers succeeded, settled in
+    the same call first, as :func:`ack` would (at most ``MAX_ACK``)."""
     return op(
         "fetch",
         [*_worker_keys(pk), pk.lane, pk.vtime, pk.ctl],
-        [keys.WORKER_GROUP, consumer, count],
+        [keys.WORKER_GROUP, consumer, count, *_ack_pairs(acks)],
         _parse_fetch,
     )
 
@@ -106,9 +122,7 @@ def ack(pk: keys.PartitionKeys, entries: Iterable[tuple[bytes, bytes]]) -> Op[in
     """Settle jobs whose handlers succeeded; the op returns how many were still pending (an
     entry settled meanwhile by another worker that reclaimed it is not counted).  The stream
     entries stay until the dispatcher's trim (see lua/ack-4.lua)."""
-    argv: list[Any] = [keys.WORKER_GROUP]
-    for eid, raw_id in entries:
-        argv += (eid, raw_id)
+    argv: list[Any] = [keys.WORKER_GROUP, *_ack_pairs(entries)]
     return op("ack", [pk.ready, pk.jobs, pk.errors, pk.stats], argv, lambda r: int(check(r)[0]))
 
 

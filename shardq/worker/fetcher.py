@@ -14,8 +14,9 @@ keeps reading, so a backlog bigger than its assigned worker's capacity is shared
 Under a lateness budget (shardq/runtime/budget.py) a ready hint schedules the read the
 worker's share of it later instead of at once, and a round that runs also reads every hinted
 partition of its primary due within that share: one round takes what several promotes made
-ready.  A full batch is read again at once whatever the budget.  Acks of finished jobs go
-with the next round that reads, or alone once the oldest has waited the share.
+ready.  A full batch is read again at once whatever the budget.  Acks of finished jobs ride
+with the next read of their own partition (the fetch script settles them first), or go as ack
+calls of their own once the oldest has waited the settler's linger (none with no budget).
 
 A round reserves room for the jobs it may bring.  One not answered within
 :data:`ROUND_STUCK` (its primary paused, asleep, failing over: up to the socket timeout) gives
@@ -76,6 +77,7 @@ class _Round:
     reserve: int
     hints_before: list[int]
     task: asyncio.Task[list[Any]]
+    folded: list[list[Delivery]]  # per read, the acks of its partition riding with it
     late: bool = False  # not answered within ROUND_STUCK: its reservation was given back
 
 
@@ -350,16 +352,12 @@ class Fetcher:
         # A round takes at most a share of the concurrency, so the next ones still find room
         # while this one's jobs wait to run: that is what keeps rounds in flight all the time.
         room = min(room, max(1, self.inflight.concurrency // (PIPELINE + 1)))
-        if due or not self.share:
-            acked, ack_ops = self.settler.take_acks(mine)
-        else:
-            # No read goes: acks wait for one, up to the share (then they go alone).
-            acks_at = self.settler.acks_due_at(self.nodes.node_of, node)
+        settler = self.settler
+        if not due:
+            # No read goes: acks wait for one, up to the linger (then they go alone).
+            acks_at = settler.acks_due_at(self.nodes.node_of, node)
             if acks_at is None or acks_at > now:
                 return None
-            acked, ack_ops = self.settler.take_acks(mine)
-        if not due and not ack_ops:
-            return None
         # Share the free room among due partitions, rotating who goes first for fairness;
         # fewer, fuller reads beat many thin ones (at least MIN_FETCH per partition read), but
         # a partition known to bring few (its last read was thin) is read for what it brings.
@@ -381,13 +379,36 @@ class Fetcher:
                 if left <= 0:
                     break
             due = taken
+        # A read carries its partition's acks (the fetch settles them first: one call, not
+        # two); acks of partitions not read now wait for a read up to the settler's linger,
+        # then go as ack calls of their own in whatever round goes.
+        folded = [settler.take_for_read(p) for p in due]
+        reading_now = set(due)
+        acked, ack_ops = settler.take_acks([p for p in mine if p not in reading_now], due_by=now)
+        if not due and not ack_ops:
+            return None
         pks, consumer = self.pks, self.consumer
-        ops = [delivery.fetch(pks[p], consumer, c) for p, c in zip(due, counts, strict=True)]
+        ops = [
+            delivery.fetch(pks[p], consumer, c, [(d.entry_id, d.raw_id) for d in f])
+            for p, c, f in zip(due, counts, folded, strict=True)
+        ]
         reserve = sum(counts)
         self.inflight.reserve(reserve)
         hints_before = [self.hints.get(p, 0) for p in due]
         task = asyncio.get_running_loop().create_task(self.transport.run_on(node, [*ack_ops, *ops]))
-        return _Round(due, counts, acked, ack_ops, reserve, hints_before, task)
+        return _Round(due, counts, acked, ack_ops, reserve, hints_before, task, folded)
+
+    def _settle_folded(self, r: _Round, results: Sequence[Any] | None) -> None:
+        """Settle the acks that rode with the round's reads: written when their read answered,
+        back to the buffer (sent again) when it failed or the round was cancelled."""
+        taken: Taken = []
+        outcomes: list[Any] = []
+        for i, (p, acks) in enumerate(zip(r.due, r.folded, strict=True)):
+            if acks:
+                taken.append((p, acks))
+                outcomes.append(RuntimeError("round cancelled") if results is None else results[i])
+        if taken:
+            self.settler.acked(taken, outcomes)
 
     async def _finish(self, r: _Round) -> list[Delivery]:
         """Take a round's reply: settle its acks, admit its jobs (not run yet)."""
@@ -395,10 +416,12 @@ class Fetcher:
             results = await r.task
         except BaseException:
             self.settler.acked(r.acked, [RuntimeError("round cancelled")] * len(r.ack_ops))
+            self._settle_folded(r, None)
             self.inflight.release(r.reserve)
             raise
         n_acks = len(r.ack_ops)
         self.settler.acked(r.acked, results[:n_acks])
+        self._settle_folded(r, results[n_acks:])
         now = time.monotonic()
         failures: list[BaseException] = []
         admitted: list[Delivery] = []

@@ -1,8 +1,10 @@
 """Settler: writes each finished delivery's outcome to Redis, and counts it only once written.
 
-Successes are acknowledged in batches per partition: the fetcher of the partition's primary
-sends them with its next fetch, in the same round trip (:meth:`Settler.take_acks`); an ack that
-fails stays buffered and is sent again.  A failure is settled by the fail script (back to due
+Successes are acknowledged in batches per partition: the next read of the partition carries
+them (the fetch script settles them before it reads: :meth:`Settler.take_for_read`), and those
+whose partition is not read within ``ACK_LINGER`` go as ack calls of their own with the next
+round trip to the primary (:meth:`Settler.take_acks`); an ack that fails stays buffered and is
+sent again.  A failure is settled by the fail script (back to due
 after the backoff, or dead) as its own task, resent through faults for ``settle_window``
 seconds; if it still cannot be written (Redis down that long, or the script refuses it), the
 delivery is given up: it leaves the in-flight table, so the heartbeat stops claiming it and
@@ -18,7 +20,7 @@ import logging
 import random
 import time
 import traceback
-from collections.abc import Callable, Container
+from collections.abc import Callable, Container, Iterable
 from typing import Any
 
 from shardq import backoff
@@ -35,6 +37,15 @@ from shardq.worker.inflight import Delivery
 log = logging.getLogger("shardq.worker")
 
 Taken = list[tuple[int, list[Delivery]]]
+
+#: How long a finished job's ack waits for a read of its own partition to ride with, when the
+#: lateness budget is not 0.  An ack that rides costs Redis a few commands inside the fetch
+#: instead of a call of its own (lua/ack-4.lua: ~22 µs a call at 2,000 jobs/s, one call per job
+#: or so), and the worker one op less.  The wait makes no job late: a finished job holds no
+#: room; meanwhile it still shows as running (a cancel says so), and a worker that dies in it
+#: leaves the job to run again after reclaim, as any delivery not yet acknowledged.  At 30 jobs/s
+#: per partition (2,000 jobs/s on 64) the next read comes within 100 ms for ~95 % of acks.
+ACK_LINGER = 0.1
 
 # Longest delay a handler may ask for with RetryAfter (the producer's horizon is a year).
 MAX_RETRY_DELAY = 366 * 24 * 3600.0
@@ -94,6 +105,8 @@ class Settler:
         #: How long a finished job's ack may wait for a round that fetches (the worker's share
         #: of the lateness budget; 0: a round goes at once).
         self.share = worker_share(ctx.settings.lateness_budget)
+        #: How long an ack may wait for a read of its partition (0 with no budget: at once).
+        self.linger = max(ACK_LINGER, self.share) if self.share > 0 else 0.0
         self.acks: dict[int, list[Delivery]] = {}
         #: When each partition's oldest buffered ack was buffered (monotonic seconds).
         self.ack_since: dict[int, float] = {}
@@ -122,13 +135,33 @@ class Settler:
         if len(batch) == 1:
             self.wake(d.partition)
 
-    def take_acks(self, partitions: list[int]) -> tuple[Taken, list[Op[int]]]:
+    def take_for_read(self, partition: int) -> list[Delivery]:
+        """The partition's finished jobs (at most ``delivery.MAX_ACK``), taken off the buffer
+        to ride with a read of it; :meth:`acked` settles them with the read's reply."""
+        batch = self.acks.get(partition)
+        if not batch:
+            return []
+        part, rest = batch[: delivery.MAX_ACK], batch[delivery.MAX_ACK :]
+        if rest:
+            self.acks[partition] = rest
+        else:
+            del self.acks[partition]
+            self.ack_since.pop(partition, None)
+        return part
+
+    def take_acks(
+        self, partitions: Iterable[int], due_by: float | None = None
+    ) -> tuple[Taken, list[Op[int]]]:
         """The ack ops for the given partitions' finished jobs, taken off the buffer (jobs that
         finish while they are on the way start a new batch); :meth:`acked` puts back what
-        failed."""
+        failed.  ``due_by``: only the partitions whose oldest ack has waited the linger by
+        then (the others wait on for a read of their own partition)."""
         taken: Taken = []
         ops: list[Op[int]] = []
+        since, linger = self.ack_since, self.linger
         for p in partitions:
+            if due_by is not None and since.get(p, 0.0) + linger > due_by:
+                continue
             batch = self.acks.pop(p, None)
             self.ack_since.pop(p, None)
             if not batch:
@@ -156,12 +189,11 @@ class Settler:
                 self._count(d.job.type, "completed")
 
     def acks_due_at(self, node_of: Callable[[int], str], node: str) -> float | None:
-        """When the oldest buffered ack of ``node``'s partitions must go (it was buffered a
-        worker's share of the lateness budget ago: acks wait for a round that fetches, up to
-        that), or None when it has none.  An ack's delay makes no job late: finished jobs hold
-        no room while their ack waits."""
+        """When the oldest buffered ack of ``node``'s partitions must go (it was buffered the
+        linger ago: acks wait for a read of their partition, up to that), or None when it has
+        none.  An ack's delay makes no job late: finished jobs hold no room while it waits."""
         oldest = min((t for p, t in self.ack_since.items() if node_of(p) == node), default=None)
-        return None if oldest is None else oldest + self.share
+        return None if oldest is None else oldest + self.linger
 
     def partitions_with_acks(self) -> list[int]:
         return [p for p, batch in self.acks.items() if batch]

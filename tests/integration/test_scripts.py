@@ -163,3 +163,47 @@ def test_a_worker_holding_more_than_one_call_carries_acks_them_in_chunks(
     assert all(len(o.argv) <= o.script.max_argv for o in ops)
     assert sum(transport.run_many(r, ops)) == 2500
     assert r.hlen(pk.jobs) == 0 and int(r.hget(pk.stats, "completed")) == 2500
+
+
+def test_a_fetch_settles_the_acks_it_carries_first_once_and_even_while_paused(
+    standalone_client: Client, queue: str
+) -> None:
+    """fetch-8's ARGV[4..]: a read carries its partition's acks (one call instead of ack + fetch).
+    They settle as ack-4 settles them: envelopes dropped, counted once (a resend changes
+    nothing), a paused partition's too; an odd pair count is refused before anything."""
+    from shardq.store import delivery, transport
+
+    client, r = standalone_client, standalone_client.redis
+    client.create_queue(queue, 1)
+    client.enqueue_many(queue, [JobRequest("t", i) for i in range(4)])
+    pk = keys.partition_keys(queue, 0, 1)
+    first = transport.run(r, delivery.fetch(pk, "c", 2)).jobs
+    acks = [(d.entry_id, d.raw_id) for d in first]
+    second = transport.run(r, delivery.fetch(pk, "c", 2, acks)).jobs
+    assert {d.raw_id for d in second}.isdisjoint(d.raw_id for d in first) and len(second) == 2
+    assert r.hlen(pk.jobs) == 2 and int(r.hget(pk.stats, "completed")) == 2
+    assert r.xpending(pk.ready, keys.WORKER_GROUP)["pending"] == 2
+    # Sent again (its reply was lost): nothing more is settled or counted.
+    assert transport.run(r, delivery.fetch(pk, "c", 2, acks)).jobs == []
+    assert int(r.hget(pk.stats, "completed")) == 2
+    # Paused: the read hands out nothing, the acks it carries still settle.
+    r.hset(pk.ctl, "paused", "1")
+    later = [(d.entry_id, d.raw_id) for d in second]
+    assert transport.run(r, delivery.fetch(pk, "c", 2, later)).jobs == []
+    assert r.hlen(pk.jobs) == 0 and int(r.hget(pk.stats, "completed")) == 4
+    assert r.xpending(pk.ready, keys.WORKER_GROUP)["pending"] == 0
+    # An entry id without its job id: refused, nothing written.
+    r.hdel(pk.ctl, "paused")
+    client.enqueue(queue, "t", 9)
+    [d] = transport.run(r, delivery.fetch(pk, "c", 1)).jobs
+    bad = op(
+        "fetch",
+        [*(pk.ready, pk.jobs, pk.dead, pk.errors, pk.stats), pk.lane, pk.vtime, pk.ctl],
+        [keys.WORKER_GROUP, "c", 1, d.entry_id],
+        check,
+    )
+    with pytest.raises(ScriptArgumentError, match="argument count"):
+        transport.run(r, bad)
+    assert r.hlen(pk.jobs) == 1 and int(r.hget(pk.stats, "completed")) == 4
+    with pytest.raises(ValueError, match="at most 1000 acks"):
+        delivery.fetch(pk, "c", 1, [(b"1-1", b"x")] * 1001)

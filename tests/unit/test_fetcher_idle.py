@@ -77,29 +77,48 @@ def test_a_hint_naming_an_entry_already_read_is_no_news() -> None:
     assert woken == [0, 0]
 
 
-def planner(partitions: list[int]) -> Any:
+def planner(partitions: list[int], budget: float = 0.0) -> Any:
     """A fetcher's round planning with its collaborators reduced to bookkeeping: the rounds'
     calls are built (real ops) but sent nowhere."""
     import asyncio
 
     from shardq.store import keys
-    from shardq.worker.inflight import InFlight
+    from shardq.worker.inflight import InFlight, WorkerStats
+    from shardq.worker.settler import Settler
 
-    async def run_on(node: str, ops: list[Any]) -> list[Any]:
+    sent: list[list[Any]] = []
+
+    async def nothing() -> list[Any]:
         return []
 
-    r = reader(lateness_budget=0.0)
+    def run_on(node: str, ops: list[Any]) -> Any:
+        sent.append(ops)
+        return nothing()
+
+    r = reader(lateness_budget=budget)
     r.assigned = set(partitions)
     r.poll_at = dict.fromkeys(partitions, 0.0)
     r.last_read = {}
     r.waiting = {}
     r._rotate = 0
-    r.pks = {p: keys.partition_keys("q", p, 64) for p in partitions}
+    r.pks = {p: keys.partition_keys("q", p, 64) for p in [*partitions, 5]}
     r.consumer = "w1"
     r.inflight = InFlight(concurrency=300)
     r.nodes = SimpleNamespace(mine=lambda node: partitions, node_of=lambda p: "n")
-    r.settler = SimpleNamespace(take_acks=lambda mine: ([], []))
+    r.settler = Settler(
+        SimpleNamespace(
+            transport=None,
+            queue="q",
+            pks=r.pks,
+            inflight=r.inflight,
+            settings=r.settings,
+            stats=WorkerStats(),
+            handlers={},
+        ),  # type: ignore[arg-type]
+        wake=lambda p: None,
+    )
     r.transport = SimpleNamespace(run_on=run_on)
+    r.sent = sent
     r.loop = asyncio.new_event_loop()
     return r
 
@@ -125,4 +144,60 @@ def test_a_partition_whose_thin_read_is_in_flight_is_not_read_again_beside_it() 
         return Fetcher._plan(r, "n", [])  # the first round was taken: nothing in flight
 
     assert sorted(r.loop.run_until_complete(after_reply()).due) == [0, 1, 2, 3]
+    r.loop.close()
+
+
+def test_acks_ride_with_the_read_of_their_partition_and_the_others_wait_the_linger() -> None:
+    import time
+
+    from shardq.worker.inflight import Delivery
+    from shardq.worker.settler import ACK_LINGER
+
+    r = planner([0, 1], budget=0.01)
+    r.last_read = {0: 1, 1: 1}
+    r.poll_at[1] = r.poll_at[5] = time.monotonic() + 60.0  # only partition 0 is due to be read
+    # 5: a partition of this primary's not read now
+    finished = {p: Delivery(p, f"1-{p}".encode(), f"job{p}".encode(), None) for p in (0, 1, 5)}
+    r.nodes.mine = lambda node: [0, 1, 5]
+    for d in finished.values():
+        r.inflight.add(d)
+        r.settler.succeeded(d)
+
+    async def plan() -> Any:
+        return Fetcher._plan(r, "n", [])
+
+    first = r.loop.run_until_complete(plan())
+    assert first.due == [0]
+    # Partition 0's ack is in its fetch (ARGV[4..]); 1's and 5's wait for a read of their own.
+    assert first.folded == [[finished[0]]] and first.ack_ops == []
+    [fetch] = r.sent[-1]
+    assert list(fetch.argv[3:]) == [b"1-0", b"job0"]
+    assert sorted(r.settler.acks) == [1, 5]
+    at = r.settler.acks_due_at(lambda p: "n", "n")
+    assert at is not None and at - time.monotonic() <= ACK_LINGER
+    r.poll_at[0] = time.monotonic() + 60.0
+    assert r.loop.run_until_complete(plan()) is None  # nothing to read, the acks not due yet
+    for p in (1, 5):
+        r.settler.ack_since[p] -= ACK_LINGER  # the linger has passed
+    alone = r.loop.run_until_complete(plan())
+    assert alone.due == [] and [p for p, _ in alone.acked] == [1, 5]
+    assert [o.script.name for o in alone.ack_ops] == ["ack", "ack"]
+    r.loop.close()
+
+
+def test_with_no_budget_acks_go_with_the_next_round_whatever_it_reads() -> None:
+    from shardq.worker.inflight import Delivery
+
+    r = planner([0, 1])
+    r.nodes.mine = lambda node: [0, 1]
+    r.poll_at[1] = float("inf")
+    d = Delivery(1, b"1-1", b"job1", None)
+    r.inflight.add(d)
+    r.settler.succeeded(d)
+
+    async def plan() -> Any:
+        return Fetcher._plan(r, "n", [])
+
+    first = r.loop.run_until_complete(plan())
+    assert first.due == [0] and [p for p, _ in first.acked] == [1]
     r.loop.close()
