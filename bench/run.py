@@ -13,6 +13,7 @@ every section (about two minutes); ``--only`` picks sections.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import platform
 import sys
@@ -490,6 +491,8 @@ def show_pause(r: dict[str, Any]) -> str:
 
 def run(args: argparse.Namespace, say: Callable[[str], None]) -> dict[str, Any]:
     sizes = QUICK if args.quick else FULL
+    if args.steady:
+        sizes = dataclasses.replace(sizes, steady=args.steady)
     wanted = [s.strip() for s in args.only.split(",")] if args.only else list(SECTIONS)
     unknown = set(wanted) - set(SECTIONS)
     if unknown:
@@ -597,6 +600,20 @@ def run(args: argparse.Namespace, say: Callable[[str], None]) -> dict[str, Any]:
     return doc
 
 
+def steady_cases(text: str) -> tuple[tuple[int, int], ...]:
+    """``1000x64,1950x8`` -> ((1000, 64), (1950, 8))."""
+    try:
+        cases = tuple(
+            (int(rate), int(parts))
+            for rate, parts in (case.strip().split("x") for case in text.split(","))
+        )
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: want RATExPARTITIONS,... (1950x8)") from None
+    if not cases or any(r < 1 or not 1 <= n <= 16384 for r, n in cases):
+        raise argparse.ArgumentTypeError(f"{text!r}: rates >= 1, partitions 1..16384")
+    return cases
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         prog="python -m bench",
@@ -618,6 +635,12 @@ def main(argv: list[str] | None = None) -> None:
         "--only", default="", help=f"comma-separated sections: {','.join(SECTIONS)}"
     )
     parser.add_argument("--partitions", type=int, default=64)
+    parser.add_argument(
+        "--steady",
+        type=steady_cases,
+        default=(),
+        help="steady_cost's cases as RATExPARTITIONS,... (e.g. 1950x8: 244 jobs/s per partition)",
+    )
     parser.add_argument("--out", default="", help="write the JSON document here")
     parser.add_argument("--json", action="store_true", help="print only the JSON document")
     args = parser.parse_args(argv)
