@@ -201,3 +201,33 @@ def test_with_no_budget_acks_go_with_the_next_round_whatever_it_reads() -> None:
     first = r.loop.run_until_complete(plan())
     assert first.due == [0] and [p for p, _ in first.acked] == [1]
     r.loop.close()
+
+
+def test_past_half_the_concurrency_of_acks_waiting_they_all_go_at_once() -> None:
+    """A finished job is free room only up to one concurrency's worth: acks never wait the
+    linger once half the concurrency's worth of them wait (else a busy worker starves)."""
+    import time
+
+    from shardq.worker.inflight import Delivery, InFlight
+
+    r = planner([0, 1], budget=0.01)
+    r.inflight = InFlight(concurrency=4)
+    r.settler.inflight = r.inflight
+    r.settler.ack_bound = 2
+    r.nodes.mine = lambda node: [0, 1, 5]
+    r.poll_at = dict.fromkeys([0, 1, 5], time.monotonic() + 60.0)  # nothing due to be read
+
+    async def plan() -> Any:
+        return Fetcher._plan(r, "n", [])
+
+    first = Delivery(5, b"1-5", b"job5", None)
+    r.inflight.add(first)
+    r.settler.succeeded(first)
+    assert r.loop.run_until_complete(plan()) is None  # one ack: it waits for a read
+    second = Delivery(1, b"1-1", b"job1", None)
+    r.inflight.add(second)
+    r.settler.succeeded(second)
+    assert r.settler.acks_due_at(lambda p: "n", "n") <= time.monotonic()
+    alone = r.loop.run_until_complete(plan())
+    assert sorted(p for p, _ in alone.acked) == [1, 5]
+    r.loop.close()
