@@ -45,11 +45,12 @@ Taken = list[tuple[int, list[Delivery]]]
 #: room; meanwhile it still shows as running (a cancel says so), and a worker that dies in it
 #: leaves the job to run again after reclaim, as any delivery not yet acknowledged.  At 30 jobs/s
 #: per partition (2,000 jobs/s on 64) the next read comes within 100 ms for ~95 % of acks.
-#: Acks waiting are bounded too (:attr:`Settler.ack_bound`): past half the concurrency they all
-#: go at once, since a finished job counts as free room only up to one concurrency's worth
-#: (InFlight.room); without the bound a busy worker whose rounds read few partitions let acks
-#: pile up for the linger, lost room for them, read fewer partitions still, and fell behind
-#: (5,000 jobs/s on this box: p50 lateness 3.5-5.4 s).
+#: Acks waiting are bounded too (:attr:`Settler.ack_bound`): past half of what the in-flight
+#: table lets finished jobs hold without taking room (InFlight.finished_room) they all go at
+#: once.  Without the bound (and with finished jobs free only up to one concurrency's worth) a
+#: busy worker whose rounds read few partitions let acks pile up for the linger, lost room for
+#: them, read fewer partitions still, and fell behind (5,000 jobs/s on this box, concurrency
+#: 100: p50 lateness 3.5-5.4 s).
 ACK_LINGER = 0.1
 
 # Longest delay a handler may ask for with RetryAfter (the producer's horizon is a year).
@@ -113,7 +114,7 @@ class Settler:
         #: How long an ack may wait for a read of its partition (0 with no budget: at once).
         self.linger = max(ACK_LINGER, self.share) if self.share > 0 else 0.0
         #: Unwritten acks at which the linger ends for all of them (see ACK_LINGER).
-        self.ack_bound = max(1, ctx.inflight.concurrency // 2)
+        self.ack_bound = max(1, ctx.inflight.finished_room() // 2)
         self.acks: dict[int, list[Delivery]] = {}
         #: When each partition's oldest buffered ack was buffered (monotonic seconds).
         self.ack_since: dict[int, float] = {}
