@@ -75,7 +75,9 @@ _FRAME = re.compile(r"^(.*) \((.*):\d+\)$")
 
 def _waiting(stack: str) -> bool:
     """A sample of the event loop waiting in epoll (py-spy counts it as running)."""
-    return stack.rsplit(";", 1)[-1].startswith("select (selectors.py")
+    # py-spy names it "select (selectors.py:..)" or, newer, "EpollSelector.select (...)".
+    leaf = stack.rsplit(";", 1)[-1]
+    return leaf.startswith(("select (selectors.py", "EpollSelector.select (selectors.py"))
 
 
 def busy_samples(raw: str) -> int:
@@ -107,6 +109,24 @@ def components(raw: str) -> dict[str, float]:
                 break
         counts[name] += int(n)
     return {k: round(v / total, 3) for k, v in counts.most_common()} if total else {}
+
+
+def hot_frames(raw: str, top: int = 10) -> dict[str, float]:
+    """Shares of the busy samples by the innermost frame (``function (file)``, the file cut to
+    its last two parts): where the time goes below the components, e.g. inside "event loop"."""
+    counts: Counter[str] = Counter()
+    total = 0
+    for line in raw.splitlines():
+        stack, _, n = line.rpartition(" ")
+        if not stack or not n.isdigit() or _waiting(stack):
+            continue
+        total += int(n)
+        m = _FRAME.match(stack.rsplit(";", 1)[-1])
+        name = stack.rsplit(";", 1)[-1]
+        if m:
+            name = f"{m.group(1)} ({'/'.join(m.group(2).split('/')[-2:])})"
+        counts[name] += int(n)
+    return {k: round(v / total, 3) for k, v in counts.most_common(top)} if total else {}
 
 
 def _spy(pids: dict[str, int], seconds: float, workdir: Path) -> dict[str, subprocess.Popen[bytes]]:
@@ -161,6 +181,7 @@ def profile(
             python[role] = {
                 "busy_share_of_a_core": round(samples / (200 * max(1, int(seconds * 0.6))), 3),
                 "by_component": components(raw),
+                "hot_frames": hot_frames(raw),
             }
         r.config_set("slowlog-log-slower-than", old.get("slowlog-log-slower-than", 10000))
         stats1 = _commandstats(r)
@@ -259,6 +280,8 @@ def main(argv: list[str] | None = None) -> None:
                 f"{k} {v:.0%}" for k, v in spied["by_component"].items() if v >= 0.01
             )
             print(f"{role} Python, {spied['busy_share_of_a_core']:.0%} of a core busy: {shares}")
+            hot = ", ".join(f"{k} {v:.0%}" for k, v in spied["hot_frames"].items())
+            print(f"  {role} innermost frames: {hot}")
         if args.out:
             Path(args.out).write_text(json.dumps(doc, indent=2) + "\n")
     finally:

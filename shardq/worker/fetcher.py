@@ -383,8 +383,9 @@ class Fetcher:
         # two); acks of partitions not read now wait for a read up to the settler's linger,
         # then go as ack calls of their own in whatever round goes.
         folded = [settler.take_for_read(p) for p in due]
-        reading_now = set(due)
-        acked, ack_ops = settler.take_acks([p for p in mine if p not in reading_now], due_by=now)
+        reading_now, node_of = set(due), self.nodes.node_of
+        others = [p for p in settler.acks if p not in reading_now and node_of(p) == node]
+        acked, ack_ops = settler.take_acks(others, due_by=now)
         if not due and not ack_ops:
             return None
         pks, consumer = self.pks, self.consumer
