@@ -50,8 +50,9 @@ Taken = list[tuple[int, list[Delivery]]]
 #: (InFlight.finished_room), they all go at once.  In steady state far fewer wait (each waits
 #: for its partition's next read: at 2,000 jobs/s on 64 partitions ~30-40 ms on average); in
 #: a burst the bound is reached within milliseconds and acks go with every round, as before
-#: (a bound of 500 at concurrency 100 left 50,000-job bursts later: p99 1.0-2.1 s against
-#: 0.75-2.2 s without the linger, same runs alternating).  Without the bound (and with
+#: (a bound of 500 at concurrency 100 left 50,000-job bursts a little later still: p99
+#: 0.92-1.73 s against 0.74-0.95 s without the linger and 0.84-1.36 s with this bound, in
+#: alternating runs: bench/reference/2026-12-03/burst-ab-dee0cf8.txt).  Without the bound (and with
 #: finished jobs free only up to one concurrency's worth) a
 #: busy worker whose rounds read few partitions let acks pile up for the linger, lost room for
 #: them, read fewer partitions still, and fell behind (5,000 jobs/s on this box, concurrency
