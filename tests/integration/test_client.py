@@ -378,10 +378,7 @@ def test_reschedule_races_promotion(url: str, client: Client, queue: str) -> Non
     partitions = 8
     client.create_queue(queue, partitions)
     runs = Runs()
-    results = client.enqueue_many(
-        queue, [JobRequest("t", delay=random.uniform(0.2, 0.6)) for _ in range(200)]
-    )
-    original = {r.job_id: r.due_ms for r in results}
+    original: dict[str, int] = {}
     moved: dict[str, int] = {}
     late: dict[str, str] = {}
 
@@ -392,6 +389,13 @@ def test_reschedule_races_promotion(url: str, client: Client, queue: str) -> Non
             late[job_id] = type(exc).__name__
 
     with Runner(url, queue, {"t": runs.add}) as runner:
+        # Enqueued once the fleet runs, so the reschedules race its promotes however long
+        # the processes took to start (under `make test-stress`'s CPU hogs, jobs enqueued
+        # before were all due, and promoted, by the time the first reschedule went).
+        results = client.enqueue_many(
+            queue, [JobRequest("t", delay=random.uniform(0.2, 0.6)) for _ in range(200)]
+        )
+        original.update({r.job_id: r.due_ms for r in results})
         _spread(list(original), 8, reschedule, 0.5)
         wait_for(lambda: len(runs.count()) == len(original), 20, "not every job ran")
         wait_for(lambda: queue_settled(client.redis, queue, partitions), 20, "not settled")
