@@ -32,6 +32,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -80,26 +81,29 @@ def _waiting(stack: str) -> bool:
     return leaf.startswith(("select (selectors.py", "EpollSelector.select (selectors.py"))
 
 
-def busy_samples(raw: str) -> int:
-    """Samples of a py-spy raw profile not spent waiting in epoll."""
-    total = 0
+def _busy(raw: str) -> Iterator[tuple[str, int]]:
+    """(stack, samples) of a py-spy ``--format raw`` profile (one ``frame;frame;... count``
+    line per stack), waits in epoll left out."""
     for line in raw.splitlines():
         stack, _, n = line.rpartition(" ")
         if stack and n.isdigit() and not _waiting(stack):
-            total += int(n)
-    return total
+            yield stack, int(n)
+
+
+def busy_samples(raw: str) -> int:
+    """Samples of a py-spy raw profile not spent waiting in epoll."""
+    return sum(n for _, n in _busy(raw))
+
+
+def _shares(counts: Counter[str], top: int | None = None) -> dict[str, float]:
+    total = sum(counts.values())
+    return {k: round(v / total, 3) for k, v in counts.most_common(top)} if total else {}
 
 
 def components(raw: str) -> dict[str, float]:
-    """Shares of a py-spy ``--format raw`` profile (one ``frame;frame;... count`` line per
-    stack) by the innermost shardq/bench module on each stack, waits in epoll left out."""
+    """Shares of the busy samples by the innermost shardq/bench module on each stack."""
     counts: Counter[str] = Counter()
-    total = 0
-    for line in raw.splitlines():
-        stack, _, n = line.rpartition(" ")
-        if not stack or not n.isdigit() or _waiting(stack):
-            continue
-        total += int(n)
+    for stack, n in _busy(raw):
         name = "event loop"
         for frame in reversed(stack.split(";")):
             m = _FRAME.match(frame)
@@ -107,26 +111,19 @@ def components(raw: str) -> dict[str, float]:
             if module is not None and not module.startswith("shardq/cli/"):
                 name = module
                 break
-        counts[name] += int(n)
-    return {k: round(v / total, 3) for k, v in counts.most_common()} if total else {}
+        counts[name] += n
+    return _shares(counts)
 
 
 def hot_frames(raw: str, top: int = 10) -> dict[str, float]:
     """Shares of the busy samples by the innermost frame (``function (file)``, the file cut to
     its last two parts): where the time goes below the components, e.g. inside "event loop"."""
     counts: Counter[str] = Counter()
-    total = 0
-    for line in raw.splitlines():
-        stack, _, n = line.rpartition(" ")
-        if not stack or not n.isdigit() or _waiting(stack):
-            continue
-        total += int(n)
-        m = _FRAME.match(stack.rsplit(";", 1)[-1])
-        name = stack.rsplit(";", 1)[-1]
-        if m:
-            name = f"{m.group(1)} ({'/'.join(m.group(2).split('/')[-2:])})"
-        counts[name] += int(n)
-    return {k: round(v / total, 3) for k, v in counts.most_common(top)} if total else {}
+    for stack, n in _busy(raw):
+        leaf = stack.rsplit(";", 1)[-1]
+        m = _FRAME.match(leaf)
+        counts[f"{m.group(1)} ({'/'.join(m.group(2).split('/')[-2:])})" if m else leaf] += n
+    return _shares(counts, top)
 
 
 def _spy(pids: dict[str, int], seconds: float, workdir: Path) -> dict[str, subprocess.Popen[bytes]]:
