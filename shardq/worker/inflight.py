@@ -111,8 +111,9 @@ class InFlight:
 
     def finished_room(self) -> int:
         """How many finished jobs waiting for their ack take no room: one concurrency's worth,
-        and at least FINISHED_ROOM (acks wait up to shardq.worker.settler.ACK_LINGER for a read
-        of their partition: at 5,000 jobs/s that is up to 500 of them)."""
+        and at least FINISHED_ROOM, so that the acks a settler lets wait for a read of their
+        partition (up to one concurrency's worth, shardq.worker.settler.ACK_LINGER) plus those
+        on the way never eat into the room for running jobs."""
         return max(self.concurrency, FINISHED_ROOM)
 
     def all(self) -> list[Delivery]:
