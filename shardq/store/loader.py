@@ -20,13 +20,15 @@ would let them run arbitrary Lua on the server.  A node that lacks the library (
 FUNCTION FLUSH) answers "Function not found"; :mod:`shardq.store.transport` loads it there when
 the user may (``shardq functions load`` does it as an admin otherwise) and resends.
 
-Every function refuses a call with another number of KEYS than its file name says, or more
-ARGV than its cap, before anything else (E_TOO_MANY_ARGUMENTS, -15): a script's own limits bound
-what it does per item, not how many items one FCALL carries, and a single call of 1.4M jobs held
-a primary for 5 s (BUSY, then UNKILLABLE once it had written).  The cap is the highest
-``ARGV[n]`` of the header, or for a script taking a variable list (an ``ARGV[n..]`` line) its
-``Max ARGV: <count>`` line; :func:`shardq.store.op.op` refuses to build a longer call, so a
-caller that does not chunk fails before sending, and the callers chunk by the same numbers.
+Every function refuses a call with another number of KEYS than its file name says (or, for one
+taking a variable list of keys, a ``KEYS[n..]`` line, fewer than that or more than its ``Max
+KEYS: <count>`` line), or more ARGV than its cap, before anything else (E_TOO_MANY_ARGUMENTS,
+-15): a script's own limits bound what it does per item, not how many items one FCALL carries,
+and a single call of 1.4M jobs held a primary for 5 s (BUSY, then UNKILLABLE once it had
+written). The cap is the highest ``ARGV[n]`` of the header, or for a script taking a variable
+list (an ``ARGV[n..]`` line) its ``Max ARGV: <count>`` line; :func:`shardq.store.op.op` refuses
+to build a longer call, so a caller that does not chunk fails before sending, and the callers
+chunk by the same numbers.
 
 A script's header may declare ``Flags: <flag> ...`` for ``redis.register_function``:
 ``no-writes`` for read-only ones; ``allow-oom`` for those that free memory or keep a full Redis
@@ -48,6 +50,8 @@ _FILE_RE = re.compile(r"^(?P<name>[a-z][a-z-]*)-(?P<keys>\d+)\.lua$")
 _INCLUDE_RE = re.compile(r"^--@include\s+(?P<file>[\w.-]+)\s*$", re.MULTILINE)
 _ARGV_RE = re.compile(r"^ARGV\[(?P<index>\d+)(?P<more>\.\.)?\]", re.MULTILINE)
 _MAX_ARGV_RE = re.compile(r"^Max ARGV:\s*(?P<cap>\d+)\b", re.MULTILINE)
+_KEYS_RE = re.compile(r"^KEYS\[(?P<index>\d+)(?P<more>\.\.)?\]", re.MULTILINE)
+_MAX_KEYS_RE = re.compile(r"^Max KEYS:\s*(?P<cap>\d+)\b", re.MULTILINE)
 _FLAGS_RE = re.compile(r"^Flags:\s*(?P<flags>[a-z -]+?)\s*(\(.*\))?$", re.MULTILINE)
 # How the library is assembled (part of its version: the same scripts assembled another way
 # are another library).  2: helpers defined once at the library's top; 3: each function
@@ -67,6 +71,13 @@ class LuaScript:
     function: str
     max_argv: int
     """The most ARGV a call may carry (the header's; the function refuses more)."""
+    max_keys: int = 0
+    """The most KEYS a call may carry: ``num_keys`` (the file name's) unless the script takes
+    a variable list of keys after its fixed ones (``KEYS[n..]``, then its ``Max KEYS:``)."""
+
+    def __post_init__(self) -> None:
+        if self.max_keys < self.num_keys:
+            object.__setattr__(self, "max_keys", self.num_keys)
 
     @property
     def read_only(self) -> bool:
@@ -147,6 +158,25 @@ def _max_argv(source: str, name: str) -> int:
     return fixed
 
 
+def _max_keys(source: str, name: str, num_keys: int) -> int:
+    """The KEYS cap of a script: its file name's count, or its ``Max KEYS:`` line when its
+    header lists a variable list of keys after the fixed ones (``KEYS[n..]``, n = count + 1)."""
+    header = source.split("]]", 1)[0]
+    more = [m for m in _KEYS_RE.finditer(header) if m.group("more")]
+    cap = _MAX_KEYS_RE.search(header)
+    if not more:
+        if cap is not None:
+            raise ConfigError(f"{name}: 'Max KEYS' without a KEYS[n..] line")
+        return num_keys
+    if int(more[0].group("index")) != num_keys + 1 or cap is None:
+        raise ConfigError(
+            f"{name}: a variable list of keys is KEYS[{num_keys + 1}..] with a 'Max KEYS: <count>'"
+        )
+    if int(cap.group("cap")) <= num_keys:
+        raise ConfigError(f"{name}: Max KEYS {cap.group('cap')} is not above {num_keys}")
+    return int(cap.group("cap"))
+
+
 def _included(source: str, includes: Path, out: dict[str, str]) -> None:
     """Add every include ``source`` names to ``out``, recursively, each after the ones it
     includes (``expand_includes`` has checked for cycles and missing files)."""
@@ -160,7 +190,7 @@ def _included(source: str, includes: Path, out: dict[str, str]) -> None:
 
 def build(directory: Path) -> Library:
     """The library of every script in ``directory``."""
-    bodies: dict[str, tuple[int, str, str, tuple[str, ...], int]] = {}
+    bodies: dict[str, tuple[int, str, str, tuple[str, ...], int, int]] = {}
     helpers: dict[str, str] = {}
     for path in sorted(directory.glob("*.lua")):
         match = _FILE_RE.match(path.name)
@@ -171,18 +201,23 @@ def build(directory: Path) -> Library:
         source = expand_includes(raw, directory / "includes")
         _included(raw, directory / "includes", helpers)
         body = _INCLUDE_RE.sub("", raw)
+        num_keys = int(match.group("keys"))
         bodies[name] = (
-            int(match.group("keys")),
+            num_keys,
             source,
             body,
             _flags(source, path.name),
             _max_argv(raw, path.name),
+            _max_keys(raw, path.name, num_keys),
         )
     digest = hashlib.sha1(
         "\0".join(
             [
                 LAYOUT,
-                *(f"{n}\0{k}\0{s}\0{' '.join(f)}\0{c}" for n, (k, s, _, f, c) in bodies.items()),
+                *(
+                    f"{n}\0{k}\0{s}\0{' '.join(f)}\0{c}" + (f"\0{mk}" if mk != k else "")
+                    for n, (k, s, _, f, c, mk) in bodies.items()
+                ),
             ]
         ).encode()
     ).hexdigest()[:12]
@@ -192,15 +227,18 @@ def build(directory: Path) -> Library:
     parts = [f"#!lua name={lib}\nlocal ARGV\n"]
     parts += [f"\n-- includes/{name}\n{text}" for name, text in helpers.items()]
     scripts: dict[str, LuaScript] = {}
-    for name, (num_keys, source, body, flags, cap) in bodies.items():
+    for name, (num_keys, source, body, flags, cap, max_keys) in bodies.items():
         function = f"{lib}_{name.replace('-', '_')}"
-        scripts[name] = LuaScript(name, num_keys, source, flags, function, cap)
+        scripts[name] = LuaScript(name, num_keys, source, flags, function, cap, max_keys)
         flag_list = ", ".join(f"'{f}'" for f in flags)
         # First of all, before the body (and its first write) runs: E_TOO_MANY_ARGUMENTS.
-        guard = (
+        keys_guard = (
             f"if #KEYS ~= {num_keys} then return {{-15, 'KEYS', #KEYS, {num_keys}}} end\n"
-            f"if #args > {cap} then return {{-15, 'ARGV', #args, {cap}}} end\n"
+            if max_keys == num_keys
+            else f"if #KEYS < {num_keys} or #KEYS > {max_keys} then "
+            f"return {{-15, 'KEYS', #KEYS, {max_keys}}} end\n"
         )
+        guard = keys_guard + f"if #args > {cap} then return {{-15, 'ARGV', #args, {cap}}} end\n"
         parts.append(
             f"\n-- {name}-{num_keys}.lua\n"
             f"redis.register_function{{function_name='{function}', flags={{{flag_list}}}, "

@@ -50,7 +50,7 @@ class Op(Generic[T_co]):
         function flagged no-writes, so a read-only ACL user (the viewer: ``+fcall_ro`` only)
         can run the reads and Redis itself refuses it every writing function."""
         verb = "FCALL_RO" if self.script.read_only else "FCALL"
-        return (verb, self.script.function, self.script.num_keys, *self.keys, *self.argv)
+        return (verb, self.script.function, len(self.keys), *self.keys, *self.argv)
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,8 +110,9 @@ def op(
     """Build an op for the script ``name``; its KEYS count is checked against the file name and
     its ARGV against the script's cap (the function refuses more: callers chunk)."""
     lua = script(name)
-    if len(keys) != lua.num_keys:
-        raise ValueError(f"{name} takes {lua.num_keys} keys, got {len(keys)}")
+    if not lua.num_keys <= len(keys) <= lua.max_keys:
+        wanted = lua.num_keys if lua.max_keys == lua.num_keys else f"{lua.num_keys}..{lua.max_keys}"
+        raise ValueError(f"{name} takes {wanted} keys, got {len(keys)}: split the call")
     if len(argv) > lua.max_argv:
         raise ValueError(
             f"{name} takes at most {lua.max_argv} arguments, got {len(argv)}: split the call"

@@ -63,8 +63,33 @@ def test_includes_are_expanded(path: Path) -> None:
         assert re.sub(r"^--@include.*\n", "", body, flags=re.MULTILINE) in lua.source
     lib = loader.library()
     assert lua.function.startswith(lib.name + "_") and lua.function in lib.code
-    with pytest.raises(ValueError, match=f"{lua.name} takes {lua.num_keys} keys"):
-        op(lua.name, ["k"] * (lua.num_keys + 1), [], raw)
+    wanted = (
+        str(lua.num_keys) if lua.max_keys == lua.num_keys else f"{lua.num_keys}..{lua.max_keys}"
+    )
+    with pytest.raises(ValueError, match=f"{lua.name} takes {wanted} keys"):
+        op(lua.name, ["k"] * (lua.max_keys + 1), [], raw)
+    if lua.num_keys:
+        with pytest.raises(ValueError, match=f"{lua.name} takes {wanted} keys"):
+            op(lua.name, ["k"] * (lua.num_keys - 1), [], raw)
+
+
+def test_a_variable_key_list_needs_its_cap(tmp_path: Path) -> None:
+    (tmp_path / "includes").mkdir()
+    (tmp_path / "many-2.lua").write_text(
+        "--[[ x\nKEYS[1] a\nKEYS[2] b\nKEYS[3..] more\nMax KEYS: 12\n]]\nreturn 1\n"
+    )
+    lib = loader.build(tmp_path)
+    assert lib.scripts["many"].max_keys == 12
+    assert "#KEYS < 2 or #KEYS > 12" in lib.code
+    (tmp_path / "many-2.lua").write_text("--[[ x\nKEYS[3..] more\n]]\nreturn 1\n")
+    with pytest.raises(ConfigError, match="Max KEYS"):
+        loader.build(tmp_path)
+    (tmp_path / "many-2.lua").write_text("--[[ x\nKEYS[4..] more\nMax KEYS: 9\n]]\nreturn 1\n")
+    with pytest.raises(ConfigError, match=r"KEYS\[3\.\.\]"):
+        loader.build(tmp_path)
+    (tmp_path / "many-2.lua").write_text("--[[ x\nMax KEYS: 9\n]]\nreturn 1\n")
+    with pytest.raises(ConfigError, match="without a KEYS"):
+        loader.build(tmp_path)
 
 
 def test_loader_rejects_bad_layouts(tmp_path: Path) -> None:
