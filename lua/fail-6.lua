@@ -13,6 +13,8 @@ ARGV[3] job id
 ARGV[4] retry delay ms, or -1 to dead-letter now (attempts used up, or a permanent error)
 ARGV[5] error text (already truncated by the caller)
 ARGV[6] due-hint channel (sharded pub/sub) to wake the dispatcher when the head moves earlier
+ARGV[7] the job's result channel (its result key's name) when it keeps its result, else '':
+        told when the job ends dead, so a producer waiting for the result stops waiting
 
 Returns
   {1, due ms}   retry scheduled
@@ -63,6 +65,7 @@ elseif not attempt then
 elseif delay < 0 then
   dead_letter({KEYS[2], KEYS[4], KEYS[5], KEYS[6]}, id, attempt, body, ARGV[5], now)
   count(KEYS[6], 'failed', 1)
+  if ARGV[7] and ARGV[7] ~= '' then redis.call('SPUBLISH', ARGV[7], 'dead') end
   reply = {2, now}
 else
   local due = now + math.floor(delay)

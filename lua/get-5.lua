@@ -21,29 +21,6 @@ A job not here in a partition a resize sealed: its record in 'moving' as above, 
   {-15, 'KEYS' or 'ARGV', n, cap}    E_TOO_MANY_ARGUMENTS: before anything else (store/loader.py)
 Flags: no-writes  (reads only)
 ]]
---@include checks.lua
---@include compact.lua
---@include resize.lua
+--@include snapshot.lua
 
-local wrong = wrong_type({KEYS[1], 'hash', KEYS[2], 'zset', KEYS[3], 'hash', KEYS[4], 'hash',
-  KEYS[5], 'hash'})
-if wrong then return wrong end
-local v = redis.call('HGET', KEYS[1], ARGV[1])
-if not v then
-  local member, due = compact_find(KEYS[2], ARGV[1])
-  if not member then
-    local record = redis.call('HGET', KEYS[5], ARGV[1])
-    if record then
-      local r = cjson.decode(record)
-      if r.m then return {'S0|' .. select(2, split_member(r.m)), tostring(r.s), false} end
-      return {r.e, r.k == 'j' and tostring(r.s) or false, r.r or false}
-    end
-    local to = sealed_to(KEYS[4])
-    if to then return {-16, to, ARGV[1]} end
-    return {false, false, false}
-  end
-  local _, body = split_member(member)
-  return {'S0|' .. body, due, false}
-end
-local due = redis.call('ZSCORE', KEYS[2], ARGV[1])
-return {v, due or false, redis.call('HGET', KEYS[3], ARGV[1])}
+return job_snapshot(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], ARGV[1])

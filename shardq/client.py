@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 from shardq.config import ProducerSettings, RedisSettings
 from shardq.connection import AsyncRedis, SyncRedis, connect, connect_async
 from shardq.errors import ShardqError
-from shardq.jobs import Backoff, EnqueueResult, JobInfo, JobRequest
+from shardq.jobs import Backoff, EnqueueResult, JobInfo, JobRequest, JobResult
 from shardq.limits import Limit
 from shardq.names import Priority
 from shardq.plans import Plan, drive, drive_async, one, twin_of
@@ -40,6 +40,7 @@ from shardq.schedules import (
     make_definition,
 )
 from shardq.store import keys, producer
+from shardq.store.channels import AsyncChannel, SyncChannel
 from shardq.store.op import Call
 from shardq.store.retry import AsyncRunner, SyncRunner
 from shardq.store.transport import AsyncTransport
@@ -230,6 +231,7 @@ class Client:
         limit_key: str | None = None,
         priority: Priority | None = None,
         tenant: str | None = None,
+        keep_result: timedelta | float | None = None,
     ) -> str:
         """Enqueue one job to run now, at ``run_at`` or after ``delay`` seconds; return its id.
 
@@ -238,11 +240,13 @@ class Client:
         (WAIT on the connection that wrote), else raises NotDurableError.  With ``limit_key``
         the job is under that key's rate limit (:meth:`set_limit`), as well as its type's.
         ``priority`` ('high', 'default', 'low') and ``tenant`` order delivery in a queue with
-        lanes on (:meth:`set_lanes`); LanesOffError on a queue without.
+        lanes on (:meth:`set_lanes`); LanesOffError on a queue without.  With ``keep_result``
+        (seconds or a timedelta, 1 s to 30 days) the handler's return value is kept that long
+        after the job completes, for :meth:`result`.
         """
         request = JobRequest(
             job_type, payload, run_at, delay, job_id, idempotency_key, max_attempts, backoff,
-            headers, limit_key, priority, tenant,
+            headers, limit_key, priority, tenant, keep_result,
         )  # fmt: skip
         return self.enqueue_detailed(queue, request, durable=durable).job_id
 
@@ -298,6 +302,39 @@ class Client:
     def get(self, queue: str, job_id: str) -> JobInfo | None:
         """A snapshot of a job, or None once it completed, was cancelled, or never existed."""
         return self._drive(plans.get(self._queues, queue, job_id), f"reading job {job_id}")
+
+    def result(self, queue: str, job_id: str, *, timeout: float | None = None) -> Any:
+        """The return value of a job enqueued with ``keep_result``: at once if it completed,
+        else once it does, waiting up to ``timeout`` seconds (None: until it ends; 0: no
+        wait).  The wait listens on the job's result channel (sharded pub/sub in its
+        partition's slot) and reads again at least every few seconds, so a missed message
+        costs seconds, never the answer.
+
+        Raises JobFailedError when the job ended dead (``.error``: its last error),
+        ResultNotStoredError when it completed but its value could not be kept (over
+        ``max_result_bytes``, or not JSON), ResultNotKeptError when it was enqueued without
+        ``keep_result``, ResultNotFoundError when there is no such job and no result (never
+        existed, cancelled, or expired after the retention), ResultTimeoutError when it has
+        not ended within ``timeout``."""
+        deadline = plans.result_deadline(timeout)
+        what = f"reading the result of job {job_id}"
+        read = self._drive(plans.read_result(self._queues, queue, job_id), what)
+        done, value, _ = plans.result_wait(read, job_id, queue, deadline)
+        if done:
+            return value
+        with SyncChannel(self.redis, read.channel) as channel:
+            while True:  # subscribed first, then read: an end between the two is not missed
+                read = self._drive(plans.read_result(self._queues, queue, job_id), what)
+                done, value, sleep = plans.result_wait(read, job_id, queue, deadline)
+                if done:
+                    return value
+                channel.wait(sleep)
+
+    def result_info(self, queue: str, job_id: str) -> JobResult | None:
+        """A completed job's kept result (value, attempt, when it finished), or None when
+        there is none (not ended yet, ended dead, kept none, or expired); never waits."""
+        plan = plans.result_info(self._queues, queue, job_id)
+        return self._drive(plan, f"reading the result of job {job_id}")
 
 
 @twin_of(Client)
@@ -472,10 +509,11 @@ class AsyncClient:
         limit_key: str | None = None,
         priority: Priority | None = None,
         tenant: str | None = None,
+        keep_result: timedelta | float | None = None,
     ) -> str:
         request = JobRequest(
             job_type, payload, run_at, delay, job_id, idempotency_key, max_attempts, backoff,
-            headers, limit_key, priority, tenant,
+            headers, limit_key, priority, tenant, keep_result,
         )  # fmt: skip
         return (await self.enqueue_detailed(queue, request, durable=durable)).job_id
 
@@ -511,6 +549,25 @@ class AsyncClient:
     ) -> int:
         plan = plans.reschedule(self._queues, queue, job_id, run_at, delay, priority, self.settings)
         return await self._drive(plan, f"reschedule of job {job_id}")
+
+    async def result(self, queue: str, job_id: str, *, timeout: float | None = None) -> Any:
+        deadline = plans.result_deadline(timeout)
+        what = f"reading the result of job {job_id}"
+        read = await self._drive(plans.read_result(self._queues, queue, job_id), what)
+        done, value, _ = plans.result_wait(read, job_id, queue, deadline)
+        if done:
+            return value
+        async with AsyncChannel(self.redis, read.channel) as channel:
+            while True:  # subscribed first, then read: an end between the two is not missed
+                read = await self._drive(plans.read_result(self._queues, queue, job_id), what)
+                done, value, sleep = plans.result_wait(read, job_id, queue, deadline)
+                if done:
+                    return value
+                await channel.wait(sleep)
+
+    async def result_info(self, queue: str, job_id: str) -> JobResult | None:
+        plan = plans.result_info(self._queues, queue, job_id)
+        return await self._drive(plan, f"reading the result of job {job_id}")
 
     async def get(self, queue: str, job_id: str) -> JobInfo | None:
         return await self._drive(plans.get(self._queues, queue, job_id), f"reading job {job_id}")

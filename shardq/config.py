@@ -416,6 +416,9 @@ class WorkerSettings:
     group: what a worker killed with SIGKILL leaves behind."""
     max_error_bytes: int = 4096
     """Longest error text (message and traceback tail) stored with a failed job."""
+    max_result_bytes: int = 64 * 1024
+    """Largest result (its JSON) kept for a job that keeps its result (``keep_result``); a
+    handler returning more completes, and its result says ResultTooLargeError instead."""
     handler_timeout: float | None = 600.0
     """A handler running longer fails with HandlerTimeoutError (and is retried); None: no limit.
     The heartbeat keeps a running job claimed however long it takes, so this is what stops a
@@ -438,6 +441,7 @@ class WorkerSettings:
         _check_int("max_deliveries", self.max_deliveries, 1, 1000)
         _check_int("default_max_attempts", self.default_max_attempts, 1, 1000)
         _check_int("max_error_bytes", self.max_error_bytes, 64, 1_000_000)
+        _check_int("max_result_bytes", self.max_result_bytes, 16, 16 * 1024 * 1024)
         _check_range("visibility_timeout", self.visibility_timeout, 0.1, 7 * 86400.0)
         _check_range("heartbeat_interval", self.heartbeat_interval, 0.01, 3600.0)
         _check_range("reclaim_interval", self.reclaim_interval, 0.01, 3600.0)

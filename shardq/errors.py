@@ -91,6 +91,46 @@ class JobRunningError(ShardqError):
     """The job is held by a worker right now, so it cannot be cancelled."""
 
 
+class ResultError(ShardqError):
+    """A job's result cannot be given (the subclasses say why); ``job_id`` names the job."""
+
+    def __init__(self, message: str, job_id: str = "") -> None:
+        super().__init__(message)
+        self.job_id = job_id
+
+
+class ResultNotFoundError(ResultError, LookupError):
+    """No job and no kept result with this id: it never existed, it completed without keeping
+    its result (``keep_result``), it was cancelled, or its result expired after the retention."""
+
+
+class ResultNotKeptError(ResultError):
+    """The job exists but was enqueued without ``keep_result``: it will keep no result to wait
+    for."""
+
+
+class JobFailedError(ResultError):
+    """The job ended dead (attempts used up, or a permanent error); ``error`` is its last
+    error."""
+
+    def __init__(self, message: str, job_id: str = "", error: str | None = None) -> None:
+        super().__init__(message, job_id)
+        self.error = error
+
+
+class ResultNotStoredError(ResultError):
+    """The job completed, but its handler's return value could not be kept: ``reason`` says
+    why (ResultTooLargeError, ResultNotSerializableError)."""
+
+    def __init__(self, message: str, job_id: str = "", reason: str = "") -> None:
+        super().__init__(message, job_id)
+        self.reason = reason
+
+
+class ResultTimeoutError(ResultError, TimeoutError):
+    """The job has not ended within the ``timeout`` the caller gave; it may still."""
+
+
 class FencedError(ShardqError):
     """This process's fencing token is no longer current: another owner holds the partition."""
 

@@ -59,6 +59,12 @@ _FLOW_PREFIX_RE = re.compile(("@([hnl])(" + TENANT_CHARS + "{0,64})@").encode())
 BackoffKind = Literal["fixed", "exponential", "jitter"]
 #: Longest backoff base or cap: the fail script takes a retry delay of at most a year.
 MAX_BACKOFF = 366 * 86400.0
+#: Longest a job's result may be kept (``keep_result``, seconds): results are for callers
+#: waiting on an outcome, not an archive; a longer record belongs in the application's store.
+MAX_RESULT_RETENTION = 30 * 86400.0
+#: Shortest retention: a result must outlive the round trip of the caller asking for it.
+MIN_RESULT_RETENTION = 1.0
+
 #: Latest run_at (epoch seconds): 9999-12-31, the last time a datetime or the CLI can show.
 MAX_RUN_AT = MAX_TIME_MS / 1000
 
@@ -271,6 +277,7 @@ def encode_body(
     limit_key: str | None = None,
     priority: str | None = None,
     tenant: str | None = None,
+    keep_result: timedelta | float | None = None,
 ) -> bytes:
     """Validate a job and build its stored JSON body.  Raises before anything is written.
 
@@ -290,6 +297,7 @@ def encode_body(
             headers=headers,
             settings=settings,
             limit_key=limit_key,
+            keep_result=keep_result,
         )
         return prefix + rest
     if (
@@ -298,6 +306,7 @@ def encode_body(
         and idempotency_key is None
         and headers is None
         and limit_key is None
+        and keep_result is None
         and type(job_type) is str
         and job_type in VALID_JOB_TYPES  # only valid type strings are ever added
     ):
@@ -340,6 +349,8 @@ def encode_body(
             body["l"] = check_limit_key(limit_key)
         except ValueError as exc:
             raise InvalidJobError(str(exc)) from None
+    if keep_result is not None:
+        body["r"] = result_retention_ms(keep_result)
     try:
         data = orjson.dumps([job_type, payload, body] if body else [job_type, payload])
     except (TypeError, orjson.JSONEncodeError) as exc:
@@ -361,6 +372,23 @@ def encode_body(
             "or raise the limit"
         )
     return data
+
+
+def result_retention_ms(keep_result: timedelta | float) -> int:
+    """A ``keep_result`` retention (seconds or a timedelta) as the ms a body carries;
+    InvalidJobError outside MIN_RESULT_RETENTION..MAX_RESULT_RETENTION."""
+    seconds = keep_result.total_seconds() if isinstance(keep_result, timedelta) else keep_result
+    if (
+        isinstance(seconds, bool)
+        or not isinstance(seconds, int | float)
+        or not MIN_RESULT_RETENTION <= seconds <= MAX_RESULT_RETENTION
+    ):
+        raise InvalidJobError(
+            f"keep_result must be {MIN_RESULT_RETENTION:.0f}..{MAX_RESULT_RETENTION:.0f} seconds "
+            f"(how long the result is kept after the job completes; at most 30 days), got "
+            f"{shown(keep_result)}"
+        )
+    return round(seconds * 1000)
 
 
 def flow_prefix(priority: str | None, tenant: str | None) -> bytes:
@@ -417,6 +445,9 @@ class Job:
     """The key its producer set for rate limits (shardq.limits), if any."""
     priority: Priority = "default"
     tenant: str | None = None
+    keep_result: float | None = None
+    """Seconds its result is kept once it completes (the producer's ``keep_result``), or None:
+    the handler's return value is dropped."""
 
     def redis_now_ms(self, monotonic_now: float) -> float:
         """The Redis clock now, extrapolated from when this job was fetched."""
@@ -445,6 +476,7 @@ class JobRequest:
     limit_key: str | None = None
     priority: Priority | None = None
     tenant: str | None = None
+    keep_result: timedelta | float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -477,6 +509,27 @@ class JobInfo:
     limit_key: str | None = None
     priority: Priority = "default"
     tenant: str | None = None
+    keep_result: float | None = None
+    """Seconds its result will be kept once it completes, or None (it keeps none)."""
     malformed: dict[str, str] = field(default_factory=dict)
     """Stored fields that are not what a producer writes (name -> raw value), read as unset:
     e.g. ``{"due_ms": "'inf'"}``, ``{"m": "1e+300"}`` (written by hand or by a buggy release)."""
+
+
+@dataclass(frozen=True, slots=True)
+class JobResult:
+    """A completed job's kept result (a job enqueued with ``keep_result``), from
+    :meth:`Client.result_info`.  ``stored`` False: the job completed but its handler's return
+    value could not be kept (``error`` says why: over ``max_result_bytes``, or not JSON)."""
+
+    id: str
+    queue: str
+    partition: int
+    type: str
+    attempt: int | None
+    """The attempt that completed it (1 unless it was retried)."""
+    finished_ms: int | None
+    """When it completed, on the Redis clock (ms)."""
+    value: Any
+    stored: bool = True
+    error: str | None = None

@@ -47,7 +47,7 @@ class Grant:
 # {sq:<queue>:<p>.<s>}:<kind> (and :idem:<key>), queue keys {sq:<queue>}:<kind>, limits'
 # state {sq:<queue>:limit:<name>}:<kind>; plus "registry", the queue registry sq:queues, and
 # "balancer", the balancer's last round {sq:balancer}:status.
-PARTITION_KINDS: tuple[str, ...] = (*keys.PARTITION_KINDS, keys.IDEM_KIND)
+PARTITION_KINDS: tuple[str, ...] = (*keys.PARTITION_KINDS, *keys.PER_ITEM_KINDS)
 QUEUE_KINDS = keys.QUEUE_KINDS
 LIMIT_KINDS = keys.LIMIT_KINDS
 
@@ -73,6 +73,8 @@ GRANTS: dict[str, tuple[Grant, ...]] = {
         Grant(("sched:next",), ("+zadd", "+zrem", "+zrange", "+zscore")),
         # by id during a resize: a job being moved, a sealed partition (lua/includes/resize.lua)
         Grant(("moving",), ("+hexists", "+hget"), read_only=True),
+        # client.result: the job's kept result, read with its snapshot (lua/result-6.lua)
+        Grant(("result",), ("+get",), read_only=True),
     ),
     "dispatcher": (
         Grant(("meta",), ("+hget", "+hgetall"), read_only=True),
@@ -133,6 +135,8 @@ GRANTS: dict[str, tuple[Grant, ...]] = {
         Grant(
             ("running",), ("+zremrangebyscore", "+zcard", "+zscore", "+zadd", "+zrem", "+pexpire")
         ),
+        # jobs that keep their result: stored with the ack (lua/complete-4.lua)
+        Grant(("result",), ("+set",)),
     ),
 }
 # The operator runs the tools (queue create, job, dlq, owners, rebalance, stats): everything
@@ -188,7 +192,7 @@ ADMIN_GRANTS: tuple[Grant, ...] = (
     Grant(("ctl",), ("+hincrby",)),
     Grant(("stats",), ("+hincrby",)),
     Grant(("ready",), ("+exists", "+xinfo|groups", "+xrange")),
-    Grant(("idem",), ("+get", "+pttl", "+set")),
+    Grant(("idem", "result"), ("+get", "+pttl", "+set")),
 )
 # The viewer runs a read-only console (`shardq web` without --allow-actions): exactly what its
 # pages read, through the no-writes functions (partition-stats, owner-info, inflight, list-due,
@@ -200,7 +204,7 @@ GRANTS["viewer"] = (
     Grant(("registry",), ("+smembers",), read_only=True),
     Grant(("dispatchers", "workers"), ("+zrange",), read_only=True),
     Grant(("drain", "workers:drain"), ("+smembers",), read_only=True),
-    Grant(("idem",), ("+get",), read_only=True),
+    Grant(("idem", "result"), ("+get",), read_only=True),
     Grant(("due",), ("+zcard", "+zcount", "+zrange", "+zscore"), read_only=True),
     Grant(
         ("ready",),
@@ -243,7 +247,8 @@ ADMIN_EXTRA = (
 )
 PLAIN_EXTRA: dict[str, tuple[str, ...]] = {
     # WAIT: a durable enqueue waits for its replicas (ProducerSettings.durable_replicas)
-    "producer": ("+spublish", "+wait"),
+    # ssubscribe: client.result waits on the job's result channel
+    "producer": ("+spublish", "+wait", "+ssubscribe", "+sunsubscribe"),
     "dispatcher": ("+spublish", "+ssubscribe", "+sunsubscribe"),
     "worker": ("+spublish", "+ssubscribe", "+sunsubscribe"),
     # SCAN: deleting a queue finds its idempotency keys and limit state by SCAN MATCH

@@ -36,7 +36,7 @@ from shardq.cli.options import (
 )
 from shardq.config import ProducerSettings, WorkerSettings
 from shardq.inspector import LIST_STATES, MAX_LIMIT, JobSummary
-from shardq.jobs import DEFAULT_BACKOFF, Backoff, EnqueueResult, JobInfo, JobRequest
+from shardq.jobs import DEFAULT_BACKOFF, Backoff, EnqueueResult, JobInfo, JobRequest, JobResult
 
 
 def _producer(given: dict[str, Any]) -> Any:
@@ -126,6 +126,13 @@ def enqueue_row(result: EnqueueResult, idempotency_key: str | None) -> dict[str,
     default=None,
     help="Tenant (group) the job belongs to: due jobs are shared between tenants (lanes on).",
 )
+@click.option(
+    "--keep-result",
+    type=DURATION,
+    default=None,
+    help="Keep the handler's return value this long after the job completes (1s..30d), "
+    "for `shardq job result`.",
+)
 @JSON_OPTION
 @settings_options(ProducerSettings, "SHARDQ_PRODUCER_")
 @redis_options
@@ -146,6 +153,7 @@ def enqueue(
     limit_key: str | None,
     priority: str | None,
     tenant: str | None,
+    keep_result: float | None,
     as_json: bool,
     **limits: Any,
 ) -> None:
@@ -177,6 +185,7 @@ def enqueue(
         limit_key=limit_key,
         priority=priority,  # type: ignore[arg-type]  # click.Choice guarantees the literal
         tenant=tenant,
+        keep_result=keep_result,
     )
     with _producer(limits) as client:
         result = client.enqueue_detailed(queue_name, request, durable=durable)
@@ -236,6 +245,7 @@ def render_job(info: JobInfo) -> str:
             ("priority", info.priority),
             ("tenant", info.tenant),
             ("payload", payload if len(payload) <= 2000 else payload[:2000] + " ..."),
+            ("keeps result", None if info.keep_result is None else fmt.span(info.keep_result)),
             ("last error", info.last_error),
             *fmt.malformed_fields(info.malformed),
         ]
@@ -243,14 +253,46 @@ def render_job(info: JobInfo) -> str:
 
 
 def show_job(queue_name: str, job_id: str, as_json: bool) -> None:
-    """Print one job (shared by ``job get`` and ``dlq show``)."""
+    """Print one job (shared by ``job get`` and ``dlq show``); a job that completed and kept
+    its result shows as completed, with it."""
     with open_client() as client:
         info = client.get(queue_name, job_id)
+        kept = client.result_info(queue_name, job_id) if info is None else None
+    if info is None and kept is not None:
+        click.echo(fmt.json_text(result_row(kept)) if as_json else render_result(kept))
+        return
     if info is None:
         raise click.ClickException(
-            f"job {job_id!r} not found in {queue_name} (completed, cancelled or unknown)"
+            f"job {job_id!r} not found in {queue_name} (completed without keep_result, "
+            "cancelled, its result expired, or unknown)"
         )
     show_info(info, as_json)
+
+
+def result_row(kept: JobResult) -> dict[str, Any]:
+    """A kept result as ``--json`` prints it: JobResult's fields, state completed, the finish
+    time as ISO."""
+    row: dict[str, Any] = {"state": "completed", **dataclasses.asdict(kept)}
+    row["finished"] = fmt.iso(kept.finished_ms)
+    return row
+
+
+def render_result(kept: JobResult) -> str:
+    value = orjson.dumps(kept.value).decode()
+    return fmt.fields(
+        [
+            ("id", kept.id),
+            ("queue", kept.queue),
+            ("partition", kept.partition),
+            ("state", "completed"),
+            ("type", kept.type),
+            ("attempt", kept.attempt),
+            ("finished", fmt.when(kept.finished_ms)),
+            ("result", value if len(value) <= 2000 else value[:2000] + " ...")
+            if kept.stored
+            else ("result", "not kept: " + (kept.error or "")),
+        ]
+    )
 
 
 def show_info(info: JobInfo, as_json: bool) -> None:
@@ -270,6 +312,37 @@ def job() -> None:
 def job_get(queue_name: str, job_id: str, as_json: bool) -> None:
     """Show a job: state, due time, attempts, payload, last error."""
     show_job(queue_name, job_id, as_json)
+
+
+@job.command("result")
+@queue_option()
+@click.argument("job_id", type=JOB_ID)
+@click.option(
+    "--wait",
+    "wait",
+    type=DURATION,
+    default=0.0,
+    show_default=True,
+    help="Wait this long for the job to end (0: answer at once).",
+)
+@JSON_OPTION
+@redis_options
+def job_result(queue_name: str, job_id: str, wait: float, as_json: bool) -> None:
+    """Print the result a job enqueued with --keep-result returned (its JSON), waiting up to
+    --wait for it.  Exits 1 with the reason when there is none: still running after the wait,
+    dead (with its last error), kept none, expired or unknown."""
+    from shardq.errors import ResultError
+
+    with open_client() as client:
+        try:
+            value = client.result(queue_name, job_id, timeout=wait)
+        except ResultError as exc:
+            raise click.ClickException(f"{type(exc).__name__}: {exc}") from None
+        kept = client.result_info(queue_name, job_id) if as_json else None
+    if as_json and kept is not None:
+        fmt.echo_json(result_row(kept))
+        return
+    click.echo(orjson.dumps(value).decode())
 
 
 @job.command("cancel")

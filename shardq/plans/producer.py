@@ -11,6 +11,7 @@ cached.
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
@@ -19,17 +20,19 @@ from shardq import names, tracing
 from shardq.config import ProducerSettings
 from shardq.errors import (
     BulkEnqueueError,
+    InvalidJobError,
     InvalidLimitError,
     JobMovingError,
     LayoutMovedError,
     NotDurableError,
+    ResultTimeoutError,
     ShardqError,
 )
-from shardq.jobs import EnqueueResult, JobInfo, JobRequest
+from shardq.jobs import EnqueueResult, JobInfo, JobRequest, JobResult
 from shardq.limits import Limit
 from shardq.names import Priority, check_limit_name, check_queue_name
 from shardq.plans import Plan, each, one
-from shardq.store import inspect, keys, producer, queues
+from shardq.store import inspect, keys, producer, queues, results
 from shardq.store.meta import QueueMeta
 from shardq.store.op import Call, Pause, Rounds, Waiting
 from shardq.store.producer import BulkCall, Outcome, PreparedEnqueue, QueueCache
@@ -576,3 +579,60 @@ def reschedule(
 def get(cache: QueueCache, queue: str, job_id: str) -> Plan[JobInfo | None]:
     names.check_job_id(job_id)
     return (yield from one_at_home(cache, queue, job_id, producer.get))
+
+
+def read_result(cache: QueueCache, queue: str, job_id: str) -> Plan[results.ResultRead]:
+    """One read of a job and its kept result, where the job is (see :func:`at_home`)."""
+    names.check_job_id(job_id)
+    return (yield from one_at_home(cache, queue, job_id, results.read))
+
+
+def result_info(cache: QueueCache, queue: str, job_id: str) -> Plan[JobResult | None]:
+    return (yield from read_result(cache, queue, job_id)).result
+
+
+#: How long a caller waiting for a result sleeps at most between two reads of it: the
+#: fallback for a publish it missed (a failover, a slot moved, no subscription allowed).
+RESULT_RECHECK = 5.0
+
+
+def result_deadline(timeout: float | None) -> float | None:
+    """The monotonic time a wait for a result ends (None: it does not); InvalidJobError for a
+    timeout that is not a number of seconds >= 0."""
+    if timeout is None:
+        return None
+    if (
+        isinstance(timeout, bool)
+        or not isinstance(timeout, int | float)
+        or not 0 <= timeout <= MAX_RESULT_WAIT
+    ):
+        raise InvalidJobError(
+            f"timeout must be 0..{MAX_RESULT_WAIT:.0f} seconds (0: do not wait), or None to "
+            f"wait until the job ends; got {timeout!r:.40}"
+        )
+    return time.monotonic() + timeout
+
+
+#: Longest wait a caller may ask for (a result is kept at most 30 days after the job ends).
+MAX_RESULT_WAIT = 366 * 86400.0
+
+
+def result_wait(
+    read: results.ResultRead, job_id: str, queue: str, deadline: float | None
+) -> tuple[bool, Any, float]:
+    """What to do after a read, for a caller waiting for the result: ``(True, value, 0)``
+    done; ``(False, None, seconds)`` sleep that long on the job's channel (at most
+    RESULT_RECHECK) and read again; raises the typed error of a job that ended without a
+    value (:func:`shardq.store.results.verdict`) or ResultTimeoutError past ``deadline``."""
+    done, value = results.verdict(read, job_id, queue)
+    if done:
+        return True, value, 0.0
+    left = RESULT_RECHECK if deadline is None else deadline - time.monotonic()
+    if left <= 0:
+        state = read.job.state if read.job is not None else "unknown"
+        raise ResultTimeoutError(
+            f"job {job_id} of {queue} has not ended within the timeout (it is {state}): wait "
+            "longer, or look again later with the same call",
+            job_id,
+        )
+    return False, None, min(left, RESULT_RECHECK)

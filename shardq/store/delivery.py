@@ -144,13 +144,21 @@ def _parse_fail(reply: Any) -> Failed:
 
 
 def fail(
-    pk: keys.PartitionKeys, entry_id: bytes, raw_id: bytes, delay_ms: int, error: str
+    pk: keys.PartitionKeys,
+    entry_id: bytes,
+    raw_id: bytes,
+    delay_ms: int,
+    error: str,
+    keeps_result: bool = False,
 ) -> Op[Failed]:
-    """Settle a failed job: back to due after ``delay_ms``, or dead when ``delay_ms`` < 0."""
+    """Settle a failed job: back to due after ``delay_ms``, or dead when ``delay_ms`` < 0.
+    ``keeps_result``: the job keeps its result, so a producer waiting for it is told when it
+    ends dead (on its result channel)."""
+    channel = pk.result(raw_id.decode(errors="replace")) if keeps_result else ""
     return op(
         "fail",
         [pk.ready, pk.jobs, pk.due, pk.dead, pk.errors, pk.stats],
-        [keys.WORKER_GROUP, entry_id, raw_id, delay_ms, error, pk.due_hint],
+        [keys.WORKER_GROUP, entry_id, raw_id, delay_ms, error, pk.due_hint, channel],
         _parse_fail,
     )
 

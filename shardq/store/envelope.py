@@ -32,6 +32,8 @@ from shardq.jobs import (
     MAX_ATTEMPT,
     MAX_ATTEMPTS_LIMIT,
     MAX_BACKOFF,
+    MAX_RESULT_RETENTION,
+    MIN_RESULT_RETENTION,
     Backoff,
     BackoffKind,
     split_flow,
@@ -82,12 +84,15 @@ class StoredOptions(NamedTuple):
     headers: dict[str, str]
     idempotency_key: str | None
     limit_key: str | None
+    keep_result: float | None = None
+    """Seconds the job's result is kept once it completes (body option ``r``, ms)."""
 
 
 def stored_options(body: dict[str, Any], bad: dict[str, str] | None = None) -> StoredOptions:
     """The options of a decoded body (:func:`decode_body`), checked as a producer writes them:
     max attempts an integer 1..MAX_ATTEMPTS_LIMIT, a backoff of [kind, base ms, cap ms] within
-    a year, headers of str to str, str keys.  An option no producer writes (a job stored by
+    a year, headers of str to str, str keys, a result retention of whole ms within
+    MIN/MAX_RESULT_RETENTION.  An option no producer writes (a job stored by
     hand or by a buggy release) raises ValueError naming it; with ``bad`` given, it is put
     there instead (option -> raw value shown) and read as not set."""
 
@@ -123,7 +128,19 @@ def stored_options(body: dict[str, Any], bad: dict[str, str] | None = None) -> S
             refuse(name, f"{what} {value!r:.40} is not a string")
             value = None
         keys_.append(value)
-    return StoredOptions(max_attempts, backoff, headers, keys_[0], keys_[1])
+    keep_result: float | None = None
+    if body.get("r") is not None:
+        try:
+            ms = numbers.integer(
+                json_number(body["r"], "result retention ms"),
+                round(MIN_RESULT_RETENTION * 1000),
+                round(MAX_RESULT_RETENTION * 1000),
+                what="result retention ms",
+            )
+            keep_result = ms / 1000
+        except numbers.BadNumber as exc:
+            refuse("r", str(exc))
+    return StoredOptions(max_attempts, backoff, headers, keys_[0], keys_[1], keep_result)
 
 
 def decode_body(raw: bytes | str) -> dict[str, Any]:

@@ -79,6 +79,12 @@ PARTITION_KINDS: tuple[str, ...] = (
 #: A partition's idempotency keys, ``{<partition tag>}:idem:<idempotency key>``: one per key,
 #: found by SCAN (:func:`queue_tags_pattern`).
 IDEM_KIND = "idem"
+#: A partition's kept results, ``{<partition tag>}:result:<job id>``: one per job that keeps
+#: its result (``keep_result``), expiring after its retention (lua/complete-4.lua); the key's
+#: name is also the sharded pub/sub channel a waiting producer hears the job end on.
+RESULT_KIND = "result"
+#: The kinds of a partition's keys kept one per item (found by SCAN, not listed by name).
+PER_ITEM_KINDS: tuple[str, ...] = (IDEM_KIND, RESULT_KIND)
 #: A queue's own keys, ``{sq:<queue>}:<kind>`` (:func:`queue_keys`).
 QUEUE_KINDS: tuple[str, ...] = (
     *("meta", "dispatchers", "drain", "workers", "workers:drain", "owners", "limits"),
@@ -356,12 +362,18 @@ class PartitionKeys:
 
     def all(self) -> list[str]:
         """Every key of the partition with a fixed name (:data:`PARTITION_KINDS`), for deleting
-        it in one call; its idempotency keys, one per key, are found by SCAN."""
+        it in one call; its idempotency keys and kept results, one key each, are found by
+        SCAN."""
         return ["{" + self.tag + "}:" + kind for kind in PARTITION_KINDS]
 
     def idem(self, idempotency_key: str) -> str:
         """String: idempotency key -> job id, expiring after the retention window."""
         return "{" + self.tag + "}:" + IDEM_KIND + ":" + idempotency_key
+
+    def result(self, job_id: str) -> str:
+        """String: a job's kept result, expiring after its retention; also the channel its
+        end is published on."""
+        return "{" + self.tag + "}:" + RESULT_KIND + ":" + job_id
 
     @property
     def idem_placeholder(self) -> str:
@@ -491,8 +503,8 @@ class Layout:
 
 def partition_pattern(queue: str, kind: str) -> str:
     """Every key of one kind of the queue's partitions (``idem``: its idempotency keys)."""
-    if kind == IDEM_KIND:
-        return "{sq:" + queue + ":*}:" + IDEM_KIND + ":*"
+    if kind in PER_ITEM_KINDS:
+        return "{sq:" + queue + ":*}:" + kind + ":*"
     if kind not in PARTITION_KINDS:
         raise ValueError(f"unknown partition key kind {kind!r}")
     return "{sq:" + queue + ":*}:" + kind

@@ -284,6 +284,7 @@ def prepare_enqueue(
         limit_key=req.limit_key,
         priority=req.priority,
         tenant=req.tenant,
+        keep_result=req.keep_result,
     )
     due = timed_due(schedule, body, compact) if req.job_id is None else None
     job_id, partition = route(layout.partitions, req.job_id, req.idempotency_key, due)
@@ -348,6 +349,7 @@ def prepare_many(
             limit_key=req.limit_key,
             priority=req.priority,
             tenant=req.tenant,
+            keep_result=req.keep_result,
         )
         due = timed_due(schedule, body, compact) if compact else None
         if due is None:
@@ -492,54 +494,57 @@ def reschedule(
 
 def get(pk: keys.PartitionKeys, job_id: str) -> Op[JobInfo | None]:
     """A snapshot of one job, or None once it completed, was cancelled, or never existed."""
+    return _get(pk, job_id, lambda reply: job_info(pk, job_id, *check(reply)))
+
+
+def job_info(
+    pk: keys.PartitionKeys, job_id: str, envelope: Any, due: Any, error: Any
+) -> JobInfo | None:
+    """A job's snapshot from the get script's reply (lua/includes/snapshot.lua), or None."""
     queue = pk.queue
-
-    def parse(reply: Any) -> JobInfo | None:
-        envelope, due, error = check(reply)
-        if envelope is None:
-            return None
-        env = envelope_codec.read(envelope)
-        if env.body_error is not None:
-            raise MalformedRecordError(
-                f"job {job_id!r} of {queue} has a malformed body ({env.body_error}): "
-                "`shardq job cancel` removes it"
-            )
-        body = env.body
-        # Numbers that are not what a producer writes are shown as they are (malformed), not
-        # fatal to the read: the job can still be looked at, cancelled or run again.
-        c = Checked()
-        c.bad.update(env.malformed)
-        attempt = env.attempt if env.attempt is not None else 0
-        options = stored_options(body, c.bad)
-        # The same rules as the inspector's listings (lua/list-due, list-retrying): in the due
-        # set with a last error is retrying, without one scheduled.
-        if due is not None:
-            state: jobmod.JobState = "scheduled" if error is None else "retrying"
-        elif env.state == envelope_codec.RUNNING:
-            state = "running"
-        elif env.state == envelope_codec.DEAD:
-            state = "dead"
-        else:
-            state = "ready"
-        return JobInfo(
-            id=job_id,
-            queue=queue,
-            partition=pk.partition,
-            state=state,
-            type=body["t"],
-            payload=body.get("p"),
-            attempt=attempt,
-            max_attempts=options.max_attempts,
-            due_ms=c.time_ms("due_ms", due) if due is not None else None,
-            last_error=as_text(error) if error is not None else None,
-            idempotency_key=options.idempotency_key,
-            priority=body.get("priority", "default"),
-            tenant=body.get("tenant"),
-            limit_key=options.limit_key,
-            malformed=c.bad,
+    if envelope is None:
+        return None
+    env = envelope_codec.read(envelope)
+    if env.body_error is not None:
+        raise MalformedRecordError(
+            f"job {job_id!r} of {queue} has a malformed body ({env.body_error}): "
+            "`shardq job cancel` removes it"
         )
-
-    return _get(pk, job_id, parse)
+    body = env.body
+    # Numbers that are not what a producer writes are shown as they are (malformed), not
+    # fatal to the read: the job can still be looked at, cancelled or run again.
+    c = Checked()
+    c.bad.update(env.malformed)
+    attempt = env.attempt if env.attempt is not None else 0
+    options = stored_options(body, c.bad)
+    # The same rules as the inspector's listings (lua/list-due, list-retrying): in the due
+    # set with a last error is retrying, without one scheduled.
+    if due is not None:
+        state: jobmod.JobState = "scheduled" if error is None else "retrying"
+    elif env.state == envelope_codec.RUNNING:
+        state = "running"
+    elif env.state == envelope_codec.DEAD:
+        state = "dead"
+    else:
+        state = "ready"
+    return JobInfo(
+        id=job_id,
+        queue=queue,
+        partition=pk.partition,
+        state=state,
+        type=body["t"],
+        payload=body.get("p"),
+        attempt=attempt,
+        max_attempts=options.max_attempts,
+        due_ms=c.time_ms("due_ms", due) if due is not None else None,
+        last_error=as_text(error) if error is not None else None,
+        idempotency_key=options.idempotency_key,
+        priority=body.get("priority", "default"),
+        tenant=body.get("tenant"),
+        limit_key=options.limit_key,
+        keep_result=options.keep_result,
+        malformed=c.bad,
+    )
 
 
 def _get(pk: keys.PartitionKeys, job_id: str, parse: Callable[[Any], T]) -> Op[T]:

@@ -25,6 +25,7 @@ from shardq import tracing
 from shardq.errors import HandlerTimeoutError, PermanentError, UnknownJobTypeError
 from shardq.jobs import Job
 from shardq.metrics import registry as metrics
+from shardq.store import results
 from shardq.store.delivery import BAD_ATTEMPT, Delivered
 from shardq.store.envelope import decode_body, stored_options
 from shardq.worker.context import Handler, WorkerContext
@@ -124,6 +125,7 @@ def build_job(
         fetched_redis_ms=redis_now,
         fetched_monotonic=monotonic_now,
         limit_key=options.limit_key,
+        keep_result=options.keep_result,
         priority=body.get("priority", "default"),
         tenant=body.get("tenant"),
     )
@@ -223,15 +225,15 @@ class Executor:
         self._observe_lateness(job, started)
         try:
             if self.traced:
-                tracing.run_sync(handler, job, self._lateness_ms(job, started))
+                value = tracing.run_sync(handler, job, self._lateness_ms(job, started))
             else:
-                handler(job)
+                value = handler(job)
         except Exception as exc:
             self._duration(job.type).observe(time.monotonic() - started)
             self._failed(d, exc)
             return
         self._duration(job.type).observe(time.monotonic() - started)
-        self._succeeded(d)
+        self._succeeded(d, value)
         if self.on_complete is not None:
             self.on_complete(job)
 
@@ -246,9 +248,9 @@ class Executor:
         coro = handler(job)
         try:
             step = coro.send(None)
-        except StopIteration:
+        except StopIteration as done:
             self._duration(job.type).observe(time.monotonic() - started)
-            self._succeeded(d)
+            self._succeeded(d, done.value)
             if self.on_complete is not None:
                 self.on_complete(job)
             return
@@ -258,8 +260,11 @@ class Executor:
             return
         d.task = self._spawn(self._execute(d, _Resume(coro, step), started))
 
-    def _succeeded(self, d: Delivery) -> None:
-        """The handler returned: its ack is buffered and its running slots go back at once."""
+    def _succeeded(self, d: Delivery, value: Any = None) -> None:
+        """The handler returned ``value``: its ack is buffered (with its result record, when
+        the job keeps its result) and its running slots go back at once."""
+        if d.job.keep_result is not None:
+            d.result = results.record(d.job, value, self.settings.max_result_bytes)
         self.settler.succeeded(d)
         if d.slots:
             self.limiter.finished(d)
@@ -287,19 +292,20 @@ class Executor:
             started = time.monotonic()
             self._observe_lateness(job, started)
         try:
+            value: Any = None
             if resume is not None:
-                await resume
+                value = await resume
             elif handler is None:
                 raise UnknownJobTypeError(
                     f"no handler for job type {job.type!r} on this worker: register one with "
                     f"worker.register({job.type!r}, fn) (known: {sorted(self.handlers)})"
                 )
             elif self.traced:
-                await tracing.run_async(
+                value = await tracing.run_async(
                     lambda: self._call(handler, job), job, self._lateness_ms(job, started)
                 )
             else:
-                await self._call(handler, job)
+                value = await self._call(handler, job)
         except asyncio.CancelledError:
             if d.timed_out:
                 # The watchdog stopped a handler that ran over handler_timeout: retry it.
@@ -320,7 +326,7 @@ class Executor:
             self._failed(d, exc)
             return
         self._duration(job.type).observe(time.monotonic() - started)
-        self._succeeded(d)
+        self._succeeded(d, value)
         if self.on_complete is not None:
             self.on_complete(job)
 
@@ -339,10 +345,11 @@ class Executor:
             known = self._async[handler] = inspect.iscoroutinefunction(handler)
         return known
 
-    async def _call(self, handler: Handler, job: Job) -> None:
+    async def _call(self, handler: Handler, job: Job) -> Any:
+        """The handler's return value (awaited, for an async one or a sync one returning an
+        awaitable)."""
         if self._is_async(handler):
-            await handler(job)
-            return
+            return await handler(job)
         if self._pool is None:
             self._pool = ThreadPoolExecutor(
                 self.settings.concurrency, thread_name_prefix="shardq-job"
@@ -358,7 +365,8 @@ class Executor:
         else:
             result = await loop.run_in_executor(self._pool, handler, job)
         if inspect.isawaitable(result):
-            await result
+            return await result
+        return result
 
     def watchdog(self) -> None:
         """Cancel handlers running longer than handler_timeout."""

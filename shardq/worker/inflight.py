@@ -30,6 +30,7 @@ class Delivery:
     finished: bool = False  # the handler returned or raised; only the settle is left
     reserved: bool = False  # its start was reserved by a rate limit: run without asking again
     slots: list[Limit] = field(default_factory=list)  # concurrency limits it holds a slot of
+    result: bytes | None = None  # its result record, when the job keeps its result
 
 
 @dataclass(slots=True)

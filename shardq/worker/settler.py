@@ -29,7 +29,7 @@ from shardq.jobs import DEFAULT_BACKOFF, Backoff
 from shardq.logs import log_event
 from shardq.metrics import registry as metrics
 from shardq.runtime.budget import worker_share
-from shardq.store import delivery, faults, numbers
+from shardq.store import delivery, faults, numbers, results
 from shardq.store.op import Op
 from shardq.worker.context import WorkerContext
 from shardq.worker.inflight import Delivery
@@ -101,6 +101,28 @@ def retry_delay_ms(
     return round(min(max(delay, 0.0), MAX_RETRY_DELAY) * 1000)
 
 
+def _completion(d: Delivery) -> tuple[bytes, bytes, int, bytes]:
+    """A result-keeping delivery as the complete script takes it."""
+    assert d.result is not None and d.job.keep_result is not None
+    return d.entry_id, d.raw_id, round(d.job.keep_result * 1000), d.result
+
+
+def _complete_chunks(kept: list[Delivery]) -> list[list[Delivery]]:
+    """Result-keeping deliveries in complete calls of at most MAX_COMPLETE jobs and (but for a
+    single larger one) MAX_COMPLETE_BYTES of records."""
+    chunks: list[list[Delivery]] = []
+    size = 0
+    for d in kept:
+        n = len(d.result or b"")
+        full = len(chunks[-1]) >= results.MAX_COMPLETE if chunks else True
+        if full or size + n > results.MAX_COMPLETE_BYTES:
+            chunks.append([])
+            size = 0
+        chunks[-1].append(d)
+        size += n
+    return chunks
+
+
 class Settler:
     """Acks in batches, failures one by one with resends; counts what was written."""
 
@@ -137,16 +159,20 @@ class Settler:
     # successes -----------------------------------------------------------------------------
 
     def succeeded(self, d: Delivery) -> None:
-        """The handler returned: buffer the ack for the partition's next round trip."""
+        """The handler returned: buffer the ack for the partition's next round trip.  A job
+        that keeps its result (``d.result``) does not linger: a producer may be waiting for it,
+        so its partition's acks go with the next round (as a complete call)."""
         self.inflight.mark_finished(d)
         batch = self.acks.get(d.partition)
         if batch is None:
             batch = self.acks[d.partition] = []
-        if not batch:
+        if d.result is not None:
+            self.ack_since[d.partition] = 0.0
+        elif not batch:
             self.ack_since[d.partition] = time.monotonic()
         batch.append(d)
         self.pending_acks += 1
-        if len(batch) == 1 or self.pending_acks == self.ack_bound:
+        if len(batch) == 1 or self.pending_acks == self.ack_bound or d.result is not None:
             self.wake(d.partition)
 
     def take_for_read(self, partition: int) -> list[Delivery]:
@@ -155,6 +181,12 @@ class Settler:
         batch = self.acks.get(partition)
         if not batch:
             return []
+        if any(d.result is not None for d in batch):
+            # Jobs keeping a result settle through the complete script (take_acks), now.
+            plain = [d for d in batch if d.result is None]
+            part, rest = plain[: delivery.MAX_ACK], plain[delivery.MAX_ACK :]
+            self.acks[partition] = rest + [d for d in batch if d.result is not None]
+            return part
         part, rest = batch[: delivery.MAX_ACK], batch[delivery.MAX_ACK :]
         if rest:
             self.acks[partition] = rest
@@ -182,6 +214,12 @@ class Settler:
             self.ack_since.pop(p, None)
             if not batch:
                 continue
+            kept = [d for d in batch if d.result is not None]
+            if kept:
+                batch = [d for d in batch if d.result is None]
+                for part in _complete_chunks(kept):
+                    taken.append((p, part))
+                    ops.append(results.complete(self.pks[p], [_completion(d) for d in part]))
             for lo in range(0, len(batch), delivery.MAX_ACK):
                 part = batch[lo : lo + delivery.MAX_ACK]
                 taken.append((p, part))
@@ -236,7 +274,14 @@ class Settler:
         job = d.job
         delay_ms = retry_delay_ms(exc, job.attempt, job.max_attempts, job.backoff)
         text = describe(exc, self.settings.max_error_bytes)
-        op = delivery.fail(self.pks[d.partition], d.entry_id, d.raw_id, delay_ms, text)
+        op = delivery.fail(
+            self.pks[d.partition],
+            d.entry_id,
+            d.raw_id,
+            delay_ms,
+            text,
+            keeps_result=job.keep_result is not None,
+        )
         deadline = time.monotonic() + self.settings.settle_window
         attempt = 0
         while True:

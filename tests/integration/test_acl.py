@@ -45,6 +45,7 @@ MAY_CALL: dict[str, frozenset[str]] = {
     "cancel": PRODUCER,
     "reschedule": PRODUCER,
     "get": PRODUCER | VIEWER,
+    "result": PRODUCER | VIEWER,
     # (a dispatcher writes the schedule keys anyway: it fires them)
     "schedule-put": PRODUCER | DISPATCHER,
     # (the "scan" read of the listings: dispatchers read only the due ones)
@@ -64,6 +65,7 @@ MAY_CALL: dict[str, frozenset[str]] = {
     # workers
     "fetch": WORKER,
     "ack": WORKER,
+    "complete": WORKER,
     "fail": WORKER,
     "touch": WORKER,
     "reclaim": WORKER,
@@ -437,7 +439,7 @@ def test_an_oversized_call_is_refused_at_once_and_the_node_keeps_answering(
     n = max(10 * lua.max_argv, 5000)
     pad = good.argv[-2:] if len(good.argv) >= 2 else ["1", "1"]
     argv = list(good.argv) + [pad[i % 2] for i in range(n - len(good.argv))]
-    command = _resp("FCALL", lua.function, lua.num_keys, *good.keys, *argv)
+    command = _resp("FCALL", lua.function, len(good.keys), *good.keys, *argv)
 
     where = cluster_client.redis.get_node_from_key(good.route_key)
     host, port = where.host, int(where.port)

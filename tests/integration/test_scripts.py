@@ -102,9 +102,9 @@ def test_every_function_refuses_more_arguments_than_its_cap_before_anything(
     over = ["1"] * (lua.max_argv + 1)
     reply = r.execute_command("FCALL", lua.function, lua.num_keys, *names, *over)
     assert reply == [-15, b"ARGV", lua.max_argv + 1, lua.max_argv], reply
-    extra = [*names, tag + "extra"]
+    extra = [*names, *(f"{tag}extra{i}" for i in range(lua.max_keys - lua.num_keys + 1))]
     reply = r.execute_command("FCALL", lua.function, len(extra), *extra, *over[:1])
-    assert reply == [-15, b"KEYS", lua.num_keys + 1, lua.num_keys], reply
+    assert reply == [-15, b"KEYS", lua.max_keys + 1, lua.max_keys], reply
     assert not list(r.scan_iter(match=tag + "*"))
     with pytest.raises(ScriptArgumentError, match="at most"):
         check(reply)

@@ -16,7 +16,7 @@ from shardq.client import Client
 from shardq.config import ProducerSettings
 from shardq.jobs import JobRequest
 from shardq.schedules import make_definition
-from shardq.store import delivery, fleet, inspect, keys, producer, transport
+from shardq.store import delivery, fleet, inspect, keys, producer, results, transport
 from shardq.store import limits as store_limits
 from shardq.store import resize as store_resize
 from shardq.store import schedules as sched
@@ -125,6 +125,10 @@ OPS: dict[str, Callable[[State], Op[Any]]] = {
     "queue-create": lambda s: producer.queue_create(s.queue + "-new", 2),
     "fetch": lambda s: delivery.fetch(s.pk, "c2", 10),
     "ack": lambda s: delivery.ack(s.pk, [(s.pending_entry, s.pending_id)]),
+    "complete": lambda s: results.complete(
+        s.pk, [(s.pending_entry, s.pending_id, 60_000, b'{"t":"t","a":1,"v":1}')]
+    ),
+    "result": lambda s: results.read(keys.partition_keys(s.queue, 0, 1), s.scheduled),
     "fail": lambda s: delivery.fail(s.pk, s.pending_entry, s.pending_id, 1000, "err"),
     "touch": lambda s: delivery.touch(s.pk, "c1", [s.pending_entry]),
     "reclaim": lambda s: delivery.reclaim(

@@ -1,0 +1,182 @@
+"""Kept results: the record a worker stores for a job that keeps its result, and the read of it.
+
+A job enqueued with ``keep_result=<seconds>`` (body option ``r``) is settled by
+lua/complete-4.lua instead of an ack: its result record is stored under the job's result key
+(:meth:`shardq.store.keys.PartitionKeys.result`) as ``<finished ms>|<record JSON>``, expiring
+after the retention (Redis expires it: no sweeper), and the key's name is published on (sharded
+pub/sub, the partition's slot) for a producer waiting on it.  A job that ends dead keeps its
+envelope and last error as every dead job does (its result is read from them: no record), and
+the fail script publishes on the same channel (lua/fail-6.lua ARGV[7]).
+
+The record is ``{"t": type, "a": attempt, "v": value}``, or, when the return value could not be
+kept (over ``max_result_bytes``, or not JSON), ``{"t", "a", "x": error type, "m": message}``:
+the job still completed (its handler ran, a retry would run it again), and the result says why
+there is none.  Queues that keep no result never write, read or publish any of this.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import orjson
+
+from shardq.errors import (
+    JobFailedError,
+    MalformedRecordError,
+    ResultNotFoundError,
+    ResultNotKeptError,
+    ResultNotStoredError,
+)
+from shardq.jobs import Job, JobInfo, JobResult
+from shardq.store import keys, producer
+from shardq.store.codes import check
+from shardq.store.numbers import Checked, shown
+from shardq.store.op import Op, op
+
+#: Jobs per complete call (lua/complete-4.lua's Max KEYS: 4 + 1 per job).
+MAX_COMPLETE = 100
+#: Bytes of result records per complete call: a call of 100 results of 64 KiB would hold the
+#: primary ~10 ms; the settler splits a batch at this size.
+MAX_COMPLETE_BYTES = 1024 * 1024
+
+
+def record(job: Job, value: Any, max_bytes: int) -> bytes:
+    """The result record of ``job`` whose handler returned ``value`` (see the module
+    docstring); never raises: a value that cannot be kept gives a record saying why."""
+    head = {"t": job.type, "a": job.attempt}
+    try:
+        data = orjson.dumps({**head, "v": value})
+    except (TypeError, orjson.JSONEncodeError) as exc:
+        return orjson.dumps(
+            {
+                **head,
+                "x": "ResultNotSerializableError",
+                "m": f"the handler returned {type(value).__name__}, which JSON cannot carry "
+                f"({exc}): return dicts, lists, str, int, float, bool or None",
+            }
+        )
+    if len(data) > max_bytes:
+        return orjson.dumps(
+            {
+                **head,
+                "x": "ResultTooLargeError",
+                "m": f"the result encodes to {len(data)} bytes, over max_result_bytes "
+                f"({max_bytes}): store large results elsewhere and return a reference, or "
+                "raise the worker's max_result_bytes",
+            }
+        )
+    return data
+
+
+def complete(pk: keys.PartitionKeys, entries: list[tuple[bytes, bytes, int, bytes]]) -> Op[int]:
+    """Settle succeeded jobs that keep their result: (entry id, job id, retention ms, record)
+    each, at most MAX_COMPLETE; the op returns how many were still pending."""
+    if len(entries) > MAX_COMPLETE:
+        raise ValueError(f"at most {MAX_COMPLETE} results per call, got {len(entries)}")
+    result_keys = [pk.result(raw.decode(errors="replace")) for _, raw, _, _ in entries]
+    argv: list[Any] = [keys.WORKER_GROUP]
+    for entry_id, raw_id, retention_ms, data in entries:
+        argv += [entry_id, raw_id, retention_ms, data]
+    return op(
+        "complete",
+        [pk.ready, pk.jobs, pk.errors, pk.stats, *result_keys],
+        argv,
+        lambda r: int(check(r)[0]),
+    )
+
+
+class ResultRead(NamedTuple):
+    """One read of a job and its kept result (lua/result-6.lua): the job's snapshot while it
+    is stored (waiting, running, retrying or dead), its result once it completed, and the
+    channel its end is published on."""
+
+    job: JobInfo | None
+    result: JobResult | None
+    channel: str
+
+
+def parse_record(pk: keys.PartitionKeys, job_id: str, raw: bytes | str) -> JobResult:
+    """A stored result (``<finished ms>|<record JSON>``); MalformedRecordError for one no
+    worker writes."""
+    data = raw if isinstance(raw, bytes) else str(raw).encode()
+    bar = data.find(b"|")
+    c = Checked()
+    finished = c.integer("finished_ms", data[:bar] if bar > 0 else b"", None, 0, 2**53)
+    try:
+        body = orjson.loads(data[bar + 1 :]) if bar > 0 else None
+    except orjson.JSONDecodeError:
+        body = None
+    if not isinstance(body, dict) or not isinstance(body.get("t"), str):
+        raise MalformedRecordError(
+            f"the result of job {job_id!r} of {pk.queue} is not a result record "
+            f"({shown(data)}): delete {pk.result(job_id)} by hand"
+        )
+    attempt = body.get("a")
+    stored = "x" not in body
+    return JobResult(
+        id=job_id,
+        queue=pk.queue,
+        partition=pk.partition,
+        type=body["t"],
+        attempt=attempt if isinstance(attempt, int) and not isinstance(attempt, bool) else None,
+        finished_ms=finished,
+        value=body.get("v") if stored else None,
+        stored=stored,
+        error=None if stored else f"{body.get('x')}: {body.get('m')}",
+    )
+
+
+def verdict(read: ResultRead, job_id: str, queue: str) -> tuple[bool, Any]:
+    """What a read says to a caller waiting for the job's result: ``(True, value)`` once it
+    completed with its result kept, ``(False, None)`` while it may still end (waiting, running
+    or retrying); raises the typed error of every other case (see :mod:`shardq.errors`):
+    JobFailedError (dead), ResultNotStoredError (completed, its value could not be kept),
+    ResultNotKeptError (it keeps no result), ResultNotFoundError (no job, no result)."""
+    if read.result is not None:
+        if read.result.stored:
+            return True, read.result.value
+        reason = (read.result.error or "").split(":", 1)[0]
+        raise ResultNotStoredError(
+            f"job {job_id} of {queue} completed but its result was not kept: {read.result.error}",
+            job_id,
+            reason,
+        )
+    job = read.job
+    if job is None:
+        raise ResultNotFoundError(
+            f"no job {job_id} in {queue} and no result kept for it: it never existed, was "
+            "cancelled, completed without keep_result, or its result expired after the "
+            "retention it was enqueued with",
+            job_id,
+        )
+    if job.state == "dead":
+        raise JobFailedError(
+            f"job {job_id} of {queue} is dead (attempt {job.attempt}): {job.last_error}",
+            job_id,
+            job.last_error,
+        )
+    if job.keep_result is None:
+        raise ResultNotKeptError(
+            f"job {job_id} of {queue} was enqueued without keep_result: it will keep no "
+            "result to wait for (enqueue with keep_result=<seconds>, or declare the task so)",
+            job_id,
+        )
+    return False, None
+
+
+def read(pk: keys.PartitionKeys, job_id: str) -> Op[ResultRead]:
+    """A job's snapshot and its kept result, read together (lua/result-6.lua); E_LAYOUT_MOVED
+    and E_JOB_MOVING as the get script (:func:`shardq.store.producer.get`)."""
+
+    def parse(reply: Any) -> ResultRead:
+        envelope, due, error, kept = check(reply)
+        job = producer.job_info(pk, job_id, envelope, due, error)
+        result = parse_record(pk, job_id, kept) if kept is not None else None
+        return ResultRead(job, result, pk.result(job_id))
+
+    return op(
+        "result",
+        [pk.jobs, pk.due, pk.errors, pk.ctl, pk.moving, pk.result(job_id)],
+        [job_id],
+        parse,
+    )
