@@ -7,7 +7,7 @@ from shardq.connection import connect, connect_async
 from shardq.dispatcher import Dispatcher
 from shardq.errors import PermanentError, RetryAfter, ShardqError
 from shardq.inspector import AsyncInspector, Inspector
-from shardq.jobs import Backoff, EnqueueResult, Job, JobInfo, JobRequest
+from shardq.jobs import Backoff, EnqueueResult, Job, JobInfo, JobRequest, JobResult
 from shardq.limits import Limit
 from shardq.worker import Worker, inline
 
@@ -23,6 +23,7 @@ __all__ = [
     "Job",
     "JobInfo",
     "JobRequest",
+    "JobResult",
     "Limit",
     "PermanentError",
     "ProducerSettings",

@@ -16,7 +16,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 from shardq.errors import InvalidCursorError, QueueInUseError
-from shardq.jobs import JobInfo
+from shardq.jobs import JobInfo, JobResult
 from shardq.plans import inspect as plans
 from shardq.plans import producer as producer_plans
 from shardq.plans import twin_of
@@ -81,6 +81,11 @@ class Inspector:
         """One job by id (None: finished, cancelled or never existed)."""
         plan = producer_plans.get(self.client._queues, queue, job_id)
         return self.client._drive(plan, f"reading job {job_id}")
+
+    def result(self, queue: str, job_id: str) -> JobResult | None:
+        """A completed job's kept result (enqueued with ``keep_result``), or None."""
+        plan = producer_plans.result_info(self.client._queues, queue, job_id)
+        return self.client._drive(plan, f"reading the result of job {job_id}")
 
     def find(self, queue: str, idempotency_key: str) -> JobInfo | None:
         """The job enqueued with ``idempotency_key`` while the key is retained, else None."""
@@ -180,6 +185,10 @@ class AsyncInspector:
     async def get(self, queue: str, job_id: str) -> JobInfo | None:
         plan = producer_plans.get(self.client._queues, queue, job_id)
         return await self.client._drive(plan, f"reading job {job_id}")
+
+    async def result(self, queue: str, job_id: str) -> JobResult | None:
+        plan = producer_plans.result_info(self.client._queues, queue, job_id)
+        return await self.client._drive(plan, f"reading the result of job {job_id}")
 
     async def find(self, queue: str, idempotency_key: str) -> JobInfo | None:
         plan = plans.find(self.client._queues, queue, idempotency_key)

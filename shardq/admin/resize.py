@@ -25,7 +25,7 @@ from shardq.plans import resize as plans
 from shardq.plans.resize import ResizeError, State
 from shardq.runtime.identity import member_id
 from shardq.runtime.process import LAYOUT_CHECK
-from shardq.store import fleet, transport
+from shardq.store import fleet, keys, transport
 from shardq.store import resize as ops
 
 log = logging.getLogger("shardq.resize")
@@ -41,6 +41,7 @@ class Progress:
     rounds: int = 0
     moved: int = 0  # records this driver stored in the new generation
     idempotency_moved: int = 0
+    results_moved: int = 0
     waiting: int = 0  # what the old generation still holds for the resize to move
     running: int = 0  # ready and running jobs the fleet still drains in place
     longest_ms: float = 0.0  # the slowest round of calls
@@ -243,6 +244,12 @@ class Resizer:
             progress.running = sum(lf.jobs for lf in lefts)
             self._report(progress)
             if all(lf.empty for lf in lefts):
+                # Results kept by jobs that completed in the old generation, the last ones
+                # included (nothing runs there now): after the commit no read looks there.
+                progress.results_moved += drive(
+                    plans.move_idempotency(self.queue, was, routes(), keys.RESULT_KIND),
+                    "moving kept results",
+                )
                 was = drive(plans.commit(self.client._queues, self.queue, was), "committing")
                 final = self._retire(was)
                 log_event(

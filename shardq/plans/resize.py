@@ -11,7 +11,9 @@
 2. :func:`move_round`, again and again: take a batch of waiting work out of each old partition
    (schedules, due jobs, retrying, compact members, dead letters), store each record in its
    partition of the new generation, drop the batch; then :func:`move_idempotency` copies the
-   idempotency records.  Ready and running jobs are drained in place by the fleet.
+   idempotency records and the kept results (again once the old partitions are empty: a job
+   that completed last in the old generation kept its result there).  Ready and running jobs
+   are drained in place by the fleet.
 3. :func:`commit` once every old partition is empty: the meta stops naming the old generation,
    its keys are deleted but for the sealed control hashes (tombstones that redirect a process
    whose meta is older).
@@ -130,6 +132,7 @@ def begin(cache: QueueCache, queue: str, partitions: int) -> Plan[State]:
                 "started_ms": int(time.time() * 1000),
                 "moved": 0,
                 "idempotency_moved": 0,
+                "results_moved": 0,
                 "rounds": 0,
             },
         )
@@ -229,12 +232,16 @@ def move_round(
     return done
 
 
-def move_idempotency(queue: str, was: State, routes: list[str]) -> Plan[int]:
+def move_idempotency(
+    queue: str, was: State, routes: list[str], kind: str = keys.IDEM_KIND
+) -> Plan[int]:
     """Copy every idempotency record of the old generation to the key's partition in the new
     one (with its remaining retention), then delete the old record; returns how many moved.
-    ``routes``: one key per primary (:func:`shardq.store.transport.primary_routes`)."""
+    With ``kind`` ``result``: the kept results, each to its job id's partition (where a
+    by-id read looks once the old generation is gone).  ``routes``: one key per primary
+    (:func:`shardq.store.transport.primary_routes`)."""
     old, new = was.generation("from"), was.generation("to")
-    pattern = ops.idem_pattern(queue, old[0])
+    pattern = ops.idem_pattern(queue, old[0], kind)
     cursors = dict.fromkeys(routes, "0")
     moved = 0
     while cursors:
@@ -256,17 +263,19 @@ def move_idempotency(queue: str, was: State, routes: list[str]) -> Plan[int]:
         copied: list[str] = []
         for i, name in enumerate(found):
             job_id, ttl = reads[2 * i], reads[2 * i + 1]
-            key = ops.idem_key_of(name)
+            key = ops.idem_key_of(name, kind)
             if key is None or job_id is None:
                 continue
             target = keys.partition_keys(queue, keys.partition_for(key, new[1]), new[1], new[0])
-            copies.append(ops.idem_copy(target.idem(key), job_id, ttl if ttl > 0 else 1))
+            to = target.idem(key) if kind == keys.IDEM_KIND else target.result(key)
+            copies.append(ops.idem_copy(to, job_id, ttl if ttl > 0 else 1))
             copied.append(name)
         ok((yield copies))
         yield from each([queues.unlink([name]) for name in copied])
         moved += len(copied)
     if moved:
-        yield from one(ops.state_add(queue, "idempotency_moved", moved))
+        counter = "idempotency_moved" if kind == keys.IDEM_KIND else "results_moved"
+        yield from one(ops.state_add(queue, counter, moved))
     return moved
 
 

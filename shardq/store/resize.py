@@ -155,19 +155,20 @@ def retire(pk: keys.PartitionKeys) -> Command[int]:
     return cmd("UNLINK", *(k for k in pk.all() if k != pk.ctl), parse=int)
 
 
-# idempotency records: moved one by one (each a string of its own), copy first ----------------
+# idempotency records and kept results: moved one by one (each a string of its own), copy first
 
 
-def idem_pattern(queue: str, generation: int) -> str:
-    """SCAN MATCH for one generation's idempotency keys (generation 0's tags start with a
-    digit after ``sq:<queue>:``, a resize's with ``g<generation>.``)."""
+def idem_pattern(queue: str, generation: int, kind: str = keys.IDEM_KIND) -> str:
+    """SCAN MATCH for one generation's idempotency keys (or kept results: ``kind``
+    ``result``); generation 0's tags start with a digit after ``sq:<queue>:``, a resize's
+    with ``g<generation>.``."""
     head = keys.generation_prefix(queue, generation)
     first = "[0-9]" if generation == 0 else ""
-    return "{" + head + first + "*}:" + keys.IDEM_KIND + ":*"
+    return "{" + head + first + "*}:" + kind + ":*"
 
 
 def idem_read(name: str) -> Command[str | None]:
-    """An idempotency record's job id (None: it expired meanwhile)."""
+    """An idempotency record's job id, or a kept result (None: it expired meanwhile)."""
     return cmd("GET", name, parse=lambda r: None if r is None else as_text(r))
 
 
@@ -181,9 +182,10 @@ def idem_copy(name: str, job_id: str, ttl_ms: int) -> Command[bool]:
     return cmd("SET", name, job_id, "PX", max(ttl_ms, 1), "NX", parse=lambda r: r is not None)
 
 
-def idem_key_of(name: str) -> str | None:
-    """The idempotency key of an idempotency record's key name."""
-    marker = "}:" + keys.IDEM_KIND + ":"
+def idem_key_of(name: str, kind: str = keys.IDEM_KIND) -> str | None:
+    """The idempotency key of an idempotency record's key name (the job id of a kept
+    result's: ``kind`` ``result``)."""
+    marker = "}:" + kind + ":"
     at = name.find(marker)
     return None if at == -1 else name[at + len(marker) :]
 

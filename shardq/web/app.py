@@ -461,33 +461,48 @@ async def dead_page(request: Request) -> Response:
 
 async def job_page(request: Request) -> Response:
     queue, job_id = _queue(request), _job_id(request)
+    client = _console(request).connected
     try:
-        info = await _console(request).connected.get(queue, job_id)
+        info = await client.get(queue, job_id)
+        kept = await client.result_info(queue, job_id) if info is None else None
     except ValueError as exc:
         return _error(request, 400, "Invalid job id", str(exc))
+    if info is None and kept is not None:
+        # Completed, and it kept its result (keep_result): the result is all that is left.
+        return _page(request, "job.html", queue=queue, job=None, kept=kept,
+                     result=_pretty(kept.value) if kept.stored else None, live=None)  # fmt: skip
     if info is None:
         return _error(
             request, 404, "Job not found", f"job {job_id!r} is not in queue {queue!r}: it "
-            "finished, was cancelled, or never existed",
+            "completed without keeping its result, was cancelled, or never existed",
         )  # fmt: skip
     return _page(
         request,
         "job.html",
         queue=queue,
         job=info,
-        payload=json.dumps(info.payload, indent=2, sort_keys=True, ensure_ascii=False),
+        kept=None,
+        payload=_pretty(info.payload),
         live=job_url(queue, job_id, live=True),
     )
 
 
+def _pretty(value: Any) -> str:
+    return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False)
+
+
 async def job_live(request: Request) -> Response:
     queue, job_id = _queue(request), _job_id(request)
+    client = _console(request).connected
+    kept = None
     try:
-        info = await _console(request).connected.get(queue, job_id)
+        info = await client.get(queue, job_id)
+        if info is None:
+            kept = await client.result_info(queue, job_id)
     except ValueError:
         info = None
-    html = _fragment(request, "_job_facts.html", queue=queue, job=info)
-    state = info.state if info else "gone"
+    html = _fragment(request, "_job_facts.html", queue=queue, job=info, kept=kept)
+    state = info.state if info else "completed" if kept else "gone"
     return JSONResponse({"data": {"state": state}, "regions": {"facts": html}})
 
 

@@ -215,3 +215,34 @@ def test_cli_enqueue_keep_result_job_result_and_job_get(
     assert re.search(r"state: +completed", human) and re.search(r'result: +\{"n":42\}', human)
     missing = run("job", "result", "-q", queue, "nosuchjob123", "--url", url)
     assert "ResultNotFoundError" in assert_one_line_error(missing)
+
+
+def test_kept_results_follow_a_resize(cluster_client: Client, cluster_url: str, queue: str) -> None:
+    """Results kept in the old generation move with its idempotency records, with their
+    remaining retention: after the commit a by-id read finds each in the new generation."""
+    from shardq.admin.resize import Resizer
+
+    client = cluster_client
+    client.create_queue(queue, partitions=4)
+    with Runner(cluster_url, queue, {"echo": lambda job: {"echo": job.payload}}):
+        ids = [client.enqueue(queue, "echo", i, keep_result=600) for i in range(30)]
+        assert [client.result(queue, j, timeout=15) for j in ids] == [
+            {"echo": i} for i in range(30)
+        ]
+    old = set(result_keys(client, queue))
+    assert len(old) == 30
+    admin = Client.from_url(cluster_url)
+    try:
+        final = Resizer(admin, queue).run(8)
+    finally:
+        admin.close()
+    assert final.phase == "done"
+    fresh = Client.from_url(cluster_url)
+    try:
+        assert [fresh.result(queue, j, timeout=0) for j in ids] == [{"echo": i} for i in range(30)]
+    finally:
+        fresh.close()
+    now = set(result_keys(client, queue))
+    assert len(now) == 30 and not now & old
+    for name in now:
+        assert 0 < client.redis.pttl(name) <= 600_000

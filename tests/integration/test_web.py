@@ -300,3 +300,22 @@ def test_the_job_page_shows_priority_tenant_and_limit_key(
     assert re.search(r"<dt>priority</dt><dd>high</dd>", html), html
     assert "acme" in html and "api.example.com" in html
     assert "<dt>priority</dt>" not in ro.get(f"/q/{queue}/job/{plain}").text
+
+
+def test_the_job_page_shows_a_kept_result_once_the_job_completed(
+    ro: TestClient, cluster_client: Client, cluster_url: str, queue: str
+) -> None:
+    from support.helpers import Runner
+
+    cluster_client.create_queue(queue, 2)
+    job = cluster_client.enqueue(queue, "render", {"page": 3}, delay=600, keep_result=300)
+    waiting = ro.get(f"/q/{queue}/job/{job}").text
+    assert re.search(r"<dt>keeps result</dt><dd>300 s", waiting), waiting
+    cluster_client.reschedule(queue, job, delay=0)
+    with Runner(cluster_url, queue, {"render": lambda j: {"url": f"/pages/{j.payload['page']}"}}):
+        assert cluster_client.result(queue, job, timeout=15) == {"url": "/pages/3"}
+    page = ro.get(f"/q/{queue}/job/{job}")
+    assert page.status_code == 200
+    assert re.search(r'id="job-state">completed<', page.text), page.text
+    assert "&#34;url&#34;: &#34;/pages/3&#34;" in page.text or '"url": "/pages/3"' in page.text
+    assert ro.get(f"/live/q/{queue}/job/{job}").json()["data"]["state"] == "completed"
