@@ -9,6 +9,7 @@ from shardq.errors import PermanentError, RetryAfter, ShardqError
 from shardq.inspector import AsyncInspector, Inspector
 from shardq.jobs import Backoff, EnqueueResult, Job, JobInfo, JobRequest, JobResult
 from shardq.limits import Limit
+from shardq.tasks import Task, Tasks
 from shardq.worker import Worker, inline
 
 __all__ = [
@@ -30,6 +31,8 @@ __all__ = [
     "RedisSettings",
     "RetryAfter",
     "ShardqError",
+    "Task",
+    "Tasks",
     "Worker",
     "WorkerSettings",
     "connect",

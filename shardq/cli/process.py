@@ -236,7 +236,8 @@ def worker() -> None:
     "handlers_spec",
     required=True,
     envvar="SHARDQ_HANDLERS",
-    help="module:attribute holding a dict {job type: handler} or a callable(worker).",
+    help="module:attribute holding a dict {job type: handler}, a shardq.Tasks (declared "
+    "tasks, with their timeouts) or a callable(worker).",
 )
 @_process_options
 @settings_options(WorkerSettings, "SHARDQ_WORKER_")
@@ -253,18 +254,23 @@ def worker_run(
     """Run jobs of the queue until SIGTERM/SIGINT, then finish in-flight jobs within the grace.
 
     Every setting can also come from the environment (SHARDQ_WORKER_<SETTING>)."""
+    from shardq.tasks import Tasks
     from shardq.worker import Worker
 
     handlers = load_handlers(handlers_spec)
-    if not (isinstance(handlers, dict) or callable(handlers)):
-        raise click.BadParameter("must be a dict or a callable", param_hint="--handlers")
+    if not (isinstance(handlers, dict | Tasks) or callable(handlers)):
+        raise click.BadParameter(
+            "must be a dict, a shardq.Tasks or a callable", param_hint="--handlers"
+        )
     settings = build_settings(WorkerSettings, given)
     pinned = _parse_partitions(partitions)
     _serve_metrics(metrics_port, metrics_addr)
 
     def make(redis: Any) -> Worker:
         w = Worker(redis, queue_name, settings=settings, partitions=pinned, instance=instance)
-        if isinstance(handlers, dict):
+        if isinstance(handlers, Tasks):
+            w.register_tasks(handlers)
+        elif isinstance(handlers, dict):
             for job_type, fn in handlers.items():
                 w.register(job_type, fn)
         else:

@@ -9,7 +9,7 @@ keyword-only arguments: ``Settler(ctx, wake=...)``, ``Executor(ctx, settler=...)
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from shardq.config import WorkerSettings
@@ -29,6 +29,9 @@ class WorkerContext(RoleContext[WorkerSettings]):
     handlers: dict[str, Handler]  # the worker's live registry: job type -> handler
     inline_types: set[str]  # job types whose (sync) handler runs on the event loop
     on_complete: Callable[[Job], None] | None = None
+    #: Job type -> seconds one attempt may run, for declared tasks (shardq.tasks); others have
+    #: the settings' handler_timeout.
+    timeouts: dict[str, float] = field(default_factory=dict)
 
     @property
     def consumer(self) -> str:

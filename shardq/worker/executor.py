@@ -143,6 +143,7 @@ class Executor:
         self.handlers = ctx.handlers
         self.inline_types = ctx.inline_types
         self.on_complete = ctx.on_complete
+        self.timeouts = ctx.timeouts
         self.tasks: set[asyncio.Task[None]] = set()
         self._pool: ThreadPoolExecutor | None = None
         self._async: dict[Handler, bool] = {}
@@ -309,12 +310,14 @@ class Executor:
         except asyncio.CancelledError:
             if d.timed_out:
                 # The watchdog stopped a handler that ran over handler_timeout: retry it.
+                declared = job.type in self.timeouts
+                limit = self.timeouts.get(job.type, self.settings.handler_timeout)
+                where = "its task's timeout" if declared else "handler_timeout"
                 self._failed(
                     d,
                     HandlerTimeoutError(
-                        f"handler for {job.type!r} ran over handler_timeout "
-                        f"({self.settings.handler_timeout} s): make it faster, split the job, "
-                        "or raise handler_timeout"
+                        f"handler for {job.type!r} ran over {where} ({limit} s): make it "
+                        f"faster, split the job, or raise {where}"
                     ),
                 )
                 return
@@ -369,13 +372,18 @@ class Executor:
         return result
 
     def watchdog(self) -> None:
-        """Cancel handlers running longer than handler_timeout."""
+        """Cancel handlers running longer than their timeout: their task's declared one
+        (shardq.tasks), else handler_timeout."""
         timeout = self.settings.handler_timeout
-        if timeout is None:
+        if timeout is None and not self.timeouts:
             return
-        deadline = time.monotonic() - timeout
+        now = time.monotonic()
+        timeouts = self.timeouts
         for d in self.inflight.all():
-            if d.started < deadline and not d.timed_out and d.task is not None and not d.finished:
+            if d.timed_out or d.task is None or d.finished:
+                continue
+            limit = timeouts.get(d.job.type, timeout) if timeouts else timeout
+            if limit is not None and d.started < now - limit:
                 d.timed_out = True
                 d.task.cancel()
 

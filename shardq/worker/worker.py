@@ -26,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import TypeVar
 
 from shardq.config import WorkerSettings
@@ -35,6 +35,7 @@ from shardq.jobs import Job
 from shardq.runtime.identity import member_id
 from shardq.runtime.process import RoleContext, RoleProcess, Stopping
 from shardq.store import delivery, keys
+from shardq.tasks import Tasks
 from shardq.worker.context import Handler, WorkerContext
 from shardq.worker.executor import Executor
 from shardq.worker.fetcher import Fetcher, read_loops
@@ -74,7 +75,7 @@ class Worker(RoleProcess[WorkerSettings]):
         redis: AsyncRedis,
         queue: str,
         *,
-        handlers: dict[str, Handler] | None = None,
+        handlers: Mapping[str, Handler] | None = None,
         settings: WorkerSettings | None = None,
         partitions: Iterable[int] | None = None,
         name: str | None = None,
@@ -90,14 +91,20 @@ class Worker(RoleProcess[WorkerSettings]):
         )
         self.name = self.member
         self.handlers: dict[str, Handler] = {}
+        #: Job type -> seconds one attempt may run, where a task declares it (else
+        #: handler_timeout).
+        self.timeouts: dict[str, float] = {}
         self.stats = WorkerStats()
         self.on_complete = on_complete
         self._inline: set[str] = set()
         self.context: WorkerContext | None = None
         self.fetcher: Fetcher | None = None
         self.recoverer: Recoverer | None = None
-        for job_type, fn in (handlers or {}).items():
-            self.register(job_type, fn)
+        if isinstance(handlers, Tasks):
+            self.register_tasks(handlers)
+        else:
+            for job_type, fn in (handlers or {}).items():
+                self.register(job_type, fn)
 
     # registration --------------------------------------------------------------------------
 
@@ -119,6 +126,13 @@ class Worker(RoleProcess[WorkerSettings]):
             self._inline.add(job_type)
         else:
             self._inline.discard(job_type)
+
+    def register_tasks(self, tasks: Tasks) -> None:
+        """Run every declared task (:mod:`shardq.tasks`), each with its declared timeout."""
+        for task in tasks.tasks():
+            self.register(task.name, task.fn)
+            if task.timeout is not None:
+                self.timeouts[task.name] = task.timeout
 
     def handler(self, job_type: str) -> Callable[[H], H]:
         """Decorator form of :meth:`register`."""
@@ -165,6 +179,7 @@ class Worker(RoleProcess[WorkerSettings]):
             handlers=self.handlers,
             inline_types=self._inline,
             on_complete=self.on_complete,
+            timeouts=self.timeouts,
         )
         settler = Settler(ctx, wake=reads.wake)
         executor = Executor(ctx, settler=settler)  # and its limiter

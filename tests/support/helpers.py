@@ -12,7 +12,7 @@ import os
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,6 +21,7 @@ from shardq.connection import connect_async, is_cluster
 from shardq.dispatcher import Dispatcher
 from shardq.jobs import Job
 from shardq.store import keys
+from shardq.tasks import Tasks
 from shardq.worker import Handler, Worker
 
 FAST_DISPATCHER = DispatcherSettings(
@@ -277,7 +278,7 @@ class Runner:
         self,
         url: str,
         queue: str,
-        handlers: dict[str, Handler] | None = None,
+        handlers: Mapping[str, Handler] | None = None,
         *,
         dispatcher: bool = True,
         workers: int = 1,
@@ -353,7 +354,9 @@ class Runner:
                 w = Worker(
                     redis,
                     self.queue,
-                    handlers=dict(self.handlers),
+                    handlers=self.handlers
+                    if isinstance(self.handlers, Tasks)
+                    else dict(self.handlers),
                     settings=self.worker_settings,
                     name=f"test-worker-{i}-{id(self)}",
                 )

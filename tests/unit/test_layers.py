@@ -54,6 +54,7 @@ LAYERS: dict[str, int] = {
     "shardq.connection": CONNECTION,
     "shardq.jobs": MODELS,
     "shardq.limits": MODELS,
+    "shardq.tasks": MODELS,
     "shardq.schedules": MODELS,
     "shardq.tracing": MODELS,
     "shardq.store": STORE,
