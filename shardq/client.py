@@ -232,6 +232,8 @@ class Client:
         priority: Priority | None = None,
         tenant: str | None = None,
         keep_result: timedelta | float | None = None,
+        timeout: timedelta | float | None = None,
+        deadline: datetime | timedelta | float | None = None,
     ) -> str:
         """Enqueue one job to run now, at ``run_at`` or after ``delay`` seconds; return its id.
 
@@ -242,11 +244,15 @@ class Client:
         ``priority`` ('high', 'default', 'low') and ``tenant`` order delivery in a queue with
         lanes on (:meth:`set_lanes`); LanesOffError on a queue without.  With ``keep_result``
         (seconds or a timedelta, 1 s to 30 days) the handler's return value is kept that long
-        after the job completes, for :meth:`result`.
+        after the job completes, for :meth:`result`.  ``timeout`` (seconds) bounds one attempt
+        (then it fails with HandlerTimeoutError and is retried), instead of the worker's
+        ``handler_timeout``.  ``deadline``: a job that would start after it is dead-lettered
+        (DeadlineExceededError), never run: a timezone-aware datetime or epoch seconds, or a
+        timedelta, how late after its due time (a retry's included) it may still start.
         """
         request = JobRequest(
             job_type, payload, run_at, delay, job_id, idempotency_key, max_attempts, backoff,
-            headers, limit_key, priority, tenant, keep_result,
+            headers, limit_key, priority, tenant, keep_result, timeout, deadline,
         )  # fmt: skip
         return self.enqueue_detailed(queue, request, durable=durable).job_id
 
@@ -510,10 +516,12 @@ class AsyncClient:
         priority: Priority | None = None,
         tenant: str | None = None,
         keep_result: timedelta | float | None = None,
+        timeout: timedelta | float | None = None,
+        deadline: datetime | timedelta | float | None = None,
     ) -> str:
         request = JobRequest(
             job_type, payload, run_at, delay, job_id, idempotency_key, max_attempts, backoff,
-            headers, limit_key, priority, tenant, keep_result,
+            headers, limit_key, priority, tenant, keep_result, timeout, deadline,
         )  # fmt: skip
         return (await self.enqueue_detailed(queue, request, durable=durable)).job_id
 

@@ -172,6 +172,10 @@ class PermanentError(HandlerError):
     """Raise from a handler for a failure that retrying cannot fix: the job goes dead at once."""
 
 
+class DeadlineExceededError(PermanentError):
+    """A job came to start after its ``deadline``: dead-lettered with this reason, never run."""
+
+
 class HandlerTimeoutError(ShardqError):
     """A handler ran longer than ``WorkerSettings.handler_timeout``; the job is retried."""
 

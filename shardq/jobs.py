@@ -278,6 +278,8 @@ def encode_body(
     priority: str | None = None,
     tenant: str | None = None,
     keep_result: timedelta | float | None = None,
+    timeout: timedelta | float | None = None,
+    deadline: datetime | timedelta | float | None = None,
 ) -> bytes:
     """Validate a job and build its stored JSON body.  Raises before anything is written.
 
@@ -298,6 +300,8 @@ def encode_body(
             settings=settings,
             limit_key=limit_key,
             keep_result=keep_result,
+            timeout=timeout,
+            deadline=deadline,
         )
         return prefix + rest
     if (
@@ -307,6 +311,8 @@ def encode_body(
         and headers is None
         and limit_key is None
         and keep_result is None
+        and timeout is None
+        and deadline is None
         and type(job_type) is str
         and job_type in VALID_JOB_TYPES  # only valid type strings are ever added
     ):
@@ -351,6 +357,10 @@ def encode_body(
             raise InvalidJobError(str(exc)) from None
     if keep_result is not None:
         body["r"] = result_retention_ms(keep_result)
+    if timeout is not None:
+        body["o"] = attempt_timeout_ms(timeout)
+    if deadline is not None:
+        body.update(deadline_option(deadline))
     try:
         data = orjson.dumps([job_type, payload, body] if body else [job_type, payload])
     except (TypeError, orjson.JSONEncodeError) as exc:
@@ -389,6 +399,49 @@ def result_retention_ms(keep_result: timedelta | float) -> int:
             f"{shown(keep_result)}"
         )
     return round(seconds * 1000)
+
+
+#: Longest per-job timeout (as WorkerSettings.handler_timeout's bound).
+MAX_JOB_TIMEOUT = 30 * 86400.0
+
+
+def _seconds(value: timedelta | float, what: str, lo: float, hi: float, hint: str) -> float:
+    seconds = value.total_seconds() if isinstance(value, timedelta) else value
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not lo <= seconds <= hi:
+        raise InvalidJobError(
+            f"{what} must be {lo:g}..{hi:.0f} seconds ({hint}), got {shown(value)}"
+        )
+    return float(seconds)
+
+
+def attempt_timeout_ms(timeout: timedelta | float) -> int:
+    """A job's ``timeout`` (seconds or a timedelta) as the ms its body carries (option ``o``)."""
+    hint = "how long one attempt may run before it fails and is retried"
+    return max(1, round(_seconds(timeout, "timeout", 0.001, MAX_JOB_TIMEOUT, hint) * 1000))
+
+
+def deadline_option(deadline: datetime | timedelta | float) -> dict[str, int]:
+    """A job's ``deadline`` as its body carries it: an absolute time (a timezone-aware datetime
+    or epoch seconds) as ``{"d": epoch ms}``, a timedelta (how late after its due time it may
+    still start) as ``{"w": ms}``."""
+    if isinstance(deadline, timedelta):
+        hint = "how late after its due time the job may still start"
+        return {"w": round(_seconds(deadline, "deadline", 0, MAX_BACKOFF, hint) * 1000)}
+    if isinstance(deadline, datetime):
+        if deadline.tzinfo is None:
+            raise InvalidJobError(
+                "deadline is a naive datetime: pass a timezone-aware one, or a timedelta (how "
+                "late after its due time the job may still start)"
+            )
+        epoch: Any = deadline.timestamp()
+    else:
+        epoch = deadline
+    if isinstance(epoch, bool) or not isinstance(epoch, int | float) or not 0 < epoch <= MAX_RUN_AT:
+        raise InvalidJobError(
+            f"deadline must be a datetime, epoch seconds 0..{int(MAX_RUN_AT)}, or a timedelta "
+            f"(how late after its due time the job may still start), got {shown(deadline)}"
+        )
+    return {"d": round(epoch * 1000)}
 
 
 def flow_prefix(priority: str | None, tenant: str | None) -> bytes:
@@ -448,6 +501,28 @@ class Job:
     keep_result: float | None = None
     """Seconds its result is kept once it completes (the producer's ``keep_result``), or None:
     the handler's return value is dropped."""
+    timeout: float | None = None
+    """Seconds one attempt may run (the producer's ``timeout``), or None: the worker's."""
+    deadline_ms: int | None = None
+    """Epoch ms after which it must not start (an absolute ``deadline``), or None."""
+    start_within: float | None = None
+    """Seconds after its due time it may still start (a relative ``deadline``), or None."""
+
+    def past_deadline(self, redis_now_ms: float) -> str | None:
+        """Why the job must not start now (its deadline passed), or None."""
+        if self.deadline_ms is not None and redis_now_ms > self.deadline_ms:
+            return f"its deadline passed {(redis_now_ms - self.deadline_ms) / 1000:.3f} s ago"
+        if (
+            self.start_within is not None
+            and self.due_ms is not None
+            and redis_now_ms - self.due_ms > self.start_within * 1000
+        ):
+            late = (redis_now_ms - self.due_ms) / 1000
+            return (
+                f"it is {late:.3f} s past its due time, later than its deadline allows "
+                f"({self.start_within:g} s)"
+            )
+        return None
 
     def redis_now_ms(self, monotonic_now: float) -> float:
         """The Redis clock now, extrapolated from when this job was fetched."""
@@ -477,6 +552,8 @@ class JobRequest:
     priority: Priority | None = None
     tenant: str | None = None
     keep_result: timedelta | float | None = None
+    timeout: timedelta | float | None = None
+    deadline: datetime | timedelta | float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -511,6 +588,12 @@ class JobInfo:
     tenant: str | None = None
     keep_result: float | None = None
     """Seconds its result will be kept once it completes, or None (it keeps none)."""
+    timeout: float | None = None
+    """Seconds one attempt may run, or None (the worker's handler_timeout)."""
+    deadline_ms: int | None = None
+    """Epoch ms after which it is dead-lettered rather than started, or None."""
+    start_within: float | None = None
+    """Seconds after its due time it may still start (else dead-lettered), or None."""
     malformed: dict[str, str] = field(default_factory=dict)
     """Stored fields that are not what a producer writes (name -> raw value), read as unset:
     e.g. ``{"due_ms": "'inf'"}``, ``{"m": "1e+300"}`` (written by hand or by a buggy release)."""

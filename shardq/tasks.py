@@ -46,6 +46,7 @@ class AsyncClient(Protocol):
         self, queue: str, request: JobRequest, *, durable: bool = False
     ) -> EnqueueResult: ...
 
+
 Handler = Callable[..., Any]
 
 #: Longest per-task timeout (as WorkerSettings.handler_timeout).

@@ -9,7 +9,7 @@ ProducerSettings.  ``job list|find|run-now`` go through :class:`shardq.inspector
 from __future__ import annotations
 
 import dataclasses
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import click
@@ -133,6 +133,25 @@ def enqueue_row(result: EnqueueResult, idempotency_key: str | None) -> dict[str,
     help="Keep the handler's return value this long after the job completes (1s..30d), "
     "for `shardq job result`.",
 )
+@click.option(
+    "--timeout",
+    type=DURATION,
+    default=None,
+    help="Longest one attempt may run (then it fails and is retried); default: the worker's "
+    "handler_timeout.",
+)
+@click.option(
+    "--deadline",
+    type=UTC_TIME,
+    default=None,
+    help="Do not start after this time (e.g. 2030-01-01T09:00Z): dead-lettered instead.",
+)
+@click.option(
+    "--deadline-in",
+    type=DURATION,
+    default=None,
+    help="Do not start later than this after its due time (a retry's too): dead-lettered instead.",
+)
 @JSON_OPTION
 @settings_options(ProducerSettings, "SHARDQ_PRODUCER_")
 @redis_options
@@ -154,6 +173,9 @@ def enqueue(
     priority: str | None,
     tenant: str | None,
     keep_result: float | None,
+    timeout: float | None,
+    deadline: datetime | None,
+    deadline_in: float | None,
     as_json: bool,
     **limits: Any,
 ) -> None:
@@ -163,6 +185,8 @@ def enqueue(
     as deduplicated: nothing was written."""
     if delay is not None and run_at is not None:
         raise click.UsageError("give --delay or --at, not both")
+    if deadline is not None and deadline_in is not None:
+        raise click.UsageError("give --deadline or --deadline-in, not both")
     if backoff is None and (backoff_base is not None or backoff_cap is not None):
         backoff = "jitter"
     policy = None
@@ -186,6 +210,8 @@ def enqueue(
         priority=priority,  # type: ignore[arg-type]  # click.Choice guarantees the literal
         tenant=tenant,
         keep_result=keep_result,
+        timeout=timeout,
+        deadline=deadline if deadline is not None else _window(deadline_in),
     )
     with _producer(limits) as client:
         result = client.enqueue_detailed(queue_name, request, durable=durable)
@@ -206,6 +232,10 @@ def enqueue(
     click.echo(
         f"{result.job_id}  {state}  due {fmt.when(result.due_ms)}  partition {result.partition}"
     )
+
+
+def _window(seconds: float | None) -> timedelta | None:
+    return None if seconds is None else timedelta(seconds=seconds)
 
 
 # jobs -------------------------------------------------------------------------------------
@@ -246,6 +276,12 @@ def render_job(info: JobInfo) -> str:
             ("tenant", info.tenant),
             ("payload", payload if len(payload) <= 2000 else payload[:2000] + " ..."),
             ("keeps result", None if info.keep_result is None else fmt.span(info.keep_result)),
+            ("timeout", None if info.timeout is None else f"{info.timeout:g} s"),
+            ("deadline", None if info.deadline_ms is None else fmt.when(info.deadline_ms)),
+            (
+                "start within",
+                None if info.start_within is None else f"{info.start_within:g} s of due",
+            ),
             ("last error", info.last_error),
             *fmt.malformed_fields(info.malformed),
         ]

@@ -32,7 +32,9 @@ from shardq.jobs import (
     MAX_ATTEMPT,
     MAX_ATTEMPTS_LIMIT,
     MAX_BACKOFF,
+    MAX_JOB_TIMEOUT,
     MAX_RESULT_RETENTION,
+    MAX_RUN_AT,
     MIN_RESULT_RETENTION,
     Backoff,
     BackoffKind,
@@ -86,6 +88,12 @@ class StoredOptions(NamedTuple):
     limit_key: str | None
     keep_result: float | None = None
     """Seconds the job's result is kept once it completes (body option ``r``, ms)."""
+    timeout: float | None = None
+    """Seconds one attempt may run (body option ``o``, ms)."""
+    deadline_ms: int | None = None
+    """Epoch ms after which the job must not start (body option ``d``)."""
+    start_within: float | None = None
+    """Seconds after its due time the job may still start (body option ``w``, ms)."""
 
 
 def stored_options(body: dict[str, Any], bad: dict[str, str] | None = None) -> StoredOptions:
@@ -140,7 +148,31 @@ def stored_options(body: dict[str, Any], bad: dict[str, str] | None = None) -> S
             keep_result = ms / 1000
         except numbers.BadNumber as exc:
             refuse("r", str(exc))
-    return StoredOptions(max_attempts, backoff, headers, keys_[0], keys_[1], keep_result)
+    timing: list[float | None] = []
+    for name, what, lo, hi in (
+        ("o", "timeout ms", 1, round(MAX_JOB_TIMEOUT * 1000)),
+        ("d", "deadline ms", 1, round(MAX_RUN_AT * 1000)),
+        ("w", "deadline window ms", 0, round(MAX_BACKOFF * 1000)),
+    ):
+        number: float | None = None
+        if body.get(name) is not None:
+            try:
+                number = numbers.integer(json_number(body[name], what), lo, hi, what=what)
+            except numbers.BadNumber as exc:
+                refuse(name, str(exc))
+        timing.append(number)
+    timeout_ms, deadline, window_ms = timing
+    return StoredOptions(
+        max_attempts,
+        backoff,
+        headers,
+        keys_[0],
+        keys_[1],
+        keep_result,
+        None if timeout_ms is None else timeout_ms / 1000,
+        None if deadline is None else int(deadline),
+        None if window_ms is None else window_ms / 1000,
+    )
 
 
 def decode_body(raw: bytes | str) -> dict[str, Any]:

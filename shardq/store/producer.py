@@ -285,6 +285,8 @@ def prepare_enqueue(
         priority=req.priority,
         tenant=req.tenant,
         keep_result=req.keep_result,
+        timeout=req.timeout,
+        deadline=req.deadline,
     )
     due = timed_due(schedule, body, compact) if req.job_id is None else None
     job_id, partition = route(layout.partitions, req.job_id, req.idempotency_key, due)
@@ -350,6 +352,8 @@ def prepare_many(
             priority=req.priority,
             tenant=req.tenant,
             keep_result=req.keep_result,
+            timeout=req.timeout,
+            deadline=req.deadline,
         )
         due = timed_due(schedule, body, compact) if compact else None
         if due is None:
@@ -543,6 +547,9 @@ def job_info(
         tenant=body.get("tenant"),
         limit_key=options.limit_key,
         keep_result=options.keep_result,
+        timeout=options.timeout,
+        deadline_ms=options.deadline_ms,
+        start_within=options.start_within,
         malformed=c.bad,
     )
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import functools
 import inspect
 import logging
 import time
@@ -22,8 +23,14 @@ from typing import Any
 import orjson
 
 from shardq import tracing
-from shardq.errors import HandlerTimeoutError, PermanentError, UnknownJobTypeError
+from shardq.errors import (
+    DeadlineExceededError,
+    HandlerTimeoutError,
+    PermanentError,
+    UnknownJobTypeError,
+)
 from shardq.jobs import Job
+from shardq.logs import log_event
 from shardq.metrics import registry as metrics
 from shardq.store import results
 from shardq.store.delivery import BAD_ATTEMPT, Delivered
@@ -126,9 +133,36 @@ def build_job(
         fetched_monotonic=monotonic_now,
         limit_key=options.limit_key,
         keep_result=options.keep_result,
+        timeout=options.timeout,
+        deadline_ms=options.deadline_ms,
+        start_within=options.start_within,
         priority=body.get("priority", "default"),
         tenant=body.get("tenant"),
     )
+
+
+def _timed(handler: Handler, limit: float, where: str, queue: str, job: Job) -> Any:
+    """Run a sync handler in its pool thread; log when it returns after its timeout (its job
+    was failed at the timeout; the thread was held until now)."""
+    started = time.monotonic()
+    try:
+        return handler(job)
+    finally:
+        took = time.monotonic() - started
+        if took > limit:
+            log_event(
+                log,
+                "job.overran",
+                logging.WARNING,
+                job_id=job.id,
+                queue=queue,
+                job_type=job.type,
+                attempt=job.attempt,
+                seconds=round(took, 3),
+                timeout=limit,
+                hint=f"a sync handler ran past {where}: its job was failed and retried at the "
+                "timeout, but its thread stayed busy until now (threads cannot be stopped)",
+            )
 
 
 class Executor:
@@ -198,9 +232,15 @@ class Executor:
         self.run_now(d)
 
     def run_now(self, d: Delivery) -> None:
-        """Start an admitted delivery's handler."""
-        self.stats.started += 1
+        """Start an admitted delivery's handler; a job past its deadline is dead-lettered
+        instead, never started."""
         job = d.job
+        if job.deadline_ms is not None or job.start_within is not None:
+            why = job.past_deadline(job.redis_now_ms(time.monotonic()))
+            if why is not None:
+                self._failed(d, DeadlineExceededError(f"not started: {why}"))
+                return
+        self.stats.started += 1
         handler = self.handlers.get(job.type)
         if handler is not None and job.type in self.inline_types:
             self._run_inline(d, handler)
@@ -310,9 +350,7 @@ class Executor:
         except asyncio.CancelledError:
             if d.timed_out:
                 # The watchdog stopped a handler that ran over handler_timeout: retry it.
-                declared = job.type in self.timeouts
-                limit = self.timeouts.get(job.type, self.settings.handler_timeout)
-                where = "its task's timeout" if declared else "handler_timeout"
+                limit, where = self._timeout_of(job)
                 self._failed(
                     d,
                     HandlerTimeoutError(
@@ -357,32 +395,47 @@ class Executor:
             self._pool = ThreadPoolExecutor(
                 self.settings.concurrency, thread_name_prefix="shardq-job"
             )
-        # A sync handler that overruns handler_timeout keeps its thread until it returns
-        # (threads cannot be killed); the job itself is settled as failed at the timeout.
+        # A sync handler that overruns its timeout keeps its thread until it returns (threads
+        # cannot be killed); the job itself is settled as failed at the timeout, and when the
+        # thread is free again the overrun is logged (job.overran), so it shows.
         loop = asyncio.get_running_loop()
+        limit, where = self._timeout_of(job)
+        call: Callable[[Job], Any] = handler
+        if limit is not None:
+            call = functools.partial(_timed, handler, limit, where, self.queue)
         if self.traced:
             # The job's span is current in this task's context: the pool's thread runs the
             # handler in a copy of it, so the handler's own spans are the span's children.
             ctx = contextvars.copy_context()
-            result = await loop.run_in_executor(self._pool, ctx.run, handler, job)
+            result = await loop.run_in_executor(self._pool, ctx.run, call, job)
         else:
-            result = await loop.run_in_executor(self._pool, handler, job)
+            result = await loop.run_in_executor(self._pool, call, job)
         if inspect.isawaitable(result):
             return await result
         return result
 
+    def _timeout_of(self, job: Job) -> tuple[float | None, str]:
+        """How long one attempt of ``job`` may run, and what set it: the job's own
+        ``timeout``, its task's declared one (shardq.tasks), else handler_timeout."""
+        if job.timeout is not None:
+            return job.timeout, "its timeout"
+        if job.type in self.timeouts:
+            return self.timeouts[job.type], "its task's timeout"
+        return self.settings.handler_timeout, "handler_timeout"
+
     def watchdog(self) -> None:
-        """Cancel handlers running longer than their timeout: their task's declared one
-        (shardq.tasks), else handler_timeout."""
-        timeout = self.settings.handler_timeout
-        if timeout is None and not self.timeouts:
-            return
+        """Cancel handlers running longer than their timeout (:meth:`_timeout_of`)."""
         now = time.monotonic()
+        default = self.settings.handler_timeout
         timeouts = self.timeouts
         for d in self.inflight.all():
             if d.timed_out or d.task is None or d.finished:
                 continue
-            limit = timeouts.get(d.job.type, timeout) if timeouts else timeout
+            job = d.job
+            if job.timeout is not None:
+                limit: float | None = job.timeout
+            else:
+                limit = timeouts.get(job.type, default) if timeouts else default
             if limit is not None and d.started < now - limit:
                 d.timed_out = True
                 d.task.cancel()
