@@ -11,7 +11,7 @@ KEYS[6] result   string  the job's result record, '<finished ms>|<record JSON>' 
 ARGV[1] job id
 
 Returns {envelope or false, due ms or false, last error or false, result or false} (the first
-three as lua/get-5.lua), or get-5's error replies:
+three as lua/get-6.lua), or get-6's error replies:
   {-16, '<generation>:<partitions>', id}  E_LAYOUT_MOVED
   {-17, id}                           E_JOB_MOVING
   {-10, key, found, expected}         E_WRONG_TYPE: a key was overwritten outside shardq

@@ -91,6 +91,11 @@ class JobRunningError(ShardqError):
     """The job is held by a worker right now, so it cannot be cancelled."""
 
 
+class ProgressError(ShardqError, ValueError):
+    """A progress value a handler reported cannot be kept: not JSON, or over
+    MAX_PROGRESS_BYTES (4 KiB): report a small summary, e.g. ``{"done": 40, "of": 100}``."""
+
+
 class ResultError(ShardqError):
     """A job's result cannot be given (the subclasses say why); ``job_id`` names the job."""
 

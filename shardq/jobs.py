@@ -15,6 +15,7 @@ import re
 import secrets
 import string
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from functools import lru_cache
@@ -29,6 +30,7 @@ from shardq.errors import (
     InvalidScheduleError,
     PayloadNotSerializableError,
     PayloadTooLargeError,
+    ProgressError,
     shown,
 )
 from shardq.names import TENANT_CHARS, VALID_JOB_TYPES, check_job_type, check_limit_key
@@ -401,6 +403,9 @@ def result_retention_ms(keep_result: timedelta | float) -> int:
     return round(seconds * 1000)
 
 
+#: Largest progress value (its JSON) a handler may report.
+MAX_PROGRESS_BYTES = 4096
+
 #: Longest per-job timeout (as WorkerSettings.handler_timeout's bound).
 MAX_JOB_TIMEOUT = 30 * 86400.0
 
@@ -507,6 +512,21 @@ class Job:
     """Epoch ms after which it must not start (an absolute ``deadline``), or None."""
     start_within: float | None = None
     """Seconds after its due time it may still start (a relative ``deadline``), or None."""
+    reporter: Callable[[Job, Any], None] | None = field(default=None, repr=False, compare=False)
+    """Where :meth:`progress` goes (set by the worker that runs the job)."""
+
+    def progress(self, value: Any) -> None:
+        """Report the job's progress (any JSON value up to MAX_PROGRESS_BYTES, e.g. ``{"done":
+        40, "of": 100}``): readable by id while it runs (``Client.get``, ``shardq job get``,
+        the running listing, the console).  Callable from sync and async handlers alike; it
+        never blocks and never raises for Redis: the worker writes the latest value at most
+        once a second per job.  ProgressError for a value that is not JSON or too large."""
+        if self.reporter is None:
+            raise ProgressError(
+                f"job {self.id}: progress is reported by the worker running the job (this Job "
+                "was not handed to a handler by a worker)"
+            )
+        self.reporter(self, value)
 
     def past_deadline(self, redis_now_ms: float) -> str | None:
         """Why the job must not start now (its deadline passed), or None."""
@@ -594,6 +614,10 @@ class JobInfo:
     """Epoch ms after which it is dead-lettered rather than started, or None."""
     start_within: float | None = None
     """Seconds after its due time it may still start (else dead-lettered), or None."""
+    progress: Any = None
+    """Its last reported progress (``job.progress``) while it runs, else None."""
+    progress_ms: int | None = None
+    """When that progress was reported (Redis ms)."""
     malformed: dict[str, str] = field(default_factory=dict)
     """Stored fields that are not what a producer writes (name -> raw value), read as unset:
     e.g. ``{"due_ms": "'inf'"}``, ``{"m": "1e+300"}`` (written by hand or by a buggy release)."""

@@ -1,9 +1,9 @@
 --@include checks.lua
 --@include compact.lua
 --@include resize.lua
--- job_snapshot(jobs, due, errors, ctl, moving, id): one job as lua/get-5.lua returns it
+-- job_snapshot(jobs, due, errors, ctl, moving, id): one job as lua/get-6.lua returns it
 -- (see there): {envelope or false, due or false, last error or false}, or an error reply.
--- Shared by get-5 and result-6.
+-- Shared by get-6 and result-6.
 local function job_snapshot(jobs, due, errors, ctl, moving, id)
   local wrong = wrong_type({jobs, 'hash', due, 'zset', errors, 'hash', ctl, 'hash',
     moving, 'hash'})

@@ -73,8 +73,9 @@ GRANTS: dict[str, tuple[Grant, ...]] = {
         Grant(("sched:next",), ("+zadd", "+zrem", "+zrange", "+zscore")),
         # by id during a resize: a job being moved, a sealed partition (lua/includes/resize.lua)
         Grant(("moving",), ("+hexists", "+hget"), read_only=True),
-        # client.result: the job's kept result, read with its snapshot (lua/result-6.lua)
-        Grant(("result",), ("+get",), read_only=True),
+        # client.result: the job's kept result, read with its snapshot (lua/result-6.lua);
+        # client.get: a running job's progress (lua/get-6.lua)
+        Grant(("result", "progress"), ("+get",), read_only=True),
     ),
     "dispatcher": (
         Grant(("meta",), ("+hget", "+hgetall"), read_only=True),
@@ -135,8 +136,9 @@ GRANTS: dict[str, tuple[Grant, ...]] = {
         Grant(
             ("running",), ("+zremrangebyscore", "+zcard", "+zscore", "+zadd", "+zrem", "+pexpire")
         ),
-        # jobs that keep their result: stored with the ack (lua/complete-4.lua)
-        Grant(("result",), ("+set",)),
+        # jobs that keep their result: stored with the ack (lua/complete-4.lua); job.progress
+        # (lua/progress-2.lua)
+        Grant(("result", "progress"), ("+set",)),
     ),
 }
 # The operator runs the tools (queue create, job, dlq, owners, rebalance, stats): everything
@@ -204,7 +206,7 @@ GRANTS["viewer"] = (
     Grant(("registry",), ("+smembers",), read_only=True),
     Grant(("dispatchers", "workers"), ("+zrange",), read_only=True),
     Grant(("drain", "workers:drain"), ("+smembers",), read_only=True),
-    Grant(("idem", "result"), ("+get",), read_only=True),
+    Grant(("idem", "result", "progress"), ("+get",), read_only=True),
     Grant(("due",), ("+zcard", "+zcount", "+zrange", "+zscore"), read_only=True),
     Grant(
         ("ready",),

@@ -282,6 +282,12 @@ def render_job(info: JobInfo) -> str:
                 "start within",
                 None if info.start_within is None else f"{info.start_within:g} s of due",
             ),
+            (
+                "progress",
+                None
+                if info.progress_ms is None
+                else f"{orjson.dumps(info.progress).decode()} ({fmt.when(info.progress_ms)})",
+            ),
             ("last error", info.last_error),
             *fmt.malformed_fields(info.malformed),
         ]

@@ -29,7 +29,7 @@ import base64
 import heapq
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, Literal
 
@@ -47,6 +47,7 @@ from shardq.jobs import JobInfo
 from shardq.plans import Plan, ok, one
 from shardq.plans import producer as producer_plans
 from shardq.store import envelope, fleet, inspect, keys, numbers, producer, queues
+from shardq.store import progress as progress_ops
 from shardq.store.numbers import MAX_TIME_MS, Checked, shown
 from shardq.store.op import Call
 from shardq.store.producer import QueueCache
@@ -85,6 +86,8 @@ class JobSummary:
     entry_id: str | None = None  # ready/running/dead: its stream entry
     malformed: dict[str, str] = field(default_factory=dict)
     """Stored fields that are not what shardq writes (name -> raw value), read as unset."""
+    progress: Any = None
+    """running: its last reported progress (``job.progress``), if any."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -397,9 +400,23 @@ def _list_stream(
                     malformed=c.bad,
                 )
             )
+    if state == "running" and jobs:
+        jobs = yield from _with_progress(jobs, [pks[at] for _, at, _, _ in rows])
     last = rows[-1] if rows else None
     next_cursor = _encode_cursor(state, [last[3][0], last[1]]) if more and last else None
     return Page(jobs, next_cursor)
+
+
+def _with_progress(
+    jobs: list[JobSummary], homes: list[keys.PartitionKeys]
+) -> Plan[list[JobSummary]]:
+    """Running jobs with their last reported progress (one GET each, in one batch)."""
+    raws = ok((yield [progress_ops.read(pk, j.id) for j, pk in zip(jobs, homes, strict=True)]))
+    out: list[JobSummary] = []
+    for j, raw in zip(jobs, raws, strict=True):
+        shown_progress = progress_ops.parse(raw) if raw is not None else None
+        out.append(j if shown_progress is None else replace(j, progress=shown_progress.value))
+    return out
 
 
 def _list_retrying(

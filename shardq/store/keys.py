@@ -83,8 +83,12 @@ IDEM_KIND = "idem"
 #: its result (``keep_result``), expiring after its retention (lua/complete-4.lua); the key's
 #: name is also the sharded pub/sub channel a waiting producer hears the job end on.
 RESULT_KIND = "result"
+#: A running job's last reported progress, ``{<partition tag>}:progress:<job id>``
+#: (``job.progress``: lua/progress-2.lua), expiring an hour after its last report; read only
+#: while the job runs.
+PROGRESS_KIND = "progress"
 #: The kinds of a partition's keys kept one per item (found by SCAN, not listed by name).
-PER_ITEM_KINDS: tuple[str, ...] = (IDEM_KIND, RESULT_KIND)
+PER_ITEM_KINDS: tuple[str, ...] = (IDEM_KIND, RESULT_KIND, PROGRESS_KIND)
 #: A queue's own keys, ``{sq:<queue>}:<kind>`` (:func:`queue_keys`).
 QUEUE_KINDS: tuple[str, ...] = (
     *("meta", "dispatchers", "drain", "workers", "workers:drain", "owners", "limits"),
@@ -374,6 +378,10 @@ class PartitionKeys:
         """String: a job's kept result, expiring after its retention; also the channel its
         end is published on."""
         return "{" + self.tag + "}:" + RESULT_KIND + ":" + job_id
+
+    def progress(self, job_id: str) -> str:
+        """String: a running job's last reported progress, '<ms>|<JSON>'."""
+        return "{" + self.tag + "}:" + PROGRESS_KIND + ":" + job_id
 
     @property
     def idem_placeholder(self) -> str:

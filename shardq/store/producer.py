@@ -30,6 +30,7 @@ from shardq.errors import (
 from shardq.jobs import EnqueueResult, JobInfo, JobRequest
 from shardq.store import envelope as envelope_codec
 from shardq.store import keys
+from shardq.store import progress as progress_codec
 from shardq.store.codes import Code, check, error_for, is_code
 from shardq.store.envelope import stored_options
 from shardq.store.meta import DEFAULT_DEAD_CAP as DEFAULT_DEAD_CAP
@@ -498,13 +499,24 @@ def reschedule(
 
 def get(pk: keys.PartitionKeys, job_id: str) -> Op[JobInfo | None]:
     """A snapshot of one job, or None once it completed, was cancelled, or never existed."""
-    return _get(pk, job_id, lambda reply: job_info(pk, job_id, *check(reply)))
+
+    def parse(reply: Any) -> JobInfo | None:
+        envelope, due, error, *more = check(reply)
+        return job_info(pk, job_id, envelope, due, error, more[0] if more else None)
+
+    return _get(pk, job_id, parse)
 
 
 def job_info(
-    pk: keys.PartitionKeys, job_id: str, envelope: Any, due: Any, error: Any
+    pk: keys.PartitionKeys,
+    job_id: str,
+    envelope: Any,
+    due: Any,
+    error: Any,
+    progress: Any = None,
 ) -> JobInfo | None:
-    """A job's snapshot from the get script's reply (lua/includes/snapshot.lua), or None."""
+    """A job's snapshot from the get script's reply (lua/includes/snapshot.lua), or None;
+    ``progress``: its last reported progress while it runs (lua/progress-2.lua)."""
     queue = pk.queue
     if envelope is None:
         return None
@@ -521,6 +533,7 @@ def job_info(
     c.bad.update(env.malformed)
     attempt = env.attempt if env.attempt is not None else 0
     options = stored_options(body, c.bad)
+    shown_progress = progress_codec.parse(progress, c.bad) if progress is not None else None
     # The same rules as the inspector's listings (lua/list-due, list-retrying): in the due
     # set with a last error is retrying, without one scheduled.
     if due is not None:
@@ -550,12 +563,15 @@ def job_info(
         timeout=options.timeout,
         deadline_ms=options.deadline_ms,
         start_within=options.start_within,
+        progress=shown_progress.value if shown_progress is not None else None,
+        progress_ms=shown_progress.at_ms if shown_progress is not None else None,
         malformed=c.bad,
     )
 
 
 def _get(pk: keys.PartitionKeys, job_id: str, parse: Callable[[Any], T]) -> Op[T]:
-    return op("get", [pk.jobs, pk.due, pk.errors, pk.ctl, pk.moving], [job_id], parse)
+    get_keys = [pk.jobs, pk.due, pk.errors, pk.ctl, pk.moving, pk.progress(job_id)]
+    return op("get", get_keys, [job_id], parse)
 
 
 def duplicate(job_id: str) -> ShardqError:

@@ -38,6 +38,7 @@ from shardq.store.envelope import decode_body, stored_options
 from shardq.worker.context import Handler, WorkerContext
 from shardq.worker.inflight import Delivery
 from shardq.worker.limiter import Limiter
+from shardq.worker.progress import ProgressReporter
 from shardq.worker.settler import Settler
 
 log = logging.getLogger("shardq.worker")
@@ -168,7 +169,9 @@ def _timed(handler: Handler, limit: float, where: str, queue: str, job: Job) -> 
 class Executor:
     """Runs handlers for deliveries and reports each outcome to the settler."""
 
-    def __init__(self, ctx: WorkerContext, *, settler: Settler) -> None:
+    def __init__(
+        self, ctx: WorkerContext, *, settler: Settler, reporter: ProgressReporter | None = None
+    ) -> None:
         self.queue = ctx.queue
         self.settings = ctx.settings
         self.inflight = ctx.inflight
@@ -178,6 +181,8 @@ class Executor:
         self.inline_types = ctx.inline_types
         self.on_complete = ctx.on_complete
         self.timeouts = ctx.timeouts
+        #: Where a handler's job.progress goes (None: a Job reports nowhere; tests).
+        self.report = reporter.report if reporter is not None else None
         self.tasks: set[asyncio.Task[None]] = set()
         self._pool: ThreadPoolExecutor | None = None
         self._async: dict[Handler, bool] = {}
@@ -220,6 +225,7 @@ class Executor:
             metrics.MALFORMED.labels(self.queue, "job").inc()
             self._failed(bad, exc)
             return None
+        job.reporter = self.report
         d = Delivery(partition, item.entry_id, item.raw_id, job, now, reserved=item.reserved)
         self.inflight.add(d)
         return d

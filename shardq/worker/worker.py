@@ -42,6 +42,7 @@ from shardq.worker.fetcher import Fetcher, read_loops
 from shardq.worker.heartbeat import Heartbeat
 from shardq.worker.inflight import InFlight, WorkerStats
 from shardq.worker.janitor import PRUNE_EVERY, Janitor
+from shardq.worker.progress import PROGRESS_INTERVAL, ProgressReporter
 from shardq.worker.recoverer import Recoverer
 from shardq.worker.settler import Settler
 
@@ -182,7 +183,8 @@ class Worker(RoleProcess[WorkerSettings]):
             timeouts=self.timeouts,
         )
         settler = Settler(ctx, wake=reads.wake)
-        executor = Executor(ctx, settler=settler)  # and its limiter
+        reporter = ProgressReporter(ctx)
+        executor = Executor(ctx, settler=settler, reporter=reporter)  # and its limiter
         fetcher = Fetcher(ctx, settler=settler, executor=executor, loops=reads)
         recoverer = Recoverer(ctx, executor=executor, fetcher=fetcher)
         heartbeat = Heartbeat(
@@ -204,6 +206,7 @@ class Worker(RoleProcess[WorkerSettings]):
         sup.every("janitor", PRUNE_EVERY, janitor.round)
         sup.every("limits", LIMITS_REFRESH, limiter.refresh)
         sup.every("limit-holds", s.heartbeat_interval, limiter.renew)
+        sup.every("progress", PROGRESS_INTERVAL, reporter.flush)
         self.listen_for_hints({ctx.pks[p].ready_hint: p for p in ctx.partitions}, fetcher.hint)
 
         async def drain() -> None:

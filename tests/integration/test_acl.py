@@ -66,6 +66,7 @@ MAY_CALL: dict[str, frozenset[str]] = {
     "fetch": WORKER,
     "ack": WORKER,
     "complete": WORKER,
+    "progress": WORKER,
     "fail": WORKER,
     "touch": WORKER,
     "reclaim": WORKER,

@@ -18,6 +18,7 @@ from shardq.jobs import JobRequest
 from shardq.schedules import make_definition
 from shardq.store import delivery, fleet, inspect, keys, producer, results, transport
 from shardq.store import limits as store_limits
+from shardq.store import progress as store_progress
 from shardq.store import resize as store_resize
 from shardq.store import schedules as sched
 from shardq.store.op import Op
@@ -129,6 +130,7 @@ OPS: dict[str, Callable[[State], Op[Any]]] = {
         s.pk, [(s.pending_entry, s.pending_id, 60_000, b'{"t":"t","a":1,"v":1}')]
     ),
     "result": lambda s: results.read(keys.partition_keys(s.queue, 0, 1), s.scheduled),
+    "progress": lambda s: store_progress.write(s.pk, s.pending_id.decode(), b'{"done":1}'),
     "fail": lambda s: delivery.fail(s.pk, s.pending_entry, s.pending_id, 1000, "err"),
     "touch": lambda s: delivery.touch(s.pk, "c1", [s.pending_entry]),
     "reclaim": lambda s: delivery.reclaim(

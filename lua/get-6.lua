@@ -5,10 +5,11 @@ KEYS[2] due      zset    job id (or '<id> <body>', a compact job) scored by due 
 KEYS[3] errors   hash    job id -> last error
 KEYS[4] ctl      hash    the partition's flags (read: sealed by a resize)
 KEYS[5] moving   hash    the batch a resize has taken out of this partition (job id -> record)
+KEYS[6] progress string  the job's last reported progress (lua/progress-2.lua)
 
 ARGV[1] job id
 
-Returns {envelope or nil, due ms or nil, last error or nil} (a compact job's envelope is
+Returns {envelope or nil, due ms or nil, last error or nil, progress or nil} (a compact job's envelope is
 'S0|<body>', as promote will write it).  The due time is the score as Redis keeps it, text
 ('inf' or '1.5' when written by hand): the reader checks it and shows a bad one as malformed
 (shardq.store.numbers), rather than this reply turning it into a time it is not.
@@ -23,4 +24,12 @@ Flags: no-writes  (reads only)
 ]]
 --@include snapshot.lua
 
-return job_snapshot(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], ARGV[1])
+local wrong = wrong_type({KEYS[6], 'string'})
+if wrong then return wrong end
+local snapshot = job_snapshot(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], ARGV[1])
+-- Progress only of a job stored here and running (a stale one of an earlier attempt is not
+-- its progress now).
+if type(snapshot[1]) == 'string' and string.sub(snapshot[1], 1, 1) == 'A' then
+  snapshot[4] = redis.call('GET', KEYS[6]) or false
+end
+return snapshot
