@@ -282,12 +282,18 @@ class Client:
         plan = plans.enqueue_many(self._queues, queue, requests, self.settings, chunk, durable)
         return self._drive(plan, f"enqueue into {queue!r}")
 
-    def cancel(self, queue: str, job_id: str) -> bool:
+    def cancel(self, queue: str, job_id: str, *, running: bool = False) -> bool:
         """Cancel a job that has not started: True if cancelled, False if there is no such job.
 
-        Raises JobRunningError when a worker holds it and JobNotScheduledError when it is dead.
+        Raises JobRunningError when a worker holds it, unless ``running=True``: then it is
+        cancelled too, and the worker holding it is told within a second (sharded pub/sub,
+        checked again by its heartbeat): an async handler's task is cancelled, a sync handler
+        sees ``job.cancelled`` (``job.check_cancelled()`` raises JobCancelledError); the job
+        ends as cancelled (never retried), even if its worker dies meanwhile.  Raises
+        JobNotScheduledError when it is dead.
         """
-        return self._drive(plans.cancel(self._queues, queue, job_id), f"cancel of job {job_id}")
+        plan = plans.cancel(self._queues, queue, job_id, running)
+        return self._drive(plan, f"cancel of job {job_id}")
 
     def reschedule(
         self,
@@ -542,8 +548,8 @@ class AsyncClient:
         plan = plans.enqueue_many(self._queues, queue, requests, self.settings, chunk, durable)
         return await self._drive(plan, f"enqueue into {queue!r}")
 
-    async def cancel(self, queue: str, job_id: str) -> bool:
-        plan = plans.cancel(self._queues, queue, job_id)
+    async def cancel(self, queue: str, job_id: str, *, running: bool = False) -> bool:
+        plan = plans.cancel(self._queues, queue, job_id, running)
         return await self._drive(plan, f"cancel of job {job_id}")
 
     async def reschedule(

@@ -177,6 +177,11 @@ class PermanentError(HandlerError):
     """Raise from a handler for a failure that retrying cannot fix: the job goes dead at once."""
 
 
+class JobCancelledError(PermanentError):
+    """Raised by ``job.check_cancelled()`` in a handler whose job was cancelled while running;
+    the job ends as cancelled, never retried."""
+
+
 class DeadlineExceededError(PermanentError):
     """A job came to start after its ``deadline``: dead-lettered with this reason, never run."""
 

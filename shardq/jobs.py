@@ -28,6 +28,7 @@ from shardq.config import MAX_TIME_MS, ProducerSettings
 from shardq.errors import (
     InvalidJobError,
     InvalidScheduleError,
+    JobCancelledError,
     PayloadNotSerializableError,
     PayloadTooLargeError,
     ProgressError,
@@ -514,6 +515,15 @@ class Job:
     """Seconds after its due time it may still start (a relative ``deadline``), or None."""
     reporter: Callable[[Job, Any], None] | None = field(default=None, repr=False, compare=False)
     """Where :meth:`progress` goes (set by the worker that runs the job)."""
+    cancelled: bool = False
+    """True once the job was cancelled while running (``Client.cancel(..., running=True)``):
+    a sync handler should stop (:meth:`check_cancelled`); an async one's task is cancelled."""
+
+    def check_cancelled(self) -> None:
+        """Raise JobCancelledError if the job was cancelled while running: call it between
+        steps of a long sync handler.  The job then ends as cancelled (never retried)."""
+        if self.cancelled:
+            raise JobCancelledError(f"job {self.id} of {self.queue} was cancelled while running")
 
     def progress(self, value: Any) -> None:
         """Report the job's progress (any JSON value up to MAX_PROGRESS_BYTES, e.g. ``{"done":

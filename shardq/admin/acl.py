@@ -73,6 +73,8 @@ GRANTS: dict[str, tuple[Grant, ...]] = {
         Grant(("sched:next",), ("+zadd", "+zrem", "+zrange", "+zscore")),
         # by id during a resize: a job being moved, a sealed partition (lua/includes/resize.lua)
         Grant(("moving",), ("+hexists", "+hget"), read_only=True),
+        # client.cancel(running=True): the partition's running cancels (lua/cancel-7.lua)
+        Grant(("cancels",), ("+zadd", "+zremrangebyscore")),
         # client.result: the job's kept result, read with its snapshot (lua/result-6.lua);
         # client.get: a running job's progress (lua/get-6.lua)
         Grant(("result", "progress"), ("+get",), read_only=True),
@@ -136,6 +138,8 @@ GRANTS: dict[str, tuple[Grant, ...]] = {
         Grant(
             ("running",), ("+zremrangebyscore", "+zcard", "+zscore", "+zadd", "+zrem", "+pexpire")
         ),
+        # the heartbeat looks for running cancels it missed (lua/touch-2.lua)
+        Grant(("cancels",), ("+exists", "+zrange"), read_only=True),
         # jobs that keep their result: stored with the ack (lua/complete-4.lua); job.progress
         # (lua/progress-2.lua)
         Grant(("result", "progress"), ("+set",)),

@@ -390,11 +390,16 @@ def job_result(queue_name: str, job_id: str, wait: float, as_json: bool) -> None
 @job.command("cancel")
 @queue_option()
 @click.argument("job_id", type=JOB_ID)
+@click.option(
+    "--running",
+    is_flag=True,
+    help="Stop it if it is running too: its worker is told; it ends as cancelled, never retried.",
+)
 @redis_options
-def job_cancel(queue_name: str, job_id: str) -> None:
-    """Cancel a job that has not started."""
+def job_cancel(queue_name: str, job_id: str, running: bool) -> None:
+    """Cancel a job that has not started (--running: or one that is running)."""
     with open_client() as client:
-        if not client.cancel(queue_name, job_id):
+        if not client.cancel(queue_name, job_id, running=running):
             raise click.ClickException(f"job {job_id!r} not found in {queue_name}")
     click.echo(f"cancelled {job_id}")
 

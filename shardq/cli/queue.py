@@ -337,9 +337,12 @@ def _confirm(yes: bool, what: str) -> None:
 @queue.command("cancel")
 @queue_option()
 @click.option(
-    "--state", type=JobStates(NOT_STARTED_STATES), default="scheduled", show_default=True,
-    help="scheduled takes the whole due set (retrying jobs too).",
+    "--state", type=JobStates((*NOT_STARTED_STATES, "running")), default="scheduled",
+    show_default=True,
+    help="scheduled takes the whole due set (retrying jobs too); running stops running jobs "
+    "(their workers are told; each ends as cancelled, never retried).",
 )  # fmt: skip
+@click.option("--running", is_flag=True, help="The same as --state running.")
 @click.option("--type", "job_type", type=JOB_TYPE, default=None, help="Only jobs of this type.")
 @click.option("--from", "start", type=UTC_TIME, default=None, help="Scheduled: due at or after.")
 @click.option("--to", "end", type=UTC_TIME, default=None, help="Scheduled: due at or before.")
@@ -351,11 +354,15 @@ def queue_cancel(
     job_type: str | None,
     start: datetime | None,
     end: datetime | None,
+    running: bool,
     yes: bool,
 ) -> None:
-    """Cancel every not-started job matching the filter, in batches with progress."""
+    """Cancel every not-started job matching the filter (or, with --running, every running
+    one), in batches with progress."""
     from shardq.inspector import Inspector
 
+    if running:
+        state = "running"
     _confirm(yes, "cancelling jobs")
     with open_client() as client:
         n = Inspector(client).cancel(

@@ -144,7 +144,8 @@ WORKER_JOBS = CounterFamily(
     "shardq_worker_jobs",
     "Jobs this worker settled, by job type ('other': no handler registered) and outcome: "
     "completed (acked), retried (back to due with backoff, RetryAfter included), dead "
-    "(dead-lettered), gone (reclaimed by another worker or cancelled before the settle), "
+    "(dead-lettered), cancelled (cancelled while running), gone (reclaimed by another worker "
+    "or cancelled before the settle), "
     "abandoned (the outcome could not be written; the job runs again after reclaim).",
     ["queue", "job_type", "outcome"],
 )

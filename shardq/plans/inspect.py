@@ -575,11 +575,12 @@ def cancel(
     end: datetime | float | None,
     progress: Progress,
 ) -> Plan[int]:
-    """Cancel every not-started job in ``state`` (scheduled, ready or retrying) matching the
-    filter, a page at a time; each cancel is its own atomic script.  Returns how many."""
+    """Cancel every job in ``state`` (scheduled, ready, retrying, or running: their workers
+    are told to stop them) matching the filter, a page at a time; each cancel is its own atomic
+    script.  Returns how many."""
     state = names.job_state(state)
-    if state not in names.NOT_STARTED_STATES:
-        raise ValueError("only scheduled, ready or retrying jobs can be cancelled")
+    if state not in (*names.NOT_STARTED_STATES, "running"):
+        raise ValueError("only scheduled, ready, retrying or running jobs can be cancelled")
     start_ms, end_ms = time_ms(start), time_ms(end)
     _check_list(state, BATCH, None, start_ms, end_ms)
     return _cancel(cache, queue, state, job_type, start_ms, end_ms, progress)
@@ -615,7 +616,8 @@ def _cancel_all(
             start_ms=start_ms, end_ms=end_ms,
         )  # fmt: skip
         ids = [j.id for j in page.jobs if j.id]
-        results = yield from producer_plans.at_home(cache, layout.queue, ids, producer.cancel)
+        make = producer.cancel_running if state == "running" else producer.cancel
+        results = yield from producer_plans.at_home(cache, layout.queue, ids, make)
         # A job that started or finished meanwhile is not an error of the sweep.
         done += sum(1 for r in results if r is True)
         if progress is not None:

@@ -552,9 +552,10 @@ def _merged(runs: list[BulkRun], settings: ProducerSettings) -> BulkRun:
 # jobs by id ------------------------------------------------------------------------------------
 
 
-def cancel(cache: QueueCache, queue: str, job_id: str) -> Plan[bool]:
+def cancel(cache: QueueCache, queue: str, job_id: str, running: bool = False) -> Plan[bool]:
     names.check_job_id(job_id)
-    return bool((yield from one_at_home(cache, queue, job_id, producer.cancel)))
+    make = producer.cancel_running if running else producer.cancel
+    return bool((yield from one_at_home(cache, queue, job_id, make)))
 
 
 def reschedule(

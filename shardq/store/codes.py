@@ -100,8 +100,8 @@ def _not_found(d: list[str]) -> ShardqError:
 
 def _running(d: list[str]) -> ShardqError:
     return JobRunningError(
-        f"job {d[0]!r} is running on a worker and cannot be cancelled; make its handler "
-        "check for cancellation in your own state if it must stop early"
+        f"job {d[0]!r} is running on a worker: cancel(..., running=True) (`shardq job cancel "
+        "--running`) stops it there and ends it as cancelled"
     )
 
 

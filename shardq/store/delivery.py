@@ -163,14 +163,22 @@ def fail(
     )
 
 
-def touch(pk: keys.PartitionKeys, consumer: str, entry_ids: Iterable[bytes]) -> Op[list[bytes]]:
-    """Heartbeat running deliveries; the op returns those now held by another consumer."""
-    return op(
-        "touch",
-        [pk.ready],
-        [keys.WORKER_GROUP, consumer, *entry_ids],
-        lambda r: list(check(r)) if r else [],
-    )
+class Touched(NamedTuple):
+    """A heartbeat's answer: entries now held by another consumer, and the job ids of the
+    partition's latest running cancels (lua/touch-2.lua)."""
+
+    lost: list[bytes]
+    cancelled: list[bytes]
+
+
+def touch(pk: keys.PartitionKeys, consumer: str, entry_ids: Iterable[bytes]) -> Op[Touched]:
+    """Heartbeat running deliveries (see :class:`Touched`)."""
+
+    def parse(reply: Any) -> Touched:
+        lost, cancelled = check(reply)
+        return Touched(list(lost or []), list(cancelled or []))
+
+    return op("touch", [pk.ready, pk.cancels], [keys.WORKER_GROUP, consumer, *entry_ids], parse)
 
 
 def reclaim(

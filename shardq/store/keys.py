@@ -75,6 +75,8 @@ PARTITION_KINDS: tuple[str, ...] = (
     # a resize (lua/includes/resize.lua): the batch taken out of a partition it empties, and
     # the batch ids a partition of the new generation has stored
     *("moving", "inbound"),
+    # running jobs cancelled (lua/cancel-7.lua), for their workers' heartbeats (touch-2)
+    "cancels",
 )
 #: A partition's idempotency keys, ``{<partition tag>}:idem:<idempotency key>``: one per key,
 #: found by SCAN (:func:`queue_tags_pattern`).
@@ -294,6 +296,7 @@ class PartitionKeys:
     """
 
     __slots__ = (
+        "cancels",
         "ctl",
         "dead",
         "due",
@@ -359,6 +362,8 @@ class PartitionKeys:
         self.moving = base + "moving"
         #: Set: the resize batch ids this partition has stored (lua/resize-put-9.lua).
         self.inbound = base + "inbound"
+        #: Sorted set: running jobs cancelled, by cancel time (a day kept: lua/cancel-7.lua).
+        self.cancels = base + "cancels"
         #: Sharded pub/sub channel: the due head moved earlier (wakes the dispatcher).
         self.due_hint = base + "hint:due"
         #: Sharded pub/sub channel: jobs landed in the ready stream (wakes workers).

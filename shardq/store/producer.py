@@ -452,15 +452,21 @@ def _parse_cancel(reply: Any) -> bool:
     return True
 
 
-def cancel(pk: keys.PartitionKeys, job_id: str) -> Op[bool]:
-    """Cancel a job that has not started: True if cancelled, False if there is no such job
-    (in the partition ``pk``, its home: :meth:`shardq.store.keys.Layout.homes`)."""
+def cancel(pk: keys.PartitionKeys, job_id: str, running: bool = False) -> Op[bool]:
+    """Cancel a job that has not started (with ``running``, one that is running too: its worker
+    is told to stop it): True if cancelled, False if there is no such job (in the partition
+    ``pk``, its home: :meth:`shardq.store.keys.Layout.homes`)."""
     # Not resent after an ambiguous fault: a resend would answer "not found" for the job the
     # first call cancelled.
     return op(
-        "cancel", [pk.jobs, pk.due, pk.errors, pk.stats, pk.ctl, pk.moving], [job_id],
-        _parse_cancel, safe_to_repeat=False,
+        "cancel", [pk.jobs, pk.due, pk.errors, pk.stats, pk.ctl, pk.moving, pk.cancels],
+        [job_id, "1" if running else "0", pk.ready_hint], _parse_cancel, safe_to_repeat=False,
     )  # fmt: skip
+
+
+def cancel_running(pk: keys.PartitionKeys, job_id: str) -> Op[bool]:
+    """:func:`cancel` of a job whether or not it runs."""
+    return cancel(pk, job_id, running=True)
 
 
 def reschedule(

@@ -700,9 +700,10 @@ async def _perform(client: AsyncClient, queue: str, name: str, form: FormData) -
         job_type = str(form.get("type", "")).strip() or None
         return f"replayed {await ins.retry_dead(queue, job_type)} dead jobs"
     if name == "cancel":
-        if await client.cancel(queue, job_id):
+        # A running job too: its worker is told to stop it, and it ends as cancelled.
+        if await client.cancel(queue, job_id, running=True):
             return f"cancelled job {job_id}"
-        return f"job {job_id} was not cancelled (running, finished, or not found)"
+        return f"job {job_id} was not cancelled (finished, or not found)"
     if name == "empty":
         state = names.job_state(str(form.get("state", "")), EMPTY_STATES)
         return f"deleted {await ins.empty(queue, state)} {state} jobs"

@@ -26,6 +26,7 @@ from shardq import tracing
 from shardq.errors import (
     DeadlineExceededError,
     HandlerTimeoutError,
+    JobCancelledError,
     PermanentError,
     UnknownJobTypeError,
 )
@@ -354,6 +355,10 @@ class Executor:
             else:
                 value = await self._call(handler, job)
         except asyncio.CancelledError:
+            if d.cancelled:
+                # Its job was cancelled while running (cancel_running): it ends as cancelled.
+                self._failed(d, JobCancelledError(f"job {job.id} was cancelled while running"))
+                return
             if d.timed_out:
                 # The watchdog stopped a handler that ran over handler_timeout: retry it.
                 limit, where = self._timeout_of(job)
@@ -419,6 +424,21 @@ class Executor:
         if inspect.isawaitable(result):
             return await result
         return result
+
+    def cancel_running(self, partition: int, job_id: bytes | str) -> bool:
+        """A running job of ``partition`` was cancelled (a cancel's publish, or the heartbeat's
+        re-check): flag it (``job.cancelled``) and cancel an async handler's task; it ends as
+        cancelled whatever the handler does.  False when this worker does not hold it."""
+        raw = job_id.encode() if isinstance(job_id, str) else job_id
+        for d in list(self.inflight.by_partition.get(partition, {}).values()):
+            if d.raw_id != raw or d.cancelled:
+                continue
+            d.cancelled = True
+            d.job.cancelled = True
+            if d.task is not None and not d.finished:
+                d.task.cancel()
+            return True
+        return False
 
     def _timeout_of(self, job: Job) -> tuple[float | None, str]:
         """How long one attempt of ``job`` may run, and what set it: the job's own

@@ -85,8 +85,15 @@ class Heartbeat:
                 )
 
         def touched(indexes: list[int], results: list[object]) -> None:
-            for i, result in zip(indexes, results, strict=True):
-                if result and isinstance(result, list):
+            for i, reply in zip(indexes, results, strict=True):
+                if not isinstance(reply, delivery.Touched):
+                    continue
+                if reply.cancelled:
+                    # A running cancel whose publish this worker missed: stop it now.
+                    for job_id in reply.cancelled:
+                        self.executor.cancel_running(parts[i], job_id)
+                result = reply.lost
+                if result:
                     p = parts[i]
                     self.stats.lost_deliveries += len(result)
                     metrics.WORKER_LOST.labels(self.queue).inc(len(result))

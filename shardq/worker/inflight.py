@@ -31,6 +31,7 @@ class Delivery:
     reserved: bool = False  # its start was reserved by a rate limit: run without asking again
     slots: list[Limit] = field(default_factory=list)  # concurrency limits it holds a slot of
     result: bytes | None = None  # its result record, when the job keeps its result
+    cancelled: bool = False  # cancelled while running (lua/cancel-7.lua): it ends as cancelled
 
 
 @dataclass(slots=True)
@@ -48,6 +49,7 @@ class WorkerStats:
     abandoned: int = 0  # a settle that could not be written: left pending for reclaim
     malformed: int = 0
     deferred: int = 0  # held back by a rate limit: back in due until the limit's time
+    cancelled: int = 0  # cancelled while running: ended as cancelled
 
 
 #: Finished jobs waiting for their ack that take no room, at the least (InFlight.finished_room).

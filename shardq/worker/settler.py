@@ -24,7 +24,7 @@ from collections.abc import Callable, Container, Iterable
 from typing import Any
 
 from shardq import backoff
-from shardq.errors import PermanentError, RetryAfter
+from shardq.errors import JobCancelledError, PermanentError, RetryAfter
 from shardq.jobs import DEFAULT_BACKOFF, Backoff
 from shardq.logs import log_event
 from shardq.metrics import registry as metrics
@@ -159,9 +159,13 @@ class Settler:
     # successes -----------------------------------------------------------------------------
 
     def succeeded(self, d: Delivery) -> None:
-        """The handler returned: buffer the ack for the partition's next round trip.  A job
+        """The handler returned: buffer the ack for the partition's next round trip (a job
+        cancelled while it ran settles as cancelled instead).  A job
         that keeps its result (``d.result``) does not linger: a producer may be waiting for it,
         so its partition's acks go with the next round (as a complete call)."""
+        if d.cancelled:
+            self.failed(d, JobCancelledError(f"job {d.job.id} was cancelled while running"))
+            return
         self.inflight.mark_finished(d)
         batch = self.acks.get(d.partition)
         if batch is None:
@@ -308,6 +312,13 @@ class Settler:
             "error": text.split("\n", 1)[0][:200],
             "trace_id": job.headers.get("traceparent") if isinstance(job.headers, dict) else None,
         }
+        if d.cancelled and result.outcome == "gone":
+            # Cancelled while it ran: the cancel removed its job (and counted it); the settle
+            # only let go of the delivery.
+            self.stats.cancelled += 1
+            self._count(job.type, "cancelled")
+            log_event(log, "job.cancelled", logging.INFO, **fields)
+            return
         if result.outcome == "gone":
             # Reclaimed by another worker (this one was paused) or cancelled: its outcome is
             # theirs to settle, not ours to count.

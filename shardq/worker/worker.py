@@ -51,6 +51,9 @@ LIMITS_REFRESH = 2.0
 
 H = TypeVar("H", bound=Handler)
 
+#: A message on a partition's ready-hint channel that names a running job cancelled.
+CANCEL_PREFIX = b"cancel:"
+
 STOP_READING = ["hints", "fetcher:", "fetcher-topology", "recoverer", "janitor"]
 
 
@@ -207,7 +210,15 @@ class Worker(RoleProcess[WorkerSettings]):
         sup.every("limits", LIMITS_REFRESH, limiter.refresh)
         sup.every("limit-holds", s.heartbeat_interval, limiter.renew)
         sup.every("progress", PROGRESS_INTERVAL, reporter.flush)
-        self.listen_for_hints({ctx.pks[p].ready_hint: p for p in ctx.partitions}, fetcher.hint)
+
+        def on_hint(partition: int, message: bytes | None) -> None:
+            # The ready-hint channel also carries running cancels (lua/cancel-7.lua).
+            if message is not None and message.startswith(CANCEL_PREFIX):
+                executor.cancel_running(partition, message[len(CANCEL_PREFIX) :])
+            else:
+                fetcher.hint(partition, message)
+
+        self.listen_for_hints({ctx.pks[p].ready_hint: p for p in ctx.partitions}, on_hint)
 
         async def drain() -> None:
             # The heartbeat, membership and limit-holds loops still run: running jobs stay
