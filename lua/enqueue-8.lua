@@ -23,11 +23,16 @@ ARGV[7] idempotency retention ms, counted from the due time
 ARGV[8] '1' when KEYS[4] is a real idempotency key
 ARGV[9] due-hint channel (sharded pub/sub, same slot): dispatcher wake-up when the head moves
 ARGV[10] ready-hint channel: worker wake-up when a job lands in the ready stream
+ARGV[11] uniqueness of the idempotency key: '' (the key dedupes for its retention, whatever
+        became of the job) or 'done' (it dedupes only while its job is stored and not dead:
+        waiting, ready, running or retrying; once the job completed, was cancelled or died, the
+        key is stale and this enqueue takes it for a new job)
 
 Returns
   {1, job id, due ms, now ms}         created
   {2, job id, 0, now ms}              this exact job was already stored (a resent call)
-  {0, existing job id, 0, now ms}     idempotency key already used: nothing written
+  {0, existing job id, 0, now ms}     idempotency key already used (with ARGV[11] 'done': by a
+                                      job not yet done): nothing written
   {-2, at, now, tolerance}            E_DUE_IN_PAST
   {-3, due, now, horizon}             E_BEYOND_HORIZON
   {-4, job id}                        E_DUPLICATE_JOB_ID
@@ -80,6 +85,14 @@ local moved = sealed_to(KEYS[8])
 if moved then return {-16, moved, id} end
 if idem then
   local existing = redis.call('GET', KEYS[4])
+  if existing and ARGV[11] == 'done' then
+    -- The key's job is in this partition (it routes by the key): done once it is gone (acked,
+    -- cancelled) or dead; a compact waiting job is a due-set member only.
+    local v = redis.call('HGET', KEYS[1], existing)
+    local alive
+    if v then alive = string.sub(v, 1, 1) ~= 'D' else alive = compact_find(KEYS[2], existing) ~= nil end
+    if not alive then existing = nil end
+  end
   if existing then
     return {0, existing, 0, now}
   end

@@ -18,7 +18,7 @@ import asyncio
 import builtins
 from collections.abc import Iterable
 from datetime import datetime, timedelta
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 from shardq.config import ProducerSettings, RedisSettings
 from shardq.connection import AsyncRedis, SyncRedis, connect, connect_async
@@ -234,6 +234,7 @@ class Client:
         keep_result: timedelta | float | None = None,
         timeout: timedelta | float | None = None,
         deadline: datetime | timedelta | float | None = None,
+        unique_until: Literal["done"] | None = None,
     ) -> str:
         """Enqueue one job to run now, at ``run_at`` or after ``delay`` seconds; return its id.
 
@@ -249,10 +250,13 @@ class Client:
         ``handler_timeout``.  ``deadline``: a job that would start after it is dead-lettered
         (DeadlineExceededError), never run: a timezone-aware datetime or epoch seconds, or a
         timedelta, how late after its due time (a retry's included) it may still start.
+        ``unique_until="done"`` (with ``idempotency_key``): the key returns the first job only
+        while that job is waiting, running or retrying; once it completed, was cancelled or
+        died, an enqueue with the key creates a new job (bounded by ``unique_retention``).
         """
         request = JobRequest(
             job_type, payload, run_at, delay, job_id, idempotency_key, max_attempts, backoff,
-            headers, limit_key, priority, tenant, keep_result, timeout, deadline,
+            headers, limit_key, priority, tenant, keep_result, timeout, deadline, unique_until,
         )  # fmt: skip
         return self.enqueue_detailed(queue, request, durable=durable).job_id
 
@@ -524,10 +528,11 @@ class AsyncClient:
         keep_result: timedelta | float | None = None,
         timeout: timedelta | float | None = None,
         deadline: datetime | timedelta | float | None = None,
+        unique_until: Literal["done"] | None = None,
     ) -> str:
         request = JobRequest(
             job_type, payload, run_at, delay, job_id, idempotency_key, max_attempts, backoff,
-            headers, limit_key, priority, tenant, keep_result, timeout, deadline,
+            headers, limit_key, priority, tenant, keep_result, timeout, deadline, unique_until,
         )  # fmt: skip
         return (await self.enqueue_detailed(queue, request, durable=durable)).job_id
 

@@ -272,6 +272,10 @@ class ProducerSettings:
     """A run time more than this many seconds after the Redis clock is an error."""
     idempotency_retention: float = 24 * 3600.0
     """How long after a job's due time its idempotency key keeps returning the same job."""
+    unique_retention: float = 7 * 24 * 3600.0
+    """The longest a ``unique_until="done"`` key holds after its job's due time: a job still
+    not done this long after it was due (waiting, running or retrying) no longer blocks a new
+    one (the bound that keeps a key from being held forever)."""
     durable_replicas: int = 1
     """``durable=True`` enqueues wait until this many replicas confirm the write."""
     durable_timeout: float = 1.0
@@ -287,6 +291,7 @@ class ProducerSettings:
         _check_range("past_tolerance", self.past_tolerance, 0, 1e10)
         _check_range("max_horizon", self.max_horizon, 0.001, 1e10)
         _check_range("idempotency_retention", self.idempotency_retention, 0.001, 1e10)
+        _check_range("unique_retention", self.unique_retention, 0.001, 1e10)
         _check_range("durable_timeout", self.durable_timeout, 0.001, 3600)
         _check_range("retry_timeout", self.retry_timeout, 0, 3600)
         _check_int("durable_replicas", self.durable_replicas, 1, 64)

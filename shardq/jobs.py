@@ -584,6 +584,7 @@ class JobRequest:
     keep_result: timedelta | float | None = None
     timeout: timedelta | float | None = None
     deadline: datetime | timedelta | float | None = None
+    unique_until: Literal["done"] | None = None
 
 
 @dataclass(frozen=True, slots=True)

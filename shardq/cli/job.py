@@ -134,6 +134,12 @@ def enqueue_row(result: EnqueueResult, idempotency_key: str | None) -> dict[str,
     "for `shardq job result`.",
 )
 @click.option(
+    "--unique-until-done",
+    is_flag=True,
+    help="With --idempotency-key: the key returns the first job only until that job is done "
+    "(completed, cancelled or dead); then a new one is created.",
+)
+@click.option(
     "--timeout",
     type=DURATION,
     default=None,
@@ -173,6 +179,7 @@ def enqueue(
     priority: str | None,
     tenant: str | None,
     keep_result: float | None,
+    unique_until_done: bool,
     timeout: float | None,
     deadline: datetime | None,
     deadline_in: float | None,
@@ -212,6 +219,7 @@ def enqueue(
         keep_result=keep_result,
         timeout=timeout,
         deadline=deadline if deadline is not None else _window(deadline_in),
+        unique_until="done" if unique_until_done else None,
     )
     with _producer(limits) as client:
         result = client.enqueue_detailed(queue_name, request, durable=durable)

@@ -227,10 +227,14 @@ class PreparedEnqueue:
                 self.schedule.ms,
                 round(s.past_tolerance * 1000),
                 round(s.max_horizon * 1000),
-                round(s.idempotency_retention * 1000),
+                round(
+                    (s.unique_retention if self.request.unique_until else s.idempotency_retention)
+                    * 1000
+                ),
                 "1" if idem else "0",
                 pk.due_hint,
                 pk.ready_hint,
+                self.request.unique_until or "",
             ],
             self.parse,
         )
@@ -274,6 +278,16 @@ def prepare_enqueue(
     schedule = jobmod.make_schedule(req.run_at, req.delay, settings)
     # The key and id first: a bad one is reported as such, not as the body it would be part of.
     check_ids(req.job_id, req.idempotency_key)
+    if req.unique_until is not None:
+        if req.unique_until != "done":
+            raise InvalidJobError(
+                f"unique_until must be 'done' or None, got {req.unique_until!r:.40}"
+            )
+        if req.idempotency_key is None:
+            raise InvalidJobError(
+                "unique_until='done' makes the idempotency key unique until its job is done: "
+                "pass idempotency_key too"
+            )
     body = jobmod.encode_body(
         req.job_type,
         req.payload,
@@ -337,7 +351,12 @@ def prepare_many(
     out: list[PreparedEnqueue] = []
     append = out.append
     for req in requests:
-        if type(req) is not JobRequest or req.job_id is not None or req.idempotency_key is not None:
+        if (
+            type(req) is not JobRequest
+            or req.job_id is not None
+            or req.idempotency_key is not None
+            or req.unique_until is not None
+        ):
             append(prepare_enqueue(queue, layout, req, settings, compact))
             continue
         schedule = jobmod.make_schedule(req.run_at, req.delay, settings)

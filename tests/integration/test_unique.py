@@ -1,0 +1,122 @@
+"""unique_until="done": an idempotency key that returns its job only until the job is done
+(completed, cancelled or dead), atomic in the key's partition, under concurrent producers and
+a SIGKILLed worker (a key is never held by a job that is done)."""
+
+from __future__ import annotations
+
+import signal
+import threading
+from pathlib import Path
+
+import pytest
+from support.helpers import Runner, pending_total, wait_for
+from support.procs import Proc
+
+from shardq import PermanentError
+from shardq.client import Client
+from shardq.devtools.bench import cli_command
+from shardq.errors import InvalidJobError
+from shardq.jobs import Job
+
+HANDLERS = Path(__file__).resolve().parents[2] / "bench" / "handlers"
+
+
+def _enqueue_from_threads(client: Client, queue: str, key: str, n: int) -> set[str]:
+    ids: list[str] = []
+    lock = threading.Lock()
+    barrier = threading.Barrier(n)
+
+    def one() -> None:
+        barrier.wait()
+        job_id = client.enqueue(queue, "t", None, delay=0.5, idempotency_key=key,
+                                unique_until="done")  # fmt: skip
+        with lock:
+            ids.append(job_id)
+
+    threads = [threading.Thread(target=one) for _ in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return set(ids)
+
+
+def _state(client: Client, queue: str, job_id: str) -> str | None:
+    info = client.get(queue, job_id)
+    return None if info is None else info.state
+
+
+def test_one_job_per_key_until_it_is_done(url: str, client: Client, queue: str) -> None:
+    client.create_queue(queue, partitions=4)
+    ran: list[str] = []
+    with Runner(url, queue, {"t": lambda job: ran.append(job.id)}):
+        rounds = []
+        for _ in range(3):
+            # 8 producers at once while the job waits: one job.
+            ids = _enqueue_from_threads(client, queue, "report:42", 8)
+            assert len(ids) == 1
+            (job_id,) = ids
+            wait_for(lambda: job_id in ran, 10, "the job did not run")  # noqa: B023
+            wait_for(lambda: client.get(queue, job_id) is None, 10, "not acked")  # noqa: B023
+            rounds.append(job_id)
+    # Each round, once the job was done, the key gave a new one.
+    assert len(set(rounds)) == 3 and ran == rounds
+
+
+def test_a_dead_or_cancelled_job_frees_its_key(url: str, client: Client, queue: str) -> None:
+    client.create_queue(queue, partitions=2)
+
+    def fail(job: Job) -> None:
+        raise PermanentError("no")
+
+    first = client.enqueue(queue, "t", None, delay=600, idempotency_key="k", unique_until="done")
+    # A plain idempotent enqueue with the key while the job waits: the same job.
+    assert client.enqueue(queue, "t", None, idempotency_key="k", unique_until="done") == first
+    assert client.cancel(queue, first)
+    second = client.enqueue(queue, "f", None, idempotency_key="k", unique_until="done")
+    assert second != first
+    with Runner(url, queue, {"f": fail}):
+        wait_for(lambda: _state(client, queue, second) == "dead", 10, "not dead")
+    third = client.enqueue(queue, "t", None, delay=600, idempotency_key="k", unique_until="done")
+    assert third not in (first, second)
+    # Without unique_until the key keeps returning the job it names, whatever became of it.
+    assert client.enqueue(queue, "t", None, idempotency_key="plain") == client.enqueue(
+        queue, "t", None, idempotency_key="plain"
+    )
+
+
+def test_unique_needs_an_idempotency_key(client: Client, queue: str) -> None:
+    client.create_queue(queue, partitions=2)
+    with pytest.raises(InvalidJobError, match="pass idempotency_key"):
+        client.enqueue(queue, "t", None, unique_until="done")
+    with pytest.raises(InvalidJobError, match="unique_until must be"):
+        client.enqueue(queue, "t", None, idempotency_key="x", unique_until="forever")  # type: ignore[arg-type]
+
+
+def test_a_sigkilled_worker_does_not_hold_the_key_forever(
+    cluster_url: str, cluster_client: Client, queue: str, procs: list[Proc], tmp_path: Path
+) -> None:
+    """The job's worker is SIGKILLed while it runs: the key keeps returning it (it is not done:
+    it runs again elsewhere after reclaim); once that run completed, the key gives a new job."""
+    client = cluster_client
+    client.create_queue(queue, partitions=2)
+    runlog = tmp_path / "runs"
+    env = {"SHARDQ_BENCH_RUNLOG": str(runlog), "SHARDQ_BENCH_HOLD": "1.5",
+           "PYTHONPATH": str(HANDLERS)}  # fmt: skip
+    base = ["--queue", queue, "--url", cluster_url, "--membership-timeout", "1.5",
+            "--heartbeat-interval", "0.3", "--visibility-timeout", "3"]  # fmt: skip
+    worker = cli_command("worker", "run", *base, "--handlers", "shardq_runlog:register")
+    procs.append(Proc.dispatcher(cluster_url, queue, env=env))
+    first = Proc(worker, env)
+    procs.append(first)
+    job_id = client.enqueue(queue, "hold", None, idempotency_key="u", unique_until="done")
+    wait_for(lambda: runlog.exists() and job_id in runlog.read_text(), 20, "it did not start")
+    first.signal(signal.SIGKILL)
+    first.popen.wait(10)
+    assert client.enqueue(queue, "hold", None, idempotency_key="u", unique_until="done") == job_id
+    procs.append(Proc(worker, env))
+    wait_for(lambda: runlog.read_text().count(job_id) == 2, 30, "it was not run again")
+    wait_for(lambda: client.get(queue, job_id) is None, 20, "the second run did not complete")
+    assert pending_total(client.redis, queue, 2) == 0
+    fresh = client.enqueue(queue, "hold", None, delay=600, idempotency_key="u", unique_until="done")
+    assert fresh != job_id
