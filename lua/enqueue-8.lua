@@ -26,13 +26,17 @@ ARGV[10] ready-hint channel: worker wake-up when a job lands in the ready stream
 ARGV[11] uniqueness of the idempotency key: '' (the key dedupes for its retention, whatever
         became of the job) or 'done' (it dedupes only while its job is stored and not dead:
         waiting, ready, running or retrying; once the job completed, was cancelled or died, the
-        key is stale and this enqueue takes it for a new job)
+        key is stale and this enqueue takes it for a new job) or 'debounce' (while its job still
+        waits in the due set, this enqueue replaces the job's body and moves it to this due
+        time, keeping its id: {3, ...}; once it was promoted, started or done, a new job)
 
 Returns
   {1, job id, due ms, now ms}         created
   {2, job id, 0, now ms}              this exact job was already stored (a resent call)
   {0, existing job id, 0, now ms}     idempotency key already used (with ARGV[11] 'done': by a
                                       job not yet done): nothing written
+  {3, existing job id, due ms, now ms}  debounced (ARGV[11] 'debounce'): the waiting job took this
+                                      body and due time
   {-2, at, now, tolerance}            E_DUE_IN_PAST
   {-3, due, now, horizon}             E_BEYOND_HORIZON
   {-4, job id}                        E_DUPLICATE_JOB_ID
@@ -92,6 +96,31 @@ if idem then
     local alive
     if v then alive = string.sub(v, 1, 1) ~= 'D' else alive = compact_find(KEYS[2], existing) ~= nil end
     if not alive then existing = nil end
+  elseif existing and ARGV[11] == 'debounce' then
+    local v = redis.call('HGET', KEYS[1], existing)
+    local member
+    if not v then member = compact_find(KEYS[2], existing) end
+    local waiting = member ~= nil or
+      (v ~= false and v ~= nil and redis.call('ZSCORE', KEYS[2], existing) ~= false)
+    if not waiting then
+      existing = nil  -- promoted, started or done: this enqueue is a new run
+    else
+      if member then
+        -- A compact job takes the plain layout: its id no longer tells its due time.
+        redis.call('ZREM', KEYS[2], member)
+        redis.call('HSET', KEYS[1], existing, 'S0|' .. ARGV[2])
+      else
+        local bar = string.find(v, '|', 1, true) or 2
+        redis.call('HSET', KEYS[1], existing, string.sub(v, 1, bar - 1) .. '|' .. ARGV[2])
+      end
+      redis.call('ZADD', KEYS[2], due, existing)
+      redis.call('SET', KEYS[4], existing, 'PX', math.floor(math.max(due - now, 0) + retention))
+      if redis.call('ZRANGE', KEYS[2], 0, 0)[1] == existing then
+        redis.call('SPUBLISH', ARGV[9], due)
+      end
+      count(KEYS[5], 'debounced', 1)
+      return {3, existing, due, now}
+    end
   end
   if existing then
     return {0, existing, 0, now}

@@ -23,7 +23,7 @@ from typing import Any, Literal, TypeVar
 from shardq.config import ProducerSettings, RedisSettings
 from shardq.connection import AsyncRedis, SyncRedis, connect, connect_async
 from shardq.errors import ShardqError
-from shardq.jobs import Backoff, EnqueueResult, JobInfo, JobRequest, JobResult
+from shardq.jobs import Backoff, EnqueueResult, JobInfo, JobRequest, JobResult, debounced
 from shardq.limits import Limit
 from shardq.names import Priority
 from shardq.plans import Plan, drive, drive_async, one, twin_of
@@ -235,6 +235,7 @@ class Client:
         timeout: timedelta | float | None = None,
         deadline: datetime | timedelta | float | None = None,
         unique_until: Literal["done"] | None = None,
+        debounce: timedelta | float | None = None,
     ) -> str:
         """Enqueue one job to run now, at ``run_at`` or after ``delay`` seconds; return its id.
 
@@ -253,11 +254,15 @@ class Client:
         ``unique_until="done"`` (with ``idempotency_key``): the key returns the first job only
         while that job is waiting, running or retrying; once it completed, was cancelled or
         died, an enqueue with the key creates a new job (bounded by ``unique_retention``).
+        ``debounce=<seconds>`` (with ``idempotency_key``, instead of ``delay``/``run_at``): the
+        job runs that long after the last enqueue of a burst: a repeat while the job still waits
+        replaces its payload and moves its due time, keeping its id (``created`` False).
         """
         request = JobRequest(
             job_type, payload, run_at, delay, job_id, idempotency_key, max_attempts, backoff,
             headers, limit_key, priority, tenant, keep_result, timeout, deadline, unique_until,
         )  # fmt: skip
+        request = debounced(request, debounce)
         return self.enqueue_detailed(queue, request, durable=durable).job_id
 
     def enqueue_detailed(
@@ -529,11 +534,13 @@ class AsyncClient:
         timeout: timedelta | float | None = None,
         deadline: datetime | timedelta | float | None = None,
         unique_until: Literal["done"] | None = None,
+        debounce: timedelta | float | None = None,
     ) -> str:
         request = JobRequest(
             job_type, payload, run_at, delay, job_id, idempotency_key, max_attempts, backoff,
             headers, limit_key, priority, tenant, keep_result, timeout, deadline, unique_until,
         )  # fmt: skip
+        request = debounced(request, debounce)
         return (await self.enqueue_detailed(queue, request, durable=durable)).job_id
 
     async def enqueue_detailed(

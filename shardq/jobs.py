@@ -16,7 +16,7 @@ import secrets
 import string
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from functools import lru_cache
 from typing import Any, Literal, NamedTuple
@@ -584,7 +584,33 @@ class JobRequest:
     keep_result: timedelta | float | None = None
     timeout: timedelta | float | None = None
     deadline: datetime | timedelta | float | None = None
-    unique_until: Literal["done"] | None = None
+    unique_until: Literal["done", "debounce"] | None = None
+    """``"done"``: the idempotency key holds only until its job is done; ``"debounce"`` (what
+    ``debounce=`` sets): a repeat replaces the waiting job's payload and due time."""
+
+
+def debounced(request: JobRequest, debounce: timedelta | float | None) -> JobRequest:
+    """``request`` debounced by ``debounce`` seconds (``Client.enqueue(debounce=)``): due that
+    long from now, its idempotency key in debounce mode; InvalidJobError for a combination
+    that cannot mean anything."""
+    if debounce is None:
+        return request
+    if request.run_at is not None or request.delay is not None:
+        raise InvalidJobError("debounce sets the due time: pass debounce or run_at/delay, not both")
+    if request.unique_until is not None:
+        raise InvalidJobError("pass debounce or unique_until, not both")
+    if request.idempotency_key is None:
+        raise InvalidJobError(
+            "debounce works on the idempotency key (the burst's name): pass idempotency_key too"
+        )
+    seconds = debounce.total_seconds() if isinstance(debounce, timedelta) else debounce
+    if (
+        isinstance(seconds, bool)
+        or not isinstance(seconds, int | float)
+        or not 0 <= seconds <= 86400
+    ):
+        raise InvalidJobError(f"debounce must be 0..86400 seconds, got {shown(debounce)}")
+    return replace(request, delay=float(seconds), unique_until="debounce")
 
 
 @dataclass(frozen=True, slots=True)

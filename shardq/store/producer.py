@@ -227,10 +227,7 @@ class PreparedEnqueue:
                 self.schedule.ms,
                 round(s.past_tolerance * 1000),
                 round(s.max_horizon * 1000),
-                round(
-                    (s.unique_retention if self.request.unique_until else s.idempotency_retention)
-                    * 1000
-                ),
+                round(self._retention() * 1000),
                 "1" if idem else "0",
                 pk.due_hint,
                 pk.ready_hint,
@@ -239,10 +236,18 @@ class PreparedEnqueue:
             self.parse,
         )
 
+    def _retention(self) -> float:
+        """How long after the due time the idempotency key lives: a debounce key only until
+        its job is due (and a second for a late enqueue), a unique one unique_retention."""
+        mode = self.request.unique_until
+        if mode == "debounce":
+            return 1.0
+        return self.settings.unique_retention if mode else self.settings.idempotency_retention
+
     def parse(self, reply: Any) -> EnqueueResult:
         r = check(reply)
         REDIS_CLOCK.saw(int(r[3]))
-        due = int(r[2]) if r[0] == 1 else None
+        due = int(r[2]) if r[0] in (1, 3) else None  # 3: debounced, the job's new due time
         return EnqueueResult(as_text(r[1]), r[0] in (1, 2), due, self.partition)
 
     def with_id(self) -> JobRequest:
@@ -279,14 +284,15 @@ def prepare_enqueue(
     # The key and id first: a bad one is reported as such, not as the body it would be part of.
     check_ids(req.job_id, req.idempotency_key)
     if req.unique_until is not None:
-        if req.unique_until != "done":
+        if req.unique_until not in ("done", "debounce"):
             raise InvalidJobError(
-                f"unique_until must be 'done' or None, got {req.unique_until!r:.40}"
+                f"unique_until must be 'done' or None (or debounce=<seconds>), got "
+                f"{req.unique_until!r:.40}"
             )
         if req.idempotency_key is None:
             raise InvalidJobError(
-                "unique_until='done' makes the idempotency key unique until its job is done: "
-                "pass idempotency_key too"
+                f"unique_until={req.unique_until!r} works on the idempotency key: pass "
+                "idempotency_key too"
             )
     body = jobmod.encode_body(
         req.job_type,

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import signal
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -16,7 +17,7 @@ from shardq import PermanentError
 from shardq.client import Client
 from shardq.devtools.bench import cli_command
 from shardq.errors import InvalidJobError
-from shardq.jobs import Job
+from shardq.jobs import Job, JobRequest, debounced
 
 HANDLERS = Path(__file__).resolve().parents[2] / "bench" / "handlers"
 
@@ -120,3 +121,70 @@ def test_a_sigkilled_worker_does_not_hold_the_key_forever(
     assert pending_total(client.redis, queue, 2) == 0
     fresh = client.enqueue(queue, "hold", None, delay=600, idempotency_key="u", unique_until="done")
     assert fresh != job_id
+
+
+def test_debounce_replaces_the_waiting_job_and_moves_it(
+    url: str, client: Client, queue: str
+) -> None:
+    """A burst of 30 enqueues 0.1 s apart with debounce=0.6: one job, run once with the last
+    payload, about 0.6 s after the last enqueue; concurrent producers in the burst too."""
+    client.create_queue(queue, partitions=4)
+    runs: list[tuple[str, object, float]] = []
+    with Runner(url, queue, {"sync": lambda job: runs.append((job.id, job.payload, time.time()))}):
+        first = client.enqueue_detailed(
+            queue, debounced(JobRequest("sync", 0, idempotency_key="user:7"), 0.6)
+        )
+        assert first.created
+        for i in range(1, 30):
+            r = client.enqueue_detailed(
+                queue, debounced(JobRequest("sync", i, idempotency_key="user:7"), 0.6)
+            )
+            assert r.job_id == first.job_id and not r.created and r.due_ms is not None
+            time.sleep(0.02 if i % 10 else 0.1)
+        last = time.time()
+        info = client.get(queue, first.job_id)
+        assert info is not None and info.payload == 29 and info.state == "scheduled"
+        wait_for(lambda: len(runs) == 1, 10, "the debounced job did not run")
+        time.sleep(1.0)
+    assert len(runs) == 1
+    job_id, payload, at = runs[0]
+    assert job_id == first.job_id and payload == 29
+    assert 0.4 <= at - last <= 2.0
+    # Once it ran, the next enqueue with the key is a new job.
+    again = client.enqueue(queue, "sync", 99, idempotency_key="user:7", debounce=60)
+    assert again != first.job_id
+
+
+def test_debounce_under_concurrent_producers_keeps_one_job(
+    url: str, client: Client, queue: str
+) -> None:
+    client.create_queue(queue, partitions=2)
+    ids: set[str] = set()
+    lock = threading.Lock()
+    barrier = threading.Barrier(8)
+
+    def producer(n: int) -> None:
+        barrier.wait()
+        for i in range(20):
+            job_id = client.enqueue(queue, "t", [n, i], idempotency_key="k", debounce=30)
+            with lock:
+                ids.add(job_id)
+
+    threads = [threading.Thread(target=producer, args=(n,)) for n in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(ids) == 1
+    info = client.get(queue, ids.pop())
+    assert info is not None and info.state == "scheduled" and info.payload[1] == 19
+
+
+def test_bad_debounce_is_refused(client: Client, queue: str) -> None:
+    client.create_queue(queue, partitions=2)
+    with pytest.raises(InvalidJobError, match="pass idempotency_key"):
+        client.enqueue(queue, "t", None, debounce=5)
+    with pytest.raises(InvalidJobError, match="not both"):
+        client.enqueue(queue, "t", None, idempotency_key="k", debounce=5, delay=3)
+    with pytest.raises(InvalidJobError, match="debounce must be"):
+        client.enqueue(queue, "t", None, idempotency_key="k", debounce=-1)
