@@ -17,7 +17,7 @@ from shardq.store.op import Op, op
 # Most items one call carries (each script's ``Max ARGV`` header line: the function refuses
 # more, and shardq.store.op.op refuses to build a longer call).  Callers split what they hold.
 MAX_ACK = 1000  # entries per ack (lua/ack-4.lua)
-MAX_TOUCH = 1000  # entries per touch (lua/touch-1.lua)
+MAX_TOUCH = 1000  # entries per touch (lua/touch-2.lua)
 MAX_LIVE = 1000  # live workers named to reclaim (lua/reclaim-6.lua)
 
 
