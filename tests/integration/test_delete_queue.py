@@ -12,13 +12,15 @@ from __future__ import annotations
 
 from typing import Any
 
+import orjson
 from support.helpers import job_id_in, primaries, text
 
 from shardq import JobRequest, limits
 from shardq.client import Client
 from shardq.inspector import LIST_STATES, Inspector
-from shardq.store import delivery, fleet, keys, resize, transport
+from shardq.store import delivery, fleet, keys, resize, results, transport
 from shardq.store import limits as store_limits
+from shardq.store import progress as store_progress
 
 PARTITIONS = 4
 
@@ -34,7 +36,10 @@ def queue_keys_on_every_primary(client: Client, queue: str) -> list[str]:
 def kind_of(queue: str, key: str) -> str:
     """``due``, ``idem``, ``limit``, ``meta``, ... : what follows the key's hash tag."""
     rest = key[key.index("}") + 2 :]
-    return "idem" if rest.startswith("idem:") else rest
+    for kind in keys.PER_ITEM_KINDS:
+        if rest.startswith(kind + ":"):
+            return kind
+    return rest
 
 
 def fill(client: Client, queue: str) -> dict[str, Any]:
@@ -54,6 +59,16 @@ def fill(client: Client, queue: str) -> dict[str, Any]:
         transport.run(client.redis, delivery.fail(pk, d.entry_id, d.raw_id, 600_000, "later"))
     for pk, d in fetched[4:8]:
         transport.run(client.redis, delivery.fail(pk, d.entry_id, d.raw_id, -1, "for good"))
+    # a running job's progress, a running job cancelled (the cancels record) and a kept result
+    pk, d = fetched[8]
+    assert transport.run(client.redis, store_progress.write(pk, d.raw_id.decode(), b"50"))
+    pk, d = fetched[9]
+    assert client.cancel(queue, d.raw_id.decode(), running=True)
+    pk, d = fetched[10]
+    record = orjson.dumps({"t": 1, "a": 1, "v": "done"})
+    assert transport.run(
+        client.redis, results.complete(pk, [(d.entry_id, d.raw_id, 600_000, record)])
+    )
     # scheduled: a plain id, and compact waiting jobs (layout 3+: one due-set member each)
     client.enqueue(queue, "t", delay=600, job_id=job_id_in(0, PARTITIONS, "plain"))
     client.enqueue_many(queue, [JobRequest("t", {"n": i}, delay=600) for i in range(8)])
@@ -106,7 +121,12 @@ def test_delete_queue_leaves_no_key_and_a_new_queue_starts_empty(
     before = queue_keys_on_every_primary(client, queue)
     kinds = {kind_of(queue, k) for k in before}
     # Every kind of key shardq keeps for a queue is there (so "nothing left" means something).
-    assert kinds == {*keys.PARTITION_KINDS, keys.IDEM_KIND, *keys.QUEUE_KINDS, *keys.LIMIT_KINDS}
+    assert kinds == {
+        *keys.PARTITION_KINDS,
+        *keys.PER_ITEM_KINDS,
+        *keys.QUEUE_KINDS,
+        *keys.LIMIT_KINDS,
+    }
     assert any(k.startswith("{" + f"sq:{queue}:limit:type:old" + "}") for k in before)
 
     deleted = Inspector(client).delete_queue(queue)
