@@ -12,6 +12,7 @@ import redis
 import redis.asyncio
 import redis.asyncio.cluster
 import redis.cluster
+from redis.asyncio.retry import Retry as AsyncRetry
 from redis.backoff import ExponentialBackoff
 from redis.driver_info import DriverInfo
 from redis.retry import Retry
@@ -46,10 +47,13 @@ def _pooled(kwargs: dict[str, Any], ssl_class: type, plain_class: type) -> dict[
     return kwargs
 
 
-def _standalone_kwargs(settings: RedisSettings) -> dict[str, Any]:
+def _standalone_kwargs(settings: RedisSettings, asyncio: bool = False) -> dict[str, Any]:
     kwargs = settings.connection_kwargs()
     kwargs["driver_info"] = _DRIVER_INFO
-    kwargs["retry"] = Retry(ExponentialBackoff(cap=0.5, base=0.01), _RETRY_ATTEMPTS)
+    # redis-py 8.2 converts a sync Retry given to an asyncio client, with a warning: each kind
+    # of client gets its own.
+    retry_class = AsyncRetry if asyncio else Retry
+    kwargs["retry"] = retry_class(ExponentialBackoff(cap=0.5, base=0.01), _RETRY_ATTEMPTS)
     return kwargs
 
 
@@ -65,7 +69,7 @@ def _standalone(settings: RedisSettings) -> redis.Redis:
 def _standalone_async(settings: RedisSettings) -> redis.asyncio.Redis:
     """An asyncio standalone client whose pool waits for a free connection."""
     kwargs = _pooled(
-        _standalone_kwargs(settings),
+        _standalone_kwargs(settings, asyncio=True),
         redis.asyncio.connection.SSLConnection,
         redis.asyncio.connection.Connection,
     )
@@ -129,7 +133,7 @@ async def connect_async(settings: RedisSettings) -> AsyncRedis:
     """An asyncio client for the settings' topology."""
     cluster = settings.cluster
     if cluster is None:
-        probe = redis.asyncio.Redis(**_standalone_kwargs(settings))
+        probe = redis.asyncio.Redis(**_standalone_kwargs(settings, asyncio=True))
         try:
             info = await probe.info("cluster")
             cluster = info.get("cluster_enabled") == 1

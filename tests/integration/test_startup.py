@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 import redis.asyncio
+from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
-from redis.retry import Retry
 from support.helpers import TIME_FACTOR, free_port
 from support.procs import OwnRedis
 
