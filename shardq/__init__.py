@@ -10,7 +10,7 @@ from shardq.inspector import AsyncInspector, Inspector
 from shardq.jobs import Backoff, EnqueueResult, Job, JobInfo, JobRequest, JobResult
 from shardq.limits import Limit
 from shardq.tasks import Task, Tasks
-from shardq.worker import Worker, inline
+from shardq.worker import QueueChoice, Worker, inline
 
 __all__ = [
     "AsyncClient",
@@ -28,6 +28,7 @@ __all__ = [
     "Limit",
     "PermanentError",
     "ProducerSettings",
+    "QueueChoice",
     "RedisSettings",
     "RetryAfter",
     "ShardqError",

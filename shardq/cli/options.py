@@ -55,6 +55,7 @@ from shardq.names import (
     check_queue_name,
 )
 from shardq.store.keys import MAX_PARTITIONS
+from shardq.worker.pool import QueueChoice
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -75,6 +76,20 @@ class QueueName(click.ParamType):  # type: ignore[type-arg]
         except ShardqError as exc:
             self.fail(str(exc), param, ctx)
         return str(value)
+
+
+class QueueWeight(click.ParamType):  # type: ignore[type-arg]
+    """``NAME`` or ``NAME:WEIGHT``: a queue a worker serves (shardq.worker.pool.QueueChoice)."""
+
+    name = "queue[:weight]"
+
+    def convert(
+        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+    ) -> QueueChoice:
+        try:
+            return QueueChoice.parse(value)
+        except ShardqError as exc:
+            self.fail(str(exc), param, ctx)
 
 
 class JobStates(click.Choice):  # type: ignore[type-arg]
@@ -179,6 +194,7 @@ class Header(click.ParamType):  # type: ignore[type-arg]
 
 
 QUEUE_NAME = QueueName()
+QUEUE_CHOICE = QueueWeight()
 JOB_TYPE = Pattern("type", JOB_TYPE_RE, "use 1-128 characters of letters, digits and '_.:/-'")
 JOB_ID = Pattern("job-id", JOB_ID_RE, "use 1-128 printable ASCII characters, no spaces")
 IDEMPOTENCY_KEY = Pattern(

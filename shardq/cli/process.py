@@ -14,6 +14,7 @@ import click
 from shardq import format as fmt
 from shardq.cli.errors import to_click
 from shardq.cli.options import (
+    QUEUE_CHOICE,
     build_settings,
     open_client,
     queue_option,
@@ -23,6 +24,7 @@ from shardq.cli.options import (
 )
 from shardq.config import DispatcherSettings, WorkerSettings
 from shardq.store import keys, numbers
+from shardq.worker.pool import QueueChoice
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -145,7 +147,12 @@ def _serve_metrics(port: int | None, addr: str) -> None:
 
 
 def _process_options(fn: F) -> F:
-    """Options every long-running process takes."""
+    """Options every long-running process of one queue takes."""
+    return queue_option()(_serving_options(fn))  # type: ignore[no-any-return]
+
+
+def _serving_options(fn: F) -> F:
+    """Options every long-running process takes, its queue aside."""
     fn = click.option(
         "--metrics-addr",
         default="127.0.0.1",
@@ -168,7 +175,7 @@ def _process_options(fn: F) -> F:
         "instance takes over its predecessor's work at once. Default: host:pid.",
     )(fn)
     fn = click.option("--partitions", default=None, help="Only these partitions, e.g. 0-15,32.")(fn)
-    return queue_option()(fn)  # type: ignore[no-any-return]
+    return fn
 
 
 @click.group()
@@ -239,19 +246,41 @@ def worker() -> None:
     help="module:attribute holding a dict {job type: handler}, a shardq.Tasks (declared "
     "tasks, with their timeouts) or a callable(worker).",
 )
-@_process_options
+@click.option(
+    "--queue",
+    "-q",
+    "queue_names",
+    type=QUEUE_CHOICE,
+    multiple=True,
+    required=True,
+    envvar="SHARDQ_QUEUE",
+    help="Queue to serve, NAME or NAME:WEIGHT; repeat it to serve several queues with one "
+    "concurrency pool (shared by weight, default 1; see --strict). Env: SHARDQ_QUEUE "
+    "(space-separated).",
+)
+@click.option(
+    "--strict",
+    is_flag=True,
+    default=False,
+    envvar="SHARDQ_WORKER_STRICT",
+    help="Several queues: serve them in the order given (a queue reads only while none before "
+    "it has jobs waiting) instead of by weight.",
+)
+@_serving_options
 @settings_options(WorkerSettings, "SHARDQ_WORKER_")
 @redis_options
 def worker_run(
     handlers_spec: str,
-    queue_name: str,
+    queue_names: tuple[QueueChoice, ...],
+    strict: bool,
     partitions: str | None,
     instance: str | None,
     metrics_port: int | None,
     metrics_addr: str,
     **given: Any,
 ) -> None:
-    """Run jobs of the queue until SIGTERM/SIGINT, then finish in-flight jobs within the grace.
+    """Run jobs of the queue (or queues) until SIGTERM/SIGINT, then finish in-flight jobs
+    within the grace.
 
     Every setting can also come from the environment (SHARDQ_WORKER_<SETTING>)."""
     from shardq.tasks import Tasks
@@ -264,10 +293,27 @@ def worker_run(
         )
     settings = build_settings(WorkerSettings, given)
     pinned = _parse_partitions(partitions)
+    if pinned is not None and len(queue_names) > 1:
+        raise click.BadParameter(
+            "pin partitions of one queue only (run a worker per queue)", param_hint="--partitions"
+        )
+    if len(queue_names) > settings.concurrency:
+        raise click.BadParameter(
+            f"{len(queue_names)} queues need a concurrency of at least {len(queue_names)}",
+            param_hint="--concurrency",
+        )
     _serve_metrics(metrics_port, metrics_addr)
+    queues: list[str | QueueChoice] = list(queue_names)
 
     def make(redis: Any) -> Worker:
-        w = Worker(redis, queue_name, settings=settings, partitions=pinned, instance=instance)
+        w = Worker(
+            redis,
+            queues,
+            settings=settings,
+            partitions=pinned,
+            instance=instance,
+            strict=strict,
+        )
         if isinstance(handlers, Tasks):
             w.register_tasks(handlers)
         elif isinstance(handlers, dict):

@@ -124,14 +124,16 @@ async def listen(
     supervisor: Supervisor,
     loop: str,
     refresh: Callable[[], Awaitable[None]] | None = None,
+    changed: asyncio.Event | None = None,
 ) -> None:
     """Call ``on_hint(partition, message)`` for each hint (message None for the one every
     partition gets after a (re)subscription) until the supervisor stops ``loop``;
     reconnects and regroups by itself after errors and slot moves (the supervisor restarts it
     if it raises).  ``refresh`` re-reads the slot map (the process's coalesced refresh, see
-    :meth:`~shardq.store.transport.AsyncTransport.refresh`); by default the client's own."""
+    :meth:`~shardq.store.transport.AsyncTransport.refresh`); by default the client's own.
+    ``changed``: set when ``channels`` changed (a :class:`HintHub`), to look at once."""
     if not is_cluster(client):
-        await _listen_standalone(client, channels, on_hint, supervisor, loop)
+        await _listen_standalone(client, channels, on_hint, supervisor, loop, changed)
         return
     cluster: Any = client
     stop = supervisor.stop_event(loop)
@@ -139,7 +141,7 @@ async def listen(
     reread = refresh or cluster.nodes_manager.initialize
     listeners: dict[str, _Listener] = {}
     retry_at: dict[str, float] = {}
-    changed = asyncio.Event()  # a listener ended: look at once
+    changed = changed or asyncio.Event()  # a listener ended (or channels changed): look at once
     stale_map = False
     try:
         while not stop.is_set():
@@ -196,18 +198,82 @@ async def _listen_standalone(
     on_hint: Callable[[int, bytes | None], None],
     supervisor: Supervisor,
     loop: str,
+    changed: asyncio.Event | None = None,
 ) -> None:
     stop = supervisor.stop_event(loop)
     state = supervisor.state(loop)
-    end = asyncio.Event()
-    task = asyncio.create_task(_listen_one(client, channels, on_hint, stop, end, state, end))
-    try:
-        while not stop.is_set() and not task.done():
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(asyncio.shield(task), PASS_WAIT)
-            state.ok()
-    finally:
-        end.set()
-        results = await asyncio.gather(task, return_exceptions=True)
-    if isinstance(results[0], Exception) and not stop.is_set():
-        raise results[0]
+    while True:
+        if changed is not None:
+            changed.clear()
+        end = asyncio.Event()
+        listening = dict(channels)
+        task = asyncio.create_task(_listen_one(client, listening, on_hint, stop, end, state, end))
+        try:
+            while not stop.is_set() and not task.done():
+                if changed is not None and changed.is_set():
+                    break  # the channels changed: subscribe to them as they are now
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(asyncio.shield(task), PASS_WAIT)
+                state.ok()
+        finally:
+            end.set()
+            results = await asyncio.gather(task, return_exceptions=True)
+        if isinstance(results[0], Exception) and not stop.is_set():
+            raise results[0]
+        if stop.is_set() or changed is None or not changed.is_set():
+            return
+
+
+class HintHub:
+    """One hint subscription for several roles of one process (a worker of several queues):
+    each role adds its channels with its own callback, and one :meth:`listen` loop serves them
+    all, with one subscriber connection per primary whatever the number of queues.
+
+    Channels added or removed are listened on from the loop's next pass (it is woken); the
+    nodes whose channels changed subscribe again, and every partition of theirs gets one
+    wake-up, as after any (re)subscription."""
+
+    def __init__(self) -> None:
+        #: channel -> route id: the dict the listen loop reads each pass (changed in place).
+        self.channels: dict[str, int] = {}
+        self._routes: dict[int, tuple[int, Callable[[int, bytes | None], None], int]] = {}
+        self._next_route = 0
+        self._next_token = 0
+        self.changed = asyncio.Event()
+
+    def add(self, channels: dict[str, int], on_hint: Callable[[int, bytes | None], None]) -> int:
+        """Route hints of ``channels`` (channel -> partition) to ``on_hint``; returns the
+        token :meth:`remove` takes."""
+        token = self._next_token
+        self._next_token += 1
+        for name, partition in channels.items():
+            route = self._next_route
+            self._next_route += 1
+            self._routes[route] = (token, on_hint, partition)
+            self.channels[name] = route
+        self.changed.set()
+        return token
+
+    def remove(self, token: int) -> None:
+        """Stop routing the channels added under ``token``."""
+        gone = {route for route, (owner, _, _) in self._routes.items() if owner == token}
+        for route in gone:
+            del self._routes[route]
+        for name in [n for n, r in self.channels.items() if r in gone]:
+            del self.channels[name]
+        self.changed.set()
+
+    def dispatch(self, route: int, message: bytes | None) -> None:
+        target = self._routes.get(route)
+        if target is not None:
+            target[1](target[2], message)
+
+    async def listen(
+        self,
+        client: AsyncRedis,
+        supervisor: Supervisor,
+        loop: str,
+        refresh: Callable[[], Awaitable[None]] | None = None,
+    ) -> None:
+        """:func:`listen` on every channel added, until the supervisor stops ``loop``."""
+        await listen(client, self.channels, self.dispatch, supervisor, loop, refresh, self.changed)

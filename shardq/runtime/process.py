@@ -149,6 +149,8 @@ class RoleProcess(ABC, Generic[S]):
         self._pinned = None if partitions is None else sorted(set(partitions))
         self._stop = asyncio.Event()
         self.transport = AsyncTransport(redis)
+        #: Whether run() closes the transport at the end (not when another role lent it).
+        self.owns_transport = True
         self.supervisor = Supervisor(self.role, queue)
         self.membership: Membership | None = None
         self.started = asyncio.Event()
@@ -198,7 +200,8 @@ class RoleProcess(ABC, Generic[S]):
                 await self._run()
         finally:
             health.unregister(self.health)
-            await self.transport.aclose()
+            if self.owns_transport:
+                await self.transport.aclose()
 
     async def _run(self) -> None:
         meta: QueueMeta | None = await queue_meta(self.transport, self.queue, self._stop, self.log)

@@ -2,6 +2,7 @@
 
 from shardq.worker.context import Handler
 from shardq.worker.inflight import WorkerStats
+from shardq.worker.pool import QueueChoice
 from shardq.worker.worker import Worker, inline
 
-__all__ = ["Handler", "Worker", "WorkerStats", "inline"]
+__all__ = ["Handler", "QueueChoice", "Worker", "WorkerStats", "inline"]

@@ -403,8 +403,12 @@ class Executor:
         if self._is_async(handler):
             return await handler(job)
         if self._pool is None:
-            self._pool = ThreadPoolExecutor(
-                self.settings.concurrency, thread_name_prefix="shardq-job"
+            shared = self.inflight.pool
+            # A worker of several queues runs every queue's sync handlers in one pool.
+            self._pool = (
+                shared.threads()
+                if shared is not None
+                else ThreadPoolExecutor(self.settings.concurrency, thread_name_prefix="shardq-job")
             )
         # A sync handler that overruns its timeout keeps its thread until it returns (threads
         # cannot be killed); the job itself is settled as failed at the timeout, and when the
@@ -477,5 +481,5 @@ class Executor:
         await asyncio.gather(*self.tasks, return_exceptions=True)
 
     def close(self) -> None:
-        if self._pool is not None:
+        if self._pool is not None and self.inflight.pool is None:  # a shared one: its owner's
             self._pool.shutdown(wait=False, cancel_futures=True)

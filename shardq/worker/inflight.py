@@ -10,10 +10,24 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from shardq.jobs import Job
 from shardq.limits import Limit
+
+
+class SharedPool(Protocol):
+    """What a table shares its room with (shardq.worker.pool.SharedConcurrency: the pool of a
+    worker of several queues); declared here so that the pool depends on the table, not both
+    ways."""
+
+    def room_for(self, inflight: InFlight) -> int: ...
+
+    def freed(self) -> None: ...
+
+    def threads(self) -> ThreadPoolExecutor: ...
 
 
 @dataclass(slots=True, eq=False)
@@ -67,6 +81,8 @@ class InFlight:
     finished: int = 0  # handlers done, acks not yet written: they no longer take room
     on_room: Callable[[], None] | None = None  # wakes readers that found no room
     starved: bool = False  # a reader found no room and waits for some
+    #: The pool it shares with other queues' tables (a worker of several queues), or None.
+    pool: SharedPool | None = None
 
     def add(self, d: Delivery) -> None:
         table = self.by_partition.get(d.partition)
@@ -101,6 +117,9 @@ class InFlight:
         self._freed()
 
     def _freed(self) -> None:
+        if self.pool is not None:
+            self.pool.freed()  # room in the pool: any queue's reader may take it
+            return
         if self.starved and self.on_room is not None and self.room() > 0:
             self.starved = False
             self.on_room()
@@ -110,7 +129,8 @@ class InFlight:
         do not count (their acks travel with a later read), up to ``finished_room()`` of them:
         acks that cannot be written stop the fetching in the end."""
         waiting = min(self.finished, self.finished_room())
-        return self.concurrency - self.count + waiting - self.reserved
+        own = self.concurrency - self.count + waiting - self.reserved
+        return own if self.pool is None else min(own, self.pool.room_for(self))
 
     def finished_room(self) -> int:
         """How many finished jobs waiting for their ack take no room: one concurrency's worth,

@@ -26,12 +26,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TypeVar
 
 from shardq.config import WorkerSettings
 from shardq.connection import AsyncRedis
+from shardq.errors import ConfigError
 from shardq.jobs import Job
+from shardq.runtime import hints
 from shardq.runtime.identity import member_id
 from shardq.runtime.process import RoleContext, RoleProcess, Stopping
 from shardq.store import delivery, keys
@@ -42,6 +44,7 @@ from shardq.worker.fetcher import Fetcher, read_loops
 from shardq.worker.heartbeat import Heartbeat
 from shardq.worker.inflight import InFlight, WorkerStats
 from shardq.worker.janitor import PRUNE_EVERY, Janitor
+from shardq.worker.pool import QueueChoice, SharedConcurrency, parse_queues
 from shardq.worker.progress import PROGRESS_INTERVAL, ProgressReporter
 from shardq.worker.recoverer import Recoverer
 from shardq.worker.settler import Settler
@@ -64,12 +67,18 @@ def inline(fn: H) -> H:
 
 
 class Worker(RoleProcess[WorkerSettings]):
-    """Runs jobs of one queue.
+    """Runs jobs of one queue, or of several.
 
     >>> worker = Worker(redis, "emails")
     >>> @worker.handler("send")
     ... async def send(job): ...
     >>> await worker.run()
+
+    Several queues (``Worker(redis, ["emails", "reports:3"])``; ``strict=True`` for strict
+    order): one worker of each runs in this process, on this one Redis client, one hint
+    subscription per primary, one thread pool and one pool of ``concurrency`` deliveries shared
+    by weight or in order (:mod:`shardq.worker.pool`); the handlers, stats and member id are
+    this worker's, and each queue's metrics and health are its own (:attr:`queue_workers`).
     """
 
     role = "worker"
@@ -77,7 +86,7 @@ class Worker(RoleProcess[WorkerSettings]):
     def __init__(
         self,
         redis: AsyncRedis,
-        queue: str,
+        queue: str | Sequence[str | QueueChoice],
         *,
         handlers: Mapping[str, Handler] | None = None,
         settings: WorkerSettings | None = None,
@@ -85,11 +94,16 @@ class Worker(RoleProcess[WorkerSettings]):
         name: str | None = None,
         instance: str | None = None,
         on_complete: Callable[[Job], None] | None = None,
+        strict: bool = False,
     ) -> None:
+        choices = parse_queues([queue] if isinstance(queue, str) else list(queue))
+        settings = settings or WorkerSettings()
+        if len(choices) > 1 and partitions is not None:
+            raise ConfigError("pinned partitions are for a worker of one queue")
         super().__init__(
             redis,
-            queue,
-            settings or WorkerSettings(),
+            ",".join(c.name for c in choices),
+            settings,
             name or member_id("worker", instance),
             partitions,
         )
@@ -104,6 +118,26 @@ class Worker(RoleProcess[WorkerSettings]):
         self.context: WorkerContext | None = None
         self.fetcher: Fetcher | None = None
         self.recoverer: Recoverer | None = None
+        #: Serving several queues: the shared pool, the shared hint subscription, and the
+        #: worker of each queue (they share this one's handlers, stats and member id).
+        self.pool: SharedConcurrency | None = None
+        self.hub: hints.HintHub | None = None
+        self.queues = [c.name for c in choices]
+        self.queue_workers: dict[str, Worker] = {}
+        if len(choices) > 1:
+            self.pool = SharedConcurrency(settings.concurrency, choices, strict=strict)
+            self.hub = hints.HintHub()
+            for c in choices:
+                child = Worker(redis, c.name, settings=settings, name=self.name)
+                child.handlers, child.timeouts, child._inline = (
+                    self.handlers,
+                    self.timeouts,
+                    self._inline,
+                )
+                child.stats, child.on_complete = self.stats, on_complete
+                child.pool, child.hub = self.pool, self.hub
+                child.transport, child.owns_transport = self.transport, False
+                self.queue_workers[c.name] = child
         if isinstance(handlers, Tasks):
             self.register_tasks(handlers)
         else:
@@ -150,10 +184,42 @@ class Worker(RoleProcess[WorkerSettings]):
     def stop(self) -> None:
         """Stop reading; running jobs get ``shutdown_grace`` seconds to finish."""
         super().stop()
+        for child in self.queue_workers.values():
+            child.stop()
 
     @property
     def inflight(self) -> int:
+        if self.queue_workers:
+            return sum(child.inflight for child in self.queue_workers.values())
         return self.context.inflight.count if self.context is not None else 0
+
+    async def run(self) -> None:
+        """Run until :meth:`stop` (or SIGTERM in the CLI), then shut down: for several queues,
+        each queue's worker in its order, all at once; one that fails to start stops them all."""
+        if not self.queue_workers:
+            await super().run()
+            return
+        assert self.hub is not None and self.pool is not None
+        hub, sup = self.hub, self.supervisor
+        sup.forever(
+            "hints",
+            lambda: hub.listen(self.redis, sup, "hints", self.transport.refresh),
+            pace=hints.PASS_WAIT,
+        )
+        runs = [asyncio.ensure_future(child.run()) for child in self.queue_workers.values()]
+        try:
+            for finished in asyncio.as_completed(runs):
+                try:
+                    await finished
+                except BaseException:
+                    self.stop()  # one queue's worker failed: the process stops, all of it
+                    raise
+        finally:
+            self.stop()
+            await asyncio.gather(*runs, return_exceptions=True)
+            await sup.stop()
+            self.pool.close()
+            await self.transport.aclose()
 
     @property
     def assigned(self) -> set[int]:
@@ -176,10 +242,11 @@ class Worker(RoleProcess[WorkerSettings]):
         # Built in the order they need each other.  The fetch loops come first: the in-flight
         # table (room freed) and the settler (an ack to send) wake them.
         reads = read_loops(core)
+        inflight = InFlight(s.concurrency, on_room=reads.wake_all)
         ctx = WorkerContext(
             **core.fields(),
             stats=self.stats,
-            inflight=InFlight(s.concurrency, on_room=reads.wake_all),
+            inflight=inflight,
             handlers=self.handlers,
             inline_types=self._inline,
             on_complete=self.on_complete,
@@ -218,7 +285,16 @@ class Worker(RoleProcess[WorkerSettings]):
             else:
                 fetcher.hint(partition, message)
 
-        self.listen_for_hints({ctx.pks[p].ready_hint: p for p in ctx.partitions}, on_hint)
+        channels = {ctx.pks[p].ready_hint: p for p in ctx.partitions}
+        hub, token = self.hub, None
+        if self.pool is not None:
+            self.pool.attach(self.queue, inflight, lambda: bool(fetcher.known_work))
+        if hub is not None:
+            # A worker of several queues: one subscription for all of them; this queue's
+            # channels stay routed through the drain (cancels still reach running jobs).
+            token = hub.add(channels, on_hint)
+        else:
+            self.listen_for_hints(channels, on_hint)
 
         async def drain() -> None:
             # The heartbeat, membership and limit-holds loops still run: running jobs stay
@@ -231,6 +307,8 @@ class Worker(RoleProcess[WorkerSettings]):
             await heartbeat.calls.close()
             await recoverer.calls.close()
             executor.close()
+            if hub is not None and token is not None:
+                hub.remove(token)
             await self._retire(ctx)
 
         return Stopping(STOP_READING, drain, close, lambda: str(self.stats))

@@ -100,7 +100,7 @@ def test_the_snapshot_covers_every_group_and_a_known_leaf() -> None:
     for path in ("shardq", "shardq queue info", "shardq dev cluster up", "shardq worker run"):
         assert path in stored, path
     worker = {p["name"] for p in stored["shardq worker run"]["params"]}
-    assert {"handlers_spec", "queue_name", "concurrency", "url"} <= worker
+    assert {"handlers_spec", "queue_names", "strict", "concurrency", "url"} <= worker
 
 
 def test_the_product_and_the_cli_load_no_dev_tools() -> None:
