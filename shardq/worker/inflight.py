@@ -128,9 +128,13 @@ class InFlight:
         """How many more deliveries may be fetched now.  Finished jobs waiting for their ack
         do not count (their acks travel with a later read), up to ``finished_room()`` of them:
         acks that cannot be written stop the fetching in the end."""
-        waiting = min(self.finished, self.finished_room())
-        own = self.concurrency - self.count + waiting - self.reserved
+        own = self.own_room()
         return own if self.pool is None else min(own, self.pool.room_for(self))
+
+    def own_room(self) -> int:
+        """room() of this table alone, leaving out the pool it may share."""
+        waiting = min(self.finished, self.finished_room())
+        return self.concurrency - self.count + waiting - self.reserved
 
     def finished_room(self) -> int:
         """How many finished jobs waiting for their ack take no room: one concurrency's worth,
