@@ -42,7 +42,15 @@ COUNTERS = (
     "reclaimed",
     "malformed",
     "deferred",
+    "results",
+    "debounced",
 )
+#: What a counter counts, where "Jobs <name>" would not say it.
+COUNTER_DOCS = {
+    "results": "Results kept (jobs that ended with keep_result), counted by the scripts in Redis.",
+    "debounced": "Enqueues that replaced a waiting job's payload and due time (debounce=), "
+    "counted by the scripts in Redis.",
+}
 
 
 def serve(port: int, addr: str = "127.0.0.1") -> None:
@@ -201,7 +209,7 @@ class PartitionCollector(Collector):
         for counter in COUNTERS:
             counts = CounterMetricFamily(
                 f"shardq_jobs_{counter}",
-                f"Jobs {counter}, counted by the scripts in Redis.",
+                COUNTER_DOCS.get(counter, f"Jobs {counter}, counted by the scripts in Redis."),
                 labels=["queue", "partition"],
             )
             for s in snaps:

@@ -121,6 +121,41 @@ def test_prometheus_endpoint(cluster_client: Client, cluster_url: str, queue: st
         assert "_created" not in line, line
 
 
+def test_lifecycle_counters_are_exported(
+    cluster_client: Client, cluster_url: str, queue: str
+) -> None:
+    """Kept results, debounced enqueues and cancelled jobs are counted in Redis and exported
+    per partition by the dispatcher that owns it."""
+    partitions = 4
+    cluster_client.create_queue(queue, partitions)
+    port = free_port()
+    metrics.serve(port, "127.0.0.1")
+    runs = Runs()
+    with Runner(cluster_url, queue, {"t": runs.add}, dispatcher_settings=METRIC_DISPATCHER):
+        kept = [cluster_client.enqueue(queue, "t", i, keep_result=60) for i in range(3)]
+        for job_id in kept:
+            cluster_client.result(queue, job_id, timeout=scaled(10))
+        for i in range(3):  # one job, replaced twice
+            cluster_client.enqueue(queue, "t", i, idempotency_key="k", debounce=3600)
+        waiting = cluster_client.enqueue(queue, "t", None, delay=3600)
+        assert cluster_client.cancel(queue, waiting)
+
+        def totals() -> dict[str, float]:
+            text = scrape(port)
+            return {
+                name: sum(
+                    sample(text, f"shardq_jobs_{name}_total", queue=queue, partition=str(p)) or 0
+                    for p in range(partitions)
+                )
+                for name in ("results", "debounced", "cancelled")
+            }
+
+        want = {"results": 3, "debounced": 2, "cancelled": 1}
+        wait_for(lambda: totals() == want, 10, "the lifecycle counters did not show up")
+    text = scrape(port)
+    assert "Results kept" in text and "replaced a waiting job" in text
+
+
 OUTCOMES = ("completed", "retried", "dead", "gone", "abandoned", "deferred")
 
 
