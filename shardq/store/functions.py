@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from shardq.connection import as_text, is_cluster
-from shardq.store.loader import library
+from shardq.store.loader import library, lua_dir
 from shardq.store.transport import load_library
 
 
@@ -43,3 +43,36 @@ def _loaded(node: Any) -> bool:
         if as_text(fields.get(b"library_name", fields.get("library_name", ""))) == name():
             return True
     return False
+
+
+# For clients in other languages and their conformance runner (shardq.devtools.wire): the
+# library as a whole, and how a call of one function looks on the wire.
+
+#: The commands that call a function of the library.
+CALL_VERBS: tuple[str, ...] = ("FCALL", "FCALL_RO")
+
+
+def code() -> str:
+    """The library's source, as FUNCTION LOAD takes it."""
+    return library().code
+
+
+def contract(operation: str) -> dict[str, Any]:
+    """One operation's contract: its file, KEYS count, ARGV cap, whether it only reads, and
+    its header (the KEYS, ARGV and replies it documents)."""
+    lua = library().scripts[operation]
+    path = lua_dir() / f"{operation}-{lua.num_keys}.lua"
+    return {
+        "file": f"lua/{path.name}",
+        "keys": lua.num_keys,
+        "max_argv": lua.max_argv,
+        "read_only": lua.read_only,
+        "header": path.read_text().split("]]", 1)[0],
+    }
+
+
+def call_command(operation: str, keys: list[str], argv: list[str]) -> list[str]:
+    """The command that calls ``operation`` with these KEYS and ARGV, as Redis receives it."""
+    lua = library().scripts[operation]
+    verb = CALL_VERBS[1] if lua.read_only else CALL_VERBS[0]
+    return [verb, lua.function, str(len(keys)), *keys, *argv]
