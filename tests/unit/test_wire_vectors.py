@@ -15,9 +15,6 @@ from shardq.errors import ShardqError
 from shardq.store import keys
 
 VECTORS = wire.VECTORS_DIR
-NODE_LIBRARY = (
-    Path(__file__).resolve().parents[2] / "clients" / "node" / "src" / "library.generated.ts"
-)
 
 
 def load(name: str) -> dict:
@@ -80,11 +77,3 @@ def test_functions_contracts_name_their_files() -> None:
     for entry in load("functions.json")["cases"]:
         path = Path(__file__).resolve().parents[2] / entry["file"]
         assert path.is_file(), entry
-
-
-@pytest.mark.skipif(not NODE_LIBRARY.parent.is_dir(), reason="no clients/node")
-def test_node_client_bundles_this_library() -> None:
-    assert NODE_LIBRARY.is_file() and NODE_LIBRARY.read_text() == wire.library_module(), (
-        "clients/node bundles another library than lua/ builds: run `python -m "
-        "shardq.devtools.wire export-library --out clients/node/src/library.generated.ts`"
-    )

@@ -1,0 +1,16 @@
+export * from './errors';
+export * from './keys';
+export * from './ids';
+export * from './names';
+export * from './body';
+export * from './json';
+export * from './settings';
+export * from './codes';
+export * from './library';
+export * from './meta';
+export * from './producer';
+export { Runner, Context, MAX_REDIRECTS, MOVING_WAIT_MS } from './plans';
+export * as plans from './plans';
+export * from './transport';
+export * from './client';
+export * from './wire';

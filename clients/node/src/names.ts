@@ -1,0 +1,106 @@
+// Identifier rules (port of shardq/names.py).
+import { InvalidJobError, InvalidLimitError, UnknownQueueError, repr, reprCut } from './errors';
+
+export const QUEUE_NAME_RE = /^[A-Za-z0-9_.\-]{1,64}$/;
+export const SCHEDULE_NAME_RE = /^[A-Za-z0-9_.\-]{1,100}$/;
+export const QUEUE_NAME_RULE = "use 1-64 characters of letters, digits, '_', '.' or '-'";
+export const JOB_TYPE_RE = /^[A-Za-z0-9_.:/\-]{1,128}$/;
+export const JOB_TYPE_RULE = "use 1-128 characters of letters, digits and '_.:/-'";
+export const JOB_ID_RE = /^[\x21-\x7e]{1,128}$/;
+export const JOB_ID_RULE = 'use 1-128 printable ASCII characters, no spaces';
+export const MAX_IDEMPOTENCY_KEY = 256;
+export const TENANT_CHARS = '[A-Za-z0-9_.:\\-]';
+export const TENANT_RE = /^[A-Za-z0-9_.:\-]{1,64}$/;
+export const TENANT_RULE = "use 1-64 characters of letters, digits and '_.:-'";
+export const LIMIT_KEY_RE = /^[A-Za-z0-9_.:/@\-]{1,128}$/;
+
+export type Priority = 'high' | 'default' | 'low';
+export const PRIORITY_LEVELS: Record<string, string> = { high: 'h', default: 'n', low: 'l' };
+export const LEVEL_PRIORITIES: Record<string, Priority> = { h: 'high', n: 'default', l: 'low' };
+
+export type JobState = 'scheduled' | 'ready' | 'running' | 'retrying' | 'dead';
+
+/** UnknownQueueError unless `queue` is a name a queue can have. */
+export function checkQueueName(queue: unknown): asserts queue is string {
+  if (typeof queue !== 'string' || !QUEUE_NAME_RE.test(queue)) {
+    throw new UnknownQueueError(`queue name ${repr(queue)} is invalid: ${QUEUE_NAME_RULE}`);
+  }
+}
+
+/** As checkQueueName, for a queue being created: also refuses a name of dots only. */
+export function checkNewQueueName(queue: unknown): asserts queue is string {
+  checkQueueName(queue);
+  if (queue.replace(/^\.+|\.+$/g, '') === '') {
+    throw new UnknownQueueError(
+      `queue name ${repr(queue)} is invalid: ${QUEUE_NAME_RULE}, and not only dots (URLs would lose it)`,
+    );
+  }
+}
+
+export function isJobType(jobType: unknown): jobType is string {
+  return typeof jobType === 'string' && JOB_TYPE_RE.test(jobType);
+}
+
+export function checkJobType(jobType: unknown): string {
+  if (!isJobType(jobType)) throw new InvalidJobError(`job type ${repr(jobType)} is invalid: ${JOB_TYPE_RULE}`);
+  return jobType;
+}
+
+export function checkJobId(jobId: unknown): asserts jobId is string {
+  if (typeof jobId !== 'string' || !JOB_ID_RE.test(jobId)) {
+    throw new InvalidJobError(`job_id ${repr(jobId)} is invalid: ${JOB_ID_RULE}`);
+  }
+}
+
+/** Whether a JS string holds a lone surrogate (Python: not encodable as UTF-8). */
+export function hasLoneSurrogate(s: string): boolean {
+  return /[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/.test(s);
+}
+
+/** Python's len() of a str: code points, not UTF-16 units. */
+export function codePoints(s: string): number {
+  let n = 0;
+  for (const _ of s) n++;
+  return n;
+}
+
+export function checkIdempotencyKey(key: unknown): asserts key is string {
+  if (typeof key !== 'string' || !(1 <= codePoints(key) && codePoints(key) <= MAX_IDEMPOTENCY_KEY)) {
+    throw new InvalidJobError(
+      `idempotency_key must be a str of 1..${MAX_IDEMPOTENCY_KEY} characters, got ${reprCut(key, 80)}`,
+    );
+  }
+  if (hasLoneSurrogate(key)) {
+    throw new InvalidJobError(
+      `idempotency_key ${reprCut(key, 80)} is not valid Unicode (a lone surrogate): fix its source`,
+    );
+  }
+}
+
+/** The level letter of a priority name; InvalidJobError for anything else. */
+export function checkPriority(priority: unknown): string {
+  const level = typeof priority === 'string' && Object.hasOwn(PRIORITY_LEVELS, priority) ? PRIORITY_LEVELS[priority] : undefined;
+  if (level === undefined) {
+    throw new InvalidJobError(`priority ${repr(priority)} is unknown: use 'high', 'default' or 'low'`);
+  }
+  return level;
+}
+
+export function isTenant(tenant: unknown): tenant is string {
+  return typeof tenant === 'string' && TENANT_RE.test(tenant);
+}
+
+export function checkTenant(tenant: unknown): string {
+  if (!isTenant(tenant)) throw new InvalidJobError(`tenant ${repr(tenant)} is invalid: ${TENANT_RULE}`);
+  return tenant;
+}
+
+/** A limit key as given, or InvalidLimitError saying what is allowed. */
+export function checkLimitKey(key: unknown): string {
+  if (typeof key !== 'string' || !LIMIT_KEY_RE.test(key)) {
+    throw new InvalidLimitError(
+      `limit key ${reprCut(key, 80)} is invalid: use 1-128 characters of letters, digits and '_.:/@-' (e.g. a customer id or an API host)`,
+    );
+  }
+  return key;
+}

@@ -1,0 +1,75 @@
+// Limits the producer enforces before anything is written (shardq.config.ProducerSettings),
+// with the same defaults and bounds.  Times are in ms here (the Python settings are seconds;
+// the wire vectors' settings are ms, as here).
+import { ConfigError } from './errors';
+
+export interface ProducerSettings {
+  maxPayloadBytes: number;
+  /** A run time this many ms before the Redis clock runs now; older is an error. */
+  pastToleranceMs: number;
+  /** A run time more than this many ms after the Redis clock is an error. */
+  maxHorizonMs: number;
+  /** How long after a job's due time its idempotency key keeps returning the same job. */
+  idempotencyRetentionMs: number;
+  /** The longest a uniqueUntil='done' key holds after its job's due time. */
+  uniqueRetentionMs: number;
+  /** durable enqueues wait until this many replicas confirm the write. */
+  durableReplicas: number;
+  /** How long a durable enqueue waits for them before NotDurableError. */
+  durableTimeoutMs: number;
+}
+
+export const DEFAULT_SETTINGS: Readonly<ProducerSettings> = Object.freeze({
+  maxPayloadBytes: 64 * 1024,
+  pastToleranceMs: 300_000,
+  maxHorizonMs: 366 * 24 * 3600 * 1000,
+  idempotencyRetentionMs: 24 * 3600 * 1000,
+  uniqueRetentionMs: 7 * 24 * 3600 * 1000,
+  durableReplicas: 1,
+  durableTimeoutMs: 1000,
+});
+
+function range(name: string, value: unknown, lo: number, hi: number, int = false): void {
+  if (typeof value !== 'number' || !(lo <= value && value <= hi) || (int && !Number.isInteger(value))) {
+    throw new ConfigError(`${name} must be ${int ? 'an integer ' : ''}${lo}..${hi}, got ${String(value)}`);
+  }
+}
+
+/** Settings with defaults filled in, checked as ProducerSettings.__post_init__ checks them. */
+export function producerSettings(given: Partial<ProducerSettings> = {}): ProducerSettings {
+  const s: ProducerSettings = { ...DEFAULT_SETTINGS };
+  for (const [k, v] of Object.entries(given)) if (v !== undefined) (s as unknown as Record<string, unknown>)[k] = v;
+  range('maxPayloadBytes', s.maxPayloadBytes, 1, 512 * 1024 * 1024, true);
+  range('pastToleranceMs', s.pastToleranceMs, 0, 1e13);
+  range('maxHorizonMs', s.maxHorizonMs, 1, 1e13);
+  range('idempotencyRetentionMs', s.idempotencyRetentionMs, 1, 1e13);
+  range('uniqueRetentionMs', s.uniqueRetentionMs, 1, 1e13);
+  range('durableTimeoutMs', s.durableTimeoutMs, 1, 3_600_000);
+  range('durableReplicas', s.durableReplicas, 1, 64, true);
+  return s;
+}
+
+/** Settings from a wire vector's S (snake_case ms). */
+export function settingsFromVector(v: Record<string, number> | undefined | null): ProducerSettings {
+  if (!v) return { ...DEFAULT_SETTINGS };
+  return producerSettings({
+    maxPayloadBytes: v.max_payload_bytes,
+    pastToleranceMs: v.past_tolerance_ms,
+    maxHorizonMs: v.max_horizon_ms,
+    idempotencyRetentionMs: v.idempotency_retention_ms,
+    uniqueRetentionMs: v.unique_retention_ms,
+  });
+}
+
+/** Python's round(): half to even (times go seconds -> ms as round(seconds * 1000)). */
+export function pyRound(x: number): number {
+  let r = Math.round(x);
+  if (r - x === 0.5 && r % 2 !== 0) r -= 1;
+  return r === 0 ? 0 : r; // never -0
+}
+
+/** round(seconds * 1000) of Python for a value given in ms (ms / 1000 is what the Python
+ *  caller passes; the same IEEE arithmetic gives the same result). */
+export function msRound(ms: number): number {
+  return pyRound((ms / 1000) * 1000);
+}
