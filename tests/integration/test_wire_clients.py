@@ -6,19 +6,15 @@ the reverse), when Node is installed (.ci/run installs it)."""
 
 from __future__ import annotations
 
-import fcntl
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from support.nodeclient import built_node_client, driver_command
 
 from shardq.devtools import wire_runner
-from shardq.store import functions
-
-NODE_CLIENT = Path(__file__).resolve().parents[2] / "clients" / "node"
 
 
 def test_python_client_passes_the_call_vectors(url: str) -> None:
@@ -32,28 +28,11 @@ def test_python_client_passes_the_call_vectors(url: str) -> None:
 
 @pytest.fixture(scope="session")
 def node_client() -> Path:
-    """clients/node installed (npm ci, from its lock file) and built (which exports this
-    checkout's library into it first)."""
-    if shutil.which("node") is None or shutil.which("npm") is None:
-        pytest.skip("node/npm not installed (.ci/run installs them)")
-    # make test's xdist workers each run this: one installs and builds at a time.
-    with open(NODE_CLIENT / ".build.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not (NODE_CLIENT / "node_modules" / "ioredis").is_dir():
-            subprocess.run(
-                ["npm", "ci", "--no-audit", "--no-fund"], cwd=NODE_CLIENT, check=True, timeout=600
-            )
-        env = dict(os.environ, PYTHON=sys.executable)
-        subprocess.run(
-            ["npm", "run", "--silent", "build"], cwd=NODE_CLIENT, check=True, env=env, timeout=600
-        )
-    generated = (NODE_CLIENT / "src" / "library.generated.ts").read_text()
-    assert f'"{functions.name()}"' in generated  # the library this checkout's lua/ builds
-    return NODE_CLIENT
+    return built_node_client()
 
 
 def test_node_client_passes_the_call_vectors(url: str, node_client: Path) -> None:
-    driver = wire_runner.SubprocessDriver(["node", str(node_client / "dist" / "src" / "driver.js")])
+    driver = wire_runner.SubprocessDriver(driver_command(node_client))
     try:
         done = wire_runner.run(driver, url)
     finally:
