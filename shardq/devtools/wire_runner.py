@@ -81,7 +81,9 @@ def info_json(info: JobInfo | None) -> dict[str, Any] | None:
 
 
 class PythonDriver(Driver):
-    """The Python client (shardq.Client), in this process."""
+    """The Python client (shardq.Client), in this process.  Enqueues go through the plans
+    without tracing: with a tracer provider set (another test's, an application's) the client
+    adds a ``traceparent`` header to every body, which the vectors' requests do not have."""
 
     def __init__(self) -> None:
         self._clients: dict[str, Client] = {}
@@ -101,11 +103,11 @@ class PythonDriver(Driver):
                 return c.create_queue(name, step["partitions"], lanes=bool(step.get("lanes")))
             if op == "enqueue":
                 req = wire.request_from_vector(step["request"])
-                plan = plans.enqueue(c._queues, name, req, s, False)
+                plan = plans._enqueue(c._queues, name, req, s, False)
                 return enqueue_json(c._drive(plan, "wire vector"))
             if op == "enqueue_many":
                 reqs = [wire.request_from_vector(r) for r in step["requests"]]
-                plan_many = plans.enqueue_many(c._queues, name, reqs, s, 5000, False)
+                plan_many = plans._enqueue_many(c._queues, name, reqs, s, 5000, False)
                 return [enqueue_json(r) for r in c._drive(plan_many, "wire vector")]
             if op == "get":
                 return info_json(c.get(name, step["job_id"]))
