@@ -11,11 +11,15 @@ from shardq.jobs import Backoff, EnqueueResult, Job, JobInfo, JobRequest, JobRes
 from shardq.limits import Limit
 from shardq.tasks import Task, Tasks
 from shardq.worker import QueueChoice, Worker, inline
+from shardq.workflows import Batch, BatchInfo, Chain
 
 __all__ = [
     "AsyncClient",
     "AsyncInspector",
     "Backoff",
+    "Batch",
+    "BatchInfo",
+    "Chain",
     "Client",
     "Dispatcher",
     "DispatcherSettings",

@@ -29,6 +29,7 @@ from shardq.names import Priority
 from shardq.plans import Plan, drive, drive_async, one, twin_of
 from shardq.plans import producer as plans
 from shardq.plans import schedules as schedule_plans
+from shardq.plans import workflows as workflow_plans
 from shardq.plans.producer import BulkRun as BulkRun
 from shardq.plans.producer import not_durable as not_durable
 from shardq.runtime import redis_config
@@ -44,6 +45,7 @@ from shardq.store.channels import AsyncChannel, SyncChannel
 from shardq.store.op import Call
 from shardq.store.retry import AsyncRunner, SyncRunner
 from shardq.store.transport import AsyncTransport
+from shardq.workflows import DEFAULT_RETENTION, BatchCancel, BatchInfo, Child, Policy
 
 T = TypeVar("T")
 
@@ -77,6 +79,8 @@ class Client:
         self._runner = SyncRunner(self.redis, self.settings.retry_timeout)
         #: Periodic jobs: add/list/get/pause/resume/remove/next (see shardq.schedules).
         self.schedules = Schedules(self)
+        #: Batches and chains: create/open/add/seal/chain/get/list/cancel (shardq.workflows).
+        self.batches = Batches(self)
 
     @classmethod
     def from_url(cls, url: str | RedisSettings, settings: ProducerSettings | None = None) -> Client:
@@ -384,6 +388,8 @@ class AsyncClient:
             self._bind(redis)
         #: Periodic jobs, as ``Client.schedules`` (see shardq.schedules).
         self.schedules = AsyncSchedules(self)
+        #: Batches and chains, as ``Client.batches`` (see shardq.workflows).
+        self.batches = AsyncBatches(self)
 
     def _bind(self, redis: AsyncRedis) -> None:
         self._redis = redis
@@ -742,3 +748,207 @@ class AsyncSchedules:
     async def next(self, queue: str, name: str, n: int = 5) -> builtins.list[datetime]:
         plan = schedule_plans.upcoming(self._client._queues, queue, name, n)
         return await self._client._drive(plan, f"reading schedule {name!r}")
+
+
+# Batches and chains: ``client.batches`` ------------------------------------------------------
+
+
+class Batches:
+    """``client.batches``: workflows of the sync :class:`Client` (see :mod:`shardq.workflows`
+    and docs/workflows.md); each method drives a plan of :mod:`shardq.plans.workflows`.
+
+    >>> bid = client.batches.create("images", [JobRequest("resize", {"n": i}) for i in range(100)],
+    ...                             on_success=JobRequest("album", {"id": 7}))
+    >>> client.batches.get("images", bid).pending
+    """
+
+    def __init__(self, client: Client) -> None:
+        self._client = client
+
+    def create(
+        self,
+        queue: str,
+        children: Iterable[Child],
+        *,
+        batch_id: str | None = None,
+        on_success: JobRequest | None = None,
+        on_complete: JobRequest | None = None,
+        on_failure: JobRequest | None = None,
+        policy: Policy = "fail",
+        retention: timedelta | float = DEFAULT_RETENTION,
+    ) -> str:
+        """Enqueue ``children`` (jobs, or nested :class:`~shardq.workflows.Batch` and
+        :class:`~shardq.workflows.Chain`) as one batch, sealed; its id.  Each callback fires
+        exactly once: ``on_success`` when every child completed, ``on_failure`` when the batch
+        failed (``policy``: ``"fail"`` at the first dead child, ``"continue"`` once all ended,
+        ``"ignore"``: never for a dead child), ``on_complete`` once every child ended.
+        Calling it again with the same ``batch_id`` after a crash finishes what the first call
+        began, without duplicating children."""
+        plan = workflow_plans.create_batch(
+            self._client._queues, queue, list(children), settings=self._client.settings,
+            batch_id=batch_id, on_success=on_success, on_complete=on_complete,
+            on_failure=on_failure, policy=policy, retention=retention,
+        )  # fmt: skip
+        return self._client._drive(plan, f"creating a batch in {queue!r}")
+
+    def open(
+        self,
+        queue: str,
+        *,
+        batch_id: str | None = None,
+        on_success: JobRequest | None = None,
+        on_complete: JobRequest | None = None,
+        on_failure: JobRequest | None = None,
+        policy: Policy = "fail",
+        retention: timedelta | float = DEFAULT_RETENTION,
+    ) -> str:
+        """Create an open batch with no children yet; add them with :meth:`add` and
+        :meth:`seal` it (it cannot end before)."""
+        plan = workflow_plans.create_batch(
+            self._client._queues, queue, [], settings=self._client.settings, batch_id=batch_id,
+            on_success=on_success, on_complete=on_complete, on_failure=on_failure,
+            policy=policy, retention=retention, seal=False,
+        )  # fmt: skip
+        return self._client._drive(plan, f"opening a batch in {queue!r}")
+
+    def add(self, queue: str, batch_id: str, children: Iterable[Child]) -> int:
+        """Add children to an open batch; the index of the first.  BatchClosedError once it
+        was sealed, BatchNotFoundError for an unknown id."""
+        plan = workflow_plans.add_children(
+            self._client._queues, queue, batch_id, list(children), settings=self._client.settings
+        )
+        return self._client._drive(plan, f"adding to batch {batch_id!r}")
+
+    def seal(self, queue: str, batch_id: str) -> None:
+        """Close an open batch to new children (safe to repeat)."""
+        plan = workflow_plans.seal_batch(
+            self._client._queues, queue, batch_id, settings=self._client.settings
+        )
+        self._client._drive(plan, f"sealing batch {batch_id!r}")
+
+    def chain(
+        self,
+        queue: str,
+        steps: Iterable[JobRequest],
+        *,
+        chain_id: str | None = None,
+        on_success: JobRequest | None = None,
+        on_complete: JobRequest | None = None,
+        on_failure: JobRequest | None = None,
+        retention: timedelta | float = DEFAULT_RETENTION,
+    ) -> str:
+        """Run ``steps`` one after another, each getting the previous one's return value as
+        ``job.previous``; a step that ends dead stops the chain (``on_failure``).  Its id."""
+        plan = workflow_plans.create_chain(
+            self._client._queues, queue, list(steps), settings=self._client.settings,
+            chain_id=chain_id, on_success=on_success, on_complete=on_complete,
+            on_failure=on_failure, retention=retention,
+        )  # fmt: skip
+        return self._client._drive(plan, f"creating a chain in {queue!r}")
+
+    def get(self, queue: str, batch_id: str) -> BatchInfo | None:
+        """A batch or chain with its counts, or None (unknown, or expired)."""
+        plan = workflow_plans.get_batch(self._client._queues, queue, batch_id)
+        return self._client._drive(plan, f"reading batch {batch_id!r}")
+
+    def list(self, queue: str, limit: int = 50) -> builtins.list[BatchInfo]:
+        """The newest batches and chains of the queue."""
+        plan = workflow_plans.list_batches(self._client._queues, queue, limit)
+        return self._client._drive(plan, f"listing the batches of {queue!r}")
+
+    def cancel(self, queue: str, batch_id: str) -> BatchCancel:
+        """Cancel a batch or chain: no callback fires; waiting children are cancelled
+        (running ones end as they will).  Safe to repeat."""
+        plan = workflow_plans.cancel_batch(
+            self._client._queues, queue, batch_id, settings=self._client.settings
+        )
+        return self._client._drive(plan, f"cancelling batch {batch_id!r}")
+
+
+@twin_of(Batches)
+class AsyncBatches:
+    """``AsyncClient.batches``: the same methods as :class:`Batches`, awaited."""
+
+    def __init__(self, client: AsyncClient) -> None:
+        self._client = client
+
+    async def create(
+        self,
+        queue: str,
+        children: Iterable[Child],
+        *,
+        batch_id: str | None = None,
+        on_success: JobRequest | None = None,
+        on_complete: JobRequest | None = None,
+        on_failure: JobRequest | None = None,
+        policy: Policy = "fail",
+        retention: timedelta | float = DEFAULT_RETENTION,
+    ) -> str:
+        plan = workflow_plans.create_batch(
+            self._client._queues, queue, list(children), settings=self._client.settings,
+            batch_id=batch_id, on_success=on_success, on_complete=on_complete,
+            on_failure=on_failure, policy=policy, retention=retention,
+        )  # fmt: skip
+        return await self._client._drive(plan, f"creating a batch in {queue!r}")
+
+    async def open(
+        self,
+        queue: str,
+        *,
+        batch_id: str | None = None,
+        on_success: JobRequest | None = None,
+        on_complete: JobRequest | None = None,
+        on_failure: JobRequest | None = None,
+        policy: Policy = "fail",
+        retention: timedelta | float = DEFAULT_RETENTION,
+    ) -> str:
+        plan = workflow_plans.create_batch(
+            self._client._queues, queue, [], settings=self._client.settings, batch_id=batch_id,
+            on_success=on_success, on_complete=on_complete, on_failure=on_failure,
+            policy=policy, retention=retention, seal=False,
+        )  # fmt: skip
+        return await self._client._drive(plan, f"opening a batch in {queue!r}")
+
+    async def add(self, queue: str, batch_id: str, children: Iterable[Child]) -> int:
+        plan = workflow_plans.add_children(
+            self._client._queues, queue, batch_id, list(children), settings=self._client.settings
+        )
+        return await self._client._drive(plan, f"adding to batch {batch_id!r}")
+
+    async def seal(self, queue: str, batch_id: str) -> None:
+        plan = workflow_plans.seal_batch(
+            self._client._queues, queue, batch_id, settings=self._client.settings
+        )
+        await self._client._drive(plan, f"sealing batch {batch_id!r}")
+
+    async def chain(
+        self,
+        queue: str,
+        steps: Iterable[JobRequest],
+        *,
+        chain_id: str | None = None,
+        on_success: JobRequest | None = None,
+        on_complete: JobRequest | None = None,
+        on_failure: JobRequest | None = None,
+        retention: timedelta | float = DEFAULT_RETENTION,
+    ) -> str:
+        plan = workflow_plans.create_chain(
+            self._client._queues, queue, list(steps), settings=self._client.settings,
+            chain_id=chain_id, on_success=on_success, on_complete=on_complete,
+            on_failure=on_failure, retention=retention,
+        )  # fmt: skip
+        return await self._client._drive(plan, f"creating a chain in {queue!r}")
+
+    async def get(self, queue: str, batch_id: str) -> BatchInfo | None:
+        plan = workflow_plans.get_batch(self._client._queues, queue, batch_id)
+        return await self._client._drive(plan, f"reading batch {batch_id!r}")
+
+    async def list(self, queue: str, limit: int = 50) -> builtins.list[BatchInfo]:
+        plan = workflow_plans.list_batches(self._client._queues, queue, limit)
+        return await self._client._drive(plan, f"listing the batches of {queue!r}")
+
+    async def cancel(self, queue: str, batch_id: str) -> BatchCancel:
+        plan = workflow_plans.cancel_batch(
+            self._client._queues, queue, batch_id, settings=self._client.settings
+        )
+        return await self._client._drive(plan, f"cancelling batch {batch_id!r}")

@@ -83,6 +83,19 @@ class JobNotFoundError(ShardqError, LookupError):
     """No job with this id exists (never existed, completed, or cancelled)."""
 
 
+class BatchNotFoundError(ShardqError, LookupError):
+    """No batch or chain with this id exists in the queue (never created, or its record
+    expired after its retention)."""
+
+
+class BatchClosedError(ShardqError):
+    """The batch no longer takes children (it was sealed, it ended, or it was cancelled)."""
+
+
+class InvalidWorkflowError(InvalidJobError):
+    """A batch or chain that cannot be built as given (the message says why)."""
+
+
 class JobNotScheduledError(ShardqError):
     """The job is no longer waiting in the due set, so it cannot be rescheduled."""
 

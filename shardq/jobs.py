@@ -283,8 +283,12 @@ def encode_body(
     keep_result: timedelta | float | None = None,
     timeout: timedelta | float | None = None,
     deadline: datetime | timedelta | float | None = None,
+    workflow: dict[str, Any] | None = None,
 ) -> bytes:
     """Validate a job and build its stored JSON body.  Raises before anything is written.
+
+    ``workflow``: the options a workflow gives its children (``g``: [batch id, index, carry],
+    ``pr``: a chain step's previous result), set by shardq.plans.workflows only.
 
     The body is ``[type, payload]`` or ``[type, payload, {options}]`` with only the options that
     differ from the defaults, so a small job stays small in Redis.  A job with a priority
@@ -305,6 +309,7 @@ def encode_body(
             keep_result=keep_result,
             timeout=timeout,
             deadline=deadline,
+            workflow=workflow,
         )
         return prefix + rest
     if (
@@ -316,6 +321,7 @@ def encode_body(
         and keep_result is None
         and timeout is None
         and deadline is None
+        and workflow is None
         and type(job_type) is str
         and job_type in VALID_JOB_TYPES  # only valid type strings are ever added
     ):
@@ -364,6 +370,8 @@ def encode_body(
         body["o"] = attempt_timeout_ms(timeout)
     if deadline is not None:
         body.update(deadline_option(deadline))
+    if workflow:
+        body.update(workflow)
     try:
         data = orjson.dumps([job_type, payload, body] if body else [job_type, payload])
     except (TypeError, orjson.JSONEncodeError) as exc:
@@ -518,6 +526,16 @@ class Job:
     cancelled: bool = False
     """True once the job was cancelled while running (``Client.cancel(..., running=True)``):
     a sync handler should stop (:meth:`check_cancelled`); an async one's task is cancelled."""
+    batch_id: str | None = None
+    """The batch or chain this job is a child or step of (``Client.batch``, ``Client.chain``),
+    or None."""
+    batch_index: int | None = None
+    """Its index in that batch (a chain step's number, from 0)."""
+    previous: Any = None
+    """A chain step's previous step's return value (None for the first step and for jobs of
+    no chain)."""
+    carries_value: bool = field(default=False, repr=False)
+    """Its return value travels with its end to the batch (a chain step's)."""
 
     def check_cancelled(self) -> None:
         """Raise JobCancelledError if the job was cancelled while running: call it between
@@ -587,6 +605,10 @@ class JobRequest:
     unique_until: Literal["done", "debounce"] | None = None
     """``"done"``: the idempotency key holds only until its job is done; ``"debounce"`` (what
     ``debounce=`` sets): a repeat replaces the waiting job's payload and due time."""
+    workflow: dict[str, Any] | None = field(default=None, repr=False, compare=False)
+    """Set by shardq's batches and chains on their children, steps and callbacks
+    (shardq.plans.workflows): the body options that tie the job to its batch.  Not for
+    callers: ``Client.batch``/``Client.chain`` build them."""
 
 
 def debounced(request: JobRequest, debounce: timedelta | float | None) -> JobRequest:

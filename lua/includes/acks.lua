@@ -30,27 +30,3 @@ local function ack_entries(ready, jobs, errors, stats, group, from)
   end
   return drop_settled(jobs, errors, stats, ids)
 end
-
--- complete_entries(keys, group, from, now): ack_entries for jobs that keep their result:
--- keys = the calling function's KEYS (ready, jobs, errors, stats, then the jobs' result keys,
--- one each, in ARGV's order); ARGV[from..] holds 4 per job (entry id, job id, retention ms,
--- result record; checked by the caller).  A settled job's record is stored as
--- '<now ms>|<record>' expiring after its retention, and a waiter on the key's channel (its
--- own name: sharded pub/sub, same slot) is told.  An entry no longer pending writes no result:
--- whoever settled it owns the outcome.
-local function complete_entries(keys, group, from, now)
-  local ready, jobs, errors, stats = keys[1], keys[2], keys[3], keys[4]
-  local ids = {}
-  local n = 0
-  for i = from, #ARGV, 4 do
-    n = n + 1
-    if redis.call('XACK', ready, group, ARGV[i]) == 1 then
-      ids[#ids + 1] = ARGV[i + 1]
-      local key = keys[4 + n]
-      redis.call('SET', key, now .. '|' .. ARGV[i + 3], 'PX', ARGV[i + 2])
-      redis.call('SPUBLISH', key, 'done')
-    end
-  end
-  if #ids > 0 then count(stats, 'results', #ids) end
-  return drop_settled(jobs, errors, stats, ids)
-end

@@ -50,6 +50,24 @@ class Grant:
 PARTITION_KINDS: tuple[str, ...] = (*keys.PARTITION_KINDS, *keys.PER_ITEM_KINDS)
 QUEUE_KINDS = keys.QUEUE_KINDS
 LIMIT_KINDS = keys.LIMIT_KINDS
+BATCH_KINDS = keys.BATCH_KINDS
+#: What the batch functions (lua/batch-*.lua) run on a batch's record and bitmap.
+BATCH_COMMANDS = (
+    "+hget", "+hmget", "+hset", "+hexists", "+hincrby", "+hgetall", "+setbit", "+get",
+    "+exists", "+del", "+pexpire", "+pttl",
+)  # fmt: skip
+#: Enqueueing a job (enqueue-8): the dispatcher enqueues workflow callbacks and chain steps.
+ENQUEUE_GRANTS: tuple[Grant, ...] = (
+    Grant(("jobs",), ("+hsetnx", "+hget")),
+    Grant(("idem",), ("+get", "+set")),
+    Grant(("due",), ("+zadd", "+zrange", "+zscore", "+zcount")),
+    Grant(("ready",), ("+xadd",)),
+    Grant(("stats",), ("+hincrby", "+hset", "+hget")),
+    Grant(("ctl",), ("+hget",), read_only=True),
+    Grant(("lane",), ("+zadd",)),
+    Grant(("vtime",), ("+hget", "+hset")),
+    Grant(("moving",), ("+hexists", "+hget"), read_only=True),
+)
 
 MEMBERS = ("+zremrangebyscore", "+zrem", "+zadd", "+zrange", "+zscore", "+smembers", "+srem")
 
@@ -78,6 +96,11 @@ GRANTS: dict[str, tuple[Grant, ...]] = {
         # client.result: the job's kept result, read with its snapshot (lua/result-6.lua);
         # client.get: a running job's progress (lua/get-6.lua)
         Grant(("result", "progress"), ("+get",), read_only=True),
+        # client.batches: the batch's record and bitmap (lua/batch-*.lua), the queue's
+        # listing of batches, and a cancel's look for a child's end still in an outbox
+        Grant(BATCH_KINDS, BATCH_COMMANDS),
+        Grant(("batches",), ("+zadd", "+zrange", "+zrem")),
+        Grant(("outbox",), ("+hexists",), read_only=True),
     ),
     "dispatcher": (
         Grant(("meta",), ("+hget", "+hgetall"), read_only=True),
@@ -103,6 +126,11 @@ GRANTS: dict[str, tuple[Grant, ...]] = {
         Grant(("ctl",), ("+hmget",), read_only=True),
         Grant(("lane",), ("+zadd", "+zcard")),
         Grant(("vtime",), ("+hget", "+hset")),
+        # the relay (shardq.dispatcher.relay): reads and clears the held partitions' outboxes,
+        # reports to the batches, enqueues their callbacks and chain steps
+        Grant(("outbox",), ("+hscan", "+hdel")),
+        Grant(BATCH_KINDS, BATCH_COMMANDS),
+        *ENQUEUE_GRANTS,
     ),
     "worker": (
         Grant(("meta",), ("+hget", "+hgetall"), read_only=True),
@@ -143,6 +171,8 @@ GRANTS: dict[str, tuple[Grant, ...]] = {
         # jobs that keep their result: stored with the ack (lua/complete-4.lua); job.progress
         # (lua/progress-2.lua)
         Grant(("result", "progress"), ("+set",)),
+        # a workflow child's end, written with its ack or dead letter (lua/includes/outbox.lua)
+        Grant(("outbox",), ("+hset",)),
     ),
 }
 # The operator runs the tools (queue create, job, dlq, owners, rebalance, stats): everything
@@ -166,7 +196,7 @@ GRANTS["operator"] = (
     Grant(("ctl",), ("+hset", "+hdel", "+hexists", "+hget")),
     Grant(("stats",), ("+hdel",)),
     Grant(("limits",), ("+hset", "+hdel")),  # shardq limit set / remove
-    Grant(PARTITION_KINDS + QUEUE_KINDS + LIMIT_KINDS, ("+unlink",)),
+    Grant(PARTITION_KINDS + QUEUE_KINDS + LIMIT_KINDS + BATCH_KINDS, ("+unlink",)),
     Grant(("balancer",), ("+hgetall",), read_only=True),  # shardq balancer status
     Grant(("resize",), ("+hgetall",), read_only=True),  # shardq queue info
 )
@@ -198,6 +228,7 @@ ADMIN_GRANTS: tuple[Grant, ...] = (
     Grant(("ctl",), ("+hincrby",)),
     Grant(("stats",), ("+hincrby",)),
     Grant(("ready",), ("+exists", "+xinfo|groups", "+xrange")),
+    Grant(("outbox",), ("+hlen",)),  # resize-left: an outbox not yet relayed is not empty
     Grant(("idem", "result"), ("+get", "+pttl", "+set")),
 )
 # The viewer runs a read-only console (`shardq web` without --allow-actions): exactly what its
@@ -231,6 +262,9 @@ GRANTS["viewer"] = (
     Grant(("moving",), ("+hget",), read_only=True),
     Grant(("ctl",), ("+hget",), read_only=True),
     Grant(("resize",), ("+hgetall",), read_only=True),  # the resize's progress (queue info)
+    # the batches' pages and `shardq batch get|list`
+    Grant(BATCH_KINDS, ("+hgetall", "+pttl", "+get"), read_only=True),
+    Grant(("batches",), ("+zrange",), read_only=True),
 )
 # The admin loads the functions library and moves slots between primaries (MIGRATE moves every
 # key of a slot, so its keys are all keys; MEMORY USAGE sizes them for the placement planner).
@@ -277,6 +311,8 @@ def key_patterns(kind: str, queues: Sequence[str]) -> list[str]:
             out.append(keys.queue_pattern(q, kind))
         elif kind in LIMIT_KINDS:
             out.append(keys.limit_pattern(q, kind))
+        elif kind in BATCH_KINDS:
+            out.append(keys.batch_pattern(q, kind))
         else:
             raise ValueError(f"unknown key kind {kind!r}")
     return out

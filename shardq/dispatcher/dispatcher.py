@@ -10,6 +10,8 @@ A small coordinator over components with one concern each, every background loop
 - ``hints``: wake-ups from enqueues over sharded pub/sub;
 - ``schedules:<primary>`` (:mod:`.ticker`): fires the periodic schedules of held partitions,
   one loop per Redis primary; ``schedules-topology`` keeps them in step with the slot map;
+- ``relay`` (:mod:`.relay`): carries workflow children's ends from the held partitions'
+  outboxes to their batches, and enqueues the callbacks and chain steps they call for;
 - ``trim`` (:mod:`.trimmer`) and ``sample`` (:mod:`.sampler`): stream bounds and metrics.
 
 Start-up and shutdown are the ones every role shares (:mod:`shardq.runtime.process`); the
@@ -31,6 +33,7 @@ from shardq.connection import AsyncRedis
 from shardq.dispatcher.context import DispatcherContext
 from shardq.dispatcher.leases import Leases
 from shardq.dispatcher.promoter import Promoter
+from shardq.dispatcher.relay import Relay
 from shardq.dispatcher.sampler import Sampler
 from shardq.dispatcher.ticker import Ticker
 from shardq.dispatcher.trimmer import Trimmer
@@ -58,6 +61,7 @@ STOP_ORDER = [
     "hints",
     "schedules:",
     "schedules-topology",
+    "relay",
     "promoter:",
     "promoter-topology",
     "trim",
@@ -99,6 +103,7 @@ class Dispatcher(RoleProcess[DispatcherSettings]):
         self.leases: Leases | None = None
         self.promoter: Promoter | None = None
         self.ticker: Ticker | None = None
+        self.relay: Relay | None = None
 
     def stop(self) -> None:
         """Ask the dispatcher to stop: it releases its leases and returns from :meth:`run`."""
@@ -140,11 +145,17 @@ class Dispatcher(RoleProcess[DispatcherSettings]):
         leases = Leases(ctx)
         promoter = Promoter(ctx, leases=leases)
         ticker = Ticker(ctx, leases=leases)
+        relay = Relay(ctx, leases=leases)
         trimmer = Trimmer(ctx, leases=leases, activity=lambda p: promoter.by_partition.get(p, 0))
         sampler = Sampler(ctx, leases=leases)
-        self.leases, self.promoter, self.ticker = leases, promoter, ticker
+        self.leases, self.promoter, self.ticker, self.relay = leases, promoter, ticker, relay
 
         def hint(p: int, message: bytes | None) -> None:
+            if message == b"o":  # a workflow child's end in the outbox (lua/includes/outbox.lua)
+                relay.wake(p)
+                return
+            if message is None:  # resubscribed: any hint may have been missed
+                relay.wake(p)
             promoter.hint(p)
             ticker.wake(p)
 
@@ -153,6 +164,7 @@ class Dispatcher(RoleProcess[DispatcherSettings]):
         sup.every("leases", s.renew_interval, leases.round, first_at_once=True)
         promoter.start()
         ticker.start()
+        relay.start()
         self.listen_for_hints({ctx.pks[p].due_hint: p for p in ctx.partitions}, hint)
         sup.every("trim", s.trim_interval, trimmer.round)
         sup.every("sample", s.metrics_interval, sampler.round)

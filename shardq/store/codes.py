@@ -13,6 +13,8 @@ from enum import IntEnum
 from typing import Any
 
 from shardq.errors import (
+    BatchClosedError,
+    BatchNotFoundError,
     CorruptKeyError,
     DuplicateJobError,
     FencedError,
@@ -51,6 +53,8 @@ class Code(IntEnum):
     TOO_MANY_ARGUMENTS = -15
     LAYOUT_MOVED = -16
     JOB_MOVING = -17
+    BATCH_NOT_FOUND = -18
+    BATCH_CLOSED = -19
 
 
 def _text(value: Any) -> str:
@@ -186,6 +190,20 @@ def _moving(d: list[str]) -> ShardqError:
     )
 
 
+def _batch_not_found(d: list[str]) -> ShardqError:
+    return BatchNotFoundError(
+        f"no batch {d[0]!r} in this queue: it was never created, or it ended and its record "
+        "expired after its retention (`shardq batch list` shows the queue's batches)"
+    )
+
+
+def _batch_closed(d: list[str]) -> ShardqError:
+    return BatchClosedError(
+        f"batch {d[0]!r} is {d[1]}: it takes no more children (open a new batch, or add "
+        "children before sealing it)"
+    )
+
+
 _ERRORS: dict[Code, Callable[[list[str]], ShardqError]] = {
     Code.FENCED: _fenced,
     Code.DUE_IN_PAST: _past,
@@ -204,6 +222,8 @@ _ERRORS: dict[Code, Callable[[list[str]], ShardqError]] = {
     Code.TOO_MANY_ARGUMENTS: _too_many,
     Code.LAYOUT_MOVED: _layout_moved,
     Code.JOB_MOVING: _moving,
+    Code.BATCH_NOT_FOUND: _batch_not_found,
+    Code.BATCH_CLOSED: _batch_closed,
 }
 
 

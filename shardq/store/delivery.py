@@ -18,7 +18,7 @@ from shardq.store.op import Op, op
 # more, and shardq.store.op.op refuses to build a longer call).  Callers split what they hold.
 MAX_ACK = 1000  # entries per ack (lua/ack-4.lua)
 MAX_TOUCH = 1000  # entries per touch (lua/touch-2.lua)
-MAX_LIVE = 1000  # live workers named to reclaim (lua/reclaim-6.lua)
+MAX_LIVE = 1000  # live workers named to reclaim (lua/reclaim-7.lua)
 
 
 class Delivered(NamedTuple):
@@ -150,15 +150,17 @@ def fail(
     delay_ms: int,
     error: str,
     keeps_result: bool = False,
+    workflow_ref: str = "",
 ) -> Op[Failed]:
     """Settle a failed job: back to due after ``delay_ms``, or dead when ``delay_ms`` < 0.
     ``keeps_result``: the job keeps its result, so a producer waiting for it is told when it
-    ends dead (on its result channel)."""
+    ends dead (on its result channel).  ``workflow_ref``: ``<batch id>|<index>`` of a batch
+    child or chain step, whose death is written into the partition's outbox with it."""
     channel = pk.result(raw_id.decode(errors="replace")) if keeps_result else ""
     return op(
         "fail",
-        [pk.ready, pk.jobs, pk.due, pk.dead, pk.errors, pk.stats],
-        [keys.WORKER_GROUP, entry_id, raw_id, delay_ms, error, pk.due_hint, channel],
+        [pk.ready, pk.jobs, pk.due, pk.dead, pk.errors, pk.stats, pk.outbox],
+        [keys.WORKER_GROUP, entry_id, raw_id, delay_ms, error, pk.due_hint, channel, workflow_ref],
         _parse_fail,
     )
 
@@ -201,7 +203,7 @@ def reclaim(
         live, orphan_idle_ms = [], visibility_ms
     return op(
         "reclaim",
-        [*_worker_keys(pk), pk.ctl],
+        [*_worker_keys(pk), pk.ctl, pk.outbox],
         [
             keys.WORKER_GROUP,
             consumer,
@@ -209,6 +211,7 @@ def reclaim(
             count,
             max_deliveries,
             orphan_idle_ms,
+            pk.due_hint,
             *live,
         ],
         _parse_reclaim,

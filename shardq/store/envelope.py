@@ -94,6 +94,13 @@ class StoredOptions(NamedTuple):
     """Epoch ms after which the job must not start (body option ``d``)."""
     start_within: float | None = None
     """Seconds after its due time the job may still start (body option ``w``, ms)."""
+    workflow: tuple[str, int, bool] | None = None
+    """(batch id, index, carries its value) of a batch child or chain step (body option
+    ``g``): its end is reported to the batch (shardq.plans.workflows)."""
+    previous: Any = None
+    """A chain step's previous step's return value (body option ``pr``)."""
+    callback_of: str | None = None
+    """The batch whose callback this job is (body option ``gb``)."""
 
 
 def stored_options(body: dict[str, Any], bad: dict[str, str] | None = None) -> StoredOptions:
@@ -162,6 +169,21 @@ def stored_options(body: dict[str, Any], bad: dict[str, str] | None = None) -> S
                 refuse(name, str(exc))
         timing.append(number)
     timeout_ms, deadline, window_ms = timing
+    workflow: tuple[str, int, bool] | None = None
+    if body.get("g") is not None:
+        g = body["g"]
+        if (
+            isinstance(g, list)
+            and len(g) == 3
+            and isinstance(g[0], str)
+            and "|" not in g[0]
+            and type(g[1]) is int
+            and 0 <= g[1] <= 2**32 - 1
+            and g[2] in (0, 1)
+        ):
+            workflow = (g[0], g[1], bool(g[2]))
+        else:
+            refuse("g", f"workflow membership {g!r:.60} is not [batch id, index, 0|1]")
     return StoredOptions(
         max_attempts,
         backoff,
@@ -172,6 +194,9 @@ def stored_options(body: dict[str, Any], bad: dict[str, str] | None = None) -> S
         None if timeout_ms is None else timeout_ms / 1000,
         None if deadline is None else int(deadline),
         None if window_ms is None else window_ms / 1000,
+        workflow,
+        body.get("pr"),
+        body["gb"] if isinstance(body.get("gb"), str) else None,
     )
 
 

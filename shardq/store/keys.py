@@ -77,6 +77,9 @@ PARTITION_KINDS: tuple[str, ...] = (
     *("moving", "inbound"),
     # running jobs cancelled (lua/cancel-7.lua), for their workers' heartbeats (touch-2)
     "cancels",
+    # workflow children's ends, written with their ack (or dead letter) and relayed to their
+    # batch by the partition's dispatcher (shardq.dispatcher.relay): job id -> report
+    "outbox",
 )
 #: A partition's idempotency keys, ``{<partition tag>}:idem:<idempotency key>``: one per key,
 #: found by SCAN (:func:`queue_tags_pattern`).
@@ -94,6 +97,8 @@ PER_ITEM_KINDS: tuple[str, ...] = (IDEM_KIND, RESULT_KIND, PROGRESS_KIND)
 #: A queue's own keys, ``{sq:<queue>}:<kind>`` (:func:`queue_keys`).
 QUEUE_KINDS: tuple[str, ...] = (
     *("meta", "dispatchers", "drain", "workers", "workers:drain", "owners", "limits"),
+    # the queue's batches and chains by creation time (shardq.plans.workflows: listings)
+    "batches",
     # a resize (shardq.admin.resize): its record, and its driver's lease and fence
     *("resize", "resize:lease", "resize:fence"),
 )
@@ -101,6 +106,12 @@ QUEUE_KINDS: tuple[str, ...] = (
 #: (``limit``: the next free start; ``running``: the jobs holding running slots); found by
 #: SCAN, since a limit's state outlives its definition until it expires.
 LIMIT_KINDS: tuple[str, ...] = ("limit", "running")
+#: Each batch's (or chain's) keys, on the batch's own slot: ``{sq:<queue>:batch:<id>}:<kind>``
+#: (``batch``: the record, a hash of counts, state, callbacks, steps; ``seen``: a bitmap, one
+#: bit per child index, set when the child's end was counted: a resent report changes
+#: nothing).  Batches spread over the primaries by their ids, not with any partition, so a
+#: resize never moves them (:class:`BatchKeys`).
+BATCH_KINDS: tuple[str, ...] = ("batch", "seen")
 
 
 def slot_of(key: str | bytes) -> int:
@@ -222,6 +233,42 @@ def _limit_key(queue: str, name: str, kind: str) -> str:
     return "{" + _limit_tag(queue, name) + "}:" + kind
 
 
+def batches_key(queue: str) -> str:
+    """Sorted set of the queue's batch and chain ids, scored by creation time (ms): the
+    listing of ``shardq batch list``; an id whose record expired is dropped when met."""
+    return _queue_key(queue, "batches")
+
+
+@dataclass(frozen=True, slots=True)
+class BatchKeys:
+    """The keys of one batch or chain, ``{sq:<queue>:batch:<id>}:<kind>`` (:data:`BATCH_KINDS`):
+    one slot, so every batch script touches that slot only."""
+
+    queue: str
+    batch_id: str
+
+    @property
+    def tag(self) -> str:
+        return f"sq:{self.queue}:batch:{self.batch_id}"
+
+    @property
+    def record(self) -> str:
+        """Hash: kind, state, counts, policy, callbacks, a chain's steps (lua/batch-*.lua)."""
+        return "{" + self.tag + "}:batch"
+
+    @property
+    def seen(self) -> str:
+        """Bitmap: bit i set once child i's end was counted."""
+        return "{" + self.tag + "}:seen"
+
+    def all(self) -> list[str]:
+        return [self.record, self.seen]
+
+
+def batch_keys(queue: str, batch_id: str) -> BatchKeys:
+    return BatchKeys(queue, batch_id)
+
+
 def dispatchers_key(queue: str) -> str:
     """Sorted set of live dispatchers, scored by heartbeat expiry (ms, Redis clock)."""
     return _queue_key(queue, "dispatchers")
@@ -309,6 +356,7 @@ class PartitionKeys:
         "lane",
         "lease",
         "moving",
+        "outbox",
         "partition",
         "queue",
         "ready",
@@ -364,6 +412,9 @@ class PartitionKeys:
         self.inbound = base + "inbound"
         #: Sorted set: running jobs cancelled, by cancel time (a day kept: lua/cancel-7.lua).
         self.cancels = base + "cancels"
+        #: Hash: workflow children's ends not yet relayed to their batch, job id ->
+        #: '<batch id>|<index>|<outcome>|<value>' (lua/includes/outbox.lua).
+        self.outbox = base + "outbox"
         #: Sharded pub/sub channel: the due head moved earlier (wakes the dispatcher).
         self.due_hint = base + "hint:due"
         #: Sharded pub/sub channel: jobs landed in the ready stream (wakes workers).
@@ -530,6 +581,13 @@ def queue_pattern(queue: str, kind: str) -> str:
     return _queue_key(queue, kind)
 
 
+def batch_pattern(queue: str, kind: str) -> str:
+    """Every batch's key of one kind (:data:`BATCH_KINDS`) of the queue."""
+    if kind not in BATCH_KINDS:
+        raise ValueError(f"unknown batch key kind {kind!r}")
+    return "{sq:" + queue + ":batch:*}:" + kind
+
+
 def limit_pattern(queue: str, kind: str) -> str:
     """Every limit's key of one kind (:data:`LIMIT_KINDS`) of the queue."""
     if kind not in LIMIT_KINDS:
@@ -594,15 +652,17 @@ def _partition_in_tag(rest: str) -> int | None:
 
 def tag_of_queue(queue: str, key: str) -> bool:
     """Whether ``key``'s hash tag is one of ``queue``'s partitions' (``sq:<queue>:<p>.<s>``,
-    ``sq:<queue>:<p>:<letters>``) or limits' (``sq:<queue>:limit:<name>``): the keys a queue
+    ``sq:<queue>:<p>:<letters>``), limits' (``sq:<queue>:limit:<name>``) or batches'
+    (``sq:<queue>:batch:<id>``): the keys a queue
     deletion finds by SCAN and removes (whatever follows the tag), and only those."""
     tag = _tag(key)
     prefix = "sq:" + queue + ":"
     if tag is None or not tag.startswith(prefix):
         return False
     rest = tag[len(prefix) :]
-    if rest.startswith("limit:"):
-        return len(rest) > len("limit:")
+    for prefix in ("limit:", "batch:"):
+        if rest.startswith(prefix):
+            return len(rest) > len(prefix)
     return _partition_in_tag(rest) is not None
 
 

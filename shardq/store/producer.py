@@ -308,6 +308,7 @@ def prepare_enqueue(
         keep_result=req.keep_result,
         timeout=req.timeout,
         deadline=req.deadline,
+        workflow=req.workflow,
     )
     due = timed_due(schedule, body, compact) if req.job_id is None else None
     job_id, partition = route(layout.partitions, req.job_id, req.idempotency_key, due)

@@ -123,6 +123,7 @@ class Left:
     undelivered: int
     pending: int
     sealed: str
+    outbox: int = 0  # workflow children's ends the partition's dispatcher has still to relay
 
     @property
     def waiting(self) -> int:
@@ -131,19 +132,26 @@ class Left:
 
     @property
     def empty(self) -> bool:
-        return self.waiting == 0 and self.jobs == 0 and self.undelivered == 0 and not self.pending
+        return (
+            self.waiting == 0
+            and self.jobs == 0
+            and self.undelivered == 0
+            and not self.pending
+            and not self.outbox
+        )
 
 
 def _parse_left(reply: Any) -> Left:
     r = check(reply)
     n = [numbers.integer(v, 0, what="count") for v in r[:8]]
-    return Left(n[0], n[1], n[2], n[3], n[4], n[5], n[6], n[7], as_text(r[8]))
+    outbox = numbers.integer(r[9], 0, what="count") if len(r) > 9 else 0
+    return Left(n[0], n[1], n[2], n[3], n[4], n[5], n[6], n[7], as_text(r[8]), outbox)
 
 
 def left(pk: keys.PartitionKeys) -> Op[Left]:
     return op(
         "resize-left",
-        [pk.due, pk.lane, pk.moving, pk.dead, pk.schedules, pk.jobs, pk.ready, pk.ctl],
+        [pk.due, pk.lane, pk.moving, pk.dead, pk.schedules, pk.jobs, pk.ready, pk.ctl, pk.outbox],
         [],
         _parse_left,
     )

@@ -1,12 +1,12 @@
 """Kept results: the record a worker stores for a job that keeps its result, and the read of it.
 
 A job enqueued with ``keep_result=<seconds>`` (body option ``r``) is settled by
-lua/complete-4.lua instead of an ack: its result record is stored under the job's result key
+lua/complete-5.lua instead of an ack: its result record is stored under the job's result key
 (:meth:`shardq.store.keys.PartitionKeys.result`) as ``<finished ms>|<record JSON>``, expiring
 after the retention (Redis expires it: no sweeper), and the key's name is published on (sharded
 pub/sub, the partition's slot) for a producer waiting on it.  A job that ends dead keeps its
 envelope and last error as every dead job does (its result is read from them: no record), and
-the fail script publishes on the same channel (lua/fail-6.lua ARGV[7]).
+the fail script publishes on the same channel (lua/fail-7.lua ARGV[7]).
 
 The record is ``{"t": type, "a": attempt, "v": value}``, or, when the return value could not be
 kept (over ``max_result_bytes``, or not JSON), ``{"t", "a", "x": error type, "m": message}``:
@@ -33,7 +33,7 @@ from shardq.store.codes import check
 from shardq.store.numbers import Checked, shown
 from shardq.store.op import Op, op
 
-#: Jobs per complete call (lua/complete-4.lua's Max KEYS: 4 + 1 per job).
+#: Jobs per complete call (lua/complete-5.lua's Max KEYS: 5 + 1 per job).
 MAX_COMPLETE = 100
 #: Bytes of result records per complete call: a call of 100 results of 64 KiB would hold the
 #: primary ~10 ms; the settler splits a batch at this size.
@@ -68,18 +68,30 @@ def record(job: Job, value: Any, max_bytes: int) -> bytes:
     return data
 
 
-def complete(pk: keys.PartitionKeys, entries: list[tuple[bytes, bytes, int, bytes]]) -> Op[int]:
-    """Settle succeeded jobs that keep their result: (entry id, job id, retention ms, record)
-    each, at most MAX_COMPLETE; the op returns how many were still pending."""
+class Completion(NamedTuple):
+    """One succeeded job as the complete script takes it: its delivery, the result it keeps
+    (retention 0: none) and, for a workflow child, its ref and the value its report carries."""
+
+    entry_id: bytes
+    raw_id: bytes
+    retention_ms: int
+    record: bytes
+    workflow_ref: str = ""
+    carried: bytes = b""
+
+
+def complete(pk: keys.PartitionKeys, entries: list[Completion]) -> Op[int]:
+    """Settle succeeded jobs that keep their result or belong to a workflow (at most
+    MAX_COMPLETE); the op returns how many were still pending."""
     if len(entries) > MAX_COMPLETE:
         raise ValueError(f"at most {MAX_COMPLETE} results per call, got {len(entries)}")
-    result_keys = [pk.result(raw.decode(errors="replace")) for _, raw, _, _ in entries]
-    argv: list[Any] = [keys.WORKER_GROUP]
-    for entry_id, raw_id, retention_ms, data in entries:
-        argv += [entry_id, raw_id, retention_ms, data]
+    result_keys = [pk.result(c.raw_id.decode(errors="replace")) for c in entries]
+    argv: list[Any] = [keys.WORKER_GROUP, pk.due_hint]
+    for c in entries:
+        argv += [c.entry_id, c.raw_id, c.retention_ms, c.record, c.workflow_ref, c.carried]
     return op(
         "complete",
-        [pk.ready, pk.jobs, pk.errors, pk.stats, *result_keys],
+        [pk.ready, pk.jobs, pk.errors, pk.stats, pk.outbox, *result_keys],
         argv,
         lambda r: int(check(r)[0]),
     )

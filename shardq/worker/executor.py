@@ -140,6 +140,10 @@ def build_job(
         start_within=options.start_within,
         priority=body.get("priority", "default"),
         tenant=body.get("tenant"),
+        batch_id=options.workflow[0] if options.workflow else options.callback_of,
+        batch_index=options.workflow[1] if options.workflow else None,
+        previous=options.previous,
+        carries_value=bool(options.workflow and options.workflow[2]),
     )
 
 
@@ -311,8 +315,10 @@ class Executor:
     def _succeeded(self, d: Delivery, value: Any = None) -> None:
         """The handler returned ``value``: its ack is buffered (with its result record, when
         the job keeps its result) and its running slots go back at once."""
-        if d.job.keep_result is not None:
+        if d.job.keep_result is not None or d.job.carries_value:
             d.result = results.record(d.job, value, self.settings.max_result_bytes)
+        elif d.job.batch_index is not None:
+            d.result = b""  # a batch child settles through complete: its end is reported
         self.settler.succeeded(d)
         if d.slots:
             self.limiter.finished(d)

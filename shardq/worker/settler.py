@@ -101,10 +101,21 @@ def retry_delay_ms(
     return round(min(max(delay, 0.0), MAX_RETRY_DELAY) * 1000)
 
 
-def _completion(d: Delivery) -> tuple[bytes, bytes, int, bytes]:
-    """A result-keeping delivery as the complete script takes it."""
-    assert d.result is not None and d.job.keep_result is not None
-    return d.entry_id, d.raw_id, round(d.job.keep_result * 1000), d.result
+def workflow_ref(d: Delivery) -> str:
+    """``<batch id>|<index>`` of a batch child or chain step (its end is reported), else ''."""
+    job = d.job
+    return "" if job.batch_index is None else f"{job.batch_id}|{job.batch_index}"
+
+
+def _completion(d: Delivery) -> results.Completion:
+    """A delivery that keeps its result or belongs to a workflow, as the complete script
+    takes it."""
+    assert d.result is not None
+    job = d.job
+    retention = 0 if job.keep_result is None else round(job.keep_result * 1000)
+    record = d.result if job.keep_result is not None or job.carries_value else b""
+    carried = d.result if job.carries_value else b""
+    return results.Completion(d.entry_id, d.raw_id, retention, record, workflow_ref(d), carried)
 
 
 def _complete_chunks(kept: list[Delivery]) -> list[list[Delivery]]:
@@ -285,6 +296,7 @@ class Settler:
             delay_ms,
             text,
             keeps_result=job.keep_result is not None,
+            workflow_ref=workflow_ref(d),
         )
         deadline = time.monotonic() + self.settings.settle_window
         attempt = 0

@@ -40,10 +40,12 @@ ADMIN = frozenset({"admin"})
 MAY_CALL: dict[str, frozenset[str]] = {
     # producers
     "queue-create": OPERATOR,
-    "enqueue": PRODUCER,
-    "enqueue-batch": PRODUCER,
+    # (a dispatcher enqueues too: a batch's callbacks and a chain's next steps, which
+    # shardq.dispatcher.relay enqueues when a relayed report calls for them)
+    "enqueue": PRODUCER | DISPATCHER,
+    "enqueue-batch": PRODUCER | DISPATCHER,
     "cancel": PRODUCER,
-    "reschedule": PRODUCER,
+    "reschedule": PRODUCER | DISPATCHER,
     "get": PRODUCER | VIEWER,
     "result": PRODUCER | VIEWER,
     # (a dispatcher writes the schedule keys anyway: it fires them)
@@ -98,6 +100,14 @@ MAY_CALL: dict[str, frozenset[str]] = {
     "resize-put": ADMIN,
     "resize-ack": ADMIN,
     "resize-left": ADMIN,
+    # workflows: producers create, add to, seal and cancel batches; the relay (dispatchers)
+    # reports children's ends and does the fires; both hold the batch keys' one grant
+    "batch-open": PRODUCER | DISPATCHER,
+    "batch-add": PRODUCER | DISPATCHER,
+    "batch-seal": PRODUCER | DISPATCHER,
+    "batch-report": PRODUCER | DISPATCHER,
+    "batch-fired": PRODUCER | DISPATCHER,
+    "batch-cancel": PRODUCER | DISPATCHER,
 }
 
 # Functions that ask Redis whether the caller is of their role before anything else

@@ -21,6 +21,7 @@ from shardq.inspector import LIST_STATES, Inspector
 from shardq.store import delivery, fleet, keys, resize, results, transport
 from shardq.store import limits as store_limits
 from shardq.store import progress as store_progress
+from shardq.store import workflows as workflow_ops
 
 PARTITIONS = 4
 
@@ -66,9 +67,12 @@ def fill(client: Client, queue: str) -> dict[str, Any]:
     assert client.cancel(queue, d.raw_id.decode(), running=True)
     pk, d = fetched[10]
     record = orjson.dumps({"t": 1, "a": 1, "v": "done"})
-    assert transport.run(
-        client.redis, results.complete(pk, [(d.entry_id, d.raw_id, 600_000, record)])
-    )
+    # kept with a result, and as a batch's child: its end waits in the outbox (the batch's
+    # record and bitmap, and the queue's batch listing, come from a batch of its own)
+    done = results.Completion(d.entry_id, d.raw_id, 600_000, record, "b-old|0", b"")
+    assert transport.run(client.redis, results.complete(pk, [done]))
+    bid = client.batches.create(queue, [JobRequest("t", delay=600)] * 2, batch_id="b-old")
+    client._run(workflow_ops.report(keys.batch_keys(queue, bid), 1, "ok", f"{bid}#1", b""))
     # scheduled: a plain id, and compact waiting jobs (layout 3+: one due-set member each)
     client.enqueue(queue, "t", delay=600, job_id=job_id_in(0, PARTITIONS, "plain"))
     client.enqueue_many(queue, [JobRequest("t", {"n": i}, delay=600) for i in range(8)])
@@ -126,6 +130,7 @@ def test_delete_queue_leaves_no_key_and_a_new_queue_starts_empty(
         *keys.PER_ITEM_KINDS,
         *keys.QUEUE_KINDS,
         *keys.LIMIT_KINDS,
+        *keys.BATCH_KINDS,
     }
     assert any(k.startswith("{" + f"sq:{queue}:limit:type:old" + "}") for k in before)
 

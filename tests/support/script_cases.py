@@ -21,6 +21,7 @@ from shardq.store import limits as store_limits
 from shardq.store import progress as store_progress
 from shardq.store import resize as store_resize
 from shardq.store import schedules as sched
+from shardq.store import workflows as wf
 from shardq.store.op import Op
 
 SETTINGS = ProducerSettings()
@@ -115,6 +116,28 @@ def _resize_take(s: State) -> Op[Any]:
     return store_resize.take(s.pk, 10)
 
 
+def _batch(s: State, *, sealed: bool) -> keys.BatchKeys:
+    """A batch of 2 children (open, or sealed) with a success callback, made as the admin."""
+    bk = keys.batch_keys(s.queue, "chk-" + uuid.uuid4().hex[:8])
+    spec = wf.spec_of(JobRequest("cb", {"x": 1}), "on_success")
+    transport.run(s.redis, _open(bk, sealed, [("cb:success", spec)]))
+    return bk
+
+
+def _open(bk: keys.BatchKeys, sealed: bool, fields: list[tuple[str, bytes]]) -> Op[Any]:
+    return wf.open_batch(
+        bk, kind="batch", policy="fail", retention_ms=60_000, total=2, sealed=sealed, parent="",
+        fields=fields,
+    )  # fmt: skip
+
+
+def _batch_fired(s: State) -> Op[Any]:
+    bk = _batch(s, sealed=True)
+    for i in range(2):
+        transport.run(s.redis, wf.report(bk, i, "ok", f"x#{i}", b""))
+    return wf.fired(bk, ["success"])
+
+
 OPS: dict[str, Callable[[State], Op[Any]]] = {
     "enqueue": enqueue_op,
     "enqueue-batch": _enqueue_batch,
@@ -127,7 +150,12 @@ OPS: dict[str, Callable[[State], Op[Any]]] = {
     "fetch": lambda s: delivery.fetch(s.pk, "c2", 10),
     "ack": lambda s: delivery.ack(s.pk, [(s.pending_entry, s.pending_id)]),
     "complete": lambda s: results.complete(
-        s.pk, [(s.pending_entry, s.pending_id, 60_000, b'{"t":"t","a":1,"v":1}')]
+        s.pk,
+        [
+            results.Completion(
+                s.pending_entry, s.pending_id, 60_000, b'{"t":"t","a":1,"v":1}', "b-chk|0", b""
+            )
+        ],
     ),
     "result": lambda s: results.read(keys.partition_keys(s.queue, 0, 1), s.scheduled),
     "progress": lambda s: store_progress.write(s.pk, s.pending_id.decode(), b'{"done":1}'),
@@ -184,4 +212,12 @@ OPS: dict[str, Callable[[State], Op[Any]]] = {
     ),
     "resize-ack": _resize_ack,
     "resize-left": lambda s: store_resize.left(s.pk),
+    "batch-open": lambda s: _open(
+        keys.batch_keys(s.queue, "chk-" + uuid.uuid4().hex[:8]), False, []
+    ),
+    "batch-add": lambda s: wf.add(_batch(s, sealed=False), 3),
+    "batch-seal": lambda s: wf.seal(_batch(s, sealed=False)),
+    "batch-report": lambda s: wf.report(_batch(s, sealed=True), 1, "ok", "x#1", b""),
+    "batch-fired": _batch_fired,
+    "batch-cancel": lambda s: wf.cancel(_batch(s, sealed=True)),
 }

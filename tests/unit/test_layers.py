@@ -56,6 +56,7 @@ LAYERS: dict[str, int] = {
     "shardq.limits": MODELS,
     "shardq.tasks": MODELS,
     "shardq.schedules": MODELS,
+    "shardq.workflows": MODELS,
     "shardq.tracing": MODELS,
     "shardq.store": STORE,
     # The checked-number parser: IO-free, it imports only errors and config, and the models

@@ -149,7 +149,7 @@ def test_the_callers_split_what_they_send_by_the_caps() -> None:
     cap = {name: s.max_argv for name, s in loader.scripts().items()}
     assert cap["ack"] == 1 + 2 * delivery.MAX_ACK
     assert cap["touch"] == 2 + delivery.MAX_TOUCH
-    assert cap["reclaim"] == 6 + delivery.MAX_LIVE
+    assert cap["reclaim"] == 7 + delivery.MAX_LIVE
     assert cap["defer"] == 2 + 3 * store_limits.MAX_DEFER
     assert cap["lease-acquire"] == 2 + fleet.MAX_DISPLACE
     assert cap["limit-acquire"] == 2 + limiter.MAX_TAKE
@@ -165,4 +165,4 @@ def test_the_callers_split_what_they_send_by_the_caps() -> None:
     big = delivery.reclaim(
         pk, "c", visibility_ms=30_000, orphan_idle_ms=1500, live=many, count=10, max_deliveries=5
     )
-    assert big.argv[5] == 30_000 and len(big.argv) == 6  # the visibility timeout only
+    assert big.argv[5] == 30_000 and len(big.argv) == 7  # the visibility timeout only

@@ -289,11 +289,18 @@ def test_every_partition_key_is_in_the_one_list() -> None:
         keys.queue_meta_key("q"), keys.limits_key("q"), keys.dispatchers_key("q"),
         keys.workers_key("q"), keys.workers_drain_key("q"), keys.drain_key("q"),
         keys.owners_key("q"), keys.resize_key("q"), keys.resize_lease_key("q"),
-        keys.resize_fence_key("q"),
+        keys.resize_fence_key("q"), keys.batches_key("q"),
     }  # fmt: skip
     granted = {kind for grants in acl.GRANTS.values() for g in grants for kind in g.kinds}
-    every = {*keys.PARTITION_KINDS, keys.IDEM_KIND, *keys.QUEUE_KINDS, *keys.LIMIT_KINDS}
+    every = {
+        *keys.PARTITION_KINDS, keys.IDEM_KIND, *keys.QUEUE_KINDS, *keys.LIMIT_KINDS,
+        *keys.BATCH_KINDS,
+    }  # fmt: skip
     assert every <= granted | {"registry"}
+    bk = keys.batch_keys("q", "b1")
+    assert keys.tag_of_queue("q", bk.record) and keys.tag_of_queue("q", bk.seen)
+    assert keys.slot_of(bk.record) == keys.slot_of(bk.seen)
+    assert keys.partition_of_key(bk.record) is None
     # What a queue deletion finds by SCAN and removes: the queue's partition and limit tags only.
     assert keys.tag_of_queue("q", keys.limit_state_key("q", "type:t"))
     assert keys.tag_of_queue("q", keys.limit_holders_key("q", "key:a"))

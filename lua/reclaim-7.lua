@@ -13,15 +13,18 @@ KEYS[3] dead     stream  dead letters
 KEYS[4] errors   hash    job id -> last error
 KEYS[5] stats    hash    counters (and the flags of a queue of layout < 4: lua/includes/lanes.lua)
 KEYS[6] ctl      hash    the partition's flags: 'paused' (read only)
+KEYS[7] outbox   hash    workflow children's ends not yet relayed (lua/includes/outbox.lua):
+        a poison child's end is written here with its dead letter
 
 ARGV[1] consumer group
 ARGV[2] consumer (worker) name taking the deliveries
 ARGV[3] min idle ms (the visibility timeout)
 ARGV[4] max deliveries to look at in this call
 ARGV[5] delivery limit
-ARGV[6] orphan idle ms: a delivery of a consumer not in ARGV[7..] is taken once idle this long
-ARGV[7..] live consumers (worker names whose membership has not expired)
-Max ARGV: 1006  = 6 + at most 1000 live workers (shardq.store.delivery.MAX_LIVE)
+ARGV[6] orphan idle ms: a delivery of a consumer not in ARGV[8..] is taken once idle this long
+ARGV[7] the partition's due-hint channel: told 'o' when a poison child's end is written
+ARGV[8..] live consumers (worker names whose membership has not expired)
+Max ARGV: 1007  = 7 + at most 1000 live workers (shardq.store.delivery.MAX_LIVE)
 
 Returns {now ms, entry id, job id, due ms, attempt, body, deliveries, ...} (6 fields per job;
 none while the partition is paused)
@@ -36,6 +39,7 @@ Flags: allow-oom  (runs when Redis is at maxmemory: it frees memory or keeps a f
 --@include envelope.lua
 --@include checks.lua
 --@include lanes.lua
+--@include outbox.lua
 
 local visibility, bad3 = arg_number(3, 0, 30 * 86400000)
 if bad3 then return bad3 end
@@ -45,14 +49,15 @@ local limit, bad5 = arg_number(5, 1, 1000)
 if bad5 then return bad5 end
 local orphan_idle, bad6 = arg_number(6, 0, 30 * 86400000)
 if bad6 then return bad6 end
-local wrong = wrong_type({KEYS[1], 'stream', KEYS[2], 'hash', KEYS[3], 'stream', KEYS[4], 'hash'})
+local wrong = wrong_type({KEYS[1], 'stream', KEYS[2], 'hash', KEYS[3], 'stream', KEYS[4], 'hash',
+  KEYS[7], 'hash'})
 if wrong then return wrong end
 local paused, _, wrong_ctl = partition_flags(KEYS[6], KEYS[5])
 if wrong_ctl then return wrong_ctl end
 local now = now_ms()
 local out = {now}
 local live = {}
-for i = 7, #ARGV do live[ARGV[i]] = true end
+for i = 8, #ARGV do live[ARGV[i]] = true end
 local dead_keys = {KEYS[2], KEYS[3], KEYS[4], KEYS[5]}
 if redis.call('EXISTS', KEYS[1]) == 0 then return out end
 -- A paused partition (pause-2.lua) hands out no delivery, not even an abandoned one.
@@ -95,9 +100,11 @@ for _, p in ipairs(pending) do
       redis.call('XACK', KEYS[1], ARGV[1], eid)
       redis.call('XDEL', KEYS[1], eid)
     elseif deliveries >= limit then
-      dead_letter(dead_keys, id, attempt, body,
-        'delivery limit: delivered ' .. deliveries .. ' times without an ack (worker crash or hang)',
-        now)
+      local reason = 'delivery limit: delivered ' .. deliveries ..
+        ' times without an ack (worker crash or hang)'
+      dead_letter(dead_keys, id, attempt, body, reason, now)
+      local ref = workflow_ref(body)
+      if ref then outbox_put(KEYS[7], ARGV[7], id, ref, 'dead', now, reason) end
       redis.call('XACK', KEYS[1], ARGV[1], eid)
       redis.call('XDEL', KEYS[1], eid)
     else

@@ -8,10 +8,12 @@ KEYS[5] sched    hash    schedules
 KEYS[6] jobs     hash    envelopes: of ready and running jobs (and dead ones)
 KEYS[7] ready    stream  due jobs (entries not yet delivered: 'lag')
 KEYS[8] ctl      hash    the partition's flags
+KEYS[9] outbox   hash    workflow children's ends not yet relayed to their batches
 
-Returns {due, lane, moving, dead, schedules, jobs, undelivered, pending, sealed}
+Returns {due, lane, moving, dead, schedules, jobs, undelivered, pending, sealed, outbox}
   undelivered: 1 when an entry after the group's last delivered one is left, else 0;
-  sealed: '' when not
+  sealed: '' when not; outbox: its entries (the partition's dispatcher relays them: a
+  partition is not empty, so not retired, before its outbox is)
 It reads only, but is the admin's (the resize driver's), so it is not flagged no-writes: the
 viewer's FCALL_RO does not reach it.
   {-10, key, found, expected}         E_WRONG_TYPE: a key was overwritten outside shardq
@@ -22,7 +24,7 @@ Flags: allow-oom  (it reads only: a resize of a full Redis must see how far it g
 --@include checks.lua
 
 local wrong = wrong_type({KEYS[1], 'zset', KEYS[2], 'zset', KEYS[3], 'hash', KEYS[4], 'stream',
-  KEYS[5], 'hash', KEYS[6], 'hash', KEYS[7], 'stream', KEYS[8], 'hash'})
+  KEYS[5], 'hash', KEYS[6], 'hash', KEYS[7], 'stream', KEYS[8], 'hash', KEYS[9], 'hash'})
 if wrong then return wrong end
 local function lag_and_pending()
   if redis.call('EXISTS', KEYS[7]) == 0 then return 0, 0 end
@@ -40,4 +42,4 @@ local lag, pending = lag_and_pending()
 local moving = redis.call('HLEN', KEYS[3])
 return {redis.call('ZCARD', KEYS[1]), redis.call('ZCARD', KEYS[2]), moving,
   redis.call('XLEN', KEYS[4]), redis.call('HLEN', KEYS[5]), redis.call('HLEN', KEYS[6]), lag,
-  pending, redis.call('HGET', KEYS[8], 'sealed') or ''}
+  pending, redis.call('HGET', KEYS[8], 'sealed') or '', redis.call('HLEN', KEYS[9])}

@@ -6,6 +6,7 @@ KEYS[3] due      zset    job id (or '<id> <body>', a compact job) scored by due 
 KEYS[4] dead     stream  dead letters
 KEYS[5] errors   hash    job id -> last error
 KEYS[6] stats    hash    counters
+KEYS[7] outbox   hash    workflow children's ends not yet relayed (lua/includes/outbox.lua)
 
 ARGV[1] consumer group
 ARGV[2] entry id
@@ -15,6 +16,8 @@ ARGV[5] error text (already truncated by the caller)
 ARGV[6] due-hint channel (sharded pub/sub) to wake the dispatcher when the head moves earlier
 ARGV[7] the job's result channel (its result key's name) when it keeps its result, else '':
         told when the job ends dead, so a producer waiting for the result stops waiting
+ARGV[8] the job's workflow ref '<batch id>|<index>' when it is a batch child or chain step,
+        else '': a child that ends dead has its end written into the outbox with the error
 
 Returns
   {1, due ms}   retry scheduled
@@ -31,12 +34,13 @@ Flags: allow-oom  (runs when Redis is at maxmemory: it frees memory or keeps a f
 --@include now.lua
 --@include envelope.lua
 --@include checks.lua
+--@include outbox.lua
 
 -- Reads and checks first: the delivery must still be pending, the job stored and readable.
 local delay, bad = arg_number(4, -1, 366 * 86400000)
 if bad then return bad end
 local wrong = wrong_type({KEYS[1], 'stream', KEYS[2], 'hash', KEYS[3], 'zset', KEYS[4], 'stream',
-  KEYS[5], 'hash'})
+  KEYS[5], 'hash', KEYS[7], 'hash'})
 if wrong then return wrong end
 local now = now_ms()
 local pending = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[2], ARGV[2], 1)[1]
@@ -61,11 +65,15 @@ elseif not attempt then
   -- body kept (a replay starts it at 0).
   dead_letter_bad_attempt({KEYS[2], KEYS[4], KEYS[5], KEYS[6]}, id, v, body, now)
   count(KEYS[6], 'failed', 1)
+  if ARGV[8] and ARGV[8] ~= '' then
+    outbox_put(KEYS[7], ARGV[6], id, ARGV[8], 'dead', now, 'malformed envelope: attempt unreadable')
+  end
   reply = {2, now}
 elseif delay < 0 then
   dead_letter({KEYS[2], KEYS[4], KEYS[5], KEYS[6]}, id, attempt, body, ARGV[5], now)
   count(KEYS[6], 'failed', 1)
   if ARGV[7] and ARGV[7] ~= '' then redis.call('SPUBLISH', ARGV[7], 'dead') end
+  if ARGV[8] and ARGV[8] ~= '' then outbox_put(KEYS[7], ARGV[6], id, ARGV[8], 'dead', now, ARGV[5]) end
   reply = {2, now}
 else
   local due = now + math.floor(delay)

@@ -1,0 +1,33 @@
+--[[ batch-seal: close an open batch to new children; it ends once every child has ended.
+
+KEYS[1] batch    hash    the record (lua/includes/batch.lua)
+KEYS[2] seen     string  bitmap of counted children
+
+ARGV[1] the batch id (for the error replies)
+
+Returns
+  {1, name, body, extra, ...}         sealed (or already sealed: a resent seal), with the fires
+                                      the relay has to do now (every child had already ended):
+                                      lua/includes/batch.lua pending_fires
+  {-18, batch id}                     E_BATCH_NOT_FOUND: never created, or expired
+  {-10, key, found, expected}         E_WRONG_TYPE: a key was overwritten outside shardq
+  {-15, 'KEYS' or 'ARGV', n, cap}    E_TOO_MANY_ARGUMENTS: before anything else (store/loader.py)
+Every check comes before the first write: a refused call writes nothing.
+]]
+--@include now.lua
+--@include checks.lua
+--@include batch.lua
+
+local wrong = wrong_type({KEYS[1], 'hash', KEYS[2], 'string'})
+if wrong then return wrong end
+local state = redis.call('HGET', KEYS[1], 'state')
+if not state then return {-18, ARGV[1]} end
+local now = now_ms()
+if state == 'open' then
+  redis.call('HSET', KEYS[1], 'state', 'running', 'sealed', now)
+  end_if_done(KEYS, now)
+  expire_when_settled(KEYS)
+end
+local out = {1}
+for _, v in ipairs(pending_fires(KEYS[1])) do out[#out + 1] = v end
+return out

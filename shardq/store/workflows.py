@@ -1,0 +1,331 @@
+"""Ops of batches and chains (lua/batch-*.lua) and of the partitions' outboxes.
+
+A batch's record and bitmap live on the batch's own slot (:class:`keys.BatchKeys`); a child's
+end is written into its own partition's outbox by the script that ends it
+(lua/includes/outbox.lua) and relayed from there (:func:`outbox_read`, :func:`report`,
+:func:`outbox_delete`).  The callbacks and a chain's later steps are stored in the record as
+specs (:func:`spec_of`) and enqueued by whoever does the fire (:mod:`shardq.plans.workflows`).
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any, NamedTuple
+
+import orjson
+
+from shardq.connection import as_text
+from shardq.errors import InvalidWorkflowError
+from shardq.jobs import Backoff, JobRequest
+from shardq.store import keys
+from shardq.store.codes import check
+from shardq.store.envelope import decode_backoff
+from shardq.store.op import Command, Op, cmd, op
+from shardq.workflows import BatchInfo
+
+#: Outbox entries one relay round reads per partition.
+OUTBOX_READ = 200
+
+
+class Fire(NamedTuple):
+    """One thing a batch calls for: ``success``/``complete``/``failure`` (``body``: the
+    callback's spec), ``step:<i>`` (``body``: the step's spec, ``extra``: the previous step's
+    result record), ``parent`` (``body``: the parent's ``<batch id>|<index>``, ``extra``: ok
+    or dead)."""
+
+    name: str
+    body: bytes
+    extra: bytes
+
+
+def _fires(items: list[Any]) -> list[Fire]:
+    out = []
+    for i in range(0, len(items) - 2, 3):
+        name, body, extra = items[i], items[i + 1], items[i + 2]
+        out.append(Fire(as_text(name), _bytes(body), _bytes(extra)))
+    return out
+
+
+def _bytes(v: Any) -> bytes:
+    if isinstance(v, bytes):
+        return v
+    return str(v).encode() if v is not None else b""
+
+
+class Reported(NamedTuple):
+    """A report's answer: counted now (``counted``), a resend, or a batch that no longer
+    exists (``known`` False); and the fires still to do."""
+
+    known: bool
+    counted: bool
+    fires: list[Fire]
+
+
+# -- specs of jobs the record holds (callbacks, a chain's steps) ---------------------------------
+
+
+def spec_of(req: JobRequest, what: str) -> bytes:
+    """A callback's or step's request as the record stores it (JSON).  Its id, idempotency key
+    and due time are the workflow's to choose: a request that sets them is refused."""
+    if not isinstance(req, JobRequest):
+        raise InvalidWorkflowError(f"{what} must be a shardq.JobRequest, got {req!r:.80}")
+    for name in ("job_id", "idempotency_key", "run_at", "unique_until", "workflow"):
+        if getattr(req, name) is not None:
+            raise InvalidWorkflowError(
+                f"{what} sets {name}: a workflow chooses its jobs' ids and start times (pass "
+                "delay= for a later start)"
+            )
+    spec: dict[str, Any] = {"t": req.job_type, "p": req.payload}
+    if req.max_attempts is not None:
+        spec["m"] = req.max_attempts
+    if req.backoff is not None:
+        if not isinstance(req.backoff, Backoff):
+            raise InvalidWorkflowError(f"{what}: backoff must be a shardq.Backoff")
+        spec["b"] = req.backoff.encode()
+    for name, key in (("headers", "h"), ("limit_key", "l"), ("priority", "pri"), ("tenant", "tn")):
+        if getattr(req, name) is not None:
+            spec[key] = getattr(req, name)
+    for name, key in (("keep_result", "r"), ("timeout", "o"), ("delay", "dl"), ("deadline", "wd")):
+        value = getattr(req, name)
+        if value is None:
+            continue
+        if name == "deadline" and not isinstance(value, timedelta):
+            raise InvalidWorkflowError(
+                f"{what}: a workflow job's deadline must be relative (a timedelta: how late "
+                "after its start it may still run), since its start is not known in advance"
+            )
+        spec[key] = value.total_seconds() if isinstance(value, timedelta) else value
+    try:
+        return orjson.dumps(spec)
+    except (TypeError, orjson.JSONEncodeError) as exc:
+        raise InvalidWorkflowError(f"{what} cannot be stored as JSON: {exc}") from None
+
+
+def request_of(
+    spec: bytes, job_id: str, workflow: dict[str, Any], *, idempotent: bool
+) -> JobRequest:
+    """The request a stored spec stands for, with the workflow's id and options."""
+    s = orjson.loads(spec)
+    delay, window = s.get("dl"), s.get("wd")
+    return JobRequest(
+        s["t"],
+        s.get("p"),
+        delay=delay,
+        job_id=job_id,
+        idempotency_key=job_id if idempotent else None,
+        max_attempts=s.get("m"),
+        backoff=decode_backoff(s["b"]) if s.get("b") is not None else None,
+        headers=s.get("h"),
+        limit_key=s.get("l"),
+        priority=s.get("pri"),
+        tenant=s.get("tn"),
+        keep_result=s.get("r"),
+        timeout=s.get("o"),
+        deadline=timedelta(seconds=window) if window is not None else None,
+        workflow=workflow,
+    )
+
+
+# -- the batch's own slot ----------------------------------------------------------------------
+
+
+def open_batch(
+    bk: keys.BatchKeys,
+    *,
+    kind: str,
+    policy: str,
+    retention_ms: int,
+    total: int,
+    sealed: bool,
+    parent: str,
+    fields: list[tuple[str, bytes]],
+) -> Op[tuple[bool, str, int, str]]:
+    """Create the record once: (created, state, total, kind) (a resend: False and what is
+    there)."""
+
+    def parse(reply: Any) -> tuple[bool, str, int, str]:
+        r = check(reply)
+        if r[0] == 1:
+            return True, "open" if not sealed else "running", total, kind
+        return False, as_text(r[1]), int(r[2]), as_text(r[3])
+
+    argv: list[Any] = [kind, policy, retention_ms, total, "1" if sealed else "0", parent]
+    for name, value in fields:
+        argv += [name, value]
+    return op("batch-open", bk.all(), argv, parse)
+
+
+def add(bk: keys.BatchKeys, n: int) -> Op[int]:
+    """Reserve ``n`` child indexes of an open batch: the first one."""
+    return op("batch-add", [bk.record], [n, bk.batch_id], lambda r: int(check(r)[1]))
+
+
+def seal(bk: keys.BatchKeys) -> Op[list[Fire]]:
+    return op("batch-seal", bk.all(), [bk.batch_id], lambda r: _fires(check(r)[1:]))
+
+
+def report(bk: keys.BatchKeys, index: int, outcome: str, job_id: str, value: bytes) -> Op[Reported]:
+    """Count child ``index``'s end (``ok``, ``dead``, ``cancelled``) once."""
+
+    def parse(reply: Any) -> Reported:
+        r = check(reply)
+        if r[0] == 0:
+            return Reported(False, False, [])
+        return Reported(True, r[0] == 1, _fires(r[1:]))
+
+    return op("batch-report", bk.all(), [index, outcome, job_id, value], parse)
+
+
+def fired(bk: keys.BatchKeys, names: list[str]) -> Op[int]:
+    return op("batch-fired", bk.all(), names, lambda r: int(check(r)[0]))
+
+
+def cancel(bk: keys.BatchKeys) -> Op[tuple[bool, int, str, str]]:
+    """Mark it cancelled: (now, total, kind, state before)."""
+
+    def parse(reply: Any) -> tuple[bool, int, str, str]:
+        r = check(reply)
+        was = as_text(r[3]) if r[0] == 2 else "running"
+        return r[0] == 1, int(r[1] or 0), as_text(r[2]), was
+
+    return op("batch-cancel", bk.all(), [bk.batch_id], parse, safe_to_repeat=True)
+
+
+def _int(v: Any) -> int | None:
+    if v is None or v == b"" or v == "":
+        return None
+    try:
+        return int(v)
+    except (TypeError, ValueError):
+        return None
+
+
+def info(queue: str, batch_id: str, raw: dict[Any, Any], ttl_ms: int | None) -> BatchInfo:
+    d = {as_text(k): v for k, v in raw.items()}
+    text = {k: as_text(v) for k, v in d.items() if not k.startswith(("cb:", "step:", "pv"))}
+    fires = tuple(text.get("fires", "").split())
+    return BatchInfo(
+        batch_id=batch_id,
+        queue=queue,
+        kind="chain" if text.get("kind") == "chain" else "batch",
+        state=text.get("state", "running"),  # type: ignore[arg-type]
+        total=_int(text.get("total")) or 0,
+        completed=_int(text.get("ok")) or 0,
+        dead=_int(text.get("dead")) or 0,
+        cancelled=_int(text.get("cancelled")) or 0,
+        policy=text.get("policy", "fail"),  # type: ignore[arg-type]
+        created_ms=_int(text.get("created")) or 0,
+        sealed_ms=_int(text.get("sealed")),
+        ended_ms=_int(text.get("ended")),
+        reason=text.get("reason") or None,
+        parent=text.get("parent") or None,
+        callbacks=tuple(k[3:] for k in d if k.startswith("cb:")),
+        fires_pending=fires,
+        retention_ms=_int(text.get("retention")) or 0,
+        ttl_ms=ttl_ms if ttl_ms is not None and ttl_ms >= 0 else None,
+    )
+
+
+def read(bk: keys.BatchKeys) -> Command[dict[Any, Any]]:
+    return cmd("HGETALL", bk.record, parse=lambda r: dict(r or {}))
+
+
+def ttl(bk: keys.BatchKeys) -> Command[int]:
+    return cmd("PTTL", bk.record, parse=int)
+
+
+def seen_bits(bk: keys.BatchKeys) -> Command[bytes]:
+    """The bitmap of counted children (bit i: child i's end was counted)."""
+    return cmd("GET", bk.seen, parse=lambda r: r if isinstance(r, bytes) else (r or "").encode())
+
+
+def index_add(queue: str, batch_id: str, created_ms: int) -> Command[int]:
+    return cmd("ZADD", keys.batches_key(queue), "NX", created_ms, batch_id, parse=int)
+
+
+def index_remove(queue: str, batch_ids: list[str]) -> Command[int]:
+    return cmd("ZREM", keys.batches_key(queue), *batch_ids, parse=int)
+
+
+def index_newest(queue: str, limit: int) -> Command[list[tuple[str, int]]]:
+    def parse(r: Any) -> list[tuple[str, int]]:
+        items = list(r or [])
+        if items and isinstance(items[0], list | tuple):  # RESP3: [member, score] pairs
+            return [(as_text(m), int(float(sc))) for m, sc in items]
+        return [(as_text(items[i]), int(float(items[i + 1]))) for i in range(0, len(items), 2)]
+
+    return cmd(
+        "ZRANGE",
+        keys.batches_key(queue),
+        "+inf",
+        "-inf",
+        "BYSCORE",
+        "REV",
+        "LIMIT",
+        0,
+        limit,
+        "WITHSCORES",
+        parse=parse,
+    )
+
+
+# -- a partition's outbox ----------------------------------------------------------------------
+
+
+class OutboxEntry(NamedTuple):
+    """One child's end waiting to be relayed: its job id, batch, index (``child``), outcome,
+    value."""
+
+    job_id: str
+    batch_id: str
+    child: int
+    outcome: str
+    value: bytes
+    ended_ms: int = 0
+
+
+def _entry(job_id: Any, raw: Any) -> OutboxEntry | None:
+    parts = _bytes(raw).split(b"|", 4)
+    if len(parts) != 5 or not parts[1].isdigit() or not parts[3].isdigit():
+        return None
+    return OutboxEntry(
+        as_text(job_id), as_text(parts[0]), int(parts[1]), as_text(parts[2]), parts[4],
+        int(parts[3]),
+    )  # fmt: skip
+
+
+def outbox_read(
+    pk: keys.PartitionKeys, count: int = OUTBOX_READ
+) -> Command[tuple[list[OutboxEntry], list[str]]]:
+    """Up to about ``count`` entries (HSCAN from the start: the relay deletes what it relayed,
+    so the next read finds the rest); and the fields that are no report (written by hand)."""
+
+    def parse(reply: Any) -> tuple[list[OutboxEntry], list[str]]:
+        _cursor, items = reply
+        if isinstance(items, dict):
+            pairs = list(items.items())
+        else:
+            items = list(items or [])
+            pairs = [(items[i], items[i + 1]) for i in range(0, len(items), 2)]
+        good, bad = [], []
+        for field_, value in pairs:
+            e = _entry(field_, value)
+            if e is None:
+                bad.append(as_text(field_))
+            else:
+                good.append(e)
+        return good, bad
+
+    return cmd("HSCAN", pk.outbox, 0, "COUNT", count, parse=parse)
+
+
+def outbox_delete(pk: keys.PartitionKeys, job_ids: list[str]) -> Command[int]:
+    return cmd("HDEL", pk.outbox, *job_ids, parse=int)
+
+
+def outbox_has(pk: keys.PartitionKeys, job_id: str) -> Command[bool]:
+    return cmd("HEXISTS", pk.outbox, job_id, parse=lambda r: bool(int(r)))
+
+
+def outbox_len(pk: keys.PartitionKeys) -> Command[int]:
+    return cmd("HLEN", pk.outbox, parse=int)
