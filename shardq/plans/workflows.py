@@ -71,13 +71,35 @@ def bit(bits: bytes, index: int) -> bool:
     return byte < len(bits) and bool(bits[byte] & (0x80 >> (index & 7)))
 
 
+class _Check(NamedTuple):
+    """What a job of the workflow is checked against before anything is written: the queue's
+    name and the producer's settings (the same checks as its enqueue makes, later)."""
+
+    queue: str
+    settings: ProducerSettings
+
+    def job(self, req: JobRequest, workflow: dict[str, Any]) -> None:
+        producer.prepare_enqueue(
+            self.queue, 1, replace(req, job_id="w#0", workflow=workflow), self.settings
+        )
+
+    def spec(self, req: JobRequest, what: str) -> bytes:
+        spec = ops.spec_of(req, what)  # refuses the fields a workflow sets itself
+        self.job(req, {"gb": "w"})  # the request as given (JSON would turn NaN into null)
+        self.job(ops.request_of(spec, "w#0", {"gb": "w"}, idempotent=True), {"gb": "w"})
+        return spec
+
+
 def _callbacks(
-    on_success: JobRequest | None, on_complete: JobRequest | None, on_failure: JobRequest | None
+    check: _Check,
+    on_success: JobRequest | None,
+    on_complete: JobRequest | None,
+    on_failure: JobRequest | None,
 ) -> list[tuple[str, bytes]]:
     fields = []
     for name, req in zip(CALLBACKS, (on_success, on_complete, on_failure), strict=True):
         if req is not None:
-            fields.append(("cb:" + name, ops.spec_of(req, f"on_{name}")))
+            fields.append(("cb:" + name, check.spec(req, f"on_{name}")))
     return fields
 
 
@@ -99,7 +121,7 @@ def _check_child(child: object, where: str, depth: int) -> None:
     )
 
 
-def _check_tree(children: Sequence[object], depth: int, where: str) -> None:
+def _check_tree(check: _Check, children: Sequence[object], depth: int, where: str) -> None:
     """Every child, nested batch and chain of a batch checked, before anything is written."""
     if len(children) > MAX_CHILDREN:
         raise InvalidWorkflowError(
@@ -109,19 +131,21 @@ def _check_tree(children: Sequence[object], depth: int, where: str) -> None:
     for i, child in enumerate(children):
         here = f"{where} child {i}"
         _check_child(child, here, depth)
-        if isinstance(child, Batch):
+        if isinstance(child, JobRequest):
+            check.job(child, {"g": ["w", i, 0]})
+        elif isinstance(child, Batch):
             check_policy(child.policy)
-            _callbacks(child.on_success, child.on_complete, child.on_failure)
-            _check_tree(list(child.children), depth + 1, here)
+            _callbacks(check, child.on_success, child.on_complete, child.on_failure)
+            _check_tree(check, list(child.children), depth + 1, here)
         elif isinstance(child, Chain):
-            _callbacks(child.on_success, child.on_complete, child.on_failure)
-            _check_steps(list(child.steps), here)
+            _callbacks(check, child.on_success, child.on_complete, child.on_failure)
+            _check_steps(check, list(child.steps), here)
 
 
-def _check_steps(steps: list[JobRequest], where: str) -> list[bytes]:
+def _check_steps(check: _Check, steps: list[JobRequest], where: str) -> list[bytes]:
     if not 1 <= len(steps) <= MAX_STEPS:
         raise InvalidWorkflowError(f"{where}: a chain has 1..{MAX_STEPS} steps, got {len(steps)}")
-    return [ops.spec_of(s, f"{where} step {i}") for i, s in enumerate(steps)]
+    return [check.spec(s, f"{where} step {i}") for i, s in enumerate(steps)]
 
 
 def _retention(retention: timedelta | float) -> int:
@@ -151,8 +175,8 @@ def create_batch(
     check_policy(policy)
     children = list(children)
     if not parent:
-        _check_tree(children, depth, "the batch:")
-    fields = _callbacks(on_success, on_complete, on_failure)
+        _check_tree(_Check(queue, settings), children, depth, "the batch:")
+    fields = _callbacks(_Check(queue, settings), on_success, on_complete, on_failure)
     keep = _retention(retention)
     bk = _bk(queue, bid)
     yield from producer_plans.meta(cache, queue)  # UnknownQueueError before anything is written
@@ -257,7 +281,7 @@ def add_children(
     children = list(children)
     if not 1 <= len(children) <= MAX_ADD:
         raise InvalidWorkflowError(f"add 1..{MAX_ADD} children per call, got {len(children)}")
-    _check_tree(children, 0, "the batch:")
+    _check_tree(_Check(queue, settings), children, 0, "the batch:")
     bk = _bk(queue, batch_id)
     info = yield from get_batch(cache, queue, batch_id)
     if info is None:
@@ -293,8 +317,9 @@ def create_chain(
     """Create a chain and enqueue its first step; its id."""
     cid = check_batch_id(chain_id) if chain_id is not None and not parent else chain_id
     cid = cid or new_batch_id()
-    specs = _check_steps(list(steps), "the chain:")
-    fields = _callbacks(on_success, on_complete, on_failure)
+    check = _Check(queue, settings)
+    specs = _check_steps(check, list(steps), "the chain:")
+    fields = _callbacks(check, on_success, on_complete, on_failure)
     fields += [(f"step:{i}", spec) for i, spec in enumerate(specs) if i > 0]
     keep = _retention(retention)
     bk = _bk(queue, cid)

@@ -18,6 +18,7 @@ from shardq.client import AsyncClient, Client
 from shardq.errors import (
     BatchClosedError,
     BatchNotFoundError,
+    InvalidJobError,
     InvalidWorkflowError,
     UnknownQueueError,
 )
@@ -349,6 +350,17 @@ def test_bad_input_writes_nothing(client: Client, queue: str) -> None:
             client.batches.create(queue, children, **kwargs)
     with pytest.raises(InvalidWorkflowError):
         client.batches.chain(queue, [])
+    # The jobs themselves are checked as their enqueue would, however deep, before any write.
+    nan = JobRequest("child", {"x": float("nan")})
+    for children, kwargs in [
+        ([JobRequest("child"), Batch([JobRequest("child"), nan])], {}),
+        ([JobRequest("child")], {"on_complete": JobRequest("bad type!")}),
+        ([Chain([JobRequest("step"), JobRequest("step", "x" * 70_000)])], {}),
+    ]:
+        with pytest.raises(InvalidJobError):
+            client.batches.create(queue, children, **kwargs)
+    with pytest.raises(InvalidJobError):
+        client.batches.chain(queue, [JobRequest("step"), nan])
     with pytest.raises(BatchNotFoundError):
         client.batches.add(queue, "missing", [JobRequest("child")])
     assert client.batches.list(queue) == []
