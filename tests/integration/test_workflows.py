@@ -23,6 +23,7 @@ from shardq.errors import (
     UnknownQueueError,
 )
 from shardq.jobs import Job
+from shardq.plans import workflows as workflow_plans
 from shardq.store import keys
 from shardq.store import workflows as ops
 
@@ -373,3 +374,34 @@ def test_bad_input_writes_nothing(client: Client, queue: str) -> None:
     # The same create resent is its own retry: nothing doubles.
     client.batches.create(queue, [JobRequest("child", delay=60)], batch_id="taken")
     assert sum(client.redis.hlen(pk.jobs) for pk in layout.active()) == 1
+
+
+def test_a_poison_child_reclaimed_dead_is_reported(client: Client, queue: str) -> None:
+    """A child whose deliveries reach the limit (its workers died each time) is dead-lettered
+    by the reclaim script, which writes its end into the outbox in the same call."""
+    from shardq.store import delivery, transport
+
+    client.create_queue(queue, partitions=1)
+    bid = client.batches.create(queue, [JobRequest("child", {})], on_failure=cb("failure"))
+    pk = keys.partition_keys(queue, 0, 1)
+    got = transport.run(client.redis, delivery.fetch(pk, "c1", 1)).jobs
+    assert [j.raw_id.decode() for j in got] == [f"{bid}#0"]
+    reclaimed = transport.run(
+        client.redis,
+        delivery.reclaim(
+            pk, "c2", visibility_ms=0, orphan_idle_ms=0, live=[], count=10, max_deliveries=1
+        ),
+    )
+    assert not reclaimed.jobs  # dead, not handed over
+    (raw,) = client.redis.hvals(pk.outbox)
+    entry = ops._entry(f"{bid}#0", raw)
+    assert entry is not None and (entry.batch_id, entry.child, entry.outcome) == (bid, 0, "dead")
+    assert b"delivery limit" in entry.value
+    relayed = client._drive(
+        workflow_plans.relay_partition(client._queues, queue, pk, client.settings), "relaying"
+    )
+    assert (relayed.relayed, relayed.fires) == (1, ["failure"])
+    info = client.batches.get(queue, bid)
+    assert info is not None and (info.state, info.dead) == ("failed", 1)
+    assert client.get(queue, f"{bid}#failure") is not None
+    assert client.redis.hlen(pk.outbox) == 0
