@@ -10,7 +10,8 @@ KEYS[2] seen     string  bitmap of counted children
 ARGV[1] the batch id (for the error replies)
 
 Returns
-  {1, total, kind}                    cancelled now
+  {1, total, kind, state, n}          cancelled now: its state before; n the steps of a chain
+                                      never enqueued, counted cancelled here (0 for a batch)
   {2, total, kind, state}             it had already ended or was cancelled: unchanged
   {-18, batch id}                     E_BATCH_NOT_FOUND: never created, or expired
   {-10, key, found, expected}         E_WRONG_TYPE: a key was overwritten outside shardq
@@ -35,6 +36,7 @@ for name in string.gmatch(redis.call('HGET', KEYS[1], 'fires') or '', '%S+') do
   if name == 'parent' then keep[#keep + 1] = name end
 end
 redis.call('HSET', KEYS[1], 'fires', table.concat(keep, ' '))
+local never = 0
 if r[3] == 'chain' then
   -- The steps not yet enqueued never will be: counted cancelled now, so the chain ends once
   -- its running step (if any) ends.
@@ -43,8 +45,9 @@ if r[3] == 'chain' then
     (tonumber(redis.call('HGET', KEYS[1], 'cancelled')) or 0)
   local total = tonumber(r[2]) or 0
   local running = ended < total and 1 or 0
-  redis.call('HINCRBY', KEYS[1], 'cancelled', total - ended - running)
+  never = total - ended - running
+  redis.call('HINCRBY', KEYS[1], 'cancelled', never)
 end
 end_if_done(KEYS, now)
 expire_when_settled(KEYS)
-return {1, r[2], r[3]}
+return {1, r[2], r[3], r[1], never}

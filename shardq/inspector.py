@@ -26,6 +26,7 @@ from shardq.plans.inspect import MAX_LIMIT as MAX_LIMIT
 from shardq.plans.inspect import JobSummary as JobSummary
 from shardq.plans.inspect import Member, Page, PartitionInfo, Progress
 from shardq.store import transport
+from shardq.workflows import BatchCancel, BatchInfo
 
 if TYPE_CHECKING:
     from shardq.client import AsyncClient, Client
@@ -144,6 +145,25 @@ class Inspector:
         plan = plans.empty(self.client._queues, queue, state, progress)
         return self.client._drive(plan, f"emptying {state} jobs of {queue!r}")
 
+    def batch(self, queue: str, batch_id: str) -> BatchInfo | None:
+        """A batch or chain by id (a nested one too: ``<id>~<index>``) with its counts, state,
+        callbacks and what is left to fire; None when unknown or expired after its retention."""
+        plan = plans.batch(self.client._queues, queue, batch_id)
+        return self.client._drive(plan, f"reading batch {batch_id!r}")
+
+    def batches(self, queue: str, limit: int = 50) -> list[BatchInfo]:
+        """The newest ``limit`` batches and chains of the queue, newest first (read only: a
+        listed id whose record expired is skipped)."""
+        plan = plans.batches(self.client._queues, queue, limit)
+        return self.client._drive(plan, f"listing the batches of {queue!r}")
+
+    def cancel_batch(self, queue: str, batch_id: str) -> BatchCancel:
+        """Cancel a batch or chain: no callback fires any more, its waiting children are
+        cancelled (running ones end as they will).  Safe to repeat; BatchNotFoundError for an
+        unknown id."""
+        plan = plans.cancel_batch(self.client._queues, queue, batch_id, self.client.settings)
+        return self.client._drive(plan, f"cancelling batch {batch_id!r}")
+
     def delete_queue(self, queue: str, *, force: bool = False) -> int:
         """Delete the queue and every key of it: jobs, schedules, limits and their state,
         idempotency keys, registry entry.  Refused while workers or dispatchers are live (stop
@@ -236,6 +256,18 @@ class AsyncInspector:
     async def empty(self, queue: str, state: str, progress: Progress = None) -> int:
         plan = plans.empty(self.client._queues, queue, state, progress)
         return await self.client._drive(plan, f"emptying {state} jobs of {queue!r}")
+
+    async def batch(self, queue: str, batch_id: str) -> BatchInfo | None:
+        plan = plans.batch(self.client._queues, queue, batch_id)
+        return await self.client._drive(plan, f"reading batch {batch_id!r}")
+
+    async def batches(self, queue: str, limit: int = 50) -> list[BatchInfo]:
+        plan = plans.batches(self.client._queues, queue, limit)
+        return await self.client._drive(plan, f"listing the batches of {queue!r}")
+
+    async def cancel_batch(self, queue: str, batch_id: str) -> BatchCancel:
+        plan = plans.cancel_batch(self.client._queues, queue, batch_id, self.client.settings)
+        return await self.client._drive(plan, f"cancelling batch {batch_id!r}")
 
     async def delete_queue(self, queue: str, *, force: bool = False) -> int:
         routes = lambda: self.client.transport.primary_routes()  # noqa: E731

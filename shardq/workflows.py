@@ -37,8 +37,9 @@ BATCH_STATE_MEANINGS: dict[str, str] = {
     "cancelled": "cancelled: no callback fires, waiting children were cancelled",
 }
 
-BATCH_ID_RE = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
-BATCH_ID_RULE = "use 1-64 characters of A-Z a-z 0-9 _ . : -"
+# At least one letter or digit: an id of dots only would be collapsed in a URL path.
+BATCH_ID_RE = re.compile(r"(?=[^A-Za-z0-9]*[A-Za-z0-9])[A-Za-z0-9_.:-]{1,64}")
+BATCH_ID_RULE = "use 1-64 characters of A-Z a-z 0-9 _ . : -, at least one letter or digit"
 #: Children per batch created in one call (more: open a batch and add them in parts).
 MAX_CHILDREN = 1_000_000
 #: Children one add call reserves (lua/batch-add-1.lua's bound).
@@ -57,8 +58,24 @@ def new_batch_id() -> str:
 
 
 def check_batch_id(batch_id: object) -> str:
+    """A batch id a caller may choose (InvalidWorkflowError otherwise)."""
     if not isinstance(batch_id, str) or not BATCH_ID_RE.fullmatch(batch_id):
         raise InvalidWorkflowError(f"batch id {batch_id!r:.80} is invalid: {BATCH_ID_RULE}")
+    return batch_id
+
+
+#: The id of a stored batch or chain: a caller's (or generated) id, and ``~<index>`` per level
+#: of nesting (:func:`nested_id`).
+STORED_ID_RE = re.compile(rf"(?:{BATCH_ID_RE.pattern})(?:~[0-9]{{1,10}}){{0,{MAX_DEPTH}}}")
+
+
+def check_stored_id(batch_id: object) -> str:
+    """The id of a batch or chain that may exist (a nested one's too), to read or change it."""
+    if not isinstance(batch_id, str) or not STORED_ID_RE.fullmatch(batch_id):
+        raise InvalidWorkflowError(
+            f"batch id {batch_id!r:.80} is invalid: {BATCH_ID_RULE} (a nested batch's id "
+            "adds ~<index> per level)"
+        )
     return batch_id
 
 

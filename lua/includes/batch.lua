@@ -16,7 +16,7 @@
 --   step:<i>  a chain's step bodies (step 0 is enqueued by the producer)
 --   pv        a chain's last step's return value (the record JSON), for the next step
 --   fires     the space-separated names of what the relay still has to enqueue or report:
---             'success', 'complete', 'failure', 'step:<i>', 'parent' (lua/batch-fired-1.lua)
+--             'success', 'complete', 'failure', 'step:<i>', 'parent' (lua/batch-fired-2.lua)
 
 -- fire(record, name): add a fire to do.
 local function add_fire(record, name)

@@ -5,7 +5,7 @@ adds them all with ``add_command`` (no command registers itself by being importe
 
 - ``process``: ``dispatcher run``, ``worker run``, ``health``
 - ``queue``: every ``queue ...`` command; ``job``: every ``job ...`` command and ``enqueue``
-- ``schedule``, ``limit``; ``ops``: ``owners``, ``rebalance``, ``stats``, ``dlq ...``;
+- ``schedule``, ``batch``, ``limit``; ``ops``: ``owners``, ``rebalance``, ``stats``, ``dlq ...``;
   ``balancer``: ``balancer run|status``
 - ``security``: ``acl ...``, ``functions ...``; ``web``
 - ``dev``: ``dev ...``, ``demo``, ``bench ...`` (these import shardq.devtools inside the
@@ -22,6 +22,7 @@ import click
 from shardq import __version__
 from shardq.cli import (
     balancer,
+    batch,
     dev,
     job,
     limit,
@@ -83,6 +84,7 @@ for _command in (
     job.enqueue,
     job.job,
     schedule.schedule,
+    batch.batch,
     limit.limit,
     ops.owners,
     ops.rebalance,

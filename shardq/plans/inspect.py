@@ -1,5 +1,6 @@
 """The inspector's operations, written once: list jobs by state, find them, pause, run now,
-retry, cancel, empty, delete a queue; the views of partitions and members.
+retry, cancel, empty, delete a queue; the views of partitions and members; read and cancel
+batches and chains (shardq.workflows).
 
 Model: asynq's ``Inspector``.  Each operation is a plan (:mod:`shardq.plans`) over the store's
 calls; :class:`shardq.Inspector` and :class:`shardq.AsyncInspector` only drive them through
@@ -18,6 +19,8 @@ Every page costs bounded Redis work whatever the backlog:
   (``ready`` reads after the consumer group's last delivered id, ``running`` reads XPENDING).
 - ``retrying``: failed jobs waiting for their next attempt, one HSCAN step of each partition's
   errors hash at a time, partition by partition (at most a few steps per page).
+- batches: one ZRANGE of the queue's index of batches (newest first), then the record and TTL
+  of each batch listed (at most ``limit``, pipelined); a batch by id: its record and TTL.
 
 A filter by job type is applied to each page after the merge, so a filtered page may hold fewer
 than ``limit`` jobs (even none) while more follow: page until ``cursor`` is None.
@@ -37,6 +40,7 @@ import orjson
 
 from shardq import jobs as jobmod
 from shardq import names
+from shardq.config import ProducerSettings
 from shardq.errors import (
     InvalidCursorError,
     InvalidScheduleError,
@@ -46,11 +50,13 @@ from shardq.errors import (
 from shardq.jobs import JobInfo
 from shardq.plans import Plan, ok, one
 from shardq.plans import producer as producer_plans
+from shardq.plans import workflows as workflow_plans
 from shardq.store import envelope, fleet, inspect, keys, numbers, producer, queues
 from shardq.store import progress as progress_ops
 from shardq.store.numbers import MAX_TIME_MS, Checked, shown
 from shardq.store.op import Call
 from shardq.store.producer import QueueCache
+from shardq.workflows import BatchCancel, BatchInfo
 
 # The states a listing pages (every job state), and those a queue can be emptied of: the one
 # vocabulary of shardq.names, kept under these names for existing imports.
@@ -802,6 +808,29 @@ def _run_now(cache: QueueCache, queue: str, job_id: str) -> Plan[str]:
     if isinstance(result, BaseException):
         raise result
     return str(result)
+
+
+# batches and chains (shardq.workflows) ------------------------------------------------------
+# The workflows' own plans (shardq.plans.workflows) check the id and the queue, and read only.
+
+
+def batch(cache: QueueCache, queue: str, batch_id: str) -> Plan[BatchInfo | None]:
+    """A batch or chain with its counts, or None (never created, or expired after its
+    retention).  UnknownQueueError for a queue that does not exist."""
+    return workflow_plans.get_batch(cache, queue, batch_id)
+
+
+def batches(cache: QueueCache, queue: str, limit: int) -> Plan[list[BatchInfo]]:
+    """The newest ``limit`` batches and chains of the queue, newest first (nested ones too)."""
+    return workflow_plans.list_batches(cache, queue, limit)
+
+
+def cancel_batch(
+    cache: QueueCache, queue: str, batch_id: str, settings: ProducerSettings
+) -> Plan[BatchCancel]:
+    """Cancel a batch or chain (shardq.plans.workflows.cancel_batch): no callback fires any
+    more, its waiting children are cancelled; BatchNotFoundError for an unknown id."""
+    return workflow_plans.cancel_batch(cache, queue, batch_id, settings=settings)
 
 
 # deleting a queue ----------------------------------------------------------------------------

@@ -51,6 +51,7 @@ from shardq.workflows import (
     callback_id,
     check_batch_id,
     check_policy,
+    check_stored_id,
     child_id,
     nested_id,
     new_batch_id,
@@ -194,6 +195,8 @@ def create_batch(
     )
     if created:
         yield from one(ops.index_add(queue, bid, _now_ms()))
+        if not parent:
+            yield from _prune_index(queue)
     elif kind != "batch" or total != len(children):
         raise InvalidWorkflowError(
             f"batch id {bid!r} is taken by a {kind} of {total} children in {queue!r} "
@@ -277,7 +280,7 @@ def add_children(
     """Add children to an open batch; the index of the first.  BatchClosedError once sealed.
     A call that dies half-way leaves the indexes it reserved unfilled: the batch then cannot
     end until it is cancelled (say so to the caller: call again is not enough)."""
-    check_batch_id(batch_id)
+    check_stored_id(batch_id)
     children = list(children)
     if not 1 <= len(children) <= MAX_ADD:
         raise InvalidWorkflowError(f"add 1..{MAX_ADD} children per call, got {len(children)}")
@@ -296,7 +299,8 @@ def seal_batch(
     cache: QueueCache, queue: str, batch_id: str, *, settings: ProducerSettings
 ) -> Plan[None]:
     """Seal an open batch: it ends once every child has (at once when all already have)."""
-    bk = _bk(queue, check_batch_id(batch_id))
+    bk = _bk(queue, check_stored_id(batch_id))
+    yield from producer_plans.meta(cache, queue)
     fires = yield from one(ops.seal(bk))
     yield from do_fires(cache, queue, bk, fires, settings)
 
@@ -338,6 +342,8 @@ def create_chain(
     )
     if created:
         yield from one(ops.index_add(queue, cid, _now_ms()))
+        if not parent:
+            yield from _prune_index(queue)
     elif kind != "chain" or total != len(specs):
         raise InvalidWorkflowError(
             f"chain id {cid!r} is taken by a {kind} of {total} in {queue!r} (state {state}): "
@@ -442,7 +448,14 @@ def relay_partition(
 
 
 def get_batch(cache: QueueCache, queue: str, batch_id: str) -> Plan[BatchInfo | None]:
-    """A batch or chain by id, or None (never created, or expired)."""
+    """A batch or chain by id (a nested one's too), or None (never created, or expired).
+    UnknownQueueError for a queue that does not exist.  Reads only."""
+    check_stored_id(batch_id)
+    yield from producer_plans.meta(cache, queue)
+    return (yield from _read(queue, batch_id))
+
+
+def _read(queue: str, batch_id: str) -> Plan[BatchInfo | None]:
     bk = _bk(queue, batch_id)
     raw, ttl = ok((yield [ops.read(bk), ops.ttl(bk)]))
     if not raw:
@@ -450,25 +463,43 @@ def get_batch(cache: QueueCache, queue: str, batch_id: str) -> Plan[BatchInfo | 
     return ops.info(queue, batch_id, raw, ttl)
 
 
+MAX_LIST = 1000
+
+
 def list_batches(cache: QueueCache, queue: str, limit: int = 50) -> Plan[list[BatchInfo]]:
-    """The newest batches and chains of the queue (their records expire after their
-    retention: an id whose record is gone is dropped from the listing here)."""
-    if not 1 <= limit <= 10_000:
-        raise InvalidWorkflowError(f"limit must be 1..10000, got {limit}")
+    """The newest ``limit`` batches and chains of the queue (nested ones too), newest first.
+    Reads only (the console's viewer runs it): an id whose record expired is skipped here
+    and dropped from the index by a later create (:func:`_prune_index`)."""
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIST:
+        raise InvalidWorkflowError(f"limit must be 1..{MAX_LIST}, got {limit!r}")
+    yield from producer_plans.meta(cache, queue)
     ids = yield from one(ops.index_newest(queue, limit))
     if not ids:
         return []
-    reads = ok((yield [ops.read(_bk(queue, bid)) for bid, _ in ids]))
-    ttls = ok((yield [ops.ttl(_bk(queue, bid)) for bid, _ in ids]))
-    out, gone = [], []
-    for (bid, _), raw, ttl in zip(ids, reads, ttls, strict=True):
-        if raw:
-            out.append(ops.info(queue, bid, raw, ttl))
-        else:
-            gone.append(bid)
+    bks = [_bk(queue, bid) for bid, _ in ids]
+    results = ok((yield [*(ops.read(bk) for bk in bks), *(ops.ttl(bk) for bk in bks)]))
+    n = len(bks)
+    return [
+        ops.info(queue, bk.batch_id, raw, ttl)
+        for bk, raw, ttl in zip(bks, results[:n], results[n:], strict=True)
+        if raw
+    ]
+
+
+#: Oldest index entries a create looks at, dropping those whose record expired: each create
+#: removes up to this many stale ids, so the index holds the live batches and few others.
+PRUNE = 10
+
+
+def _prune_index(queue: str) -> Plan[int]:
+    oldest = yield from one(ops.index_oldest(queue, PRUNE))
+    if not oldest:
+        return 0
+    raws = ok((yield [ops.read(_bk(queue, bid)) for bid, _ in oldest]))
+    gone = [bid for (bid, _), raw in zip(oldest, raws, strict=True) if not raw]
     if gone:
         yield from one(ops.index_remove(queue, gone))
-    return out
+    return len(gone)
 
 
 def cancel_batch(
@@ -477,13 +508,16 @@ def cancel_batch(
     """Cancel a batch or chain: no callback fires any more; its waiting children are
     cancelled and counted (nested batches and chains too); running ones end as they will.
     Safe to run again (a second run counts a child whose cancel's report was lost)."""
+    check_stored_id(batch_id)
+    yield from producer_plans.meta(cache, queue)
     bk = _bk(queue, batch_id)
-    _now, total, kind, was = yield from one(ops.cancel(bk))
+    done = yield from one(ops.cancel(bk))
+    total, kind, was = done.total, done.kind, done.was
     bits = yield from one(ops.seen_bits(bk))
     todo = [i for i in range(total) if not bit(bits, i)]
     if kind == "chain":
         todo = todo[:1]  # only the step that may be waiting or running; later ones never ran
-    cancelled = running = 0
+    cancelled, running = done.never_started, 0
     for lo in range(0, len(todo), CHUNK):
         part = todo[lo : lo + CHUNK]
         ids = [child_id(batch_id, i) for i in part]
@@ -504,7 +538,7 @@ def cancel_batch(
         # cancelled or removed by hand.  Only the last is counted here (as cancelled).
         for i in missing:
             inner = nested_id(batch_id, i)
-            if (yield from get_batch(cache, queue, inner)) is not None:
+            if (yield from _read(queue, inner)) is not None:
                 sub = yield from cancel_batch(cache, queue, inner, settings=settings)
                 cancelled += sub.cancelled_children
                 running += sub.running_children

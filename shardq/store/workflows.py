@@ -21,7 +21,7 @@ from shardq.store import keys
 from shardq.store.codes import check
 from shardq.store.envelope import decode_backoff
 from shardq.store.op import Command, Op, cmd, op
-from shardq.workflows import BatchInfo
+from shardq.workflows import CALLBACKS, BatchInfo
 
 #: Outbox entries one relay round reads per partition.
 OUTBOX_READ = 200
@@ -180,15 +180,26 @@ def fired(bk: keys.BatchKeys, names: list[str]) -> Op[int]:
     return op("batch-fired", bk.all(), names, lambda r: int(check(r)[0]))
 
 
-def cancel(bk: keys.BatchKeys) -> Op[tuple[bool, int, str, str]]:
-    """Mark it cancelled: (now, total, kind, state before)."""
+class Cancelled(NamedTuple):
+    """A batch-cancel's answer: cancelled now or before, its children, kind, the state it had,
+    and a chain's steps never enqueued that the cancel counted cancelled."""
 
-    def parse(reply: Any) -> tuple[bool, int, str, str]:
+    now: bool
+    total: int
+    kind: str
+    was: str
+    never_started: int
+
+
+def cancel(bk: keys.BatchKeys) -> Op[Cancelled]:
+    """Mark it cancelled (a resend answers "cancelled before": safe to repeat)."""
+
+    def parse(reply: Any) -> Cancelled:
         r = check(reply)
-        was = as_text(r[3]) if r[0] == 2 else "running"
-        return r[0] == 1, int(r[1] or 0), as_text(r[2]), was
+        never = int(r[4]) if r[0] == 1 and len(r) > 4 else 0
+        return Cancelled(r[0] == 1, int(r[1] or 0), as_text(r[2]), as_text(r[3]), never)
 
-    return op("batch-cancel", bk.all(), [bk.batch_id], parse, safe_to_repeat=True)
+    return op("batch-cancel", bk.all(), [bk.batch_id], parse)
 
 
 def _int(v: Any) -> int | None:
@@ -219,7 +230,7 @@ def info(queue: str, batch_id: str, raw: dict[Any, Any], ttl_ms: int | None) -> 
         ended_ms=_int(text.get("ended")),
         reason=text.get("reason") or None,
         parent=text.get("parent") or None,
-        callbacks=tuple(k[3:] for k in d if k.startswith("cb:")),
+        callbacks=tuple(c for c in CALLBACKS if "cb:" + c in d),
         fires_pending=fires,
         retention_ms=_int(text.get("retention")) or 0,
         ttl_ms=ttl_ms if ttl_ms is not None and ttl_ms >= 0 else None,
@@ -243,30 +254,33 @@ def index_add(queue: str, batch_id: str, created_ms: int) -> Command[int]:
     return cmd("ZADD", keys.batches_key(queue), "NX", created_ms, batch_id, parse=int)
 
 
+def index_oldest(queue: str, limit: int) -> Command[list[tuple[str, int]]]:
+    def parse(r: Any) -> list[tuple[str, int]]:
+        return _pairs(list(r or []))
+
+    return cmd(
+        "ZRANGE", keys.batches_key(queue), 0, limit - 1, "WITHSCORES", parse=parse
+    )  # fmt: skip
+
+
+def _pairs(items: list[Any]) -> list[tuple[str, int]]:
+    if items and isinstance(items[0], list | tuple):  # RESP3: [member, score] pairs
+        return [(as_text(m), int(float(sc))) for m, sc in items]
+    return [(as_text(items[i]), int(float(items[i + 1]))) for i in range(0, len(items), 2)]
+
+
 def index_remove(queue: str, batch_ids: list[str]) -> Command[int]:
     return cmd("ZREM", keys.batches_key(queue), *batch_ids, parse=int)
 
 
 def index_newest(queue: str, limit: int) -> Command[list[tuple[str, int]]]:
     def parse(r: Any) -> list[tuple[str, int]]:
-        items = list(r or [])
-        if items and isinstance(items[0], list | tuple):  # RESP3: [member, score] pairs
-            return [(as_text(m), int(float(sc))) for m, sc in items]
-        return [(as_text(items[i]), int(float(items[i + 1]))) for i in range(0, len(items), 2)]
+        return _pairs(list(r or []))
 
     return cmd(
-        "ZRANGE",
-        keys.batches_key(queue),
-        "+inf",
-        "-inf",
-        "BYSCORE",
-        "REV",
-        "LIMIT",
-        0,
-        limit,
-        "WITHSCORES",
-        parse=parse,
-    )
+        "ZRANGE", keys.batches_key(queue), "+inf", "-inf", "BYSCORE", "REV", "LIMIT", 0, limit,
+        "WITHSCORES", parse=parse,
+    )  # fmt: skip
 
 
 # -- a partition's outbox ----------------------------------------------------------------------

@@ -31,6 +31,7 @@ from shardq.aio import AsyncClient
 from shardq.config import RedisSettings, redact_url
 from shardq.connection import connect_async, ping_async
 from shardq.errors import (
+    BatchNotFoundError,
     FunctionsNotLoadedError,
     JobNotFoundError,
     JobRunningError,
@@ -40,7 +41,7 @@ from shardq.errors import (
 )
 from shardq.inspector import EMPTY_STATES, AsyncInspector, InvalidCursorError
 from shardq.logs import log_event
-from shardq.web import auth
+from shardq.web import auth, data
 from shardq.web.data import HEAT_METRICS, Rates, fleet, overview, queue_view
 
 log = logging.getLogger("shardq.web")
@@ -360,6 +361,19 @@ def _job_id(request: Request) -> str:
     return str(request.path_params.get("job_id") or request.query_params.get("id") or "")
 
 
+def batch_url(queue: str, batch_id: str, live: bool = False) -> str:
+    """A batch's page (``live``: its JSON twin); an id of dots only goes in the query, as in
+    :func:`job_url`."""
+    base = ("/live" if live else "") + f"/q/{queue}/batch"
+    if not batch_id.strip("."):
+        return f"{base}?{urlencode({'id': batch_id})}"
+    return f"{base}/{quote(batch_id, safe='')}"
+
+
+def _batch_id(request: Request) -> str:
+    return str(request.path_params.get("batch_id") or request.query_params.get("id") or "")
+
+
 # pages -----------------------------------------------------------------------------------------
 
 
@@ -531,6 +545,39 @@ async def schedules_page(request: Request) -> Response:
     return _page(request, "schedules.html", queue=queue, schedules=items)
 
 
+async def batches_page(request: Request) -> Response:
+    queue = _queue(request)
+    limit = _limit(request.query_params.get("limit"))
+    items = await data.batches(_console(request).connected, queue, limit)
+    return _page(request, "batches.html", queue=queue, batches=items, limit=limit,
+                 limits=PAGE_LIMITS)  # fmt: skip
+
+
+async def batch_page(request: Request) -> Response:
+    queue, batch_id = _queue(request), _batch_id(request)
+    try:
+        found = await data.batch(_console(request).connected, queue, batch_id)
+    except ValueError as exc:
+        return _error(request, 400, "Invalid batch id", str(exc))
+    if found is None:
+        return _error(
+            request, 404, "Batch not found", f"batch {batch_id!r} is not in queue {queue!r}: it "
+            "was never created, or it ended and its record expired after its retention",
+        )  # fmt: skip
+    return _page(request, "batch.html", queue=queue, batch=found,
+                 live=batch_url(queue, batch_id, live=True))  # fmt: skip
+
+
+async def batch_live(request: Request) -> Response:
+    queue, batch_id = _queue(request), _batch_id(request)
+    try:
+        found = await data.batch(_console(request).connected, queue, batch_id)
+    except ValueError:
+        found = None
+    html = _fragment(request, "_batch_facts.html", queue=queue, batch=found)
+    return JSONResponse({"data": found, "regions": {"facts": html}})
+
+
 async def fleet_page(request: Request) -> Response:
     queue = _queue(request)
     members = await fleet(_console(request).connected, queue)
@@ -655,6 +702,7 @@ class Action:
     title: str
     destructive: bool
     needs_job: bool = False
+    needs_batch: bool = False
 
 
 ACTIONS: dict[str, Action] = {
@@ -665,6 +713,11 @@ ACTIONS: dict[str, Action] = {
     "retry-dead": Action("Replay every dead job", destructive=True),
     "cancel": Action("Cancel the job", destructive=True, needs_job=True),
     "empty": Action("Delete every job in a state", destructive=True),
+    "cancel-batch": Action(
+        "Cancel the batch (no callback fires; its waiting children are cancelled)",
+        destructive=True,
+        needs_batch=True,
+    ),
 }
 
 
@@ -707,6 +760,14 @@ async def _perform(client: AsyncClient, queue: str, name: str, form: FormData) -
     if name == "empty":
         state = names.job_state(str(form.get("state", "")), EMPTY_STATES)
         return f"deleted {await ins.empty(queue, state)} {state} jobs"
+    if name == "cancel-batch":
+        batch_id = str(form.get("batch_id", "")).strip()
+        out = await ins.cancel_batch(queue, batch_id)
+        children = (f"{out.cancelled_children} waiting children cancelled, "
+                    f"{out.running_children} running (they end as they will)")  # fmt: skip
+        if out.was in ("open", "running"):
+            return f"cancelled batch {batch_id} (was {out.was}): {children}"
+        return f"batch {batch_id} had already ended ({out.was}), its state kept: {children}"
     raise ValueError(f"unknown action {name!r}")  # pragma: no cover - checked before
 
 
@@ -715,7 +776,10 @@ async def action(request: Request) -> Response:
     form = await request.form()
     remote = _remote(request)
     job_id = str(form.get("job_id", "")).strip() or None
+    batch_id = str(form.get("batch_id", "")).strip() or None
     what: dict[str, Any] = {"action": name, "queue": queue, "job_id": job_id, "remote": remote}
+    if batch_id is not None:
+        what["batch_id"] = batch_id
     try:
         who, bearer = _authorise(request, form)
     except Refused as refused:
@@ -728,8 +792,12 @@ async def action(request: Request) -> Response:
         page.headers.update(refused.headers())
         return page
     spec = ACTIONS.get(name)
-    if spec is None or (spec.needs_job and not job_id):
-        detail = f"unknown action {name!r}" if spec is None else f"{name} needs a job_id"
+    if spec is None or (spec.needs_job and not job_id) or (spec.needs_batch and not batch_id):
+        detail = (
+            f"unknown action {name!r}"
+            if spec is None
+            else f"{name} needs a {'job_id' if spec.needs_job else 'batch_id'}"
+        )
         return (
             JSONResponse({"ok": False, "error": detail}, 400)
             if bearer
@@ -741,12 +809,13 @@ async def action(request: Request) -> Response:
             return JSONResponse(
                 {"ok": False, "error": f"{name} is destructive: send confirm={queue}"}, 409
             )
-        fields = {k: str(v) for k, v in form.items() if k in ("job_id", "state", "type", "back")}
+        shown = ("job_id", "batch_id", "state", "type", "back")
+        fields = {k: str(v) for k, v in form.items() if k in shown}
         return _page(request, "confirm.html", queue=queue, name=name, spec=spec, fields=fields)
     ok = True
     try:
         result = await _perform(_console(request).connected, queue, name, form)
-    except (JobRunningError, JobNotFoundError, ValueError) as exc:
+    except (JobRunningError, JobNotFoundError, BatchNotFoundError, ValueError) as exc:
         ok, result = False, str(exc)
     log_event(
         log,
@@ -800,6 +869,7 @@ def _filters(templates: Jinja2Templates) -> None:
     env.filters["num"] = lambda n: "-" if n is None else f"{n:,}"
     env.filters["pct"] = lambda x: f"{100 * float(x):.0f}%"
     env.globals["job_url"] = job_url
+    env.globals["batch_url"] = batch_url
     # The one list of job states (shardq.names): the tabs of a queue's jobs are these.
     env.globals["job_states"] = names.JOB_STATES
 
@@ -873,6 +943,9 @@ def create_app(
         Route(q + "/job", job_page),
         Route(q + "/search", search),
         Route(q + "/schedules", schedules_page),
+        Route(q + "/batches", batches_page),
+        Route(q + "/batch/{batch_id:str}", batch_page),
+        Route(q + "/batch", batch_page),
         Route(q + "/fleet", fleet_page),
         Route(q + "/action/{action:str}", action, methods=["POST"]),
         Route("/live/overview", overview_live),
@@ -880,6 +953,8 @@ def create_app(
         Route("/live" + q + "/fleet", fleet_live),
         Route("/live" + q + "/job/{job_id:path}", job_live),
         Route("/live" + q + "/job", job_live),
+        Route("/live" + q + "/batch/{batch_id:str}", batch_live),
+        Route("/live" + q + "/batch", batch_live),
         Route("/healthz", healthz),
         Route("/readyz", readyz),
         Route("/login", login_page),

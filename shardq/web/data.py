@@ -8,6 +8,8 @@ Every reader goes through the :class:`~shardq.inspector.AsyncInspector`'s bounde
 - fleet: two registry reads plus a lease read and an XPENDING summary per partition (2 P + 5);
 - a job: one script call; a search by idempotency key: one GET and one script call;
 - schedules: the schedule store's own paged listing.
+- batches: one read of the queue's index of batches, then the record and TTL of each batch
+  listed (at most ``limit``, pipelined); a batch: its record and TTL (2 calls).
 
 Nothing here scans a backlog.  Rates (enqueued/completed/failed per second, each partition's
 hot ratio and each node's load share) come from the counters of successive reads, kept in this
@@ -27,6 +29,7 @@ from shardq.admin import slots
 from shardq.aio import AsyncClient
 from shardq.errors import ShardqError
 from shardq.inspector import AsyncInspector, PartitionInfo
+from shardq.workflows import BATCH_STATE_MEANINGS, BatchInfo, callback_id
 
 RATE_COUNTERS = ("enqueued", "completed", "failed", "retried", "dead", "promoted")
 HEAT_METRICS = ("backlog", "lag", "hot", "ready", "running", "dead")
@@ -210,3 +213,29 @@ async def fleet(client: AsyncClient, queue: str) -> dict[str, Any]:
         "dispatchers": [r for r in rows if r["role"] == "dispatcher"],
         "workers": [r for r in rows if r["role"] == "worker"],
     }
+
+
+def batch_row(b: BatchInfo) -> dict[str, Any]:
+    """A batch or chain as its pages (and the batch page's live JSON) show it: its fields, what
+    its state means, its parent's id and index, and its callbacks' job ids."""
+    parent_id, _, parent_index = (b.parent or "").partition("|")
+    return {
+        **b.as_dict(),
+        "meaning": BATCH_STATE_MEANINGS.get(b.state, ""),
+        "ended": b.ended,
+        "cancellable": b.state in ("open", "running"),
+        "parent_id": parent_id or None,
+        "parent_index": parent_index or None,
+        "callback_jobs": [[name, callback_id(b.batch_id, name)] for name in b.callbacks],
+    }
+
+
+async def batches(client: AsyncClient, queue: str, limit: int) -> list[dict[str, Any]]:
+    """The queue's newest batches and chains, newest first."""
+    return [batch_row(b) for b in await AsyncInspector(client).batches(queue, limit)]
+
+
+async def batch(client: AsyncClient, queue: str, batch_id: str) -> dict[str, Any] | None:
+    """One batch or chain, or None (unknown, or expired)."""
+    found = await AsyncInspector(client).batch(queue, batch_id)
+    return None if found is None else batch_row(found)

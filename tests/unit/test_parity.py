@@ -14,12 +14,13 @@ from typing import Any
 import pytest
 
 from shardq import AsyncClient, AsyncInspector, Client, Inspector
-from shardq.client import AsyncSchedules, Schedules
+from shardq.client import AsyncBatches, AsyncSchedules, Batches, Schedules
 
 PAIRS: list[tuple[type, type]] = [
     (Client, AsyncClient),
     (Inspector, AsyncInspector),
     (Schedules, AsyncSchedules),
+    (Batches, AsyncBatches),
 ]
 # What only one flavour can have: the context-manager protocol, and what is sync in both.
 SYNC_IN_BOTH = {"forget"}
