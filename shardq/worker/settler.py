@@ -181,13 +181,17 @@ class Settler:
         batch = self.acks.get(d.partition)
         if batch is None:
             batch = self.acks[d.partition] = []
-        if d.result is not None:
+        # A producer may be waiting for a kept result: it goes now.  A workflow child's end
+        # (d.result b"" or a chain step's record) waits like an ack, so its complete call
+        # carries its partition's other children too.
+        urgent = d.job.keep_result is not None
+        if urgent:
             self.ack_since[d.partition] = 0.0
         elif not batch:
             self.ack_since[d.partition] = time.monotonic()
         batch.append(d)
         self.pending_acks += 1
-        if len(batch) == 1 or self.pending_acks == self.ack_bound or d.result is not None:
+        if len(batch) == 1 or self.pending_acks == self.ack_bound or urgent:
             self.wake(d.partition)
 
     def take_for_read(self, partition: int) -> list[Delivery]:

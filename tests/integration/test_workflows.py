@@ -207,6 +207,11 @@ def test_open_batch_add_and_seal(url: str, client: Client, queue: str) -> None:
             client.batches.add(queue, bid, [JobRequest("child", {"n": i}) for i in range(5)]) == 0
         )
         wait_for(lambda: sum(seen.runs.values()) == 5, 20, "children did not run")
+        wait_for(
+            lambda: (i := client.batches.get(queue, bid)) is not None and i.completed == 5,
+            10,
+            "the children's ends were not counted",
+        )
         info = client.batches.get(queue, bid)
         # Every child ended, but an open batch does not end before it is sealed.
         assert info is not None and info.state == "open" and info.completed == 5 and not info.ended
