@@ -17,6 +17,8 @@ Returns
   {-10, key, found, expected}         E_WRONG_TYPE: a key was overwritten outside shardq
   {-15, 'KEYS' or 'ARGV', n, cap}    E_TOO_MANY_ARGUMENTS: before anything else (store/loader.py)
 Every check comes before the first write: a refused call writes nothing.
+
+Flags: allow-oom  (it settles: a full Redis must still count ends and end batches)
 ]]
 --@include now.lua
 --@include checks.lua

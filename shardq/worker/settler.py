@@ -184,7 +184,7 @@ class Settler:
         # A producer may be waiting for a kept result: it goes now.  A workflow child's end
         # (d.result b"" or a chain step's record) waits like an ack, so its complete call
         # carries its partition's other children too.
-        urgent = d.job.keep_result is not None
+        urgent = d.result is not None and getattr(d.job, "keep_result", None) is not None
         if urgent:
             self.ack_since[d.partition] = 0.0
         elif not batch:

@@ -42,6 +42,8 @@ def test_the_library_loads_and_registers_every_function(client: Client) -> None:
         "schedule-put",
         "resize-put",  # (a resize's put adds memory where it lands)
         "progress",  # (advisory: a report adds a key; a full Redis drops it, the job runs on)
+        "batch-open",  # (a new batch, and children added to one: new work)
+        "batch-add",
     }
 
 

@@ -1,0 +1,706 @@
+"""Batches and chains (shardq.workflows) through faults, on a fresh cluster of the test's own:
+worker and dispatcher processes (``shardq worker run`` / ``shardq dispatcher run``) SIGKILLed
+in storms, a primary SIGKILLed (its replica promoted, the old one back as a replica), a
+partition's slot and a batch's slot moved; each at a random moment (``random``, seeded from
+the test's seed: ``SHARDQ_TEST_SEED`` repeats a run) of several rounds, while the producer
+creates the rounds' batches and chains and their children come due over the round.
+
+Every batch has ``on_success``, ``on_complete`` and ``on_failure``, policy ``fail``, and
+children that all complete; every chain the same three callbacks.  The handlers
+(tests/support/workflow_handlers.py) write every start and finish into a ledger file (one
+O_APPEND write per line: a SIGKILLed worker keeps its lines; a failover cannot lose them).
+Once the faults stop, the test waits until every batch and chain has ended with nothing left
+to fire and the queue is settled (no job stored, none due, no delivery pending, every outbox
+empty), then asserts, for each batch and chain:
+
+* its record: state ``succeeded``, ``completed == total`` (children or steps), ``dead ==
+  cancelled == pending == 0``, ``ended_ms`` set, ``fires_pending`` empty, and exactly
+  ``total`` bits in its bitmap of counted children;
+* a chain's steps: each ran (a finish in the ledger); every start of step k received
+  ``previous == {"trail": [0..k-1]}`` (None for step 0: each step returns its previous trail
+  plus its index); and step k+1 first started after step k first finished;
+* callbacks: ``on_success`` and ``on_complete`` each ran (a start and a finish in the ledger),
+  ``on_failure`` never started; and each callback job was enqueued exactly once: the
+  partitions' ``enqueued`` counters add up to exactly children + steps + 2 callbacks per
+  batch and chain (a second enqueue of a callback, step or child would count one more), the
+  callback's idempotency key (its own id) names it, and a callback job started with delivery
+  1 at most once (a second job of the same id would start at delivery 1 again);
+* every job run in the ledger is one of the children, steps and callbacks, each child ran.
+
+At least once: a job may start more than once only if the worker of its previous start was
+SIGKILLed after that start (killed before its ack), or that previous start fell in a
+failover's window (from 1 s before the primary's SIGKILL to the promotion of its replica:
+an ack the old primary took but never replicated is undone).  Any other second start fails.
+
+Lost writes: Redis replicates asynchronously, so a primary SIGKILLed may lose what it
+acknowledged in its last instant.  There the workflow code cannot do better than the jobs:
+a child's report counted by the killed primary but never replicated (its outbox entry already
+deleted on another primary) leaves its batch waiting forever, a callback or step enqueued on it
+never runs.  So a batch or chain that does not end, or a callback that never runs, is counted
+separately as ``lost_in_failover`` and allowed only when it involves a slot the killed primary
+served and its last progress (the last finish of its children or steps in the ledger) lies in
+that failover's window; anything else that does not end fails the test.  (No create,
+report or fire is sent with WAIT: the workflow calls have no durable option.)
+
+The CI version is short (20 batches of 200 children, 20 chains of 5 steps, 4 rounds, one
+failover, one move); the long one (``-m slow``) runs 100 batches of 1,000 and 100 chains of 10
+over 10 rounds, with two failovers and two moves.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import os
+import random
+import signal
+import threading
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+import redis
+from support.fresh import FreshCluster
+from support.helpers import queue_settled, scaled, wait_for
+from support.procs import Proc
+
+from shardq import Client, JobRequest, ProducerSettings
+from shardq.admin import slots as slot_moves
+from shardq.devtools.bench import cli_command
+from shardq.devtools.devcluster import node_pid, restart_node
+from shardq.store import keys
+from shardq.workflows import BatchInfo, callback_id, child_id
+
+PARTITIONS = 12
+WORKERS = 3
+DISPATCHERS = 2
+TESTS_DIR = Path(__file__).resolve().parents[1]
+CALLBACK_NAMES = ("success", "complete", "failure")
+#: Seconds each handler holds its job: a storm kills workers in the middle of some.
+HOLD = 0.05
+WORKER_FLAGS = [
+    "--concurrency", "32",
+    # A killed worker's deliveries are taken over once its membership expires (2 s); an ack
+    # a failover undid is taken over by the visibility timeout (its worker lives on).
+    "--visibility-timeout", "5", "--heartbeat-interval", "0.5", "--reclaim-interval", "0.5",
+    "--membership-timeout", "2", "--idle-poll", "0.2", "--sweep-interval", "0.5",
+    # A storm may kill several workers holding the same delivery: that is no poison job here.
+    "--max-deliveries", "50",
+]  # fmt: skip
+DISPATCHER_FLAGS = [
+    "--lease-time", "2", "--renew-interval", "0.5", "--membership-timeout", "2",
+    "--max-sleep", "0.2",
+]  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Scale:
+    rounds: int
+    batches: int
+    children: int
+    chains: int
+    steps: int
+    round_s: float
+    failovers: int
+    moves: int
+
+
+CI = Scale(
+    rounds=4, batches=20, children=200, chains=20, steps=5, round_s=4.0, failovers=1, moves=1
+)
+LONG = Scale(
+    rounds=10, batches=100, children=1000, chains=100, steps=10, round_s=8.0, failovers=2, moves=2
+)
+
+
+# the ledger --------------------------------------------------------------------------------
+
+
+@dataclass
+class Run:
+    job_id: str
+    type: str
+    batch_id: str | None
+    index: int | None
+    attempt: int
+    deliveries: int
+    pid: int
+    started: float
+    previous: Any
+    finished: float | None = None
+
+
+def read_ledger(path: Path) -> dict[str, list[Run]]:
+    """Job id -> its runs (starts, each with the finish the same process wrote after it)."""
+    runs: dict[str, list[Run]] = defaultdict(list)
+    open_runs: dict[tuple[str, int], Run] = {}
+    if not path.exists():
+        return runs
+    for line in path.read_bytes().splitlines():
+        parts = line.split(b" ", 9)
+        if len(parts) != 10:
+            continue
+        event, job_id, kind, bid, index, attempt, deliveries, pid, at, value = parts
+        jid = job_id.decode()
+        if event == b"S":
+            run = Run(
+                jid,
+                kind.decode(),
+                None if bid == b"-" else bid.decode(),
+                None if index == b"-" else int(index),
+                int(attempt),
+                int(deliveries),
+                int(pid),
+                float(at),
+                orjson.loads(value),
+            )
+            runs[jid].append(run)
+            open_runs[(jid, int(pid))] = run
+        elif (run_ := open_runs.pop((jid, int(pid)), None)) is not None:
+            run_.finished = float(at)
+    return runs
+
+
+# the cluster -------------------------------------------------------------------------------
+
+
+def slot_map(port: int) -> list[tuple[int, int, int]]:
+    """(first slot, last slot, primary port) as the node on ``port`` sees them."""
+    with redis.Redis(port=port, socket_timeout=1.0) as r:
+        return [(int(s[0]), int(s[1]), int(s[2][1])) for s in r.execute_command("CLUSTER SLOTS")]
+
+
+def owner(ranges: list[tuple[int, int, int]], slot: int) -> int:
+    return next(port for lo, hi, port in ranges if lo <= slot <= hi)
+
+
+def pings(port: int) -> bool:
+    try:
+        with redis.Redis(port=port, socket_timeout=0.5) as r:
+            return bool(r.ping())
+    except redis.RedisError:
+        return False
+
+
+def cluster_healthy(fresh: FreshCluster) -> bool:
+    """Every node up, the cluster ok, each primary with a replica whose link is up."""
+    try:
+        nodes = [redis.Redis(port=p, socket_timeout=1.0) for p in fresh.ports()]
+        try:
+            if any(n.cluster("info")["cluster_state"] != "ok" for n in nodes):
+                return False
+            for n in nodes:
+                repl = n.info("replication")
+                if repl["role"] == "master" and int(repl["connected_slaves"]) < 1:
+                    return False
+                if repl["role"] == "slave" and repl["master_link_status"] != "up":
+                    return False
+            return True
+        finally:
+            for n in nodes:
+                n.close()
+    except redis.RedisError:
+        return False
+
+
+@dataclass
+class Failover:
+    victim: int
+    killed_at: float  # epoch s, as the ledger's times
+    promoted_at: float
+    slots: set[int]  # served by the victim when it was killed
+
+    def holds(self, at: float) -> bool:
+        return self.killed_at - 1.0 <= at <= self.promoted_at
+
+
+# the fleet ---------------------------------------------------------------------------------
+
+
+@dataclass
+class Fleet:
+    fresh: FreshCluster
+    queue: str
+    ledger: Path
+    procs: list[Proc]
+    workers: list[Proc] = field(default_factory=list)
+    dispatchers: list[Proc] = field(default_factory=list)
+    killed: dict[int, float] = field(default_factory=dict)  # pid -> epoch s of its SIGKILL
+    down: set[int] = field(default_factory=set)  # node ports killed and not back yet
+    timeline: list[tuple[float, str]] = field(default_factory=list)  # (epoch s, what)
+
+    def note(self, what: str) -> None:
+        self.timeline.append((time.time(), what))
+
+    def logs(self, pids: set[int]) -> str:
+        """The last lines of the logs of these processes (for a failure's message)."""
+        return "\n".join(
+            f"--- pid {p.pid}:\n{p.log()[-3000:]}" for p in self.procs if p.pid in pids
+        )
+
+    def url(self) -> str:
+        live = [p for p in self.fresh.ports() if p not in self.down and pings(p)]
+        return f"redis://127.0.0.1:{random.choice(live)}"
+
+    def _start(self, role: str, flags: list[str], extra: list[str]) -> Proc:
+        argv = cli_command(role, "run", "--queue", self.queue, "--url", self.url(), *flags, *extra)
+        argv[argv.index("--log-level") + 1] = "INFO"  # takeovers and redirects, for a failure
+        env = {
+            "SHARDQ_TEST_WORKFLOW_LEDGER": str(self.ledger),
+            "SHARDQ_TEST_WORKFLOW_HOLD": str(HOLD),
+            "PYTHONPATH": os.pathsep.join([str(TESTS_DIR), os.environ.get("PYTHONPATH", "")]),
+        }
+        proc = Proc(argv, env)
+        self.procs.append(proc)
+        self.note(f"started {role} {proc.pid}")
+        return proc
+
+    def start_worker(self) -> None:
+        handlers = ["--handlers", "support.workflow_handlers:register"]
+        self.workers.append(self._start("worker", WORKER_FLAGS, handlers))
+
+    def start_dispatcher(self) -> None:
+        self.dispatchers.append(self._start("dispatcher", DISPATCHER_FLAGS, []))
+
+    def kill(self, proc: Proc) -> None:
+        self.killed[proc.pid] = time.time()
+        self.note(f"SIGKILL {proc.pid}")
+        proc.kill9()
+
+    def storm(self) -> tuple[int, int]:
+        """SIGKILL a random part of the workers and of the dispatchers (each at least one), a
+        few ms to a few hundred apart, then start as many again."""
+        doomed = random.sample(self.workers, random.randint(1, len(self.workers)))
+        doomed += random.sample(self.dispatchers, random.randint(1, len(self.dispatchers)))
+        random.shuffle(doomed)
+        for proc in doomed:
+            self.kill(proc)
+            time.sleep(random.uniform(0.0, 0.3))
+        workers = [p for p in doomed if p in self.workers]
+        dispatchers = [p for p in doomed if p in self.dispatchers]
+        self.workers = [p for p in self.workers if p not in workers]
+        self.dispatchers = [p for p in self.dispatchers if p not in dispatchers]
+        time.sleep(random.uniform(0.0, 1.0))  # a fleet short of members for a moment
+        for _ in workers:
+            self.start_worker()
+        for _ in dispatchers:
+            self.start_dispatcher()
+        return len(workers), len(dispatchers)
+
+    def check_alive(self) -> None:
+        for proc in self.workers + self.dispatchers:
+            proc.check_alive()
+
+
+def kill_a_primary(fresh: FreshCluster, fleet: Fleet) -> Failover:
+    """SIGKILL a random primary, wait for its replica's promotion, start it again (a replica)."""
+    wait_for(lambda: cluster_healthy(fresh), 60, "the cluster did not settle before a kill")
+    ranges = slot_map(fresh.base + 1)
+    victim = random.choice(sorted({port for _, _, port in ranges}))
+    slots = {s for lo, hi, port in ranges if port == victim for s in range(lo, hi + 1)}
+    pid = node_pid(fresh.base, victim, root=fresh.root)
+    assert pid is not None
+    fleet.down.add(victim)
+    killed_at = time.time()
+    fleet.note(f"SIGKILL primary {victim}")
+    os.kill(pid, signal.SIGKILL)
+    witness = next(p for p in fresh.ports() if p != victim)
+
+    def promoted() -> bool:
+        try:
+            return all(port != victim for _, _, port in slot_map(witness))
+        except redis.RedisError:
+            return False
+
+    wait_for(promoted, 30, f"no failover of {victim}")
+    promoted_at = time.time()
+    fleet.note(f"replica of {victim} promoted")
+    time.sleep(random.uniform(0.5, 1.5))
+    restart_node(fresh.base, victim, root=fresh.root)  # back, as a replica
+    fleet.down.discard(victim)
+    fleet.note(f"{victim} back")
+    return Failover(victim, killed_at, promoted_at, slots)
+
+
+def move_slots(client: Client, queue: str, created: list[str]) -> list[str]:
+    """Move a random partition's slot to another primary, then the slot of a random batch or
+    chain created so far (its record and bitmap) to another primary."""
+    moved = []
+    partition = random.randrange(PARTITIONS)
+    addresses = slot_moves.primary_addresses(client)
+    source = slot_moves.plan_move(client, queue, partition, addresses[0]).source
+    target = random.choice([a for a in addresses if a != source])
+    result = slot_moves.move(client, slot_moves.plan_move(client, queue, partition, target))
+    assert result.keys_moved > 0
+    moved.append(f"partition {partition} -> {target}")
+    if created:
+        bid = random.choice(created)
+        slot = keys.slot_of(keys.batch_keys(queue, bid).record)
+        manager = client.redis.nodes_manager  # type: ignore[union-attr]
+        manager.initialize()
+        node = manager.get_node_from_slot(slot)
+        source = f"{node.host}:{node.port}"
+        plan = slot_moves.plan_move(client, queue, partition, target)
+        target = random.choice([a for a in addresses if a != source])
+        batch_plan = replace(plan, slot=slot, source=source, target=target, in_progress=False)
+        slot_moves.move(client, batch_plan)
+        moved.append(f"batch {bid} (slot {slot}) -> {target}")
+    return moved
+
+
+# the workload ------------------------------------------------------------------------------
+
+
+def cb(name: str) -> JobRequest:
+    return JobRequest("callback", {"name": name})
+
+
+CALLBACKS = {f"on_{name}": cb(name) for name in CALLBACK_NAMES}
+
+
+@dataclass
+class Workload:
+    scale: Scale
+    batches: dict[str, int] = field(default_factory=dict)  # id -> children
+    chains: dict[str, int] = field(default_factory=dict)  # id -> steps
+    resent: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def created(self) -> list[str]:
+        with self.lock:
+            return [*self.batches, *self.chains]
+
+
+def produce(client: Client, queue: str, work: Workload, r: int, seed: int) -> None:
+    """Round ``r``'s batches and chains, interleaved over the first half of the round; their
+    children come due over the first three quarters of it."""
+    rng = random.Random(seed)
+    s = work.scale
+    n_batches, n_chains = s.batches // s.rounds, s.chains // s.rounds
+    plan = ["batch"] * n_batches + ["chain"] * n_chains
+    rng.shuffle(plan)
+    start = time.monotonic()
+    for i, kind in enumerate(plan):
+        wid = f"r{r}-{kind[0]}{i}-{rng.getrandbits(24):06x}"
+        deadline = time.monotonic() + scaled(120)
+        while True:
+            try:
+                if kind == "batch":
+                    children = [
+                        JobRequest("child", None, delay=rng.uniform(0, 0.75 * s.round_s))
+                        for _ in range(s.children)
+                    ]
+                    client.batches.create(queue, children, batch_id=wid, **CALLBACKS)
+                    with work.lock:
+                        work.batches[wid] = s.children
+                else:
+                    steps = [
+                        JobRequest("step", {"k": k}, delay=rng.uniform(0, 0.1))
+                        for k in range(s.steps)
+                    ]
+                    client.batches.chain(queue, steps, chain_id=wid, **CALLBACKS)
+                    with work.lock:
+                        work.chains[wid] = s.steps
+                break
+            except Exception as exc:  # the documented recovery: the same call, same id
+                work.resent.append(f"{wid}: {type(exc).__name__}: {exc}")
+                if time.monotonic() > deadline:
+                    work.errors.append(f"{wid}: gave up: {type(exc).__name__}: {exc}")
+                    return
+                time.sleep(0.2)
+        lag = start + 0.5 * s.round_s * (i + 1) / len(plan) - time.monotonic()
+        if lag > 0:
+            time.sleep(lag)
+
+
+# the test ----------------------------------------------------------------------------------
+
+
+def workflows_under_faults(
+    fresh: FreshCluster, queue: str, procs: list[Proc], tmp_path: Path, scale: Scale
+) -> dict[str, Any]:
+    began = time.monotonic()
+    ledger = tmp_path / "ledger"
+    client = Client.from_url(fresh.url, ProducerSettings(retry_timeout=30))
+    mover = Client.from_url(fresh.url, ProducerSettings(retry_timeout=30))
+    client.create_queue(queue, PARTITIONS)
+    fleet = Fleet(fresh, queue, ledger, procs)
+    for _ in range(WORKERS):
+        fleet.start_worker()
+    for _ in range(DISPATCHERS):
+        fleet.start_dispatcher()
+    wait_for(
+        lambda: (
+            client.redis.zcard(keys.workers_key(queue)) >= WORKERS
+            and client.redis.zcard(keys.dispatchers_key(queue)) >= DISPATCHERS
+        ),
+        60,
+        "the fleet did not start",
+    )
+    work = Workload(scale)
+    rounds = list(range(scale.rounds))
+    # Faults in rounds after the first (the first only storms), at random moments in them.
+    failover_rounds = set(random.sample(rounds[1:], scale.failovers))
+    move_rounds = set(random.sample(rounds[1:], scale.moves))
+    failovers: list[Failover] = []
+    moves: list[str] = []
+    storms = killed_workers = killed_dispatchers = 0
+    for r in rounds:
+        producer = threading.Thread(
+            target=produce, args=(client, queue, work, r, random.getrandbits(32)), daemon=True
+        )
+        events = [(random.uniform(0, scale.round_s), "storm")]
+        events += [(random.uniform(0, scale.round_s), "storm") for _ in range(random.randint(0, 1))]
+        if r in failover_rounds:
+            events.append((random.uniform(0.2, 0.8) * scale.round_s, "failover"))
+        if r in move_rounds:
+            events.append((random.uniform(0.2, 0.8) * scale.round_s, "move"))
+        started = time.monotonic()
+        producer.start()
+        for at, what in sorted(events):
+            time.sleep(max(0.0, started + at - time.monotonic()))
+            if what == "storm":
+                w, d = fleet.storm()
+                storms += 1
+                killed_workers += w
+                killed_dispatchers += d
+            elif what == "failover":
+                failovers.append(kill_a_primary(fresh, fleet))
+            else:
+                wait_for(lambda: cluster_healthy(fresh), 60, "the cluster did not settle")
+                fleet.note("moving slots")
+                moves += move_slots(mover, queue, work.created())
+                fleet.note(f"moved: {moves[-2:]}")
+        time.sleep(max(0.0, started + scale.round_s - time.monotonic()))
+        producer.join(scaled(180))
+        assert not producer.is_alive(), "the producer hung"
+    faults_s = time.monotonic() - began
+    assert not work.errors, work.errors
+
+    # Drain: every batch and chain ended with nothing left to fire, every callback ran, the
+    # queue settled; or the deadline (what did not end is examined below).
+    ids = work.created()
+
+    def infos() -> dict[str, BatchInfo | None]:
+        return {wid: client.batches.get(queue, wid) for wid in ids}
+
+    def finished(info: BatchInfo | None) -> bool:
+        return info is not None and info.ended and not info.fires_pending
+
+    def callbacks_ran(runs: dict[str, list[Run]]) -> bool:
+        return all(
+            any(run.finished for run in runs.get(callback_id(wid, name), []))
+            for wid in ids
+            for name in ("success", "complete")
+        )
+
+    def settled() -> bool:
+        return queue_settled(client.redis, queue, PARTITIONS) and all(
+            client.redis.hlen(pk.outbox) == 0 for pk in keys.all_partition_keys(queue, PARTITIONS)
+        )
+
+    deadline = time.monotonic() + scaled(90)
+    while time.monotonic() < deadline:
+        fleet.check_alive()
+        if (
+            all(finished(i) for i in infos().values())
+            and callbacks_ran(read_ledger(ledger))
+            and settled()
+        ):
+            break
+        time.sleep(0.5)
+    drain_s = time.monotonic() - began - faults_s
+    time.sleep(1.0)  # a callback or job run twice would show by now
+    fleet.check_alive()
+    final = infos()
+    runs = read_ledger(ledger)
+
+    # What did not end: allowed only as a write the killed primary took and never replicated.
+    def last_progress(wid: str) -> float:
+        prefix = wid + "#"
+        return max(
+            (run.finished or run.started for jid, rs in runs.items() if jid.startswith(prefix)
+             for run in rs),
+            default=0.0,
+        )  # fmt: skip
+
+    def involved_slots(wid: str, total: int) -> set[int]:
+        names = [keys.batch_keys(queue, wid).record]
+        names += [callback_id(wid, n) for n in CALLBACK_NAMES]
+        names += [child_id(wid, i) for i in range(total)]
+        out = {keys.slot_of(names[0])}
+        for name in names[1:]:
+            p = keys.partition_for(name, PARTITIONS)
+            out.add(keys.slot_of(keys.partition_keys(queue, p, PARTITIONS).due))
+        return out
+
+    totals = {**work.batches, **work.chains}
+    lost_in_failover: list[str] = []
+    stuck: list[str] = []
+    for wid in ids:
+        done = finished(final[wid]) and all(
+            any(run.finished for run in runs.get(callback_id(wid, name), []))
+            for name in ("success", "complete")
+        )
+        if done:
+            continue
+        at = last_progress(wid)
+        why = f"{wid}: {final[wid]!r:.400}, last progress at {at:.3f}"
+        if any(f.holds(at) and f.slots & involved_slots(wid, totals[wid]) for f in failovers):
+            lost_in_failover.append(why)
+        else:
+            stuck.append(why)
+    assert not stuck, (
+        f"{len(stuck)} of {len(ids)} batches and chains did not end (or fire): {stuck[:3]}; "
+        f"failovers {[(f.victim, f.killed_at, f.promoted_at) for f in failovers]}"
+    )
+    assert settled() or lost_in_failover, "the queue did not settle"
+    excused = {w.split(":", 1)[0] for w in lost_in_failover}
+
+    # Records: exact counts.
+    for wid, total in totals.items():
+        if wid in excused:
+            continue
+        info = final[wid]
+        assert info is not None, f"{wid}: no record"
+        want = ("chain" if wid in work.chains else "batch", "succeeded", total, total, 0, 0, 0, ())
+        got = (info.kind, info.state, info.total, info.completed, info.dead, info.cancelled,
+               info.pending, info.fires_pending)  # fmt: skip
+        assert got == want, f"{wid}: {info}"
+        assert info.ended_ms is not None and info.reason is None, info
+        assert client.redis.bitcount(keys.batch_keys(queue, wid).seen) == total, wid
+
+    # Chains: every step, in order, each given the previous step's value.
+    for cid, steps in work.chains.items():
+        if cid in excused:
+            continue
+        for k in range(steps):
+            step_runs = runs.get(child_id(cid, k), [])
+            assert any(r.finished for r in step_runs), f"{cid} step {k} never finished"
+            want_previous = None if k == 0 else {"trail": list(range(k))}
+            wrong = [r for r in step_runs if r.previous != want_previous]
+            assert not wrong, f"{cid} step {k} got previous {wrong[0].previous}"
+            assert all(r.batch_id == cid and r.index == k for r in step_runs), step_runs
+            if k:
+                before = runs[child_id(cid, k - 1)]
+                first_finish = min(r.finished for r in before if r.finished)
+                first_start = min(r.started for r in step_runs)
+                assert first_start > first_finish, f"{cid} step {k} started before step {k - 1}"
+
+    # Callbacks: success and complete ran, failure never; one enqueue each.
+    for wid in ids:
+        if wid in excused:
+            continue
+        for name in CALLBACK_NAMES:
+            cid = callback_id(wid, name)
+            cb_runs = runs.get(cid, [])
+            if name == "failure":
+                assert not cb_runs, f"{cid} ran: nothing failed"
+                continue
+            assert any(r.finished for r in cb_runs), f"{cid} never ran"
+            assert all(r.batch_id == wid and r.index is None for r in cb_runs), cb_runs
+            firsts = [r for r in cb_runs if r.deliveries == 1]
+            assert len(firsts) == 1 or all(
+                any(f.holds(r.started) for f in failovers) for r in firsts[:-1]
+            ), f"{cid}: {len(firsts)} first deliveries (a second callback job?): {firsts}"
+            pk = keys.partition_keys(queue, keys.partition_for(cid, PARTITIONS), PARTITIONS)
+            named = client.redis.get(pk.idem(cid))
+            assert named is not None and named.decode() == cid, (cid, named)
+
+    # Every job ran, none that was not asked for; each job created once.
+    children = {child_id(b, i) for b, n in work.batches.items() for i in range(n)}
+    steps = {child_id(c, k) for c, n in work.chains.items() for k in range(n)}
+    callbacks = {callback_id(w, n) for w in ids for n in ("success", "complete")}
+    unknown = set(runs) - children - steps - callbacks
+    assert not unknown, f"{len(unknown)} jobs ran that nobody asked for: {sorted(unknown)[:5]}"
+    never = {c for c in children if not any(r.finished for r in runs.get(c, []))}
+    never = {c for c in never if c.split("#")[0] not in excused}
+    assert not never, f"{len(never)} children never ran: {sorted(never)[:5]}"
+    for c in children:
+        assert all(r.batch_id == c.rsplit("#", 1)[0] for r in runs.get(c, [])), c
+    expected_jobs = len(children) + len(steps) + len(callbacks)
+    enqueued = sum(
+        int(client.redis.hget(pk.stats, "enqueued") or 0)
+        for pk in keys.all_partition_keys(queue, PARTITIONS)
+    )
+    if not lost_in_failover:
+        assert enqueued == expected_jobs, f"{enqueued} jobs enqueued, {expected_jobs} expected"
+    else:  # a job enqueued on the killed primary in its last instant may be gone
+        assert enqueued <= expected_jobs, f"{enqueued} jobs enqueued, {expected_jobs} expected"
+
+    # At least once, and no more: a second start only after a kill or in a failover window.
+    after_kill = in_failover = 0
+    unexplained = []
+    for jid, rs in runs.items():
+        ordered = sorted(rs, key=lambda r: r.started)
+        for prev, _again in itertools.pairwise(ordered):
+            killed = fleet.killed.get(prev.pid)
+            if killed is not None and killed > prev.started:
+                after_kill += 1
+            elif any(f.holds(prev.started) for f in failovers):
+                in_failover += 1
+            else:
+                unexplained.append((jid, [(r.started, r.pid, r.deliveries) for r in ordered]))
+    if unexplained:
+        pids = {pid for _, rs in unexplained[:3] for _, pid, _ in rs}
+        first = min(rs[0][0] for _, rs in unexplained)
+        near = [(round(at - first, 3), what) for at, what in fleet.timeline
+                if first - 10 <= at <= first + 30]  # fmt: skip
+        raise AssertionError(
+            f"{len(unexplained)} ran again with no kill: {unexplained[:3]}; faults from 10 s "
+            f"before the first start to 30 s after (s from it): {near}\n{fleet.logs(pids)}"
+        )
+
+    figures = {
+        "rounds": scale.rounds,
+        "batches": len(work.batches),
+        "children": len(children),
+        "chains": len(work.chains),
+        "steps": len(steps),
+        "callbacks_run": sum(1 for c in callbacks if runs.get(c)),
+        "storms": storms,
+        "killed_workers": killed_workers,
+        "killed_dispatchers": killed_dispatchers,
+        "failovers": [(f.victim, round(f.promoted_at - f.killed_at, 2)) for f in failovers],
+        "moves": moves,
+        "resent_creates": len(work.resent),
+        "ran_again_after_kill": after_kill,
+        "ran_again_in_failover": in_failover,
+        "lost_in_failover": len(lost_in_failover),
+        "enqueued": enqueued,
+        "faults_s": round(faults_s, 1),
+        "drain_s": round(drain_s, 1),
+    }
+    print(f"workflows under faults: {figures}")
+    for line in lost_in_failover:
+        print(f"  lost in a failover window: {line}")
+    for line in work.resent:
+        print(f"  create resent: {line}")
+    for proc in fleet.workers + fleet.dispatchers:
+        with contextlib.suppress(Exception):
+            proc.stop()
+    client.close()
+    mover.close()
+    return figures
+
+
+def test_workflows_ride_out_kills_a_failover_and_moves(
+    fresh: FreshCluster, queue: str, procs: list[Proc], tmp_path: Path
+) -> None:
+    """CI version: 20 batches of 200 children and 20 chains of 5 steps over 4 rounds."""
+    workflows_under_faults(fresh, queue, procs, tmp_path, CI)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1800)
+def test_workflows_ride_out_long_chaos(
+    fresh: FreshCluster, queue: str, procs: list[Proc], tmp_path: Path
+) -> None:
+    """100 batches of 1,000 children and 100 chains of 10 steps over 10 rounds, two failovers
+    and two moves."""
+    workflows_under_faults(fresh, queue, procs, tmp_path, LONG)
