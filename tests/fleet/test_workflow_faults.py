@@ -229,7 +229,7 @@ class Fleet:
     procs: list[Proc]
     workers: list[Proc] = field(default_factory=list)
     dispatchers: list[Proc] = field(default_factory=list)
-    killed: dict[int, float] = field(default_factory=dict)  # pid -> epoch s of its SIGKILL
+    killed: dict[int, float] = field(default_factory=dict)  # pid -> epoch s it was dead
     down: set[int] = field(default_factory=set)  # node ports killed and not back yet
     timeline: list[tuple[float, str]] = field(default_factory=list)  # (epoch s, what)
 
@@ -267,9 +267,11 @@ class Fleet:
         self.dispatchers.append(self._start("dispatcher", DISPATCHER_FLAGS, []))
 
     def kill(self, proc: Proc) -> None:
+        proc.kill9()
+        # When it was dead (reaped), not when the signal was sent: a start it wrote in the
+        # microseconds between the two is still one it died in.
         self.killed[proc.pid] = time.time()
         self.note(f"SIGKILL {proc.pid}")
-        proc.kill9()
 
     def storm(self) -> tuple[int, int]:
         """SIGKILL a random part of the workers and of the dispatchers (each at least one), a
@@ -671,6 +673,7 @@ def workflows_under_faults(
         "resent_creates": len(work.resent),
         "ran_again_after_kill": after_kill,
         "ran_again_in_failover": in_failover,
+        "callbacks_ran_again": sum(len(runs.get(c, [])) - 1 for c in callbacks if runs.get(c)),
         "lost_in_failover": len(lost_in_failover),
         "enqueued": enqueued,
         "faults_s": round(faults_s, 1),
