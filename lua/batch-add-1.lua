@@ -1,18 +1,26 @@
 --[[ batch-add: reserve indexes for children added to an open batch.
 
 The producer then enqueues the children with these indexes (their job ids are
-'<batch id>#<index>'); the batch cannot end before it is sealed (lua/batch-seal-2.lua).
+'<batch id>#<index>'); the batch cannot end before it is sealed (lua/batch-seal-2.lua).  With
+an add id, the reservation is kept in the record ('add:<add id>' = '<first>|<count>'), so a
+producer that died half-way through enqueueing calls again with the same add id, gets the same
+indexes back, and fills the ones it had not (even after the batch was sealed meanwhile);
+without one, a call that dies half-way leaves its indexes unfilled and the batch can only be
+cancelled.
 
 KEYS[1] batch    hash    the record (lua/includes/batch.lua)
 
 ARGV[1] children to add: 1..100000
 ARGV[2] the batch id (for the error replies)
+ARGV[3] the add id ('' for none): 1-64 characters, no '|'
 
 Returns
-  {1, first index}                    reserved: indexes first .. first + ARGV[1] - 1
+  {1, first index}                    reserved now: indexes first .. first + ARGV[1] - 1
+  {2, first index}                    reserved before under this add id (a resend): the same
   {-18, batch id}                     E_BATCH_NOT_FOUND: never created, or expired
-  {-19, batch id, state}              E_BATCH_CLOSED: sealed, ended or cancelled
-  {-11, argv index, value, lo, hi}    E_BAD_ARGUMENT
+  {-19, batch id, state}              E_BATCH_CLOSED: sealed, ended or cancelled (a resend:
+                                      cancelled, or ended, so every child was counted)
+  {-11, argv index, value, lo, hi}    E_BAD_ARGUMENT (a resend with another count too)
   {-10, key, found, expected}         E_WRONG_TYPE: a key was overwritten outside shardq
   {-15, 'KEYS' or 'ARGV', n, cap}    E_TOO_MANY_ARGUMENTS: before anything else (store/loader.py)
 Every check comes before the first write: a refused call writes nothing.
@@ -21,10 +29,26 @@ Every check comes before the first write: a refused call writes nothing.
 
 local n, bad = arg_number(1, 1, 100000)
 if bad then return bad end
+local add_id = ARGV[3] or ''
+if #add_id > 64 or string.find(add_id, '|', 1, true) then
+  return {-11, 3, add_id, '1 character', '64 characters, no |'}
+end
 local wrong = wrong_type({KEYS[1], 'hash'})
 if wrong then return wrong end
 local state = redis.call('HGET', KEYS[1], 'state')
 if not state then return {-18, ARGV[2]} end
+if add_id ~= '' then
+  local before = redis.call('HGET', KEYS[1], 'add:' .. add_id)
+  if before then
+    local first, count = string.match(before, '^(%d+)|(%d+)$')
+    if tonumber(count) ~= n then return {-11, 1, ARGV[1], count, count} end
+    if state ~= 'open' and state ~= 'running' then return {-19, ARGV[2], state} end
+    return {2, tonumber(first)}
+  end
+end
 if state ~= 'open' then return {-19, ARGV[2], state} end
 local total = redis.call('HINCRBY', KEYS[1], 'total', n)
+if add_id ~= '' then
+  redis.call('HSET', KEYS[1], 'add:' .. add_id, (total - n) .. '|' .. n)
+end
 return {1, total - n}

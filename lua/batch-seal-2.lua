@@ -6,9 +6,11 @@ KEYS[2] seen     string  bitmap of counted children
 ARGV[1] the batch id (for the error replies)
 
 Returns
-  {1, name, body, extra, ...}         sealed (or already sealed: a resent seal), with the fires
-                                      the relay has to do now (every child had already ended):
-                                      lua/includes/batch.lua pending_fires
+  {1, ended ms, name, body, extra, ...}
+                                      sealed (or already sealed: a resent seal): when it ended
+                                      (0 while it runs), and the fires the caller has to do now
+                                      (every child had already ended): lua/includes/batch.lua
+                                      pending_fires
   {-18, batch id}                     E_BATCH_NOT_FOUND: never created, or expired
   {-10, key, found, expected}         E_WRONG_TYPE: a key was overwritten outside shardq
   {-15, 'KEYS' or 'ARGV', n, cap}    E_TOO_MANY_ARGUMENTS: before anything else (store/loader.py)
@@ -30,6 +32,6 @@ if state == 'open' then
   end_if_done(KEYS, now)
   expire_when_settled(KEYS)
 end
-local out = {1}
+local out = {1, tonumber(redis.call('HGET', KEYS[1], 'ended')) or 0}
 for _, v in ipairs(pending_fires(KEYS[1])) do out[#out + 1] = v end
 return out

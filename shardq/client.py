@@ -782,8 +782,10 @@ class Batches:
         exactly once: ``on_success`` when every child completed, ``on_failure`` when the batch
         failed (``policy``: ``"fail"`` at the first dead child, ``"continue"`` once all ended,
         ``"ignore"``: never for a dead child), ``on_complete`` once every child ended.
-        Calling it again with the same ``batch_id`` after a crash finishes what the first call
-        began, without duplicating children."""
+        Calling it again with the same ``batch_id`` and children after a crash finishes what
+        the first call began: a child already stored, or whose end was recorded, is not
+        enqueued again (one that was running and ends in the milliseconds of the resend's
+        check may run twice; it is counted once: docs/workflows.md)."""
         plan = workflow_plans.create_batch(
             self._client._queues, queue, list(children), settings=self._client.settings,
             batch_id=batch_id, on_success=on_success, on_complete=on_complete,
@@ -811,12 +813,24 @@ class Batches:
         )  # fmt: skip
         return self._client._drive(plan, f"opening a batch in {queue!r}")
 
-    def add(self, queue: str, batch_id: str, children: Iterable[Child]) -> int:
+    def add(
+        self,
+        queue: str,
+        batch_id: str,
+        children: Iterable[Child],
+        *,
+        add_id: str | None = None,
+    ) -> int:
         """Add children to an open batch; the index of the first.  BatchClosedError once it
-        was sealed, BatchNotFoundError for an unknown id."""
+        was sealed, BatchNotFoundError for an unknown id.  Pass ``add_id`` (your name for
+        this part, e.g. ``"part-7"``) to make the call safe to repeat: called again with the
+        same add id and children after a crash, it fills what the first call did not, even
+        once the batch was sealed.  Without one, a call that dies half-way leaves indexes no
+        child fills, and the batch can only end by being cancelled."""
         plan = workflow_plans.add_children(
-            self._client._queues, queue, batch_id, list(children), settings=self._client.settings
-        )
+            self._client._queues, queue, batch_id, list(children),
+            settings=self._client.settings, add_id=add_id,
+        )  # fmt: skip
         return self._client._drive(plan, f"adding to batch {batch_id!r}")
 
     def seal(self, queue: str, batch_id: str) -> None:
@@ -909,10 +923,18 @@ class AsyncBatches:
         )  # fmt: skip
         return await self._client._drive(plan, f"opening a batch in {queue!r}")
 
-    async def add(self, queue: str, batch_id: str, children: Iterable[Child]) -> int:
+    async def add(
+        self,
+        queue: str,
+        batch_id: str,
+        children: Iterable[Child],
+        *,
+        add_id: str | None = None,
+    ) -> int:
         plan = workflow_plans.add_children(
-            self._client._queues, queue, batch_id, list(children), settings=self._client.settings
-        )
+            self._client._queues, queue, batch_id, list(children),
+            settings=self._client.settings, add_id=add_id,
+        )  # fmt: skip
         return await self._client._drive(plan, f"adding to batch {batch_id!r}")
 
     async def seal(self, queue: str, batch_id: str) -> None:

@@ -64,6 +64,13 @@ def check_batch_id(batch_id: object) -> str:
     return batch_id
 
 
+def check_add_id(add_id: object) -> str:
+    """An add id (``batches.add(..., add_id=)``): the same rule as a batch id."""
+    if not isinstance(add_id, str) or not BATCH_ID_RE.fullmatch(add_id):
+        raise InvalidWorkflowError(f"add id {add_id!r:.80} is invalid: {BATCH_ID_RULE}")
+    return add_id
+
+
 #: The id of a stored batch or chain: a caller's (or generated) id, and ``~<index>`` per level
 #: of nesting (:func:`nested_id`).
 STORED_ID_RE = re.compile(rf"(?:{BATCH_ID_RE.pattern})(?:~[0-9]{{1,10}}){{0,{MAX_DEPTH}}}")
@@ -166,6 +173,11 @@ class BatchInfo:
     retention_ms: int = 0
     ttl_ms: int | None = None
     """How long until its record expires (None: kept until it ends)."""
+    fired_ms: int | None = None
+    """When what its end called for was done: callbacks enqueued, parent told (None before,
+    or when it called for nothing)."""
+    fire_errors: tuple[str, ...] = ()
+    """Fires given up, ``<fire>: <error>`` (a callback its queue refuses for good)."""
     extra: dict[str, str] = field(default_factory=dict)
 
     @property
@@ -198,6 +210,8 @@ class BatchInfo:
             "fires_pending": list(self.fires_pending),
             "retention_ms": self.retention_ms,
             "ttl_ms": self.ttl_ms,
+            "fired_ms": self.fired_ms,
+            "fire_errors": list(self.fire_errors),
         }
 
 

@@ -53,8 +53,8 @@ LIMIT_KINDS = keys.LIMIT_KINDS
 BATCH_KINDS = keys.BATCH_KINDS
 #: What the batch functions (lua/batch-*.lua) run on a batch's record and bitmap.
 BATCH_COMMANDS = (
-    "+hget", "+hmget", "+hset", "+hexists", "+hincrby", "+hgetall", "+setbit", "+get",
-    "+exists", "+del", "+pexpire", "+pttl",
+    "+hget", "+hmget", "+hset", "+hsetnx", "+hexists", "+hincrby", "+hgetall", "+setbit",
+    "+get", "+exists", "+del", "+pexpire", "+pttl",
 )  # fmt: skip
 #: Enqueueing a job (enqueue-8): the dispatcher enqueues workflow callbacks and chain steps.
 ENQUEUE_GRANTS: tuple[Grant, ...] = (
@@ -100,6 +100,8 @@ GRANTS: dict[str, tuple[Grant, ...]] = {
         # listing of batches, and a cancel's look for a child's end still in an outbox
         Grant(BATCH_KINDS, BATCH_COMMANDS),
         Grant(("batches",), ("+zadd", "+zrange", "+zrem")),
+        # the unsettled batches (added at create), those a seal or cancel is ending
+        Grant(("batches:live", "batches:firing"), ("+zadd", "+zrem")),
         Grant(("outbox",), ("+hexists",), read_only=True),
     ),
     "dispatcher": (
@@ -130,6 +132,9 @@ GRANTS: dict[str, tuple[Grant, ...]] = {
         # reports to the batches, enqueues their callbacks and chain steps
         Grant(("outbox",), ("+hscan", "+hdel")),
         Grant(BATCH_KINDS, BATCH_COMMANDS),
+        # and sweeps the batches (the holder of partition 0): fires a producer left, settled
+        # ids dropped, the open-batches gauge
+        Grant(("batches:live", "batches:firing"), ("+zrange", "+zrem", "+zcard")),
         *ENQUEUE_GRANTS,
     ),
     "worker": (
@@ -262,8 +267,8 @@ GRANTS["viewer"] = (
     Grant(("moving",), ("+hget",), read_only=True),
     Grant(("ctl",), ("+hget",), read_only=True),
     Grant(("resize",), ("+hgetall",), read_only=True),  # the resize's progress (queue info)
-    # the batches' pages and `shardq batch get|list`
-    Grant(BATCH_KINDS, ("+hgetall", "+pttl", "+get"), read_only=True),
+    # the batches' pages and `shardq batch get|list` (and batch-fires, what an end calls for)
+    Grant(BATCH_KINDS, ("+hgetall", "+hget", "+hmget", "+pttl", "+get"), read_only=True),
     Grant(("batches",), ("+zrange",), read_only=True),
 )
 # The admin loads the functions library and moves slots between primaries (MIGRATE moves every
@@ -289,7 +294,8 @@ PLAIN_EXTRA: dict[str, tuple[str, ...]] = {
     # WAIT: a durable enqueue waits for its replicas (ProducerSettings.durable_replicas)
     # ssubscribe: client.result waits on the job's result channel
     "producer": ("+spublish", "+wait", "+ssubscribe", "+sunsubscribe"),
-    "dispatcher": ("+spublish", "+ssubscribe", "+sunsubscribe"),
+    # WAIT: the relay deletes an outbox entry once a replica has its batch's count
+    "dispatcher": ("+spublish", "+ssubscribe", "+sunsubscribe", "+wait"),
     "worker": ("+spublish", "+ssubscribe", "+sunsubscribe"),
     # SCAN: deleting a queue finds its idempotency keys and limit state by SCAN MATCH
     "operator": ("+spublish", "+ssubscribe", "+sunsubscribe", "+function|list", "+scan"),

@@ -40,6 +40,7 @@ def row(b: BatchInfo) -> dict[str, Any]:
         "created": fmt.iso(b.created_ms),
         "sealed": fmt.iso(b.sealed_ms),
         "ended": fmt.iso(b.ended_ms),
+        "fired": fmt.iso(b.fired_ms),
     }
 
 
@@ -72,9 +73,11 @@ def _show(b: BatchInfo) -> None:
                 ("parent", b.parent),
                 ("callbacks", _list(b.callbacks)),
                 ("fires pending", _list(b.fires_pending)),
+                ("fires given up", _list(b.fire_errors)),
                 ("created", fmt.when(b.created_ms)),
                 ("sealed", fmt.when(b.sealed_ms)),
                 ("ended", fmt.when(b.ended_ms)),
+                ("fired", fmt.when(b.fired_ms)),
                 ("ttl", _ttl(b)),
             ]
         )

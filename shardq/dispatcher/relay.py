@@ -5,14 +5,25 @@ script that ends it (lua/includes/outbox.lua), since no script can reach the bat
 This loop reads the outboxes of the partitions this dispatcher holds, reports each entry to
 its batch (lua/batch-report-2.lua: idempotent, the child's bit in the batch's bitmap), does
 what the reports call for (a callback, a chain's next step, a report to a parent batch:
-:func:`shardq.plans.workflows.do_fires`, each idempotent) and only then deletes the entries.
+:func:`shardq.plans.workflows.settle`, each idempotent) and only then deletes the entries.
 A dispatcher killed at any point leaves the entries for the next holder of the partition, whose
 resent reports change nothing: no end is lost or counted twice.
 
 Woken at once by the outbox hint (message ``o`` on the partition's due-hint channel, published
 with the entry) and by a won lease; every held partition is also read every
-:data:`RECHECK` seconds, which bounds a lost hint.  A queue without workflows pays that read
-only (one HSCAN of an empty hash per partition per RECHECK, pipelined per node).
+:data:`RECHECK` seconds, which bounds a lost hint, and a round that left entries (a fault) is
+tried again after :data:`ERROR_BACKOFF`.  A queue without workflows pays that read only (one
+HSCAN of an empty hash per partition per RECHECK, pipelined per node).
+
+When every primary has a replica, an entry is deleted only once its batch's count was
+confirmed by one (WAIT on the connection that wrote it), and callbacks are enqueued durably:
+so a failover of the batch's primary cannot lose a count whose outbox entry is gone
+(docs/workflows.md says what each setting promises).
+
+The holder of the queue's first partition also sweeps the queue's batches every
+:data:`SWEEP_EVERY` seconds (:func:`shardq.plans.workflows.sweep`): it does the fires of a
+batch whose producer died between ending it (seal, cancel) and doing them, drops settled ids
+from the unsettled set, and exports its size (``shardq_workflow_batches_open``).
 """
 
 from __future__ import annotations
@@ -22,7 +33,7 @@ import contextlib
 import logging
 import time
 
-from prometheus_client import Counter, Histogram
+from prometheus_client import Counter, Gauge, Histogram
 
 from shardq.config import ProducerSettings
 from shardq.dispatcher.context import DispatcherContext
@@ -32,6 +43,7 @@ from shardq.plans import drive_async
 from shardq.plans import workflows as plans
 from shardq.store.producer import REDIS_CLOCK, QueueCache
 from shardq.store.retry import AsyncRunner
+from shardq.store.transport import fewest_replicas
 
 log = logging.getLogger("shardq.dispatcher")
 
@@ -54,6 +66,25 @@ LAG = Histogram(
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0),
 )
 
+CALLBACK_LAG = Histogram(
+    "shardq_workflow_callback_lag_seconds",
+    "From a batch's end (Redis clock) to its callbacks enqueued by this process's relay or sweep.",
+    ["queue"],
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0),
+)
+GIVEN_UP = Counter(
+    "shardq_workflow_fires_given_up_total",
+    "Fires this process gave up because their job is refused for good (the error is kept in "
+    "the batch's record: `shardq batch get`).",
+    ["queue"],
+)
+OPEN = Gauge(
+    "shardq_workflow_batches_open",
+    "Batches and chains (nested ones too) created and not yet settled (ended, and their "
+    "callbacks enqueued), read by the dispatcher holding the queue's first partition.",
+    ["queue"],
+)
+
 LOOP = "relay"
 #: Seconds between reads of every held partition's outbox (a lost hint waits this long).
 RECHECK = 30.0
@@ -62,6 +93,8 @@ CONCURRENCY = 16
 #: How long one partition's round may retry through faults before it is left for the next.
 WINDOW = 10.0
 ERROR_BACKOFF = 1.0
+#: Seconds between the sweep's rounds (each reads two pages of ids: see plans.workflows.sweep).
+SWEEP_EVERY = 10.0
 
 
 class Relay:
@@ -81,10 +114,20 @@ class Relay:
         self.relayed = 0
         self.dropped = 0
         self.errors = 0
+        self.swept = 0
+        self.cursor = (0, 0)
+        self._exported_open = False
+        self.client = ctx.transport.client
         self._m_relayed = RELAYED.labels(ctx.queue, "relayed")
         self._m_dropped = RELAYED.labels(ctx.queue, "dropped")
         self._m_lag = LAG.labels(ctx.queue)
+        self._m_callback_lag = CALLBACK_LAG.labels(ctx.queue)
         leases.when_acquired(self.wake)
+
+    def replicas(self) -> int:
+        """Replicas a report waits for: one when every primary has one (per the client's slot
+        map), else none (a WAIT for a replica that does not exist would only time out)."""
+        return min(1, fewest_replicas(self.client))
 
     def wake(self, partition: int) -> None:
         """An outbox hint came, or a lease was won: read the partition's outbox now."""
@@ -98,12 +141,16 @@ class Relay:
         stop = self.supervisor.stop_event(LOOP)
         state = self.supervisor.state(LOOP)
         next_sweep = time.monotonic() + RECHECK
+        next_batches = time.monotonic() + SWEEP_EVERY
         while not stop.is_set():
             state.progress()
             now = time.monotonic()
             if now >= next_sweep:
                 self.wanted.update(self.leases.tokens)
                 next_sweep = now + RECHECK
+            if now >= next_batches:
+                next_batches = now + SWEEP_EVERY
+                await self.sweep()
             held = self.leases.tokens
             todo = [p for p in self.wanted if p in held and p in self.pks]
             self.wanted.clear()
@@ -114,7 +161,51 @@ class Relay:
             self.event.clear()
             state.ok()
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.event.wait(), max(0.0, next_sweep - now))
+                wait = min(next_sweep, next_batches) - now
+                await asyncio.wait_for(self.event.wait(), max(0.0, wait))
+
+    async def sweep(self) -> None:
+        """One round of the batches' sweep, by the holder of the queue's first partition only
+        (its loss of the lease hands the sweep over with the partition)."""
+        if not self.pks or min(self.pks) not in self.leases.tokens:
+            if self._exported_open:  # the holder that took partition 0 exports it now
+                OPEN.remove(self.queue)
+                self._exported_open = False
+            return
+        try:
+            done = await drive_async(
+                plans.sweep(
+                    self.cache,
+                    self.queue,
+                    self.producer,
+                    REDIS_CLOCK.now_ms(),
+                    self.cursor,
+                    self.replicas(),
+                ),
+                self.runner.batches("sweeping the queue's batches"),
+            )
+        except Exception as exc:
+            self.errors += 1
+            metrics.SCRIPT_ERRORS.labels(self.queue, "relay", type(exc).__name__).inc()
+            log.warning("batch sweep failed: %s: %s", type(exc).__name__, exc)
+            return
+        self.cursor = done.cursor
+        self.swept += done.fired
+        OPEN.labels(self.queue).set(done.unsettled)
+        self._exported_open = True
+        if done.fired:
+            log.warning(
+                "relay sweep did the fires of %d batch(es) whose producer left them", done.fired
+            )
+        self._callbacks(done.callbacks_ended_ms)
+
+    def _callbacks(self, ended: list[int]) -> None:
+        if not ended:
+            return
+        now_ms = REDIS_CLOCK.now_ms()
+        for ms in ended:
+            if ms:
+                self._m_callback_lag.observe(max(0.0, (now_ms - ms) / 1000.0))
 
     async def round(self, partitions: list[int]) -> None:
         """Relay the outboxes of ``partitions`` (each until it is empty or fails)."""
@@ -131,7 +222,9 @@ class Relay:
         while True:
             try:
                 done = await drive_async(
-                    plans.relay_partition(self.cache, self.queue, pk, self.producer),
+                    plans.relay_partition(
+                        self.cache, self.queue, pk, self.producer, self.replicas()
+                    ),
                     self.runner.batches(f"relaying the outbox of partition {pk.label}"),
                 )
             except Exception as exc:
@@ -158,5 +251,20 @@ class Relay:
                 )
             for name in done.fires:
                 FIRES.labels(self.queue, "step" if name.startswith("step:") else name).inc()
+            self._callbacks(done.callbacks_ended_ms)
+            if done.given_up:
+                GIVEN_UP.labels(self.queue).inc(len(done.given_up))
+                log.error(
+                    "relay gave up fires of %s: %s (kept in the batch's record: shardq batch get)",
+                    pk.label,
+                    "; ".join(done.given_up),
+                )
+            if done.left:
+                # Entries a fault left (a batch's primary down, a report not yet confirmed by
+                # its replica): tried again after a pause, not only at the next hint.
+                await asyncio.sleep(ERROR_BACKOFF)
+                self.wanted.add(p)
+                self.event.set()
+                return
             if relayed + dropped == 0:
                 return

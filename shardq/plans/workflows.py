@@ -14,6 +14,7 @@ chain's next step, a report to a parent batch) is done by whoever made the call 
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Sequence
 from dataclasses import replace
 from datetime import timedelta
@@ -24,18 +25,23 @@ import orjson
 from shardq.config import ProducerSettings
 from shardq.errors import (
     BatchNotFoundError,
+    InvalidJobError,
     InvalidWorkflowError,
     JobNotFoundError,
     JobNotScheduledError,
     JobRunningError,
+    LanesOffError,
+    NotDurableError,
     ScriptArgumentError,
     ShardqError,
+    UnknownQueueError,
 )
 from shardq.jobs import JobRequest
 from shardq.plans import Plan, ok, one
 from shardq.plans import producer as producer_plans
 from shardq.store import keys, producer
 from shardq.store import workflows as ops
+from shardq.store.op import Call, Waiting
 from shardq.store.producer import QueueCache
 from shardq.workflows import (
     CALLBACKS,
@@ -49,6 +55,7 @@ from shardq.workflows import (
     Chain,
     Child,
     callback_id,
+    check_add_id,
     check_batch_id,
     check_policy,
     check_stored_id,
@@ -180,33 +187,67 @@ def create_batch(
     fields = _callbacks(_Check(queue, settings), on_success, on_complete, on_failure)
     keep = _retention(retention)
     bk = _bk(queue, bid)
-    yield from producer_plans.meta(cache, queue)  # UnknownQueueError before anything is written
-    created, state, total, kind = yield from one(
+    created = yield from _open(
+        cache, queue, bk, "batch", policy, keep, len(children), parent, fields
+    )
+    yield from _enqueue_children(cache, queue, bid, 0, children, settings, keep, depth, created)
+    if seal:
+        yield from _sealed(cache, queue, bk, settings)
+    return bid
+
+
+def _open(
+    cache: QueueCache,
+    queue: str,
+    bk: keys.BatchKeys,
+    kind: str,
+    policy: str,
+    keep: int,
+    total: int,
+    parent: str,
+    fields: list[tuple[str, bytes]],
+) -> Plan[bool]:
+    """Create a batch's (open) or chain's (sealed) record once, listed as unsettled and in the
+    queue's index; whether it was created now (False: a resend, checked to be the same kind
+    and size).  UnknownQueueError before anything is written."""
+    yield from producer_plans.meta(cache, queue)
+    # Listed unsettled before its record exists: a producer that dies between the two leaves
+    # an id with no record, which the relay's sweep drops.
+    yield from one(ops.live_add(queue, bk.batch_id, _now_ms()))
+    created, state, was_total, was_kind = yield from one(
         ops.open_batch(
             bk,
-            kind="batch",
+            kind=kind,
             policy=policy,
             retention_ms=keep,
-            total=len(children),
-            sealed=False,
+            total=total,
+            sealed=kind == "chain",
             parent=parent,
             fields=fields,
         )
     )
-    if created:
-        yield from one(ops.index_add(queue, bid, _now_ms()))
-        if not parent:
-            yield from _prune_index(queue)
-    elif kind != "batch" or total != len(children):
+    if not created and (was_kind != kind or was_total != total):
         raise InvalidWorkflowError(
-            f"batch id {bid!r} is taken by a {kind} of {total} children in {queue!r} "
-            f"(state {state}): pass another batch_id"
+            f"{kind} id {bk.batch_id!r} is taken by a {was_kind} of {was_total} in {queue!r} "
+            f"(state {state}): pass another {kind}_id"
         )
-    yield from _enqueue_children(cache, queue, bid, 0, children, settings, keep, depth, created)
-    if seal:
-        fires = yield from one(ops.seal(bk))
-        yield from do_fires(cache, queue, bk, fires, settings)
-    return bid
+    # On a resend too: the first call may have died between the record and the index.
+    yield from one(ops.index_add(queue, bk.batch_id, _now_ms()))
+    if created and not parent:
+        yield from _prune_index(queue)
+    return created
+
+
+def _sealed(
+    cache: QueueCache, queue: str, bk: keys.BatchKeys, settings: ProducerSettings
+) -> Plan[None]:
+    """Seal the batch and do what that ends it calls for.  The batch is listed in the firing
+    set from before the seal until its fires are done, so if this process dies in between
+    (a small batch's children often all end before the seal), the relay's sweep does them."""
+    yield from one(ops.firing_add(queue, bk.batch_id, _now_ms()))
+    ended_ms, fires = yield from one(ops.seal(bk))
+    yield from settle(cache, queue, bk, fires, ended_ms, settings)
+    yield from one(ops.firing_remove(queue, [bk.batch_id]))
 
 
 def _now_ms() -> int:
@@ -224,16 +265,20 @@ def _enqueue_children(
     depth: int,
     fresh: bool,
 ) -> Plan[None]:
-    """Enqueue children ``first..``; on a resend (not ``fresh``) those already counted are
-    skipped (the others are recognised by their ids while stored)."""
+    """Enqueue children ``first..``.  On a resend (not ``fresh``), a child is skipped when its
+    end waits in its partition's outbox or was counted; a stored one is recognised by its id.
+    The outboxes are read before the bitmap, so a child that ended before the check is found
+    in one or the other (the relay deletes an entry only after counting it); what is left is a
+    child running at the check that ends in the milliseconds before its resend, which then
+    runs again (counted once)."""
     bits = b"" if fresh else (yield from one(ops.seen_bits(_bk(queue, bid))))
-    plain: list[JobRequest] = []
+    plain: list[tuple[int, JobRequest]] = []
     for offset, child in enumerate(children):
         i = first + offset
         if bit(bits, i):
-            continue
+            continue  # counted (a nested batch's record may have expired since)
         if isinstance(child, JobRequest):
-            plain.append(replace(child, job_id=child_id(bid, i), workflow={"g": [bid, i, 0]}))
+            plain.append((i, replace(child, job_id=child_id(bid, i), workflow={"g": [bid, i, 0]})))
         elif isinstance(child, Batch):
             yield from create_batch(
                 cache,
@@ -264,9 +309,32 @@ def _enqueue_children(
                 parent=f"{bid}|{i}",
             )
     for lo in range(0, len(plain), CHUNK):
-        yield from producer_plans.enqueue_many(
-            cache, queue, plain[lo : lo + CHUNK], settings, CHUNK, False
-        )
+        part = plain[lo : lo + CHUNK]
+        if not fresh:
+            part = yield from _not_ended(cache, queue, bid, part)
+        if part:
+            yield from producer_plans.enqueue_many(
+                cache, queue, [req for _, req in part], settings, CHUNK, False
+            )
+
+
+def _not_ended(
+    cache: QueueCache, queue: str, bid: str, part: list[tuple[int, JobRequest]]
+) -> Plan[list[tuple[int, JobRequest]]]:
+    """The children of ``part`` whose end is neither in an outbox nor counted (outboxes first:
+    see :func:`_enqueue_children`)."""
+    layout = yield from producer_plans.layout(cache, queue)
+    asks: list[Call[bool]] = []
+    owner: list[int] = []
+    for n, (_, req) in enumerate(part):
+        assert req.job_id is not None
+        for pk in layout.homes(req.job_id):
+            asks.append(ops.outbox_has(pk, req.job_id))
+            owner.append(n)
+    waiting = ok((yield asks))
+    ended = {owner[k] for k, w in enumerate(waiting) if w}
+    bits = yield from one(ops.seen_bits(_bk(queue, bid)))
+    return [(i, req) for n, (i, req) in enumerate(part) if n not in ended and not bit(bits, i)]
 
 
 def add_children(
@@ -276,11 +344,17 @@ def add_children(
     children: Sequence[Child],
     *,
     settings: ProducerSettings,
+    add_id: str | None = None,
 ) -> Plan[int]:
     """Add children to an open batch; the index of the first.  BatchClosedError once sealed.
-    A call that dies half-way leaves the indexes it reserved unfilled: the batch then cannot
-    end until it is cancelled (say so to the caller: call again is not enough)."""
+    With ``add_id``, the call is safe to repeat: a producer that died half-way calls again with
+    the same add id and children, gets the same indexes and fills those it had not (even once
+    the batch was sealed).  Without one, a call that dies half-way leaves its indexes unfilled,
+    and the batch can then only end by being cancelled."""
     check_stored_id(batch_id)
+    # Without the caller's add id, one of this call's own: a resend of the reservation after
+    # an ambiguous fault (sent, reply lost) then gets the same indexes instead of new ones.
+    token = check_add_id(add_id) if add_id is not None else "a" + secrets.token_hex(8)
     children = list(children)
     if not 1 <= len(children) <= MAX_ADD:
         raise InvalidWorkflowError(f"add 1..{MAX_ADD} children per call, got {len(children)}")
@@ -289,9 +363,11 @@ def add_children(
     info = yield from get_batch(cache, queue, batch_id)
     if info is None:
         raise BatchNotFoundError(f"no batch {batch_id!r} in {queue!r}")
-    first = yield from one(ops.add(bk, len(children)))
+    first, resent = yield from one(ops.add(bk, len(children), token))
     keep = info.retention_ms
-    yield from _enqueue_children(cache, queue, batch_id, first, children, settings, keep, 0, True)
+    yield from _enqueue_children(
+        cache, queue, batch_id, first, children, settings, keep, 0, not resent
+    )
     return first
 
 
@@ -301,8 +377,7 @@ def seal_batch(
     """Seal an open batch: it ends once every child has (at once when all already have)."""
     bk = _bk(queue, check_stored_id(batch_id))
     yield from producer_plans.meta(cache, queue)
-    fires = yield from one(ops.seal(bk))
-    yield from do_fires(cache, queue, bk, fires, settings)
+    yield from _sealed(cache, queue, bk, settings)
 
 
 def create_chain(
@@ -327,28 +402,7 @@ def create_chain(
     fields += [(f"step:{i}", spec) for i, spec in enumerate(specs) if i > 0]
     keep = _retention(retention)
     bk = _bk(queue, cid)
-    yield from producer_plans.meta(cache, queue)
-    created, state, total, kind = yield from one(
-        ops.open_batch(
-            bk,
-            kind="chain",
-            policy="fail",
-            retention_ms=keep,
-            total=len(specs),
-            sealed=True,
-            parent=parent,
-            fields=fields,
-        )
-    )
-    if created:
-        yield from one(ops.index_add(queue, cid, _now_ms()))
-        if not parent:
-            yield from _prune_index(queue)
-    elif kind != "chain" or total != len(specs):
-        raise InvalidWorkflowError(
-            f"chain id {cid!r} is taken by a {kind} of {total} in {queue!r} (state {state}): "
-            "pass another chain_id"
-        )
+    created = yield from _open(cache, queue, bk, "chain", "fail", keep, len(specs), parent, fields)
     bits = b"" if created else (yield from one(ops.seen_bits(bk)))
     if not bit(bits, 0):
         # Step 0 with its id as its idempotency key: a resent create never runs it twice.
@@ -368,83 +422,267 @@ def _previous(record: bytes) -> Any:
     return data.get("v") if isinstance(data, dict) else None
 
 
-def do_fires(
+#: Errors that no resend of a fire can mend (the callback's request is refused for good: its
+#: queue was deleted, its lanes turned off under a priority callback, a limit removed): the
+#: fire is given up and the error kept in the record (``BatchInfo.fire_errors``), instead of
+#: being retried with every relay round for ever.
+GIVE_UP = (InvalidJobError, UnknownQueueError, LanesOffError, BatchNotFoundError)
+#: How long a relay's WAIT for its reports' replica waits (ms).
+REPORT_WAIT_MS = 1000
+
+
+class Settled(NamedTuple):
+    """What :func:`settle` did: the fires done, those given up (name -> error), how many are
+    left, and when the batch ended (ms; 0 while it runs)."""
+
+    done: list[str]
+    given_up: dict[str, str]
+    left: int
+    ended_ms: int
+
+
+def _waited(calls: Sequence[Call[Any]], replicas: int) -> Plan[list[Any]]:
+    """Each call's result; with ``replicas``, each node's calls followed by a WAIT, and a call
+    whose node's replicas did not all confirm answers NotDurableError (left for a resend)."""
+    if not replicas:
+        return list((yield list(calls)))
+    results, acked = yield Waiting(list(calls), replicas, REPORT_WAIT_MS)
+    return [
+        r
+        if isinstance(r, BaseException) or (n or 0) >= replicas
+        else NotDurableError(f"a workflow report was not confirmed by {replicas} replica(s)")
+        for r, n in zip(results, acked, strict=True)
+    ]
+
+
+def settle(
     cache: QueueCache,
     queue: str,
     bk: keys.BatchKeys,
     fires: list[ops.Fire],
+    ended_ms: int | None,
     settings: ProducerSettings,
-) -> Plan[int]:
+    replicas: int = 0,
+) -> Plan[Settled]:
     """Do what a batch's end calls for, each fire idempotent (a callback's and a step's id is
-    derived from the batch's and is its idempotency key; a parent report sets a bit), then take
-    them off the record.  Returns how many were done."""
+    derived from the batch's and is its idempotency key; a parent report sets a bit), take
+    them off the record, and once the batch ended with nothing left, drop it from the
+    unsettled set.  A fire refused for good (:data:`GIVE_UP`) is given up with its error kept;
+    any other error is raised, the fires left listed for a resend.  With ``replicas``, each
+    enqueue and report waits for that many replicas (the relay's: see docs/workflows.md)."""
     bid = bk.batch_id
     done: list[str] = []
+    given_up: dict[str, str] = {}
     for f in fires:
-        if f.name in CALLBACKS:
-            cid = callback_id(bid, f.name)
-            req = ops.request_of(f.body, cid, {"gb": bid}, idempotent=True)
-            yield from producer_plans.enqueue(cache, queue, req, settings, False)
-        elif f.name.startswith("step:"):
-            i = int(f.name[5:])
-            workflow = {"g": [bid, i, 1], "pr": _previous(f.extra)}
-            req = ops.request_of(f.body, child_id(bid, i), workflow, idempotent=True)
-            yield from producer_plans.enqueue(cache, queue, req, settings, False)
-        elif f.name == "parent":
-            parent, _, index = f.body.decode().partition("|")
-            pbk = _bk(queue, parent)
-            reported = yield from one(ops.report(pbk, int(index), f.extra.decode(), bid, b""))
-            if reported.fires:
-                yield from do_fires(cache, queue, pbk, reported.fires, settings)
+        try:
+            yield from _fire(cache, queue, bid, f, settings, replicas)
+        except GIVE_UP as exc:
+            given_up[f.name] = f"{type(exc).__name__}: {exc}"
+            continue
         done.append(f.name)
-    if done:
-        yield from one(ops.fired(bk, done))
-    return len(done)
+    left, ended = 0, ended_ms or 0
+    if fires:
+        left, ended = yield from one(ops.fired(bk, done, given_up))
+    if ended and not left:
+        yield from one(ops.live_remove(queue, [bid]))
+    return Settled(done, given_up, left, ended)
+
+
+def _fire(
+    cache: QueueCache,
+    queue: str,
+    bid: str,
+    f: ops.Fire,
+    settings: ProducerSettings,
+    replicas: int,
+) -> Plan[None]:
+    if f.name in CALLBACKS:
+        req = ops.request_of(f.body, callback_id(bid, f.name), {"gb": bid}, idempotent=True)
+        yield from producer_plans.enqueue(
+            cache, queue, req, _durable(settings, replicas), bool(replicas)
+        )
+    elif f.name.startswith("step:"):
+        i = int(f.name[5:])
+        workflow = {"g": [bid, i, 1], "pr": _previous(f.extra)}
+        req = ops.request_of(f.body, child_id(bid, i), workflow, idempotent=True)
+        yield from producer_plans.enqueue(
+            cache, queue, req, _durable(settings, replicas), bool(replicas)
+        )
+    elif f.name == "parent":
+        parent, _, index = f.body.decode().partition("|")
+        pbk = _bk(queue, parent)
+        end = ops.ChildEnd(int(index), f.extra.decode(), bid)
+        (reported,) = ok((yield from _waited([ops.report(pbk, [end])], replicas)))
+        if reported.known:
+            yield from settle(
+                cache, queue, pbk, reported.fires, reported.ended_ms, settings, replicas
+            )
+
+
+def _durable(settings: ProducerSettings, replicas: int) -> ProducerSettings:
+    if not replicas or settings.durable_replicas == replicas:
+        return settings
+    return replace(settings, durable_replicas=replicas)
 
 
 class Relayed(NamedTuple):
     """One relay round of a partition: entries relayed and dropped (no batch can take them),
-    when each relayed child ended (ms, Redis clock), and the fires done for them."""
+    left for a later round (a fault), when each relayed child ended (ms, Redis clock), the
+    fires done for them, for each callback enqueued when its batch had ended (ms), and the
+    fires given up (``<batch id> <fire>: <error>``)."""
 
     relayed: int
     dropped: int
+    left: int
     ended_ms: list[int]
     fires: list[str]
+    callbacks_ended_ms: list[int]
+    given_up: list[str]
 
 
 def relay_partition(
-    cache: QueueCache, queue: str, pk: keys.PartitionKeys, settings: ProducerSettings
+    cache: QueueCache,
+    queue: str,
+    pk: keys.PartitionKeys,
+    settings: ProducerSettings,
+    replicas: int = 0,
 ) -> Plan[Relayed]:
-    """Relay one round of a partition's outbox: report each entry to its batch, do what the
-    reports call for, and only then delete the entries (a relay that dies before leaves them
-    for the next round, and a resent report changes nothing)."""
+    """Relay one round of a partition's outbox: report each batch's entries in one call, do
+    what the reports call for, and only then delete the entries (a relay that dies before
+    leaves them for the next round, and a resent report changes nothing).  With
+    ``replicas``, an entry is deleted only once its report was confirmed by that many replicas
+    (a failover of the batch's primary cannot lose a count whose entry is gone)."""
     entries, bad = yield from one(ops.outbox_read(pk))
     if not entries and not bad:
-        return Relayed(0, 0, [], [])
-    results = yield [
-        ops.report(_bk(queue, e.batch_id), e.child, e.outcome, e.job_id, e.value) for e in entries
+        return Relayed(0, 0, 0, [], [], [], [])
+    by_batch: dict[str, list[ops.OutboxEntry]] = {}
+    for e in entries:
+        by_batch.setdefault(e.batch_id, []).append(e)
+    calls = [
+        ops.report(
+            _bk(queue, bid), [ops.ChildEnd(e.child, e.outcome, e.job_id, e.value) for e in group]
+        )
+        for bid, group in by_batch.items()
     ]
-    relayed: list[str] = []
+    results = yield from _waited(calls, replicas)
+    relayed: list[ops.OutboxEntry] = []
     dropped = list(bad)
-    ended: list[int] = []
     fires: list[str] = []
-    for e, r in zip(entries, results, strict=True):
-        if isinstance(r, ScriptArgumentError | InvalidWorkflowError):
-            dropped.append(e.job_id)  # an index past the batch's children: no batch has it
+    callbacks: list[int] = []
+    given_up: list[str] = []
+    for (bid, group), r in zip(by_batch.items(), results, strict=True):
+        if isinstance(r, ScriptArgumentError):
+            dropped += [e.job_id for e in group]  # a report no script takes: a bug, logged
             continue
         if isinstance(r, BaseException):
             continue  # left for the next round
+        if not r.known:
+            dropped += [e.job_id for e in group]  # its batch expired or never existed
+            continue
+        skipped = set(r.skipped)  # an index past the batch's children: no batch has it
+        dropped += [e.job_id for n, e in enumerate(group) if n in skipped]
         if r.fires:
             try:
-                yield from do_fires(cache, queue, _bk(queue, e.batch_id), r.fires, settings)
+                done = yield from settle(
+                    cache, queue, _bk(queue, bid), r.fires, r.ended_ms, settings, replicas
+                )
             except ShardqError:
                 continue  # the report is counted; the resend answers the fires again
-            fires += [f.name for f in r.fires]
-        relayed.append(e.job_id)
-        ended.append(e.ended_ms)
+            fires += done.done
+            callbacks += [done.ended_ms for name in done.done if name in CALLBACKS]
+            given_up += [f"{bid} {name}: {err}" for name, err in done.given_up.items()]
+        elif r.ended_ms and r.counted:
+            yield from one(ops.live_remove(queue, [bid]))  # ended, calling for nothing
+        relayed += [e for n, e in enumerate(group) if n not in skipped]
     if relayed or dropped:
-        yield from one(ops.outbox_delete(pk, relayed + dropped))
-    return Relayed(len(relayed), len(dropped), ended, fires)
+        yield from one(ops.outbox_delete(pk, [e.job_id for e in relayed] + dropped))
+    left = len(entries) + len(bad) - len(relayed) - len(dropped)
+    return Relayed(
+        len(relayed), len(dropped), left, [e.ended_ms for e in relayed], fires, callbacks, given_up
+    )
+
+
+#: A batch a producer began ending (seal, cancel) this long ago whose fires are still listed:
+#: the producer died or hangs, and the sweep does them (each fire is idempotent, so a slow
+#: producer doing them too changes nothing).  ms.
+FIRING_GRACE_MS = 30_000
+#: An unsettled id with no record this long after it was listed: its producer died between
+#: listing it and creating the record (or the record expired): dropped.  ms.
+LIVE_GRACE_MS = 60_000
+#: Ids the sweep reads per round, in each set.
+SWEEP_PAGE = 200
+
+
+class Swept(NamedTuple):
+    """One sweep round: batches and chains unsettled (the open-batches gauge), batches whose
+    fires it did, ids it dropped from the unsettled set, where the next round goes on
+    ((score, ids of that score already read)), and for each callback it enqueued when its
+    batch had ended (ms)."""
+
+    unsettled: int
+    fired: int
+    dropped: int
+    cursor: tuple[int, int]
+    callbacks_ended_ms: list[int]
+
+
+def sweep(
+    cache: QueueCache,
+    queue: str,
+    settings: ProducerSettings,
+    now_ms: int,
+    cursor: tuple[int, int] = (0, 0),
+    replicas: int = 0,
+) -> Plan[Swept]:
+    """One round of the relay's sweep over a queue's batches (run by one dispatcher: the holder
+    of the queue's first partition).  It does the fires of batches a producer began ending
+    and left (:data:`FIRING_GRACE_MS`), and walks the unsettled set a page per round from
+    ``cursor``, dropping ids that settled (their remover died) or never got a record, and
+    doing the fires of any that ended long ago with fires listed.  Bounded: two pages."""
+    fired = 0
+    callbacks: list[int] = []
+    stuck = yield from one(ops.firing_before(queue, now_ms - FIRING_GRACE_MS, SWEEP_PAGE))
+    for bid, _ in stuck:
+        bk = _bk(queue, bid)
+        left = yield from one(ops.pending(bk))
+        if left is not None and (left.fires or left.ended_ms):
+            done = yield from settle(
+                cache, queue, bk, left.fires, left.ended_ms, settings, replicas
+            )
+            fired += bool(left.fires)
+            callbacks += [done.ended_ms for name in done.done if name in CALLBACKS]
+        yield from one(ops.firing_remove(queue, [bid]))
+    score, skip = cursor
+    page = yield from one(ops.live_after(queue, score, skip, SWEEP_PAGE))
+    states = ok((yield [ops.settled_state(_bk(queue, bid)) for bid, _ in page])) if page else []
+    gone: list[str] = []
+    for (bid, listed), (state, ended_ms, listed_fires) in zip(page, states, strict=True):
+        if state is None:
+            if listed < now_ms - LIVE_GRACE_MS:
+                gone.append(bid)
+        elif ended_ms and not listed_fires:
+            gone.append(bid)
+        elif ended_ms and ended_ms < now_ms - FIRING_GRACE_MS:
+            bk = _bk(queue, bid)
+            left = yield from one(ops.pending(bk))
+            if left is not None:
+                done = yield from settle(
+                    cache, queue, bk, left.fires, left.ended_ms, settings, replicas
+                )
+                fired += 1
+                callbacks += [done.ended_ms for name in done.done if name in CALLBACKS]
+    if gone:
+        yield from one(ops.live_remove(queue, gone))
+    if len(page) < SWEEP_PAGE:
+        cursor = (0, 0)  # the end: the next round starts over
+    else:
+        # Past the ids of the last score this round kept (those it dropped are gone, so the
+        # next round's offset must not count them).
+        last = page[-1][1]
+        kept = sum(1 for bid, sc in page if sc == last and bid not in gone)
+        cursor = (last, kept + (skip if last == score else 0))
+    unsettled = yield from one(ops.live_count(queue))
+    return Swept(unsettled, fired, len(gone), cursor, callbacks)
 
 
 def get_batch(cache: QueueCache, queue: str, batch_id: str) -> Plan[BatchInfo | None]:
@@ -511,6 +749,9 @@ def cancel_batch(
     check_stored_id(batch_id)
     yield from producer_plans.meta(cache, queue)
     bk = _bk(queue, batch_id)
+    # Listed as being ended from before the cancel until its fires (a parent report) are done:
+    # a producer that dies in between leaves them to the relay's sweep.
+    yield from one(ops.firing_add(queue, batch_id, _now_ms()))
     done = yield from one(ops.cancel(bk))
     total, kind, was = done.total, done.kind, done.was
     bits = yield from one(ops.seen_bits(bk))
@@ -522,16 +763,16 @@ def cancel_batch(
         part = todo[lo : lo + CHUNK]
         ids = [child_id(batch_id, i) for i in part]
         results = yield from producer_plans.at_home(cache, queue, ids, producer.cancel)
-        reports: list[tuple[int, str, str]] = []
+        reports: list[ops.ChildEnd] = []
         missing: list[int] = []
         for i, jid, r in zip(part, ids, results, strict=True):
             if r is True:
-                reports.append((i, "cancelled", jid))
+                reports.append(ops.ChildEnd(i, "cancelled", jid))
                 cancelled += 1
             elif isinstance(r, JobRunningError):
                 running += 1
             elif isinstance(r, JobNotScheduledError):  # E_JOB_DEAD: its death was reported
-                reports.append((i, "dead", jid))
+                reports.append(ops.ChildEnd(i, "dead", jid))
             elif r is False or isinstance(r, JobNotFoundError):
                 missing.append(i)
         # Not found: a nested batch or chain, a child whose end waits in an outbox, or one
@@ -547,11 +788,14 @@ def cancel_batch(
             layout = yield from producer_plans.layout(cache, queue)
             waiting = ok((yield [ops.outbox_has(pk, jid) for pk in layout.homes(jid)]))
             if not any(waiting):
-                reports.append((i, "cancelled", jid))
+                reports.append(ops.ChildEnd(i, "cancelled", jid))
                 cancelled += 1
-        if reports:
-            replies = ok((yield [ops.report(bk, i, o, jid, b"") for i, o, jid in reports]))
-            for reply in replies:
-                if reply.fires:
-                    yield from do_fires(cache, queue, bk, reply.fires, settings)
+        if reports:  # CHUNK children at most: one call (ops.REPORT_MAX)
+            yield from one(ops.report(bk, reports))
+    # What the cancel calls for (a parent report, once every child ended), whichever call
+    # above ended it.
+    left = yield from one(ops.pending(bk))
+    if left is not None:
+        yield from settle(cache, queue, bk, left.fires, left.ended_ms, settings)
+    yield from one(ops.firing_remove(queue, [batch_id]))
     return BatchCancel(batch_id, was, cancelled, running)

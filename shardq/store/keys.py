@@ -97,8 +97,10 @@ PER_ITEM_KINDS: tuple[str, ...] = (IDEM_KIND, RESULT_KIND, PROGRESS_KIND)
 #: A queue's own keys, ``{sq:<queue>}:<kind>`` (:func:`queue_keys`).
 QUEUE_KINDS: tuple[str, ...] = (
     *("meta", "dispatchers", "drain", "workers", "workers:drain", "owners", "limits"),
-    # the queue's batches and chains by creation time (shardq.plans.workflows: listings)
-    "batches",
+    # the queue's batches and chains by creation time (shardq.plans.workflows: listings);
+    # those not yet settled (the open-batches gauge); those a producer is ending (a seal or
+    # cancel whose fires a producer that dies leaves to the relay's sweep)
+    *("batches", "batches:live", "batches:firing"),
     # a resize (shardq.admin.resize): its record, and its driver's lease and fence
     *("resize", "resize:lease", "resize:fence"),
 )
@@ -237,6 +239,21 @@ def batches_key(queue: str) -> str:
     """Sorted set of the queue's batch and chain ids, scored by creation time (ms): the
     listing of ``shardq batch list``; an id whose record expired is dropped when met."""
     return _queue_key(queue, "batches")
+
+
+def batches_live_key(queue: str) -> str:
+    """Sorted set of the batch and chain ids (nested ones too) not yet settled (ended, and
+    what the end called for done), scored by creation time (ms): added before the record is
+    created, removed by whoever settles it, and swept by the relay (shardq.dispatcher.relay);
+    its size is the open-batches gauge."""
+    return _queue_key(queue, "batches:live")
+
+
+def batches_firing_key(queue: str) -> str:
+    """Sorted set of the batch ids a producer is ending (seal, cancel), scored by when it
+    began (ms): added before the call that may end the batch and removed once its fires were
+    done, so the relay's sweep does the fires of a producer that died in between."""
+    return _queue_key(queue, "batches:firing")
 
 
 @dataclass(frozen=True, slots=True)

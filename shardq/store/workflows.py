@@ -9,6 +9,7 @@ specs (:func:`spec_of`) and enqueued by whoever does the fire (:mod:`shardq.plan
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any, NamedTuple
 
@@ -53,11 +54,34 @@ def _bytes(v: Any) -> bytes:
 
 
 class Reported(NamedTuple):
-    """A report's answer: counted now (``counted``), a resend, or a batch that no longer
-    exists (``known`` False); and the fires still to do."""
+    """A report's answer: ``known`` False for a batch that no longer exists; how many of the
+    call's children were counted now (the others: resends), when the batch ended (ms, 0 while
+    it runs), the positions in the call of children no batch has (an index past its
+    children: dropped), and the fires still to do."""
 
     known: bool
-    counted: bool
+    counted: int
+    ended_ms: int
+    skipped: list[int]
+    fires: list[Fire]
+
+
+class ChildEnd(NamedTuple):
+    """One child's end as reported to its batch: its index (``child``),
+    ``ok``/``dead``/``cancelled``, its job id, and its value (a chain step's result record, or
+    the error)."""
+
+    child: int
+    outcome: str
+    job_id: str
+    value: bytes = b""
+
+
+class Pending(NamedTuple):
+    """A batch's state, when it ended (ms, 0 while it runs) and the fires still to do."""
+
+    state: str
+    ended_ms: int
     fires: list[Fire]
 
 
@@ -155,29 +179,75 @@ def open_batch(
     return op("batch-open", bk.all(), argv, parse)
 
 
-def add(bk: keys.BatchKeys, n: int) -> Op[int]:
-    """Reserve ``n`` child indexes of an open batch: the first one."""
-    return op("batch-add", [bk.record], [n, bk.batch_id], lambda r: int(check(r)[1]))
+def add(bk: keys.BatchKeys, n: int, add_id: str = "") -> Op[tuple[int, bool]]:
+    """Reserve ``n`` child indexes of an open batch: (the first one, whether this add id had
+    reserved them before)."""
+
+    def parse(reply: Any) -> tuple[int, bool]:
+        r = check(reply)
+        return int(r[1]), r[0] == 2
+
+    return op("batch-add", [bk.record], [n, bk.batch_id, add_id], parse)
 
 
-def seal(bk: keys.BatchKeys) -> Op[list[Fire]]:
-    return op("batch-seal", bk.all(), [bk.batch_id], lambda r: _fires(check(r)[1:]))
+def seal(bk: keys.BatchKeys) -> Op[tuple[int, list[Fire]]]:
+    """Seal it: (when it ended, ms, 0 while it runs; the fires to do now)."""
+
+    def parse(reply: Any) -> tuple[int, list[Fire]]:
+        r = check(reply)
+        return int(r[1] or 0), _fires(r[2:])
+
+    return op("batch-seal", bk.all(), [bk.batch_id], parse)
 
 
-def report(bk: keys.BatchKeys, index: int, outcome: str, job_id: str, value: bytes) -> Op[Reported]:
-    """Count child ``index``'s end (``ok``, ``dead``, ``cancelled``) once."""
+#: Children one report call carries (lua/batch-report-2.lua's Max ARGV / 4).
+REPORT_MAX = 1000
+
+
+def report(bk: keys.BatchKeys, ends: Sequence[ChildEnd]) -> Op[Reported]:
+    """Count each child's end (``ok``, ``dead``, ``cancelled``) once; at most
+    :data:`REPORT_MAX` children per call."""
 
     def parse(reply: Any) -> Reported:
         r = check(reply)
         if r[0] == 0:
-            return Reported(False, False, [])
-        return Reported(True, r[0] == 1, _fires(r[1:]))
+            return Reported(False, 0, 0, [], [])
+        return Reported(
+            True, int(r[1]), int(r[2] or 0), [int(i) for i in r[3] or []], _fires(r[4:])
+        )
 
-    return op("batch-report", bk.all(), [index, outcome, job_id, value], parse)
+    argv: list[Any] = []
+    for e in ends:
+        argv += [e.child, e.outcome, e.job_id, e.value]
+    return op("batch-report", bk.all(), argv, parse)
 
 
-def fired(bk: keys.BatchKeys, names: list[str]) -> Op[int]:
-    return op("batch-fired", bk.all(), names, lambda r: int(check(r)[0]))
+def fired(
+    bk: keys.BatchKeys, names: Sequence[str], errors: dict[str, str] | None = None
+) -> Op[tuple[int, int]]:
+    """Take these fires off the record (done); those in ``errors`` were given up, their error
+    kept in the record.  (How many are still to do, when the batch ended: ms, 0 while it
+    runs.)"""
+
+    def parse(reply: Any) -> tuple[int, int]:
+        r = check(reply)
+        return int(r[0]), int(r[1] or 0) if len(r) > 1 else 0
+
+    argv = [n for n in names if not errors or n not in errors]
+    argv += [f"{n}!{e}" for n, e in (errors or {}).items()]
+    return op("batch-fired", bk.all(), argv, parse)
+
+
+def pending(bk: keys.BatchKeys) -> Op[Pending | None]:
+    """What the batch's end still calls for (read only), or None for no such batch."""
+
+    def parse(reply: Any) -> Pending | None:
+        r = check(reply)
+        if not r:
+            return None
+        return Pending(as_text(r[0]), int(r[1] or 0), _fires(r[2:]))
+
+    return op("batch-fires", bk.all(), [], parse)
 
 
 class Cancelled(NamedTuple):
@@ -234,6 +304,8 @@ def info(queue: str, batch_id: str, raw: dict[Any, Any], ttl_ms: int | None) -> 
         fires_pending=fires,
         retention_ms=_int(text.get("retention")) or 0,
         ttl_ms=ttl_ms if ttl_ms is not None and ttl_ms >= 0 else None,
+        fired_ms=_int(text.get("fired")),
+        fire_errors=tuple(line for line in text.get("fire_errors", "").split("\n") if line),
     )
 
 
@@ -281,6 +353,66 @@ def index_newest(queue: str, limit: int) -> Command[list[tuple[str, int]]]:
         "ZRANGE", keys.batches_key(queue), "+inf", "-inf", "BYSCORE", "REV", "LIMIT", 0, limit,
         "WITHSCORES", parse=parse,
     )  # fmt: skip
+
+
+def live_add(queue: str, batch_id: str, created_ms: int) -> Command[int]:
+    return cmd("ZADD", keys.batches_live_key(queue), "NX", created_ms, batch_id, parse=int)
+
+
+def live_remove(queue: str, batch_ids: Sequence[str]) -> Command[int]:
+    return cmd("ZREM", keys.batches_live_key(queue), *batch_ids, parse=int)
+
+
+def live_count(queue: str) -> Command[int]:
+    return cmd("ZCARD", keys.batches_live_key(queue), parse=int)
+
+
+def live_after(queue: str, score: int, skip: int, limit: int) -> Command[list[tuple[str, int]]]:
+    """Up to ``limit`` unsettled ids scored ``score`` or later, oldest first, past the first
+    ``skip`` of them (a cursor: the ids of ``score`` already read)."""
+
+    def parse(r: Any) -> list[tuple[str, int]]:
+        return _pairs(list(r or []))
+
+    return cmd(
+        "ZRANGE", keys.batches_live_key(queue), score, "+inf", "BYSCORE", "LIMIT", skip, limit,
+        "WITHSCORES", parse=parse,
+    )  # fmt: skip
+
+
+def firing_add(queue: str, batch_id: str, now_ms: int) -> Command[int]:
+    return cmd("ZADD", keys.batches_firing_key(queue), now_ms, batch_id, parse=int)
+
+
+def firing_remove(queue: str, batch_ids: Sequence[str]) -> Command[int]:
+    return cmd("ZREM", keys.batches_firing_key(queue), *batch_ids, parse=int)
+
+
+def firing_before(queue: str, before_ms: int, limit: int) -> Command[list[tuple[str, int]]]:
+    """Up to ``limit`` ids a producer began ending before ``before_ms``, oldest first."""
+
+    def parse(r: Any) -> list[tuple[str, int]]:
+        return _pairs(list(r or []))
+
+    return cmd(
+        "ZRANGE", keys.batches_firing_key(queue), "-inf", before_ms, "BYSCORE", "LIMIT", 0,
+        limit, "WITHSCORES", parse=parse,
+    )  # fmt: skip
+
+
+def settled_state(bk: keys.BatchKeys) -> Command[tuple[str | None, int, bool]]:
+    """(state, or None when there is no record; when it ended, ms, 0 while it runs; whether
+    fires are listed)."""
+
+    def parse(r: Any) -> tuple[str | None, int, bool]:
+        state, ended, fires = [*list(r or []), None, None, None][:3]
+        return (
+            as_text(state) if state is not None else None,
+            _int(as_text(ended)) or 0 if ended is not None else 0,
+            bool(fires is not None and as_text(fires).strip()),
+        )
+
+    return cmd("HMGET", bk.record, "state", "ended", "fires", parse=parse)
 
 
 # -- a partition's outbox ----------------------------------------------------------------------

@@ -107,6 +107,7 @@ MAY_CALL: dict[str, frozenset[str]] = {
     "batch-seal": PRODUCER | DISPATCHER,
     "batch-report": PRODUCER | DISPATCHER,
     "batch-fired": PRODUCER | DISPATCHER,
+    "batch-fires": PRODUCER | DISPATCHER | VIEWER,
     "batch-cancel": PRODUCER | DISPATCHER,
 }
 

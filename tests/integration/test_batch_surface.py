@@ -40,7 +40,8 @@ ISO = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")
 JSON_KEYS = {
     "batch_id", "queue", "kind", "state", "meaning", "total", "pending", "completed", "dead",
     "cancelled", "policy", "created_ms", "sealed_ms", "ended_ms", "created", "sealed", "ended",
-    "reason", "parent", "callbacks", "fires_pending", "retention_ms", "ttl_ms",
+    "reason", "parent", "callbacks", "fires_pending", "retention_ms", "ttl_ms", "fired_ms",
+    "fired", "fire_errors",
 }  # fmt: skip
 
 

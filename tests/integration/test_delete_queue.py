@@ -72,7 +72,13 @@ def fill(client: Client, queue: str) -> dict[str, Any]:
     done = results.Completion(d.entry_id, d.raw_id, 600_000, record, "b-old|0", b"")
     assert transport.run(client.redis, results.complete(pk, [done]))
     bid = client.batches.create(queue, [JobRequest("t", delay=600)] * 2, batch_id="b-old")
-    client._run(workflow_ops.report(keys.batch_keys(queue, bid), 1, "ok", f"{bid}#1", b""))
+    client._run(
+        workflow_ops.report(
+            keys.batch_keys(queue, bid), [workflow_ops.ChildEnd(1, "ok", f"{bid}#1")]
+        )
+    )
+    # a seal whose producer died before doing the batch's fires (the relay's sweep's list)
+    client._run(workflow_ops.firing_add(queue, bid, 1))
     # scheduled: a plain id, and compact waiting jobs (layout 3+: one due-set member each)
     client.enqueue(queue, "t", delay=600, job_id=job_id_in(0, PARTITIONS, "plain"))
     client.enqueue_many(queue, [JobRequest("t", {"n": i}, delay=600) for i in range(8)])

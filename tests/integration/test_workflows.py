@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections import Counter
 from typing import Any
 
@@ -20,9 +21,11 @@ from shardq.errors import (
     BatchNotFoundError,
     InvalidJobError,
     InvalidWorkflowError,
+    ScriptArgumentError,
     UnknownQueueError,
 )
 from shardq.jobs import Job
+from shardq.plans import drive
 from shardq.plans import workflows as workflow_plans
 from shardq.store import keys
 from shardq.store import workflows as ops
@@ -266,20 +269,20 @@ def test_resent_report_and_killed_relay_count_once(client: Client, queue: str) -
         queue, [JobRequest("child", {}, delay=3600) for _ in range(2)], on_success=cb("success")
     )
     bk = keys.batch_keys(queue, bid)
-    first = client._run(ops.report(bk, 0, "ok", f"{bid}#0", b""))
-    assert first.counted and not first.fires
-    again = client._run(ops.report(bk, 0, "ok", f"{bid}#0", b""))
+    first = client._run(ops.report(bk, [ops.ChildEnd(0, "ok", f"{bid}#0")]))
+    assert first.counted == 1 and not first.fires and not first.ended_ms
+    again = client._run(ops.report(bk, [ops.ChildEnd(0, "ok", f"{bid}#0")]))
     assert again.known and not again.counted
-    last = client._run(ops.report(bk, 1, "ok", f"{bid}#1", b""))
-    assert [f.name for f in last.fires] == ["success"]
+    last = client._run(ops.report(bk, [ops.ChildEnd(1, "ok", f"{bid}#1")]))
+    assert [f.name for f in last.fires] == ["success"] and last.ended_ms > 0
     # The relay dies after enqueueing the callback, before batch-fired: the resend redoes it.
-    fires = client._run(ops.report(bk, 1, "ok", f"{bid}#1", b"")).fires
+    fires = client._run(ops.report(bk, [ops.ChildEnd(1, "ok", f"{bid}#1")])).fires
     assert [f.name for f in fires] == ["success"]
     for _ in range(2):
         for f in fires:
             req = ops.request_of(f.body, f"{bid}#success", {"gb": bid}, idempotent=True)
             client.enqueue_detailed(queue, req)  # twice: stored once (its idempotency key)
-    assert client._run(ops.fired(bk, ["success"])) == 0
+    assert client._run(ops.fired(bk, ["success"])) == (0, last.ended_ms)
     info = client.batches.get(queue, bid)
     assert info is not None and (info.completed, info.state, info.fires_pending) == (
         2,
@@ -289,7 +292,7 @@ def test_resent_report_and_killed_relay_count_once(client: Client, queue: str) -
     layout = client.layout(queue)
     stored = sum(client.redis.hlen(pk.jobs) for pk in layout.active())
     assert stored == 3  # the two waiting children (reported by hand here) and one callback
-    bad = client._run(ops.report(keys.batch_keys(queue, "nope"), 0, "ok", "x", b""))
+    bad = client._run(ops.report(keys.batch_keys(queue, "nope"), [ops.ChildEnd(0, "ok", "x")]))
     assert not bad.known
 
 
@@ -410,3 +413,240 @@ def test_a_poison_child_reclaimed_dead_is_reported(client: Client, queue: str) -
     assert info is not None and (info.state, info.dead) == ("failed", 1)
     assert client.get(queue, f"{bid}#failure") is not None
     assert client.redis.hlen(pk.outbox) == 0
+
+
+def _stored(client: Client, queue: str) -> int:
+    """Jobs stored in the queue's partitions (waiting, ready or running)."""
+    return sum(client.redis.hlen(pk.jobs) for pk in client.layout(queue).active())
+
+
+def _outboxes(client: Client, queue: str) -> int:
+    return sum(client.redis.hlen(pk.outbox) for pk in client.layout(queue).active())
+
+
+def test_a_producer_dead_after_its_seal_leaves_the_fires_to_the_sweep(
+    url: str, client: Client, queue: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every child ended before the seal (common for a small batch), and the producer died
+    between the seal that ended the batch and the callbacks' enqueue: the holder of partition
+    0 finds the batch in the firing set and enqueues each callback once."""
+    from shardq.dispatcher import relay as relay_module
+
+    client.create_queue(queue, partitions=4)
+    seen = Seen()
+    bid = client.batches.open(queue, on_success=cb("success"), on_complete=cb("complete"))
+    with Runner(url, queue, seen.handlers()):
+        client.batches.add(queue, bid, [JobRequest("child", {"n": i}) for i in range(3)])
+        wait_for(
+            lambda: (client.batches.get(queue, bid) or ops).completed == 3,  # type: ignore[union-attr]
+            20,
+            "the children's ends were not counted",
+        )
+    bk = keys.batch_keys(queue, bid)
+    # The producer's seal, then its death: the fires stay listed.
+    client._run(ops.firing_add(queue, bid, 1))
+    ended_ms, fires = client._run(ops.seal(bk))
+    assert ended_ms > 0 and sorted(f.name for f in fires) == ["complete", "success"]
+    info = client.batches.get(queue, bid)
+    assert (
+        info is not None
+        and info.state == "succeeded"
+        and set(info.fires_pending)
+        == {
+            "success",
+            "complete",
+        }
+    )
+    assert client.redis.zscore(keys.batches_live_key(queue), bid) is not None
+    monkeypatch.setattr(relay_module, "SWEEP_EVERY", 0.3)
+    with Runner(url, queue, seen.handlers()):
+        wait_for(lambda: seen.fired("success") and seen.fired("complete"), 20, "no sweep")
+        wait_for(lambda: relay_module.OPEN.labels(queue)._value.get() == 0, 10, "gauge not updated")
+    assert seen.fired("success") == 1 and seen.fired("complete") == 1
+    info = client.batches.get(queue, bid)
+    assert info is not None and info.fires_pending == () and info.fired_ms is not None
+    assert info.fired_ms >= info.ended_ms  # type: ignore[operator]
+    assert info.ttl_ms is not None  # settled: its record now expires after its retention
+    assert client.redis.zcard(keys.batches_firing_key(queue)) == 0
+    assert client.redis.zcard(keys.batches_live_key(queue)) == 0
+
+
+def test_a_resent_create_does_not_rerun_children_whose_ends_wait_in_outboxes(
+    url: str, client: Client, queue: str
+) -> None:
+    """The children completed but no dispatcher relayed their ends yet (they are neither
+    stored nor counted): a create called again with the same batch id enqueues none of them."""
+    client.create_queue(queue, partitions=4)
+    seen = Seen()
+    children = [JobRequest("child", {"n": i}) for i in range(30)]
+    with Runner(url, queue, seen.handlers(), dispatcher=False):
+        bid = client.batches.create(queue, children, on_success=cb("success"))
+        wait_for(lambda: _outboxes(client, queue) == 30, 20, "the ends are not all in outboxes")
+    # Half relayed (counted), half still in the outboxes: the resend skips both.
+    layout = client.layout(queue)
+    for pk in layout.active()[:2]:
+        client._drive(
+            workflow_plans.relay_partition(client._queues, queue, pk, client.settings), "relay"
+        )
+    assert 0 < _outboxes(client, queue) < 30
+    assert client.batches.create(queue, children, batch_id=bid, on_success=cb("success")) == bid
+    assert _stored(client, queue) == 0  # nothing enqueued again
+    with Runner(url, queue, seen.handlers()):
+        wait_for(lambda: done(client, queue, bid), 20, "the batch did not end")
+        wait_for(lambda: seen.fired("success"), 10, "no callback")
+    assert sum(seen.runs.values()) == 30 and set(seen.runs.values()) == {1}
+    assert seen.fired("success") == 1
+
+
+def test_an_add_with_an_add_id_is_safe_to_repeat(url: str, client: Client, queue: str) -> None:
+    """A producer that reserved indexes and died before enqueueing the children calls add again
+    with the same add id: the same indexes are filled, and a repeat of a finished add adds
+    nothing; a repeat with another number of children is refused."""
+    client.create_queue(queue, partitions=4)
+    seen = Seen()
+    bid = client.batches.open(queue, on_success=cb("success"))
+    bk = keys.batch_keys(queue, bid)
+    part = [JobRequest("child", {"n": i}) for i in range(5)]
+    assert client.batches.add(queue, bid, part, add_id="part-1") == 0
+    assert client.batches.add(queue, bid, part, add_id="part-1") == 0  # a repeat: nothing new
+    # part-2: reserved, then the producer died (no child enqueued); it is then sealed.
+    assert client._run(ops.add(bk, 5, "part-2")) == (5, False)
+    client.batches.seal(queue, bid)
+    assert _stored(client, queue) == 5
+    # The restarted producer repeats its add: indexes 5..9 are filled although it is sealed.
+    assert client.batches.add(queue, bid, part, add_id="part-2") == 5
+    assert _stored(client, queue) == 10
+    with pytest.raises(ScriptArgumentError):
+        client.batches.add(queue, bid, part[:3], add_id="part-2")
+    with pytest.raises(BatchClosedError):
+        client.batches.add(queue, bid, part, add_id="part-3")  # sealed: no new part
+    with pytest.raises(InvalidWorkflowError):
+        client.batches.add(queue, bid, part, add_id="no|bars")
+    with Runner(url, queue, seen.handlers()):
+        wait_for(lambda: done(client, queue, bid), 20, "the batch did not end")
+        wait_for(lambda: seen.fired("success"), 10, "no callback")
+    info = client.batches.get(queue, bid)
+    assert info is not None and (info.total, info.completed) == (10, 10)
+    assert sum(seen.runs.values()) == 10 and seen.fired("success") == 1
+
+
+def test_a_fire_refused_for_good_is_given_up_and_shown(
+    url: str, client: Client, queue: str
+) -> None:
+    """A priority callback on a queue whose lanes are off is refused by every enqueue: the
+    relay gives it up once, with the error kept in the batch's record, instead of trying again
+    with every round; the other callback is enqueued."""
+    client.create_queue(queue, partitions=4)
+    seen = Seen()
+    with Runner(url, queue, seen.handlers()):
+        bid = client.batches.create(
+            queue,
+            [JobRequest("child", {"n": 1})],
+            on_success=JobRequest("callback", {"name": "success"}, priority="high"),
+            on_complete=cb("complete"),
+        )
+        wait_for(lambda: done(client, queue, bid), 20, "the batch did not end")
+        wait_for(lambda: seen.fired("complete"), 10, "no complete callback")
+    info = client.batches.get(queue, bid)
+    assert info is not None and info.state == "succeeded" and info.fires_pending == ()
+    assert len(info.fire_errors) == 1 and info.fire_errors[0].startswith("success: LanesOffError")
+    assert seen.fired("success") == 0 and seen.fired("complete") == 1
+    assert _outboxes(client, queue) == 0
+
+
+def _counting(client: Client, seen: list[str]) -> Any:
+    """A sync sender that records the name of every script call it sends."""
+    send = client._runner.batches("test")
+
+    def sender(batch: Any) -> Any:
+        calls = batch.calls if hasattr(batch, "calls") else batch
+        seen.extend(getattr(getattr(c, "script", None), "name", "") for c in calls)
+        return send(batch)
+
+    return sender
+
+
+def test_one_report_call_per_batch_per_round(url: str, client: Client, queue: str) -> None:
+    """A round of a partition's outbox reports each batch's entries in one call."""
+    client.create_queue(queue, partitions=2)
+    seen = Seen()
+    with Runner(url, queue, seen.handlers(), dispatcher=False):
+        bids = [
+            client.batches.create(queue, [JobRequest("child", {"n": i}) for i in range(40)])
+            for _ in range(3)
+        ]
+        wait_for(lambda: _outboxes(client, queue) == 120, 20, "the ends are not all in outboxes")
+    for pk in client.layout(queue).active():
+        names: list[str] = []
+        entries = client.redis.hlen(pk.outbox)
+        relayed = drive(
+            workflow_plans.relay_partition(client._queues, queue, pk, client.settings),
+            _counting(client, names),
+        )
+        assert relayed.relayed == entries and relayed.left == 0
+        assert names.count("batch-report") == 3  # one per batch, not one per child
+    for bid in bids:
+        info = client.batches.get(queue, bid)
+        assert info is not None and (info.completed, info.state) == (40, "succeeded")
+    assert client.redis.zcard(keys.batches_live_key(queue)) == 0
+
+
+def test_the_sweep_drops_settled_and_recordless_ids_and_counts_the_open(
+    client: Client, queue: str
+) -> None:
+    """The unsettled set loses an id whose remover died (a batch that settled) and one whose
+    producer died before creating its record, and its size is the open-batches gauge."""
+    client.create_queue(queue, partitions=2)
+    open_bid = client.batches.create(queue, [JobRequest("child", delay=3600)])
+    ended = client.batches.create(queue, [])  # ends at its seal
+    assert client.redis.zscore(keys.batches_live_key(queue), ended) is None
+    live = keys.batches_live_key(queue)
+    client.redis.zadd(live, {ended: 5, "never-made": 1, "just-listed": 10**13})
+    now = int(time.time() * 1000)
+    swept = client._drive(
+        workflow_plans.sweep(client._queues, queue, client.settings, now), "sweep"
+    )
+    assert swept.dropped == 2 and swept.unsettled == 2 and swept.cursor == (0, 0)
+    assert set(client.redis.zrange(live, 0, -1)) == {open_bid.encode(), b"just-listed"}
+
+
+def test_the_sweep_walks_a_page_at_a_time(
+    client: Client, queue: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    client.create_queue(queue, partitions=2)
+    monkeypatch.setattr(workflow_plans, "SWEEP_PAGE", 3)
+    live = keys.batches_live_key(queue)
+    client.redis.zadd(live, {f"gone-{i}": 7 for i in range(5)} | {"late": 9})
+    cursor = (0, 0)
+    dropped = 0
+    for expected in ((7, 0), (9, 0), (0, 0)):
+        swept = client._drive(
+            workflow_plans.sweep(client._queues, queue, client.settings, 10**12, cursor), "sweep"
+        )
+        cursor = swept.cursor
+        dropped += swept.dropped
+        assert cursor == expected
+    assert dropped == 6 and client.redis.zcard(live) == 0
+
+
+def test_the_relay_waits_for_a_replica_before_deleting(
+    url: str, cluster_url: str, client: Client, queue: str
+) -> None:
+    """With a replica to wait for, the relay deletes an entry once its count was confirmed."""
+    if url != cluster_url:
+        pytest.skip("a standalone node has no replica")
+    client.create_queue(queue, partitions=2)
+    seen = Seen()
+    with Runner(url, queue, seen.handlers(), dispatcher=False):
+        bid = client.batches.create(
+            queue, [JobRequest("child", {"n": i}) for i in range(10)], on_success=cb("s")
+        )
+        wait_for(lambda: _outboxes(client, queue) == 10, 20, "the ends are not all in outboxes")
+    for pk in client.layout(queue).active():
+        relayed = client._drive(
+            workflow_plans.relay_partition(client._queues, queue, pk, client.settings, 1), "relay"
+        )
+        assert relayed.left == 0
+    info = client.batches.get(queue, bid)
+    assert info is not None and info.state == "succeeded" and info.fires_pending == ()
+    assert client.get(queue, f"{bid}#success") is not None

@@ -134,7 +134,7 @@ def _open(bk: keys.BatchKeys, sealed: bool, fields: list[tuple[str, bytes]]) -> 
 def _batch_fired(s: State) -> Op[Any]:
     bk = _batch(s, sealed=True)
     for i in range(2):
-        transport.run(s.redis, wf.report(bk, i, "ok", f"x#{i}", b""))
+        transport.run(s.redis, wf.report(bk, [wf.ChildEnd(i, "ok", f"x#{i}")]))
     return wf.fired(bk, ["success"])
 
 
@@ -217,7 +217,8 @@ OPS: dict[str, Callable[[State], Op[Any]]] = {
     ),
     "batch-add": lambda s: wf.add(_batch(s, sealed=False), 3),
     "batch-seal": lambda s: wf.seal(_batch(s, sealed=False)),
-    "batch-report": lambda s: wf.report(_batch(s, sealed=True), 1, "ok", "x#1", b""),
+    "batch-report": lambda s: wf.report(_batch(s, sealed=True), [wf.ChildEnd(1, "ok", "x#1")]),
+    "batch-fires": lambda s: wf.pending(_batch(s, sealed=True)),
     "batch-fired": _batch_fired,
     "batch-cancel": lambda s: wf.cancel(_batch(s, sealed=True)),
 }

@@ -289,7 +289,8 @@ def test_every_partition_key_is_in_the_one_list() -> None:
         keys.queue_meta_key("q"), keys.limits_key("q"), keys.dispatchers_key("q"),
         keys.workers_key("q"), keys.workers_drain_key("q"), keys.drain_key("q"),
         keys.owners_key("q"), keys.resize_key("q"), keys.resize_lease_key("q"),
-        keys.resize_fence_key("q"), keys.batches_key("q"),
+        keys.resize_fence_key("q"), keys.batches_key("q"), keys.batches_live_key("q"),
+        keys.batches_firing_key("q"),
     }  # fmt: skip
     granted = {kind for grants in acl.GRANTS.values() for g in grants for kind in g.kinds}
     every = {
