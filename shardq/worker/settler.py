@@ -172,8 +172,9 @@ class Settler:
     def succeeded(self, d: Delivery) -> None:
         """The handler returned: buffer the ack for the partition's next round trip (a job
         cancelled while it ran settles as cancelled instead).  A job
-        that keeps its result (``d.result``) does not linger: a producer may be waiting for it,
-        so its partition's acks go with the next round (as a complete call)."""
+        that keeps its result, or a chain step, does not linger: a producer or the chain's
+        next step waits for it, so its partition's acks go with the next round (as a complete
+        call)."""
         if d.cancelled:
             self.failed(d, JobCancelledError(f"job {d.job.id} was cancelled while running"))
             return
@@ -181,10 +182,14 @@ class Settler:
         batch = self.acks.get(d.partition)
         if batch is None:
             batch = self.acks[d.partition] = []
-        # A producer may be waiting for a kept result: it goes now.  A workflow child's end
-        # (d.result b"" or a chain step's record) waits like an ack, so its complete call
-        # carries its partition's other children too.
-        urgent = d.result is not None and getattr(d.job, "keep_result", None) is not None
+        # A producer may be waiting for a kept result: it goes now, and so does a chain
+        # step's end, which the next step waits for (a 10-step chain would otherwise spend
+        # ten lingers between its steps).  A batch child's end (d.result b"") waits like an
+        # ack, so its complete call carries its partition's other children too.
+        urgent = d.result is not None and (
+            getattr(d.job, "keep_result", None) is not None
+            or getattr(d.job, "carries_value", False)
+        )
         if urgent:
             self.ack_since[d.partition] = 0.0
         elif not batch:

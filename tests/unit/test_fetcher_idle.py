@@ -231,3 +231,23 @@ def test_past_half_the_concurrency_of_acks_waiting_they_all_go_at_once() -> None
     alone = r.loop.run_until_complete(plan())
     assert sorted(p for p, _ in alone.acked) == [1, 5]
     r.loop.close()
+
+
+def test_a_chain_steps_end_goes_at_once_and_a_batch_childs_waits_the_linger() -> None:
+    """The next step of a chain waits for its step's end, so it does not linger; a batch
+    child's end waits like an ack, to ride with its partition's next read."""
+    import time
+    from types import SimpleNamespace as NS
+
+    from shardq.worker.inflight import Delivery
+
+    r = planner([0, 1], budget=0.01)
+    step = Delivery(0, b"1-0", b"c#0", NS(keep_result=None, carries_value=True))
+    child = Delivery(1, b"1-1", b"b#3", NS(keep_result=None, carries_value=False))
+    for d, record in ((step, b'{"v":1}'), (child, b"")):
+        d.result = record
+        r.inflight.add(d)
+        r.settler.succeeded(d)
+    assert r.settler.ack_since[0] == 0.0  # due at once
+    assert r.settler.ack_since[1] > time.monotonic() - 1  # waits its linger
+    r.loop.close()
