@@ -776,6 +776,7 @@ class Batches:
         on_failure: JobRequest | None = None,
         policy: Policy = "fail",
         retention: timedelta | float = DEFAULT_RETENTION,
+        durable: bool = False,
     ) -> str:
         """Enqueue ``children`` (jobs, or nested :class:`~shardq.workflows.Batch` and
         :class:`~shardq.workflows.Chain`) as one batch, sealed; its id.  Each callback fires
@@ -785,11 +786,14 @@ class Batches:
         Calling it again with the same ``batch_id`` and children after a crash finishes what
         the first call began: a child already stored, or whose end was recorded, is not
         enqueued again (one that was running and ends in the milliseconds of the resend's
-        check may run twice; it is counted once: docs/workflows.md)."""
+        check may run twice; it is counted once: docs/workflows.md).  With ``durable``, the
+        batch's record, its children and its seal are each confirmed by
+        ``ProducerSettings.durable_replicas`` replicas (NotDurableError otherwise; calling
+        again with the same ``batch_id`` is safe), as a durable enqueue is."""
         plan = workflow_plans.create_batch(
             self._client._queues, queue, list(children), settings=self._client.settings,
             batch_id=batch_id, on_success=on_success, on_complete=on_complete,
-            on_failure=on_failure, policy=policy, retention=retention,
+            on_failure=on_failure, policy=policy, retention=retention, durable=durable,
         )  # fmt: skip
         return self._client._drive(plan, f"creating a batch in {queue!r}")
 
@@ -803,13 +807,14 @@ class Batches:
         on_failure: JobRequest | None = None,
         policy: Policy = "fail",
         retention: timedelta | float = DEFAULT_RETENTION,
+        durable: bool = False,
     ) -> str:
         """Create an open batch with no children yet; add them with :meth:`add` and
         :meth:`seal` it (it cannot end before)."""
         plan = workflow_plans.create_batch(
             self._client._queues, queue, [], settings=self._client.settings, batch_id=batch_id,
             on_success=on_success, on_complete=on_complete, on_failure=on_failure,
-            policy=policy, retention=retention, seal=False,
+            policy=policy, retention=retention, seal=False, durable=durable,
         )  # fmt: skip
         return self._client._drive(plan, f"opening a batch in {queue!r}")
 
@@ -820,6 +825,7 @@ class Batches:
         children: Iterable[Child],
         *,
         add_id: str | None = None,
+        durable: bool = False,
     ) -> int:
         """Add children to an open batch; the index of the first.  BatchClosedError once it
         was sealed, BatchNotFoundError for an unknown id.  Pass ``add_id`` (your name for
@@ -829,14 +835,18 @@ class Batches:
         child fills, and the batch can only end by being cancelled."""
         plan = workflow_plans.add_children(
             self._client._queues, queue, batch_id, list(children),
-            settings=self._client.settings, add_id=add_id,
+            settings=self._client.settings, add_id=add_id, durable=durable,
         )  # fmt: skip
         return self._client._drive(plan, f"adding to batch {batch_id!r}")
 
-    def seal(self, queue: str, batch_id: str) -> None:
+    def seal(self, queue: str, batch_id: str, *, durable: bool = False) -> None:
         """Close an open batch to new children (safe to repeat)."""
         plan = workflow_plans.seal_batch(
-            self._client._queues, queue, batch_id, settings=self._client.settings
+            self._client._queues,
+            queue,
+            batch_id,
+            settings=self._client.settings,
+            durable=durable,
         )
         self._client._drive(plan, f"sealing batch {batch_id!r}")
 
@@ -850,13 +860,14 @@ class Batches:
         on_complete: JobRequest | None = None,
         on_failure: JobRequest | None = None,
         retention: timedelta | float = DEFAULT_RETENTION,
+        durable: bool = False,
     ) -> str:
         """Run ``steps`` one after another, each getting the previous one's return value as
         ``job.previous``; a step that ends dead stops the chain (``on_failure``).  Its id."""
         plan = workflow_plans.create_chain(
             self._client._queues, queue, list(steps), settings=self._client.settings,
             chain_id=chain_id, on_success=on_success, on_complete=on_complete,
-            on_failure=on_failure, retention=retention,
+            on_failure=on_failure, retention=retention, durable=durable,
         )  # fmt: skip
         return self._client._drive(plan, f"creating a chain in {queue!r}")
 
@@ -897,11 +908,12 @@ class AsyncBatches:
         on_failure: JobRequest | None = None,
         policy: Policy = "fail",
         retention: timedelta | float = DEFAULT_RETENTION,
+        durable: bool = False,
     ) -> str:
         plan = workflow_plans.create_batch(
             self._client._queues, queue, list(children), settings=self._client.settings,
             batch_id=batch_id, on_success=on_success, on_complete=on_complete,
-            on_failure=on_failure, policy=policy, retention=retention,
+            on_failure=on_failure, policy=policy, retention=retention, durable=durable,
         )  # fmt: skip
         return await self._client._drive(plan, f"creating a batch in {queue!r}")
 
@@ -915,11 +927,12 @@ class AsyncBatches:
         on_failure: JobRequest | None = None,
         policy: Policy = "fail",
         retention: timedelta | float = DEFAULT_RETENTION,
+        durable: bool = False,
     ) -> str:
         plan = workflow_plans.create_batch(
             self._client._queues, queue, [], settings=self._client.settings, batch_id=batch_id,
             on_success=on_success, on_complete=on_complete, on_failure=on_failure,
-            policy=policy, retention=retention, seal=False,
+            policy=policy, retention=retention, seal=False, durable=durable,
         )  # fmt: skip
         return await self._client._drive(plan, f"opening a batch in {queue!r}")
 
@@ -930,16 +943,21 @@ class AsyncBatches:
         children: Iterable[Child],
         *,
         add_id: str | None = None,
+        durable: bool = False,
     ) -> int:
         plan = workflow_plans.add_children(
             self._client._queues, queue, batch_id, list(children),
-            settings=self._client.settings, add_id=add_id,
+            settings=self._client.settings, add_id=add_id, durable=durable,
         )  # fmt: skip
         return await self._client._drive(plan, f"adding to batch {batch_id!r}")
 
-    async def seal(self, queue: str, batch_id: str) -> None:
+    async def seal(self, queue: str, batch_id: str, *, durable: bool = False) -> None:
         plan = workflow_plans.seal_batch(
-            self._client._queues, queue, batch_id, settings=self._client.settings
+            self._client._queues,
+            queue,
+            batch_id,
+            settings=self._client.settings,
+            durable=durable,
         )
         await self._client._drive(plan, f"sealing batch {batch_id!r}")
 
@@ -953,11 +971,12 @@ class AsyncBatches:
         on_complete: JobRequest | None = None,
         on_failure: JobRequest | None = None,
         retention: timedelta | float = DEFAULT_RETENTION,
+        durable: bool = False,
     ) -> str:
         plan = workflow_plans.create_chain(
             self._client._queues, queue, list(steps), settings=self._client.settings,
             chain_id=chain_id, on_success=on_success, on_complete=on_complete,
-            on_failure=on_failure, retention=retention,
+            on_failure=on_failure, retention=retention, durable=durable,
         )  # fmt: skip
         return await self._client._drive(plan, f"creating a chain in {queue!r}")
 

@@ -175,9 +175,13 @@ def create_batch(
     seal: bool = True,
     parent: str = "",
     depth: int = 0,
+    durable: bool = False,
 ) -> Plan[str]:
     """Create a batch with these children (``seal`` False: left open for more, see
-    :func:`add_children`); its id.  Everything is checked before anything is written."""
+    :func:`add_children`); its id.  Everything is checked before anything is written.  With
+    ``durable``, the record, every child and the seal are confirmed by
+    ``settings.durable_replicas`` replicas (NotDurableError otherwise: calling again with the
+    same batch id is safe)."""
     bid = check_batch_id(batch_id) if batch_id is not None and not parent else batch_id
     bid = bid or new_batch_id()
     check_policy(policy)
@@ -187,12 +191,15 @@ def create_batch(
     fields = _callbacks(_Check(queue, settings), on_success, on_complete, on_failure)
     keep = _retention(retention)
     bk = _bk(queue, bid)
+    replicas = settings.durable_replicas if durable else 0
     created = yield from _open(
-        cache, queue, bk, "batch", policy, keep, len(children), parent, fields
+        cache, queue, bk, "batch", policy, keep, len(children), parent, fields, settings, replicas
     )
-    yield from _enqueue_children(cache, queue, bid, 0, children, settings, keep, depth, created)
+    yield from _enqueue_children(
+        cache, queue, bid, 0, children, settings, keep, depth, created, replicas
+    )
     if seal:
-        yield from _sealed(cache, queue, bk, settings)
+        yield from _sealed(cache, queue, bk, settings, replicas)
     return bid
 
 
@@ -206,6 +213,8 @@ def _open(
     total: int,
     parent: str,
     fields: list[tuple[str, bytes]],
+    settings: ProducerSettings,
+    replicas: int = 0,
 ) -> Plan[bool]:
     """Create a batch's (open) or chain's (sealed) record once, listed as unsettled and in the
     queue's index; whether it was created now (False: a resend, checked to be the same kind
@@ -214,18 +223,19 @@ def _open(
     # Listed unsettled before its record exists: a producer that dies between the two leaves
     # an id with no record, which the relay's sweep drops.
     yield from one(ops.live_add(queue, bk.batch_id, _now_ms()))
-    created, state, was_total, was_kind = yield from one(
-        ops.open_batch(
-            bk,
-            kind=kind,
-            policy=policy,
-            retention_ms=keep,
-            total=total,
-            sealed=kind == "chain",
-            parent=parent,
-            fields=fields,
-        )
+    opened = ops.open_batch(
+        bk,
+        kind=kind,
+        policy=policy,
+        retention_ms=keep,
+        total=total,
+        sealed=kind == "chain",
+        parent=parent,
+        fields=fields,
     )
+    results = yield from _waited([opened], replicas, settings)
+    made: tuple[bool, str, int, str] = ok(results)[0]
+    created, state, was_total, was_kind = made
     if not created and (was_kind != kind or was_total != total):
         raise InvalidWorkflowError(
             f"{kind} id {bk.batch_id!r} is taken by a {was_kind} of {was_total} in {queue!r} "
@@ -239,14 +249,18 @@ def _open(
 
 
 def _sealed(
-    cache: QueueCache, queue: str, bk: keys.BatchKeys, settings: ProducerSettings
+    cache: QueueCache,
+    queue: str,
+    bk: keys.BatchKeys,
+    settings: ProducerSettings,
+    replicas: int = 0,
 ) -> Plan[None]:
     """Seal the batch and do what that ends it calls for.  The batch is listed in the firing
     set from before the seal until its fires are done, so if this process dies in between
     (a small batch's children often all end before the seal), the relay's sweep does them."""
     yield from one(ops.firing_add(queue, bk.batch_id, _now_ms()))
-    ended_ms, fires = yield from one(ops.seal(bk))
-    yield from settle(cache, queue, bk, fires, ended_ms, settings)
+    ((ended_ms, fires),) = ok((yield from _waited([ops.seal(bk)], replicas, settings)))
+    yield from settle(cache, queue, bk, fires, ended_ms, settings, replicas)
     yield from one(ops.firing_remove(queue, [bk.batch_id]))
 
 
@@ -264,6 +278,7 @@ def _enqueue_children(
     keep: int,
     depth: int,
     fresh: bool,
+    replicas: int = 0,
 ) -> Plan[None]:
     """Enqueue children ``first..``.  On a resend (not ``fresh``), a child is skipped when its
     end waits in its partition's outbox or was counted; a stored one is recognised by its id.
@@ -293,6 +308,7 @@ def _enqueue_children(
                 retention=keep / 1000,
                 parent=f"{bid}|{i}",
                 depth=depth + 1,
+                durable=bool(replicas),
             )
         else:
             assert isinstance(child, Chain)
@@ -307,6 +323,7 @@ def _enqueue_children(
                 on_failure=child.on_failure,
                 retention=keep / 1000,
                 parent=f"{bid}|{i}",
+                durable=bool(replicas),
             )
     for lo in range(0, len(plain), CHUNK):
         part = plain[lo : lo + CHUNK]
@@ -314,7 +331,7 @@ def _enqueue_children(
             part = yield from _not_ended(cache, queue, bid, part)
         if part:
             yield from producer_plans.enqueue_many(
-                cache, queue, [req for _, req in part], settings, CHUNK, False
+                cache, queue, [req for _, req in part], settings, CHUNK, bool(replicas)
             )
 
 
@@ -345,6 +362,7 @@ def add_children(
     *,
     settings: ProducerSettings,
     add_id: str | None = None,
+    durable: bool = False,
 ) -> Plan[int]:
     """Add children to an open batch; the index of the first.  BatchClosedError once sealed.
     With ``add_id``, the call is safe to repeat: a producer that died half-way calls again with
@@ -363,21 +381,29 @@ def add_children(
     info = yield from get_batch(cache, queue, batch_id)
     if info is None:
         raise BatchNotFoundError(f"no batch {batch_id!r} in {queue!r}")
-    first, resent = yield from one(ops.add(bk, len(children), token))
+    replicas = settings.durable_replicas if durable else 0
+    results = yield from _waited([ops.add(bk, len(children), token)], replicas, settings)
+    reserved: tuple[int, bool] = ok(results)[0]
+    first, resent = reserved
     keep = info.retention_ms
     yield from _enqueue_children(
-        cache, queue, batch_id, first, children, settings, keep, 0, not resent
+        cache, queue, batch_id, first, children, settings, keep, 0, not resent, replicas
     )
     return first
 
 
 def seal_batch(
-    cache: QueueCache, queue: str, batch_id: str, *, settings: ProducerSettings
+    cache: QueueCache,
+    queue: str,
+    batch_id: str,
+    *,
+    settings: ProducerSettings,
+    durable: bool = False,
 ) -> Plan[None]:
     """Seal an open batch: it ends once every child has (at once when all already have)."""
     bk = _bk(queue, check_stored_id(batch_id))
     yield from producer_plans.meta(cache, queue)
-    yield from _sealed(cache, queue, bk, settings)
+    yield from _sealed(cache, queue, bk, settings, settings.durable_replicas if durable else 0)
 
 
 def create_chain(
@@ -392,8 +418,10 @@ def create_chain(
     on_failure: JobRequest | None = None,
     retention: timedelta | float,
     parent: str = "",
+    durable: bool = False,
 ) -> Plan[str]:
-    """Create a chain and enqueue its first step; its id."""
+    """Create a chain and enqueue its first step; its id (``durable``: as
+    :func:`create_batch`)."""
     cid = check_batch_id(chain_id) if chain_id is not None and not parent else chain_id
     cid = cid or new_batch_id()
     check = _Check(queue, settings)
@@ -402,12 +430,15 @@ def create_chain(
     fields += [(f"step:{i}", spec) for i, spec in enumerate(specs) if i > 0]
     keep = _retention(retention)
     bk = _bk(queue, cid)
-    created = yield from _open(cache, queue, bk, "chain", "fail", keep, len(specs), parent, fields)
+    replicas = settings.durable_replicas if durable else 0
+    created = yield from _open(
+        cache, queue, bk, "chain", "fail", keep, len(specs), parent, fields, settings, replicas
+    )
     bits = b"" if created else (yield from one(ops.seen_bits(bk)))
     if not bit(bits, 0):
         # Step 0 with its id as its idempotency key: a resent create never runs it twice.
         first = ops.request_of(specs[0], child_id(cid, 0), {"g": [cid, 0, 1]}, idempotent=True)
-        yield from producer_plans.enqueue(cache, queue, first, settings, False)
+        yield from producer_plans.enqueue(cache, queue, first, settings, durable)
     return cid
 
 
@@ -427,8 +458,6 @@ def _previous(record: bytes) -> Any:
 #: fire is given up and the error kept in the record (``BatchInfo.fire_errors``), instead of
 #: being retried with every relay round for ever.
 GIVE_UP = (InvalidJobError, UnknownQueueError, LanesOffError, BatchNotFoundError)
-#: How long a relay's WAIT for its reports' replica waits (ms).
-REPORT_WAIT_MS = 1000
 
 
 class Settled(NamedTuple):
@@ -441,17 +470,28 @@ class Settled(NamedTuple):
     ended_ms: int
 
 
-def _waited(calls: Sequence[Call[Any]], replicas: int) -> Plan[list[Any]]:
-    """Each call's result; with ``replicas``, each node's calls followed by a WAIT, and a call
-    whose node's replicas did not all confirm answers NotDurableError (left for a resend)."""
+def _waited(
+    calls: Sequence[Call[Any]], replicas: int, settings: ProducerSettings
+) -> Plan[list[Any]]:
+    """Each call's result; with ``replicas``, each node's calls followed by a WAIT (up to
+    ``settings.durable_timeout``), and a call its node's replicas did not confirm answers
+    NotDurableError (what it wrote stands on the primary: every workflow call is safe to
+    repeat)."""
     if not replicas:
         return list((yield list(calls)))
-    results, acked = yield Waiting(list(calls), replicas, REPORT_WAIT_MS)
+    wait_ms = round(settings.durable_timeout * 1000)
+    results, acked = yield Waiting(list(calls), replicas, wait_ms)
     return [
         r
         if isinstance(r, BaseException) or (n or 0) >= replicas
-        else NotDurableError(f"a workflow report was not confirmed by {replicas} replica(s)")
-        for r, n in zip(results, acked, strict=True)
+        else NotDurableError(
+            f"{c.name} was written on the primary but only {n or 0} of {replicas} replica(s) "
+            f"confirmed it within {wait_ms} ms. Calling again is safe (every workflow "
+            "call is idempotent); check that the primary has a replica in sync.",
+            [],
+            [],
+        )
+        for c, r, n in zip(calls, results, acked, strict=True)
     ]
 
 
@@ -512,7 +552,7 @@ def _fire(
         parent, _, index = f.body.decode().partition("|")
         pbk = _bk(queue, parent)
         end = ops.ChildEnd(int(index), f.extra.decode(), bid)
-        (reported,) = ok((yield from _waited([ops.report(pbk, [end])], replicas)))
+        (reported,) = ok((yield from _waited([ops.report(pbk, [end])], replicas, settings)))
         if reported.known:
             yield from settle(
                 cache, queue, pbk, reported.fires, reported.ended_ms, settings, replicas
@@ -564,7 +604,7 @@ def relay_partition(
         )
         for bid, group in by_batch.items()
     ]
-    results = yield from _waited(calls, replicas)
+    results = yield from _waited(calls, replicas, settings)
     relayed: list[ops.OutboxEntry] = []
     dropped = list(bad)
     fires: list[str] = []

@@ -21,6 +21,7 @@ from shardq.errors import (
     BatchNotFoundError,
     InvalidJobError,
     InvalidWorkflowError,
+    NotDurableError,
     ScriptArgumentError,
     UnknownQueueError,
 )
@@ -650,3 +651,28 @@ def test_the_relay_waits_for_a_replica_before_deleting(
     info = client.batches.get(queue, bid)
     assert info is not None and info.state == "succeeded" and info.fires_pending == ()
     assert client.get(queue, f"{bid}#success") is not None
+
+
+def test_a_durable_batch_is_confirmed_by_a_replica_or_says_so(
+    url: str, cluster_url: str, client: Client, queue: str
+) -> None:
+    """``durable=True``: on the cluster (a replica per primary) the record, children and seal
+    are confirmed; a standalone node has no replica, so the create says NotDurableError after
+    writing the record, and the same call again is safe (it finds the record)."""
+    client.create_queue(queue, partitions=4)
+    children = [JobRequest("child", {"n": i}, delay=3600) for i in range(20)]
+    if url == cluster_url:
+        bid = client.batches.create(queue, children, on_success=cb("s"), durable=True)
+        cid = client.batches.chain(queue, [JobRequest("step", {"add": 1})], durable=True)
+        assert _stored(client, queue) == 21
+    else:
+        with pytest.raises(NotDurableError):
+            client.batches.create(queue, children, batch_id="d-1", durable=True)
+        bid = client.batches.create(queue, children, batch_id="d-1")  # the resend completes it
+        assert bid == "d-1" and _stored(client, queue) == 20
+        cid = None
+    info = client.batches.get(queue, bid)
+    assert info is not None and (info.state, info.total) == ("running", 20)
+    if cid is not None:
+        chain = client.batches.get(queue, cid)
+        assert chain is not None and chain.kind == "chain"
