@@ -22,7 +22,8 @@ empty), then asserts, for each batch and chain:
 * callbacks: ``on_success`` and ``on_complete`` each ran (a start and a finish in the ledger),
   ``on_failure`` never started; and each callback job was enqueued exactly once: the
   partitions' ``enqueued`` counters add up to exactly children + steps + 2 callbacks per
-  batch and chain (a second enqueue of a callback, step or child would count one more), the
+  batch and chain, plus the resend reruns below (a second enqueue of a callback, step or child
+  would count one more), the
   callback's idempotency key (its own id) names it, and a callback job started with delivery
   1 at most once (a second job of the same id would start at delivery 1 again; a failover
   may undo a fetch, so an earlier delivery-1 start inside a failover window is allowed);
@@ -33,16 +34,20 @@ SIGKILLed after that start (killed before its ack), or that previous start fell 
 failover's window (from 1 s before the primary's SIGKILL to the promotion of its replica:
 an ack the old primary took but never replicated is undone).  Any other second start fails.
 
-Lost writes: Redis replicates asynchronously, so a primary SIGKILLed may lose what it
-acknowledged in its last instant.  There the workflow code cannot do better than the jobs:
-a child's report counted by the killed primary but never replicated (its outbox entry already
-deleted on another primary) leaves its batch waiting forever, a callback or step enqueued on it
-never runs.  So a batch or chain that does not end, or a callback that never runs, is counted
-separately as ``lost_in_failover`` and allowed only when it involves a slot the killed primary
-served and its last progress (the last finish of its children or steps in the ledger) lies in
-that failover's window; anything else that does not end fails the test (and with any such
-loss the ``enqueued`` total is only checked not to exceed the expected count).  (No create,
-report or fire is sent with WAIT: the workflow calls have no durable option.)
+Producers die too: a share of the batches' and chains' producers is killed after a random
+round trip (the plan abandoned between two calls, as a SIGKILLed process leaves it) and
+restarted to make the same calls with the same ids (a resent ``create``, ``add`` with the same
+add id, ``seal``); half the producers of batches made in parts are killed right after their
+seal, whose children had mostly ended by then, and never restarted: the relay's sweep must
+enqueue those callbacks.  A child may run twice when its first run ended in the milliseconds a
+restarted producer's resend was looking at it (docs/workflows.md, "A resent create"): one more
+job of its id, allowed only with its first run's end inside that resend's window.
+
+Nothing may be lost in a failover: every call is durable (the producer's records, children and
+seals, the relay's reports before an outbox entry is deleted, its callbacks and steps are
+confirmed by a replica), and a primary is killed only while every primary has its replica in
+sync.  So every batch and chain must end with exact counts, and the partitions' ``enqueued``
+counters must add up exactly (plus the resend reruns above).
 
 The CI version is short (20 batches of 200 children, 20 chains of 5 steps, 4 rounds, one
 failover, one move); the long one (``-m slow``) runs 100 batches of 1,000 and 100 chains of 10
@@ -52,6 +57,7 @@ over 10 rounds, with two failovers and two moves.
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import os
 import random
@@ -74,8 +80,11 @@ from shardq import Client, JobRequest, ProducerSettings
 from shardq.admin import slots as slot_moves
 from shardq.devtools.bench import cli_command
 from shardq.devtools.devcluster import node_pid, restart_node
+from shardq.plans import drive
+from shardq.plans import workflows as wf_plans
 from shardq.store import keys
-from shardq.workflows import BatchInfo, callback_id, child_id
+from shardq.store.op import Waiting
+from shardq.workflows import DEFAULT_RETENTION, BatchInfo, callback_id, child_id
 
 PARTITIONS = 12
 WORKERS = 3
@@ -373,6 +382,12 @@ class Workload:
     chains: dict[str, int] = field(default_factory=dict)  # id -> steps
     resent: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    #: producers killed and restarted: id -> (epoch s the restarted producer began its calls
+    #: again, epoch s they returned), per restart
+    resends: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
+    #: producers killed after their seal, not restarted (the relay's sweep does what the
+    #: seal's end called for)
+    abandoned: set[str] = field(default_factory=set)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def created(self) -> list[str]:
@@ -380,46 +395,174 @@ class Workload:
             return [*self.batches, *self.chains]
 
 
+#: The share of batches and chains whose producer is killed part-way (then restarted with the
+#: same ids, or, once its seal was sent, never).
+DEATHS = 0.3
+
+
+class Died(Exception):
+    """The producer was killed (its plan abandoned between two round trips)."""
+
+
+def _names(batch: Any) -> list[str]:
+    calls = batch.calls if isinstance(batch, Waiting) else batch if isinstance(batch, list) else []
+    return [getattr(c, "name", "") for c in calls]
+
+
+def die_after(client: Client, plans: list[Any], k: int) -> list[str]:
+    """Drive ``plans`` one after another as the client would, but die after the ``k``-th
+    batch of calls was answered (a SIGKILL between two round trips: the generator is dropped,
+    as the process would be); the names of the calls sent."""
+    send = client._runner.batches("a producer about to die")
+    sent: list[str] = []
+    answered = 0
+
+    def sender(batch: Any) -> Any:
+        nonlocal answered
+        sent.extend(_names(batch))
+        out = send(batch)
+        answered += 1
+        if answered >= k:
+            raise Died
+        return out
+
+    with contextlib.suppress(Died):
+        for plan in plans:
+            drive(plan, sender)
+    return sent
+
+
+def plans_for(client: Client, queue: str, wid: str, how: str, jobs: list[JobRequest]) -> list[Any]:
+    """The calls that make a batch or chain, durable: ``create``; ``parts`` (open and two adds
+    with add ids: sealed later, :func:`seal_plan`); ``chain``."""
+    cache, settings, keep = client._queues, client.settings, DEFAULT_RETENTION
+    if how == "chain":
+        return [
+            wf_plans.create_chain(
+                cache, queue, jobs, settings=settings, chain_id=wid, retention=keep,
+                durable=True, **CALLBACKS,
+            )
+        ]  # fmt: skip
+    if how == "create":
+        return [
+            wf_plans.create_batch(
+                cache, queue, jobs, settings=settings, batch_id=wid, retention=keep,
+                durable=True, **CALLBACKS,
+            )
+        ]  # fmt: skip
+    half = len(jobs) // 2
+    return [
+        wf_plans.create_batch(
+            cache, queue, [], settings=settings, batch_id=wid, retention=keep, seal=False,
+            durable=True, **CALLBACKS,
+        ),
+        wf_plans.add_children(
+            cache, queue, wid, jobs[:half], settings=settings, add_id="p0", durable=True
+        ),
+        wf_plans.add_children(
+            cache, queue, wid, jobs[half:], settings=settings, add_id="p1", durable=True
+        ),
+    ]  # fmt: skip
+
+
+def seal_plan(client: Client, queue: str, wid: str) -> list[Any]:
+    return [wf_plans.seal_batch(client._queues, queue, wid, settings=client.settings, durable=True)]
+
+
+def make(
+    client: Client,
+    work: Workload,
+    wid: str,
+    plans: Any,
+    *,
+    die_after_call: int | None,
+    point_of_no_return: str | None,
+) -> bool:
+    """Drive ``plans()`` (a list of plans, made anew for each try) to the end, resending the
+    same calls on a fault (the documented recovery).  With ``die_after_call``, the producer is
+    first killed after that many round trips; if it had sent ``point_of_no_return`` by then
+    it is not restarted (recorded as abandoned: something else must finish the job), else the
+    restarted producer makes every call again with the same ids (its window recorded).
+    Whether the workflow was made (False: given up, an error recorded)."""
+    restarted = False
+    if die_after_call is not None:
+        try:
+            sent = die_after(client, plans(), die_after_call)
+        except Exception as exc:  # a fault before it died: as if it died then
+            sent = []
+            work.resent.append(f"{wid}: died on {type(exc).__name__}: {exc}")
+        if point_of_no_return is not None and point_of_no_return in sent:
+            with work.lock:
+                work.abandoned.add(wid)
+            return True
+        restarted = True
+    deadline = time.monotonic() + scaled(120)
+    began = time.time()
+    while True:
+        try:
+            for plan in plans():
+                client._drive(plan, f"making {wid}")
+            break
+        except Exception as exc:  # the documented recovery: the same calls, same ids
+            work.resent.append(f"{wid}: {type(exc).__name__}: {exc}")
+            if time.monotonic() > deadline:
+                work.errors.append(f"{wid}: gave up: {type(exc).__name__}: {exc}")
+                return False
+            time.sleep(0.2)
+    if restarted:
+        with work.lock:
+            work.resends.setdefault(wid, []).append((began, time.time()))
+    return True
+
+
 def produce(client: Client, queue: str, work: Workload, r: int, seed: int) -> None:
-    """Round ``r``'s batches and chains, interleaved over the first half of the round; their
-    children come due over the first three quarters of it."""
+    """Round ``r``'s batches and chains, interleaved over the first half of the round.  Every
+    call is durable (records, children, seals confirmed by a replica).  A batch is made by
+    ``create`` (children due over the first three quarters of the round), or in parts:
+    ``open`` and two ``add`` calls with add ids, its children due at once, and ``seal``ed only
+    after the round's others were made, so its children have usually ended by then (the seal
+    ends it, and calls for its callbacks).  The producer of :data:`DEATHS` of them is killed
+    after a random round trip, and restarted to make the same calls again with the same ids,
+    unless it had sent its seal (or a chain's first step) already; and half the parts
+    batches' producers are killed right after their seal, never restarted: the relay's sweep
+    must do what the seal called for."""
     rng = random.Random(seed)
     s = work.scale
     n_batches, n_chains = s.batches // s.rounds, s.chains // s.rounds
     plan = ["batch"] * n_batches + ["chain"] * n_chains
     rng.shuffle(plan)
     start = time.monotonic()
+    to_seal: list[str] = []
     for i, kind in enumerate(plan):
         wid = f"r{r}-{kind[0]}{i}-{rng.getrandbits(24):06x}"
-        deadline = time.monotonic() + scaled(120)
-        while True:
-            try:
-                if kind == "batch":
-                    children = [
-                        JobRequest("child", None, delay=rng.uniform(0, 0.75 * s.round_s))
-                        for _ in range(s.children)
-                    ]
-                    client.batches.create(queue, children, batch_id=wid, **CALLBACKS)
-                    with work.lock:
-                        work.batches[wid] = s.children
-                else:
-                    steps = [
-                        JobRequest("step", {"k": k}, delay=rng.uniform(0, 0.1))
-                        for k in range(s.steps)
-                    ]
-                    client.batches.chain(queue, steps, chain_id=wid, **CALLBACKS)
-                    with work.lock:
-                        work.chains[wid] = s.steps
-                break
-            except Exception as exc:  # the documented recovery: the same call, same id
-                work.resent.append(f"{wid}: {type(exc).__name__}: {exc}")
-                if time.monotonic() > deadline:
-                    work.errors.append(f"{wid}: gave up: {type(exc).__name__}: {exc}")
-                    return
-                time.sleep(0.2)
+        if kind == "chain":
+            how, point = "chain", "enqueue"
+            jobs = [JobRequest("step", {"k": k}, delay=rng.uniform(0, 0.1)) for k in range(s.steps)]
+        else:
+            how = "create" if rng.random() < 0.5 else "parts"
+            point = "batch-seal" if how == "create" else None
+            spread = 0.75 * s.round_s if how == "create" else 0.1
+            jobs = [
+                JobRequest("child", None, delay=rng.uniform(0, spread)) for _ in range(s.children)
+            ]
+        die = rng.randint(1, 8) if rng.random() < DEATHS else None
+        plans = functools.partial(plans_for, client, queue, wid, how, jobs)
+        if not make(client, work, wid, plans, die_after_call=die, point_of_no_return=point):
+            return
+        with work.lock:
+            (work.chains if kind == "chain" else work.batches)[wid] = len(jobs)
+        if how == "parts":
+            to_seal.append(wid)
         lag = start + 0.5 * s.round_s * (i + 1) / len(plan) - time.monotonic()
         if lag > 0:
             time.sleep(lag)
+    time.sleep(max(0.0, start + 0.6 * s.round_s - time.monotonic()))
+    for wid in to_seal:
+        # Killed after the seal's reply (firing set entry, seal): 2 round trips.
+        die = 2 if rng.random() < 0.5 else None
+        plans = functools.partial(seal_plan, client, queue, wid)
+        if not make(client, work, wid, plans, die_after_call=die, point_of_no_return="batch-seal"):
+            return
 
 
 # the test ----------------------------------------------------------------------------------
@@ -524,52 +667,29 @@ def workflows_under_faults(
     final = infos()
     runs = read_ledger(ledger)
 
-    # What did not end: allowed only as a write the killed primary took and never replicated.
-    def last_progress(wid: str) -> float:
-        prefix = wid + "#"
-        return max(
-            (run.finished or run.started for jid, rs in runs.items() if jid.startswith(prefix)
-             for run in rs),
-            default=0.0,
-        )  # fmt: skip
-
-    def involved_slots(wid: str, total: int) -> set[int]:
-        names = [keys.batch_keys(queue, wid).record]
-        names += [callback_id(wid, n) for n in CALLBACK_NAMES]
-        names += [child_id(wid, i) for i in range(total)]
-        out = {keys.slot_of(names[0])}
-        for name in names[1:]:
-            p = keys.partition_for(name, PARTITIONS)
-            out.add(keys.slot_of(keys.partition_keys(queue, p, PARTITIONS).due))
-        return out
-
+    # What did not end: nothing may.  Every write a workflow's end depends on is confirmed by
+    # a replica before what it replaces is dropped (the producer's durable calls, the relay's
+    # WAIT before deleting an outbox entry, its durable callbacks and steps), and each primary
+    # killed had its replica in sync, so a failover may undo an ack (the job runs again) but
+    # lose no count, record or callback.
     totals = {**work.batches, **work.chains}
-    lost_in_failover: list[str] = []
     stuck: list[str] = []
     for wid in ids:
         done = finished(final[wid]) and all(
             any(run.finished for run in runs.get(callback_id(wid, name), []))
             for name in ("success", "complete")
         )
-        if done:
-            continue
-        at = last_progress(wid)
-        why = f"{wid}: {final[wid]!r:.400}, last progress at {at:.3f}"
-        if any(f.holds(at) and f.slots & involved_slots(wid, totals[wid]) for f in failovers):
-            lost_in_failover.append(why)
-        else:
-            stuck.append(why)
+        if not done:
+            stuck.append(f"{wid}: {final[wid]!r:.400}")
     assert not stuck, (
         f"{len(stuck)} of {len(ids)} batches and chains did not end (or fire): {stuck[:3]}; "
-        f"failovers {[(f.victim, f.killed_at, f.promoted_at) for f in failovers]}"
+        f"failovers {[(f.victim, f.killed_at, f.promoted_at) for f in failovers]}; abandoned "
+        f"after the seal: {sorted(work.abandoned & {x.split(':', 1)[0] for x in stuck})}"
     )
-    assert settled() or lost_in_failover, "the queue did not settle"
-    excused = {w.split(":", 1)[0] for w in lost_in_failover}
+    assert settled(), "the queue did not settle"
 
     # Records: exact counts.
     for wid, total in totals.items():
-        if wid in excused:
-            continue
         info = final[wid]
         assert info is not None, f"{wid}: no record"
         want = ("chain" if wid in work.chains else "batch", "succeeded", total, total, 0, 0, 0, ())
@@ -581,8 +701,6 @@ def workflows_under_faults(
 
     # Chains: every step, in order, each given the previous step's value.
     for cid, steps in work.chains.items():
-        if cid in excused:
-            continue
         for k in range(steps):
             step_runs = runs.get(child_id(cid, k), [])
             assert any(r.finished for r in step_runs), f"{cid} step {k} never finished"
@@ -598,8 +716,6 @@ def workflows_under_faults(
 
     # Callbacks: success and complete ran, failure never; one enqueue each.
     for wid in ids:
-        if wid in excused:
-            continue
         for name in CALLBACK_NAMES:
             cid = callback_id(wid, name)
             cb_runs = runs.get(cid, [])
@@ -623,7 +739,6 @@ def workflows_under_faults(
     unknown = set(runs) - children - steps - callbacks
     assert not unknown, f"{len(unknown)} jobs ran that nobody asked for: {sorted(unknown)[:5]}"
     never = {c for c in children if not any(r.finished for r in runs.get(c, []))}
-    never = {c for c in never if c.split("#")[0] not in excused}
     assert not never, f"{len(never)} children never ran: {sorted(never)[:5]}"
     for c in children:
         assert all(r.batch_id == c.rsplit("#", 1)[0] for r in runs.get(c, [])), c
@@ -632,24 +747,32 @@ def workflows_under_faults(
         int(client.redis.hget(pk.stats, "enqueued") or 0)
         for pk in keys.all_partition_keys(queue, PARTITIONS)
     )
-    if not lost_in_failover:
-        assert enqueued == expected_jobs, f"{enqueued} jobs enqueued, {expected_jobs} expected"
-    else:  # a job enqueued on the killed primary in its last instant may be gone
-        assert enqueued <= expected_jobs, f"{enqueued} jobs enqueued, {expected_jobs} expected"
 
-    # At least once, and no more: a second start only after a kill or in a failover window.
-    after_kill = in_failover = 0
+    # At least once, and no more: a second start only after a kill, in a failover window, or
+    # (a child) when its first run ended while its restarted producer was resending it (the
+    # milliseconds between the resend's look and its enqueue: docs/workflows.md, "A resent
+    # create"; such a run is a second job of the same id, so one more enqueue).
+    after_kill = in_failover = after_resend = 0
     unexplained = []
     for jid, rs in runs.items():
         ordered = sorted(rs, key=lambda r: r.started)
+        windows = work.resends.get(jid.split("#")[0], [])
         for prev, _again in itertools.pairwise(ordered):
             killed = fleet.killed.get(prev.pid)
             if killed is not None and killed > prev.started:
                 after_kill += 1
             elif any(f.holds(prev.started) for f in failovers):
                 in_failover += 1
+            elif prev.finished is not None and any(
+                lo - 0.1 <= prev.finished <= hi + 0.1 for lo, hi in windows
+            ):
+                after_resend += 1
             else:
                 unexplained.append((jid, [(r.started, r.pid, r.deliveries) for r in ordered]))
+    assert enqueued == expected_jobs + after_resend, (
+        f"{enqueued} jobs enqueued, {expected_jobs} expected (+{after_resend} run again by a "
+        "resend)"
+    )
     if unexplained:
         pids = {pid for _, rs in unexplained[:3] for _, pid, _ in rs}
         first = min(rs[0][0] for _, rs in unexplained)
@@ -675,15 +798,15 @@ def workflows_under_faults(
         "resent_creates": len(work.resent),
         "ran_again_after_kill": after_kill,
         "ran_again_in_failover": in_failover,
+        "ran_again_after_resend": after_resend,
+        "producers_restarted": sum(len(w) for w in work.resends.values()),
+        "abandoned_after_seal": len(work.abandoned),
         "callbacks_ran_again": sum(len(runs.get(c, [])) - 1 for c in callbacks if runs.get(c)),
-        "lost_in_failover": len(lost_in_failover),
         "enqueued": enqueued,
         "faults_s": round(faults_s, 1),
         "drain_s": round(drain_s, 1),
     }
     print(f"workflows under faults: {figures}")
-    for line in lost_in_failover:
-        print(f"  lost in a failover window: {line}")
     for line in work.resent:
         print(f"  create resent: {line}")
     for proc in fleet.workers + fleet.dispatchers:
