@@ -193,8 +193,9 @@ def create_batch(
     bk = _bk(queue, bid)
     replicas = settings.durable_replicas if durable else 0
     created = yield from _open(
-        cache, queue, bk, "batch", policy, keep, len(children), parent, fields, settings, replicas
-    )
+        cache, queue, bk, "batch", policy, keep, len(children), parent, fields, settings,
+        replicas, opening=not seal,
+    )  # fmt: skip
     yield from _enqueue_children(
         cache, queue, bid, 0, children, settings, keep, depth, created, replicas
     )
@@ -215,10 +216,12 @@ def _open(
     fields: list[tuple[str, bytes]],
     settings: ProducerSettings,
     replicas: int = 0,
+    opening: bool = False,
 ) -> Plan[bool]:
     """Create a batch's (open) or chain's (sealed) record once, listed as unsettled and in the
     queue's index; whether it was created now (False: a resend, checked to be the same kind
-    and size).  UnknownQueueError before anything is written."""
+    and size, or, ``opening`` an empty batch for adds, the same kind).  UnknownQueueError
+    before anything is written."""
     yield from producer_plans.meta(cache, queue)
     # Listed unsettled before its record exists: a producer that dies between the two leaves
     # an id with no record, which the relay's sweep drops.
@@ -236,7 +239,9 @@ def _open(
     results = yield from _waited([opened], replicas, settings)
     made: tuple[bool, str, int, str] = ok(results)[0]
     created, state, was_total, was_kind = made
-    if not created and (was_kind != kind or was_total != total):
+    # A batch opened for adds may have grown since: only its kind must match.
+    sized = kind == "chain" or total > 0 or not opening
+    if not created and (was_kind != kind or (sized and was_total != total)):
         raise InvalidWorkflowError(
             f"{kind} id {bk.batch_id!r} is taken by a {was_kind} of {was_total} in {queue!r} "
             f"(state {state}): pass another {kind}_id"

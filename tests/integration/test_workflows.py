@@ -505,11 +505,13 @@ def test_an_add_with_an_add_id_is_safe_to_repeat(url: str, client: Client, queue
     nothing; a repeat with another number of children is refused."""
     client.create_queue(queue, partitions=4)
     seen = Seen()
-    bid = client.batches.open(queue, on_success=cb("success"))
+    bid = client.batches.open(queue, batch_id="parts-1", on_success=cb("success"))
     bk = keys.batch_keys(queue, bid)
     part = [JobRequest("child", {"n": i}) for i in range(5)]
     assert client.batches.add(queue, bid, part, add_id="part-1") == 0
     assert client.batches.add(queue, bid, part, add_id="part-1") == 0  # a repeat: nothing new
+    # A restarted producer repeats its open too: the batch grew since, and that is no conflict.
+    assert client.batches.open(queue, batch_id="parts-1", on_success=cb("success")) == bid
     # part-2: reserved, then the producer died (no child enqueued); it is then sealed.
     assert client._run(ops.add(bk, 5, "part-2")) == (5, False)
     client.batches.seal(queue, bid)
