@@ -102,6 +102,9 @@ def test_fleet_churn_loses_nothing_and_promotes_once(
             procs[0].kill9()
             procs += [start_dispatcher(cluster_url, queue) for _ in range(2)]
             time.sleep(random.uniform(0.5, 3.0))
+            # The graceful stop of a running dispatcher: one still importing on a loaded box
+            # has no handler yet, and SIGTERM ends it as -15 (with nothing to release).
+            wait_for(lambda: "started on" in procs[1].log(), 30, "dispatcher 1 did not start")
             assert procs[1].stop() == 0
             wait_for(lambda: len(runs.count()) >= n, 60, "not every job ran")
             wait_for(
