@@ -117,6 +117,7 @@ class Relay:
         self.swept = 0
         self.cursor = (0, 0)
         self._exported_open = False
+        self.transport = ctx.transport
         self.client = ctx.transport.client
         self._m_relayed = RELAYED.labels(ctx.queue, "relayed")
         self._m_dropped = RELAYED.labels(ctx.queue, "dropped")
@@ -126,7 +127,8 @@ class Relay:
 
     def replicas(self) -> int:
         """Replicas a report waits for: one when every primary has one (per the client's slot
-        map), else none (a WAIT for a replica that does not exist would only time out)."""
+        map, read again every RECHECK and after a round a fault left unfinished), else none
+        (a WAIT for a replica that does not exist would only time out)."""
         return min(1, fewest_replicas(self.client))
 
     def wake(self, partition: int) -> None:
@@ -148,6 +150,11 @@ class Relay:
             if now >= next_sweep:
                 self.wanted.update(self.leases.tokens)
                 next_sweep = now + RECHECK
+                # The replicas a report waits for come from the slot map, which nothing else
+                # refreshes while no call fails: a replica that joined (or the old primary
+                # back as one after a failover) is seen within RECHECK.
+                with contextlib.suppress(Exception):
+                    await self.transport.refresh()
             if now >= next_batches:
                 next_batches = now + SWEEP_EVERY
                 await self.sweep()
@@ -261,7 +268,11 @@ class Relay:
                 )
             if done.left:
                 # Entries a fault left (a batch's primary down, a report not yet confirmed by
-                # its replica): tried again after a pause, not only at the next hint.
+                # its replica): tried again after a pause, not only at the next hint.  The slot
+                # map is read again first: a replica that died drops out of it once the cluster
+                # marks it failed, and the relay then stops waiting for it (replicas()).
+                with contextlib.suppress(Exception):
+                    await self.transport.refresh()
                 await asyncio.sleep(ERROR_BACKOFF)
                 self.wanted.add(p)
                 self.event.set()

@@ -73,7 +73,7 @@ import orjson
 import pytest
 import redis
 from support.fresh import FreshCluster
-from support.helpers import queue_settled, scaled, wait_for
+from support.helpers import Runner, queue_settled, scaled, wait_for
 from support.procs import Proc
 
 from shardq import Client, JobRequest, ProducerSettings
@@ -832,3 +832,48 @@ def test_workflows_ride_out_long_chaos(
     """100 batches of 1,000 children and 100 chains of 10 steps over 10 rounds, two failovers
     and two moves."""
     workflows_under_faults(fresh, queue, procs, tmp_path, LONG)
+
+
+def test_the_relay_goes_on_when_a_replica_dies(fresh: FreshCluster, queue: str) -> None:
+    """The relay waits for a replica before deleting an outbox entry; when the replica of a
+    batch's primary dies (no failover: its primary lives on), the cluster marks it failed, the
+    relay reads the slot map again, stops waiting for it, and the batch ends and fires once."""
+    client = Client.from_url(fresh.url, ProducerSettings(retry_timeout=30))
+    client.create_queue(queue, 4)
+    wait_for(lambda: cluster_healthy(fresh), 60, "the cluster did not settle")
+    bid = "replica-gone"
+    primary = fresh.primary_port(client, keys.batch_keys(queue, bid).record)
+    with redis.Redis(port=primary, socket_timeout=2) as r:
+        replica = int(r.info("replication")["slave0"]["port"])
+    fired: list[str] = []
+    handlers = {"child": lambda job: None, "callback": lambda job: fired.append(job.id)}
+    with Runner(fresh.url, queue, handlers) as runner:
+        relay = runner.dispatcher.relay  # type: ignore[union-attr]
+        assert relay is not None
+        wait_for(lambda: relay.replicas() == 1, scaled(40), "the relay never saw the replicas")
+        pid = node_pid(fresh.base, replica, root=fresh.root)
+        assert pid is not None
+        os.kill(pid, signal.SIGKILL)
+        client.batches.create(
+            queue, [JobRequest("child", {"n": i}) for i in range(50)], batch_id=bid,
+            on_success=cb("success"),
+        )  # fmt: skip
+        wait_for(lambda: fired, scaled(60), "the callback never ran")
+
+        def relayed() -> bool:
+            info = client.batches.get(queue, bid)
+            return (
+                info is not None
+                and info.state == "succeeded"
+                and not info.fires_pending
+                and all(
+                    client.redis.hlen(pk.outbox) == 0 for pk in keys.all_partition_keys(queue, 4)
+                )
+            )
+
+        wait_for(relayed, scaled(60), "the outboxes were not emptied without the replica")
+        assert relay.replicas() == 0  # it stopped waiting for the dead replica
+        time.sleep(1.0)
+    assert fired == [callback_id(bid, "success")]
+    restart_node(fresh.base, replica, root=fresh.root)
+    client.close()
