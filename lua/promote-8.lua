@@ -38,6 +38,7 @@ Flags: allow-oom  (runs when Redis is at maxmemory: it frees memory or keeps a f
 --@include checks.lua
 --@include lanes.lua
 --@include compact.lua
+--@include promote.lua
 
 local k, bad2 = arg_number(2, 1, 1000)
 if bad2 then return bad2 end
@@ -60,38 +61,35 @@ local now = now_ms()
 -- A paused partition (pause-2.lua) promotes nothing; "nothing due" makes the dispatcher wait
 -- for the hint that resuming publishes.
 if paused then return {0, -1, now} end
-local batch = redis.call('ZRANGE', KEYS[1], '-inf', now, 'BYSCORE', 'LIMIT', 0, k, 'WITHSCORES')
-local moved = #batch / 2
--- A compact job (lua/includes/compact.lua) gets its envelope in the jobs hash now: from here on
--- it is like any other.  HSETNX: its id has no entry (enqueue checked), and the dispatcher's
--- ACL grants no HSET.
-local items = {}
-local last_entry = '1'
-for i = 1, #batch, 2 do
-  local id, body = split_member(batch[i])
-  local v
-  if body then
-    v = 'S0|' .. body
-    redis.call('HSETNX', KEYS[5], id, v)
-  end
-  if lanes then
-    if not body then v = redis.call('HGET', KEYS[5], id) end
+local moved, last_entry
+if lanes then
+  local batch = redis.call('ZRANGE', KEYS[1], '-inf', now, 'BYSCORE', 'LIMIT', 0, k, 'WITHSCORES')
+  moved = #batch / 2
+  -- A compact job (lua/includes/compact.lua) gets its envelope in the jobs hash now: from here
+  -- on it is like any other.  HSETNX: its id has no entry (enqueue checked), and the
+  -- dispatcher's ACL grants no HSET.
+  local items = {}
+  for i = 1, #batch, 2 do
+    local id, body = split_member(batch[i])
+    local v
+    if body then
+      v = 'S0|' .. body
+      redis.call('HSETNX', KEYS[5], id, v)
+    else
+      v = redis.call('HGET', KEYS[5], id)
+    end
     items[#items + 1] = id
     items[#items + 1] = v and envelope_flow(v) or 'n'
     items[#items + 1] = batch[i + 1]
-  else
-    last_entry = redis.call('XADD', KEYS[2], '*', 'j', id, 'd', batch[i + 1])
   end
+  lane_add(KEYS[6], KEYS[7], items)
+  if moved > 0 then
+    redis.call('ZREMRANGEBYRANK', KEYS[1], 0, moved - 1)
+    count(KEYS[4], 'promoted', moved)
+  end
+  last_entry = '1'
+else
+  moved, last_entry = move_due(KEYS[1], KEYS[2], KEYS[5], KEYS[4], now, k, 'HSETNX')
 end
-if lanes then lane_add(KEYS[6], KEYS[7], items) end
-if moved > 0 then
-  -- The batch is the lowest-scored members, so they are ranks 0..moved-1: one removal.
-  redis.call('ZREMRANGEBYRANK', KEYS[1], 0, moved - 1)
-  count(KEYS[4], 'promoted', moved)
-  redis.call('SPUBLISH', ARGV[3], last_entry)
-end
-
-local head = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
-local next_due = -1
-if head[2] then next_due = score_ms(head[2]) end
-return {moved, next_due, now}
+if moved > 0 then redis.call('SPUBLISH', ARGV[3], last_entry) end
+return {moved, head_due(KEYS[1]), now}

@@ -171,7 +171,7 @@ def test_acks_ride_with_the_read_of_their_partition_and_the_others_wait_the_ling
     # Partition 0's ack is in its fetch (ARGV[4..]); 1's and 5's wait for a read of their own.
     assert first.folded == [[finished[0]]] and first.ack_ops == []
     [fetch] = r.sent[-1]
-    assert list(fetch.argv[3:]) == [b"1-0", b"job0"]
+    assert list(fetch.argv[4:]) == [b"1-0", b"job0"]
     assert sorted(r.settler.acks) == [1, 5]
     at = r.settler.acks_due_at(lambda p: "n", "n")
     assert at is not None and at - time.monotonic() <= ACK_LINGER
