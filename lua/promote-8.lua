@@ -23,8 +23,12 @@ ARGV[4] lease time ms: a successful promote also extends the caller's lease, so 
         regularly woken partition needs no separate renewal call
 
 Returns
-  {moved, next due ms or -1, now ms}   next due is the earliest remaining job's due time
-                                       ({0, -1, now} while the partition is paused)
+  {moved, next due ms or -1, now ms, lanes, oldest moved due ms or -1}
+                                       next due is the earliest remaining job's due time
+                                       ({0, -1, now, lanes, -1} while the partition is paused);
+                                       lanes 1 when the partition has lanes on (workers'
+                                       reads do not promote it: lua/fetch-9.lua); the oldest
+                                       moved job's due time says how late it was moved
   {-1, token, lease}                    E_FENCED: the caller's token is not current
   {-10, key, found, expected}         E_WRONG_TYPE: a key was overwritten outside shardq
   {-11, argv index, value, lo, hi}    E_BAD_ARGUMENT
@@ -60,11 +64,12 @@ redis.call('PEXPIRE', KEYS[3], lease_ms)
 local now = now_ms()
 -- A paused partition (pause-2.lua) promotes nothing; "nothing due" makes the dispatcher wait
 -- for the hint that resuming publishes.
-if paused then return {0, -1, now} end
-local moved, last_entry
+if paused then return {0, -1, now, lanes and 1 or 0, -1} end
+local moved, last_entry, oldest
 if lanes then
   local batch = redis.call('ZRANGE', KEYS[1], '-inf', now, 'BYSCORE', 'LIMIT', 0, k, 'WITHSCORES')
   moved = #batch / 2
+  oldest = batch[2]
   -- A compact job (lua/includes/compact.lua) gets its envelope in the jobs hash now: from here
   -- on it is like any other.  HSETNX: its id has no entry (enqueue checked), and the
   -- dispatcher's ACL grants no HSET.
@@ -89,7 +94,7 @@ if lanes then
   end
   last_entry = '1'
 else
-  moved, last_entry = move_due(KEYS[1], KEYS[2], KEYS[5], KEYS[4], now, k, 'HSETNX')
+  moved, last_entry, oldest = move_due(KEYS[1], KEYS[2], KEYS[5], KEYS[4], now, k, 'HSETNX')
 end
 if moved > 0 then redis.call('SPUBLISH', ARGV[3], last_entry) end
-return {moved, head_due(KEYS[1]), now}
+return {moved, head_due(KEYS[1]), now, lanes and 1 or 0, oldest and score_ms(oldest) or -1}

@@ -8,8 +8,9 @@
 -- lowest scores first, one XADD each; a compact member's envelope is written into the jobs
 -- hash on the way (lua/includes/compact.lua: its id has no entry) with the command ``store``:
 -- 'HSETNX' for the dispatcher, 'HSET' for a worker (whose user may not HSETNX: that is how
--- enqueue-batch tells a producer, checks.lua producer_only).  Returns how many moved and the
--- id of the last entry added ('1' when none).
+-- enqueue-batch tells a producer, checks.lua producer_only).  Returns how many moved, the
+-- id of the last entry added ('1' when none), and the score (due ms) of the first moved (nil
+-- when none).
 local function move_due(due, ready, jobs, stats, now, k, store)
   local batch = redis.call('ZRANGE', due, '-inf', now, 'BYSCORE', 'LIMIT', 0, k, 'WITHSCORES')
   local moved = #batch / 2
@@ -24,7 +25,7 @@ local function move_due(due, ready, jobs, stats, now, k, store)
     redis.call('ZREMRANGEBYRANK', due, 0, moved - 1)
     count(stats, 'promoted', moved)
   end
-  return moved, last_entry
+  return moved, last_entry, batch[2]
 end
 
 -- head_due(due): the earliest remaining job's due ms, or -1 when none waits.
