@@ -154,6 +154,10 @@ class Fetcher:
         #: The Redis clock (s) minus the monotonic clock, from the last reply: a due time
         #: (Redis ms) becomes a monotonic one.
         self.redis_offset: float | None = None
+        #: Assigned partitions whose next read was set from their head's due time (plus the
+        #: share): a round that goes takes those whose head is due by then, as it takes
+        #: hinted ones, so one round promotes and reads what several heads made due.
+        self.heads: set[int] = set()
         self._rotate = 0
         #: How long after a ready hint a read may wait (the worker's share of the budget).
         self.share = worker_share(ctx.settings.lateness_budget)
@@ -233,6 +237,7 @@ class Fetcher:
         if self.poll_at.get(partition, 0.0) > at:
             self.idle_streak.pop(partition, None)
             self.poll_at[partition] = at
+            self.heads.add(partition)
             self.nodes.wake(partition)
 
     def _monotonic(self, redis_ms: int, now: float) -> float:
@@ -359,12 +364,15 @@ class Fetcher:
         reading = {p for r in flight for p in r.due if last_read.get(p, THIN_FETCH) < THIN_FETCH}
         due = [p for p in mine if poll_at.get(p, 0.0) <= now and p not in reading]
         if due and self.share:
-            # A round goes out: it also takes the hinted partitions due within the share.
-            horizon, known = now + self.share, self.known_work
+            # A round goes out: it also takes the hinted partitions due within the share, and
+            # those whose head is due by now (their read was set a share after it).
+            horizon, known, heads = now + self.share, self.known_work, self.heads
             due += [
                 p
                 for p in mine
-                if now < poll_at.get(p, 0.0) <= horizon and p in known and p not in reading
+                if now < poll_at.get(p, 0.0) <= horizon
+                and (p in known or p in heads)
+                and p not in reading
             ]
         # Freed room wakes every loop, but a loop that just took a reply plans its next round
         # at once, before a woken one runs: without a share kept back, a busy primary takes
@@ -495,6 +503,7 @@ class Fetcher:
             if more or n:
                 self.idle_streak.pop(p, None)  # work found: the next empty read starts over
             self.redis_offset = result.now_ms / 1000.0 - now
+            self.heads.discard(p)
             if full:
                 self.poll_at[p] = now
             elif hinted:  # a hint came while it was read: read again within the share
@@ -508,6 +517,7 @@ class Fetcher:
                     if at < self.poll_at[p]:
                         self.idle_streak.pop(p, None)
                         self.poll_at[p] = at
+                        self.heads.add(p)
             if more:
                 self.known_work.add(p)
             else:
