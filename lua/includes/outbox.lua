@@ -9,10 +9,15 @@
 
 -- outbox_put(outbox, hint, id, ref, outcome, now, value): record one child's end (at now ms,
 -- for the relay's lag metric) and wake the partition's relay (the due-hint channel: message
--- 'o', which the promoter ignores).
+-- 'o', which the promoter ignores) when the outbox was empty: a relay reads a partition's
+-- outbox until a round finds it empty, so entries added to one not yet empty are read by the
+-- round in course, and a batch's children ending together publish one hint per relay round,
+-- not one per child (a published message costs Redis a write to every subscriber).
 local function outbox_put(outbox, hint, id, ref, outcome, now, value)
   redis.call('HSET', outbox, id, ref .. '|' .. outcome .. '|' .. now .. '|' .. value)
-  if hint and hint ~= '' then redis.call('SPUBLISH', hint, 'o') end
+  if hint and hint ~= '' and redis.call('HLEN', outbox) == 1 then
+    redis.call('SPUBLISH', hint, 'o')
+  end
 end
 
 -- workflow_ref(body): '<batch id>|<index>' of a child's body, or nil for any other job.  The

@@ -180,8 +180,9 @@ GRANTS: dict[str, tuple[Grant, ...]] = {
         # jobs that keep their result: stored with the ack (lua/complete-4.lua); job.progress
         # (lua/progress-2.lua)
         Grant(("result", "progress"), ("+set",)),
-        # a workflow child's end, written with its ack or dead letter (lua/includes/outbox.lua)
-        Grant(("outbox",), ("+hset",)),
+        # a workflow child's end, written with its ack or dead letter (lua/includes/outbox.lua;
+        # HLEN: the relay is woken only when the outbox was empty)
+        Grant(("outbox",), ("+hset", "+hlen")),
     ),
 }
 # The operator runs the tools (queue create, job, dlq, owners, rebalance, stats): everything

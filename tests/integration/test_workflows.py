@@ -678,3 +678,47 @@ def test_a_durable_batch_is_confirmed_by_a_replica_or_says_so(
     if cid is not None:
         chain = client.batches.get(queue, cid)
         assert chain is not None and chain.kind == "chain"
+
+
+def test_the_outbox_wakes_the_relay_once_until_it_is_emptied(
+    standalone_url: str, standalone_client: Client, queue: str
+) -> None:
+    """A child's end publishes the relay's hint only when the outbox was empty: a batch's
+    children ending together wake the relay once, and the round it runs reads them all."""
+    import redis as redis_lib
+
+    from shardq.store import delivery, results, transport
+
+    client = standalone_client
+    client.create_queue(queue, partitions=1)
+    bid = client.batches.create(queue, [JobRequest("child", {"n": i}) for i in range(5)])
+    pk = keys.partition_keys(queue, 0, 1)
+    raw = redis_lib.Redis.from_url(standalone_url)
+    sub = raw.pubsub()
+    try:
+        sub.ssubscribe(pk.due_hint)
+        deadline = time.monotonic() + 5
+        while sub.get_message(timeout=0.1) is None and time.monotonic() < deadline:
+            pass  # the subscription's confirmation
+        got = transport.run(client.redis, delivery.fetch(pk, "c", 10)).jobs
+        assert len(got) == 5
+        for d in got:  # one complete call each, as five workers would
+            done = results.Completion(
+                d.entry_id, d.raw_id, 0, b"", f"{bid}|{d.raw_id.decode().split('#')[1]}", b""
+            )
+            transport.run(client.redis, results.complete(pk, [done]))
+        assert client.redis.hlen(pk.outbox) == 5
+        hints = []
+        end = time.monotonic() + 1.0
+        while time.monotonic() < end:
+            m = sub.get_message(timeout=0.1)
+            if m and m["type"] == "smessage":
+                hints.append(m["data"])
+        assert hints == [b"o"]
+        relayed = client._drive(
+            workflow_plans.relay_partition(client._queues, queue, pk, client.settings), "relay"
+        )
+        assert relayed.relayed == 5 and client.redis.hlen(pk.outbox) == 0
+    finally:
+        sub.close()
+        raw.close()
