@@ -115,6 +115,7 @@ class Relay:
         self.dropped = 0
         self.errors = 0
         self.swept = 0
+        self.sweep_now = False
         self.cursor = (0, 0)
         self._exported_open = False
         self.transport = ctx.transport
@@ -123,7 +124,7 @@ class Relay:
         self._m_dropped = RELAYED.labels(ctx.queue, "dropped")
         self._m_lag = LAG.labels(ctx.queue)
         self._m_callback_lag = CALLBACK_LAG.labels(ctx.queue)
-        leases.when_acquired(self.wake)
+        leases.when_acquired(self._acquired)
 
     def replicas(self) -> int:
         """Replicas a report waits for: one when every primary has one (per the client's slot
@@ -136,6 +137,13 @@ class Relay:
         self.wanted.add(partition)
         self.event.set()
 
+    def _acquired(self, partition: int) -> None:
+        """A lease was won: relay its outbox now, and sweep the queue's batches now if it is
+        the queue's first partition (the sweep is its holder's)."""
+        if self.pks and partition == min(self.pks):
+            self.sweep_now = True
+        self.wake(partition)
+
     def start(self) -> None:
         self.supervisor.forever(LOOP, self._loop, pace=RECHECK, wakes=(self.event,))
 
@@ -143,7 +151,9 @@ class Relay:
         stop = self.supervisor.stop_event(LOOP)
         state = self.supervisor.state(LOOP)
         next_sweep = time.monotonic() + RECHECK
-        next_batches = time.monotonic() + SWEEP_EVERY
+        # At once, and whenever partition 0 is won (wake): its holder exports the
+        # open-batches gauge from its first round.
+        next_batches = time.monotonic()
         while not stop.is_set():
             state.progress()
             now = time.monotonic()
@@ -155,7 +165,8 @@ class Relay:
                 # back as one after a failover) is seen within RECHECK.
                 with contextlib.suppress(Exception):
                     await self.transport.refresh()
-            if now >= next_batches:
+            if self.sweep_now or now >= next_batches:
+                self.sweep_now = False
                 next_batches = now + SWEEP_EVERY
                 await self.sweep()
             held = self.leases.tokens
@@ -171,14 +182,14 @@ class Relay:
                 wait = min(next_sweep, next_batches) - now
                 await asyncio.wait_for(self.event.wait(), max(0.0, wait))
 
-    async def sweep(self) -> None:
+    async def sweep(self) -> bool:
         """One round of the batches' sweep, by the holder of the queue's first partition only
-        (its loss of the lease hands the sweep over with the partition)."""
+        (its loss of the lease hands the sweep over with the partition); whether it ran."""
         if not self.pks or min(self.pks) not in self.leases.tokens:
             if self._exported_open:  # the holder that took partition 0 exports it now
                 OPEN.remove(self.queue)
                 self._exported_open = False
-            return
+            return False
         try:
             done = await drive_async(
                 plans.sweep(
@@ -195,7 +206,7 @@ class Relay:
             self.errors += 1
             metrics.SCRIPT_ERRORS.labels(self.queue, "relay", type(exc).__name__).inc()
             log.warning("batch sweep failed: %s: %s", type(exc).__name__, exc)
-            return
+            return True
         self.cursor = done.cursor
         self.swept += done.fired
         OPEN.labels(self.queue).set(done.unsettled)
@@ -205,6 +216,7 @@ class Relay:
                 "relay sweep did the fires of %d batch(es) whose producer left them", done.fired
             )
         self._callbacks(done.callbacks_ended_ms)
+        return True
 
     def _callbacks(self, ended: list[int]) -> None:
         if not ended:

@@ -570,6 +570,13 @@ def test_redis_starts_with_the_acl_file_as_shipped_and_the_fleet_runs_under_its_
 
         wait_for(lambda: completed() >= 6, 40, lambda: "\n".join(p.log() for p in procs))
         assert admin.get(queue, job) is None  # done and gone
+        # The dispatcher ran under its user too (workers' reads promote due jobs themselves,
+        # so the jobs above need not wait for it): it holds every partition's lease.
+        wait_for(
+            lambda: all(admin.redis.get(pk.lease) for pk in pks),
+            40,
+            lambda: "\n".join(p.log() for p in procs),
+        )
     with Client.from_url(server.url) as plain:
         refused = plain.redis.execute_command("ACL", "LOG")
         assert not refused, f"a role was refused something: {refused}"
