@@ -117,11 +117,15 @@ def test_a_policy_changed_while_running_is_found_and_its_repair_too(
     with Runner(cluster_url, queue, {"t": runs.add}, worker_settings=settings) as runner:
         try:
             r.config_set("maxmemory-policy", "volatile-lru", target_nodes=node)
-            wait_for(lambda: _gauge(node.name, "eviction") == 1, 10, "not found")
-            assert "redis.misconfigured" in caplog.text and "volatile-lru" in caplog.text
+            # The gauge is set just before the event is logged, on the runner's thread.
+            wait_for(
+                lambda: _gauge(node.name, "eviction") == 1 and "volatile-lru" in caplog.text,
+                10,
+                "not found",
+            )
+            assert "redis.misconfigured" in caplog.text
         finally:
             r.config_set("maxmemory-policy", "noeviction", target_nodes=node)
-        # The gauge is set just before the event is logged, on the runner's thread: wait for both.
         wait_for(
             lambda: _gauge(node.name, "eviction") == 0 and "redis.config_fixed" in caplog.text,
             10,
