@@ -23,8 +23,12 @@ ARGV[4] lease time ms: a successful promote also extends the caller's lease, so 
         regularly woken partition needs no separate renewal call
 
 Returns
-  {moved, next due ms or -1, now ms}   next due is the earliest remaining job's due time
-                                       ({0, -1, now} while the partition is paused)
+  {moved, next due ms or -1, now ms, lanes, oldest moved due ms or -1}
+                                       next due is the earliest remaining job's due time
+                                       ({0, -1, now, lanes, -1} while the partition is paused);
+                                       lanes 1 when the partition has lanes on (workers'
+                                       reads do not promote it: lua/fetch-9.lua); the oldest
+                                       moved job's due time says how late it was moved
   {-1, token, lease}                    E_FENCED: the caller's token is not current
   {-10, key, found, expected}         E_WRONG_TYPE: a key was overwritten outside shardq
   {-11, argv index, value, lo, hi}    E_BAD_ARGUMENT
@@ -38,6 +42,7 @@ Flags: allow-oom  (runs when Redis is at maxmemory: it frees memory or keeps a f
 --@include checks.lua
 --@include lanes.lua
 --@include compact.lua
+--@include promote.lua
 
 local k, bad2 = arg_number(2, 1, 1000)
 if bad2 then return bad2 end
@@ -59,39 +64,37 @@ redis.call('PEXPIRE', KEYS[3], lease_ms)
 local now = now_ms()
 -- A paused partition (pause-2.lua) promotes nothing; "nothing due" makes the dispatcher wait
 -- for the hint that resuming publishes.
-if paused then return {0, -1, now} end
-local batch = redis.call('ZRANGE', KEYS[1], '-inf', now, 'BYSCORE', 'LIMIT', 0, k, 'WITHSCORES')
-local moved = #batch / 2
--- A compact job (lua/includes/compact.lua) gets its envelope in the jobs hash now: from here on
--- it is like any other.  HSETNX: its id has no entry (enqueue checked), and the dispatcher's
--- ACL grants no HSET.
-local items = {}
-local last_entry = '1'
-for i = 1, #batch, 2 do
-  local id, body = split_member(batch[i])
-  local v
-  if body then
-    v = 'S0|' .. body
-    redis.call('HSETNX', KEYS[5], id, v)
-  end
-  if lanes then
-    if not body then v = redis.call('HGET', KEYS[5], id) end
+if paused then return {0, -1, now, lanes and 1 or 0, -1} end
+local moved, last_entry, oldest
+if lanes then
+  local batch = redis.call('ZRANGE', KEYS[1], '-inf', now, 'BYSCORE', 'LIMIT', 0, k, 'WITHSCORES')
+  moved = #batch / 2
+  oldest = batch[2]
+  -- A compact job (lua/includes/compact.lua) gets its envelope in the jobs hash now: from here
+  -- on it is like any other.  HSETNX: its id has no entry (enqueue checked), and the
+  -- dispatcher's ACL grants no HSET.
+  local items = {}
+  for i = 1, #batch, 2 do
+    local id, body = split_member(batch[i])
+    local v
+    if body then
+      v = 'S0|' .. body
+      redis.call('HSETNX', KEYS[5], id, v)
+    else
+      v = redis.call('HGET', KEYS[5], id)
+    end
     items[#items + 1] = id
     items[#items + 1] = v and envelope_flow(v) or 'n'
     items[#items + 1] = batch[i + 1]
-  else
-    last_entry = redis.call('XADD', KEYS[2], '*', 'j', id, 'd', batch[i + 1])
   end
+  lane_add(KEYS[6], KEYS[7], items)
+  if moved > 0 then
+    redis.call('ZREMRANGEBYRANK', KEYS[1], 0, moved - 1)
+    count(KEYS[4], 'promoted', moved)
+  end
+  last_entry = '1'
+else
+  moved, last_entry, oldest = move_due(KEYS[1], KEYS[2], KEYS[5], KEYS[4], now, k, 'HSETNX')
 end
-if lanes then lane_add(KEYS[6], KEYS[7], items) end
-if moved > 0 then
-  -- The batch is the lowest-scored members, so they are ranks 0..moved-1: one removal.
-  redis.call('ZREMRANGEBYRANK', KEYS[1], 0, moved - 1)
-  count(KEYS[4], 'promoted', moved)
-  redis.call('SPUBLISH', ARGV[3], last_entry)
-end
-
-local head = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
-local next_due = -1
-if head[2] then next_due = score_ms(head[2]) end
-return {moved, next_due, now}
+if moved > 0 then redis.call('SPUBLISH', ARGV[3], last_entry) end
+return {moved, head_due(KEYS[1]), now, lanes and 1 or 0, oldest and score_ms(oldest) or -1}

@@ -158,6 +158,10 @@ GRANTS: dict[str, tuple[Grant, ...]] = {
         Grant(("errors",), ("+hset", "+hdel", "+hlen")),
         Grant(("dead",), ("+xadd",)),
         Grant(("due",), ("+zadd", "+zrange")),
+        # a read that promotes first (lua/fetch-9.lua, lua/includes/promote.lua): the due jobs
+        # move to the ready stream (a compact job's envelope is stored on the way, with HSET:
+        # HSETNX stays the producers', see lua/includes/checks.lua producer_only)
+        Grant(("due",), ("+zremrangebyrank",)),
         Grant(("stats",), ("+hincrby", "+hset", "+hget", "+hmget")),
         # fetch moves lane jobs to the ready stream when the stream runs short (and, with lanes
         # turned off, while the lane still holds jobs)

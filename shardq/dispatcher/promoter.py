@@ -9,6 +9,15 @@ their deadline, so one round takes what the whole primary collected in the windo
 or failing primary holds up its own loop only.  A hint that lands while a call for its
 partition is in flight forces another call, so a reply computed before the hint cannot put
 the partition back to sleep.
+
+Workers go first.  A worker's read promotes its partition's due jobs itself (lua/fetch-9.lua)
+when the head comes due plus the worker's share of the budget, so in steady state a job costs
+one call, not a promote and a read.  The dispatcher therefore promotes a partition only once
+its head is a whole budget late, and yields more when its calls find that a worker took the
+jobs: each such call doubles the partition's extra wait, up to :data:`MAX_YIELD`; a call that
+moves jobs already late by more than the budget (no worker read them: busy, dead, an older
+version, or a backlog) ends the yielding at once.  Partitions with lanes on are promoted at
+the dispatcher's share as before (their jobs go through the lane, which reads do not fill).
 """
 
 from __future__ import annotations
@@ -33,6 +42,13 @@ log = logging.getLogger("shardq.dispatcher")
 
 # After a failed call a partition is tried again this much later; others keep being served.
 ERROR_BACKOFF = 0.25
+#: The most a partition's promote waits for workers' reads to promote it (seconds after its
+#: head is due, beyond the budget): how late a job may start when the workers stop reading its
+#: partition (a dead worker's, until the fleet splits its partitions again).
+MAX_YIELD = 1.0
+#: A promote that moves jobs later than the budget plus this (seconds) finds that no worker
+#: read them: the dispatcher stops yielding the partition.
+LATE_MARGIN = 0.02
 
 
 class Promoter:
@@ -69,6 +85,12 @@ class Promoter:
         #: Each partition's due rate: its slack under the budget shrinks when calls fill sooner.
         self.rates = DueRates()
         self.share = dispatcher_share(ctx.settings.lateness_budget)
+        self.budget = ctx.settings.lateness_budget
+        #: How much longer than the budget each partition waits for workers to promote it
+        #: (grows while its calls find nothing left to move; see the module docstring).
+        self.yielded: dict[int, float] = {}
+        #: Partitions with lanes on (the last promote said): promoted at the share.
+        self.laned: set[int] = set()
         self._m_promoted = metrics.PROMOTED.labels(ctx.queue)
         self._m_calls = metrics.PROMOTE_CALLS.labels(ctx.queue)
         leases.when_acquired(self.acquired)
@@ -88,7 +110,7 @@ class Promoter:
         if partition in self.leases.tokens:
             self.idle_streak.pop(partition, None)
             now = time.monotonic()
-            deadline = now + self.rates.slack(partition, self.share)
+            deadline = now + self._slack(partition)
             if partition in self.next_wake:  # never later than it already was
                 deadline = min(deadline, self.next_wake.get(partition))
             self._schedule(partition, min(now, self.due_at.get(partition, now)), deadline)
@@ -104,13 +126,41 @@ class Promoter:
         """The head of ``partition`` is due ``wait`` seconds after ``now``: promote it then,
         within its slack."""
         due = now + wait
-        self._schedule(partition, due, due + self.rates.slack(partition, self.share))
+        self._schedule(partition, due, due + self._slack(partition))
+
+    def _slack(self, partition: int) -> float:
+        """How long after its head is due the partition is promoted: the dispatcher's share
+        with lanes on, else the whole budget plus what it yields to workers' reads."""
+        if partition in self.laned:
+            return self.rates.slack(partition, self.share)
+        return self.budget + self.yielded.get(partition, 0.0)
+
+    def _yield(self, partition: int, result: fleet.Promoted, expected: bool) -> None:
+        """Grow or end the partition's yielding to workers from a promote's answer (the module
+        docstring): ``expected``, the call was made for a head believed due."""
+        if result.lanes:
+            self.laned.add(partition)
+            self.yielded.pop(partition, None)
+            return
+        self.laned.discard(partition)
+        if result.moved:
+            oldest = result.oldest_moved_ms
+            late = (
+                oldest is not None and result.now_ms - oldest > (self.budget + LATE_MARGIN) * 1000
+            )
+            if late:
+                self.yielded.pop(partition, None)  # no worker read them in time
+        elif expected:
+            before = self.yielded.get(partition, 0.0)
+            self.yielded[partition] = min(MAX_YIELD, max(self.budget, 0.005, 2.0 * before))
 
     def _forget(self, partition: int) -> None:
         """Not ours any more: never handed out again."""
         self.next_wake.discard(partition)
         self.due_at.pop(partition, None)
         self.rates.forget(partition)
+        self.yielded.pop(partition, None)
+        self.laned.discard(partition)
 
     def _take(self, node: str, now: float, limit: int) -> list[int]:
         """The partitions of ``node`` to promote now: none until one reaches its deadline,
@@ -179,13 +229,16 @@ class Promoter:
         ]
         hints_before = [self.hints.get(p, 0) for p in held]
         sent = time.monotonic()
+        expected = [self.due_at.get(p, sent) < sent for p in held]
         results = await self.transport.run_on(node, ops)
         now = time.monotonic()
         self.calls += len(ops)
         self._m_calls.inc(len(ops))
         failures: list[BaseException] = []
         redirected = 0
-        for p, result, seen, token in zip(held, results, hints_before, sent_tokens, strict=True):
+        for p, result, seen, token, expecting in zip(
+            held, results, hints_before, sent_tokens, expected, strict=True
+        ):
             if isinstance(result, FencedError):
                 self.leases.fenced(p, str(result), token)
                 if p not in tokens:
@@ -212,6 +265,7 @@ class Promoter:
                 continue  # released meanwhile
             self.leases.extended(p, sent)
             moved = result.moved
+            self._yield(p, result, expecting)
             self.promoted += moved
             self._m_promoted.inc(moved)
             self.by_partition[p] = self.by_partition.get(p, 0) + moved

@@ -40,6 +40,14 @@ class Batch:
 
     now_ms: int
     jobs: list[Delivered]
+    next_due_ms: int | None = None
+    """A read that promoted first (``fetch(..., promote=True)``): the partition's earliest
+    waiting job's due ms after it, :data:`NONE_WAITS` when none waits; None when not known
+    (not asked, paused, lanes on, or a reclaim)."""
+
+
+#: ``Batch.next_due_ms`` of a partition with no job waiting.
+NONE_WAITS = -1
 
 
 def _due(value: Any) -> int | None:
@@ -65,6 +73,11 @@ def _attempt(value: Any) -> int:
 
 def _parse_batch(reply: Any, reclaimed: bool) -> Batch:
     r = check(reply)
+    next_due: int | None = None
+    if not reclaimed:  # a fetch's second field: the next due time, or -2 (not known)
+        head = numbers.integer(r[1], -2, what="next due ms")
+        next_due = None if head == -2 else head
+        r = [r[0], *r[2:]]
     jobs = [
         Delivered(
             r[i],
@@ -77,7 +90,7 @@ def _parse_batch(reply: Any, reclaimed: bool) -> Batch:
         )
         for i in range(1, len(r) - 5, 6)
     ]
-    return Batch(numbers.integer(r[0], 0, what="now ms"), jobs)
+    return Batch(numbers.integer(r[0], 0, what="now ms"), jobs, next_due)
 
 
 def _parse_fetch(reply: Any) -> Batch:
@@ -106,14 +119,18 @@ def fetch(
     consumer: str,
     count: int,
     acks: Iterable[tuple[bytes, bytes]] = (),
+    *,
+    promote: bool = False,
 ) -> Op[Batch]:
     """Up to ``count`` new ready jobs of one partition, marked active, with their bodies.
     ``acks``: (entry id, job id) of this partition's jobs whose handlers succeeded, settled in
-    the same call first, as :func:`ack` would (at most ``MAX_ACK``)."""
+    the same call first, as :func:`ack` would (at most ``MAX_ACK``).  ``promote``: move the
+    partition's due jobs to its ready stream first (up to ``count``, not with lanes on nor
+    paused) and say when its next job is due (``Batch.next_due_ms``)."""
     return op(
         "fetch",
-        [*_worker_keys(pk), pk.lane, pk.vtime, pk.ctl],
-        [keys.WORKER_GROUP, consumer, count, *_ack_pairs(acks)],
+        [*_worker_keys(pk), pk.lane, pk.vtime, pk.ctl, pk.due],
+        [keys.WORKER_GROUP, consumer, count, "1" if promote else "0", *_ack_pairs(acks)],
         _parse_fetch,
     )
 

@@ -147,14 +147,26 @@ class Promoted(NamedTuple):
     moved: int
     next_due_ms: int | None
     now_ms: int
+    lanes: bool = False
+    """The partition has lanes on: only the dispatcher promotes it (workers' reads do not)."""
+    oldest_moved_ms: int | None = None
+    """The due time of the first job moved (how late the promote came), None when none."""
 
 
 def _parse_promote(reply: Any) -> Promoted:
     r = check(reply)  # raises FencedError for a stale token
     # A next due time that is not one (a score of +inf, written by hand) reads as none: the
     # dispatcher then sleeps its longest sleep and asks again.
-    next_due = Checked().optional_time_ms("next_due_ms", r[1])
-    return Promoted(numbers.integer(r[0], 0), next_due, numbers.integer(r[2], 0))
+    checked = Checked()
+    next_due = checked.optional_time_ms("next_due_ms", r[1])
+    oldest = checked.optional_time_ms("oldest_moved_ms", r[4]) if len(r) > 4 else None
+    return Promoted(
+        numbers.integer(r[0], 0),
+        next_due,
+        numbers.integer(r[2], 0),
+        len(r) > 3 and r[3] == 1,
+        oldest,
+    )
 
 
 def promote(pk: keys.PartitionKeys, token: str, batch: int, lease_ms: int) -> Op[Promoted]:

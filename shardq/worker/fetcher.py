@@ -11,6 +11,13 @@ other partition it sweeps every ``sweep_interval`` x (N - 1), so the fleet looks
 partition about once per ``sweep_interval`` whatever N is; a sweep that finds a full batch
 keeps reading, so a backlog bigger than its assigned worker's capacity is shared out.
 
+Every read promotes first (lua/fetch-9.lua): the partition's due jobs move to its ready
+stream and are read in the same call, and the reply says when the partition's next job is
+due; an assigned partition is read again then (plus the worker's share of the budget), and a
+due hint (an enqueue that moved its head earlier) brings that forward.  So in steady state a
+job costs one call, a read, and the dispatcher's promote is left to what no worker reads in
+time (backlogs, busy or dead workers, partitions with lanes on: shardq/dispatcher/promoter.py).
+
 Under a lateness budget (shardq/runtime/budget.py) a ready hint schedules the read the
 worker's share of it later instead of at once, and a round that runs also reads every hinted
 partition of its primary due within that share: one round takes what several promotes made
@@ -144,6 +151,13 @@ class Fetcher:
         self.last_read: dict[int, int] = {}
         #: The newest ready entry this worker has read of each partition, as (ms, seq).
         self.read_upto: dict[int, tuple[int, int]] = {}
+        #: The Redis clock (s) minus the monotonic clock, from the last reply: a due time
+        #: (Redis ms) becomes a monotonic one.
+        self.redis_offset: float | None = None
+        #: Assigned partitions whose next read was set from their head's due time (plus the
+        #: share): a round that goes takes those whose head is due by then, as it takes
+        #: hinted ones, so one round promotes and reads what several heads made due.
+        self.heads: set[int] = set()
         self._rotate = 0
         #: How long after a ready hint a read may wait (the worker's share of the budget).
         self.share = worker_share(ctx.settings.lateness_budget)
@@ -206,6 +220,31 @@ class Fetcher:
         if self.poll_at.get(partition, 0.0) > at:  # else it is read by then anyway
             self.poll_at[partition] = at
             self.nodes.wake(partition)  # its loop may sleep past it: let it look again
+
+    def due_hint(self, partition: int, message: bytes | None) -> None:
+        """A job of the partition's due set became due sooner (an enqueue that moved its head
+        earlier, a retry, a reschedule: the message is its due ms): an assigned partition is
+        read then, plus the worker's share, and its read promotes it.  A resubscription (None)
+        or a hint of another kind: read it within the share."""
+        if partition not in self.assigned or message == b"o":  # 'o': a workflow outbox entry
+            return
+        due_ms = None
+        if message is not None and message.isdigit() and len(message) <= 17:
+            due_ms = int(message)
+        now = time.monotonic()
+        at = now if due_ms is None else self._monotonic(due_ms, now)
+        at += self.share
+        if self.poll_at.get(partition, 0.0) > at:
+            self.idle_streak.pop(partition, None)
+            self.poll_at[partition] = at
+            self.heads.add(partition)
+            self.nodes.wake(partition)
+
+    def _monotonic(self, redis_ms: int, now: float) -> float:
+        """When (monotonic s) the Redis clock reads ``redis_ms``; ``now`` before any reply."""
+        if self.redis_offset is None:
+            return now
+        return max(now, redis_ms / 1000.0 - self.redis_offset)
 
     def wake(self, partition: int) -> None:
         """Room freed up or an ack is waiting: let the partition's loop run a round."""
@@ -325,12 +364,15 @@ class Fetcher:
         reading = {p for r in flight for p in r.due if last_read.get(p, THIN_FETCH) < THIN_FETCH}
         due = [p for p in mine if poll_at.get(p, 0.0) <= now and p not in reading]
         if due and self.share:
-            # A round goes out: it also takes the hinted partitions due within the share.
-            horizon, known = now + self.share, self.known_work
+            # A round goes out: it also takes the hinted partitions due within the share, and
+            # those whose head is due by now (their read was set a share after it).
+            horizon, known, heads = now + self.share, self.known_work, self.heads
             due += [
                 p
                 for p in mine
-                if now < poll_at.get(p, 0.0) <= horizon and p in known and p not in reading
+                if now < poll_at.get(p, 0.0) <= horizon
+                and (p in known or p in heads)
+                and p not in reading
             ]
         # Freed room wakes every loop, but a loop that just took a reply plans its next round
         # at once, before a woken one runs: without a share kept back, a busy primary takes
@@ -390,7 +432,7 @@ class Fetcher:
             return None
         pks, consumer = self.pks, self.consumer
         ops = [
-            delivery.fetch(pks[p], consumer, c, [(d.entry_id, d.raw_id) for d in f])
+            delivery.fetch(pks[p], consumer, c, [(d.entry_id, d.raw_id) for d in f], promote=True)
             for p, c, f in zip(due, counts, folded, strict=True)
         ]
         reserve = sum(counts)
@@ -460,12 +502,22 @@ class Fetcher:
             more = full or hinted
             if more or n:
                 self.idle_streak.pop(p, None)  # work found: the next empty read starts over
+            self.redis_offset = result.now_ms / 1000.0 - now
+            self.heads.discard(p)
             if full:
                 self.poll_at[p] = now
             elif hinted:  # a hint came while it was read: read again within the share
                 self.poll_at[p] = now + self.share
             else:
                 self.poll_at[p] = now + self.idle_interval(p)
+                head = result.next_due_ms
+                if head is not None and head != delivery.NONE_WAITS and p in self.assigned:
+                    # Its next job's due time: read (and promote) it then, within the share.
+                    at = self._monotonic(head, now) + self.share
+                    if at < self.poll_at[p]:
+                        self.idle_streak.pop(p, None)
+                        self.poll_at[p] = at
+                        self.heads.add(p)
             if more:
                 self.known_work.add(p)
             else:

@@ -285,16 +285,23 @@ class Worker(RoleProcess[WorkerSettings]):
             else:
                 fetcher.hint(partition, message)
 
-        channels = {ctx.pks[p].ready_hint: p for p in ctx.partitions}
-        hub, token = self.hub, None
+        ready = {ctx.pks[p].ready_hint: p for p in ctx.partitions}
+        # Due hints too: an enqueue that moves a partition's head earlier says when, and the
+        # assigned worker's read promotes it then (Fetcher.due_hint).
+        due = {ctx.pks[p].due_hint: p for p in ctx.partitions}
         if self.pool is not None:
             self.pool.attach(self.queue, inflight, lambda: bool(fetcher.known_work))
-        if hub is not None:
-            # A worker of several queues: one subscription for all of them; this queue's
-            # channels stay routed through the drain (cancels still reach running jobs).
-            token = hub.add(channels, on_hint)
-        else:
-            self.listen_for_hints(channels, on_hint)
+        # A worker of several queues: one subscription for all of them (the parent listens);
+        # this queue's channels stay routed through the drain (cancels still reach running
+        # jobs).  A worker of one queue listens on a hub of its own.
+        hub = self.hub or hints.HintHub()
+        tokens = [hub.add(ready, on_hint), hub.add(due, fetcher.due_hint)]
+        if self.hub is None:
+            sup.forever(
+                "hints",
+                lambda: hub.listen(self.redis, sup, "hints", self.transport.refresh),
+                pace=hints.PASS_WAIT,
+            )
 
         async def drain() -> None:
             # The heartbeat, membership and limit-holds loops still run: running jobs stay
@@ -307,7 +314,7 @@ class Worker(RoleProcess[WorkerSettings]):
             await heartbeat.calls.close()
             await recoverer.calls.close()
             executor.close()
-            if hub is not None and token is not None:
+            for token in tokens:
                 hub.remove(token)
             await self._retire(ctx)
 

@@ -3,6 +3,8 @@ node that lost the library (without Redis: tests/unit/test_scripts_loader.py).""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 import redis
 from support.helpers import Runner, primaries, wait_for
@@ -171,7 +173,7 @@ def test_a_worker_holding_more_than_one_call_carries_acks_them_in_chunks(
 def test_a_fetch_settles_the_acks_it_carries_first_once_and_even_while_paused(
     standalone_client: Client, queue: str
 ) -> None:
-    """fetch-8's ARGV[4..]: a read carries its partition's acks (one call instead of ack + fetch).
+    """fetch-9's ARGV[5..]: a read carries its partition's acks (one call instead of ack + fetch).
     They settle as ack-4 settles them: envelopes dropped, counted once (a resend changes
     nothing), a paused partition's too; an odd pair count is refused before anything."""
     from shardq.store import delivery, transport
@@ -201,8 +203,8 @@ def test_a_fetch_settles_the_acks_it_carries_first_once_and_even_while_paused(
     [d] = transport.run(r, delivery.fetch(pk, "c", 1)).jobs
     bad = op(
         "fetch",
-        [*(pk.ready, pk.jobs, pk.dead, pk.errors, pk.stats), pk.lane, pk.vtime, pk.ctl],
-        [keys.WORKER_GROUP, "c", 1, d.entry_id],
+        [*(pk.ready, pk.jobs, pk.dead, pk.errors, pk.stats), pk.lane, pk.vtime, pk.ctl, pk.due],
+        [keys.WORKER_GROUP, "c", 1, "0", d.entry_id],
         check,
     )
     with pytest.raises(ScriptArgumentError, match="argument count"):
@@ -210,3 +212,47 @@ def test_a_fetch_settles_the_acks_it_carries_first_once_and_even_while_paused(
     assert r.hlen(pk.jobs) == 1 and int(r.hget(pk.stats, "completed")) == 4
     with pytest.raises(ValueError, match="at most 1000 acks"):
         delivery.fetch(pk, "c", 1, [(b"1-1", b"x")] * 1001)
+
+
+def test_a_fetch_that_promotes_first_moves_what_is_due_and_says_what_comes_next(
+    standalone_client: Client, queue: str
+) -> None:
+    """fetch-9 with ARGV[4] = '1': the partition's due jobs (compact ones too) move to the ready
+    stream as promote moves them, at most the read's count, and are read in the same call; the
+    reply says when the next waiting job is due.  Not while paused, nor with lanes on (the
+    lane is the dispatcher's to fill)."""
+    from shardq.store import delivery, transport
+
+    client, r = standalone_client, standalone_client.redis
+    client.create_queue(queue, 1)
+    pk = keys.partition_keys(queue, 0, 1)
+    now = time.time()
+    soon = client.enqueue_many(queue, [JobRequest("t", i, run_at=now + 0.3) for i in range(3)])
+    later = client.enqueue(queue, "t", "later", run_at=now + 3600)
+    assert r.xlen(pk.ready) == 0 and r.zcard(pk.due) == 4
+    time.sleep(0.5)  # the first three are due now
+    got = transport.run(r, delivery.fetch(pk, "c", 2, promote=True))
+    assert len(got.jobs) == 2 and {d.raw_id.decode() for d in got.jobs} <= {p.job_id for p in soon}
+    assert got.next_due_ms is not None and got.next_due_ms <= time.time() * 1000  # the third
+    assert r.zcard(pk.due) == 2 and int(r.hget(pk.stats, "promoted")) == 2
+    rest = transport.run(r, delivery.fetch(pk, "c", 10, promote=True))
+    assert len(rest.jobs) == 1 and rest.jobs[0].attempt == 1
+    assert rest.next_due_ms is not None and abs(rest.next_due_ms - (now + 3600) * 1000) < 1000
+    # Every job read is stored as running, as after a promote and a read.
+    info = client.get(queue, rest.jobs[0].raw_id.decode())
+    assert info is not None and info.state == "running"
+    # Without promote: nothing moves, the next due time is not known.
+    plain = transport.run(r, delivery.fetch(pk, "c", 10))
+    assert plain.jobs == [] and plain.next_due_ms is None
+    # Paused, or lanes on: a read that asks to promote moves nothing.
+    client.reschedule(queue, later, run_at=now - 1)
+    r.hset(pk.ctl, "paused", "1")
+    assert transport.run(r, delivery.fetch(pk, "c", 10, promote=True)).next_due_ms is None
+    r.hdel(pk.ctl, "paused")
+    r.hset(pk.ctl, "lanes", "1")
+    assert transport.run(r, delivery.fetch(pk, "c", 10, promote=True)).jobs == []
+    assert r.zcard(pk.due) == 1
+    r.hdel(pk.ctl, "lanes")
+    done = transport.run(r, delivery.fetch(pk, "c", 10, promote=True))
+    assert [d.raw_id.decode() for d in done.jobs] == [later]
+    assert done.next_due_ms == delivery.NONE_WAITS

@@ -147,7 +147,7 @@ OPS: dict[str, Callable[[State], Op[Any]]] = {
     ),
     "get": lambda s: producer.get(keys.partition_keys(s.queue, 0, 1), s.scheduled),
     "queue-create": lambda s: producer.queue_create(s.queue + "-new", 2),
-    "fetch": lambda s: delivery.fetch(s.pk, "c2", 10),
+    "fetch": lambda s: delivery.fetch(s.pk, "c2", 10, promote=True),
     "ack": lambda s: delivery.ack(s.pk, [(s.pending_entry, s.pending_id)]),
     "complete": lambda s: results.complete(
         s.pk,

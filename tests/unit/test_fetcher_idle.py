@@ -13,7 +13,7 @@ from shardq.worker.fetcher import Fetcher
 
 
 def reader(**settings: Any) -> Any:
-    return SimpleNamespace(
+    r = SimpleNamespace(
         settings=WorkerSettings(**settings),
         assigned={0},
         idle_streak={},
@@ -22,9 +22,13 @@ def reader(**settings: Any) -> Any:
         hints={},
         known_work=set(),
         read_upto={},
+        heads=set(),
+        redis_offset=None,
         nodes=SimpleNamespace(wake=lambda p: None),
         share=settings.get("lateness_budget", 0.0) / 2,
     )
+    r._monotonic = lambda ms, now: Fetcher._monotonic(r, ms, now)  # type: ignore[arg-type]
+    return r
 
 
 def test_an_assigned_partition_found_empty_again_waits_longer_up_to_max_idle_poll() -> None:
@@ -171,7 +175,7 @@ def test_acks_ride_with_the_read_of_their_partition_and_the_others_wait_the_ling
     # Partition 0's ack is in its fetch (ARGV[4..]); 1's and 5's wait for a read of their own.
     assert first.folded == [[finished[0]]] and first.ack_ops == []
     [fetch] = r.sent[-1]
-    assert list(fetch.argv[3:]) == [b"1-0", b"job0"]
+    assert list(fetch.argv[4:]) == [b"1-0", b"job0"]
     assert sorted(r.settler.acks) == [1, 5]
     at = r.settler.acks_due_at(lambda p: "n", "n")
     assert at is not None and at - time.monotonic() <= ACK_LINGER
@@ -250,4 +254,48 @@ def test_a_chain_steps_end_goes_at_once_and_a_batch_childs_waits_the_linger() ->
         r.settler.succeeded(d)
     assert r.settler.ack_since[0] == 0.0  # due at once
     assert r.settler.ack_since[1] > time.monotonic() - 1  # waits its linger
+    r.loop.close()
+
+
+def test_a_due_hint_reads_an_assigned_partition_when_its_new_head_is_due() -> None:
+    """An enqueue that moved a partition's head earlier publishes its due ms: the assigned
+    worker reads (and so promotes) it then plus its share, never later than it would have;
+    an unassigned partition, an outbox hint and a later head change nothing."""
+    import time
+
+    woken: list[int] = []
+    r = reader(lateness_budget=0.02)
+    r.nodes = SimpleNamespace(wake=woken.append)
+    now = time.monotonic()
+    r.redis_offset = 1_000.0 - now  # the Redis clock reads 1,000 s now
+    r.poll_at[0] = now + 5.0
+    Fetcher.due_hint(r, 0, b"1000200")  # due in 200 ms
+    assert now + 0.21 <= r.poll_at[0] <= time.monotonic() + 0.21 and 0 in r.heads
+    Fetcher.due_hint(r, 0, b"1003000")  # later than the read already set: nothing
+    assert r.poll_at[0] < now + 0.3 and woken == [0]
+    Fetcher.due_hint(r, 0, b"o")  # a workflow child's end: the relay's, not the reader's
+    Fetcher.due_hint(r, 1, b"1000000")  # not assigned: its worker reads it
+    assert woken == [0] and 1 not in r.poll_at
+    r.poll_at[0] = now + 5.0
+    Fetcher.due_hint(r, 0, None)  # resubscribed: a hint may be lost, read within the share
+    assert r.poll_at[0] <= time.monotonic() + 0.01
+
+
+def test_a_round_takes_the_partitions_whose_heads_are_due_by_then() -> None:
+    """Partitions whose next read was set from their head's due time go in the round that
+    goes, when their head is due by then; one whose head comes later waits for it."""
+    import time
+
+    r = planner([0, 1, 2], budget=0.02)
+    r.heads = {1, 2}
+    now = time.monotonic()
+    r.poll_at = {0: now - 0.001, 1: now + 0.005, 2: now + 0.5}  # 1's head due 5 ms ago
+
+    async def plan() -> Any:
+        return Fetcher._plan(r, "n", [])
+
+    first = r.loop.run_until_complete(plan())
+    assert sorted(first.due) == [0, 1]
+    [fetch, *_] = r.sent[-1]
+    assert fetch.argv[3] == "1"  # every read promotes first
     r.loop.close()

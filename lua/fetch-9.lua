@@ -1,4 +1,14 @@
---[[ fetch: hand up to ARGV[3] new ready jobs of one partition to a worker, with their envelopes.
+--[[ fetch: hand up to ARGV[3] new ready jobs of one partition to a worker, with their envelopes;
+first promoting its due jobs when asked (ARGV[4]).
+
+A worker that reads a partition when its head job comes due asks this call to promote first:
+the due jobs move to the ready stream as the dispatcher's promote would move them
+(lua/includes/promote.lua, at most ARGV[3]) and are read in the same call, so a job costs one
+call instead of a promote and a fetch, and the dispatcher's promote is left to backlogs and to
+partitions no worker reads in time (shardq/dispatcher/promoter.py).  Not in a partition with
+lanes on (its due jobs go through the lane, which the dispatcher's promote fills) nor while it
+is paused.  The reply then carries the partition's next due time, when the worker reads it
+again.
 
 Reads the ready stream through the consumer group and marks each job active, so a cancel that
 comes later reports it running instead of pretending to stop it.  When the stream has fewer
@@ -19,18 +29,22 @@ KEYS[6] lane     zset    due jobs waiting for fetch, by fair-queueing score (lan
                          not yet empty)
 KEYS[7] vtime    hash    virtual time and per-flow last score of the lane
 KEYS[8] ctl      hash    the partition's flags, 'paused' and 'lanes' (read only)
+KEYS[9] due      zset    job id (or '<id> <body>', a compact job) scored by due ms
 
 ARGV[1] consumer group
 ARGV[2] consumer (worker) name
 ARGV[3] max entries to read
-ARGV[4..] pairs of (entry id, job id) of this partition's jobs whose handlers succeeded: settled
+ARGV[4] '1': promote the partition's due jobs first (up to ARGV[3]); '0': read only
+ARGV[5..] pairs of (entry id, job id) of this partition's jobs whose handlers succeeded: settled
         first (lua/includes/acks.lua), paused or not, so a finished job's ack rides with the
         next read of its partition instead of a call of its own (BullMQ's moveToFinished
         fetches the next job the same way)
-Max ARGV: 2003  = 3 + 2 per ack: at most 1000 acks (shardq.store.delivery.MAX_ACK)
+Max ARGV: 2004  = 4 + 2 per ack: at most 1000 acks (shardq.store.delivery.MAX_ACK)
 
-Returns {now ms, entry id, job id, due ms, attempt, body, reserved, ...} (6 fields per job;
-none while the partition is paused).  reserved is 1 for a job a rate limit deferred to a start
+Returns {now ms, next due ms, entry id, job id, due ms, attempt, body, reserved, ...} (6 fields
+per job; none while the partition is paused).  next due is the partition's earliest waiting
+job's due time after the call when it was asked to promote and could (-1: none waits), else
+-2 (paused, lanes on, or not asked).  reserved is 1 for a job a rate limit deferred to a start
 it reserved for it (envelope state L, lua/defer-4.lua): the worker runs it without asking the
 limit again; else 0.
   {-10, key, found, expected}         E_WRONG_TYPE: a key was overwritten outside shardq
@@ -45,27 +59,38 @@ Flags: allow-oom  (runs when Redis is at maxmemory: it frees memory or keeps a f
 --@include checks.lua
 --@include acks.lua
 --@include lanes.lua
+--@include promote.lua
 
 local n, bad = arg_number(3, 1, 1000)
 if bad then return bad end
-if (#ARGV - 3) % 2 ~= 0 then return {-11, #ARGV, 'argument count', 3, 2} end
+if ARGV[4] ~= '0' and ARGV[4] ~= '1' then return {-11, 4, ARGV[4], '0', '1'} end
+if (#ARGV - 4) % 2 ~= 0 then return {-11, #ARGV, 'argument count', 4, 2} end
 local paused, lanes, wrong_ctl = partition_flags(KEYS[8], KEYS[5])
 if wrong_ctl then return wrong_ctl end
 -- Lanes turned off ('2'): the lane is read while it still holds jobs (it exists).  Nobody but
 -- the operator writes the flag, so the worker does not drop it: one EXISTS per call until the
 -- operator's next `lanes --off` finds the lane empty (lua/lanes-3.lua).
 if lanes == '2' and redis.call('EXISTS', KEYS[6]) == 0 then lanes = false end
+local promote = ARGV[4] == '1' and not lanes and not paused
 local spec = {KEYS[1], 'stream', KEYS[2], 'hash', KEYS[3], 'stream', KEYS[4], 'hash'}
+if promote then
+  spec[#spec + 1] = KEYS[9]
+  spec[#spec + 1] = 'zset'
+end
 if lanes then
   for _, kv in ipairs({KEYS[6], 'zset', KEYS[7], 'hash'}) do spec[#spec + 1] = kv end
 end
 local wrong = wrong_type(spec)
 if wrong then return wrong end
-if #ARGV > 3 then ack_entries(KEYS[1], KEYS[2], KEYS[4], KEYS[5], ARGV[1], 4) end
+if #ARGV > 4 then ack_entries(KEYS[1], KEYS[2], KEYS[4], KEYS[5], ARGV[1], 5) end
 local now = now_ms()
-local out = {now}
+local out = {now, -2}
 -- A paused partition (pause-2.lua) delivers nothing; resuming publishes the ready hint.
 if paused then return out end
+if promote then
+  move_due(KEYS[9], KEYS[1], KEYS[2], KEYS[5], now, n, 'HSET')
+  out[2] = head_due(KEYS[9])
+end
 local r = redis.call('XREADGROUP', 'GROUP', ARGV[1], ARGV[2], 'COUNT', n, 'STREAMS', KEYS[1], '>')
 local entries = r and r[1][2] or {}
 if lanes and #entries < n then

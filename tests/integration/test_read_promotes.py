@@ -1,0 +1,66 @@
+"""Workers promote what they read (lua/fetch-9.lua): a worker reads its assigned partition
+when the head comes due and the read moves the due jobs to the ready stream first, so the
+dispatcher's promote is left to what no worker reads in time (shardq/dispatcher/promoter.py)."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from typing import Any
+
+from support.helpers import Runner, wait_for
+
+from shardq import JobRequest
+from shardq.client import Client
+from shardq.jobs import Job
+from shardq.store import keys
+
+
+def test_workers_promote_what_they_read_and_the_dispatcher_backs_them_up(
+    url: str, client: Client, queue: str
+) -> None:
+    """Jobs coming due over 2 s on 4 partitions run, each once, promoted by the worker's reads
+    (the partitions' 'promoted' counters count every job, the dispatcher's own count almost
+    none: its promotes wait a budget after the head and yield while reads take the jobs)."""
+    client.create_queue(queue, partitions=4)
+    ran: Counter[str] = Counter()
+
+    def handler(job: Job) -> None:
+        ran[job.id] += 1
+
+    with Runner(url, queue, {"t": handler}) as runner:
+        now = time.time()
+        ids = [
+            r.job_id
+            for r in client.enqueue_many(
+                queue, [JobRequest("t", i, run_at=now + 0.5 + i * 0.01) for i in range(200)]
+            )
+        ]
+        wait_for(lambda: len(ran) == 200, 20, "not every job ran")
+        promoter = runner.dispatcher.promoter  # type: ignore[union-attr]
+        assert promoter is not None
+        by_dispatcher = promoter.promoted
+    assert set(ran) == set(ids) and set(ran.values()) == {1}
+    layout = client.layout(queue)
+    promoted = sum(int(client.redis.hget(pk.stats, "promoted") or 0) for pk in layout.active())
+    assert promoted == 200
+    assert by_dispatcher < 20, f"the dispatcher promoted {by_dispatcher} of 200"
+
+
+def test_a_partition_no_worker_reads_is_promoted_by_the_dispatcher(
+    url: str, client: Client, queue: str
+) -> None:
+    """No worker runs: the dispatcher promotes due jobs itself, a budget (plus at most its
+    yield) after they are due, and hints them."""
+    client.create_queue(queue, partitions=2)
+    with Runner(url, queue, {}, workers=0) as runner:
+        client.enqueue_many(queue, [JobRequest("t", i, delay=0.2) for i in range(10)])
+        layout = client.layout(queue)
+
+        def ready() -> int:
+            return sum(client.redis.xlen(pk.ready) for pk in layout.active())
+
+        wait_for(lambda: ready() == 10, 10, "the dispatcher did not promote them")
+        promoter: Any = runner.dispatcher.promoter  # type: ignore[union-attr]
+        assert promoter.promoted == 10
+    assert all(client.redis.zcard(pk.due) == 0 for pk in keys.all_partition_keys(queue, 2))
