@@ -27,13 +27,22 @@ from typing import Any
 
 from shardq.connection import AsyncRedis, is_cluster, node_client_async
 from shardq.runtime.supervisor import LoopState, Supervisor, log_redirect
+from shardq.runtime.waits import wait_event
 from shardq.store.faults import is_migration
 from shardq.store.keys import slot_of
 
 log = logging.getLogger("shardq.hints")
 
-# The longest a pass of the listen loop waits before it reports progress (the stall bound).
-PASS_WAIT = 1.0
+# The longest a pass of the listen loop waits before it reports progress (the stall bound),
+# looks at the slot map again (a backstop: a slot move ends the subscription with
+# sunsubscribe, a failed node with an error, and both wake the loop at once), and waits for a
+# closing listener before it cancels it.
+PASS_WAIT = 3.0
+# The longest one read of a subscription waits for a message before the listener looks at its
+# stop and end events again.  Each return is a wake-up of the process: at 0.5 s, two a second
+# per subscribed primary on an idle queue; a stop or a regrouping now waits up to this for a
+# listener to end (under PASS_WAIT, and under the supervisor's 2 s stop grace).
+LISTEN_WAIT = 1.5
 # A node whose subscription failed is subscribed again after this long.
 ERROR_BACKOFF = 0.5
 
@@ -65,7 +74,7 @@ async def _listen_one(
             on_hint(each, None)
         while not stop.is_set() and not end.is_set():
             state.progress()
-            msg = await pubsub.get_message(ignore_subscribe_messages=False, timeout=0.5)
+            msg = await pubsub.get_message(ignore_subscribe_messages=False, timeout=LISTEN_WAIT)
             if not msg:
                 continue
             kind = msg.get("type")
@@ -186,8 +195,7 @@ async def listen(
                 )
                 listeners[name] = _Listener(chans, node_client, end, task)
             state.ok()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(changed.wait(), PASS_WAIT)
+            await wait_event(changed, PASS_WAIT)
     finally:
         await asyncio.gather(*(listener.close() for listener in listeners.values()))
 
@@ -211,9 +219,18 @@ async def _listen_standalone(
         try:
             while not stop.is_set() and not task.done():
                 if changed is not None and changed.is_set():
-                    break  # the channels changed: subscribe to them as they are now
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(asyncio.shield(task), PASS_WAIT)
+                    break  # the channels changed (or a stop): subscribe to them as they are now
+                if changed is None:
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(asyncio.shield(task), PASS_WAIT)
+                else:
+                    flag = asyncio.ensure_future(changed.wait())
+                    try:
+                        await asyncio.wait(
+                            [task, flag], timeout=PASS_WAIT, return_when=asyncio.FIRST_COMPLETED
+                        )
+                    finally:
+                        flag.cancel()
                 state.ok()
         finally:
             end.set()

@@ -181,12 +181,16 @@ class RoleProcess(ABC, Generic[S]):
     ) -> None:
         """The ``hints`` loop: wake-ups over sharded pub/sub, ``channel -> partition``."""
         sup = self.supervisor
+        # Set when the loop is stopped (a wake of the loop): it then ends its listeners at
+        # once instead of at the end of its pass.
+        stopping = asyncio.Event()
         sup.forever(
             "hints",
             lambda: hints.listen(
-                self.redis, channels, on_hint, sup, "hints", self.transport.refresh
+                self.redis, channels, on_hint, sup, "hints", self.transport.refresh, stopping
             ),
             pace=hints.PASS_WAIT,
+            wakes=(stopping,),
         )
 
     # running -------------------------------------------------------------------------------

@@ -14,12 +14,12 @@ worker on healthy primaries are taken over at once even while another primary is
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from typing import Any
 
 from shardq.metrics import registry as metrics
 from shardq.runtime.pernode import PerPrimaryCalls
+from shardq.runtime.waits import wait_event
 from shardq.store import delivery
 from shardq.worker.context import WorkerContext
 from shardq.worker.executor import Executor
@@ -66,8 +66,7 @@ class Recoverer:
             timeout = self.settings.reclaim_interval
             if self._follow_up is not None:
                 timeout = max(0.0, min(timeout, self._follow_up - time.monotonic()))
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.now.wait(), timeout)
+            await wait_event(self.now, timeout)
             if stop.is_set():
                 return
             if self._follow_up is not None and time.monotonic() >= self._follow_up:

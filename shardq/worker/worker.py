@@ -205,6 +205,7 @@ class Worker(RoleProcess[WorkerSettings]):
             "hints",
             lambda: hub.listen(self.redis, sup, "hints", self.transport.refresh),
             pace=hints.PASS_WAIT,
+            wakes=(hub.changed,),  # a stop ends the listeners at once
         )
         runs = [asyncio.ensure_future(child.run()) for child in self.queue_workers.values()]
         try:
