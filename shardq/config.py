@@ -397,7 +397,7 @@ class WorkerSettings:
     """On SIGTERM, how long running jobs get to finish (keep under the orchestrator's grace)."""
     idle_poll: float = 1.0
     """Longest wait between reads of an idle assigned partition; hints usually come first."""
-    max_idle_poll: float = 8.0
+    max_idle_poll: float = 30.0
     """Longest wait between reads of an assigned partition found empty again and again: the
     wait doubles from idle_poll up to this (at least idle_poll).  Ready hints wake it at once
     (and every partition gets one after each resubscription), so this only bounds how late a
