@@ -34,15 +34,17 @@ from shardq.store.keys import slot_of
 log = logging.getLogger("shardq.hints")
 
 # The longest a pass of the listen loop waits before it reports progress (the stall bound),
-# looks at the slot map again (a backstop: a slot move ends the subscription with
-# sunsubscribe, a failed node with an error, and both wake the loop at once), and waits for a
-# closing listener before it cancels it.
-PASS_WAIT = 3.0
+# looks at the slot map again, and waits for a closing listener before it cancels it.  The
+# slot map look is a backstop: a slot move ends the moved channels' subscription
+# (sunsubscribe), a failed node its listener, and a refresh of the slot map by any loop wakes
+# the listen loop (AsyncTransport.on_refresh), each at once.
+PASS_WAIT = 2.0
 # The longest one read of a subscription waits for a message before the listener looks at its
 # stop and end events again.  Each return is a wake-up of the process: at 0.5 s, two a second
-# per subscribed primary on an idle queue; a stop or a regrouping now waits up to this for a
-# listener to end (under PASS_WAIT, and under the supervisor's 2 s stop grace).
-LISTEN_WAIT = 1.5
+# per subscribed primary on an idle queue.  A listener being replaced (its node's channels
+# changed: a slot moved to it) or stopped ends within this (under PASS_WAIT, and under the
+# supervisor's 2 s stop grace), so a regrouping may take up to it longer.
+LISTEN_WAIT = 1.0
 # A node whose subscription failed is subscribed again after this long.
 ERROR_BACKOFF = 0.5
 
@@ -89,9 +91,14 @@ async def _listen_one(
             elif kind == "sunsubscribe":
                 return  # a slot moved away from this node: regroup
     finally:
-        ended.set()  # the listen loop looks at once: a new subscription for this node
-        with contextlib.suppress(Exception):
-            await pubsub.aclose()
+        try:
+            with contextlib.suppress(Exception):
+                await pubsub.aclose()
+        finally:
+            # The listen loop looks at once: a new subscription for this node.  Set once the
+            # task is all but done (after the close), so that look finds it ended: set
+            # before, the look found the task still running and left it until the next pass.
+            ended.set()
 
 
 def _layout(cluster: Any, channels: dict[str, int]) -> dict[str, tuple[Any, dict[str, int]]]:
@@ -195,7 +202,10 @@ async def listen(
                 )
                 listeners[name] = _Listener(chans, node_client, end, task)
             state.ok()
-            await wait_event(changed, PASS_WAIT)
+            # A node whose subscription failed is tried again at its time, not at the pass's.
+            now = time.monotonic()
+            retries = [at - now for name, at in retry_at.items() if at > now and name in layout]
+            await wait_event(changed, min([PASS_WAIT, *retries]))
     finally:
         await asyncio.gather(*(listener.close() for listener in listeners.values()))
 

@@ -201,6 +201,7 @@ class Worker(RoleProcess[WorkerSettings]):
             return
         assert self.hub is not None and self.pool is not None
         hub, sup = self.hub, self.supervisor
+        self.transport.on_refresh.append(hub.changed.set)  # regroup after a slot map change
         sup.forever(
             "hints",
             lambda: hub.listen(self.redis, sup, "hints", self.transport.refresh),
