@@ -84,6 +84,9 @@ class Sampler:
         #: The last snapshot of each partition sampled, and the one before it.
         self.last: dict[int, inspect.PartitionSnapshot] = {}
         self.skip: dict[int, int] = {}  # rounds left to skip, per partition
+        #: Partitions touched since their snapshot was asked for (a reply must not make them
+        #: still: it may predate what touched them).
+        self.touched: set[int] = set()
         self.seen: dict[int, int] = {}  # activity(p) at its last snapshot
         self.horizon_ms = round((STILL_MAX_SKIP + 1) * ctx.settings.metrics_interval * 1000)
         leases.when_acquired(self.touch)
@@ -91,6 +94,7 @@ class Sampler:
     def touch(self, partition: int) -> None:
         """Something happened in ``partition`` (a hint, a lease won): snapshot it next round."""
         self.skip.pop(partition, None)
+        self.touched.add(partition)
 
     def _due(self, wanted: list[int]) -> list[int]:
         """The partitions of ``wanted`` to snapshot this round (the others skip it)."""
@@ -98,12 +102,14 @@ class Sampler:
         for p in wanted:
             promoted = self.activity(p)
             if promoted != self.seen.get(p, promoted):
-                self.touch(p)  # jobs promoted since its last snapshot
+                self.touch(p)  # jobs promoted since its last snapshot was asked for
             left = self.skip.get(p, 0)
             if left > 0 and p in self.last:
                 self.skip[p] = left - 1
             else:
                 due.append(p)
+                self.seen[p] = promoted
+                self.touched.discard(p)
         return due
 
     async def round(self) -> None:
@@ -111,7 +117,8 @@ class Sampler:
         # The holder of the first partition samples them all (the backlog of unheld ones too).
         sample_all = min(self.pks) in owned
         wanted = list(self.pks) if sample_all else sorted(owned)
-        for p in [p for p in self.last if p not in set(wanted)]:
+        keep = set(wanted)
+        for p in [p for p in self.last if p not in keep]:
             self._forget(p)
         due = self._due(wanted)
         ops = [
@@ -125,11 +132,12 @@ class Sampler:
             if isinstance(r, BaseException):
                 self.skip.pop(p, None)  # its last figures stand; tried again next round
                 continue
-            # Two snapshots alike in a row, nothing ageing: skip the most rounds at once (what
-            # ends the skipping early is an event, not a guess at how soon one comes).
-            self.skip[p] = STILL_MAX_SKIP if still(r, self.last.get(p), self.horizon_ms) else 0
+            # Two snapshots alike in a row, nothing ageing, nothing touched it since it was
+            # asked for: skip the most rounds at once (what ends the skipping early is an event,
+            # not a guess at how soon one comes).
+            quiet = p not in self.touched and still(r, self.last.get(p), self.horizon_ms)
+            self.skip[p] = STILL_MAX_SKIP if quiet else 0
             self.last[p] = r
-            self.seen[p] = self.activity(p)
         # Every wanted partition's latest snapshot, fresh or standing in for a still one: the
         # hot-shard window computes rates from them (a partition left out would read as new).
         snaps = [self.last[p] for p in wanted if p in self.last]
@@ -148,6 +156,7 @@ class Sampler:
     def _forget(self, partition: int) -> None:
         for table in (self.last, self.skip, self.seen):
             table.pop(partition, None)
+        self.touched.discard(partition)
 
     def _malformed(self, snaps: list[inspect.PartitionSnapshot]) -> None:
         """Count unreadable counters and figures every round; say which once per distinct

@@ -36,6 +36,7 @@ class Stats:
         self.figures: dict[int, dict[str, Any]] = {p: {} for p in pks}
         self.now_ms = 1_000_000
         self.asked: list[list[int]] = []
+        self.during: Callable[[], None] = lambda: None  # what happens while the call is out
 
     def node_name(self, key: str) -> str:
         return NODE
@@ -43,6 +44,7 @@ class Stats:
     async def run_many(self, ops: list[Any]) -> list[Any]:
         parts = [self.by_due[op.keys[0]] for op in ops]
         self.asked.append(parts)
+        self.during()
         self.now_ms += 5000
         return [snap(p, self.now_ms, **self.figures[p]) for p in parts]
 
@@ -94,4 +96,17 @@ def test_a_hint_a_promote_or_a_changed_snapshot_ends_the_skipping() -> None:
     first = next(i for i, parts in enumerate(asked) if 0 in parts)
     assert first == STILL_MAX_SKIP and 0 in asked[first + 1]
     assert rounds(s, stats, 1) == [[]]  # alike twice again: still
+    metrics.PARTITIONS.forget("q")
+
+
+def test_a_hint_while_the_snapshot_is_on_the_way_keeps_the_partition_read() -> None:
+    """The reply may have been read before what the hint announces happened: it must not make
+    the partition still."""
+    s, stats, _ = sampler()
+    rounds(s, stats, 1)
+    stats.during = lambda: s.touch(2)
+    assert rounds(s, stats, 1) == [[0, 1, 2, 3]]  # alike, but 2 was touched meanwhile
+    stats.during = lambda: None
+    assert rounds(s, stats, 1) == [[2]]
+    assert rounds(s, stats, 1) == [[]]
     metrics.PARTITIONS.forget("q")
