@@ -9,8 +9,9 @@ is replaced depends on it: every ``renew_interval``, 1 s, for a dispatcher, ever
 re-read the queue's limits every 2 s (the README promises it).  This runs exactly those calls,
 through shardq's own transport and the same interval loops (one timer each, ``wait_event``),
 in one process per role, and reports each process's CPU (utime + stime, % of a core) over
-``--seconds``: what the asyncio and redis-py machinery of those round trips costs on this box,
-which no change to shardq's idle back-offs can go below.  ``bench.idle`` (or
+``--seconds``, and Redis' (``used_cpu_user + used_cpu_sys``, every node) beside its own rate
+measured first without them: what those round trips cost on this box, which no change to
+shardq's idle back-offs can go below.  ``bench.idle`` (or
 ``bench.baselines.steady --idle-settle 60``) measures the real processes beside it.
 """
 
@@ -26,6 +27,7 @@ import time
 from typing import Any
 
 from bench.common import calibrate, calibration_line, cpu_seconds
+from bench.idle import RedisCpu, _all_nodes
 from shardq import Client
 from shardq.connection import RedisSettings, connect_async
 from shardq.devtools.bench import delete_queue
@@ -77,6 +79,8 @@ async def _role(url: str, queue: str, role: str) -> None:
 
 def run(url: str, seconds: float) -> dict[str, float]:
     client = Client.from_url(url)
+    redis_cpu = RedisCpu(_all_nodes(client, url))
+    bare = redis_cpu.rate(min(seconds, 20.0))
     queue = f"floor-{int(time.time() * 1000)}"
     client.create_queue(queue, 64)
     procs = {
@@ -90,9 +94,9 @@ def run(url: str, seconds: float) -> dict[str, float]:
     try:
         time.sleep(5.0)
         before = {role: cpu_seconds(p.pid) for role, p in procs.items()}
-        t0 = time.monotonic()
+        r0, t0 = redis_cpu.read(), time.monotonic()
         time.sleep(seconds)
-        span = time.monotonic() - t0
+        r1, span = redis_cpu.read(), time.monotonic() - t0
         after = {role: cpu_seconds(p.pid) for role, p in procs.items()}
     finally:
         for p in procs.values():
@@ -102,7 +106,11 @@ def run(url: str, seconds: float) -> dict[str, float]:
             p.wait(30)
         delete_queue(client.redis, queue, 64)
         client.close()
-    return {role: round((after[role] - before[role]) / span * 100, 3) for role in procs}
+        redis_cpu.close()
+    out = {role: round((after[role] - before[role]) / span * 100, 3) for role in procs}
+    out["redis"] = round((r1 - r0) / span * 100, 3)
+    out["redis_alone"] = round(bare * 100, 3)
+    return out
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -122,17 +130,14 @@ def main(argv: list[str] | None = None) -> None:
     rows = []
     for rnd in range(args.rounds):
         r = run(args.url, args.seconds)
+        r["both"] = round(r["dispatcher"] + r["worker"], 3)
         rows.append(r)
-        total = sum(r.values())
-        print(
-            json.dumps({"round": rnd + 1, **r, "both": round(total, 3)}),
-            flush=True,
-        )
-    for role in ("dispatcher", "worker"):
-        values = [r[role] for r in rows]
-        print(f"{role}: {min(values):.3f}-{max(values):.3f} % of a core")
-    both = [sum(r.values()) for r in rows]
-    print(f"both: {min(both):.3f}-{max(both):.3f} % of a core (over {args.seconds:g} s each)")
+        print(json.dumps({"round": rnd + 1, **r}), flush=True)
+    for name in ("dispatcher", "worker", "both", "redis", "redis_alone"):
+        values = [r[name] for r in rows]
+        print(f"{name}: {min(values):.3f}-{max(values):.3f} % of a core")
+    net = [r["redis"] - r["redis_alone"] for r in rows]
+    print(f"Redis net of its own rate: {min(net):.3f}-{max(net):.3f} % of a core")
 
 
 if __name__ == "__main__":
