@@ -306,13 +306,13 @@ class DispatcherSettings:
     max_sleep: float = 1.0
     """Longest sleep with no due job in sight; wake-up hints usually come first.  Each wake-up
     also renews the partition's lease."""
-    max_idle_sleep: float = 3.0
+    max_idle_sleep: float = 30.0
     """Longest sleep of a partition found idle again and again (no job due before it): its
     sleep doubles from max_sleep up to this (at least max_sleep).  Hints wake it at once, and
     every partition gets one after each (re)subscription, so this only bounds how late a job
     whose hint was lost can be; it keeps an idle fleet's promote calls at about P / this
-    instead of P / max_sleep.  Up to a third of lease_time, its promotes still renew its
-    lease."""
+    instead of P / max_sleep.  A partition not promoted for a third of lease_time has its
+    lease renewed by the lease loop (a renew call costs Redis a third of a promote)."""
     coalesce: float = 0.002
     """Extra wait after the earliest due time before a primary's promote round, so partitions
     coming due within this window go in one round: fewer, fuller calls at high rates, at most
@@ -397,7 +397,7 @@ class WorkerSettings:
     """On SIGTERM, how long running jobs get to finish (keep under the orchestrator's grace)."""
     idle_poll: float = 1.0
     """Longest wait between reads of an idle assigned partition; hints usually come first."""
-    max_idle_poll: float = 8.0
+    max_idle_poll: float = 30.0
     """Longest wait between reads of an assigned partition found empty again and again: the
     wait doubles from idle_poll up to this (at least idle_poll).  Ready hints wake it at once
     (and every partition gets one after each resubscription), so this only bounds how late a

@@ -1,14 +1,20 @@
 """Steady state and idle, shardq beside BullMQ, with CPU accounting: same Redis, same box, one run.
 
     python -m bench.baselines.steady [--url redis://127.0.0.1:7337] [--rates 5000,2000]
-        [--seconds 10] [--idle 5] [--rounds 2] [--budgets 2,10,20] [--out FILE.json]
+        [--seconds 10] [--idle 5] [--idle-settle 3] [--rounds 2] [--budgets 2,10,20]
+        [--code DIR] [--out FILE.json]
 
 Without ``--url``, a standalone Redis of its own on 7337 (started fresh, stopped at the end).
 For each round, rate and design (the order alternates from round to round):
 
-1. the consumer starts and settles (3 s), then **idle** is measured for ``--idle`` seconds with
-   no job due: Redis CPU (``used_cpu_user + used_cpu_sys`` of redis-server, as a share of a
-   core) and the consumer's (utime + stime of its processes, the same);
+1. the consumer starts and settles (``--idle-settle``, 3 s), then **idle** is measured for
+   ``--idle`` seconds with no job due: Redis CPU (``used_cpu_user + used_cpu_sys`` of
+   redis-server, as a share of a core) and the consumer's (utime + stime of its processes, the
+   same).  Each round first measures Redis alone for ``--idle`` seconds (no consumer: its own
+   rate, serverCron and the like), printed beside.  shardq's idle back-offs take about a minute
+   to reach their longest waits (a partition found idle again and again: 1, 2, 4 ... 30 s), so
+   the default 3 s settle measures the first seconds of an idle queue, ``--idle-settle 60`` the
+   lasting state;
 2. ``rate * seconds`` jobs are enqueued ahead, due evenly over ``--seconds`` seconds starting
    after the enqueue ended, then **steady** is measured over the due window (+0.5 s): Redis
    CPU and consumer CPU per job, each net of the idle rate of Redis measured just before
@@ -27,6 +33,9 @@ The designs, each at its defaults where a user would leave them:
 
 ``--concurrency N`` sets both designs' jobs in flight instead of 100 (``--rates 50000 --seconds
 1`` is a due burst: 50,000 jobs due within one second, the consumer running).
+
+``--code DIR`` runs shardq's processes from another checkout (to compare versions, alternating
+runs of this same harness).
 
 Payloads of 20 bytes; both producers bulk-enqueue (shardq ``enqueue_many``, BullMQ
 ``addBulk``), before the window, so the enqueue's cost is not in the figures.  A calibration
@@ -80,21 +89,25 @@ class Consumer:
         log: Path,
         budget_ms: float | None = None,
         concurrency: int = CONCURRENCY,
+        code: Path = REPO,
     ) -> None:
         env = dict(os.environ, SHARDQ_BENCH_RUNLOG=str(log))
         if budget_ms is not None:  # both shardq processes read it (the default otherwise)
             env["SHARDQ_LATENESS_BUDGET"] = f"{budget_ms}ms"
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+        # The handler module is this checkout's (bench/handlers), shardq the code's.
+        env["PYTHONPATH"] = os.pathsep.join(
+            filter(None, [str(code), str(REPO), env.get("PYTHONPATH")])
+        )
         if design == "shardq":
             common = ["--queue", queue, "--url", url]
             self.procs = [
-                subprocess.Popen(cli_command("dispatcher", "run", *common), env=env, cwd=REPO),
+                subprocess.Popen(cli_command("dispatcher", "run", *common), env=env, cwd=code),
                 subprocess.Popen(
                     cli_command(
                         "worker", "run", *common, "--concurrency", str(concurrency),
                         "--handlers", "bench.handlers.baseline_runlog:register",
                     ),
-                    env=env, cwd=REPO,
+                    env=env, cwd=code,
                 ),
             ]  # fmt: skip
         else:
@@ -128,6 +141,8 @@ def run_one(
     idle: float,
     budget_ms: float | None = None,
     concurrency: int = CONCURRENCY,
+    idle_settle: float = SETTLE,
+    code: Path = REPO,
 ) -> dict[str, Any]:
     r = redis_lib.Redis.from_url(url)
     queue = f"steady-{secrets.token_hex(4)}"
@@ -138,10 +153,10 @@ def run_one(
     else:
         mod.setup(handle, queue)
     workdir = Path(tempfile.mkdtemp(prefix="shardq-steady-"))
-    consumer = Consumer(design, url, queue, workdir / "runs.log", budget_ms, concurrency)
+    consumer = Consumer(design, url, queue, workdir / "runs.log", budget_ms, concurrency, code)
     logs = RunLogs(workdir)
     try:
-        time.sleep(SETTLE)
+        time.sleep(idle_settle)
         if not consumer.alive():
             raise RuntimeError(f"the {design} consumer exited at start")
         # Idle: nothing due.
@@ -181,8 +196,9 @@ def run_one(
             "lateness_ms": {"p50": pct(late, 0.5), "p99": pct(late, 0.99), "max": pct(late, 1.0)},
             "lost": len(ids - set(logs.runs)),
             "ran_twice": sum(1 for j, k in logs.runs.items() if k > 1 and j in ids),
-            "idle_redis_core_pct": round(idle_redis * 100, 2),
-            "idle_consumer_core_pct": round(idle_consumer * 100, 2),
+            "idle_redis_core_pct": round(idle_redis * 100, 3),
+            "idle_consumer_core_pct": round(idle_consumer * 100, 3),
+            "idle_settle": idle_settle,
             "enqueue_outlasted_lead": enqueue_late,
         }
     finally:
@@ -256,6 +272,35 @@ def summary(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def _bare_redis(url: str, seconds: float) -> float:
+    """Redis' own CPU, % of a core, over ``seconds`` with no consumer of this harness."""
+    r = redis_lib.Redis.from_url(url)
+    try:
+        c0, t0 = _redis_cpu(r), time.monotonic()
+        time.sleep(seconds)
+        return round((_redis_cpu(r) - c0) / (time.monotonic() - t0) * 100, 3)
+    finally:
+        r.close()
+
+
+def idle_summary(rows: list[dict[str, Any]], bare: list[float]) -> str:
+    """Min-max of each design's idle figures over rounds and rates, beside Redis' own rate."""
+    lines = [
+        "| design | idle after s | idle Redis % of a core | idle consumer % of a core "
+        "| Redis alone, same rounds |",
+        "|---|---|---|---|---|",
+    ]
+    for design in dict.fromkeys(w["design"] for w in rows):
+        ws = [w for w in rows if w["design"] == design]
+        settle = _span([w.get("idle_settle", SETTLE) for w in ws], 0)
+        lines.append(
+            f"| {design} | {settle} | {_span([w['idle_redis_core_pct'] for w in ws], 2)} "
+            f"| {_span([w['idle_consumer_core_pct'] for w in ws], 2)} "
+            f"| {_span(bare, 2) if bare else ''} |"
+        )
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         prog="python -m bench.baselines.steady", description=__doc__.splitlines()[0]
@@ -279,13 +324,26 @@ def main(argv: list[str] | None = None) -> None:
         help="jobs in flight per consumer, both designs (shardq worker --concurrency, BullMQ "
         "Worker concurrency)",
     )
+    parser.add_argument(
+        "--idle-settle",
+        type=float,
+        default=SETTLE,
+        help="seconds the consumer runs before the idle window (3 s: an idle queue's first "
+        "seconds; 60 s: its lasting state, shardq's back-offs at their longest)",
+    )
+    parser.add_argument(
+        "--code", default="", help="run shardq's processes from this checkout (default: this one)"
+    )
     parser.add_argument("--out", default="", help="also write the JSON document here")
     parser.add_argument(
         "--summarize", default="", help="print the min-max table of a stored --out file and exit"
     )
     args = parser.parse_args(argv)
     if args.summarize:
-        print(summary(json.loads(Path(args.summarize).read_text())["runs"]))
+        stored = json.loads(Path(args.summarize).read_text())
+        print(summary(stored["runs"]))
+        print()
+        print(idle_summary(stored["runs"], stored.get("bare_redis_core_pct", [])))
         return
     designs = [d for d in args.designs.split(",") if d]
     budgets: list[float | None] = [
@@ -310,15 +368,22 @@ def main(argv: list[str] | None = None) -> None:
         cal = calibrate(url)
         doc["calibration_before"] = cal
         print(f"calibration (same run, before): {calibration_line(cal)}", file=sys.stderr)
+        code = Path(args.code).resolve() if args.code else REPO
+        doc["code"] = str(code)
+        doc["idle_settle"] = args.idle_settle
         rows: list[dict[str, Any]] = []
+        bare: list[float] = []
         for rnd in range(args.rounds):
+            bare.append(_bare_redis(url, args.idle))
+            print(json.dumps({"round": rnd + 1, "bare_redis_core_pct": bare[-1]}), file=sys.stderr)
             order = designs if rnd % 2 == 0 else designs[::-1]
             for rate in (int(x) for x in args.rates.split(",")):
                 for design in order:
                     for budget in budgets if design == "shardq" else [None]:
                         row = run_one(
-                            design, url, rate, args.seconds, args.idle, budget, args.concurrency
-                        )
+                            design, url, rate, args.seconds, args.idle, budget,
+                            args.concurrency, args.idle_settle, code,
+                        )  # fmt: skip
                         row["concurrency"] = args.concurrency
                         row["round"] = rnd + 1
                         rows.append(row)
@@ -327,9 +392,12 @@ def main(argv: list[str] | None = None) -> None:
         doc["calibration_after"] = cal
         print(f"calibration (same run, after):  {calibration_line(cal)}", file=sys.stderr)
         doc["runs"] = rows
+        doc["bare_redis_core_pct"] = bare
         print(_table(rows))
         print()
         print(summary(rows))
+        print()
+        print(idle_summary(rows, bare))
         if args.out:
             Path(args.out).write_text(json.dumps(doc, indent=2) + "\n")
     finally:

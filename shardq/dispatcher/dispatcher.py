@@ -147,10 +147,11 @@ class Dispatcher(RoleProcess[DispatcherSettings]):
         ticker = Ticker(ctx, leases=leases)
         relay = Relay(ctx, leases=leases)
         trimmer = Trimmer(ctx, leases=leases, activity=lambda p: promoter.by_partition.get(p, 0))
-        sampler = Sampler(ctx, leases=leases)
+        sampler = Sampler(ctx, leases=leases, activity=lambda p: promoter.by_partition.get(p, 0))
         self.leases, self.promoter, self.ticker, self.relay = leases, promoter, ticker, relay
 
         def hint(p: int, message: bytes | None) -> None:
+            sampler.touch(p)  # something happened there: its figures are read next round
             if message == b"o":  # a workflow child's end in the outbox (lua/includes/outbox.lua)
                 relay.wake(p)
                 return

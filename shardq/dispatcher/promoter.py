@@ -2,7 +2,8 @@
 
 Each loop serves the held partitions its primary holds: it sends one promote call per due
 partition in one batch on that primary's connection, then sleeps until the earliest deadline
-of its partitions (bounded by ``max_sleep``), woken early by hints.  A partition's deadline is
+of its partitions (at most :data:`~shardq.runtime.pernode.IDLE_PASS` in one pass), woken early
+by hints.  A partition's deadline is
 its head job's due time plus its slack under the lateness budget (shardq/runtime/budget.py:
 0 without a budget); a round promotes every partition with a job due, not only those at
 their deadline, so one round takes what the whole primary collected in the window.  A paused
@@ -22,8 +23,6 @@ the dispatcher's share as before (their jobs go through the lane, which reads do
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 import math
 import time
@@ -34,8 +33,9 @@ from shardq.errors import FencedError
 from shardq.metrics import registry as metrics
 from shardq.runtime.budget import DueRates, dispatcher_share
 from shardq.runtime.duetimes import DueTimes
-from shardq.runtime.pernode import PerPrimary
+from shardq.runtime.pernode import IDLE_PASS, PerPrimary
 from shardq.runtime.supervisor import log_redirect
+from shardq.runtime.waits import wait_event
 from shardq.store import faults, fleet
 
 log = logging.getLogger("shardq.dispatcher")
@@ -70,13 +70,15 @@ class Promoter:
         self.calls = 0
         self.errors = 0
         self.by_partition: dict[int, int] = {}
+        #: The longest one pass of a loop sleeps (its partitions' own deadlines wake it sooner).
+        self.longest_sleep = max(ctx.settings.max_sleep, IDLE_PASS)
         self.nodes = PerPrimary(
             ctx.supervisor,
             ctx.transport,
             "promoter",
             list(pks),
             lambda p: pks[p].due,
-            ctx.settings.max_sleep,
+            self.longest_sleep,
         )
         #: When each held partition must be promoted by, its deadline (held ones only: set
         #: when won), and when its head job is due (a round takes every partition due by then).
@@ -200,15 +202,17 @@ class Promoter:
                 state.ok()
                 continue
             earliest = due_times.earliest(node)
-            wake_at = now + s.max_sleep if earliest is None else earliest
+            longest = self.longest_sleep
+            wake_at = now + longest if earliest is None else earliest
             event.clear()
             state.ok()
             # Wait out the coalescing window too: partitions reaching their deadline within it
             # are then all due at once and share one round (one batch on this primary's
-            # connection).
-            timeout = min(max(0.0, wake_at - now) + s.coalesce, s.max_sleep)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(event.wait(), timeout)
+            # connection).  Every deadline is set before this sleep and every later one comes
+            # with a wake-up (hint, won lease), so the loop sleeps until the earliest: an idle
+            # loop wakes every IDLE_PASS, not every max_sleep.
+            timeout = min(max(0.0, wake_at - now) + s.coalesce, longest)
+            await wait_event(event, timeout)
 
     async def _promote(self, node: str, partitions: list[int]) -> None:
         s = self.settings

@@ -7,8 +7,8 @@ at or before the Redis clock (lua/schedule-read-3.lua, one batched read), comput
 ticks, misfires and next tick in Python (:func:`shardq.schedules.plan`: calendar arithmetic
 from the Redis time the read returned), and sends them to the fenced fire script
 (lua/schedule-fire-7.lua) with the partition's lease token.  It then sleeps until the earliest
-next tick of its partitions (bounded by ``max_sleep``); a won lease and a due hint (an added
-schedule, an enqueue) wake it early.
+next tick of its partitions (each partition's next read at most ``max_sleep`` ahead while it
+has schedules); a won lease and a due hint (an added schedule, an enqueue) wake it early.
 
 The Prometheus counters are labelled by queue only: schedule names are unbounded.
 """
@@ -16,7 +16,6 @@ The Prometheus counters are labelled by queue only: schedule names are unbounded
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Sequence
@@ -28,7 +27,8 @@ from shardq.dispatcher.leases import Leases
 from shardq.errors import FencedError, InvalidPeriodicScheduleError
 from shardq.metrics import registry as metrics
 from shardq.runtime.duetimes import DueTimes
-from shardq.runtime.pernode import PerPrimary
+from shardq.runtime.pernode import IDLE_PASS, PerPrimary
+from shardq.runtime.waits import wait_event
 from shardq.schedules import Definition, plan
 from shardq.store import schedules as ops
 
@@ -76,13 +76,15 @@ class Ticker:
         self.calls = 0
         self._m_fires = FIRES.labels(ctx.queue)
         self._m_misfires = MISFIRES.labels(ctx.queue)
+        #: The longest one pass of a loop sleeps (its partitions' own wake times come sooner).
+        self.longest_sleep = max(ctx.settings.max_sleep, IDLE_PASS)
         self.nodes = PerPrimary(
             ctx.supervisor,
             ctx.transport,
             LOOP,
             list(pks),
             lambda p: pks[p].due,
-            ctx.settings.max_sleep,
+            self.longest_sleep,
         )
         #: When each held partition's schedules are next read (held ones only).
         self.next_wake = DueTimes(self.nodes.node_of)
@@ -102,7 +104,7 @@ class Ticker:
         stop = self.supervisor.stop_event(name)
         state = self.supervisor.state(name)
         event = self.nodes.event(node)
-        max_sleep = self.settings.max_sleep
+        longest = self.longest_sleep
         due_times = self.next_wake
         due_times.rebuild()  # (re)started: partitions a failed round had taken are due again
         generation = self.nodes.generation
@@ -124,11 +126,12 @@ class Ticker:
                 state.ok()
                 continue
             earliest = due_times.earliest(node)
-            wake_at = now + max_sleep if earliest is None else earliest
+            wake_at = now + longest if earliest is None else earliest
             event.clear()
             state.ok()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(event.wait(), min(max(0.0, wake_at - now), max_sleep))
+            # Until the earliest wake time (set for every partition read; a won lease or a hint
+            # wakes the loop): an idle loop wakes every IDLE_PASS, not every max_sleep.
+            await wait_event(event, min(max(0.0, wake_at - now), longest))
 
     def _sleep_until(self, p: int, head_ms: int | None, now_ms: int, at: float) -> None:
         s = self.settings

@@ -25,10 +25,15 @@ log = logging.getLogger("shardq.dispatcher")
 # partition trimmed to the limit is trimmed again at once.
 TRIM_LIMIT = 100_000
 # A partition whose trim found nothing to remove, and that promoted nothing since, skips 1, 2,
-# 4, then 8 rounds before the next try: an idle queue costs one trim call per partition per
-# ~8 s, not per trim_interval.  A partition that promoted jobs since its last trim is trimmed
-# at the next round whatever its backoff (its acks are coming).
-MAX_SKIP = 8
+# 4, 8, 16, then 30 rounds before the next try: an idle queue costs one trim call per
+# partition per ~30 s, not per trim_interval (it was ~8 s: 6-7 calls a second at P = 64, each
+# the price of a promote).  A partition that promoted jobs since its last trim is trimmed at
+# the next round whatever its backoff (its acks are coming).  What this process does not see
+# (jobs enqueued straight into the ready stream and acked, dead letters of those) waits for
+# the backed-off trim: their acknowledged entries, and dead letters past the cap, stay up to
+# ~31 trim intervals (31 s) longer before they go, memory only: nothing pending or
+# undelivered is ever trimmed, and a trim that removes something starts the backoff over.
+MAX_SKIP = 30
 
 
 class Trimmer:

@@ -27,13 +27,24 @@ from typing import Any
 
 from shardq.connection import AsyncRedis, is_cluster, node_client_async
 from shardq.runtime.supervisor import LoopState, Supervisor, log_redirect
+from shardq.runtime.waits import wait_event
 from shardq.store.faults import is_migration
 from shardq.store.keys import slot_of
 
 log = logging.getLogger("shardq.hints")
 
-# The longest a pass of the listen loop waits before it reports progress (the stall bound).
-PASS_WAIT = 1.0
+# The longest a pass of the listen loop waits before it reports progress (the stall bound),
+# looks at the slot map again, and waits for a closing listener before it cancels it.  The
+# slot map look is a backstop: a slot move ends the moved channels' subscription
+# (sunsubscribe), a failed node its listener, and a refresh of the slot map by any loop wakes
+# the listen loop (AsyncTransport.on_refresh), each at once.
+PASS_WAIT = 2.0
+# The longest one read of a subscription waits for a message before the listener looks at its
+# stop and end events again.  Each return is a wake-up of the process: at 0.5 s, two a second
+# per subscribed primary on an idle queue.  A listener being replaced (its node's channels
+# changed: a slot moved to it) or stopped ends within this (under PASS_WAIT, and under the
+# supervisor's 2 s stop grace), so a regrouping may take up to it longer.
+LISTEN_WAIT = 1.0
 # A node whose subscription failed is subscribed again after this long.
 ERROR_BACKOFF = 0.5
 
@@ -65,7 +76,7 @@ async def _listen_one(
             on_hint(each, None)
         while not stop.is_set() and not end.is_set():
             state.progress()
-            msg = await pubsub.get_message(ignore_subscribe_messages=False, timeout=0.5)
+            msg = await pubsub.get_message(ignore_subscribe_messages=False, timeout=LISTEN_WAIT)
             if not msg:
                 continue
             kind = msg.get("type")
@@ -80,9 +91,14 @@ async def _listen_one(
             elif kind == "sunsubscribe":
                 return  # a slot moved away from this node: regroup
     finally:
-        ended.set()  # the listen loop looks at once: a new subscription for this node
-        with contextlib.suppress(Exception):
-            await pubsub.aclose()
+        try:
+            with contextlib.suppress(Exception):
+                await pubsub.aclose()
+        finally:
+            # The listen loop looks at once: a new subscription for this node.  Set once the
+            # task is all but done (after the close), so that look finds it ended: set
+            # before, the look found the task still running and left it until the next pass.
+            ended.set()
 
 
 def _layout(cluster: Any, channels: dict[str, int]) -> dict[str, tuple[Any, dict[str, int]]]:
@@ -186,8 +202,10 @@ async def listen(
                 )
                 listeners[name] = _Listener(chans, node_client, end, task)
             state.ok()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(changed.wait(), PASS_WAIT)
+            # A node whose subscription failed is tried again at its time, not at the pass's.
+            now = time.monotonic()
+            retries = [at - now for name, at in retry_at.items() if at > now and name in layout]
+            await wait_event(changed, min([PASS_WAIT, *retries]))
     finally:
         await asyncio.gather(*(listener.close() for listener in listeners.values()))
 
@@ -211,9 +229,18 @@ async def _listen_standalone(
         try:
             while not stop.is_set() and not task.done():
                 if changed is not None and changed.is_set():
-                    break  # the channels changed: subscribe to them as they are now
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(asyncio.shield(task), PASS_WAIT)
+                    break  # the channels changed (or a stop): subscribe to them as they are now
+                if changed is None:
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(asyncio.shield(task), PASS_WAIT)
+                else:
+                    flag = asyncio.ensure_future(changed.wait())
+                    try:
+                        await asyncio.wait(
+                            [task, flag], timeout=PASS_WAIT, return_when=asyncio.FIRST_COMPLETED
+                        )
+                    finally:
+                        flag.cancel()
                 state.ok()
         finally:
             end.set()

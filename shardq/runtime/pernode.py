@@ -19,21 +19,32 @@ replies as they come and does not let a stuck primary hold the loop up.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from shardq.runtime.supervisor import Supervisor
+from shardq.runtime.waits import wait_event
 from shardq.store import faults
 from shardq.store.keys import slot_of
-from shardq.store.op import Op
+from shardq.store.op import Call
 from shardq.store.transport import AsyncTransport
 
 log = logging.getLogger("shardq.runtime")
 
-SYNC_INTERVAL = 1.0
+# How often the grouping by primary is made again from the client's slot map when nothing
+# asked for it.  A loop that meets a redirect or a dead node regroups at once
+# (topology_changed), and a call for a partition grouped under the wrong primary meets exactly
+# that, so this is only a backstop: a stale grouping costs one redirected call, never a job.
+# (It was 1 s: three PerPrimary instances per process woke every second for it.)
+SYNC_INTERVAL = 10.0
+# The longest a per-primary loop sleeps in one pass when none of its partitions is due sooner.
+# Everything that makes work for it wakes it (hints, won leases, freed room, acks, a
+# regrouping), so this bounds nothing a job waits for; it paces the loop's progress reports
+# (its stall bound is Supervisor.stall_after plus STALL_PASSES of it).  An idle loop wakes
+# this often instead of every max_sleep / idle_poll (1 s).
+IDLE_PASS = 10.0
 
 
 class PerPrimary:
@@ -115,7 +126,12 @@ class PerPrimary:
 
     async def sync(self) -> None:
         """Start a loop per primary serving a partition; retire loops whose primary serves none."""
+        generation = self.generation
         self._regroup()
+        if generation != self.generation:
+            # Partitions moved between primaries: every loop files its partitions again now
+            # (DueTimes.rebuild), not at the end of a long idle sleep.
+            self.wake_all()
         wanted = set(self._groups)
         for node in sorted(wanted - self._nodes):
             self._nodes.add(node)
@@ -144,8 +160,7 @@ class PerPrimary:
                 self.wake_all()
             await self.sync()
             state.ok()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._changed.wait(), SYNC_INTERVAL)
+            await wait_event(self._changed, SYNC_INTERVAL)
 
     def start(self, body: Callable[[str], Awaitable[None]]) -> None:
         """Run ``body(node)`` as the loop of each primary, kept in step with the slot map."""
@@ -185,7 +200,7 @@ class PerPrimaryCalls:
         """Primaries whose batch of an earlier round is still out."""
         return set(self._out)
 
-    async def run(self, ops: Sequence[Op[Any]], handle: Handle, wait: float) -> RunReport:
+    async def run(self, ops: Sequence[Call[Any]], handle: Handle, wait: float) -> RunReport:
         """Send ``ops``, one batch per primary; ``handle(indexes, results)`` gets each batch's
         op indexes and results (parsed, or the exception a call met), once per batch.  Ops of a
         primary with a batch still out are not sent (:attr:`RunReport.skipped`)."""
@@ -212,7 +227,7 @@ class PerPrimaryCalls:
         return report
 
     async def _batch(
-        self, node: str, batch: list[Op[Any]], indexes: list[int], handle: Handle
+        self, node: str, batch: list[Call[Any]], indexes: list[int], handle: Handle
     ) -> list[BaseException]:
         results: Results = list(await self.transport.run_on(node, batch))
         retry = [i for i, r in enumerate(results) if isinstance(r, BaseException)]

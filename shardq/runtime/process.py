@@ -181,12 +181,18 @@ class RoleProcess(ABC, Generic[S]):
     ) -> None:
         """The ``hints`` loop: wake-ups over sharded pub/sub, ``channel -> partition``."""
         sup = self.supervisor
+        # Set when the loop is stopped (a wake of the loop: it ends its listeners at once) and
+        # when the slot map was read again (a loop met a redirect: the subscriptions regroup
+        # now, not at the end of the listen loop's pass).
+        look = asyncio.Event()
+        self.transport.on_refresh.append(look.set)
         sup.forever(
             "hints",
             lambda: hints.listen(
-                self.redis, channels, on_hint, sup, "hints", self.transport.refresh
+                self.redis, channels, on_hint, sup, "hints", self.transport.refresh, look
             ),
             pace=hints.PASS_WAIT,
+            wakes=(look,),
         )
 
     # running -------------------------------------------------------------------------------

@@ -29,7 +29,6 @@ docs/architecture.md); the rest stop together after them.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -38,6 +37,7 @@ from dataclasses import dataclass, field
 from shardq import backoff
 from shardq.logs import log_event
 from shardq.metrics import registry as metrics
+from shardq.runtime.waits import wait_event
 from shardq.store.faults import is_migration, is_transient, redirect_fields
 
 log = logging.getLogger("shardq.supervisor")
@@ -216,8 +216,7 @@ class Supervisor:
         skip_wait = at_once  # the first round at once, and a retry right after its backoff
         while not loop.stop.is_set():
             if loop.interval is not None and not skip_wait:
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(loop.stop.wait(), loop.interval)
+                await wait_event(loop.stop, loop.interval)
                 if loop.stop.is_set():
                     return
             skip_wait = False
@@ -264,8 +263,7 @@ class Supervisor:
             state.redirects += 1
             state.last_progress = now
             log_redirect(log, exc, role=self.role, queue=self.queue, loop=state.name)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(loop.stop.wait(), backoff.jittered(REDIRECT_PAUSE))
+            await wait_event(loop.stop, backoff.jittered(REDIRECT_PAUSE))
             return
         transient = is_transient(exc)
         state.errors += 1
@@ -297,8 +295,7 @@ class Supervisor:
             )
         if not transient and state.consecutive == 1:
             log.warning("loop %s: unexpected error", state.name, exc_info=exc)
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(loop.stop.wait(), backoff.delay(state.consecutive))
+        await wait_event(loop.stop, backoff.delay(state.consecutive))
 
     async def stop(
         self, order: Sequence[str] | None = None, grace: float = 2.0, *, rest: bool = True

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 import redis.asyncio
@@ -339,6 +339,8 @@ class AsyncTransport:
         # The primary that last failed to answer: a refresh asks it for the slot map last, so a
         # paused or sleeping node does not hold every refresh for a socket timeout.
         self._unreachable: str | None = None
+        #: Called after each refresh of the slot map (the hint subscriptions regroup at once).
+        self.on_refresh: list[Callable[[], None]] = []
 
     # topology ------------------------------------------------------------------------------
 
@@ -392,6 +394,8 @@ class AsyncTransport:
             await self.client.nodes_manager.initialize(last_failed_node_name=self._unreachable)
         finally:
             self._refreshed_at = time.monotonic()
+            for hook in self.on_refresh:
+                hook()
         live = {n.name for n in self.client.get_nodes()}
         for name in [n for n in self._nodes if n not in live]:
             stale = self._nodes.pop(name)

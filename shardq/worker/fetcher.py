@@ -35,7 +35,6 @@ the healthy ones; if it answers after all, the jobs it brings beyond the concurr
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections import deque
@@ -48,9 +47,10 @@ from redis.exceptions import ResponseError
 from shardq.config import WorkerSettings
 from shardq.metrics import registry as metrics
 from shardq.runtime.budget import worker_share
-from shardq.runtime.pernode import PerPrimary
+from shardq.runtime.pernode import IDLE_PASS, PerPrimary
 from shardq.runtime.process import RoleContext
 from shardq.runtime.supervisor import log_redirect
+from shardq.runtime.waits import wait_event
 from shardq.store import delivery, faults, queues
 from shardq.store.delivery import Batch
 from shardq.worker.context import WorkerContext
@@ -107,8 +107,14 @@ def read_loops(core: RoleContext[WorkerSettings]) -> PerPrimary:
         "fetcher",
         core.partitions,
         lambda p: pks[p].ready,
-        core.settings.idle_poll,
+        longest_sleep(core.settings),
     )
+
+
+def longest_sleep(settings: WorkerSettings) -> float:
+    """The longest one pass of a fetch loop sleeps (its partitions' own read times, and acks
+    waiting for a read, wake it sooner; hints, room and acks wake it at once)."""
+    return max(settings.idle_poll, IDLE_PASS)
 
 
 class Fetcher:
@@ -261,6 +267,7 @@ class Fetcher:
         state = self.supervisor.state(name)
         event = self.nodes.event(node)
         s = self.settings
+        longest = longest_sleep(s)
         flight: deque[_Round] = deque()
         try:
             while not stop.is_set():
@@ -276,17 +283,17 @@ class Fetcher:
                     mine = self.nodes.mine(node)
                     now = time.monotonic()
                     room = self.inflight.room()
-                    wake_at = min(
-                        (self.poll_at.get(p, 0.0) for p in mine), default=now + s.idle_poll
-                    )
+                    wake_at = min((self.poll_at.get(p, 0.0) for p in mine), default=now + longest)
                     timeout = s.idle_poll if room <= 0 else max(0.0, wake_at - now)
                     acks_at = self.settler.acks_due_at(self.nodes.node_of, node)
                     if acks_at is not None:  # acks waiting for a read go alone by then
                         timeout = min(timeout, max(0.0, acks_at - now))
                     event.clear()
                     state.ok()
-                    with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(event.wait(), min(timeout, s.idle_poll))
+                    # Until the earliest read time (set for every partition read; hints,
+                    # assignment, freed room and finished jobs wake the loop): an idle loop
+                    # wakes every IDLE_PASS, not every idle_poll.
+                    await wait_event(event, min(timeout, longest))
                     continue
                 head = flight[0]
                 if not head.task.done() and any(r.reserve for r in flight):

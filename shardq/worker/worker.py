@@ -201,10 +201,12 @@ class Worker(RoleProcess[WorkerSettings]):
             return
         assert self.hub is not None and self.pool is not None
         hub, sup = self.hub, self.supervisor
+        self.transport.on_refresh.append(hub.changed.set)  # regroup after a slot map change
         sup.forever(
             "hints",
             lambda: hub.listen(self.redis, sup, "hints", self.transport.refresh),
             pace=hints.PASS_WAIT,
+            wakes=(hub.changed,),  # a stop ends the listeners at once
         )
         runs = [asyncio.ensure_future(child.run()) for child in self.queue_workers.values()]
         try:

@@ -33,8 +33,8 @@ def reader(**settings: Any) -> Any:
 
 def test_an_assigned_partition_found_empty_again_waits_longer_up_to_max_idle_poll() -> None:
     r = reader(lateness_budget=0.0)
-    waits = [Fetcher.idle_interval(r, 0) for _ in range(6)]
-    assert waits == [1.0, 2.0, 4.0, 8.0, 8.0, 8.0]
+    waits = [Fetcher.idle_interval(r, 0) for _ in range(8)]
+    assert waits == [1.0, 2.0, 4.0, 8.0, 16.0, 30.0, 30.0, 30.0]  # max_idle_poll 30 s
     Fetcher.hint(r, 0)  # a ready hint: read now, and the next empty read starts over
     assert r.poll_at[0] == 0.0
     assert Fetcher.idle_interval(r, 0) == 1.0

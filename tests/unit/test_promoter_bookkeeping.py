@@ -143,12 +143,12 @@ def test_an_idle_partitions_fallback_doubles_and_a_hint_starts_it_over() -> None
         return p.next_wake.get(0) - before
 
     idle = fleet.Promoted(0, None, 1000)
-    sleeps = [sleep_after(idle) for _ in range(5)]
-    expected = [1.0, 2.0, 3.0, 3.0, 3.0]  # max_sleep 1 s doubling, max_idle_sleep 3 s
-    assert s.max_sleep == 1.0 and s.max_idle_sleep == 3.0
+    sleeps = [sleep_after(idle) for _ in range(7)]
+    expected = [1.0, 2.0, 4.0, 8.0, 16.0, 30.0, 30.0]  # max_sleep 1 s doubling, to 30 s
+    assert s.max_sleep == 1.0 and s.max_idle_sleep == 30.0
     assert all(abs(a - b) < 0.05 for a, b in zip(sleeps, expected, strict=True)), sleeps
     # Far-off jobs only (due in an hour) count as idle too; one due in 0.5 s wakes it then.
-    assert abs(sleep_after(fleet.Promoted(0, 1000 + 3_600_000, 1000)) - 3.0) < 0.05
+    assert abs(sleep_after(fleet.Promoted(0, 1000 + 3_600_000, 1000)) - 30.0) < 0.05
     assert abs(sleep_after(fleet.Promoted(0, 1500, 1000)) - 0.5) < 0.05
     assert abs(sleep_after(idle) - 1.0) < 0.05  # a job came due within max_sleep: over
     sleep_after(idle)

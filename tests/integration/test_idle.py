@@ -1,0 +1,129 @@
+"""An idle queue: what its fleet still does on time while it waits as little as it can.
+
+Idle, a dispatcher promotes a partition only every ``max_idle_sleep`` (30 s by default), its
+lease loop renews the leases the promotes no longer extend, and a worker reads an empty
+partition every ``max_idle_poll`` and asks Redis which partitions hold a delivery to reclaim
+before it sends a reclaim (docs/capacity.md, "Idle cost").  These tests take the fallbacks
+away altogether (10 minutes) and check that nothing a user waits for waited for them: a job
+enqueued into the idle queue starts within the lateness budget (hints wake both loops), the
+leases of partitions nobody promoted for many lease times are still this dispatcher's, and a
+delivery a dead worker left pending (one that was not pending at the previous reclaim round
+too) is taken over within the bounds it always was.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+
+from support.helpers import FAST_WORKER, Runner, Runs, pending_total, wait_for
+
+from shardq import DispatcherSettings
+from shardq.client import Client
+from shardq.store import delivery, fleet, keys, transport
+
+# Hints only: no fallback promote or read comes within a test's length.
+NEVER = 600.0
+# What a job may take on top of the budget here: Redis and network time, and a test box that
+# runs other tests at once.  Far below any fallback, so a job this punctual was woken by a hint.
+SLACK_MS = 250
+
+
+def test_a_job_enqueued_into_an_idle_queue_starts_within_the_lateness_budget(
+    cluster_url: str, cluster_client: Client, queue: str
+) -> None:
+    client = cluster_client
+    partitions = 8
+    client.create_queue(queue, partitions)
+    # A short lease: an idle partition is never promoted here, so only the lease loop's
+    # renewals keep it (a third of the lease time, 1 s, with renew_interval 0.5 s).
+    dispatcher = DispatcherSettings(
+        lease_time=3.0, renew_interval=0.5, membership_timeout=2.0, max_sleep=NEVER
+    )
+    worker = replace(FAST_WORKER, idle_poll=NEVER, max_idle_poll=NEVER, sweep_interval=NEVER)
+    budget_ms = dispatcher.lateness_budget * 1000
+    runs = Runs()
+    with Runner(
+        cluster_url,
+        queue,
+        {"t": runs.add},
+        dispatcher_settings=dispatcher,
+        worker_settings=worker,
+    ) as runner:
+        d = runner.dispatcher
+        assert d is not None and d.leases is not None
+        tokens = dict(d.tokens)
+        assert len(tokens) == partitions
+        time.sleep(4 * dispatcher.lease_time)  # idle: every loop asleep until a hint
+        assert d.tokens == tokens, "an idle partition's lease was lost (or taken again)"
+        assert d.leases.counts.get("lost", 0) == 0 and d.leases.counts.get("fenced", 0) == 0
+        ids = {client.enqueue(queue, "t", i) for i in range(8)}  # due now: straight to ready
+        ids |= {client.enqueue(queue, "t", i, delay=0.4 + 0.05 * i) for i in range(16)}
+        wait_for(lambda: set(runs.count()) == ids, 30, lambda: f"{len(runs.jobs)} ran")
+        runner.check()
+    late = {j.id: j.fetched_redis_ms - (j.due_ms or 0) for j in runs.jobs}
+    assert all(v >= 0 for v in late.values()), late  # never early
+    assert max(late.values()) <= budget_ms + SLACK_MS, sorted(late.values())
+
+
+def test_a_dead_workers_delivery_is_reclaimed_where_none_was_pending_before(
+    cluster_url: str, cluster_client: Client, queue: str
+) -> None:
+    """The recoverer sends its reclaim only to partitions with a delivery idle long enough
+    (XPENDING IDLE, asked every round): a partition with nothing pending for several rounds
+    and then a dead worker's delivery is reclaimed all the same, and so is one pending before
+    the worker started."""
+    client, r = cluster_client, cluster_client.redis
+    partitions = 4
+    client.create_queue(queue, partitions)
+    first = client.enqueue(queue, "t", "before")
+    pk = keys.partition_keys(queue, keys.partition_for(first, partitions), partitions)
+    taken = transport.run(r, delivery.fetch(pk, "crashed-before", 10))  # never acked
+    assert [j.raw_id for j in taken.jobs] == [first.encode()]
+    runs = Runs()
+    # Readers that never read on their own, and no dispatcher: the test promotes the second
+    # job itself, and only reclaim hands the dead workers' jobs over.
+    worker = replace(FAST_WORKER, idle_poll=NEVER, max_idle_poll=NEVER, sweep_interval=NEVER)
+    with Runner(
+        cluster_url, queue, {"t": runs.add}, dispatcher=False, worker_settings=worker
+    ) as runner:
+        wait_for(lambda: first in runs.count(), 20, "the delivery pending at start not reclaimed")
+        w = runner.workers[0]
+        assert w.recoverer is not None
+        wait_for(lambda: pending_total(r, queue, partitions) == 0, 10, "the first not settled")
+        rounds = w.recoverer.rounds
+        wait_for(lambda: w.recoverer.rounds >= rounds + 3, 20, "no rounds with nothing pending")
+        # A dead worker takes a job in another partition: promoted and fetched in one MULTI,
+        # so the live worker's read on the promote's ready hint finds nothing.
+        other = keys.partition_keys(queue, (pk.partition + 1) % partitions, partitions)
+        second = client.enqueue(
+            queue, "t", "after", job_id=_id_in(other.partition, partitions), delay=0.2
+        )
+        grant = transport.run(r, fleet.lease_acquire(other, "test", 60_000))
+        time.sleep(0.3)
+        node = r.get_redis_connection(r.get_node_from_key(other.due))  # type: ignore[union-attr]
+        pipe = node.pipeline(transaction=True)
+        pipe.execute_command(*fleet.promote(other, grant.token, 100, 60_000).command())
+        pipe.execute_command(*delivery.fetch(other, "crashed-after", 10).command())
+        promoted, fetched = pipe.execute()
+        assert promoted[0] == 1 and fetched[1:], (promoted, fetched)
+        taken_at = time.monotonic()
+        wait_for(lambda: second in runs.count(), 20, "the new pending delivery not reclaimed")
+        # taken once idle past the orphan bound (two heartbeats, 1 s), within a round or two
+        assert time.monotonic() - taken_at < 5
+        runner.check()
+        assert w.stats.reclaimed == 2
+    jobs = {j.id: j for j in runs.jobs}
+    assert jobs[first].attempt == 2 and jobs[first].deliveries == 2
+    assert jobs[second].attempt == 2 and jobs[second].deliveries == 2
+    wait_for(lambda: pending_total(r, queue, partitions) == 0, 10, "deliveries left pending")
+
+
+def _id_in(partition: int, partitions: int) -> str:
+    """A job id that routes to ``partition``."""
+    i = 0
+    while True:
+        job_id = f"idle-{i}"
+        if keys.partition_for(job_id, partitions) == partition:
+            return job_id
+        i += 1
