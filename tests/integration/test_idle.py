@@ -18,9 +18,9 @@ from dataclasses import replace
 
 from support.helpers import FAST_WORKER, Runner, Runs, pending_total, wait_for
 
-from shardq import DispatcherSettings
+from shardq import DispatcherSettings, ProducerSettings
 from shardq.client import Client
-from shardq.store import delivery, fleet, keys, transport
+from shardq.store import delivery, keys, producer, transport
 
 # Hints only: no fallback promote or read comes within a test's length.
 NEVER = 600.0
@@ -93,20 +93,20 @@ def test_a_dead_workers_delivery_is_reclaimed_where_none_was_pending_before(
         wait_for(lambda: pending_total(r, queue, partitions) == 0, 10, "the first not settled")
         rounds = w.recoverer.rounds
         wait_for(lambda: w.recoverer.rounds >= rounds + 3, 20, "no rounds with nothing pending")
-        # A dead worker takes a job in another partition: promoted and fetched in one MULTI,
-        # so the live worker's read on the promote's ready hint finds nothing.
+        # A dead worker takes a job in another partition: made due and fetched (its read
+        # promotes) in one MULTI, so the live worker's read on the due hint finds nothing.  The
+        # job waits far in the future until then, so no read of the live worker's takes it.
         other = keys.partition_keys(queue, (pk.partition + 1) % partitions, partitions)
         second = client.enqueue(
-            queue, "t", "after", job_id=_id_in(other.partition, partitions), delay=0.2
+            queue, "t", "after", job_id=_id_in(other.partition, partitions), delay=600
         )
-        grant = transport.run(r, fleet.lease_acquire(other, "test", 60_000))
-        time.sleep(0.3)
         node = r.get_redis_connection(r.get_node_from_key(other.due))  # type: ignore[union-attr]
         pipe = node.pipeline(transaction=True)
-        pipe.execute_command(*fleet.promote(other, grant.token, 100, 60_000).command())
-        pipe.execute_command(*delivery.fetch(other, "crashed-after", 10).command())
-        promoted, fetched = pipe.execute()
-        assert promoted[0] == 1 and fetched[1:], (promoted, fetched)
+        made_due = producer.reschedule(other, second, None, 0, ProducerSettings())
+        pipe.execute_command(*made_due.command())
+        pipe.execute_command(*delivery.fetch(other, "crashed-after", 10, promote=True).command())
+        _due_ms, fetched = pipe.execute()
+        assert fetched[2:], fetched  # {now, next due, jobs...}: the dead worker holds it
         taken_at = time.monotonic()
         wait_for(lambda: second in runs.count(), 20, "the new pending delivery not reclaimed")
         # taken once idle past the orphan bound (two heartbeats, 1 s), within a round or two

@@ -18,7 +18,7 @@ from shardq import JobRequest
 from shardq.client import Client
 from shardq.errors import PermanentError
 from shardq.jobs import Backoff, Job
-from shardq.store import keys, transport
+from shardq.store import delivery, keys, transport
 from shardq.store.op import Op
 
 # Every script the client, the dispatcher and the worker run in normal operation.
@@ -147,6 +147,13 @@ def test_dispatcher_and_worker_calls_stay_in_one_slot(
         client.enqueue_many(queue, [JobRequest("ok", delay=0.3) for _ in range(50)])
         ids.append(client.enqueue(queue, "slow"))
         ids.append(client.enqueue(queue, "fail", backoff=Backoff("fixed", 0.1)))
+        # A delivery of a worker that died before the fleet started: only such a one makes
+        # the recoverer send its reclaim (it asks XPENDING IDLE first).
+        orphan = client.enqueue(queue, "ok", None)
+        orphan_pk = keys.partition_keys(queue, keys.partition_for(orphan, partitions), partitions)
+        taken = transport.run(client.redis, delivery.fetch(orphan_pk, "crashed-before", 10))
+        assert orphan.encode() in [j.raw_id for j in taken.jobs]
+        ids.append(orphan)
         later = client.enqueue(queue, "ok", delay=60)
         client.reschedule(queue, later, delay=30)
         assert client.get(queue, later) is not None
