@@ -140,6 +140,14 @@ def test_long_running_processes_keep_the_password_off_their_title_and_logs(
             30,
             lambda: "jobs did not run: " + "\n".join(p.log()[-800:] for p in procs),
         )
+        # The worker's reads promote, so the jobs may all have run before the dispatcher (a
+        # process of its own, slow to start on a loaded box) is up: wait for both to say they
+        # started, else a SIGTERM before its handlers exist leaves no log at all.
+        wait_for(
+            lambda: all("started on" in p.log() for p in procs),
+            30,
+            lambda: "not started: " + "\n".join(p.log()[-800:] for p in procs),
+        )
         for p in procs:
             title = Path(f"/proc/{p.pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
             user.assert_absent(title, f"the process title of pid {p.pid}")
