@@ -328,27 +328,33 @@ class Fetcher:
                 for d in admitted:
                     self.executor.run(d)
             while self.overflow:  # shutting down: they run within the shutdown grace
+                self.inflight.queued -= 1
                 self.executor.run(self.overflow.popleft())
 
     def _start(self, admitted: list[Delivery], late: bool) -> None:
-        """Run a reply's jobs; those of a late round (it held no room) beyond the concurrency
-        wait in the overflow."""
+        """Run a reply's jobs; those of a late round (it held no room) wait in the overflow
+        for room."""
         if not late and not self.overflow:
             for d in admitted:
                 self.executor.run(d)
             return
         self.overflow.extend(admitted)
+        self.inflight.queued += len(admitted)
         self._drain_overflow()
 
     def _drain_overflow(self) -> None:
-        """Start waiting jobs while fewer handlers than the concurrency run."""
+        """Start waiting jobs while there is room for them (InFlight.start_room): the
+        concurrency less the handlers running and the reads in flight, and in a worker of
+        several queues this queue's room in the pool, not the whole pool (a late round of a
+        slow queue took the slot kept for the others, and its waiting jobs counted as held
+        left them none: a quick queue starved for as long as the slow handlers ran)."""
         inflight = self.inflight
-        while self.overflow:
-            # Deliveries in the table whose handler has not finished, the waiting ones aside.
-            started = inflight.count - inflight.finished - len(self.overflow)
-            if started >= inflight.concurrency:
-                return
-            self.executor.run(self.overflow.popleft())
+        if self.overflow:
+            for _ in range(max(0, inflight.start_room())):
+                if not self.overflow:
+                    break
+                inflight.queued -= 1
+                self.executor.run(self.overflow.popleft())
 
     def _plan(self, node: str, flight: Sequence[_Round]) -> _Round | None:
         """Send the next round of ``node`` (acks of finished jobs, fetches of due partitions

@@ -79,6 +79,10 @@ class InFlight:
     count: int = 0
     reserved: int = 0
     finished: int = 0  # handlers done, acks not yet written: they no longer take room
+    #: Deliveries in the table not started yet: a late round's jobs waiting in the fetcher's
+    #: overflow for room.  Nothing more is read while they wait (own_room), but they take no
+    #: room of a shared pool (SharedConcurrency.held) and start only within start_room().
+    queued: int = 0
     on_room: Callable[[], None] | None = None  # wakes readers that found no room
     starved: bool = False  # a reader found no room and waits for some
     #: The pool it shares with other queues' tables (a worker of several queues), or None.
@@ -120,7 +124,7 @@ class InFlight:
         if self.pool is not None:
             self.pool.freed()  # room in the pool: any queue's reader may take it
             return
-        if self.starved and self.on_room is not None and self.room() > 0:
+        if self.starved and self.on_room is not None and self.start_room() > 0:
             self.starved = False
             self.on_room()
 
@@ -129,6 +133,13 @@ class InFlight:
         do not count (their acks travel with a later read), up to ``finished_room()`` of them:
         acks that cannot be written stop the fetching in the end."""
         own = self.own_room()
+        return own if self.pool is None else min(own, self.pool.room_for(self))
+
+    def start_room(self) -> int:
+        """How many of the queued deliveries may start now: room() with the queued ones left
+        out (they wait for it), so that handlers running plus reads in flight stay within the
+        concurrency, and within the pool's room for this table when it shares one."""
+        own = self.own_room() + self.queued
         return own if self.pool is None else min(own, self.pool.room_for(self))
 
     def own_room(self) -> int:

@@ -123,9 +123,10 @@ class SharedConcurrency:
     @staticmethod
     def held(inflight: InFlight) -> int:
         """What a table takes of the pool: deliveries running (finished ones waiting for their
-        ack take none, as in InFlight.room) plus room reserved for reads in flight."""
+        ack take none, as in InFlight.room; nor do those queued to start, which wait for this
+        table's room in the pool) plus room reserved for reads in flight."""
         waiting = min(inflight.finished, inflight.finished_room())
-        return inflight.count - waiting + inflight.reserved
+        return inflight.count - waiting - inflight.queued + inflight.reserved
 
     def room_for(self, inflight: InFlight) -> int:
         """How many more deliveries the queue of ``inflight`` may take now."""
@@ -186,7 +187,7 @@ class SharedConcurrency:
                 and inflight is not None
                 and inflight.starved
                 and inflight.on_room is not None
-                and inflight.own_room() > 0
+                and inflight.own_room() + inflight.queued > 0
             ):
                 inflight.starved = False
                 inflight.on_room()
