@@ -40,19 +40,27 @@ def _ok(results: list[Any]) -> list[Any]:
 
 
 def measure(
-    client: Client, calls: int, per_call: int, partitions: int, depth: int, payload: int
+    client: Client,
+    calls: int,
+    per_call: int,
+    partitions: int,
+    depth: int,
+    payload: int,
 ) -> dict[str, Any]:
-    """One round: a fresh queue, ``calls * per_call`` overdue jobs, then the reads."""
+    """One round: a fresh queue, 1.5 x ``calls * per_call`` jobs coming due, then the reads."""
     queue = fresh_queue(client, "bench-read-call", partitions)
     pks = keys.all_partition_keys(queue, partitions)
     # Half as many again as the calls read, so that no partition runs dry (ids spread the jobs
     # over the partitions unevenly).
     jobs = calls * per_call * 3 // 2
     body = "x" * payload
-    due_at = time.time() - 1.0
+    # Due just after the enqueue ends, so that they wait in the due sets (a job enqueued
+    # already due goes to the ready stream at once) and the reads promote them.
+    due_at = time.time() + 2.0 + jobs / 20_000
     for start in range(0, jobs, 10_000):
         n = min(10_000, jobs - start)
         client.enqueue_many(queue, [JobRequest("bench", body, run_at=due_at) for _ in range(n)])
+    time.sleep(max(0.0, due_at + 0.1 - time.time()))
     s = Sampler(client)
     s.calibrate(1.0)
     held: dict[int, list[tuple[bytes, bytes]]] = {i: [] for i in range(partitions)}
@@ -112,7 +120,12 @@ def main() -> None:
         client = Client(url)
         for r in range(args.rounds):
             row = measure(
-                client, args.calls, args.per_call, args.partitions, args.depth, args.payload
+                client,
+                args.calls,
+                args.per_call,
+                args.partitions,
+                args.depth,
+                args.payload,
             )
             out["rounds"].append(row)
             print(f"round {r + 1}: {row}", flush=True)
