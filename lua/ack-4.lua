@@ -28,4 +28,5 @@ Flags: allow-oom  (runs when Redis is at maxmemory: it frees memory or keeps a f
 local wrong = wrong_type({KEYS[1], 'stream', KEYS[2], 'hash', KEYS[3], 'hash'})
 if wrong then return wrong end
 if (#ARGV - 1) % 2 ~= 0 then return {-11, #ARGV, 'argument count', 1, 2} end
-return ack_entries(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[1], 2)
+local settled, refused_reply = ack_entries(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[1], 2)
+return refused_reply or settled

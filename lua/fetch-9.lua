@@ -50,7 +50,11 @@ limit again; else 0.
   {-10, key, found, expected}         E_WRONG_TYPE: a key was overwritten outside shardq
   {-11, argv index, value, lo, hi}    E_BAD_ARGUMENT
   {-15, 'KEYS' or 'ARGV', n, cap}    E_TOO_MANY_ARGUMENTS: before anything else (store/loader.py)
-Every check comes before the first write: a refused call writes nothing.
+Every check comes before the first write: a refused call writes nothing.  (The steady state's
+one call per job: a key-type check costs about as much as a command, so a key this call reads
+before its first write (the control hash, the due set, the errors hash when acks ride) is
+checked by that read, and the ready stream by the first write itself, under pcall; the jobs
+hash and the dead stream, first touched after a write, keep a TYPE.)
 
 Flags: allow-oom  (runs when Redis is at maxmemory: it frees memory or keeps a full Redis draining)
 ]]
@@ -65,6 +69,7 @@ local n, bad = arg_number(3, 1, 1000)
 if bad then return bad end
 if ARGV[4] ~= '0' and ARGV[4] ~= '1' then return {-11, 4, ARGV[4], '0', '1'} end
 if (#ARGV - 4) % 2 ~= 0 then return {-11, #ARGV, 'argument count', 4, 2} end
+local n_text = string.format('%d', n)
 local paused, lanes, wrong_ctl = partition_flags(KEYS[8], KEYS[5])
 if wrong_ctl then return wrong_ctl end
 -- Lanes turned off ('2'): the lane is read while it still holds jobs (it exists).  Nobody but
@@ -72,26 +77,52 @@ if wrong_ctl then return wrong_ctl end
 -- operator's next `lanes --off` finds the lane empty (lua/lanes-3.lua).
 if lanes == '2' and redis.call('EXISTS', KEYS[6]) == 0 then lanes = false end
 local promote = ARGV[4] == '1' and not lanes and not paused
-local spec = {KEYS[1], 'stream', KEYS[2], 'hash', KEYS[3], 'stream', KEYS[4], 'hash'}
-if promote then
-  spec[#spec + 1] = KEYS[9]
-  spec[#spec + 1] = 'zset'
+local acks = #ARGV > 4
+-- Key types, before the first write (see the header): reads that double as checks first.
+local errors_len
+if acks then
+  errors_len = redis.pcall('HLEN', KEYS[4])
+  if type(errors_len) == 'table' then return refused(KEYS[4], 'hash', errors_len) end
 end
+local spec
 if lanes then
-  for _, kv in ipairs({KEYS[6], 'zset', KEYS[7], 'hash'}) do spec[#spec + 1] = kv end
+  spec = {KEYS[1], 'stream', KEYS[2], 'hash', KEYS[3], 'stream', KEYS[4], 'hash', KEYS[6], 'zset',
+    KEYS[7], 'hash'}
+elseif acks then
+  spec = {KEYS[2], 'hash', KEYS[3], 'stream'}
+else
+  spec = {KEYS[2], 'hash', KEYS[3], 'stream', KEYS[4], 'hash'}
 end
 local wrong = wrong_type(spec)
 if wrong then return wrong end
-if #ARGV > 4 then ack_entries(KEYS[1], KEYS[2], KEYS[4], KEYS[5], ARGV[1], 5) end
 local now = now_ms()
+local batch
+if promote then
+  local refused_due
+  batch, refused_due = due_now(KEYS[9], string.format('%d', now), n_text)
+  if refused_due then return refused_due end
+end
+-- Writes from here.  The first command on the ready stream (XACK, XADD or XREADGROUP) is
+-- its type check: refused, it has written nothing.
+if acks then
+  local _, refused_ready = ack_entries(KEYS[1], KEYS[2], KEYS[4], KEYS[5], ARGV[1], 5, errors_len)
+  if refused_ready then return refused_ready end
+end
 local out = {now, -2}
 -- A paused partition (pause-2.lua) delivers nothing; resuming publishes the ready hint.
 if paused then return out end
+-- The compact jobs this call promotes, {entry id, job id, body}: their envelopes are written
+-- below, once (move_due).
+local held
 if promote then
-  move_due(KEYS[9], KEYS[1], KEYS[2], KEYS[5], now, n, 'HSET')
-  out[2] = head_due(KEYS[9])
+  held = {}
+  local moved, refused_ready = move_due(batch, KEYS[9], KEYS[1], KEYS[2], KEYS[5], 'HSET', held)
+  if moved == nil then return refused_ready end
+  out[2] = head_ms(KEYS[9])
 end
-local r = redis.call('XREADGROUP', 'GROUP', ARGV[1], ARGV[2], 'COUNT', n, 'STREAMS', KEYS[1], '>')
+local r = redis.pcall('XREADGROUP', 'GROUP', ARGV[1], ARGV[2], 'COUNT', n_text, 'STREAMS',
+  KEYS[1], '>')
+if type(r) == 'table' and r['err'] then return refused(KEYS[1], 'stream', r) end
 local entries = r and r[1][2] or {}
 if lanes and #entries < n then
   local laned = lane_pop(KEYS[6], KEYS[7], n - #entries)
@@ -99,48 +130,77 @@ if lanes and #entries < n then
     for i = 1, #laned, 2 do
       redis.call('XADD', KEYS[1], '*', 'j', laned[i], 'd', laned[i + 1])
     end
-    local more = redis.call('XREADGROUP', 'GROUP', ARGV[1], ARGV[2], 'COUNT', n - #entries,
-      'STREAMS', KEYS[1], '>')
+    local more = redis.call('XREADGROUP', 'GROUP', ARGV[1], ARGV[2], 'COUNT',
+      string.format('%d', n - #entries), 'STREAMS', KEYS[1], '>')
     if more then
       for _, entry in ipairs(more[1][2]) do entries[#entries + 1] = entry end
     end
   end
 end
-local dead_keys = {KEYS[2], KEYS[3], KEYS[4], KEYS[5]}
+-- Entry id -> index in held of the compact jobs promoted above.
+local fresh
+if held and #held > 0 then
+  fresh = {}
+  for i, h in ipairs(held) do fresh[h[1]] = i end
+end
+local dead_keys
 
 for _, entry in ipairs(entries) do
   local eid, f = entry[1], entry[2]
   local id, due = ready_fields(f)
-  local v = id and redis.call('HGET', KEYS[2], id)
-  local state, attempt, body
-  if v then state, attempt, body = split_envelope(v) end
-  if not id then
-    dead_letter_raw(dead_keys, f, 'malformed ready entry: no job id field', now)
-    redis.call('XACK', KEYS[1], ARGV[1], eid)
-    redis.call('XDEL', KEYS[1], eid)
-  elseif not v then
-    -- Cancelled after promotion: nothing to run.
-    redis.call('XACK', KEYS[1], ARGV[1], eid)
-    redis.call('XDEL', KEYS[1], eid)
-  elseif not state then
-    dead_letter_raw(dead_keys, f, 'malformed envelope for job ' .. id, now)
-    redis.call('HDEL', KEYS[2], id)
-    redis.call('XACK', KEYS[1], ARGV[1], eid)
-    redis.call('XDEL', KEYS[1], eid)
-  elseif not attempt then
-    -- Its attempts cannot be counted: dead, with its body kept (a replay starts it at 0).
-    dead_letter_bad_attempt(dead_keys, id, v, body, now)
-    redis.call('XACK', KEYS[1], ARGV[1], eid)
-    redis.call('XDEL', KEYS[1], eid)
-  else
-    attempt = attempt + 1
-    redis.call('HSET', KEYS[2], id, 'A' .. attempt .. '|' .. body)
+  local h = fresh and fresh[eid]
+  if h then
+    -- Promoted by this call, a compact job: attempt 0 until now, its body at hand.
+    local job = held[h]
+    held[h] = false
+    redis.call('HSET', KEYS[2], job[2], 'A1|' .. job[3])
     out[#out + 1] = eid
-    out[#out + 1] = id
+    out[#out + 1] = job[2]
     out[#out + 1] = finite_due(due)
-    out[#out + 1] = attempt
-    out[#out + 1] = body
-    out[#out + 1] = (state == 'L') and 1 or 0
+    out[#out + 1] = 1
+    out[#out + 1] = job[3]
+    out[#out + 1] = 0
+  else
+    local v = id and redis.call('HGET', KEYS[2], id)
+    local state, attempt, body
+    if v then state, attempt, body = split_envelope(v) end
+    if (not id or not v or not state or not attempt) and not dead_keys then
+      dead_keys = {KEYS[2], KEYS[3], KEYS[4], KEYS[5]}
+    end
+    if not id then
+      dead_letter_raw(dead_keys, f, 'malformed ready entry: no job id field', now)
+      redis.call('XACK', KEYS[1], ARGV[1], eid)
+      redis.call('XDEL', KEYS[1], eid)
+    elseif not v then
+      -- Cancelled after promotion: nothing to run.
+      redis.call('XACK', KEYS[1], ARGV[1], eid)
+      redis.call('XDEL', KEYS[1], eid)
+    elseif not state then
+      dead_letter_raw(dead_keys, f, 'malformed envelope for job ' .. id, now)
+      redis.call('HDEL', KEYS[2], id)
+      redis.call('XACK', KEYS[1], ARGV[1], eid)
+      redis.call('XDEL', KEYS[1], eid)
+    elseif not attempt then
+      -- Its attempts cannot be counted: dead, with its body kept (a replay starts it at 0).
+      dead_letter_bad_attempt(dead_keys, id, v, body, now)
+      redis.call('XACK', KEYS[1], ARGV[1], eid)
+      redis.call('XDEL', KEYS[1], eid)
+    else
+      attempt = attempt + 1
+      redis.call('HSET', KEYS[2], id, string.format('A%d|', attempt) .. body)
+      out[#out + 1] = eid
+      out[#out + 1] = id
+      out[#out + 1] = finite_due(due)
+      out[#out + 1] = attempt
+      out[#out + 1] = body
+      out[#out + 1] = (state == 'L') and 1 or 0
+    end
+  end
+end
+-- Compact jobs promoted but not read by this call (older entries came first): waiting.
+if held then
+  for _, job in ipairs(held) do
+    if job then redis.call('HSET', KEYS[2], job[2], 'S0|' .. job[3]) end
   end
 end
 return out

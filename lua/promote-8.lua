@@ -94,7 +94,9 @@ if lanes then
   end
   last_entry = '1'
 else
-  moved, last_entry, oldest = move_due(KEYS[1], KEYS[2], KEYS[5], KEYS[4], now, k, 'HSETNX')
+  -- The keys' types are checked above: neither call can be refused here.
+  local batch = due_now(KEYS[1], string.format('%d', now), string.format('%d', k))
+  moved, last_entry, oldest = move_due(batch, KEYS[1], KEYS[2], KEYS[5], KEYS[4], 'HSETNX')
 end
 if moved > 0 then redis.call('SPUBLISH', ARGV[3], last_entry) end
-return {moved, head_due(KEYS[1]), now, lanes and 1 or 0, oldest and score_ms(oldest) or -1}
+return {moved, head_ms(KEYS[1]), now, lanes and 1 or 0, oldest and score_ms(oldest) or -1}

@@ -127,5 +127,5 @@ for _, g in ipairs(groups) do
   out[#out + 1] = created
 end
 if created_all > 0 then redis.call('SPUBLISH', ARGV[2], '1') end
-out[2] = sched_head(KEYS[2])
+out[2] = head_ms(KEYS[2])
 return out

@@ -65,7 +65,7 @@ redis.call('HSET', KEYS[3], name, sched_state_text(state))
 if state[5] == 1 or next_ms < 0 then
   redis.call('ZREM', KEYS[2], name)
 else
-  local head = sched_head(KEYS[2])
+  local head = head_ms(KEYS[2])
   redis.call('ZADD', KEYS[2], next_ms, name)
   if head < 0 or next_ms < head then redis.call('SPUBLISH', ARGV[5], next_ms) end
 end

@@ -34,7 +34,7 @@ local wrong = wrong_type({KEYS[1], 'hash', KEYS[2], 'zset', KEYS[3], 'hash'})
 if wrong then return wrong end
 
 local now = now_ms()
-local out = {now, '0', sched_head(KEYS[2])}
+local out = {now, '0', head_ms(KEYS[2])}
 local function add(name, score)
   local def = redis.call('HGET', KEYS[1], name)
   -- 'due' also returns a next-tick entry without a definition (the fire step drops it).

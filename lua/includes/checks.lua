@@ -14,6 +14,16 @@ local function wrong_type(spec)
   return nil
 end
 
+-- refused(key, expected, err): the reply for a command on key that failed under pcall, where
+-- that command doubles as the key's type check (a read before the first write, or the first
+-- write itself: cheaper than a TYPE per key on every call).  E_WRONG_TYPE when the key holds
+-- another type; else the error itself, as redis.call would have raised it.
+local function refused(key, expected, err)
+  local found = redis.call('TYPE', key)['ok']
+  if found ~= 'none' and found ~= expected then return {-10, key, found, expected} end
+  return err
+end
+
 -- Numbers read from Redis or ARGV are checked as numbers before use: Lua's tonumber takes
 -- 'nan', 'inf', '1e400' (inf), '0x10' and ' 5 ', and nan + 1 stays nan (a job whose attempt
 -- is nan never runs out of attempts; it reaches Python as -2^63).  These readers take decimal
@@ -63,6 +73,14 @@ local function score_ms(s)
   return math.floor(n)
 end
 
+-- head_ms(zset): the score of a sorted set's first member (a due time, a tick) as score_ms, or
+-- -1 when the set is empty.
+local function head_ms(zset)
+  local head = redis.call('ZRANGE', zset, '0', '0', 'WITHSCORES')
+  if head[2] then return score_ms(head[2]) end
+  return -1
+end
+
 -- arg_number(i, lo, hi): ARGV[i] as a finite number within [lo, hi], or nil and the reply
 -- {-11, i, value, lo, hi} (E_BAD_ARGUMENT).  Limits that guard correctness are checked here
 -- too, not only by the caller.  (Checked for nan and range, not parsed as strictly as values
@@ -80,9 +98,12 @@ end
 -- that is not a number (a bad write by hand) is reset to n, and a stats key of the wrong type
 -- is left alone, so a counter never stops a job.
 local function count(stats, field, n)
-  local r = redis.pcall('HINCRBY', stats, field, n)
+  -- As text: a Lua number given to a command is formatted with '%.14g', a cost that shows in
+  -- the profile of the steady state's one call per job.
+  local v = string.format('%d', n)
+  local r = redis.pcall('HINCRBY', stats, field, v)
   if type(r) == 'table' and r['err'] then
-    redis.pcall('HSET', stats, field, n)
+    redis.pcall('HSET', stats, field, v)
   end
 end
 

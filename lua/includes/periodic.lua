@@ -21,10 +21,3 @@ end
 local function sched_state_text(s)
   return string.format('%d|%d|%d|%d|%d', s[1], s[2], s[3], s[4], s[5])
 end
-
--- sched_head(next_key): the earliest next tick of the partition's schedules, or -1.
-local function sched_head(next_key)
-  local head = redis.call('ZRANGE', next_key, 0, 0, 'WITHSCORES')
-  if head[2] then return score_ms(head[2]) end
-  return -1
-end

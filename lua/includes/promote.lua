@@ -4,33 +4,51 @@
 -- promote (lua/promote-8.lua, partitions without lanes) and a worker's read that promotes
 -- first (lua/fetch-9.lua) do it the same way.
 
--- move_due(due, ready, jobs, stats, now, k, store): move up to k jobs due by now (Redis ms),
--- lowest scores first, one XADD each; a compact member's envelope is written into the jobs
--- hash on the way (lua/includes/compact.lua: its id has no entry) with the command ``store``:
--- 'HSETNX' for the dispatcher, 'HSET' for a worker (whose user may not HSETNX: that is how
--- enqueue-batch tells a producer, checks.lua producer_only).  Returns how many moved, the
--- id of the last entry added ('1' when none), and the score (due ms) of the first moved (nil
--- when none).
-local function move_due(due, ready, jobs, stats, now, k, store)
-  local batch = redis.call('ZRANGE', due, '-inf', now, 'BYSCORE', 'LIMIT', 0, k, 'WITHSCORES')
+-- due_now(due, now, k): the due set's jobs due by now (Redis ms, as text), at most k (text),
+-- lowest scores first, as ZRANGE ... WITHSCORES replies; or nil and the reply when the due set
+-- is not a sorted set.  This read is the due set's type check for a caller that reads it
+-- before its first write (fetch-9.lua: one TYPE less per call).
+local function due_now(due, now, k)
+  local batch = redis.pcall('ZRANGE', due, '-inf', now, 'BYSCORE', 'LIMIT', '0', k, 'WITHSCORES')
+  if batch['err'] then return nil, refused(due, 'zset', batch) end
+  return batch, nil
+end
+
+-- move_due(batch, due, ready, jobs, stats, store, held): move the jobs of batch (due_now's
+-- reply) to the ready stream, one XADD each, and out of the due set.  A compact member's
+-- envelope (lua/includes/compact.lua: its id has no entry in the jobs hash) is written with
+-- the command ``store``: 'HSETNX' for the dispatcher, 'HSET' for a worker (whose user may not
+-- HSETNX: that is how enqueue-batch tells a producer, checks.lua producer_only); or, when
+-- ``held`` is a table, not written but appended to it as {entry id, job id, body}: a worker's
+-- read that hands the job out in the same call writes it once, as running, instead of
+-- writing it waiting, reading it back and writing it again.
+-- The first XADD doubles as the ready stream's type check (it is the call's first write when
+-- nothing was acknowledged before it): returns nil and the reply when the stream is not a
+-- stream, nothing written.  Else how many moved, the id of the last entry added ('1' when
+-- none), and the score (due ms) of the first moved (nil when none).
+local function move_due(batch, due, ready, jobs, stats, store, held)
   local moved = #batch / 2
   local last_entry = '1'
   for i = 1, #batch, 2 do
     local id, body = split_member(batch[i])
-    if body then redis.call(store, jobs, id, 'S0|' .. body) end
-    last_entry = redis.call('XADD', ready, '*', 'j', id, 'd', batch[i + 1])
+    if i == 1 then
+      last_entry = redis.pcall('XADD', ready, '*', 'j', id, 'd', batch[i + 1])
+      if type(last_entry) == 'table' then return nil, refused(ready, 'stream', last_entry) end
+    else
+      last_entry = redis.call('XADD', ready, '*', 'j', id, 'd', batch[i + 1])
+    end
+    if body then
+      if held then
+        held[#held + 1] = {last_entry, id, body}
+      else
+        redis.call(store, jobs, id, 'S0|' .. body)
+      end
+    end
   end
   if moved > 0 then
     -- The batch is the lowest-scored members, so they are ranks 0..moved-1: one removal.
-    redis.call('ZREMRANGEBYRANK', due, 0, moved - 1)
+    redis.call('ZREMRANGEBYRANK', due, '0', string.format('%d', moved - 1))
     count(stats, 'promoted', moved)
   end
   return moved, last_entry, batch[2]
-end
-
--- head_due(due): the earliest remaining job's due ms, or -1 when none waits.
-local function head_due(due)
-  local head = redis.call('ZRANGE', due, 0, 0, 'WITHSCORES')
-  if head[2] then return score_ms(head[2]) end
-  return -1
 end

@@ -64,3 +64,34 @@ def test_a_partition_no_worker_reads_is_promoted_by_the_dispatcher(
         promoter: Any = runner.dispatcher.promoter  # type: ignore[union-attr]
         assert promoter.promoted == 10
     assert all(client.redis.zcard(pk.due) == 0 for pk in keys.all_partition_keys(queue, 2))
+
+
+def test_a_read_writes_the_envelopes_of_what_it_promotes_once(client: Client, queue: str) -> None:
+    """A read that promotes (as many as it reads) writes a compact job's envelope once: running
+    (attempt 1) for the jobs it hands out, waiting (attempt 0) for one it promoted but did not
+    reach because an older ready entry came first; that one runs later as attempt 1, its body
+    whole."""
+    from shardq.store import delivery, transport
+
+    client.create_queue(queue, partitions=1)
+    pk = keys.partition_keys(queue, 0, 1)
+    older = client.enqueue(queue, "t", "older")  # due at once: straight to the ready stream
+    now = time.time()
+    reqs = [JobRequest("t", f"job {i}", run_at=now + 0.3 + i * 0.01) for i in range(3)]
+    ids = [r.job_id for r in client.enqueue_many(queue, reqs)]
+    time.sleep(0.45)
+    r = client.redis
+    first = transport.run(r, delivery.fetch(pk, "w1", 2, promote=True))
+    assert [j.raw_id.decode() for j in first.jobs] == [older, ids[0]]
+    assert [j.attempt for j in first.jobs] == [1, 1]
+    assert first.jobs[1].body == r.hget(pk.jobs, ids[0]).split(b"|", 1)[1]
+    assert r.hget(pk.jobs, ids[0]).startswith(b"A1|")
+    # ids[1] was promoted (the read promotes as many as it reads) but not read: waiting.
+    assert r.hget(pk.jobs, ids[1]).startswith(b"S0|")
+    assert [client.get(queue, i).state for i in ids] == ["running", "ready", "scheduled"]
+    second = transport.run(r, delivery.fetch(pk, "w1", 10, promote=True))
+    assert [j.raw_id.decode() for j in second.jobs] == ids[1:]
+    assert [j.attempt for j in second.jobs] == [1, 1]
+    assert [j.body for j in second.jobs] == [r.hget(pk.jobs, i).split(b"|", 1)[1] for i in ids[1:]]
+    assert b"job 1" in second.jobs[0].body and b"job 2" in second.jobs[1].body
+    assert r.zcard(pk.due) == 0

@@ -21,7 +21,7 @@ from support.script_cases import OPS, State, enqueue_op, prepare
 
 from shardq.client import Client
 from shardq.errors import CorruptKeyError, ScriptArgumentError
-from shardq.store import transport
+from shardq.store import delivery, transport
 from shardq.store.loader import lua_dir
 from shardq.store.op import Op
 
@@ -61,10 +61,40 @@ def _bound(text: str) -> float | None:
     return value
 
 
+def _due_now(s: State) -> None:
+    """Make the partition's earliest scheduled job due."""
+    first = s.redis.zrange(s.pk.due, 0, 0)
+    s.redis.zadd(s.pk.due, {first[0]: 0})
+
+
+def _fetch_with_acks(s: State) -> Op[Any]:
+    _due_now(s)
+    return delivery.fetch(s.pk, "c2", 10, [(s.pending_entry, s.pending_id)], promote=True)
+
+
+def _fetch_promoting(s: State) -> Op[Any]:
+    _due_now(s)
+    return delivery.fetch(s.pk, "c2", 10, promote=True)
+
+
+# Calls that take other paths through a script, and so check some keys by other commands: a
+# read checks the ready stream by its first write to it (XREADGROUP in OPS' case; here XACK
+# when acks ride, XADD when it promotes) and the due set and errors hash by its reads of them.
+VARIANTS: dict[str, tuple[str, Any]] = {
+    "fetch-with-acks": ("fetch", _fetch_with_acks),
+    "fetch-promoting": ("fetch", _fetch_promoting),
+}
+
+
+def _op(name: str, s: State) -> Op[Any]:
+    return VARIANTS[name][1](s) if name in VARIANTS else OPS[name](s)
+
+
 def _key_cases() -> list[Any]:
     cases = []
-    for name in OPS:
-        for index, key_name, key_type in KEY_LINE.findall(_source(name)):
+    for name in [*OPS, *VARIANTS]:
+        script = VARIANTS[name][0] if name in VARIANTS else name
+        for index, key_name, key_type in KEY_LINE.findall(_source(script)):
             cases.append(
                 pytest.param(name, int(index), key_name, key_type, id=f"{name}-{key_name}")
             )
@@ -118,7 +148,7 @@ def test_a_key_of_the_wrong_type_fails_the_script_before_any_write(
     if key_name in ("lane", "vtime") or (name == "promote" and key_name == "jobs"):
         # A partition without lanes never touches its lane keys: check them with lanes on.
         r.hset(s.pk.ctl, "lanes", "1")
-    op = OPS[name](s)
+    op = _op(name, s)
     key = op.keys[index - 1]
     _overwrite(r, key, key_type)
     before = _snapshot(r, s, op)
