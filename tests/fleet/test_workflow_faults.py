@@ -39,9 +39,15 @@ round trip (the plan abandoned between two calls, as a SIGKILLed process leaves 
 restarted to make the same calls with the same ids (a resent ``create``, ``add`` with the same
 add id, ``seal``); half the producers of batches made in parts are killed right after their
 seal, whose children had mostly ended by then, and never restarted: the relay's sweep must
-enqueue those callbacks.  A child may run twice when its first run ended in the milliseconds a
-restarted producer's resend was looking at it (docs/workflows.md, "A resent create"): one more
-job of its id, allowed only with its first run's end inside that resend's window.
+enqueue those callbacks.  A child may run twice when its first run ended while a resend was
+looking at it (docs/workflows.md, "A resent create"): one more job of its id, allowed only
+with its first run's end inside that resend's window.  A resend is a restarted producer's, a
+producer's own retry of its calls after a fault (``make``: a durable call's WAIT not
+confirmed, ...), or the client's resend of a call whose reply a failover lost (an enqueue
+recognises a child only while it is stored): the producer's calls while a primary was down.
+A resend's look is not instant: while a primary is down, a call of the look waits for its
+promotion, and the children that end meanwhile are resent.  A child's end is written by its
+ack, up to ``ACK_LINGER`` after the handler returned (the ledger's finish).
 
 Nothing may be lost in a failover: every call is durable (the producer's records, children and
 seals, the relay's reports before an outbox entry is deleted, its callbacks and steps are
@@ -84,6 +90,7 @@ from shardq.plans import drive
 from shardq.plans import workflows as wf_plans
 from shardq.store import keys
 from shardq.store.op import Waiting
+from shardq.worker.settler import ACK_LINGER
 from shardq.workflows import DEFAULT_RETENTION, BatchInfo, callback_id, child_id
 
 PARTITIONS = 12
@@ -106,6 +113,10 @@ DISPATCHER_FLAGS = [
     "--lease-time", "2", "--renew-interval", "0.5", "--membership-timeout", "2",
     "--max-sleep", "0.2",
 ]  # fmt: skip
+#: Seconds a child's end may precede its resend window: the ack that writes the end into the
+#: outbox goes up to ACK_LINGER after the handler returned (the ledger's finish), later on a
+#: busy box.
+END_SLACK = ACK_LINGER + 0.2
 
 
 @dataclass(frozen=True)
@@ -382,9 +393,12 @@ class Workload:
     chains: dict[str, int] = field(default_factory=dict)  # id -> steps
     resent: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
-    #: producers killed and restarted: id -> (epoch s the restarted producer began its calls
-    #: again, epoch s they returned), per restart
+    #: resends: id -> (epoch s the calls began again, epoch s they returned), per restart of
+    #: a killed producer and per ``make`` that retried its calls after a fault
     resends: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
+    #: every ``make``: id -> (epoch s it began, epoch s it returned); one that overlapped a
+    #: failover may have had a call resent by the client (its reply lost with the primary)
+    spans: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
     #: producers killed after their seal, not restarted (the relay's sweep does what the
     #: seal's end called for)
     abandoned: set[str] = field(default_factory=set)
@@ -483,7 +497,10 @@ def make(
     first killed after that many round trips; if it had sent ``point_of_no_return`` by then
     it is not restarted (recorded as abandoned: something else must finish the job), else the
     restarted producer makes every call again with the same ids (its window recorded).
-    Whether the workflow was made (False: given up, an error recorded)."""
+    A ``make`` that retried its calls after a fault records the window of the retries too
+    (a resend, like a restart's).  Whether the workflow was made (False: given up, an error
+    recorded)."""
+    made_from = time.time()
     restarted = False
     if die_after_call is not None:
         try:
@@ -498,6 +515,7 @@ def make(
         restarted = True
     deadline = time.monotonic() + scaled(120)
     began = time.time()
+    retried: float | None = None  # when the first retry after a fault began
     while True:
         try:
             for plan in plans():
@@ -509,9 +527,15 @@ def make(
                 work.errors.append(f"{wid}: gave up: {type(exc).__name__}: {exc}")
                 return False
             time.sleep(0.2)
-    if restarted:
-        with work.lock:
-            work.resends.setdefault(wid, []).append((began, time.time()))
+            if retried is None:
+                retried = time.time()
+    done = time.time()
+    with work.lock:
+        work.spans.setdefault(wid, []).append((made_from, done))
+        if restarted:
+            work.resends.setdefault(wid, []).append((began, done))
+        elif retried is not None:
+            work.resends.setdefault(wid, []).append((retried, done))
     return True
 
 
@@ -749,14 +773,26 @@ def workflows_under_faults(
     )
 
     # At least once, and no more: a second start only after a kill, in a failover window, or
-    # (a child) when its first run ended while its restarted producer was resending it (the
-    # milliseconds between the resend's look and its enqueue: docs/workflows.md, "A resent
-    # create"; such a run is a second job of the same id, so one more enqueue).
+    # (a child) when its first run ended while its producer was resending it (a restart, a
+    # retry, or the client's resend through a failover: between the resend's look and its
+    # enqueue, docs/workflows.md, "A resent create"; such a run is a second job of the same
+    # id, so one more enqueue).
+    def resend_windows(wid: str) -> list[tuple[float, float]]:
+        """A restart's or retry's resends, and the part of a ``make`` from a failover on (a
+        call whose reply the failover lost is resent by the client once the replica is
+        promoted: an enqueue recognises a child only while it is stored)."""
+        out = list(work.resends.get(wid, []))
+        for lo, hi in work.spans.get(wid, []):
+            for f in failovers:
+                if lo <= f.promoted_at and f.killed_at - 1.0 <= hi:
+                    out.append((max(lo, f.killed_at - 1.0), hi))
+        return out
+
     after_kill = in_failover = after_resend = 0
     unexplained = []
     for jid, rs in runs.items():
         ordered = sorted(rs, key=lambda r: r.started)
-        windows = work.resends.get(jid.split("#")[0], [])
+        windows = resend_windows(jid.split("#")[0])
         for prev, _again in itertools.pairwise(ordered):
             killed = fleet.killed.get(prev.pid)
             if killed is not None and killed > prev.started:
@@ -764,14 +800,18 @@ def workflows_under_faults(
             elif any(f.holds(prev.started) for f in failovers):
                 in_failover += 1
             elif prev.finished is not None and any(
-                lo - 0.1 <= prev.finished <= hi + 0.1 for lo, hi in windows
+                lo - END_SLACK <= prev.finished <= hi + 0.1 for lo, hi in windows
             ):
                 after_resend += 1
             else:
                 unexplained.append((jid, [(r.started, r.pid, r.deliveries) for r in ordered]))
+    odd = sorted({jid.split("#")[0] for jid, _ in unexplained})
     assert enqueued == expected_jobs + after_resend, (
         f"{enqueued} jobs enqueued, {expected_jobs} expected (+{after_resend} run again by a "
-        "resend)"
+        f"resend); {len(unexplained)} ran again unexplained, e.g. {unexplained[:3]}; their "
+        f"batches' makes {[(w, work.spans.get(w), resend_windows(w)) for w in odd[:4]]}; "
+        f"failovers {[(f.victim, f.killed_at, f.promoted_at) for f in failovers]}; retries "
+        f"{[line for line in work.resent if line.split(':', 1)[0] in odd][:8]}"
     )
     if unexplained:
         pids = {pid for _, rs in unexplained[:3] for _, pid, _ in rs}
