@@ -49,6 +49,19 @@ def produce(client: Client, prefix: str, jobs: list[tuple[str, int]], body: str)
         )
 
 
+def produce_generated(client: Client, prefix: str, dues_ms: list[int], body: str) -> list[str]:
+    """Enqueue jobs due at ``dues_ms`` (epoch ms) without ids, as a producer that leaves them
+    to shardq (timed ids: compact waiting jobs); returns their ids, in order."""
+    ids: list[str] = []
+    for start in range(0, len(dues_ms), 5000):
+        made = client.enqueue_many(
+            prefix,
+            [JobRequest("job", body, run_at=due / 1000.0) for due in dues_ms[start : start + 5000]],
+        )
+        ids.extend(r.job_id for r in made)
+    return ids
+
+
 def leftover(client: Client, prefix: str) -> int:
     pipe = client.redis.pipeline(transaction=False)
     for pk in keys.all_partition_keys(prefix, PARTITIONS):
