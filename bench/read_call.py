@@ -39,6 +39,12 @@ def _ok(results: list[Any]) -> list[Any]:
     return results
 
 
+def _commands(client: Client) -> dict[str, int]:
+    """Calls per command so far (INFO commandstats: the commands scripts run count too)."""
+    stats = client.redis.info("commandstats")
+    return {name[len("cmdstat_") :]: int(v["calls"]) for name, v in stats.items()}
+
+
 def measure(
     client: Client,
     calls: int,
@@ -66,6 +72,7 @@ def measure(
     held: dict[int, list[tuple[bytes, bytes]]] = {i: [] for i in range(partitions)}
     read = made = 0
     s.mark()
+    before = _commands(client)
     while made < calls:
         batch = []
         order = []
@@ -82,6 +89,13 @@ def measure(
         pks = pks[len(order) :] + pks[: len(order)]
         held = {n: held[(n + len(order)) % partitions] for n in range(partitions)}
     d = s.delta()
+    after = _commands(client)
+    # What the scripts ran, per call: exact, where the CPU figures swing with the box.
+    ran = {
+        name: after[name] - before.get(name, 0)
+        for name in after
+        if not name.startswith(("fcall", "info")) and after[name] > before.get(name, 0)
+    }
     # The last round's jobs settle outside the window: their acks are not charged.
     for i in range(partitions):
         if held[i]:
@@ -94,6 +108,8 @@ def measure(
         "redis_cpu_usec_per_job": round(d["cpu_usec"] / max(1, read), 2),
         "script_usec_per_call": round(d["script_usec"] / max(1, d["script_calls"]), 2),
         "seconds": round(d["seconds"], 2),
+        "commands_per_call": round(sum(ran.values()) / made, 2),
+        "commands": {k: round(v / made, 2) for k, v in sorted(ran.items())},
     }
 
 
