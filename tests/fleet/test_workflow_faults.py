@@ -788,12 +788,17 @@ def workflows_under_faults(
                     out.append((max(lo, f.killed_at - 1.0), hi))
         return out
 
-    after_kill = in_failover = after_resend = 0
+    # Each job enqueued beyond the expected ones is a second job of an id whose first had
+    # ended (an enqueue recognises a stored job): it runs as attempt 1 again.  A run again of
+    # attempt 1 may also be a redelivery whose attempt's write a failover lost, and a second
+    # job's run may fall in a kill's or a failover's window as well as a resend's, so the
+    # extra enqueues are bounded by the runs again of attempt 1, each of them explained.
+    after_kill = in_failover = after_resend = fresh_again = 0
     unexplained = []
     for jid, rs in runs.items():
         ordered = sorted(rs, key=lambda r: r.started)
         windows = resend_windows(jid.split("#")[0])
-        for prev, _again in itertools.pairwise(ordered):
+        for prev, again in itertools.pairwise(ordered):
             killed = fleet.killed.get(prev.pid)
             if killed is not None and killed > prev.started:
                 after_kill += 1
@@ -805,10 +810,13 @@ def workflows_under_faults(
                 after_resend += 1
             else:
                 unexplained.append((jid, [(r.started, r.pid, r.deliveries) for r in ordered]))
+                continue
+            fresh_again += again.attempt == 1
     odd = sorted({jid.split("#")[0] for jid, _ in unexplained})
-    assert enqueued == expected_jobs + after_resend, (
-        f"{enqueued} jobs enqueued, {expected_jobs} expected (+{after_resend} run again by a "
-        f"resend); {len(unexplained)} ran again unexplained, e.g. {unexplained[:3]}; their "
+    assert 0 <= enqueued - expected_jobs <= fresh_again, (
+        f"{enqueued} jobs enqueued, {expected_jobs} expected (+ at most {fresh_again} run "
+        f"again as attempt 1: {after_resend} by a resend, the others after a kill or in a "
+        f"failover); {len(unexplained)} ran again unexplained, e.g. {unexplained[:3]}; their "
         f"batches' makes {[(w, work.spans.get(w), resend_windows(w)) for w in odd[:4]]}; "
         f"failovers {[(f.victim, f.killed_at, f.promoted_at) for f in failovers]}; retries "
         f"{[line for line in work.resent if line.split(':', 1)[0] in odd][:8]}"
