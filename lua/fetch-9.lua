@@ -122,7 +122,15 @@ if promote then
 end
 local r = redis.pcall('XREADGROUP', 'GROUP', ARGV[1], ARGV[2], 'COUNT', n_text, 'STREAMS',
   KEYS[1], '>')
-if type(r) == 'table' and r['err'] then return refused(KEYS[1], 'stream', r) end
+if type(r) == 'table' and r['err'] then
+  -- Refused (no group: the stream was deleted and the XADDs above made it again without
+  -- one; the worker makes the group, from the start): what this call promoted waits, with
+  -- its envelope, for the next read.
+  if held then
+    for _, job in ipairs(held) do redis.call('HSET', KEYS[2], job[2], 'S0|' .. job[3]) end
+  end
+  return refused(KEYS[1], 'stream', r)
+end
 local entries = r and r[1][2] or {}
 if lanes and #entries < n then
   local laned = lane_pop(KEYS[6], KEYS[7], n - #entries)

@@ -95,3 +95,35 @@ def test_a_read_writes_the_envelopes_of_what_it_promotes_once(client: Client, qu
     assert [j.body for j in second.jobs] == [r.hget(pk.jobs, i).split(b"|", 1)[1] for i in ids[1:]]
     assert b"job 1" in second.jobs[0].body and b"job 2" in second.jobs[1].body
     assert r.zcard(pk.due) == 0
+
+
+def test_a_read_refused_for_want_of_a_group_keeps_what_it_promoted(
+    client: Client, queue: str
+) -> None:
+    """The ready stream deleted by hand (its group with it): a read that promotes re-creates the
+    stream by its XADDs, then its XREADGROUP is refused (NOGROUP). The jobs it promoted wait
+    there with their envelopes, and run, bodies whole, once the worker has made the group
+    again (from the start)."""
+    import pytest
+    from redis.exceptions import ResponseError
+
+    from shardq.store import delivery, queues, transport
+
+    client.create_queue(queue, partitions=1)
+    pk = keys.partition_keys(queue, 0, 1)
+    now = time.time()
+    reqs = [JobRequest("t", f"job {i}", run_at=now + 0.2 + i * 0.01) for i in range(2)]
+    ids = [r.job_id for r in client.enqueue_many(queue, reqs)]
+    time.sleep(0.35)
+    r = client.redis
+    r.delete(pk.ready)
+    with pytest.raises(ResponseError, match="NOGROUP"):
+        transport.run(r, delivery.fetch(pk, "w1", 10, promote=True))
+    assert r.zcard(pk.due) == 0 and r.xlen(pk.ready) == 2
+    assert [r.hget(pk.jobs, i)[:3] for i in ids] == [b"S0|", b"S0|"]
+    transport.run(r, queues.group_create(pk))
+    got = transport.run(r, delivery.fetch(pk, "w1", 10, promote=True))
+    assert [j.raw_id.decode() for j in got.jobs] == ids
+    assert [j.attempt for j in got.jobs] == [1, 1]
+    assert [b"job 0" in j.body for j in got.jobs] == [True, False]
+    assert b"job 1" in got.jobs[1].body
