@@ -126,9 +126,7 @@ if type(r) == 'table' and r['err'] then
   -- Refused (no group: the stream was deleted and the XADDs above made it again without
   -- one; the worker makes the group, from the start): what this call promoted waits, with
   -- its envelope, for the next read.
-  if held then
-    for _, job in ipairs(held) do redis.call('HSET', KEYS[2], job[2], 'S0|' .. job[3]) end
-  end
+  if held then park_held(KEYS[2], held) end
   return refused(KEYS[1], 'stream', r)
 end
 local entries = r and r[1][2] or {}
@@ -151,7 +149,7 @@ if held and #held > 0 then
   fresh = {}
   for i, h in ipairs(held) do fresh[h[1]] = i end
 end
-local dead_keys
+local dead_keys = {KEYS[2], KEYS[3], KEYS[4], KEYS[5]}
 
 for _, entry in ipairs(entries) do
   local eid, f = entry[1], entry[2]
@@ -172,28 +170,8 @@ for _, entry in ipairs(entries) do
     local v = id and redis.call('HGET', KEYS[2], id)
     local state, attempt, body
     if v then state, attempt, body = split_envelope(v) end
-    if (not id or not v or not state or not attempt) and not dead_keys then
-      dead_keys = {KEYS[2], KEYS[3], KEYS[4], KEYS[5]}
-    end
-    if not id then
-      dead_letter_raw(dead_keys, f, 'malformed ready entry: no job id field', now)
-      redis.call('XACK', KEYS[1], ARGV[1], eid)
-      redis.call('XDEL', KEYS[1], eid)
-    elseif not v then
-      -- Cancelled after promotion: nothing to run.
-      redis.call('XACK', KEYS[1], ARGV[1], eid)
-      redis.call('XDEL', KEYS[1], eid)
-    elseif not state then
-      dead_letter_raw(dead_keys, f, 'malformed envelope for job ' .. id, now)
-      redis.call('HDEL', KEYS[2], id)
-      redis.call('XACK', KEYS[1], ARGV[1], eid)
-      redis.call('XDEL', KEYS[1], eid)
-    elseif not attempt then
-      -- Its attempts cannot be counted: dead, with its body kept (a replay starts it at 0).
-      dead_letter_bad_attempt(dead_keys, id, v, body, now)
-      redis.call('XACK', KEYS[1], ARGV[1], eid)
-      redis.call('XDEL', KEYS[1], eid)
-    else
+    if not drop_unrunnable(dead_keys, KEYS[1], ARGV[1], eid, f, id, v, state, attempt, body,
+        now) then
       attempt = attempt + 1
       redis.call('HSET', KEYS[2], id, string.format('A%d|', attempt) .. body)
       out[#out + 1] = eid
@@ -206,9 +184,5 @@ for _, entry in ipairs(entries) do
   end
 end
 -- Compact jobs promoted but not read by this call (older entries came first): waiting.
-if held then
-  for _, job in ipairs(held) do
-    if job then redis.call('HSET', KEYS[2], job[2], 'S0|' .. job[3]) end
-  end
-end
+if held then park_held(KEYS[2], held) end
 return out

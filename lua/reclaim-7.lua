@@ -84,21 +84,9 @@ for _, p in ipairs(pending) do
     local v = id and redis.call('HGET', KEYS[2], id)
     local state, attempt, body
     if v then state, attempt, body = split_envelope(v) end
-    if not state then
-      -- No job (cancelled, or malformed): nothing to run.
-      if id and v then
-        dead_letter_raw(dead_keys, entry[2], 'malformed envelope for job ' .. id, now)
-        redis.call('HDEL', KEYS[2], id)
-      elseif not id then
-        dead_letter_raw(dead_keys, entry[2], 'malformed ready entry: no job id field', now)
-      end
-      redis.call('XACK', KEYS[1], ARGV[1], eid)
-      redis.call('XDEL', KEYS[1], eid)
-    elseif not attempt then
-      -- Its attempts cannot be counted: dead, with its body kept (a replay starts it at 0).
-      dead_letter_bad_attempt(dead_keys, id, v, body, now)
-      redis.call('XACK', KEYS[1], ARGV[1], eid)
-      redis.call('XDEL', KEYS[1], eid)
+    if drop_unrunnable(dead_keys, KEYS[1], ARGV[1], eid, entry[2], id, v, state, attempt, body,
+        now) then
+      -- No job to run (cancelled, or malformed): settled.
     elseif deliveries >= limit then
       local reason = 'delivery limit: delivered ' .. deliveries ..
         ' times without an ack (worker crash or hang)'

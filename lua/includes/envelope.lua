@@ -73,3 +73,29 @@ local function dead_letter_raw(keys, fields, reason, now)
   bump(keys[4], 'dead')
   bump(keys[4], 'malformed')
 end
+
+-- drop_unrunnable(keys, ready, group, eid, f, id, v, state, attempt, body, now): settle a
+-- ready entry (id eid, fields f) that holds no job to run, and say whether it did: one with no
+-- job id field or a malformed envelope (dead-lettered raw, the envelope dropped), one whose job
+-- has no envelope (cancelled after promotion: nothing to run), one whose attempt cannot be
+-- counted (dead, its body kept: a replay starts it at 0); each is acknowledged and deleted
+-- from the stream.  id, v, state, attempt, body: ready_fields' id, the envelope and
+-- split_envelope's parts (nil where missing).  False, nothing written, for a job to run.
+-- keys = {jobs, dead, errors, stats}.  (fetch-9.lua and reclaim-7.lua.)
+local function drop_unrunnable(keys, ready, group, eid, f, id, v, state, attempt, body, now)
+  if not id then
+    dead_letter_raw(keys, f, 'malformed ready entry: no job id field', now)
+  elseif not v then
+    -- Cancelled after promotion: nothing to run, nothing to record.
+  elseif not state then
+    dead_letter_raw(keys, f, 'malformed envelope for job ' .. id, now)
+    redis.call('HDEL', keys[1], id)
+  elseif not attempt then
+    dead_letter_bad_attempt(keys, id, v, body, now)
+  else
+    return false
+  end
+  redis.call('XACK', ready, group, eid)
+  redis.call('XDEL', ready, eid)
+  return true
+end

@@ -52,3 +52,12 @@ local function move_due(batch, due, ready, jobs, stats, store, held)
   end
   return moved, last_entry, batch[2]
 end
+
+-- park_held(jobs, held): write the waiting envelope of each job move_due held that the caller
+-- did not hand out (its slot set to false when it did): promoted, it waits in the ready
+-- stream for a read, like a job the dispatcher promoted.
+local function park_held(jobs, held)
+  for _, job in ipairs(held) do
+    if job then redis.call('HSET', jobs, job[2], 'S0|' .. job[3]) end
+  end
+end
