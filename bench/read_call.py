@@ -26,6 +26,7 @@ from typing import Any
 from bench.common import Sampler, calibrate, calibration_line, fresh_queue
 from shardq import JobRequest
 from shardq.client import Client
+from shardq.devtools.bench import delete_queue
 from shardq.devtools.devcluster import standalone_down, standalone_up
 from shardq.store import delivery, keys, transport
 
@@ -100,7 +101,8 @@ def measure(
     for i in range(partitions):
         if held[i]:
             _ok(transport.run_many(client.redis, [delivery.ack(pks[i], held[i])]))
-    client.redis.flushall()
+    # Only this round's queue goes: --url may name a Redis that holds other data.
+    delete_queue(client.redis, queue, partitions)
     return {
         "calls": made,
         "jobs": read,
