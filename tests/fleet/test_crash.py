@@ -49,11 +49,18 @@ def test_worker_killed_mid_handler_is_reclaimed_by_another(
     client.create_queue(queue, partitions)
     record = f"rec:{queue}"
     running = [client.enqueue(queue, "t", {"i": i}) for i in range(20)]  # due now: ready
-    later = [client.enqueue(queue, "t", {"i": i}, delay=1.0) for i in range(10)]
 
     doomed = Proc.helper("worker", cluster_url, queue, record, "60")
     procs.append(doomed)
-    wait_for(lambda: r.hlen(f"{record}:starts") == 20 or doomed.check_alive(), 20, "not started")
+    wait_for(
+        lambda: r.hlen(f"{record}:starts") >= 20 or doomed.check_alive(),
+        20,
+        lambda: f"{r.hlen(f'{record}:starts')} of 20 started; log:\n{doomed.log()}",
+    )
+    # Enqueued only once the doomed worker runs, so they come due after its death however long
+    # a loaded box takes to start it (enqueued before, with a 1 s delay, a slow start let the
+    # doomed worker run them too).
+    later = [client.enqueue(queue, "t", {"i": i}, delay=2.0) for i in range(10)]
     doomed.kill9()
     killed_at = time.monotonic()
 
