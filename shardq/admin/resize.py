@@ -226,8 +226,9 @@ class Resizer:
 
         while not self.stop.is_set():
             self._keep_lease()
-            # Each round asks the slot map again: after a failover a primary may have none.
-            replicas = min(1, transport.fewest_replicas(self.client.redis))
+            # Each round asks the slot map again: after a failover a primary may have none,
+            # and its puts then wait for none (per node: the others' still wait for theirs).
+            replicas = min(1, transport.most_replicas(self.client.redis))
             plan = plans.move_round(self.queue, was, batch=self.batch, replicas=replicas)
             done = drive(plan, "moving jobs")
             progress.rounds += 1

@@ -493,7 +493,8 @@ def _cluster_problem(host: str, nodes: list[_Node], *, check_links: bool = True)
 
     Usable: every node is our process, reports ``cluster_state:ok``, knows exactly 6 nodes
     and sees all 16384 slots assigned; there are 3 primaries; and (``check_links``) every
-    replica's link to its primary is up with no sync in progress, as both sides see it.
+    replica's link to its primary is up with no sync in progress, as both sides see it, and
+    every node's slot map lists a replica for every slot range.
     """
     primaries = 0
     for node in nodes:
@@ -509,6 +510,8 @@ def _cluster_problem(host: str, nodes: list[_Node], *, check_links: bool = True)
             return f"node {port} knows {info.get('cluster_known_nodes')} nodes"
         if info.get("cluster_slots_assigned") != str(_SLOTS):
             return f"node {port} sees {info.get('cluster_slots_assigned')} slots assigned"
+        if check_links and (problem := _slot_map_problem(host, port)) is not None:
+            return problem
         repl = _info(host, port, "replication")
         if repl is None:
             return f"node {port} does not answer INFO replication"
@@ -522,6 +525,23 @@ def _cluster_problem(host: str, nodes: list[_Node], *, check_links: bool = True)
             return f"replica {port} is still syncing"
     if primaries != _PRIMARIES:
         return f"{primaries} primaries instead of {_PRIMARIES}"
+    return None
+
+
+def _slot_map_problem(host: str, port: int) -> str | None:
+    """Why the slot map the node on ``port`` gives clients (CLUSTER SLOTS) does not yet list
+    a replica for every slot range, or None.  A node learns a replica of another primary
+    by gossip, which can lag the replication links by a second or two; a client that reads
+    its slot map then sees a primary without a replica, and shardq's per-node WAITs (the
+    relay's reports, a resize's moves) wait for none on it."""
+    try:
+        with _client(host, port) as client:
+            ranges = client.execute_command("CLUSTER SLOTS")  # type: ignore[no-untyped-call]
+    except redis.exceptions.RedisError as exc:
+        return f"node {port} does not answer CLUSTER SLOTS ({exc})"
+    for entry in ranges:
+        if len(entry) < 4:  # [lo, hi, primary, replica, ...]
+            return f"node {port} lists slots {entry[0]}-{entry[1]} without a replica yet"
     return None
 
 

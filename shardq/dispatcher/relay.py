@@ -16,10 +16,12 @@ tried again after :data:`ERROR_BACKOFF`.  A queue without workflows pays that re
 HSCAN of an empty hash per partition per RECHECK, pipelined per node, and only the partitions
 it finds entries in are relayed (one at a time, each its own round trips).
 
-When every primary has a replica, an entry is deleted only once its batch's count was
-confirmed by one (WAIT on the connection that wrote it), and callbacks are enqueued durably:
-so a failover of the batch's primary cannot lose a count whose outbox entry is gone
-(docs/workflows.md says what each setting promises).
+Where the batch's primary has a replica, an entry is deleted only once its batch's count was
+confirmed by one (WAIT on the connection that wrote it), and callbacks are enqueued durably on
+primaries that have one: so a failover of the batch's primary cannot lose a count whose
+outbox entry is gone (docs/workflows.md says what each setting promises).  Per primary: one
+left without a replica (right after a failover) waits for none, and the others' reports
+still wait for theirs (:class:`~shardq.store.op.Waiting` ``per_node``).
 
 The holder of the queue's first partition also sweeps the queue's batches every
 :data:`SWEEP_EVERY` seconds (:func:`shardq.plans.workflows.sweep`): it does the fires of a
@@ -31,8 +33,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import time
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 from prometheus_client import Counter, Gauge, Histogram
 
@@ -43,9 +48,10 @@ from shardq.metrics import registry as metrics
 from shardq.plans import drive_async
 from shardq.plans import workflows as plans
 from shardq.store import workflows as ops
+from shardq.store.op import Batch, Waiting
 from shardq.store.producer import REDIS_CLOCK, QueueCache
 from shardq.store.retry import AsyncRunner
-from shardq.store.transport import fewest_replicas
+from shardq.store.transport import most_replicas
 
 log = logging.getLogger("shardq.dispatcher")
 
@@ -130,10 +136,23 @@ class Relay:
         leases.when_acquired(self._acquired)
 
     def replicas(self) -> int:
-        """Replicas a report waits for: one when every primary has one (per the client's slot
-        map, read again every RECHECK and after a round a fault left unfinished), else none
-        (a WAIT for a replica that does not exist would only time out)."""
-        return min(1, fewest_replicas(self.client))
+        """Replicas a report waits for: one when any primary has one (per the client's slot
+        map, read again every RECHECK and after a round a fault left unfinished), else none.
+        Each node's WAIT is capped at the replicas that node has (:meth:`batches`): a WAIT for
+        a replica that does not exist would only time out."""
+        return min(1, most_replicas(self.client))
+
+    def batches(self, what: str) -> Callable[[Batch], Awaitable[Any]]:
+        """The runner's sender for a plan, with every Waiting batch per node (see
+        :meth:`replicas`; the plans are the producers', whose own durable writes are strict)."""
+        send = self.runner.batches(what)
+
+        def per_node(batch: Batch) -> Awaitable[Any]:
+            if isinstance(batch, Waiting) and not batch.per_node:
+                batch = dataclasses.replace(batch, per_node=True)
+            return send(batch)
+
+        return per_node
 
     def wake(self, partition: int) -> None:
         """An outbox hint came, or a lease was won: read the partition's outbox now."""
@@ -203,7 +222,7 @@ class Relay:
                     self.cursor,
                     self.replicas(),
                 ),
-                self.runner.batches("sweeping the queue's batches"),
+                self.batches("sweeping the queue's batches"),
             )
         except Exception as exc:
             self.errors += 1
@@ -265,7 +284,7 @@ class Relay:
                     plans.relay_partition(
                         self.cache, self.queue, pk, self.producer, self.replicas()
                     ),
-                    self.runner.batches(f"relaying the outbox of partition {pk.label}"),
+                    self.batches(f"relaying the outbox of partition {pk.label}"),
                 )
             except Exception as exc:
                 self.errors += 1

@@ -213,7 +213,8 @@ def move_round(
 ) -> Plan[Round]:
     """Take one batch (up to ``batch`` records) out of each old partition (``partitions``:
     some of them), store it in the new generation, drop it.  ``replicas``: a batch is dropped
-    only once that many replicas have its puts (WAIT), so a primary killed just after a put
+    only once that many replicas have its puts (WAIT; at most as many as the target's primary
+    has, :class:`~shardq.store.op.Waiting` ``per_node``), so a primary killed just after a put
     cannot take moved jobs with it; a batch left held is put again (and recognised) by the
     next round."""
     old, new = was.generation("from"), was.generation("to")
@@ -388,7 +389,9 @@ def _carry(
             owner.append(i)
     unconfirmed: set[int] = set()
     if replicas and puts:
-        results, acked = yield Waiting(puts, replicas, PUT_WAIT_MS)
+        # Per node: a target primary left without a replica (a failover) waits for none, and
+        # does not make every other primary's puts go unconfirmed.
+        results, acked = yield Waiting(puts, replicas, PUT_WAIT_MS, per_node=True)
         stored = ok(results)
         unconfirmed = {i for i, n in zip(owner, acked, strict=True) if (n or 0) < replicas}
     else:

@@ -142,11 +142,19 @@ def result(reply: Any, parse: Callable[[Any], U]) -> U | BaseException:
 class Waiting:
     """Calls each node's batch of which is followed by ``WAIT replicas timeout_ms`` on the
     connection that wrote it (a durable enqueue).  Its reply is ``(results, acked)``: per call
-    its result, and how many replicas acknowledged its node's batch (None: not answered)."""
+    its result, and how many replicas acknowledged its node's batch (None: not answered).
+
+    ``per_node``: ``replicas`` is the most a node's batch waits for, capped at the replicas
+    that node has per the slot map (none: no WAIT), and a batch every replica of its node
+    confirmed counts as confirmed by ``replicas``.  For shardq's own background writes (the
+    relay's reports, a resize's moves): right after a failover one primary may have no replica
+    left, and that should not make the writes on every other primary go unconfirmed.  A
+    producer's durable enqueue asks for its replicas strictly (not per node)."""
 
     calls: list[Call[Any]]
     replicas: int
     timeout_ms: int
+    per_node: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -192,7 +192,7 @@ class SyncRunner:
         attempt = 0
         while True:
             sent = [calls[i] for i in todo]
-            replies, counts = transport.send_and_read(self.client, sent, wait)
+            replies, counts = transport.send_and_read(self.client, sent, wait, batch.per_node)
             for i, reply, n in zip(todo, replies, counts, strict=True):
                 results[i] = result(reply, calls[i].parse)
                 acked[i] = n
@@ -264,7 +264,7 @@ class AsyncRunner:
         attempt = 0
         while True:
             got, counts = await self.transport.run_waiting(
-                [calls[i] for i in todo], batch.replicas, batch.timeout_ms
+                [calls[i] for i in todo], batch.replicas, batch.timeout_ms, batch.per_node
             )
             for i, r, n in zip(todo, got, counts, strict=True):
                 results[i], acked[i] = r, n

@@ -90,13 +90,43 @@ def node_name(client: Any, key: str) -> str:
     return str(manager.get_node_from_slot(slot_of(key)).name)
 
 
-def fewest_replicas(client: Any) -> int:
-    """The fewest replicas any primary has per a sync client's slot map (0 for a single node):
-    how many a write may wait for (WAIT) without waiting on a replica that does not exist."""
+def most_replicas(client: Any) -> int:
+    """The most replicas any primary has per a client's slot map (0 for a single node)."""
+    return max(replicas_by_primary(client).values(), default=0)
+
+
+def replicas_by_primary(client: Any) -> dict[str, int]:
+    """Each primary's replicas (``host:port`` -> count) per a client's slot map, the fewest
+    over its slots; empty for a single node."""
     manager = getattr(client, "nodes_manager", None)
     if manager is None or not manager.slots_cache:
-        return 0
-    return min(len(nodes) - 1 for nodes in manager.slots_cache.values() if nodes)
+        return {}
+    out: dict[str, int] = {}
+    for nodes in manager.slots_cache.values():
+        if nodes:
+            name, n = nodes[0].name, len(nodes) - 1
+            out[name] = min(out.get(name, n), n)
+    return out
+
+
+def capped_wait(wait: tuple[int, int] | None, present: int | None) -> tuple[int, int] | None:
+    """The ``WAIT replicas timeout`` a node's batch ends with: ``wait`` itself, or with
+    ``present`` (the replicas the node has, per the slot map: a Waiting ``per_node`` batch) at
+    most that many, and no WAIT for a node with none."""
+    if wait is None or present is None or present >= wait[0]:
+        return wait
+    return (present, wait[1]) if present > 0 else None
+
+
+def acked_as_asked(asked: int, wait: tuple[int, int] | None, n: int | None) -> int | None:
+    """The replicas a capped batch counts as confirmed by (:func:`capped_wait`): all it asked
+    for when every replica its node has confirmed it (none to wait for included), else what
+    the WAIT answered (None: not answered)."""
+    if wait is None:
+        return asked
+    if n is None:
+        return None
+    return asked if n >= wait[0] else n
 
 
 def _routes(manager: Any) -> list[str]:
@@ -163,17 +193,17 @@ def call(client: Any, op: Call[Any]) -> Any:
     return node.execute_command(*op.command())
 
 
-def _by_node(client: Any, ops: Sequence[Call[Any]]) -> list[tuple[Any, list[int]]]:
-    """Op indexes grouped by the plain client of the node serving them."""
+def _by_node(client: Any, ops: Sequence[Call[Any]]) -> list[tuple[str, Any, list[int]]]:
+    """Op indexes grouped by the node serving them: (its name, its plain client, indexes)."""
     manager = getattr(client, "nodes_manager", None)
     if manager is None:
-        return [(client, list(range(len(ops))))]
-    groups: dict[str, tuple[Any, list[int]]] = {}
+        return [(STANDALONE, client, list(range(len(ops))))]
+    groups: dict[str, tuple[str, Any, list[int]]] = {}
     for i, o in enumerate(ops):
         node = manager.get_node_from_slot(slot_of(o.route_key))
         if node.name not in groups:
-            groups[node.name] = (client.get_redis_connection(node), [])
-        groups[node.name][1].append(i)
+            groups[node.name] = (node.name, client.get_redis_connection(node), [])
+        groups[node.name][2].append(i)
     return list(groups.values())
 
 
@@ -211,32 +241,46 @@ def complete(client: Any, ops: Sequence[Call[T]], replies: list[Reply]) -> list[
 
 
 def send_and_read(
-    client: Any, ops: Sequence[Call[Any]], wait: tuple[int, int] | None
+    client: Any, ops: Sequence[Call[Any]], wait: tuple[int, int] | None, per_node: bool = False
 ) -> tuple[list[Reply], list[int | None]]:
-    """Each node's ops on one connection, plus ``WAIT replicas timeout`` after them when asked.
+    """Each node's ops on one connection, plus ``WAIT replicas timeout`` after them when asked
+    (``per_node``: capped at the replicas each node has, :class:`~shardq.store.op.Waiting`).
 
     Returns the raw replies (or exceptions) in op order and, per op, how many replicas
     acknowledged its node's batch (None when the WAIT was not answered).  All nodes are written
     before any is read and wait at once, so one slow node does not stall the others' sends.
     A node that lacks the library gets it and its batch is sent again (with the WAIT after it).
     """
-    return send(client, ops, wait).read()
+    return send(client, ops, wait, per_node).read()
 
 
 class Sent:
     """Ops written to their nodes, replies not read yet (see :func:`send`)."""
 
-    def __init__(self, client: Any, ops: Sequence[Call[Any]], wait: tuple[int, int] | None) -> None:
+    def __init__(
+        self,
+        client: Any,
+        ops: Sequence[Call[Any]],
+        wait: tuple[int, int] | None,
+        present: dict[str, int] | None = None,
+    ) -> None:
+        """``present``: each primary's replicas, when each node's WAIT is capped at them."""
         self.client = client
         self.ops = ops
         self.wait = wait
+        self.present = present
         self.replies: list[Reply] = [None] * len(ops)
         self.acked: list[int | None] = [None] * len(ops)
-        self.sent: list[tuple[Any, Any, Any, list[int]]] = []
+        self.sent: list[tuple[str, Any, Any, Any, list[int]]] = []
 
-    def write(self, groups: list[tuple[Any, list[int]]]) -> None:
+    def _wait_of(self, name: str) -> tuple[int, int] | None:
+        if self.present is None:
+            return self.wait
+        return capped_wait(self.wait, self.present.get(name))
+
+    def write(self, groups: list[tuple[str, Any, list[int]]]) -> None:
         ops, replies = self.ops, self.replies
-        for node_client, indexes in groups:
+        for name, node_client, indexes in groups:
             pool = node_client.connection_pool
             try:
                 conn = pool.get_connection()
@@ -246,8 +290,9 @@ class Sent:
                 continue
             try:
                 commands = [ops[i].command() for i in indexes]
-                if self.wait is not None:
-                    commands.append(("WAIT", *self.wait))
+                wait = self._wait_of(name)
+                if wait is not None:
+                    commands.append(("WAIT", *wait))
                 conn.send_packed_command(_packed(commands, conn))
             except Exception as exc:
                 conn.disconnect()
@@ -255,14 +300,14 @@ class Sent:
                 for i in indexes:
                     replies[i] = exc
                 continue
-            self.sent.append((node_client, pool, conn, indexes))
+            self.sent.append((name, node_client, pool, conn, indexes))
 
-    def _read_sent(self) -> list[tuple[Any, list[int]]]:
+    def _read_sent(self) -> list[tuple[str, Any, list[int]]]:
         """Read every written batch; returns the groups whose node lacked the library."""
         replies, acked = self.replies, self.acked
-        missing: list[tuple[Any, list[int]]] = []
+        missing: list[tuple[str, Any, list[int]]] = []
         sent, self.sent = self.sent, []
-        for node_client, pool, conn, indexes in sent:
+        for name, node_client, pool, conn, indexes in sent:
             broken: BaseException | None = None
             for i in indexes:
                 if broken is not None:
@@ -275,9 +320,14 @@ class Sent:
                 except Exception as exc:
                     conn.disconnect()
                     broken = replies[i] = exc
+            wait = self._wait_of(name)
             if self.wait is not None and broken is None:
+                n: int | None = None
                 try:
-                    n = int(conn.read_response())
+                    if wait is not None:
+                        n = int(conn.read_response())
+                    if self.present is not None:
+                        n = acked_as_asked(self.wait[0], wait, n)
                     for i in indexes:
                         if not isinstance(replies[i], BaseException):
                             acked[i] = n
@@ -285,7 +335,7 @@ class Sent:
                     conn.disconnect()
             pool.release(conn)
             if any(faults.is_code_missing(replies[i]) for i in indexes):
-                missing.append((node_client, indexes))
+                missing.append((name, node_client, indexes))
         return missing
 
     def read(self) -> tuple[list[Reply], list[int | None]]:
@@ -293,25 +343,31 @@ class Sent:
         :func:`send_and_read`); a node that lacked the library gets it and its batch again."""
         missing = self._read_sent()
         if missing:
-            again: list[tuple[Any, list[int]]] = []
-            for node_client, indexes in missing:
+            again: list[tuple[str, Any, list[int]]] = []
+            for name, node_client, indexes in missing:
                 try:
                     load_library(node_client)
                 except Exception as exc:  # reported per call: the caller decides on resends
                     for i in indexes:
                         self.replies[i] = exc
                     continue
-                again.append((node_client, indexes))
+                again.append((name, node_client, indexes))
             self.write(again)
             self._read_sent()
         return self.replies, self.acked
 
 
-def send(client: Any, ops: Sequence[Call[Any]], wait: tuple[int, int] | None = None) -> Sent:
+def send(
+    client: Any,
+    ops: Sequence[Call[Any]],
+    wait: tuple[int, int] | None = None,
+    per_node: bool = False,
+) -> Sent:
     """Write each node's ops on one connection without reading the replies: the caller can
     prepare its next batch while Redis works on this one, then :meth:`Sent.read` it.  The
-    connections stay out of their pools until then."""
-    sent = Sent(client, ops, wait)
+    connections stay out of their pools until then.  ``per_node``: each node's WAIT is capped
+    at the replicas it has (:class:`~shardq.store.op.Waiting`)."""
+    sent = Sent(client, ops, wait, replicas_by_primary(client) if per_node else None)
     sent.write(_by_node(client, ops))
     return sent
 
@@ -455,14 +511,17 @@ class AsyncTransport:
         return [result(r, o.parse) for r, o in zip(replies, ops, strict=True)]
 
     async def run_waiting(
-        self, ops: Sequence[Call[T]], replicas: int, timeout_ms: int
+        self, ops: Sequence[Call[T]], replicas: int, timeout_ms: int, per_node: bool = False
     ) -> tuple[list[T | BaseException], list[int | None]]:
         """Run ops per primary, each batch followed by ``WAIT replicas timeout`` on the
         connection that wrote it; all primaries at once.  Returns results and, per op, how many
-        replicas acknowledged its batch (None when its batch was not acknowledged at all)."""
+        replicas acknowledged its batch (None when its batch was not acknowledged at all).
+        ``per_node``: each batch's WAIT is capped at the replicas its primary has
+        (:class:`~shardq.store.op.Waiting`)."""
         out: list[T | BaseException] = [RuntimeError("not run")] * len(ops)
         acked: list[int | None] = [None] * len(ops)
         groups = self.group(ops)
+        present = replicas_by_primary(self.client) if per_node else None
 
         async def one(node: str, idx: list[int]) -> None:
             batch = [ops[i] for i in idx]
@@ -472,12 +531,17 @@ class AsyncTransport:
                 for i in idx:
                     out[i] = exc
                 return
-            replies, n = await _pipeline(client, batch, wait=(replicas, timeout_ms))
+            wait: tuple[int, int] | None = (replicas, timeout_ms)
+            if present is not None:
+                wait = capped_wait(wait, present.get(node))
+            replies, n = await _pipeline(client, batch, wait=wait)
             if any(faults.is_code_missing(r) for r in replies):
                 # Load the library, then send the whole batch again: a resent enqueue is
                 # recognised, and the WAIT must follow the writes on one connection.
                 await self.load_library(node)
-                replies, n = await _pipeline(client, batch, wait=(replicas, timeout_ms))
+                replies, n = await _pipeline(client, batch, wait=wait)
+            if present is not None:
+                n = acked_as_asked(replicas, wait, n)
             for i, reply in zip(idx, replies, strict=True):
                 out[i] = result(reply, ops[i].parse)
                 acked[i] = n if not isinstance(reply, BaseException) else None

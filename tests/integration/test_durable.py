@@ -6,9 +6,11 @@ import asyncio
 import os
 import re
 import signal
+import time
 
 import pytest
 import redis
+from support.helpers import wait_for
 
 from shardq import AsyncClient, Client, JobRequest, ProducerSettings
 from shardq.errors import NotDurableError
@@ -135,3 +137,98 @@ def test_durable_enqueue_many_without_replica_keeps_every_id(
             assert len(set(ids)) == 7 and sorted(exc.job_ids) == sorted(ids)
             for job_id in ids:
                 assert client.get(queue, job_id) is not None
+
+
+# Waiting per node: the relay's reports and a resize's moves ------------------------------------
+
+
+def _wait_calls(r: redis.RedisCluster) -> dict[str, int]:
+    """WAIT commands each primary has run (INFO commandstats)."""
+    return {
+        node.name: r.get_redis_connection(node)
+        .info("commandstats")
+        .get("cmdstat_wait", {})
+        .get("calls", 0)
+        for node in r.get_primaries()
+    }
+
+
+def _without_replicas(manager: object, primary: str) -> None:
+    """The slot map as a client sees it right after ``primary`` lost its replica (a failover
+    whose old primary has not rejoined): its slots list the primary alone."""
+    cache = manager.slots_cache  # type: ignore[attr-defined]
+    for slot, nodes in cache.items():
+        if nodes and nodes[0].name == primary:
+            cache[slot] = nodes[:1]
+
+
+@pytest.mark.parametrize("flavour", ["sync", "async"])
+def test_a_per_node_wait_asks_each_primary_for_the_replicas_it_has(
+    cluster_url: str, flavour: str
+) -> None:
+    """``Waiting(per_node=True)``: each primary's batch waits for at most the replicas the slot
+    map gives that primary, for none where it has none, and a batch all its primary's replicas
+    confirmed counts as confirmed by every replica asked.  So one primary left without a
+    replica (right after a failover) no longer makes the relay's reports and a resize's moves
+    go unconfirmed on every other primary (they waited for no replica anywhere before), and a
+    strict Waiting still reports what the WAIT answered."""
+    from shardq.store import transport
+    from shardq.store.op import Waiting, cmd, raw
+    from shardq.store.retry import AsyncRunner, SyncRunner
+
+    with Client.from_url(cluster_url) as client:
+        r = client.redis
+        tag = os.urandom(4).hex()
+        calls = [
+            cmd("SET", f"{route}:per-node-{tag}", "1", "PX", "60000", parse=raw)
+            for route in transport.primary_routes(r)
+        ]
+
+        def one_replica_each() -> bool:
+            r.nodes_manager.initialize()  # the slot map as the cluster gives it now
+            return sorted(transport.replicas_by_primary(r).values()) == [1, 1, 1]
+
+        # (A failover test before this one may have left a replica still rejoining.)
+        wait_for(one_replica_each, 30, lambda: f"replicas {transport.replicas_by_primary(r)}")
+        primaries = sorted(transport.replicas_by_primary(r))
+        assert len(calls) == len(primaries) == 3
+        lonely = transport.node_name(r, calls[0].route_key)
+
+        def send(batch: Waiting) -> tuple[list[object], list[int | None]]:
+            if flavour == "sync":
+                _without_replicas(r.nodes_manager, lonely)
+                result: tuple[list[object], list[int | None]] = SyncRunner(r, 10.0).send(
+                    batch, time.monotonic() + 10.0, "per-node test"
+                )
+                return result
+
+            async def go() -> tuple[list[object], list[int | None]]:
+                a = await AsyncClient.from_url(cluster_url)
+                try:
+                    manager = a._transport.client.nodes_manager  # type: ignore[attr-defined]
+                    _without_replicas(manager, lonely)
+                    runner = AsyncRunner(a._transport, 10.0)  # type: ignore[attr-defined]
+                    got: tuple[list[object], list[int | None]] = await runner.send(
+                        batch, time.monotonic() + 10.0, "per-node test"
+                    )
+                    return got
+                finally:
+                    await a.close()
+
+            return asyncio.run(go())
+
+        before = _wait_calls(r)
+        started = time.monotonic()
+        results, acked = send(Waiting(list(calls), 2, 5_000, per_node=True))
+        took = time.monotonic() - started
+        assert all(x is True or x == b"OK" for x in results), results
+        # Two asked of primaries that have one (or, the lonely one, none): each waited for
+        # what it has, confirmed, and reads as confirmed by both; none timed out.
+        assert acked == [2, 2, 2]
+        assert took < 5.0
+        after = _wait_calls(r)
+        assert after[lonely] == before[lonely]  # no WAIT where no replica is
+        assert all(after[p] >= before[p] + 1 for p in primaries if p != lonely)
+        # Strict (a producer's durable write): the WAIT's own answer, 1 of the 2 asked.
+        _, strict = send(Waiting(list(calls), 2, 300))
+        assert sorted(strict, key=str) == [1, 1, 1]

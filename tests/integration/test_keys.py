@@ -107,9 +107,9 @@ def test_dispatcher_and_worker_calls_stay_in_one_slot(
         record([op])
         return real_call(client, op)
 
-    def send(client: Any, ops: Any, wait: Any = None) -> Any:
+    def send(client: Any, ops: Any, wait: Any = None, per_node: bool = False) -> Any:
         record(ops)  # every pipelined batch (send_and_read and enqueue_many go through it)
-        return real_send(client, ops, wait)
+        return real_send(client, ops, wait, per_node)
 
     async def acall(self: Any, op: Op[Any]) -> Any:
         record([op])
