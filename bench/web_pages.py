@@ -8,7 +8,8 @@ network) ``--repeat`` times.  Redis commands are counted on the primaries themse
 (``total_commands_processed`` before and after, less the INFO calls that read it; it counts
 the commands a script runs too), with the script calls and the Redis time spent in them from
 ``INFO commandstats``.  Prints a markdown table
-(docs/capacity.md, "The web console"), then deletes the queue.
+(docs/capacity.md, "The web console") between two calibrations of the box, then deletes the
+queue.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from starlette.testclient import TestClient
 from shardq import JobRequest
 from shardq.client import Client
 from shardq.config import RedisSettings
+from shardq.devtools.calibration import calibrate, calibration_line
 from shardq.inspector import Inspector
 from shardq.store import delivery, keys, transport
 from shardq.web import WebConfig, create_app
@@ -56,6 +58,7 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=1_000_000)
     ap.add_argument("--repeat", type=int, default=5)
     args = ap.parse_args()
+    print(f"calibration (before): {calibration_line(calibrate(args.url))}", flush=True)
     client = Client.from_url(args.url)
     queue = "web-bench-" + uuid.uuid4().hex[:8]
     client.create_queue(queue, args.partitions, allow_evicting_redis=True)
@@ -137,6 +140,7 @@ def main() -> None:
         print(f"| {name} | {ms:.0f} | {calls:.0f} | {total:.0f} | {redis_ms:.1f} |")
     Inspector(client).delete_queue(queue, force=True)
     client.close()
+    print(f"\ncalibration (after): {calibration_line(calibrate(args.url))}")
 
 
 if __name__ == "__main__":
