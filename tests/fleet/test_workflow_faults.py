@@ -88,7 +88,7 @@ from shardq.devtools.bench import cli_command
 from shardq.devtools.devcluster import node_pid, restart_node
 from shardq.plans import drive
 from shardq.plans import workflows as wf_plans
-from shardq.store import keys
+from shardq.store import keys, transport
 from shardq.store.op import Waiting
 from shardq.worker.settler import ACK_LINGER
 from shardq.workflows import DEFAULT_RETENTION, BatchInfo, callback_id, child_id
@@ -885,7 +885,8 @@ def test_workflows_ride_out_long_chaos(
 def test_the_relay_goes_on_when_a_replica_dies(fresh: FreshCluster, queue: str) -> None:
     """The relay waits for a replica before deleting an outbox entry; when the replica of a
     batch's primary dies (no failover: its primary lives on), the cluster marks it failed, the
-    relay reads the slot map again, stops waiting for it, and the batch ends and fires once."""
+    relay reads the slot map again, stops waiting for a replica on that primary only (the
+    others still have theirs: Waiting per_node), and the batch ends and fires once."""
     client = Client.from_url(fresh.url, ProducerSettings(retry_timeout=30))
     client.create_queue(queue, 4)
     wait_for(lambda: cluster_healthy(fresh), 60, "the cluster did not settle")
@@ -920,7 +921,11 @@ def test_the_relay_goes_on_when_a_replica_dies(fresh: FreshCluster, queue: str) 
             )
 
         wait_for(relayed, scaled(60), "the outboxes were not emptied without the replica")
-        assert relay.replicas() == 0  # it stopped waiting for the dead replica
+        # It stopped waiting for the dead replica on its primary, and only there.
+        present = transport.replicas_by_primary(relay.client)
+        assert [n for name, n in present.items() if name.endswith(f":{primary}")] == [0]
+        assert sorted(present.values()) == [0, 1, 1]
+        assert relay.replicas() == 1
         time.sleep(1.0)
     assert fired == [callback_id(bid, "success")]
     restart_node(fresh.base, replica, root=fresh.root)
