@@ -20,6 +20,7 @@ FUNCTION LOAD and the calls are sent again; a user without the permission gets
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
@@ -101,8 +102,12 @@ def replicas_by_primary(client: Any) -> dict[str, int]:
     manager = getattr(client, "nodes_manager", None)
     if manager is None or not manager.slots_cache:
         return {}
+    # redis-py's map shares one node list per slot range: one look per run of slots sharing
+    # a list, grouped in C (a Python loop over the 16,384 slots took ~6 ms, and the relay
+    # asks once per round and per Waiting batch).
     out: dict[str, int] = {}
-    for nodes in manager.slots_cache.values():
+    for _, run in itertools.groupby(manager.slots_cache.values(), key=id):
+        nodes = next(run)
         if nodes:
             name, n = nodes[0].name, len(nodes) - 1
             out[name] = min(out.get(name, n), n)
