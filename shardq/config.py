@@ -283,6 +283,19 @@ class ProducerSettings:
     retry_timeout: float = 15.0
     """How long a call keeps resending through failovers, slot moves and restarts (a killed
     primary is replaced in about 3-5 s) before it raises RedisUnavailableError."""
+    sticky_jobs: int = 16
+    """The most jobs one run holds: jobs without a job id or idempotency key that come due
+    within one ``sticky_window`` go to the same partition, this many at most, so they share
+    their calls (a job's promote, read and ack cost about as much alone as with dozens;
+    shardq.store.sticky).  1: each job to a partition of its own (a hash of its random id)."""
+    sticky_window: float = 0.01
+    """Jobs due within one window of this many seconds may share a run: about the fleet's
+    lateness budget (10 ms by default), since jobs due further apart go in separate calls
+    anyway, and a longer run would only keep one partition busier for longer."""
+    # Why 16: a call costs about a fixed part plus a part per job, so its fixed part charged
+    # to each of 16 jobs is already small (docs/capacity.md §1.3e: most of the saving at 16),
+    # while a burst of slow jobs still starts on several partitions, hence several workers
+    # (a partition's jobs go first to the worker it is assigned to).
 
     def __post_init__(self) -> None:
         # Bounds match what the scripts accept (times travel as ms), so a setting that passes
@@ -295,6 +308,8 @@ class ProducerSettings:
         _check_range("durable_timeout", self.durable_timeout, 0.001, 3600)
         _check_range("retry_timeout", self.retry_timeout, 0, 3600)
         _check_int("durable_replicas", self.durable_replicas, 1, 64)
+        _check_int("sticky_jobs", self.sticky_jobs, 1, 1_000_000)
+        _check_range("sticky_window", self.sticky_window, 0.001, 3600)
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,6 +14,7 @@ label rules are in :mod:`shardq.metrics.registry`.
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
@@ -24,6 +25,7 @@ from prometheus_client import REGISTRY
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from shardq.config import ProducerSettings
 from shardq.logs import log_event
 from shardq.store import keys, transport
 from shardq.store.inspect import PartitionSnapshot, partition_stats
@@ -244,6 +246,10 @@ PARTITIONS = PartitionCollector()
 REGISTRY.register(PARTITIONS)
 
 
+#: The jobs of one sticky run (the producers' default), the unit a partition's count moves by.
+RUN = ProducerSettings().sticky_jobs
+
+
 class HotShardWatch:
     """Logs a warning when a partition runs hotter than ``multiple`` x the mean (rate-limited)."""
 
@@ -254,8 +260,12 @@ class HotShardWatch:
         self.window = RateWindow()
         self._last_warned: dict[int, float] = {}
 
-    def observe(self, snapshots: list[PartitionSnapshot]) -> HotShardReport | None:
-        self.window.add(snapshots)
+    def observe(
+        self, snapshots: list[PartitionSnapshot], at: float | None = None
+    ) -> HotShardReport | None:
+        """Add a sample (taken ``at``, monotonic seconds: now by default), warn about the hot
+        partitions, and return the window's report (None until it has two samples)."""
+        self.window.add(snapshots, at)
         report = self.window.report()
         if report is None:
             return None
@@ -263,8 +273,20 @@ class HotShardWatch:
         rates = report.partition_rates
         mean = report.total_rate / len(rates) if rates else 0.0
         now = time.monotonic()
+        # Producers send jobs due together to one partition, up to a run of
+        # ProducerSettings.sticky_jobs (shardq.store.sticky), so a partition's count over the
+        # window moves by whole runs: a queue fed in bursts at tens of jobs/s reads 3-7x the
+        # mean on some partition by chance alone.  A hot partition must be above the mean by
+        # more than five standard deviations of that chance: its load (enqueued + promoted)
+        # moves by up to 2 x RUN a run.
+        noise = 5.0 * math.sqrt(mean * report.window_seconds * 2 * RUN)
         for p, rate in rates.items():
-            hot = mean > 0 and rate > self.multiple * mean and rate > 1.0
+            hot = (
+                mean > 0
+                and rate > self.multiple * mean
+                and rate > 1.0
+                and (rate - mean) * report.window_seconds > noise
+            )
             if hot and now - self._last_warned.get(p, -1e9) >= self.every:
                 self._last_warned[p] = now
                 log_event(

@@ -29,7 +29,7 @@ from shardq.errors import (
 )
 from shardq.jobs import EnqueueResult, JobInfo, JobRequest
 from shardq.store import envelope as envelope_codec
-from shardq.store import keys
+from shardq.store import keys, sticky
 from shardq.store import progress as progress_codec
 from shardq.store.codes import Code, check, error_for, is_code
 from shardq.store.envelope import stored_options
@@ -311,7 +311,17 @@ def prepare_enqueue(
         workflow=req.workflow,
     )
     due = timed_due(schedule, body, compact) if req.job_id is None else None
-    job_id, partition = route(layout.partitions, req.job_id, req.idempotency_key, due)
+    if (
+        req.job_id is None
+        and req.idempotency_key is None
+        and settings.sticky_jobs > 1
+        and sticky.supports(layout.partitions)
+    ):
+        head = "" if due is None else jobmod.timed_head(max(0, due))
+        at = REDIS_CLOCK.now_ms() + schedule.ms if schedule.mode == "in" else schedule.ms
+        job_id, partition = sticky.RUNS.place(queue, layout.partitions, head, at, settings)
+    else:
+        job_id, partition = route(layout.partitions, req.job_id, req.idempotency_key, due)
     if due is not None:
         schedule = timed_mode(schedule)
     pk = layout.pk(partition)
@@ -355,6 +365,9 @@ def prepare_many(
     count = layout.partitions
     new_id = jobmod.new_job_id
     crc32 = binascii.crc32
+    steered = settings.sticky_jobs > 1 and sticky.supports(count)
+    place = sticky.RUNS.place
+    now = REDIS_CLOCK.now_ms()
     out: list[PreparedEnqueue] = []
     append = out.append
     for req in requests:
@@ -383,12 +396,15 @@ def prepare_many(
             deadline=req.deadline,
         )
         due = timed_due(schedule, body, compact) if compact else None
-        if due is None:
-            job_id = new_id()
+        if steered:  # prepare_enqueue's choice, inlined
+            head = "" if due is None else jobmod.timed_head(max(0, due))
+            at = now + schedule.ms if schedule.mode == "in" else schedule.ms
+            job_id, partition = place(queue, count, head, at, settings)
         else:
-            job_id = jobmod.new_timed_job_id(due)
+            job_id = new_id() if due is None else jobmod.new_timed_job_id(due)
+            partition = crc32(job_id.encode()) % count  # keys.partition_for, inlined
+        if due is not None:
             schedule = timed_mode(schedule)
-        partition = crc32(job_id.encode()) % count  # keys.partition_for, inlined
         append(PreparedEnqueue(req, job_id, partition, pks[partition], body, schedule, settings))
     return out
 

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 from redis.exceptions import RedisError
-from support.helpers import Runner, Runs, job_id_in, wait_for
+from support.helpers import Runner, Runs, job_id_in, one_by_one, wait_for
 from support.ports import TestPorts
 from support.slotmoves import half_move
 
@@ -261,7 +261,8 @@ def test_apply_stops_at_the_first_error_saying_what_was_done_and_what_is_left(
         plan = slots.plan_move(client, queue, p, pile)
         if plan.needed:
             slots.move(client, plan)
-    client.enqueue_many(queue, [JobRequest("t", i, delay=3600) for i in range(600)])
+    # One by one: even bytes per partition, so the bytes plan spreads partitions 2/2/2.
+    one_by_one(client).enqueue_many(queue, [JobRequest("t", i, delay=3600) for i in range(600)])
     nodes = [client.redis.get_redis_connection(n) for n in client.redis.get_nodes()]  # type: ignore[union-attr]
     rules = [r for r in re.findall(r"\([^)]*\)|\S+", acl.rules("admin")) if r != "+migrate"]
     name = f"t-nomigrate-{queue}"

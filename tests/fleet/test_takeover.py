@@ -16,7 +16,16 @@ import signal
 import time
 
 import pytest
-from support.helpers import Runner, Runs, job_id_in, queue_settled, ready_job_ids, text, wait_for
+from support.helpers import (
+    Runner,
+    Runs,
+    job_id_in,
+    one_by_one,
+    queue_settled,
+    ready_job_ids,
+    text,
+    wait_for,
+)
 from support.procs import Proc
 
 from shardq import JobRequest, WorkerSettings
@@ -73,7 +82,8 @@ def test_a_killed_workers_deliveries_and_partitions_are_taken_over(
         procs.append(doomed)
         survivor = runner.workers[0]
         wait_for(lambda: survivor.fleet_size == 2, 30, "the two workers did not meet")
-        running = [client.enqueue(queue, "t", {"i": i}) for i in range(40)]
+        # One by one, so both workers' partitions get some (jobs due together share one).
+        running = [one_by_one(client).enqueue(queue, "t", {"i": i}) for i in range(40)]
         # The doomed worker holds some of them (the survivor runs its share at once).
         wait_for(
             lambda: (

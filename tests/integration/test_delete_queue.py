@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 import orjson
-from support.helpers import job_id_in, primaries, text
+from support.helpers import job_id_in, one_by_one, primaries, text
 
 from shardq import JobRequest, limits
 from shardq.client import Client
@@ -49,7 +49,7 @@ def fill(client: Client, queue: str) -> dict[str, Any]:
     pks = keys.all_partition_keys(queue, PARTITIONS)
     # ready: due now, in the ready streams; then some fetched (running), failed with a retry
     # (retrying: due set and errors hash) or for good (dead)
-    client.enqueue_many(queue, [JobRequest("t", i) for i in range(40)])
+    one_by_one(client).enqueue_many(queue, [JobRequest("t", i) for i in range(40)])
     fetched = [
         (pk, d)
         for pk in pks

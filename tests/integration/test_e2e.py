@@ -14,6 +14,7 @@ from support.helpers import (
     counter_total,
     dead_entries,
     job_id_in,
+    one_by_one,
     queue_settled,
     ready_job_ids,
     wait_for,
@@ -354,7 +355,7 @@ def test_a_queue_past_1024_partitions_runs_every_job_once(
             membership_timeout=10.0,
         ),
     ):
-        results = client.enqueue_many(
+        results = one_by_one(client).enqueue_many(
             queue, [JobRequest("t", {"i": i}, delay=1.0 + i / n) for i in range(n)]
         )
         ids = [r.job_id for r in results]

@@ -24,6 +24,7 @@ from support.helpers import (
     Runs,
     counter_value,
     job_id_in,
+    one_by_one,
     pending_total,
     text,
     wait_for,
@@ -205,7 +206,9 @@ def test_bad_fleet_records_do_not_stop_dispatchers(
         d = runner.dispatcher
         assert d is not None
         wait_for(lambda: len(d.tokens) == partitions, 30, "the dispatcher did not take over")
-        ids = {client.enqueue(queue, "t", i, delay=0.3) for i in range(40)}
+        # Spread one by one: every partition should see a promote (its counter repaired).
+        spread = one_by_one(client)
+        ids = {spread.enqueue(queue, "t", i, delay=0.3) for i in range(40)}
         wait_for(lambda: ids <= set(runs.count()), 30, "jobs did not run")
         # Counters repaired by the scripts, not fatal to them or to the sampler.
         wait_for(

@@ -13,9 +13,10 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
+from shardq.client import Client
 from shardq.config import DispatcherSettings, RedisSettings, WorkerSettings
 from shardq.connection import connect_async, is_cluster
 from shardq.dispatcher import Dispatcher
@@ -119,6 +120,14 @@ def free_port() -> int:
 
 def text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def one_by_one(client: Client) -> Client:
+    """A client on ``client``'s connections that routes each job on its own (``sticky_jobs=1``,
+    shardq.store.sticky), for a test that needs a few jobs spread over the partitions (and so
+    over the workers they are assigned to); by default the jobs due together share one.
+    Close only ``client``."""
+    return Client(client.redis, replace(client.settings, sticky_jobs=1))
 
 
 def job_id_in(partition: int, partitions: int, prefix: str = "job") -> str:

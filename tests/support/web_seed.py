@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from shardq import JobRequest
 from shardq.client import Client
 from shardq.store import delivery, keys, transport
+from support.helpers import one_by_one
 
 PARTITIONS = 8
 TYPES = ("mail", "report", "sync")
@@ -39,7 +40,10 @@ def seed(client: Client, queue: str) -> Seeded:
     idem_job = client.enqueue(queue, "mail", {"order": 4711}, delay=7200, idempotency_key=idem_key)
     scheduled.append(idem_job)
     ready = [
-        r.job_id for r in client.enqueue_many(queue, [JobRequest("report", i) for i in range(20)])
+        r.job_id
+        for r in one_by_one(client).enqueue_many(
+            queue, [JobRequest("report", i) for i in range(20)]
+        )
     ]
     held = []
     for pk in keys.all_partition_keys(queue, PARTITIONS):
