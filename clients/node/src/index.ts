@@ -14,3 +14,4 @@ export * as plans from './plans';
 export * from './transport';
 export * from './client';
 export * from './wire';
+export * as sticky from './sticky';

@@ -23,7 +23,8 @@ import {
 } from './body';
 import { Code, check, errorFor, isCode } from './codes';
 import { BadNumber, InvalidJobError, InvalidScheduleError, LanesOffError, MalformedRecordError, ShardqError, reprCut, shown } from './errors';
-import { newJobId, newTimedJobId } from './ids';
+import { newJobId, newTimedJobId, timedHead } from './ids';
+import { RUNS, supports } from './sticky';
 import {
   LAYOUT_VERSION,
   Layout,
@@ -272,7 +273,17 @@ export function prepareEnqueue(queue: QueueShape | Layout, request: JobRequest, 
   const body = encodeBody(req, settings);
   const hasId = req.jobId !== null && req.jobId !== undefined;
   const due = hasId ? null : timedDue(schedule, Buffer.byteLength(body, 'utf8'), compact, clock);
-  const [jobId, partition] = route(layout.partitions, req.jobId, req.idempotencyKey, due);
+  let jobId: string;
+  let partition: number;
+  const keyed = req.idempotencyKey !== null && req.idempotencyKey !== undefined;
+  if (!hasId && !keyed && settings.stickyJobs > 1 && supports(layout.partitions)) {
+    // Sticky routing (src/sticky.ts): jobs due together share a partition, so their calls.
+    const head = due === null ? '' : timedHead(Math.max(0, Math.trunc(due)));
+    const at = schedule.mode === 'in' ? clock.nowMs() + schedule.ms : schedule.ms;
+    [jobId, partition] = RUNS.place(layout.queue, layout.partitions, head, at, settings);
+  } else {
+    [jobId, partition] = route(layout.partitions, req.jobId, req.idempotencyKey, due);
+  }
   if (due !== null) schedule = timedMode(schedule);
   return new PreparedEnqueue(req, jobId, partition, layout.pk(partition), body, schedule, settings, clock);
 }

@@ -17,6 +17,11 @@ export interface ProducerSettings {
   durableReplicas: number;
   /** How long a durable enqueue waits for them before NotDurableError. */
   durableTimeoutMs: number;
+  /** The most jobs one sticky run holds (jobs without an id or key due within one
+   *  stickyWindowMs go to one partition; src/sticky.ts); 1: each job on its own. */
+  stickyJobs: number;
+  /** Jobs due within one window of this many ms may share a run (about the lateness budget). */
+  stickyWindowMs: number;
 }
 
 export const DEFAULT_SETTINGS: Readonly<ProducerSettings> = Object.freeze({
@@ -27,6 +32,8 @@ export const DEFAULT_SETTINGS: Readonly<ProducerSettings> = Object.freeze({
   uniqueRetentionMs: 7 * 24 * 3600 * 1000,
   durableReplicas: 1,
   durableTimeoutMs: 1000,
+  stickyJobs: 16,
+  stickyWindowMs: 10,
 });
 
 function range(name: string, value: unknown, lo: number, hi: number, int = false): void {
@@ -46,6 +53,8 @@ export function producerSettings(given: Partial<ProducerSettings> = {}): Produce
   range('uniqueRetentionMs', s.uniqueRetentionMs, 1, 1e13);
   range('durableTimeoutMs', s.durableTimeoutMs, 1, 3_600_000);
   range('durableReplicas', s.durableReplicas, 1, 64, true);
+  range('stickyJobs', s.stickyJobs, 1, 1_000_000, true);
+  range('stickyWindowMs', s.stickyWindowMs, 1, 3_600_000);
   return s;
 }
 
