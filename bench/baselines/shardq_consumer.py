@@ -19,7 +19,7 @@ import time
 from bench.baselines.record import RunLog, ready
 from shardq import JobRequest
 from shardq.client import Client
-from shardq.config import DispatcherSettings, RedisSettings, WorkerSettings
+from shardq.config import DispatcherSettings, ProducerSettings, RedisSettings, WorkerSettings
 from shardq.connection import connect_async
 from shardq.devtools.bench import delete_queue
 from shardq.dispatcher import Dispatcher
@@ -30,8 +30,10 @@ from shardq.worker import Worker
 PARTITIONS = 16
 
 
-def connect(url: str) -> Client:
-    return Client.from_url(url)
+def connect(url: str, sticky_jobs: int | None = None) -> Client:
+    """A producer client; ``sticky_jobs`` other than None sets ProducerSettings.sticky_jobs."""
+    settings = None if sticky_jobs is None else ProducerSettings(sticky_jobs=sticky_jobs)
+    return Client.from_url(url, settings)
 
 
 def setup(client: Client, prefix: str) -> None:

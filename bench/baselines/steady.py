@@ -34,6 +34,9 @@ The designs, each at its defaults where a user would leave them:
 ``--concurrency N`` sets both designs' jobs in flight instead of 100 (``--rates 50000 --seconds
 1`` is a due burst: 50,000 jobs due within one second, the consumer running).
 
+``--sticky-jobs 1,16,64`` runs shardq's producer with each ``ProducerSettings.sticky_jobs`` in
+turn (shardq.store.sticky; 1 routes each job on its own, as before sticky routing).
+
 ``--code DIR`` runs shardq's processes from another checkout (to compare versions, alternating
 runs of this same harness).
 
@@ -151,11 +154,12 @@ def run_one(
     idle_settle: float = SETTLE,
     code: Path = REPO,
     id_kind: str = "generated",
+    sticky_jobs: int | None = None,
 ) -> dict[str, Any]:
     r = redis_lib.Redis.from_url(url)
     queue = f"steady-{secrets.token_hex(4)}"
     mod: Any = shardq_consumer if design == "shardq" else bullmq_node
-    handle = mod.connect(url)
+    handle = mod.connect(url, sticky_jobs) if design == "shardq" else mod.connect(url)
     if design == "shardq":
         handle.create_queue(queue, PARTITIONS)
     else:
@@ -213,6 +217,7 @@ def run_one(
             "idle_consumer_core_pct": round(idle_consumer * 100, 3),
             "idle_settle": idle_settle,
             "enqueue_outlasted_lead": enqueue_late,
+            "sticky_jobs": sticky_jobs if design == "shardq" else None,
             "ids": id_kind,
         }
     finally:
@@ -234,6 +239,8 @@ def _table(rows: list[dict[str, Any]]) -> str:
         lat = w["lateness_ms"]
         budget = w.get("budget_ms")
         shown = "" if w["design"] != "shardq" else "default" if budget is None else budget
+        if w.get("sticky_jobs") is not None:
+            shown = f"{shown}, sticky {w['sticky_jobs']}"
         lines.append(
             f"| {w['design']} | {shown} | {w['rate']:,} | {w['redis_cpu_us_per_job']} | "
             f"{w['consumer_cpu_us_per_job']} | {lat['p50']} / {lat['p99']} | {w['lost']} | "
@@ -255,17 +262,19 @@ def summary(rows: list[dict[str, Any]]) -> str:
     """Min-max over rounds of each design, budget and rate, with each shardq row's Redis CPU
     per job as a multiple of BullMQ's at that rate (the min-max of the ratios within a round:
     both were measured side by side)."""
-    groups: dict[tuple[str, Any, int], list[dict[str, Any]]] = {}
+    groups: dict[tuple[str, Any, Any, int], list[dict[str, Any]]] = {}
     for w in rows:
-        groups.setdefault((w["design"], w.get("budget_ms"), w["rate"]), []).append(w)
+        key = (w["design"], w.get("budget_ms"), w.get("sticky_jobs"), w["rate"])
+        groups.setdefault(key, []).append(w)
     bull = {(w["round"], w["rate"]): w for w in rows if w["design"] == "bullmq"}
     lines = [
         "| design | budget ms | jobs/s | Redis CPU µs/job | x BullMQ's | consumer CPU µs/job "
         "| x BullMQ's | lateness p50 ms | p99 ms | lost | twice |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for (design, budget, rate), ws in sorted(
-        groups.items(), key=lambda kv: (kv[0][2], kv[0][0] != "shardq", kv[0][1] or 0)
+    for (design, budget, sticky, rate), ws in sorted(
+        groups.items(),
+        key=lambda kv: (kv[0][3], kv[0][0] != "shardq", kv[0][1] or 0, kv[0][2] or 0),
     ):
         ratios = [
             (w["redis_cpu_us_per_job"] / b["redis_cpu_us_per_job"],
@@ -274,6 +283,8 @@ def summary(rows: list[dict[str, Any]]) -> str:
             if design == "shardq" and (b := bull.get((w["round"], rate)))
         ]  # fmt: skip
         shown = "" if design != "shardq" else "default" if budget is None else f"{budget:g}"
+        if sticky is not None:
+            shown = f"{shown}, sticky {sticky}"
         redis_x = f"{_span([r[0] for r in ratios], 2)}x" if ratios else ""
         consumer_x = f"{_span([r[1] for r in ratios], 2)}x" if ratios else ""
         lines.append(
@@ -353,6 +364,13 @@ def main(argv: list[str] | None = None) -> None:
         "given by the harness (a user's own ids)",
     )
     parser.add_argument(
+        "--sticky-jobs",
+        default="",
+        help="comma-separated ProducerSettings.sticky_jobs for shardq's producer, each run in "
+        "turn (default: the producer's own; 1: each job routed on its own, as before sticky "
+        "routing)",
+    )
+    parser.add_argument(
         "--code", default="", help="run shardq's processes from this checkout (default: this one)"
     )
     parser.add_argument("--out", default="", help="also write the JSON document here")
@@ -370,6 +388,9 @@ def main(argv: list[str] | None = None) -> None:
     budgets: list[float | None] = [
         None if b.strip() == "default" else float(b) for b in args.budgets.split(",") if b.strip()
     ] or [None]
+    stickies: list[int | None] = [int(x) for x in args.sticky_jobs.split(",") if x.strip()] or [
+        None
+    ]
     if "bullmq" in designs:
         why = bullmq_node.missing()
         if why:
@@ -400,10 +421,14 @@ def main(argv: list[str] | None = None) -> None:
             order = designs if rnd % 2 == 0 else designs[::-1]
             for rate in (int(x) for x in args.rates.split(",")):
                 for design in order:
-                    for budget in budgets if design == "shardq" else [None]:
+                    for budget, sticky in (
+                        [(b, s) for b in budgets for s in stickies]
+                        if design == "shardq"
+                        else [(None, None)]
+                    ):
                         row = run_one(
                             design, url, rate, args.seconds, args.idle, budget,
-                            args.concurrency, args.idle_settle, code, args.ids,
+                            args.concurrency, args.idle_settle, code, args.ids, sticky,
                         )  # fmt: skip
                         row["concurrency"] = args.concurrency
                         row["round"] = rnd + 1
