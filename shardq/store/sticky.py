@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import binascii
 import random
+import threading
 from functools import lru_cache
 
 from shardq import jobs as jobmod
@@ -105,11 +106,13 @@ class Runs:
     """The open runs of this process: per queue and window of due times, the run's partition
     and the jobs it still takes.
 
-    Shared by every client of the process, as the id pool is; two threads racing on one run
-    can make it a job longer or shorter, which changes nothing but the batching."""
+    Shared by every client of the process, as the id pool is, so by threads too: a lock keeps
+    the table whole (dropping the oldest run while another thread opens one would otherwise
+    fail an enqueue); the id is steered outside it."""
 
     def __init__(self) -> None:
         self._runs: dict[tuple[str, int, int], list[int]] = {}
+        self._lock = threading.Lock()
 
     def place(
         self, queue: str, partitions: int, head: str, due_ms: int, settings: ProducerSettings
@@ -120,16 +123,19 @@ class Runs:
         window = max(1, round(settings.sticky_window * 1000))
         key = (queue, partitions, due_ms // window)
         runs = self._runs
-        state = runs.get(key)
-        if state is None or state[1] <= 0:
-            if state is None and len(runs) >= MAX_OPEN:
-                del runs[next(iter(runs))]  # the oldest opened: windows mostly come in order
-            state = runs[key] = [random.randrange(partitions), settings.sticky_jobs]
-        state[1] -= 1
-        return steer(head, state[0], partitions), state[0]
+        with self._lock:
+            state = runs.get(key)
+            if state is None or state[1] <= 0:
+                if state is None and len(runs) >= MAX_OPEN:
+                    del runs[next(iter(runs))]  # the oldest opened: windows mostly come in order
+                state = runs[key] = [random.randrange(partitions), settings.sticky_jobs]
+            state[1] -= 1
+            partition = state[0]
+        return steer(head, partition, partitions), partition
 
     def clear(self) -> None:
-        self._runs.clear()
+        with self._lock:
+            self._runs.clear()
 
 
 RUNS = Runs()

@@ -131,3 +131,27 @@ def test_the_settings_are_checked() -> None:
         ProducerSettings(sticky_jobs=0)
     with pytest.raises(ValueError, match="sticky_window"):
         ProducerSettings(sticky_window=0)
+
+
+def test_threads_share_the_runs_without_failing() -> None:
+    # Many threads enqueueing through one process's runs, past MAX_OPEN windows (each job its own
+    # window): every id still hashes where its partition says, and nothing raises.
+    import threading
+
+    settings = ProducerSettings(sticky_window=0.001)
+    errors: list[BaseException] = []
+
+    def produce(offset: int) -> None:
+        try:
+            for i in range(2_000):
+                job_id, p = sticky.RUNS.place("q", 64, "", offset + i, settings)
+                assert keys.partition_for(job_id, 64) == p
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=produce, args=(n * 10_000,)) for n in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
