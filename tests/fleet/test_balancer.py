@@ -54,6 +54,16 @@ def placement_of(client: Client, queue: str) -> Counter[str]:
     return Counter(node_of(client, queue, p) for p in range(PARTITIONS))
 
 
+def placement_while_moving(client: Client, queue: str) -> Counter[str]:
+    """placement_of for a wait while the balancer moves slots: a slot that no primary claims
+    for a moment (its move's last SETSLOT not yet seen everywhere) reads as not settled yet
+    (an empty placement), not as a failure (seen once under test-stress)."""
+    try:
+        return placement_of(client, queue)
+    except slots.SlotMoveError:
+        return Counter()
+
+
 def pile(client: Client, queue: str, on: str) -> None:
     steps = []
     for p in range(PARTITIONS):
@@ -204,7 +214,7 @@ def test_balancers_spread_a_piled_queue_and_survive_their_leader_killed(
                 leader.kill9()
                 killed = time.monotonic()
                 wait_for(
-                    lambda: placement_of(client, queue) == {n: 4 for n in primaries},
+                    lambda: placement_while_moving(client, queue) == {n: 4 for n in primaries},
                     scaled(60),
                     "the surviving balancer did not spread the queue",
                 )
@@ -343,7 +353,7 @@ def test_the_balancer_fills_a_fourth_primary_added_to_the_cluster(
             assert added in slots.primary_addresses(client)
             loop.start()
             wait_for(
-                lambda: sorted(placement_of(client, queue).values()) == [3, 3, 3, 3],
+                lambda: sorted(placement_while_moving(client, queue).values()) == [3, 3, 3, 3],
                 scaled(60),
                 "the balancer did not fill the fourth primary",
             )
