@@ -317,9 +317,9 @@ def prepare_enqueue(
         and settings.sticky_jobs > 1
         and sticky.supports(layout.partitions)
     ):
-        head = "" if due is None else jobmod.timed_head(max(0, due))
-        at = REDIS_CLOCK.now_ms() + schedule.ms if schedule.mode == "in" else schedule.ms
-        job_id, partition = sticky.RUNS.place(queue, layout.partitions, head, at, settings)
+        job_id, partition = sticky.RUNS.place_job(
+            queue, layout.partitions, schedule, due, settings, REDIS_CLOCK.now_ms()
+        )
     else:
         job_id, partition = route(layout.partitions, req.job_id, req.idempotency_key, due)
     if due is not None:
@@ -366,7 +366,7 @@ def prepare_many(
     new_id = jobmod.new_job_id
     crc32 = binascii.crc32
     steered = settings.sticky_jobs > 1 and sticky.supports(count)
-    place = sticky.RUNS.place
+    place = sticky.RUNS.place_job
     now = REDIS_CLOCK.now_ms()
     out: list[PreparedEnqueue] = []
     append = out.append
@@ -396,10 +396,8 @@ def prepare_many(
             deadline=req.deadline,
         )
         due = timed_due(schedule, body, compact) if compact else None
-        if steered:  # prepare_enqueue's choice, inlined
-            head = "" if due is None else jobmod.timed_head(max(0, due))
-            at = now + schedule.ms if schedule.mode == "in" else schedule.ms
-            job_id, partition = place(queue, count, head, at, settings)
+        if steered:  # prepare_enqueue's choice
+            job_id, partition = place(queue, count, schedule, due, settings, now)
         else:
             job_id = new_id() if due is None else jobmod.new_timed_job_id(due)
             partition = crc32(job_id.encode()) % count  # keys.partition_for, inlined

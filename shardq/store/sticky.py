@@ -133,6 +133,22 @@ class Runs:
             partition = state[0]
         return steer(head, partition, partitions), partition
 
+    def place_job(
+        self,
+        queue: str,
+        partitions: int,
+        schedule: jobmod.Schedule,
+        timed_due: int | None,
+        settings: ProducerSettings,
+        now_ms: int,
+    ) -> tuple[str, int]:
+        """:meth:`place` for a job to be enqueued with ``schedule`` ('in' or 'at'): its id is
+        timed when ``timed_due`` is given (a compact waiting job), and its run is that of its
+        due time, about ``now_ms`` (the Redis clock) plus its delay."""
+        head = "" if timed_due is None else jobmod.timed_head(max(0, timed_due))
+        at = now_ms + schedule.ms if schedule.mode == "in" else schedule.ms
+        return self.place(queue, partitions, head, at, settings)
+
     def clear(self) -> None:
         with self._lock:
             self._runs.clear()
