@@ -35,18 +35,23 @@ ARGV[1] consumer group
 ARGV[2] consumer (worker) name
 ARGV[3] max entries to read
 ARGV[4] '1': promote the partition's due jobs first (up to ARGV[3]); '0': read only
-ARGV[5..] pairs of (entry id, job id) of this partition's jobs whose handlers succeeded: settled
+ARGV[5] horizon ms (0..86400000): the reply counts the waiting jobs due by the next due time
+        plus this (the worker's share of the lateness budget: when it reads the partition next)
+ARGV[6..] pairs of (entry id, job id) of this partition's jobs whose handlers succeeded: settled
         first (lua/includes/acks.lua), paused or not, so a finished job's ack rides with the
         next read of its partition instead of a call of its own (BullMQ's moveToFinished
         fetches the next job the same way)
-Max ARGV: 2004  = 4 + 2 per ack: at most 1000 acks (shardq.store.delivery.MAX_ACK)
+Max ARGV: 2005  = 5 + 2 per ack: at most 1000 acks (shardq.store.delivery.MAX_ACK)
 
-Returns {now ms, next due ms, entry id, job id, due ms, attempt, body, reserved, ...} (6 fields
-per job; none while the partition is paused).  next due is the partition's earliest waiting
-job's due time after the call when it was asked to promote and could (-1: none waits), else
--2 (paused, lanes on, or not asked).  reserved is 1 for a job a rate limit deferred to a start
-it reserved for it (envelope state L, lua/defer-4.lua): the worker runs it without asking the
-limit again; else 0.
+Returns {now ms, next due ms, due by then, entry id, job id, due ms, attempt, body, reserved,
+...} (6 fields per job; none while the partition is paused).  next due is the partition's
+earliest waiting job's due time after the call when it was asked to promote and could (-1: none
+waits), else -2 (paused, lanes on, or not asked).  due by then is how many waiting jobs are due
+by next due + ARGV[5] (one ZCOUNT): what the worker's next read of the partition will find, so
+it asks for that many at once rather than reading a sticky run (shardq/store/sticky.py) in two
+or three calls; 0 when none waits, -1 when next due is not known.  reserved is 1 for a job a
+rate limit deferred to a start it reserved for it (envelope state L, lua/defer-4.lua): the
+worker runs it without asking the limit again; else 0.
   {-10, key, found, expected}         E_WRONG_TYPE: a key was overwritten outside shardq
   {-11, argv index, value, lo, hi}    E_BAD_ARGUMENT
   {-15, 'KEYS' or 'ARGV', n, cap}    E_TOO_MANY_ARGUMENTS: before anything else (store/loader.py)
@@ -68,7 +73,9 @@ Flags: allow-oom  (runs when Redis is at maxmemory: it frees memory or keeps a f
 local n, bad = arg_number(3, 1, 1000)
 if bad then return bad end
 if ARGV[4] ~= '0' and ARGV[4] ~= '1' then return {-11, 4, ARGV[4], '0', '1'} end
-if (#ARGV - 4) % 2 ~= 0 then return {-11, #ARGV, 'argument count', 4, 2} end
+local horizon, bad5 = arg_number(5, 0, 86400000)
+if bad5 then return bad5 end
+if (#ARGV - 5) % 2 ~= 0 then return {-11, #ARGV, 'argument count', 5, 2} end
 local n_text = string.format('%d', n)
 local paused, lanes, wrong_ctl = partition_flags(KEYS[8], KEYS[5])
 if wrong_ctl then return wrong_ctl end
@@ -77,7 +84,7 @@ if wrong_ctl then return wrong_ctl end
 -- operator's next `lanes --off` finds the lane empty (lua/lanes-3.lua).
 if lanes == '2' and redis.call('EXISTS', KEYS[6]) == 0 then lanes = false end
 local promote = ARGV[4] == '1' and not lanes and not paused
-local acks = #ARGV > 4
+local acks = #ARGV > 5
 -- Key types, before the first write (see the header): reads that double as checks first.
 local errors_len
 if acks then
@@ -105,10 +112,10 @@ end
 -- Writes from here.  The first command on the ready stream (XACK, XADD or XREADGROUP) is
 -- its type check: refused, it has written nothing.
 if acks then
-  local _, refused_ready = ack_entries(KEYS[1], KEYS[2], KEYS[4], KEYS[5], ARGV[1], 5, errors_len)
+  local _, refused_ready = ack_entries(KEYS[1], KEYS[2], KEYS[4], KEYS[5], ARGV[1], 6, errors_len)
   if refused_ready then return refused_ready end
 end
-local out = {now, -2}
+local out = {now, -2, -1}
 -- A paused partition (pause-2.lua) delivers nothing; resuming publishes the ready hint.
 if paused then return out end
 -- The compact jobs this call promotes, {entry id, job id, body}: their envelopes are written
@@ -119,6 +126,10 @@ if promote then
   local moved, refused_ready = move_due(batch, KEYS[9], KEYS[1], KEYS[2], KEYS[5], 'HSET', held)
   if moved == nil then return refused_ready end
   out[2] = head_ms(KEYS[9])
+  out[3] = 0
+  if out[2] >= 0 then
+    out[3] = redis.call('ZCOUNT', KEYS[9], '-inf', string.format('%d', out[2] + horizon))
+  end
 end
 local r = redis.pcall('XREADGROUP', 'GROUP', ARGV[1], ARGV[2], 'COUNT', n_text, 'STREAMS',
   KEYS[1], '>')

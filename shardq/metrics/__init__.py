@@ -30,6 +30,7 @@ from shardq.metrics.registry import OUTCOMES as OUTCOMES
 from shardq.metrics.registry import PROMOTE_CALLS as PROMOTE_CALLS
 from shardq.metrics.registry import PROMOTED as PROMOTED
 from shardq.metrics.registry import SCRIPT_ERRORS as SCRIPT_ERRORS
+from shardq.metrics.registry import WORKER_FETCH_CALLS as WORKER_FETCH_CALLS
 from shardq.metrics.registry import WORKER_INFLIGHT as WORKER_INFLIGHT
 from shardq.metrics.registry import WORKER_JOBS as WORKER_JOBS
 from shardq.metrics.registry import WORKER_LOST as WORKER_LOST

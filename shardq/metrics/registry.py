@@ -157,6 +157,12 @@ WORKER_LOST = Counter(
     "Running deliveries another worker reclaimed (this worker was paused too long).",
     ["queue"],
 )
+WORKER_FETCH_CALLS = Counter(
+    "shardq_worker_fetch_calls_total",
+    "Reads of a partition's ready jobs (fetch script calls) this worker made: per job "
+    "completed, the cost of its reads.",
+    ["queue"],
+)
 WORKER_INFLIGHT = Gauge(
     "shardq_worker_inflight_jobs",
     "Deliveries this worker holds now (running, or finished and not yet settled).",

@@ -44,6 +44,10 @@ class Batch:
     """A read that promoted first (``fetch(..., promote=True)``): the partition's earliest
     waiting job's due ms after it, :data:`NONE_WAITS` when none waits; None when not known
     (not asked, paused, lanes on, or a reclaim)."""
+    due_soon: int | None = None
+    """With :attr:`next_due_ms` (not :data:`NONE_WAITS`): how many waiting jobs are due by it
+    plus the read's ``horizon_ms``, what the partition's next read will find; 0 when none
+    waits; None when not known."""
 
 
 #: ``Batch.next_due_ms`` of a partition with no job waiting.
@@ -74,10 +78,13 @@ def _attempt(value: Any) -> int:
 def _parse_batch(reply: Any, reclaimed: bool) -> Batch:
     r = check(reply)
     next_due: int | None = None
-    if not reclaimed:  # a fetch's second field: the next due time, or -2 (not known)
+    due_soon: int | None = None
+    if not reclaimed:  # a fetch's next fields: the next due time (-2: not known), due by then
         head = numbers.integer(r[1], -2, what="next due ms")
         next_due = None if head == -2 else head
-        r = [r[0], *r[2:]]
+        soon = numbers.integer(r[2], -1, what="due soon")
+        due_soon = None if next_due is None or soon < 0 else soon
+        r = [r[0], *r[3:]]
     jobs = [
         Delivered(
             r[i],
@@ -90,7 +97,7 @@ def _parse_batch(reply: Any, reclaimed: bool) -> Batch:
         )
         for i in range(1, len(r) - 5, 6)
     ]
-    return Batch(numbers.integer(r[0], 0, what="now ms"), jobs, next_due)
+    return Batch(numbers.integer(r[0], 0, what="now ms"), jobs, next_due, due_soon)
 
 
 def _parse_fetch(reply: Any) -> Batch:
@@ -121,16 +128,19 @@ def fetch(
     acks: Iterable[tuple[bytes, bytes]] = (),
     *,
     promote: bool = False,
+    horizon_ms: int = 0,
 ) -> Op[Batch]:
     """Up to ``count`` new ready jobs of one partition, marked active, with their bodies.
     ``acks``: (entry id, job id) of this partition's jobs whose handlers succeeded, settled in
     the same call first, as :func:`ack` would (at most ``MAX_ACK``).  ``promote``: move the
     partition's due jobs to its ready stream first (up to ``count``, not with lanes on nor
-    paused) and say when its next job is due (``Batch.next_due_ms``)."""
+    paused) and say when its next job is due (``Batch.next_due_ms``) and how many are due by
+    then plus ``horizon_ms`` (``Batch.due_soon``)."""
+    argv = [keys.WORKER_GROUP, consumer, count, "1" if promote else "0", horizon_ms]
     return op(
         "fetch",
         [*_worker_keys(pk), pk.lane, pk.vtime, pk.ctl, pk.due],
-        [keys.WORKER_GROUP, consumer, count, "1" if promote else "0", *_ack_pairs(acks)],
+        [*argv, *_ack_pairs(acks)],
         _parse_fetch,
     )
 

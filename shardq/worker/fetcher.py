@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from collections import deque
 from collections.abc import Sequence
@@ -155,6 +156,10 @@ class Fetcher:
         self.known_work: set[int] = set()
         #: Jobs the last read of each partition brought, when it was not a full batch.
         self.last_read: dict[int, int] = {}
+        #: Jobs each partition's due set holds that are due by its next read (its head's due
+        #: time plus the share), as its last read's reply counted them (``Batch.due_soon``):
+        #: the next read asks for them all at once.  Set with last_read, when known.
+        self.expect: dict[int, int] = {}
         #: The newest ready entry this worker has read of each partition, as (ms, seq).
         self.read_upto: dict[int, tuple[int, int]] = {}
         #: The Redis clock (s) minus the monotonic clock, from the last reply: a due time
@@ -167,9 +172,13 @@ class Fetcher:
         self._rotate = 0
         #: How long after a ready hint a read may wait (the worker's share of the budget).
         self.share = worker_share(ctx.settings.lateness_budget)
+        #: The share in whole ms: how far past a partition's next due time its read's reply
+        #: counts the jobs due (the next read finds those).
+        self.horizon_ms = math.ceil(self.share * 1000)
         #: Jobs of late rounds that found the concurrency taken: started as handlers finish.
         self.overflow: deque[Delivery] = deque()
         self.nodes = loops
+        self._m_fetches = metrics.WORKER_FETCH_CALLS.labels(ctx.queue)
 
     def start(self) -> None:
         self.nodes.start(self._loop)
@@ -373,8 +382,15 @@ class Fetcher:
         # partitions: 1.46 fetch calls per job at 2,000/s, python -m bench.profile_steady
         # --rate 2000 --budget 10).  One whose reads bring more (a backlog, a burst, a fast
         # flow) keeps its pipelined reads: the dispatcher refills its stream meanwhile.
-        last_read = self.last_read
-        reading = {p for r in flight for p in r.due if last_read.get(p, THIN_FETCH) < THIN_FETCH}
+        # A partition whose due set said how many jobs its read would find (expect) is judged
+        # by that instead: its read in flight asked for more than that, so it takes them all.
+        last_read, expect = self.last_read, self.expect
+        reading: set[int] = set()
+        for r in flight:
+            for p, c in zip(r.due, r.counts, strict=True):
+                e = expect.get(p)
+                if c > e if e is not None else last_read.get(p, THIN_FETCH) < THIN_FETCH:
+                    reading.add(p)
         due = [p for p in mine if poll_at.get(p, 0.0) <= now and p not in reading]
         if due and self.share:
             # A round goes out: it also takes the hinted partitions due within the share, and
@@ -415,17 +431,24 @@ class Fetcher:
                 return None
         # Share the free room among due partitions, rotating who goes first for fairness;
         # fewer, fuller reads beat many thin ones (at least MIN_FETCH per partition read), but
-        # a partition known to bring few (its last read was thin) is read for what it brings.
+        # a partition known to bring few (its last read was thin) is read for what it brings,
+        # or for what its due set holds due by now when its last reply counted more: a sticky
+        # run (shardq/store/sticky.py) of 16 jobs is read in one call, not in reads of 4, 8
+        # and the rest (0.34 fetch calls a job at 2,000 jobs/s; docs/capacity.md §1.3e).
         counts: list[int] = []
         if due:
             self._rotate = (self._rotate + 1) % len(due)
             due = due[self._rotate :] + due[: self._rotate]
             count = max(1, min(s.fetch_batch, max(room // len(due), MIN_FETCH), room))
-            last_read, left = self.last_read, room
+            left = room
             taken: list[int] = []
             for p in due:
                 last = last_read.get(p)
-                want = count if last is None else min(count, max(THIN_FETCH, 2 * last))
+                if last is None:
+                    want = count
+                else:
+                    soon = expect[p] + THIN_FETCH if p in expect else 0
+                    want = min(count, max(THIN_FETCH, 2 * last, soon))
                 if taken and want > left:
                     break
                 taken.append(p)
@@ -444,12 +467,23 @@ class Fetcher:
         if not due and not ack_ops:
             return None
         pks, consumer = self.pks, self.consumer
+        horizon = self.horizon_ms
         ops = [
-            delivery.fetch(pks[p], consumer, c, [(d.entry_id, d.raw_id) for d in f], promote=True)
+            delivery.fetch(
+                pks[p],
+                consumer,
+                c,
+                [(d.entry_id, d.raw_id) for d in f],
+                promote=True,
+                horizon_ms=horizon,
+            )
             for p, c, f in zip(due, counts, folded, strict=True)
         ]
         reserve = sum(counts)
         self.inflight.reserve(reserve)
+        if ops:
+            self.stats.fetches += len(ops)
+            self._m_fetches.inc(len(ops))
         hints_before = [self.hints.get(p, 0) for p in due]
         task = asyncio.get_running_loop().create_task(self.transport.run_on(node, [*ack_ops, *ops]))
         return _Round(due, counts, acked, ack_ops, reserve, hints_before, task, folded)
@@ -506,8 +540,13 @@ class Fetcher:
             full, hinted = n >= count, self.hints.get(p, 0) != seen
             if full:
                 self.last_read.pop(p, None)  # more may wait: the next read is a full one
+                self.expect.pop(p, None)
             else:
                 self.last_read[p] = n
+                if result.due_soon is None:
+                    self.expect.pop(p, None)
+                else:
+                    self.expect[p] = result.due_soon
             if n:
                 newest = entry_id_of(result.jobs[-1].entry_id)
                 if newest is not None and newest > self.read_upto.get(p, (0, 0)):

@@ -64,6 +64,7 @@ class WorkerStats:
     malformed: int = 0
     deferred: int = 0  # held back by a rate limit: back in due until the limit's time
     cancelled: int = 0  # cancelled while running: ended as cancelled
+    fetches: int = 0  # reads of a partition sent (fetch script calls)
 
 
 #: Finished jobs waiting for their ack that take no room, at the least (InFlight.finished_room).

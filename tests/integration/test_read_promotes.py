@@ -128,3 +128,44 @@ def test_a_read_refused_for_want_of_a_group_keeps_what_it_promoted(
     assert [j.attempt for j in got.jobs] == [1, 1]
     assert [b"job 0" in j.body for j in got.jobs] == [True, False]
     assert b"job 1" in got.jobs[1].body
+
+
+def test_a_worker_reads_a_run_due_within_its_share_in_one_call(
+    url: str, client: Client, queue: str
+) -> None:
+    """Runs of 2 and of 16 jobs, each due within 3 ms (less than the worker's 5 ms share of the
+    default budget), alternate 300 ms apart on one partition: each run costs one read.  The
+    reply of a read counts the jobs due by the next one (fetch-9's ARGV[5]), so the read
+    after a run of 2 asks for 16 and more, not for twice the 2 it last brought (then the
+    rest at once: two reads for every run of 16, as before)."""
+    from dataclasses import replace
+
+    from support.helpers import FAST_WORKER
+
+    client.create_queue(queue, partitions=1)
+    ran: Counter[str] = Counter()
+
+    def handler(job: Job) -> None:
+        ran[job.id] += 1
+
+    # No idle polls between runs: every read is a run's.
+    settings = replace(FAST_WORKER, idle_poll=10.0)
+    runs = [2, 16] * 4
+    with Runner(url, queue, {"t": handler}, worker_settings=settings) as runner:
+        worker = runner.workers[0]
+        wait_for(lambda: worker.stats.fetches > 0, 10, "the worker never read")
+        start = time.time() + 1.0
+        reqs = [
+            JobRequest("t", f"{i}-{j}", run_at=start + 0.3 * i + 0.003 * j / max(1, n - 1))
+            for i, n in enumerate(runs)
+            for j in range(n)
+        ]
+        client.enqueue_many(queue, reqs)
+        # Reads made before the first run is due (the one that saw the enqueue) don't count.
+        wait_for(lambda: time.time() >= start - 0.05, 5, "")
+        before = worker.stats.fetches
+        wait_for(lambda: len(ran) == len(reqs), 20, lambda: f"{len(ran)} of {len(reqs)} ran")
+        reads = worker.stats.fetches - before
+    assert set(ran.values()) == {1}
+    # One read per run; one more may come from a run's acks or a slow box.
+    assert reads <= len(runs) + 2, f"{reads} reads for {len(runs)} runs"

@@ -173,7 +173,7 @@ def test_a_worker_holding_more_than_one_call_carries_acks_them_in_chunks(
 def test_a_fetch_settles_the_acks_it_carries_first_once_and_even_while_paused(
     standalone_client: Client, queue: str
 ) -> None:
-    """fetch-9's ARGV[5..]: a read carries its partition's acks (one call instead of ack + fetch).
+    """fetch-9's ARGV[6..]: a read carries its partition's acks (one call instead of ack + fetch).
     They settle as ack-4 settles them: envelopes dropped, counted once (a resend changes
     nothing), a paused partition's too; an odd pair count is refused before anything."""
     from shardq.store import delivery, transport
@@ -204,7 +204,7 @@ def test_a_fetch_settles_the_acks_it_carries_first_once_and_even_while_paused(
     bad = op(
         "fetch",
         [*(pk.ready, pk.jobs, pk.dead, pk.errors, pk.stats), pk.lane, pk.vtime, pk.ctl, pk.due],
-        [keys.WORKER_GROUP, "c", 1, "0", d.entry_id],
+        [keys.WORKER_GROUP, "c", 1, "0", 0, d.entry_id],
         check,
     )
     with pytest.raises(ScriptArgumentError, match="argument count"):
@@ -212,6 +212,44 @@ def test_a_fetch_settles_the_acks_it_carries_first_once_and_even_while_paused(
     assert r.hlen(pk.jobs) == 1 and int(r.hget(pk.stats, "completed")) == 4
     with pytest.raises(ValueError, match="at most 1000 acks"):
         delivery.fetch(pk, "c", 1, [(b"1-1", b"x")] * 1001)
+
+
+def test_a_promoting_fetch_counts_the_jobs_its_next_read_will_find(
+    standalone_client: Client, queue: str
+) -> None:
+    """fetch-9's ARGV[5]: the reply counts the waiting jobs due by the next due time plus the
+    horizon (the worker's share of the budget, when it reads next), so the worker reads a
+    sticky run in one call; 0 when none waits, not known (None) when nothing was promoted or
+    the partition is paused; a horizon out of range is refused before anything is written."""
+    from shardq.store import delivery, transport
+
+    client, r = standalone_client, standalone_client.redis
+    client.create_queue(queue, 1)
+    pk = keys.partition_keys(queue, 0, 1)
+    head_ms = (int(time.time()) + 60) * 1000
+    offsets = [0, 4, 9, 50, 5000]  # ms after the head
+    client.enqueue_many(
+        queue, [JobRequest("t", i, run_at=(head_ms + o) / 1000) for i, o in enumerate(offsets)]
+    )
+    for horizon, expected in [(0, 1), (4, 2), (10, 3), (49, 3), (50, 4), (86_400_000, 5)]:
+        got = transport.run(r, delivery.fetch(pk, "c", 10, promote=True, horizon_ms=horizon))
+        assert got.jobs == [] and got.next_due_ms == head_ms
+        assert got.due_soon == expected, horizon
+    plain = transport.run(r, delivery.fetch(pk, "c", 10, horizon_ms=50))
+    assert plain.next_due_ms is None and plain.due_soon is None
+    r.hset(pk.ctl, "paused", "1")
+    paused = transport.run(r, delivery.fetch(pk, "c", 10, promote=True, horizon_ms=50))
+    assert paused.next_due_ms is None and paused.due_soon is None
+    r.hdel(pk.ctl, "paused")
+    for bad in (-1, 86_400_001, "nan"):
+        with pytest.raises(ScriptArgumentError):
+            transport.run(r, delivery.fetch(pk, "c", 10, promote=True, horizon_ms=bad))  # type: ignore[arg-type]
+    assert r.zcard(pk.due) == 5 and r.xlen(pk.ready) == 0
+    # Everything due and read: none waits, none due soon.
+    r.zadd(pk.due, {m: 0 for m in r.zrange(pk.due, 0, -1)})
+    done = transport.run(r, delivery.fetch(pk, "c", 10, promote=True, horizon_ms=50))
+    assert len(done.jobs) == 5 and done.next_due_ms == delivery.NONE_WAITS
+    assert done.due_soon == 0
 
 
 def test_a_fetch_that_promotes_first_moves_what_is_due_and_says_what_comes_next(

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from shardq.config import WorkerSettings
-from shardq.worker.fetcher import Fetcher
+from shardq.worker.fetcher import THIN_FETCH, Fetcher
 
 
 def reader(**settings: Any) -> Any:
@@ -103,6 +103,10 @@ def planner(partitions: list[int], budget: float = 0.0) -> Any:
     r.assigned = set(partitions)
     r.poll_at = dict.fromkeys(partitions, 0.0)
     r.last_read = {}
+    r.expect = {}
+    r.horizon_ms = round(r.share * 1000)
+    r.stats = WorkerStats()
+    r._m_fetches = SimpleNamespace(inc=lambda n: None)
     r.waiting = {}
     r._rotate = 0
     r.pks = {p: keys.partition_keys("q", p, 64) for p in [*partitions, 5]}
@@ -151,6 +155,31 @@ def test_a_partition_whose_thin_read_is_in_flight_is_not_read_again_beside_it() 
     r.loop.close()
 
 
+def test_a_partition_whose_reply_counted_its_next_run_is_read_for_all_of_it_once() -> None:
+    """A reply that counted the jobs due by the next read (Batch.due_soon) sizes that read:
+    16 due after a read that brought 2 is asked for 16 and more, not twice 2; and the read in
+    flight, asking for more than were due, is not doubled by the round sent beside it."""
+    r = planner([0, 1, 2], budget=0.01)
+    # 0: a run of 16 due next, its last read brought 2; 1: nothing due soon; 2: counted none
+    # (routed one by one: a job or two a read) and a thin last read.
+    r.last_read = {0: 2, 1: 0, 2: 1}
+    r.expect = {0: 16, 1: 0}
+
+    async def plan_two() -> tuple[Any, Any]:
+        first = Fetcher._plan(r, "n", [])
+        second = Fetcher._plan(r, "n", [first])
+        return first, second
+
+    first, second = r.loop.run_until_complete(plan_two())
+    counts = dict(zip(first.due, first.counts, strict=True))
+    assert counts == {0: 16 + THIN_FETCH, 1: THIN_FETCH, 2: THIN_FETCH}
+    # Each read's reply counts the jobs due by the next read past the share (5 ms).
+    assert {int(op.argv[4]) for op in r.sent[0]} == {5}
+    assert second is None  # every read in flight takes all its partition has due
+    assert r.stats.fetches == 3
+    r.loop.close()
+
+
 def test_acks_ride_with_the_read_of_their_partition_and_the_others_wait_the_linger() -> None:
     import time
 
@@ -172,10 +201,10 @@ def test_acks_ride_with_the_read_of_their_partition_and_the_others_wait_the_ling
 
     first = r.loop.run_until_complete(plan())
     assert first.due == [0]
-    # Partition 0's ack is in its fetch (ARGV[4..]); 1's and 5's wait for a read of their own.
+    # Partition 0's ack is in its fetch (ARGV[6..]); 1's and 5's wait for a read of their own.
     assert first.folded == [[finished[0]]] and first.ack_ops == []
     [fetch] = r.sent[-1]
-    assert list(fetch.argv[4:]) == [b"1-0", b"job0"]
+    assert list(fetch.argv[5:]) == [b"1-0", b"job0"]
     assert sorted(r.settler.acks) == [1, 5]
     at = r.settler.acks_due_at(lambda p: "n", "n")
     assert at is not None and at - time.monotonic() <= ACK_LINGER
