@@ -447,7 +447,10 @@ class Fetcher:
                 if last is None:
                     want = count
                 else:
-                    soon = expect[p] + THIN_FETCH if p in expect else 0
+                    # More than are due, so that a read taking them all is not full (read
+                    # again at once); a partition expecting a job or two is read for
+                    # THIN_FETCH as before (a larger reservation splits rounds).
+                    soon = expect[p] + expect[p] // 2 + 1 if p in expect else 0
                     want = min(count, max(THIN_FETCH, 2 * last, soon))
                 if taken and want > left:
                     break

@@ -157,7 +157,7 @@ def test_a_partition_whose_thin_read_is_in_flight_is_not_read_again_beside_it() 
 
 def test_a_partition_whose_reply_counted_its_next_run_is_read_for_all_of_it_once() -> None:
     """A reply that counted the jobs due by the next read (Batch.due_soon) sizes that read:
-    16 due after a read that brought 2 is asked for 16 and more, not twice 2; and the read in
+    16 due after a read that brought 2 is asked for half as many again, not twice 2; and the read in
     flight, asking for more than were due, is not doubled by the round sent beside it."""
     r = planner([0, 1, 2], budget=0.01)
     # 0: a run of 16 due next, its last read brought 2; 1: nothing due soon; 2: counted none
@@ -172,7 +172,7 @@ def test_a_partition_whose_reply_counted_its_next_run_is_read_for_all_of_it_once
 
     first, second = r.loop.run_until_complete(plan_two())
     counts = dict(zip(first.due, first.counts, strict=True))
-    assert counts == {0: 16 + THIN_FETCH, 1: THIN_FETCH, 2: THIN_FETCH}
+    assert counts == {0: 16 + 8 + 1, 1: THIN_FETCH, 2: THIN_FETCH}
     # Each read's reply counts the jobs due by the next read past the share (5 ms).
     assert {int(op.argv[4]) for op in r.sent[0]} == {5}
     assert second is None  # every read in flight takes all its partition has due
