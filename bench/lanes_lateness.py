@@ -30,12 +30,17 @@ worker measures it (bench/handlers/shardq_runlog.py does the same).
   ones fair sharing is for); A's rate over the window = A jobs completed / seconds from the
   first completion until A drained or B's last job ran, whichever came first.
 
-A's and the backlog's completions are the queue's ``completed`` counters less the probes' run-log
-lines, polled every 50 ms; a rate counts from the first poll that sees a completion, leaving
-out the jobs completed by then.  Each round prints the calibration of the machine taken in the
-same run; the end prints the min-max over rounds.  ``--json`` prints the JSON document on
-stdout and the text on stderr.  Every queue is deleted when its run ends (its lane keys too),
-and its keys checked gone.
+A's and the backlog's completions are the queue's ``completed`` counters less the probes'
+run-log lines, polled every 50 ms. The probes keep their result (``PROBE_RESULT`` seconds) so
+that a probe is counted completed as soon as its handler returns: a plain job's ack waits up to
+the worker's linger for its partition's next read, so the probes that had run but whose acks had
+not landed yet were taken off the bulk's count, which then read short for as long as probes ran
+(every drain read as unfinished until the trickle or B's spread ended: on 2026-12-06 the backlog
+"drained" at backlog / 15 s and A at A / 60 s in every mode). Then a rate counts from the first
+poll that sees a completion, leaving out the jobs completed by then. Each round prints the
+calibration of the machine taken in the same run; the end prints the min-max over rounds.
+``--json`` prints the JSON document on stdout and the text on stderr. Every queue is deleted
+when its run ends (its lane keys and the probes' results too), and its keys checked gone.
 """
 
 from __future__ import annotations
@@ -64,7 +69,8 @@ from bench.common import (
 from bench.failover import HANDLERS
 from shardq import JobRequest
 from shardq.client import Client
-from shardq.devtools.bench import cli_command, delete_queue
+from shardq.devtools.bench import cli_command
+from shardq.inspector import Inspector
 from shardq.store import keys
 
 PARTITIONS = 16
@@ -72,6 +78,8 @@ CONCURRENCY = 200
 CHUNK = 20_000  # jobs per enqueue_many call
 LEAD = 3.0  # seconds from the end of B's enqueue to its first due time (the fleet starts)
 POLL = 0.05
+#: Seconds a probe keeps its result: a kept result settles at once, not after the ack linger.
+PROBE_RESULT = 60.0
 
 Say = Callable[[str], None]
 
@@ -139,8 +147,9 @@ def _queue(client: Client, prefix: str, lanes: bool) -> str:
 
 
 def _delete(client: Client, queue: str) -> list[str]:
-    """Delete every key of the queue; returns the names of any left behind."""
-    delete_queue(client.redis, queue, PARTITIONS)  # the lanes' keys too
+    """Delete every key of the queue (the lanes' and the probes' results too); returns the
+    names of any left behind."""
+    Inspector(client).delete_queue(queue, force=True)
     left: list[str] = []
     for node in primaries(client).values():
         left += [k.decode() for k in node.scan_iter(match=f"*sq:{queue}*", count=1000)]
@@ -263,6 +272,7 @@ def priorities(client: Client, args: argparse.Namespace, lanes: bool) -> dict[st
                         None,
                         job_id=f"H-{sent}",
                         priority="high" if lanes else None,
+                        keep_result=PROBE_RESULT,
                     )
                     sent += 1
                     trickle_end = time.monotonic()
@@ -328,6 +338,7 @@ def fairness(client: Client, args: argparse.Namespace, lanes: bool) -> dict[str,
                     run_at=start + i * args.spread / nb,
                     job_id=f"B-{i}",
                     tenant=tenant_b,
+                    keep_result=PROBE_RESULT,
                 )
                 for i in range(nb)
             ],
