@@ -389,7 +389,8 @@ class Fetcher:
         for r in flight:
             for p, c in zip(r.due, r.counts, strict=True):
                 e = expect.get(p)
-                if c > e if e is not None else last_read.get(p, THIN_FETCH) < THIN_FETCH:
+                thin = (c > e) if e is not None else (last_read.get(p, THIN_FETCH) < THIN_FETCH)
+                if thin:
                     reading.add(p)
         due = [p for p in mine if poll_at.get(p, 0.0) <= now and p not in reading]
         if due and self.share:
