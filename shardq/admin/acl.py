@@ -162,6 +162,8 @@ GRANTS: dict[str, tuple[Grant, ...]] = {
         # move to the ready stream (a compact job's envelope is stored on the way, with HSET:
         # HSETNX stays the producers', see lua/includes/checks.lua producer_only)
         Grant(("due",), ("+zremrangebyrank",)),
+        # ... and its reply counts the jobs due by the worker's next read of the partition
+        Grant(("due",), ("+zcount",), read_only=True),
         Grant(("stats",), ("+hincrby", "+hset", "+hget", "+hmget")),
         # fetch moves lane jobs to the ready stream when the stream runs short (and, with lanes
         # turned off, while the lane still holds jobs)
