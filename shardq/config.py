@@ -364,6 +364,13 @@ class DispatcherSettings:
     redis_check_interval: float = 60.0
     """How often each primary's maxmemory-policy and appendonly are checked again."""
 
+    @property
+    def tick(self) -> float:
+        """The step of the process's wake-up grid: its periodic loops (membership, leases,
+        layout, trim ...) and idle fallbacks end on multiples of it
+        (shardq/runtime/supervisor.py)."""
+        return self.renew_interval
+
     def __post_init__(self) -> None:
         _check_int("batch", self.batch, 1, 1000, "a call must stay short")
         _check_int("max_inflight_calls", self.max_inflight_calls, 1, 10_000)
@@ -454,6 +461,12 @@ class WorkerSettings:
     lost when it restarts)."""
     redis_check_interval: float = 60.0
     """How often each primary's maxmemory-policy and appendonly are checked again."""
+
+    @property
+    def tick(self) -> float:
+        """The step of the process's wake-up grid: its periodic loops (heartbeat, layout,
+        limits ...) and idle fallbacks end on multiples of it (shardq/runtime/supervisor.py)."""
+        return self.heartbeat_interval
 
     def __post_init__(self) -> None:
         _check_int("concurrency", self.concurrency, 1, 100_000)

@@ -157,7 +157,7 @@ class Dispatcher(RoleProcess[DispatcherSettings]):
                 return
             if message is None:  # resubscribed: any hint may have been missed
                 relay.wake(p)
-            promoter.hint(p)
+            promoter.hint(p, resubscribed=message is None)
             ticker.wake(p)
 
         sup = self.supervisor

@@ -33,7 +33,7 @@ from shardq.errors import FencedError
 from shardq.metrics import registry as metrics
 from shardq.runtime.budget import DueRates, dispatcher_share
 from shardq.runtime.duetimes import DueTimes
-from shardq.runtime.pernode import IDLE_PASS, PerPrimary
+from shardq.runtime.pernode import IDLE_PASS, LONG_IDLE, PerPrimary
 from shardq.runtime.supervisor import log_redirect
 from shardq.runtime.waits import wait_event
 from shardq.store import faults, fleet
@@ -64,7 +64,8 @@ class Promoter:
         self.settings = ctx.settings
         self.hints: dict[int, int] = {}
         #: Held partitions found idle (nothing due before the fallback) that many times in a
-        #: row: their fallback sleep doubles up to max_idle_sleep.
+        #: row: their fallback sleep doubles up to max_idle_sleep.  One without an entry has
+        #: shown no work since this dispatcher started: it sleeps the longest at once.
         self.idle_streak: dict[int, int] = {}
         self.promoted = 0
         self.calls = 0
@@ -101,16 +102,20 @@ class Promoter:
         self.nodes.start(self._loop)
 
     def acquired(self, partition: int) -> None:
-        """A lease was just won: promote at once."""
-        self.idle_streak.pop(partition, None)
+        """A lease was just won: promote at once.  Its idle streak stays: this dispatcher
+        heard the partition's hints before it held it, so a winner's partition is no more at
+        risk of a lost hint than any other (at start-up, every partition is won at once)."""
         self._schedule(partition, 0.0, 0.0)
         self.nodes.wake(partition)
 
-    def hint(self, partition: int) -> None:
+    def hint(self, partition: int, *, resubscribed: bool = False) -> None:
         """An enqueue moved the partition's head earlier (or a retry came due): a job may be due
-        now, so the partition is due now and promoted within its slack."""
+        now, so the partition is due now and promoted within its slack.  ``resubscribed``: the
+        wake-up every partition gets after a (re)subscription, one look that leaves its idle
+        streak as it was."""
         if partition in self.leases.tokens:
-            self.idle_streak.pop(partition, None)
+            if not resubscribed:
+                self.idle_streak[partition] = 0
             now = time.monotonic()
             deadline = now + self._slack(partition)
             if partition in self.next_wake:  # never later than it already was
@@ -202,8 +207,8 @@ class Promoter:
                 state.ok()
                 continue
             earliest = due_times.earliest(node)
-            longest = self.longest_sleep
-            wake_at = now + longest if earliest is None else earliest
+            cap = self.supervisor.on_tick(now + self.longest_sleep) - s.coalesce
+            wake_at = cap if earliest is None else min(earliest, cap)
             event.clear()
             state.ok()
             # Wait out the coalescing window too: partitions reaching their deadline within it
@@ -211,8 +216,7 @@ class Promoter:
             # connection).  Every deadline is set before this sleep and every later one comes
             # with a wake-up (hint, won lease), so the loop sleeps until the earliest: an idle
             # loop wakes every IDLE_PASS, not every max_sleep.
-            timeout = min(max(0.0, wake_at - now) + s.coalesce, longest)
-            await wait_event(event, timeout)
+            await wait_event(event, max(0.0, wake_at - now) + s.coalesce)
 
     async def _promote(self, node: str, partitions: list[int]) -> None:
         s = self.settings
@@ -275,11 +279,11 @@ class Promoter:
             self.by_partition[p] = self.by_partition.get(p, 0) + moved
             self.rates.observe(p, moved, now)
             if moved >= s.batch:
-                self.idle_streak.pop(p, None)
+                self.idle_streak[p] = 0
                 self._schedule(p, now, now)  # more are due: go again at once
                 continue
             if self.hints.get(p, 0) != seen:
-                self.idle_streak.pop(p, None)
+                self.idle_streak[p] = 0
                 self._due_in(p, 0.0, now)  # a hint came meanwhile: go again (within slack)
                 continue
             wait = (
@@ -290,8 +294,12 @@ class Promoter:
             fallback = self._fallback(p, moved, wait)
             if wait <= fallback:
                 self._due_in(p, wait, now)
-            else:  # nothing due within the fallback: look again then (no slack on top)
-                self._schedule(p, now + fallback, now + fallback)
+            else:
+                # Nothing due within the fallback: look again then (no slack on top), on the
+                # process's grid (less the coalescing window the loop adds to its sleep), so
+                # idle partitions' looks and the periodic loops wake the process together.
+                at = self.supervisor.on_tick(now + fallback) - s.coalesce
+                self._schedule(p, at, at)
         if failures and len(failures) + redirected == len(ops):
             # The whole primary failed: let the supervisor log it and back off this loop.
             raise failures[0]
@@ -302,8 +310,8 @@ class Promoter:
         within max_sleep; any promoted job or hint starts it over."""
         s = self.settings
         if moved or wait <= s.max_sleep:
-            self.idle_streak.pop(partition, None)
+            self.idle_streak[partition] = 0
             return s.max_sleep
-        streak = self.idle_streak.get(partition, 0)
+        streak = self.idle_streak.get(partition, LONG_IDLE)
         self.idle_streak[partition] = streak + 1
-        return min(max(s.max_idle_sleep, s.max_sleep), s.max_sleep * 2.0 ** min(streak, 30))
+        return min(max(s.max_idle_sleep, s.max_sleep), s.max_sleep * 2.0 ** min(streak, LONG_IDLE))

@@ -47,6 +47,7 @@ from shardq.dispatcher.leases import Leases
 from shardq.metrics import registry as metrics
 from shardq.plans import drive_async
 from shardq.plans import workflows as plans
+from shardq.runtime.waits import wait_event_until
 from shardq.store import workflows as ops
 from shardq.store.op import Batch, Waiting
 from shardq.store.producer import REDIS_CLOCK, QueueCache
@@ -181,7 +182,7 @@ class Relay:
             now = time.monotonic()
             if now >= next_sweep:
                 self.wanted.update(await self._with_entries(list(self.leases.tokens)))
-                next_sweep = now + RECHECK
+                next_sweep = self.supervisor.on_tick(now + RECHECK)  # on the process's grid
                 # The replicas a report waits for come from the slot map, which nothing else
                 # refreshes while no call fails: a replica that joined (or the old primary
                 # back as one after a failover) is seen within RECHECK.
@@ -189,7 +190,7 @@ class Relay:
                     await self.transport.refresh()
             if self.sweep_now or now >= next_batches:
                 self.sweep_now = False
-                next_batches = now + SWEEP_EVERY
+                next_batches = self.supervisor.on_tick(now + SWEEP_EVERY)
                 await self.sweep()
             held = self.leases.tokens
             todo = [p for p in self.wanted if p in held and p in self.pks]
@@ -200,9 +201,7 @@ class Relay:
                 continue
             self.event.clear()
             state.ok()
-            with contextlib.suppress(TimeoutError):
-                wait = min(next_sweep, next_batches) - now
-                await asyncio.wait_for(self.event.wait(), max(0.0, wait))
+            await wait_event_until(self.event, min(next_sweep, next_batches))
 
     async def sweep(self) -> bool:
         """One round of the batches' sweep, by the holder of the queue's first partition only

@@ -126,20 +126,22 @@ class Ticker:
                 state.ok()
                 continue
             earliest = due_times.earliest(node)
-            wake_at = now + longest if earliest is None else earliest
+            cap = self.supervisor.on_tick(now + longest)  # on the process's grid
+            wake_at = cap if earliest is None else min(earliest, cap)
             event.clear()
             state.ok()
             # Until the earliest wake time (set for every partition read; a won lease or a hint
             # wakes the loop): an idle loop wakes every IDLE_PASS, not every max_sleep.
-            await wait_event(event, min(max(0.0, wake_at - now), longest))
+            await wait_event(event, max(0.0, wake_at - now))
 
     def _sleep_until(self, p: int, head_ms: int | None, now_ms: int, at: float) -> None:
         s = self.settings
         if head_ms is None:
             # No schedule in this partition (most partitions, most queues): a new one wakes it
             # through the due hint its put publishes; the slow recheck only covers a lost hint,
-            # so an idle dispatcher's Redis calls do not grow by P per max_sleep.
-            self.next_wake.set(p, at + max(s.max_sleep, EMPTY_RECHECK))
+            # so an idle dispatcher's Redis calls do not grow by P per max_sleep.  On the
+            # process's grid: it wakes the process with the periodic loops.
+            self.next_wake.set(p, self.supervisor.on_tick(at + max(s.max_sleep, EMPTY_RECHECK)))
         else:
             self.next_wake.set(p, at + min(max(0.0, (head_ms - now_ms) / 1000.0), s.max_sleep))
 

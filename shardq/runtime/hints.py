@@ -27,7 +27,7 @@ from typing import Any
 
 from shardq.connection import AsyncRedis, is_cluster, node_client_async
 from shardq.runtime.supervisor import LoopState, Supervisor, log_redirect
-from shardq.runtime.waits import wait_event
+from shardq.runtime.waits import wait_event_until
 from shardq.store.faults import is_migration
 from shardq.store.keys import slot_of
 
@@ -39,11 +39,13 @@ log = logging.getLogger("shardq.hints")
 # (sunsubscribe), a failed node its listener, and a refresh of the slot map by any loop wakes
 # the listen loop (AsyncTransport.on_refresh), each at once.
 PASS_WAIT = 2.0
-# The longest one read of a subscription waits for a message before the listener looks at its
-# stop and end events again.  Each return is a wake-up of the process: at 0.5 s, two a second
-# per subscribed primary on an idle queue.  A listener being replaced (its node's channels
-# changed: a slot moved to it) or stopped ends within this (under PASS_WAIT, and under the
-# supervisor's 2 s stop grace), so a regrouping may take up to it longer.
+# The shortest one read of a subscription waits for a message before the listener looks at its
+# stop and end events again; it waits on to the process's next grid moment (the supervisor's
+# tick), where the periodic loops wake the process anyway.  Each return is a wake-up: at 0.5 s
+# off the grid, two a second per subscribed primary on an idle queue.  A listener being
+# replaced (its node's channels changed: a slot moved to it) or stopped ends within this and a
+# tick (under PASS_WAIT plus a tick, and the supervisor's 2 s stop grace cancels it after
+# that), so a regrouping may take up to it longer.
 LISTEN_WAIT = 1.0
 # A node whose subscription failed is subscribed again after this long.
 ERROR_BACKOFF = 0.5
@@ -57,6 +59,7 @@ async def _listen_one(
     end: asyncio.Event,
     state: LoopState,
     ended: asyncio.Event,
+    on_tick: Callable[[float], float],
 ) -> None:
     """Listen on one connection until stop, ``end``, a slot move (sunsubscribe) or an error;
     sets ``ended`` when it returns.
@@ -76,7 +79,9 @@ async def _listen_one(
             on_hint(each, None)
         while not stop.is_set() and not end.is_set():
             state.progress()
-            msg = await pubsub.get_message(ignore_subscribe_messages=False, timeout=LISTEN_WAIT)
+            now = time.monotonic()
+            wait = max(0.0, on_tick(now + LISTEN_WAIT) - now)
+            msg = await pubsub.get_message(ignore_subscribe_messages=False, timeout=wait)
             if not msg:
                 continue
             kind = msg.get("type")
@@ -198,14 +203,16 @@ async def listen(
                 end = asyncio.Event()
                 node_client = node_client_async(node)
                 task = asyncio.create_task(
-                    _listen_one(node_client, chans, on_hint, stop, end, state, changed)
+                    _listen_one(
+                        node_client, chans, on_hint, stop, end, state, changed, supervisor.on_tick
+                    )
                 )
                 listeners[name] = _Listener(chans, node_client, end, task)
             state.ok()
             # A node whose subscription failed is tried again at its time, not at the pass's.
             now = time.monotonic()
-            retries = [at - now for name, at in retry_at.items() if at > now and name in layout]
-            await wait_event(changed, min([PASS_WAIT, *retries]))
+            retries = [at for name, at in retry_at.items() if at > now and name in layout]
+            await wait_event_until(changed, min([supervisor.on_tick(now + PASS_WAIT), *retries]))
     finally:
         await asyncio.gather(*(listener.close() for listener in listeners.values()))
 
@@ -225,19 +232,22 @@ async def _listen_standalone(
             changed.clear()
         end = asyncio.Event()
         listening = dict(channels)
-        task = asyncio.create_task(_listen_one(client, listening, on_hint, stop, end, state, end))
+        task = asyncio.create_task(
+            _listen_one(client, listening, on_hint, stop, end, state, end, supervisor.on_tick)
+        )
         try:
             while not stop.is_set() and not task.done():
                 if changed is not None and changed.is_set():
                     break  # the channels changed (or a stop): subscribe to them as they are now
+                pass_wait = supervisor.on_tick(time.monotonic() + PASS_WAIT) - time.monotonic()
                 if changed is None:
                     with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(asyncio.shield(task), PASS_WAIT)
+                        await asyncio.wait_for(asyncio.shield(task), pass_wait)
                 else:
                     flag = asyncio.ensure_future(changed.wait())
                     try:
                         await asyncio.wait(
-                            [task, flag], timeout=PASS_WAIT, return_when=asyncio.FIRST_COMPLETED
+                            [task, flag], timeout=pass_wait, return_when=asyncio.FIRST_COMPLETED
                         )
                     finally:
                         flag.cancel()

@@ -25,7 +25,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from shardq.runtime.supervisor import Supervisor
-from shardq.runtime.waits import wait_event
 from shardq.store import faults
 from shardq.store.keys import slot_of
 from shardq.store.op import Call
@@ -45,6 +44,10 @@ SYNC_INTERVAL = 10.0
 # (its stall bound is Supervisor.stall_after plus STALL_PASSES of it).  An idle loop wakes
 # this often instead of every max_sleep / idle_poll (1 s).
 IDLE_PASS = 10.0
+# The idle streak (reads or promotes in a row that found nothing) of a partition that has shown
+# no work since the process started: its doubling fallback wait is at its longest at once (2 to
+# this power, capped by the role's longest wait).
+LONG_IDLE = 30
 
 
 class PerPrimary:
@@ -160,7 +163,7 @@ class PerPrimary:
                 self.wake_all()
             await self.sync()
             state.ok()
-            await wait_event(self._changed, SYNC_INTERVAL)
+            await self.supervisor.sleep_to_tick(self._changed, SYNC_INTERVAL)
 
     def start(self, body: Callable[[str], Awaitable[None]]) -> None:
         """Run ``body(node)`` as the loop of each primary, kept in step with the slot map."""

@@ -70,6 +70,8 @@ class RoleSettings(Protocol):
     def redis_check_interval(self) -> float: ...
     @property
     def membership_timeout(self) -> float: ...
+    @property
+    def tick(self) -> float: ...
 
 
 S = TypeVar("S", bound=RoleSettings)
@@ -151,7 +153,7 @@ class RoleProcess(ABC, Generic[S]):
         self.transport = AsyncTransport(redis)
         #: Whether run() closes the transport at the end (not when another role lent it).
         self.owns_transport = True
-        self.supervisor = Supervisor(self.role, queue)
+        self.supervisor = Supervisor(self.role, queue, tick=settings.tick)
         self.membership: Membership | None = None
         self.started = asyncio.Event()
 
@@ -238,7 +240,7 @@ class RoleProcess(ABC, Generic[S]):
             while meta is not None:
                 meta = await self._serve(meta, watch)
                 if meta is not None:
-                    self.supervisor = Supervisor(self.role, self.queue)
+                    self.supervisor = Supervisor(self.role, self.queue, tick=s.tick)
         finally:
             if self.membership is not None:
                 with contextlib.suppress(Exception):  # its heartbeat expires anyway

@@ -22,6 +22,13 @@ Two kinds of trouble are told apart:
   (a ``forever`` loop's ``pace``).  ``stall_after`` covers a slow pass (a Redis call waits at
   most its socket timeout, and a failed call counts as progress: failing is not hanging).
 
+Periodic rounds run on the process's grid (:mod:`shardq.runtime.waits`): a loop of
+``interval`` runs at each whole multiple of its period on the monotonic clock, and the period
+is the interval rounded down to a whole number of the process's ``tick`` (the role's heartbeat
+interval).  Every periodic loop of a process then wakes it on the same moments, once a tick
+at most, instead of each on its own drifting timer; a loop runs at least as often as asked.
+Components put their fallback wake-ups on the same grid (:meth:`Supervisor.on_tick`).
+
 Loops stop in the order the coordinator gives to :meth:`Supervisor.stop` (stated in
 docs/architecture.md); the rest stop together after them.
 """
@@ -30,6 +37,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -37,7 +45,7 @@ from dataclasses import dataclass, field
 from shardq import backoff
 from shardq.logs import log_event
 from shardq.metrics import registry as metrics
-from shardq.runtime.waits import wait_event
+from shardq.runtime.waits import after_grid, on_grid, wait_event, wait_event_until
 from shardq.store.faults import is_migration, is_transient, redirect_fields
 
 log = logging.getLogger("shardq.supervisor")
@@ -91,6 +99,7 @@ class _Loop:
     body: Body
     interval: float | None
     stop: asyncio.Event
+    period: float = 0.0  # an every loop's rounds: on each whole multiple of this
     task: asyncio.Task[None] | None = None
     pace: float = 0.0  # a forever loop's longest wait between two progress reports
     # Events a forever loop sleeps on (its wake-ups): set at its stop too, so it sees the stop
@@ -120,9 +129,12 @@ class Supervisor:
         *,
         unhealthy_after: float = 60.0,
         stall_after: float = 30.0,
+        tick: float = 0.0,
     ) -> None:
+        """``tick``: the step of the process's grid (0: every loop on its own interval's)."""
         self.role = role
         self.queue = queue
+        self.tick = tick
         self.unhealthy_after = unhealthy_after
         self.stall_after = stall_after
         self.loops: dict[str, _Loop] = {}
@@ -130,8 +142,27 @@ class Supervisor:
     # registration --------------------------------------------------------------------------
 
     def every(self, name: str, interval: float, body: Body, *, first_at_once: bool = False) -> None:
-        """Run ``body`` every ``interval`` seconds (measured from the end of the last round)."""
+        """Run ``body`` every ``interval`` seconds, on the grid (see :meth:`period`): the next
+        round at the first multiple of the period after the last one ends."""
         self._add(name, body, interval, first_at_once)
+
+    def period(self, interval: float) -> float:
+        """``interval`` rounded down to a whole number of ticks (not below one tick): what a
+        loop asking for ``interval`` runs every.  Shorter than a tick: ``interval`` itself."""
+        tick = self.tick
+        if tick <= 0.0 or interval < tick:
+            return interval
+        return math.floor(interval / tick + 1e-9) * tick
+
+    def on_tick(self, at: float) -> float:
+        """The first moment of the process's grid at or after ``at`` (monotonic seconds): a
+        fallback wake-up set there shares the periodic loops' wake-up."""
+        return on_grid(at, self.tick)
+
+    async def sleep_to_tick(self, event: asyncio.Event, at_least: float) -> bool:
+        """Wait for ``event`` at most until the first grid moment ``at_least`` seconds from
+        now; True when it was set."""
+        return await wait_event_until(event, self.on_tick(time.monotonic() + at_least))
 
     def forever(
         self, name: str, body: Body, *, pace: float = 0.0, wakes: tuple[asyncio.Event, ...] = ()
@@ -155,6 +186,8 @@ class Supervisor:
         if name in self.loops:
             raise ValueError(f"loop {name!r} registered twice")
         loop = _Loop(LoopState(name, on_recover=self._succeeded), body, interval, asyncio.Event())
+        if interval is not None:
+            loop.period = self.period(interval)
         self.loops[name] = loop
         loop.task = asyncio.get_running_loop().create_task(self._run(loop, at_once), name=name)
 
@@ -216,7 +249,7 @@ class Supervisor:
         skip_wait = at_once  # the first round at once, and a retry right after its backoff
         while not loop.stop.is_set():
             if loop.interval is not None and not skip_wait:
-                await wait_event(loop.stop, loop.interval)
+                await wait_event_until(loop.stop, after_grid(time.monotonic(), loop.period))
                 if loop.stop.is_set():
                     return
             skip_wait = False

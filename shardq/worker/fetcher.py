@@ -48,7 +48,7 @@ from redis.exceptions import ResponseError
 from shardq.config import WorkerSettings
 from shardq.metrics import registry as metrics
 from shardq.runtime.budget import worker_share
-from shardq.runtime.pernode import IDLE_PASS, PerPrimary
+from shardq.runtime.pernode import IDLE_PASS, LONG_IDLE, PerPrimary
 from shardq.runtime.process import RoleContext
 from shardq.runtime.supervisor import log_redirect
 from shardq.runtime.waits import wait_event
@@ -147,7 +147,9 @@ class Fetcher:
         self.assigned: set[int] = set(self.partitions)
         self.fleet_size = 1
         self.hints: dict[int, int] = {}
-        #: Assigned partitions found empty that many reads in a row: their wait doubles.
+        #: Assigned partitions found empty that many reads in a row: their wait doubles.  A
+        #: partition without an entry has shown no work since this worker started (its first
+        #: read found it empty): it waits the longest at once (see idle_interval).
         self.idle_streak: dict[int, int] = {}
         #: Primaries whose loop has partitions to read but found no room, since when.
         self.waiting: dict[str, float] = {}
@@ -195,21 +197,25 @@ class Fetcher:
         assigned = {p for p in self.partitions if p % n == index}
         for p in assigned - self.assigned:
             self.poll_at[p] = 0.0  # newly ours (a peer left): read it now
-            self.idle_streak.pop(p, None)
+            self.idle_streak[p] = 0  # the peer may have been reading it busily
             self.nodes.wake(p)
         self.assigned, self.fleet_size = assigned, n
 
     def idle_interval(self, partition: int) -> float:
         """How long until an assigned partition just found empty is read again without a
         hint: idle_poll, doubling (up to max_idle_poll) each time in a row it was found empty
-        (a hint, a full batch or its assignment starts it over).  An unassigned one is swept
-        every sweep_interval x (N - 1)."""
+        (a hint, jobs read or its assignment starts it over).  One that has shown no work since
+        this worker started waits max_idle_poll at once: the short waits are for a partition
+        that was just busy, and an idle fleet's start-up used to read each partition six times
+        in its first minute (1, 2, 4 ... 30 s) for nothing.  A resubscription's wake-up is one
+        read, not a reason to start over.  An unassigned one is swept every sweep_interval x
+        (N - 1)."""
         s = self.settings
         if partition not in self.assigned:
             return s.sweep_interval * max(1, self.fleet_size - 1)
-        streak = self.idle_streak.get(partition, 0)
+        streak = self.idle_streak.get(partition, LONG_IDLE)
         self.idle_streak[partition] = streak + 1
-        return min(max(s.max_idle_poll, s.idle_poll), s.idle_poll * 2.0 ** min(streak, 30))
+        return min(max(s.max_idle_poll, s.idle_poll), s.idle_poll * 2.0 ** min(streak, LONG_IDLE))
 
     def hint(self, partition: int, message: bytes | None = None) -> None:
         """Jobs landed in the partition's ready stream: read it within the worker's share of
@@ -224,7 +230,9 @@ class Fetcher:
             upto = self.read_upto.get(partition)
             if entry is not None and upto is not None and entry <= upto:
                 return
-        self.idle_streak.pop(partition, None)
+            self.idle_streak[partition] = 0
+        # else: the wake-up every partition gets after a (re)subscription: one read, and
+        # the partition keeps its wait.
         self.hints[partition] = self.hints.get(partition, 0) + 1
         self.known_work.add(partition)
         if not self.share:
@@ -250,7 +258,8 @@ class Fetcher:
         at = now if due_ms is None else self._monotonic(due_ms, now)
         at += self.share
         if self.poll_at.get(partition, 0.0) > at:
-            self.idle_streak.pop(partition, None)
+            if due_ms is not None:
+                self.idle_streak[partition] = 0
             self.poll_at[partition] = at
             self.heads.add(partition)
             self.nodes.wake(partition)
@@ -292,8 +301,10 @@ class Fetcher:
                     mine = self.nodes.mine(node)
                     now = time.monotonic()
                     room = self.inflight.room()
-                    wake_at = min((self.poll_at.get(p, 0.0) for p in mine), default=now + longest)
-                    timeout = s.idle_poll if room <= 0 else max(0.0, wake_at - now)
+                    # The longest sleep ends on the process's grid (see idle_interval).
+                    cap = self.supervisor.on_tick(now + longest)
+                    wake_at = min((self.poll_at.get(p, 0.0) for p in mine), default=cap)
+                    timeout = s.idle_poll if room <= 0 else max(0.0, min(wake_at, cap) - now)
                     acks_at = self.settler.acks_due_at(self.nodes.node_of, node)
                     if acks_at is not None:  # acks waiting for a read go alone by then
                         timeout = min(timeout, max(0.0, acks_at - now))
@@ -557,7 +568,7 @@ class Fetcher:
                     self.read_upto[p] = newest
             more = full or hinted
             if more or n:
-                self.idle_streak.pop(p, None)  # work found: the next empty read starts over
+                self.idle_streak[p] = 0  # work found: the next empty read starts over
             self.redis_offset = result.now_ms / 1000.0 - now
             self.heads.discard(p)
             if full:
@@ -565,13 +576,15 @@ class Fetcher:
             elif hinted:  # a hint came while it was read: read again within the share
                 self.poll_at[p] = now + self.share
             else:
-                self.poll_at[p] = now + self.idle_interval(p)
+                # On the process's grid: the idle reads of its partitions, and its periodic
+                # loops, wake it together (shardq/runtime/waits.py).
+                self.poll_at[p] = self.supervisor.on_tick(now + self.idle_interval(p))
                 head = result.next_due_ms
                 if head is not None and head != delivery.NONE_WAITS and p in self.assigned:
                     # Its next job's due time: read (and promote) it then, within the share.
                     at = self._monotonic(head, now) + self.share
                     if at < self.poll_at[p]:
-                        self.idle_streak.pop(p, None)
+                        self.idle_streak[p] = 0
                         self.poll_at[p] = at
                         self.heads.add(p)
             if more:

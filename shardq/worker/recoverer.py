@@ -19,7 +19,7 @@ from typing import Any
 
 from shardq.metrics import registry as metrics
 from shardq.runtime.pernode import PerPrimaryCalls
-from shardq.runtime.waits import wait_event
+from shardq.runtime.waits import wait_event_until
 from shardq.store import delivery
 from shardq.worker.context import WorkerContext
 from shardq.worker.executor import Executor
@@ -63,10 +63,11 @@ class Recoverer:
         state = self.supervisor.state("recoverer")
         while not stop.is_set():
             state.progress()
-            timeout = self.settings.reclaim_interval
+            # On the process's grid: its periodic loops wake it then anyway.
+            at = self.supervisor.on_tick(time.monotonic() + self.settings.reclaim_interval)
             if self._follow_up is not None:
-                timeout = max(0.0, min(timeout, self._follow_up - time.monotonic()))
-            await wait_event(self.now, timeout)
+                at = min(at, self._follow_up)
+            await wait_event_until(self.now, at)
             if stop.is_set():
                 return
             if self._follow_up is not None and time.monotonic() >= self._follow_up:

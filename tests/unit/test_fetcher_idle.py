@@ -33,11 +33,18 @@ def reader(**settings: Any) -> Any:
 
 def test_an_assigned_partition_found_empty_again_waits_longer_up_to_max_idle_poll() -> None:
     r = reader(lateness_budget=0.0)
+    r.nodes = SimpleNamespace(wake=lambda p: None)
+    # No work seen since the worker started: the longest wait at once (its start-up read
+    # found it empty; 1, 2, 4 ... s would read every idle partition six times in a minute).
+    assert [Fetcher.idle_interval(r, 0) for _ in range(2)] == [30.0, 30.0]
+    # A resubscription's wake-up (no message) is one read; the partition keeps its wait.
+    Fetcher.hint(r, 0)
+    assert r.poll_at[0] == 0.0
+    assert Fetcher.idle_interval(r, 0) == 30.0
+    # A ready hint (a promote's, naming its last entry): the next empty read starts over.
+    Fetcher.hint(r, 0, b"1700000000000-0")
     waits = [Fetcher.idle_interval(r, 0) for _ in range(8)]
     assert waits == [1.0, 2.0, 4.0, 8.0, 16.0, 30.0, 30.0, 30.0]  # max_idle_poll 30 s
-    Fetcher.hint(r, 0)  # a ready hint: read now, and the next empty read starts over
-    assert r.poll_at[0] == 0.0
-    assert Fetcher.idle_interval(r, 0) == 1.0
     # not assigned to this worker: the sweep, whatever happened before
     assert Fetcher.idle_interval(r, 1) == 5.0 * 2
 

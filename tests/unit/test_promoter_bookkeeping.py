@@ -13,6 +13,7 @@ from typing import Any
 from shardq.config import DispatcherSettings
 from shardq.dispatcher.promoter import Promoter
 from shardq.errors import FencedError
+from shardq.runtime.supervisor import Supervisor
 from shardq.store import fleet, keys
 
 NODE = "127.0.0.1:1"
@@ -65,7 +66,7 @@ def promoter(partitions: int = 2) -> tuple[Promoter, CannedTransport, HeldLeases
     transport = CannedTransport()
     leases = HeldLeases()
     ctx = SimpleNamespace(
-        supervisor=None,
+        supervisor=Supervisor("dispatcher", "q"),
         transport=transport,
         queue="q",
         pks=keys.Layout("q", partitions).fleet(),
@@ -143,6 +144,12 @@ def test_an_idle_partitions_fallback_doubles_and_a_hint_starts_it_over() -> None
         return p.next_wake.get(0) - before
 
     idle = fleet.Promoted(0, None, 1000)
+    # No work seen since the dispatcher started: the longest sleep at once, and a
+    # resubscription's wake-up (one look) leaves it so.
+    assert abs(sleep_after(idle) - 30.0) < 0.05
+    p.hint(0, resubscribed=True)
+    assert abs(sleep_after(idle) - 30.0) < 0.05
+    assert abs(sleep_after(fleet.Promoted(3, None, 1000)) - 1.0) < 0.05  # work: over
     sleeps = [sleep_after(idle) for _ in range(7)]
     expected = [1.0, 2.0, 4.0, 8.0, 16.0, 30.0, 30.0]  # max_sleep 1 s doubling, to 30 s
     assert s.max_sleep == 1.0 and s.max_idle_sleep == 30.0

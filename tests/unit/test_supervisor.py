@@ -201,3 +201,48 @@ def test_loops_stop_in_the_order_given() -> None:
 
     asyncio.run(main())
     assert stopped[0] == "c" and set(stopped[1:3]) == {"b:1", "b:2"} and stopped[3] == "a"
+
+
+def test_periodic_loops_run_on_the_process_grid_and_wake_it_together() -> None:
+    """Loops of one process run on whole multiples of their period (the interval rounded down
+    to whole ticks): asked for 0.1 s and 0.2 s on a 0.1 s tick, both run at the same moments
+    of the monotonic clock, in one turn of the event loop (one wake-up), and a loop asking
+    for 0.15 s runs every 0.1 s (at least as often as asked)."""
+    sup = Supervisor(ROLE, "q", tick=0.1)
+    assert sup.period(0.1) == 0.1 and sup.period(0.2) == 0.2 and sup.period(0.15) == 0.1
+    assert sup.period(0.05) == 0.05  # under a tick: its own
+    assert Supervisor(ROLE, "q").period(0.75) == 0.75  # no tick: its own interval
+    at = sup.on_tick(1000.04)
+    assert abs(at - 1000.1) < 1e-9 and sup.on_tick(at) == at
+    runs: dict[str, list[tuple[float, int]]] = {"a": [], "b": [], "c": []}
+    turns = itertools.count()
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        original = loop._run_once  # type: ignore[attr-defined]
+
+        def counted() -> None:  # numbers the event loop's turns
+            next(turns)
+            original()
+
+        loop._run_once = counted  # type: ignore[attr-defined]
+
+        def body(name: str) -> Callable[[], Awaitable[None]]:
+            async def run() -> None:
+                now = time.monotonic()
+                runs[name].append((now, next(turns)))
+
+            return run
+
+        sup.every("a", 0.1, body("a"))
+        sup.every("b", 0.2, body("b"))
+        sup.every("c", 0.15, body("c"))
+        await asyncio.sleep(scaled(1.0))
+        await sup.stop()
+
+    asyncio.run(main())
+    assert len(runs["a"]) >= 5 and len(runs["b"]) >= 2 and len(runs["c"]) >= 5
+    # every round of b ran in the same event-loop turn as a round of a (one wake-up)
+    a_turns = {round(when, 2): turn for when, turn in runs["a"]}
+    for when, turn in runs["b"]:
+        assert abs(a_turns.get(round(when, 2), -99) - turn) <= 1, (runs["a"], runs["b"])
