@@ -146,7 +146,13 @@ class Dispatcher(RoleProcess[DispatcherSettings]):
         promoter = Promoter(ctx, leases=leases)
         ticker = Ticker(ctx, leases=leases)
         relay = Relay(ctx, leases=leases)
-        trimmer = Trimmer(ctx, leases=leases, activity=lambda p: promoter.by_partition.get(p, 0))
+        # Activity a trim follows: jobs promoted here, and enqueue hints (workers' reads promote
+        # too, and their acks leave entries to trim that this process never promoted).
+        trimmer = Trimmer(
+            ctx,
+            leases=leases,
+            activity=lambda p: promoter.by_partition.get(p, 0) + promoter.hints.get(p, 0),
+        )
         sampler = Sampler(ctx, leases=leases, activity=lambda p: promoter.by_partition.get(p, 0))
         self.leases, self.promoter, self.ticker, self.relay = leases, promoter, ticker, relay
 

@@ -114,14 +114,14 @@ class Promoter:
         wake-up every partition gets after a (re)subscription, one look that leaves its idle
         streak as it was."""
         if partition in self.leases.tokens:
-            if not resubscribed:
+            if not resubscribed:  # (a resubscription's look is not news of work there)
                 self.idle_streak[partition] = 0
+                self.hints[partition] = self.hints.get(partition, 0) + 1
             now = time.monotonic()
             deadline = now + self._slack(partition)
             if partition in self.next_wake:  # never later than it already was
                 deadline = min(deadline, self.next_wake.get(partition))
             self._schedule(partition, min(now, self.due_at.get(partition, now)), deadline)
-            self.hints[partition] = self.hints.get(partition, 0) + 1
             self.nodes.wake(partition)
 
     def _schedule(self, partition: int, due: float, deadline: float) -> None:

@@ -32,7 +32,10 @@ TRIM_LIMIT = 100_000
 # (jobs enqueued straight into the ready stream and acked, dead letters of those) waits for
 # the backed-off trim: their acknowledged entries, and dead letters past the cap, stay up to
 # ~31 trim intervals (31 s) longer before they go, memory only: nothing pending or
-# undelivered is ever trimmed, and a trim that removes something starts the backoff over.
+# undelivered is ever trimmed, and a trim that removes something starts the backoff over.  A
+# partition that promoted nothing since this process started skips the most at once after its
+# first trim found nothing (an idle fleet's start-up trimmed each partition six times in its
+# first minute).
 MAX_SKIP = 30
 
 
@@ -45,7 +48,7 @@ class Trimmer:
         activity: Callable[[int], int] = lambda p: 0,
     ) -> None:
         self.transport = ctx.transport
-        self.activity = activity  # jobs promoted so far in a partition (the promoter's count)
+        self.activity = activity  # grows with activity in a partition (promotes, enqueue hints)
         self.seen: dict[int, int] = {}
         self.meta = ctx.meta
         self.pks = ctx.pks
@@ -57,7 +60,7 @@ class Trimmer:
         held: dict[int, str] = {}
         for p, token in self.leases.tokens.items():
             promoted = self.activity(p)
-            if promoted != self.seen.get(p):
+            if promoted != self.seen.get(p, 0):
                 self.seen[p] = promoted
                 self.skip[p] = self.backoff[p] = 0
             if self.skip.get(p, 0) > 0:
@@ -100,6 +103,6 @@ class Trimmer:
             if result.ready_trimmed or result.dead_dropped:
                 self.backoff[p] = 0
             else:
-                self.skip[p] = self.backoff.get(p, 0)
+                self.skip[p] = self.backoff.get(p, MAX_SKIP)
                 self.backoff[p] = min(MAX_SKIP, max(1, 2 * self.skip[p]))
         return again

@@ -306,7 +306,7 @@ def test_a_due_hint_reads_an_assigned_partition_when_its_new_head_is_due() -> No
     r.redis_offset = 1_000.0 - now  # the Redis clock reads 1,000 s now
     r.poll_at[0] = now + 5.0
     Fetcher.due_hint(r, 0, b"1000200")  # due in 200 ms
-    assert now + 0.21 <= r.poll_at[0] <= time.monotonic() + 0.21 and 0 in r.heads
+    assert now + 0.21 - 1e-9 <= r.poll_at[0] <= time.monotonic() + 0.21 and 0 in r.heads
     Fetcher.due_hint(r, 0, b"1003000")  # later than the read already set: nothing
     assert r.poll_at[0] < now + 0.3 and woken == [0]
     Fetcher.due_hint(r, 0, b"o")  # a workflow child's end: the relay's, not the reader's
