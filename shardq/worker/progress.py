@@ -2,10 +2,11 @@
 
 A report is checked at once in the handler's own thread or task (JSON, at most
 :data:`shardq.jobs.MAX_PROGRESS_BYTES`: ProgressError there), then only remembered: the latest
-value per running job.  Every :data:`PROGRESS_INTERVAL` the ``progress`` loop writes each
-remembered value once (lua/progress-2.lua, written only while the job runs), so a handler that
-reports ten thousand times a second costs Redis one call per second, and one that reports
-nothing costs nothing.  A write that fails is dropped (the next report goes out as usual):
+value per running job.  Every :data:`PROGRESS_INTERVAL` (rounded down to the process's grid:
+0.75 s at the default heartbeat_interval) the ``progress`` loop writes each remembered value
+once (lua/progress-2.lua, written only while the job runs), so a handler that reports ten
+thousand times a second costs Redis one or two calls per second, and one that reports nothing
+costs nothing.  A write that fails is dropped (the next report goes out as usual):
 progress is advisory, never a reason to fail a job.
 """
 
