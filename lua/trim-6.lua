@@ -20,7 +20,9 @@ ARGV[4] dead-letter cap (entries)
 ARGV[5] most ready entries to trim in this call (whole stream nodes: cheap); at most
         min(ARGV[5], 1000) dead letters are dropped (each one also deletes its job)
 
-Returns {ready entries trimmed, dead letters dropped}, or {-1, token, lease} (E_FENCED)
+Returns {ready entries trimmed, dead letters dropped, owed}, owed 1 when the ready stream still
+holds a job owed a run (pending or undelivered: its settling leaves an entry to trim) else 0;
+or {-1, token, lease} (E_FENCED)
   {-10, key, found, expected}         E_WRONG_TYPE: a key was overwritten outside shardq
   {-11, argv index, value, lo, hi}    E_BAD_ARGUMENT
   {-15, 'KEYS' or 'ARGV', n, cap}    E_TOO_MANY_ARGUMENTS: before anything else (store/loader.py)
@@ -45,7 +47,7 @@ if wrong then return wrong end
 local stale = fenced(KEYS[6], ARGV[1])
 if stale then return stale end
 local now = now_ms()
-local trimmed, dropped = 0, 0
+local trimmed, dropped, owed = 0, 0, 0
 
 local function id_ms(id)
   return tonumber(string.match(id, '^(%d+)-'))
@@ -54,7 +56,10 @@ end
 if redis.call('EXISTS', KEYS[1]) == 1 then
   local bound = now - retention
   local first = redis.call('XPENDING', KEYS[1], ARGV[2], '-', '+', 1)[1]
-  if first then bound = math.min(bound, id_ms(first[1])) end
+  if first then
+    bound = math.min(bound, id_ms(first[1]))
+    owed = 1
+  end
   local last_delivered
   for _, g in ipairs(redis.call('XINFO', 'GROUPS', KEYS[1])) do
     for i = 1, #g, 2 do
@@ -65,7 +70,10 @@ if redis.call('EXISTS', KEYS[1]) == 1 then
   -- The first entry after last-delivered-id is the oldest undelivered one.
   local undelivered = last_delivered and
     redis.call('XRANGE', KEYS[1], '(' .. last_delivered, '+', 'COUNT', 1)[1]
-  if undelivered then bound = math.min(bound, id_ms(undelivered[1])) end
+  if undelivered then
+    bound = math.min(bound, id_ms(undelivered[1]))
+    owed = 1
+  end
   -- Entries in the bound's own millisecond stay: MINID keeps ids >= bound-0.  Whole stream
   -- nodes first (cheap, bounded by the limit); then, if that went all the way, the few settled
   -- entries left in the node the bound falls in (at most a node's worth: exact MINID trims
@@ -91,4 +99,4 @@ if excess > 0 then
   end
   count(KEYS[5], 'dead_dropped', dropped)
 end
-return {trimmed, dropped}
+return {trimmed, dropped, owed}

@@ -32,10 +32,13 @@ TRIM_LIMIT = 100_000
 # (jobs enqueued straight into the ready stream and acked, dead letters of those) waits for
 # the backed-off trim: their acknowledged entries, and dead letters past the cap, stay up to
 # ~31 trim intervals (31 s) longer before they go, memory only: nothing pending or
-# undelivered is ever trimmed, and a trim that removes something starts the backoff over.  A
-# partition that promoted nothing since this process started skips the most at once after its
-# first trim found nothing (an idle fleet's start-up trimmed each partition six times in its
-# first minute).
+# undelivered is ever trimmed, and a trim that removes something starts the backoff over.
+# A partition that promoted nothing since this process started, and whose stream owes no job a
+# run, skips the most at once after its first trim found nothing (an idle fleet's start-up
+# trimmed each partition six times in its first minute).  A stream found owing a job a run
+# (pending or undelivered, which this process may never have seen: a worker's read promotes
+# too, an enqueue for now goes straight to the stream) when it owed none at its trim before
+# starts over from one round: that job's settling leaves an entry to trim.
 MAX_SKIP = 30
 
 
@@ -55,6 +58,7 @@ class Trimmer:
         self.leases = leases
         self.skip: dict[int, int] = {}  # rounds left to skip, per partition
         self.backoff: dict[int, int] = {}  # rounds it will skip after its next idle trim
+        self.owed: set[int] = set()  # partitions whose last trim found a job owed a run
 
     async def round(self) -> None:
         held: dict[int, str] = {}
@@ -100,9 +104,16 @@ class Trimmer:
                 continue
             if result.ready_trimmed >= TRIM_LIMIT:
                 again[p] = held[p]
+            news = result.owed and p not in self.owed  # jobs came that this process missed
+            if result.owed:
+                self.owed.add(p)
+            else:
+                self.owed.discard(p)
             if result.ready_trimmed or result.dead_dropped:
                 self.backoff[p] = 0
             else:
+                if news:
+                    self.backoff[p] = 0
                 self.skip[p] = self.backoff.get(p, MAX_SKIP)
                 self.backoff[p] = min(MAX_SKIP, max(1, 2 * self.skip[p]))
         return again

@@ -183,11 +183,13 @@ def promote(pk: keys.PartitionKeys, token: str, batch: int, lease_ms: int) -> Op
 class Trimmed(NamedTuple):
     ready_trimmed: int
     dead_dropped: int
+    #: The ready stream still holds a job owed a run (pending or undelivered).
+    owed: bool = False
 
 
 def _parse_trim(reply: Any) -> Trimmed:
     r = check(reply)
-    return Trimmed(numbers.integer(r[0], 0), numbers.integer(r[1], 0))
+    return Trimmed(numbers.integer(r[0], 0), numbers.integer(r[1], 0), len(r) > 2 and r[2] == 1)
 
 
 def trim(

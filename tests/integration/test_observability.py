@@ -307,7 +307,9 @@ def test_trim_never_drops_a_pending_or_undelivered_entry(
     assert len(fetched.jobs) == 2
     token = transport.run(r, fleet.lease_acquire(pk, "trimmer", 60_000)).token
     for _ in range(3):
-        transport.run(r, fleet.trim(pk, token, 0, 100, 1000))
+        trimmed = transport.run(r, fleet.trim(pk, token, 0, 100, 1000))
+        # nothing removed, and the stream says it owes jobs a run (the trimmer's back-off)
+        assert trimmed == (0, 0, True)
     assert r.xlen(pk.ready) == 5  # 2 pending + 3 undelivered: nothing trimmed
     transport.run(r, fleet.lease_release(pk, token))
     # Another worker reclaims the paused one's deliveries and runs everything.
@@ -478,7 +480,7 @@ def test_dead_letter_cap(cluster_client: Client, queue: str) -> None:
         assert outcome.outcome == "dead"
     assert r.xlen(pk.dead) == 5
     token = transport.run(r, fleet.lease_acquire(pk, "t", 60_000)).token
-    assert transport.run(r, fleet.trim(pk, token, 0, 3, 1000)) == (0, 2)
+    assert transport.run(r, fleet.trim(pk, token, 0, 3, 1000)) == (0, 2, False)
     assert r.xlen(pk.dead) == 3
     assert r.hlen(pk.jobs) == 3  # the two dropped dead jobs went with their entries
     assert int(r.hget(pk.stats, "dead_dropped")) == 2

@@ -13,17 +13,19 @@ from shardq.store import fleet, keys
 
 
 class Transport:
-    """Answers every trim with ``removed[p]`` entries removed (0 by default)."""
+    """Answers every trim with ``removed[p]`` entries removed (0 by default), and the stream
+    owing a job a run for the partitions in ``owed``."""
 
     def __init__(self, pks: dict[int, Any]) -> None:
         self.removed: dict[int, int] = {}
+        self.owed: set[int] = set()
         self.trimmed: list[list[int]] = []
         self.partition_of = {pk.ready: p for p, pk in pks.items()}
 
     async def run_many(self, ops: list[Any]) -> list[Any]:
         parts = [self.partition_of[op.keys[0]] for op in ops]
         self.trimmed.append(parts)
-        return [fleet.Trimmed(self.removed.get(p, 0), 0) for p in parts]
+        return [fleet.Trimmed(self.removed.get(p, 0), 0, p in self.owed) for p in parts]
 
 
 def trimmer(activity: dict[int, int]) -> tuple[Trimmer, Transport]:
@@ -72,3 +74,21 @@ def test_activity_trims_at_the_next_round_and_an_empty_trim_then_backs_off_from_
     activity[1] = 6
     seen = rounds(t, transport, 3)
     assert [1 in parts for parts in seen] == [True, True, True]
+
+
+def test_a_stream_that_owes_a_job_a_run_is_trimmed_again_soon() -> None:
+    """Jobs this dispatcher never saw (a worker's read promoted them, or an enqueue for now went
+    straight to the stream) leave entries to trim when they settle: a stream found owing a job
+    a run, when it owed none before, starts its back-off over; still owing, it doubles."""
+    activity: dict[int, int] = {}
+    t, transport = trimmer(activity)
+    transport.owed.add(1)  # at start-up partition 1 holds a pending job
+    seen = rounds(t, transport, 8)
+    assert [i for i, parts in enumerate(seen) if 1 in parts] == [0, 1, 3, 6]
+    assert [i for i, parts in enumerate(seen) if 0 in parts] == [0]  # empty: the longest
+    rounds(t, transport, MAX_SKIP)  # partition 0's long skip is over: trimmed, still idle
+    transport.owed.add(0)  # a job landed in 0 unseen; its next trim finds it owed
+    seen = rounds(t, transport, MAX_SKIP + 8)
+    trimmed_0 = [i for i, parts in enumerate(seen) if 0 in parts]
+    first = trimmed_0[0]
+    assert [i - first for i in trimmed_0[:4]] == [0, 1, 3, 6]
