@@ -2,7 +2,8 @@
 
 Async handlers run as tasks on the event loop, sync ones in a thread pool, and handlers marked
 ``@inline`` right on the loop with no task at all (for quick, non-blocking work).  A watchdog
-(run with the heartbeat) cancels handlers past ``handler_timeout``.  Whatever happens, the
+(run with the heartbeat) cancels handlers past ``handler_timeout``; a sync handler's job fails
+at its timeout to the moment, on a timer of its own.  Whatever happens, the
 delivery goes to the settler: success to be acknowledged, anything raised to be retried or
 dead-lettered.  A delivery whose stored body cannot be read is dead-lettered as such, never
 allowed to stop the worker.
@@ -367,14 +368,7 @@ class Executor:
                 return
             if d.timed_out:
                 # The watchdog stopped a handler that ran over handler_timeout: retry it.
-                limit, where = self._timeout_of(job)
-                self._failed(
-                    d,
-                    HandlerTimeoutError(
-                        f"handler for {job.type!r} ran over {where} ({limit} s): make it "
-                        f"faster, split the job, or raise {where}"
-                    ),
-                )
+                self._failed(d, self._timeout_error(job))
                 return
             # Shutdown grace ran out: leave the delivery pending; another worker reclaims it.
             self.inflight.remove(d.partition, d.entry_id)
@@ -428,9 +422,25 @@ class Executor:
             # The job's span is current in this task's context: the pool's thread runs the
             # handler in a copy of it, so the handler's own spans are the span's children.
             ctx = contextvars.copy_context()
-            result = await loop.run_in_executor(self._pool, ctx.run, call, job)
+            ran = loop.run_in_executor(self._pool, ctx.run, call, job)
         else:
-            result = await loop.run_in_executor(self._pool, call, job)
+            ran = loop.run_in_executor(self._pool, call, job)
+        if limit is None:
+            result = await ran
+        else:
+            # A timer of its own, not the watchdog's round (every heartbeat_interval): the job
+            # fails at its timeout, not up to a heartbeat later.  A thread's hop costs far more
+            # than the timer, and async handlers keep the watchdog (no timer per job).
+            try:
+                done, _ = await asyncio.wait((ran,), timeout=limit)
+            finally:
+                # Stopped (a running cancel, shutdown) or over time: nobody awaits its outcome
+                # now.  The thread runs on (threads cannot be stopped); _timed logs an overrun.
+                if not ran.done():
+                    ran.cancel()
+            if not done:
+                raise self._timeout_error(job)
+            result = ran.result()
         if inspect.isawaitable(result):
             return await result
         return result
@@ -449,6 +459,13 @@ class Executor:
                 d.task.cancel()
             return True
         return False
+
+    def _timeout_error(self, job: Job) -> HandlerTimeoutError:
+        limit, where = self._timeout_of(job)
+        return HandlerTimeoutError(
+            f"handler for {job.type!r} ran over {where} ({limit} s): make it "
+            f"faster, split the job, or raise {where}"
+        )
 
     def _timeout_of(self, job: Job) -> tuple[float | None, str]:
         """How long one attempt of ``job`` may run, and what set it: the job's own
