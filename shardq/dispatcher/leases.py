@@ -135,6 +135,10 @@ class Leases:
         m = self.membership
         if m.last_success is None:
             await m.beat()  # no view of the fleet yet: no share can be computed without one
+        else:
+            # The membership loop beats at this same grid moment: decide on what it brings,
+            # so a dead owner's partitions are taken in this round (not a renew_interval on).
+            await m.this_tick(self.wait)
         # A view older than the membership timeout (the fleet's node has not answered the
         # heartbeats) says nothing about who is live now: keep what is held, take nothing.
         stale = time.monotonic() - (m.last_success or 0.0) > m.timeout

@@ -17,6 +17,7 @@ another incarnation are its predecessors (a restart in place): gone from the sta
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 
@@ -57,12 +58,32 @@ class Membership:
         self.last_success: float | None = None
         self._previous: set[str] = set()
         self._warned_twin = False
+        self._beating: asyncio.Future[None] | None = None
 
     async def beat(self) -> fleet.Members:
         """Heartbeat and refresh the view (raises what Redis raised; the view is kept)."""
+        beating = self._beating = asyncio.get_running_loop().create_future()
+        try:
+            return await self._beat()
+        finally:
+            beating.set_result(None)
+            if self._beating is beating:
+                self._beating = None
+
+    async def this_tick(self, timeout: float) -> None:
+        """Wait, at most ``timeout``, for the heartbeat under way or starting in this turn of
+        the event loop: a loop woken at the same grid moment as the membership loop (the
+        dispatcher's lease round) then decides on the view that beat brings, so a member found
+        gone is acted on in this round, not one tick later."""
+        await asyncio.sleep(0)  # tasks woken in this turn run up to their first wait
+        beating = self._beating
+        if beating is not None:
+            await asyncio.wait((beating,), timeout=timeout)
+
+    async def _beat(self) -> fleet.Members:
         op = fleet.members(self.members_key, self.drain_key, self.me, round(self.timeout * 1000))
         try:
-            members = await self.transport.run(op)
+            members = await self.transport.run_together(op)
         except Exception:
             self._previous = set()  # a gap: the next success starts a fresh view
             raise
