@@ -6,12 +6,13 @@ An idle dispatcher or worker cannot do less than heartbeat into its fleet (how f
 is replaced depends on it: every ``renew_interval``, 1 s, for a dispatcher, every
 ``heartbeat_interval``, 0.75 s, for a worker), read its queue's meta every
 ``runtime.process.LAYOUT_CHECK`` (1 s: the resize protocol counts on it) and, for a worker,
-re-read the queue's limits every 2 s (the README promises it).  This runs exactly those calls,
-through shardq's own transport and the same interval loops (one timer each, ``wait_event``),
-in one process per role, and reports each process's CPU (utime + stime, % of a core) over
-``--seconds``, and Redis' (``used_cpu_user + used_cpu_sys``, every node) beside its own rate
-measured first without them: what those round trips cost on this box, which no change to
-shardq's idle back-offs can go below.  ``bench.idle`` (or
+re-read the queue's limits every ``LIMITS_REFRESH`` (2 s: the README promises it).  This runs
+exactly those calls the way the processes run them: one loop each, its interval rounded down
+to whole ticks of the role's wake-up grid (``Supervisor.period``), so loops due at one grid
+moment wake in one turn of the event loop; in one process per role.  It reports each
+process's CPU (utime + stime, % of a core) over ``--seconds``, and Redis' (``used_cpu_user +
+used_cpu_sys``, every node) beside its own rate measured first without them: what those round
+trips cost on this box, which no change to shardq's idle back-offs can go below.  ``bench.idle`` (or
 ``bench.baselines.steady --idle-settle 60``) measures the real processes beside it.
 """
 
@@ -32,12 +33,12 @@ from shardq import Client
 from shardq.connection import RedisSettings, connect_async
 from shardq.devtools.bench import delete_queue
 from shardq.runtime.process import LAYOUT_CHECK
-from shardq.runtime.waits import wait_event
+from shardq.runtime.supervisor import Supervisor
+from shardq.runtime.waits import after_grid, wait_event_until
 from shardq.store import fleet, keys, queues
 from shardq.store.meta import read_meta
 from shardq.store.transport import AsyncTransport
-
-LIMITS_EVERY = 2.0  # shardq.worker.worker.LIMITS_REFRESH
+from shardq.worker.worker import LIMITS_REFRESH
 
 
 async def _role(url: str, queue: str, role: str) -> None:
@@ -52,11 +53,14 @@ async def _role(url: str, queue: str, role: str) -> None:
         members = keys.workers_key(queue), keys.workers_drain_key(queue)
         beat_every = 0.75  # WorkerSettings.heartbeat_interval
     me = f"{role}:floor#{os.getpid()}"
+    grid = Supervisor(role, queue, tick=beat_every)  # only its rounding of intervals to the grid
 
     async def every(interval: float, body: Any) -> None:
+        period = grid.period(interval)
         while not stop.is_set():
-            await wait_event(stop, interval)
-            await body()
+            await wait_event_until(stop, after_grid(time.monotonic(), period))
+            if not stop.is_set():
+                await body()
 
     async def beat() -> None:
         await transport.run(fleet.members(*members, me, 2500))
@@ -69,7 +73,7 @@ async def _role(url: str, queue: str, role: str) -> None:
 
     loops = [every(beat_every, beat), every(LAYOUT_CHECK, layout)]
     if role == "worker":
-        loops.append(every(LIMITS_EVERY, limits))
+        loops.append(every(LIMITS_REFRESH, limits))
     tasks = [asyncio.ensure_future(loop) for loop in loops]
     await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)
     stop.set()

@@ -83,7 +83,7 @@ class Membership:
     async def _beat(self) -> fleet.Members:
         op = fleet.members(self.members_key, self.drain_key, self.me, round(self.timeout * 1000))
         try:
-            members = await self.transport.run_together(op)
+            members = await self.transport.run(op)
         except Exception:
             self._previous = set()  # a gap: the next success starts a fresh view
             raise

@@ -40,8 +40,8 @@ from shardq.runtime import health, hints, redis_config
 from shardq.runtime.membership import Membership
 from shardq.runtime.startup import queue_meta
 from shardq.runtime.supervisor import Supervisor
-from shardq.store import keys, queues
-from shardq.store.meta import QueueMeta
+from shardq.store import keys
+from shardq.store.meta import QueueMeta, read_meta
 from shardq.store.transport import AsyncTransport
 
 #: How often a worker or dispatcher reads the queue's meta to see a resize begin or end.
@@ -289,8 +289,7 @@ class RoleProcess(ABC, Generic[S]):
         async def check_layout() -> None:
             # A resize rewrites the meta as it goes: run again on partitions that changed (the
             # switch itself changes none: the coming generation was served already).
-            # With the membership beat (same slot, same grid moment): one round trip.
-            now = await self.transport.run_together(queues.read_meta(self.queue))
+            now = await read_meta(self.redis, self.queue)
             if self._served(now) != served and not changed.done():
                 changed.set_result(now)
 

@@ -402,9 +402,6 @@ class AsyncTransport:
         self._unreachable: str | None = None
         #: Called after each refresh of the slot map (the hint subscriptions regroup at once).
         self.on_refresh: list[Callable[[], None]] = []
-        # run_together's calls of this loop turn, and the sends under way (kept referenced).
-        self._together: list[tuple[Call[Any], asyncio.Future[Any]]] = []
-        self._sending: set[asyncio.Task[None]] = set()
 
     # topology ------------------------------------------------------------------------------
 
@@ -488,44 +485,6 @@ class AsyncTransport:
                 raise
         await self.load_library(node)
         return await client.execute_command(*op.command())
-
-    async def run_together(self, op: Call[T]) -> T:
-        """Run one op with every other op asked for in this turn of the event loop: one batch
-        per primary (:meth:`run_many`), so loops woken by one grid moment (membership, the
-        layout check, the limits read, all on the queue's slot) share one round trip.  Like
-        :meth:`run`, but raises what its op met after run_many's one resend."""
-        loop = asyncio.get_running_loop()
-        done: asyncio.Future[Any] = loop.create_future()
-        if not self._together:
-            # After every task already woken in this turn has run up to its first wait.
-            loop.call_soon(self._send_together)
-        self._together.append((op, done))
-        result: T = await done
-        return result
-
-    def _send_together(self) -> None:
-        batch, self._together = self._together, []
-        task = asyncio.get_running_loop().create_task(self._run_together(batch))
-        self._sending.add(task)
-        task.add_done_callback(self._sending.discard)
-
-    async def _run_together(self, batch: list[tuple[Call[Any], asyncio.Future[Any]]]) -> None:
-        results: list[Any]
-        try:
-            results = await self.run_many([o for o, _ in batch])
-        except asyncio.CancelledError:  # shutdown: no caller is left hanging
-            for _, done in batch:
-                done.cancel()
-            raise
-        except Exception as exc:
-            results = [exc] * len(batch)
-        for (_, done), r in zip(batch, results, strict=True):
-            if done.done():
-                continue  # its caller was cancelled meanwhile
-            if isinstance(r, BaseException):
-                done.set_exception(r)
-            else:
-                done.set_result(r)
 
     async def run_on(self, node: str, ops: Sequence[Call[T]]) -> list[T | BaseException]:
         """Run a batch on one primary's connection; parsed results or exceptions in op order.

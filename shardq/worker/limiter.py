@@ -76,7 +76,7 @@ class Limiter:
 
     async def refresh(self) -> None:
         """Re-read the queue's limits (a loop of the worker's supervisor calls this)."""
-        raw = await self.transport.run_together(queues.limits_fields(self.queue))
+        raw = await self.transport.run(queues.limits_fields(self.queue))
         found: list[Limit] = []
         for text, value in raw.items():
             try:

@@ -36,7 +36,7 @@ def test_a_job_enqueued_into_an_idle_queue_starts_within_the_lateness_budget(
     partitions = 8
     client.create_queue(queue, partitions)
     # A short lease: an idle partition is never promoted here, so only the lease loop's
-    # renewals keep it (half the lease time, 1.5 s, with renew_interval 0.5 s).
+    # renewals keep it (a third of the lease time, 1 s, with renew_interval 0.5 s).
     dispatcher = DispatcherSettings(
         lease_time=3.0, renew_interval=0.5, membership_timeout=2.0, max_sleep=NEVER
     )
