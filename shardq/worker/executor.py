@@ -430,17 +430,28 @@ class Executor:
         else:
             # A timer of its own, not the watchdog's round (every heartbeat_interval): the job
             # fails at its timeout, not up to a heartbeat later.  A thread's hop costs far more
-            # than the timer, and async handlers keep the watchdog (no timer per job).
+            # than the timer, and async handlers keep the watchdog (no timer per job).  The
+            # timer cancels the pool's future, as this task's own cancel (a running cancel,
+            # shutdown) does: nobody awaits its outcome then, and the thread runs on (threads
+            # cannot be stopped; _timed logs an overrun).  A plain timer, not asyncio.wait: no
+            # waiter future, callback and set per job.
+            expired = False
+
+            def expire() -> None:
+                nonlocal expired
+                expired = True
+                ran.cancel()
+
+            timer = loop.call_later(limit, expire)
             try:
-                done, _ = await asyncio.wait((ran,), timeout=limit)
+                result = await ran
+            except asyncio.CancelledError:
+                task = asyncio.current_task()
+                if expired and (task is None or not task.cancelling()):
+                    raise self._timeout_error(job) from None
+                raise
             finally:
-                # Stopped (a running cancel, shutdown) or over time: nobody awaits its outcome
-                # now.  The thread runs on (threads cannot be stopped); _timed logs an overrun.
-                if not ran.done():
-                    ran.cancel()
-            if not done:
-                raise self._timeout_error(job)
-            result = ran.result()
+                timer.cancel()
         if inspect.isawaitable(result):
             return await result
         return result
