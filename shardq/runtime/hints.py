@@ -33,8 +33,9 @@ from shardq.store.keys import slot_of
 
 log = logging.getLogger("shardq.hints")
 
-# The longest a pass of the listen loop waits before it reports progress (the stall bound),
-# looks at the slot map again, and waits for a closing listener before it cancels it.  The
+# How long a pass of the listen loop waits before it reports progress (the stall bound) and
+# looks at the slot map again: to the process's first grid moment at least this far off, so up
+# to a tick more; also the longest it waits for a closing listener before it cancels it.  The
 # slot map look is a backstop: a slot move ends the moved channels' subscription
 # (sunsubscribe), a failed node its listener, and a refresh of the slot map by any loop wakes
 # the listen loop (AsyncTransport.on_refresh), each at once.
