@@ -100,8 +100,11 @@ class Consumer:
         budget_ms: float | None = None,
         concurrency: int = CONCURRENCY,
         code: Path = REPO,
+        shardq_env: dict[str, str] | None = None,
     ) -> None:
         env = dict(os.environ, SHARDQ_BENCH_RUNLOG=str(log))
+        if design == "shardq":
+            env.update(shardq_env or {})
         if budget_ms is not None:  # both shardq processes read it (the default otherwise)
             env["SHARDQ_LATENESS_BUDGET"] = f"{budget_ms}ms"
         # The handler module is this checkout's (bench/handlers), shardq the code's.
@@ -155,6 +158,7 @@ def run_one(
     code: Path = REPO,
     id_kind: str = "generated",
     sticky_jobs: int | None = None,
+    shardq_env: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     r = redis_lib.Redis.from_url(url)
     queue = f"steady-{secrets.token_hex(4)}"
@@ -165,7 +169,9 @@ def run_one(
     else:
         mod.setup(handle, queue)
     workdir = Path(tempfile.mkdtemp(prefix="shardq-steady-"))
-    consumer = Consumer(design, url, queue, workdir / "runs.log", budget_ms, concurrency, code)
+    consumer = Consumer(
+        design, url, queue, workdir / "runs.log", budget_ms, concurrency, code, shardq_env
+    )
     logs = RunLogs(workdir)
     try:
         time.sleep(idle_settle)
@@ -371,6 +377,15 @@ def main(argv: list[str] | None = None) -> None:
         "routing)",
     )
     parser.add_argument(
+        "--shardq-env",
+        action="append",
+        default=[],
+        metavar="SHARDQ_NAME=VALUE",
+        help="a setting of shardq's dispatcher and worker processes, as its environment "
+        "variable (repeatable), e.g. SHARDQ_WORKER_HEARTBEAT_INTERVAL=10: the idle cost of "
+        "other heartbeat cadences",
+    )
+    parser.add_argument(
         "--code", default="", help="run shardq's processes from this checkout (default: this one)"
     )
     parser.add_argument("--out", default="", help="also write the JSON document here")
@@ -385,6 +400,12 @@ def main(argv: list[str] | None = None) -> None:
         print(idle_summary(stored["runs"], stored.get("bare_redis_core_pct", [])))
         return
     designs = [d for d in args.designs.split(",") if d]
+    shardq_env: dict[str, str] = {}
+    for item in args.shardq_env:
+        name, sep, value = item.partition("=")
+        if not sep or not name.startswith("SHARDQ_"):
+            parser.error(f"--shardq-env takes SHARDQ_NAME=VALUE, not {item!r}")
+        shardq_env[name] = value
     budgets: list[float | None] = [
         None if b.strip() == "default" else float(b) for b in args.budgets.split(",") if b.strip()
     ] or [None]
@@ -413,6 +434,7 @@ def main(argv: list[str] | None = None) -> None:
         code = Path(args.code).resolve() if args.code else REPO
         doc["code"] = str(code)
         doc["idle_settle"] = args.idle_settle
+        doc["shardq_env"] = shardq_env
         rows: list[dict[str, Any]] = []
         bare: list[float] = []
         for rnd in range(args.rounds):
@@ -429,6 +451,7 @@ def main(argv: list[str] | None = None) -> None:
                         row = run_one(
                             design, url, rate, args.seconds, args.idle, budget,
                             args.concurrency, args.idle_settle, code, args.ids, sticky,
+                            shardq_env,
                         )  # fmt: skip
                         row["concurrency"] = args.concurrency
                         row["round"] = rnd + 1
