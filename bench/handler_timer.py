@@ -5,10 +5,11 @@
 A sync handler runs in a thread; the worker's task awaits the pool's future.  With a timeout
 (every sync job under the default ``handler_timeout``) the job must fail at the limit, so the
 await carries a timer.  This times the await alone, on a future completed at once (no thread,
-so the difference is the timer's), in three forms: a plain await (no timeout), the
-``asyncio.wait(..., timeout=)`` form (shardq at ``fbea221``), and the ``loop.call_later``
-timer that cancels the future, told from the task's own cancel by ``Task.cancelling()``
-(``Executor._call`` since ``c7f5f29``).  CPU µs per job (``time.process_time``).
+so the difference is the timer's), in four forms: a plain await (no timeout), the
+``asyncio.wait(..., timeout=)`` form (shardq at ``fbea221``), a ``loop.call_later`` timer that
+cancels the future, told from the task's own cancel by ``Task.cancelling()`` (``c7f5f29``), and
+``async with asyncio.timeout()`` (``Executor._call`` since, the same semantics from the
+standard library).  CPU µs per job (``time.process_time``).
 """
 
 from __future__ import annotations
@@ -64,10 +65,18 @@ async def timer_form(loop: asyncio.AbstractEventLoop) -> int:
         timer.cancel()
 
 
+async def timeout_form(loop: asyncio.AbstractEventLoop) -> int:
+    ran: asyncio.Future[int] = loop.create_future()
+    loop.call_soon(ran.set_result, 1)
+    async with asyncio.timeout(LIMIT):  # the error path (deadline.expired()) never runs here
+        return await ran
+
+
 FORMS: dict[str, Callable[[asyncio.AbstractEventLoop], Awaitable[int]]] = {
     "plain await (no timeout)": plain,
     "asyncio.wait with a timeout": wait_form,
     "call_later timer": timer_form,
+    "asyncio.timeout": timeout_form,
 }
 
 

@@ -430,28 +430,20 @@ class Executor:
         else:
             # A timer of its own, not the watchdog's round (every heartbeat_interval): the job
             # fails at its timeout, not up to a heartbeat later.  A thread's hop costs far more
-            # than the timer, and async handlers keep the watchdog (no timer per job).  The
-            # timer cancels the pool's future, as this task's own cancel (a running cancel,
-            # shutdown) does: nobody awaits its outcome then, and the thread runs on (threads
-            # cannot be stopped; _timed logs an overrun).  A plain timer, not asyncio.wait: no
-            # waiter future, callback and set per job.
-            expired = False
-
-            def expire() -> None:
-                nonlocal expired
-                expired = True
-                ran.cancel()
-
-            timer = loop.call_later(limit, expire)
+            # than the timer, and async handlers keep the watchdog (no timer per job).  At the
+            # limit asyncio.timeout cancels this await, and with it the pool's future, as this
+            # task's own cancel (a running cancel, shutdown) does and tells apart: nobody
+            # awaits the outcome then, and the thread runs on (threads cannot be stopped;
+            # _timed logs an overrun).  expired(): a TimeoutError the handler raised itself is
+            # the handler's failure, not a timeout.
+            deadline = asyncio.timeout(limit)
             try:
-                result = await ran
-            except asyncio.CancelledError:
-                task = asyncio.current_task()
-                if expired and (task is None or not task.cancelling()):
+                async with deadline:
+                    result = await ran
+            except TimeoutError:
+                if deadline.expired():
                     raise self._timeout_error(job) from None
                 raise
-            finally:
-                timer.cancel()
         if inspect.isawaitable(result):
             return await result
         return result

@@ -141,3 +141,20 @@ def test_a_sync_handler_over_its_timeout_fails_at_once_and_its_overrun_is_logged
         assert time.monotonic() - t0 < 1.5
         wait_for(lambda: "job.overran" in caplog.text, 10, "the overrun was not logged")
     assert job_id in caplog.text
+
+
+def test_a_sync_handlers_own_timeout_error_is_its_failure_not_a_timeout(
+    url: str, client: Client, queue: str
+) -> None:
+    """A sync handler with a timeout that raises TimeoutError itself (a socket's, say) fails
+    with that error and its message, not as having run over its timeout."""
+    client.create_queue(queue, partitions=2)
+
+    def calls_out(job: Job) -> None:
+        raise TimeoutError("upstream did not answer")
+
+    with Runner(url, queue, {"c": calls_out}):
+        job_id = client.enqueue(queue, "c", None, timeout=5.0, max_attempts=1, keep_result=60)
+        with pytest.raises(JobFailedError, match="upstream did not answer") as failed:
+            client.result(queue, job_id, timeout=10)
+    assert "ran over" not in str(failed.value)
