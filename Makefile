@@ -28,7 +28,7 @@ CORE_TESTS ?= tests/unit/test_store.py tests/unit/test_scripts_loader.py tests/u
   tests/integration/test_supervisor_redis.py tests/integration/test_keys.py \
   tests/fleet/test_crash.py
 
-.PHONY: install redis-server lint test test-unit test-all test-stress test-lowest demo bench bench-cluster-up bench-cluster-down loadtest clean
+.PHONY: install redis-server test-tools lint test test-unit test-all test-stress test-lowest demo bench bench-cluster-up bench-cluster-down loadtest clean
 
 install: $(VENV)/.installed
 
@@ -38,10 +38,14 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install -q -e '.[dev]'
 	touch $@
 
+# What the demo, the benchmarks and the dev cluster need: Redis alone.
 redis-server:
 	@command -v redis-server >/dev/null 2>&1 || { \
 	  echo "redis-server missing: installing it from Debian's packages"; \
 	  $(SUDO) apt-get update && $(SUDO) apt-get install -y redis-server; }
+
+# What the test suite needs besides Redis.
+test-tools: redis-server
 	@command -v openssl >/dev/null 2>&1 || { \
 	  echo "openssl missing (the TLS tests make certificates with it): installing it"; \
 	  $(SUDO) apt-get update && $(SUDO) apt-get install -y openssl; }
@@ -57,7 +61,7 @@ lint: install
 # The test session starts its own cluster and standalone node on its own ports and stops them
 # at the end.  SHARDQ_TEST_TIME_FACTOR=3 stretches every wait's deadline on a slow machine;
 # SHARDQ_TEST_SEED=<n> repeats a run's random choices (the seed is printed in the header).
-test: install redis-server lint
+test: install test-tools lint
 	$(PY) -m pytest $(PYTEST_PARALLEL) $(TEST_ARGS)
 
 # The tests that need no Redis (tests/unit): seconds, and no redis-server needed.
@@ -65,7 +69,7 @@ test-unit: install
 	$(PY) -m pytest tests/unit -q
 
 # The suite's core against the lowest dependency versions pyproject.toml allows (ci/lowest.txt).
-test-lowest: redis-server $(LOWEST_VENV)/.installed
+test-lowest: test-tools $(LOWEST_VENV)/.installed
 	$(LOWEST_VENV)/bin/python -m pytest -m "not slow" $(CORE_TESTS)
 
 $(LOWEST_VENV)/.installed: pyproject.toml ci/lowest.txt
@@ -79,7 +83,7 @@ $(LOWEST_VENV)/.installed: pyproject.toml ci/lowest.txt
 
 # The suite with two CPU hogs on the same cores, as on a busy CI runner; STRESS_RUNS=5 repeats
 # it (stopping at the first failure).  The hogs are killed by pid when it ends.
-test-stress: install redis-server lint
+test-stress: install test-tools lint
 	@hogs=""; \
 	for i in 1 2; do timeout 3000 sh -c 'while :; do :; done' & hogs="$$hogs $$!"; done; \
 	trap 'kill $$hogs 2>/dev/null' EXIT INT TERM; \
