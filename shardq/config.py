@@ -446,6 +446,10 @@ class WorkerSettings:
     max_result_bytes: int = 64 * 1024
     """Largest result (its JSON) kept for a job that keeps its result (``keep_result``); a
     handler returning more completes, and its result says ResultTooLargeError instead."""
+    dead_letter_unknown_types: bool = False
+    """A job of a type this worker has no handler for fails and is retried by its backoff, so
+    a worker that has one (a newer release, mid rolling deploy) can take it; it goes dead,
+    naming the type, when its attempts are used up.  True: it goes dead at once."""
     handler_timeout: float | None = 600.0
     """A handler running longer fails with HandlerTimeoutError (and is retried); None: no limit.
     The heartbeat keeps a running job claimed however long it takes, so this is what stops a

@@ -203,8 +203,11 @@ class HandlerTimeoutError(ShardqError):
     """A handler ran longer than ``WorkerSettings.handler_timeout``; the job is retried."""
 
 
-class UnknownJobTypeError(PermanentError):
-    """The worker has no handler registered for the job's type."""
+class UnknownJobTypeError(ShardqError):
+    """The worker has no handler registered for the job's type.  The job is retried by its
+    backoff, so a worker that has the handler (a newer release, mid rolling deploy) can take
+    it, and goes dead naming the type once its attempts are used up; with
+    ``WorkerSettings.dead_letter_unknown_types`` it goes dead at its first delivery."""
 
 
 class RedisUnavailableError(ShardqError):

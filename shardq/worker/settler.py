@@ -24,7 +24,7 @@ from collections.abc import Callable, Container, Iterable
 from typing import Any
 
 from shardq import backoff
-from shardq.errors import JobCancelledError, PermanentError, RetryAfter
+from shardq.errors import JobCancelledError, PermanentError, RetryAfter, UnknownJobTypeError
 from shardq.jobs import DEFAULT_BACKOFF, Backoff
 from shardq.logs import log_event
 from shardq.metrics import registry as metrics
@@ -71,21 +71,27 @@ def describe(exc: BaseException, limit: int) -> str:
     except Exception:
         message = "<unprintable exception>"
     text = f"{type(exc).__name__}: {message}"
-    if not isinstance(exc, PermanentError | RetryAfter):
+    if not isinstance(exc, PermanentError | RetryAfter | UnknownJobTypeError):
         with contextlib.suppress(Exception):
             text += "\n" + "".join(traceback.format_tb(exc.__traceback__)[-3:])
     return text.encode(errors="replace")[:limit].decode(errors="ignore")
 
 
 def retry_delay_ms(
-    exc: BaseException, attempt: int, max_attempts: int, backoff: Backoff | None
+    exc: BaseException,
+    attempt: int,
+    max_attempts: int,
+    backoff: Backoff | None,
+    *,
+    permanent: bool = False,
 ) -> int:
-    """-1 to dead-letter now; else how long until the next attempt.
+    """-1 to dead-letter now; else how long until the next attempt.  ``permanent``: the
+    worker's settings make this failure final whatever its type.
 
     A RetryAfter delay that is not a finite number of seconds in [0, a year] falls back to the
     job's backoff (and the error text says so), rather than breaking the settle.
     """
-    if isinstance(exc, PermanentError) or attempt >= max_attempts:
+    if permanent or isinstance(exc, PermanentError) or attempt >= max_attempts:
         return -1
     if isinstance(exc, RetryAfter):
         try:
@@ -296,7 +302,10 @@ class Settler:
 
     async def _settle_failure(self, d: Delivery, exc: BaseException) -> None:
         job = d.job
-        delay_ms = retry_delay_ms(exc, job.attempt, job.max_attempts, job.backoff)
+        permanent = isinstance(exc, UnknownJobTypeError) and self.settings.dead_letter_unknown_types
+        delay_ms = retry_delay_ms(
+            exc, job.attempt, job.max_attempts, job.backoff, permanent=permanent
+        )
         text = describe(exc, self.settings.max_error_bytes)
         op = delivery.fail(
             self.pks[d.partition],

@@ -7,6 +7,7 @@ is dead-lettered by the worker, which keeps serving the other jobs.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import math
 import time
 import uuid
@@ -15,9 +16,9 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from support.helpers import Runner, Runs, dead_entries, queue_state, wait_for
+from support.helpers import FAST_WORKER, Runner, Runs, dead_entries, queue_state, wait_for
 
-from shardq import Dispatcher, JobRequest, Worker
+from shardq import Backoff, Dispatcher, JobRequest, Worker
 from shardq.client import Client
 from shardq.config import ProducerSettings, RedisSettings
 from shardq.connection import connect_async
@@ -303,17 +304,49 @@ def test_malformed_ready_entries_go_dead_and_the_worker_carries_on(
     assert r.hget(pk.stats, "dead") == b"4"
 
 
-def test_unknown_job_type_goes_dead_naming_the_type(url: str, client: Client, queue: str) -> None:
+def test_unknown_job_type_is_retried_until_a_worker_with_its_handler_takes_it(
+    url: str, client: Client, queue: str
+) -> None:
+    """A rolling deploy: an old worker meets a job of a type only the new release handles.  The
+    job fails with the type named, is retried by its backoff, and the new worker runs it."""
     client.create_queue(queue, 2)
     runs = Runs()
-    with Runner(url, queue, {"known": runs.add}) as runner:
+    old_release = {"known": runs.add}
+    stray = client.enqueue(
+        queue, "new.type", {"x": 1}, max_attempts=50, backoff=Backoff("fixed", 0.5)
+    )
+    with Runner(url, queue, old_release) as runner:
+        wait_for(
+            lambda: (i := client.get(queue, stray)) is not None and i.state == "retrying",
+            10,
+            "the old worker did not retry the job it has no handler for",
+        )
+        runner.check()
+    info = client.get(queue, stray)
+    assert info is not None and info.state != "dead"
+    assert "UnknownJobTypeError" in (info.last_error or "")
+    assert "worker.register('new.type', fn)" in (info.last_error or "")
+    assert "Traceback" not in (info.last_error or "") and "File " not in (info.last_error or "")
+    with Runner(url, queue, {**old_release, "new.type": runs.add}) as runner:
+        wait_for(lambda: stray in runs.count(), 10, "the new worker did not run the job")
+        runner.check()
+    assert runs.count()[stray] == 1 and client.get(queue, stray) is None
+
+
+def test_unknown_job_type_goes_dead_at_once_when_the_worker_says_so(
+    url: str, client: Client, queue: str
+) -> None:
+    client.create_queue(queue, 2)
+    runs = Runs()
+    strict = dataclasses.replace(FAST_WORKER, dead_letter_unknown_types=True)
+    with Runner(url, queue, {"known": runs.add}, worker_settings=strict) as runner:
         stray = client.enqueue(queue, "nobody.handles.this", {"x": 1}, max_attempts=5)
         fine = client.enqueue(queue, "known")
         wait_for(lambda: (i := client.get(queue, stray)) and i.state == "dead", 10, "not dead")
         wait_for(lambda: fine in runs.count(), 10, "the known job did not run")
         runner.check()
     info = client.get(queue, stray)
-    assert info is not None and info.attempt == 1  # permanent: no retries
+    assert info is not None and info.attempt == 1  # no retries
     assert "'nobody.handles.this'" in (info.last_error or "")
     assert "worker.register('nobody.handles.this', fn)" in (info.last_error or "")
     pk = keys.partition_keys(queue, keys.partition_for(stray, 2), 2)
