@@ -53,7 +53,13 @@ def decode_backoff(raw: list[Any]) -> Backoff:
     """A stored backoff (``[kind letter, base ms, cap ms]``, :meth:`Backoff.encode`);
     ValueError (InvalidJobError or BadNumber, naming the value) for one no producer writes."""
     kinds: dict[str, BackoffKind] = {"f": "fixed", "e": "exponential", "j": "jitter"}
-    if not isinstance(raw, list) or len(raw) != 3 or raw[0] not in kinds:
+    # The kind is tested as text first: a list there is unhashable (TypeError, not ValueError).
+    if (
+        not isinstance(raw, list)
+        or len(raw) != 3
+        or not isinstance(raw[0], str)
+        or raw[0] not in kinds
+    ):
         raise InvalidJobError(f"stored backoff {raw!r:.60} is not [kind, base ms, cap ms]")
     top = MAX_BACKOFF * 1000
     base = numbers.real(json_number(raw[1], "backoff base ms"), 0, top, what="backoff base ms")

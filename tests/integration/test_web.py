@@ -302,6 +302,37 @@ def test_the_job_page_shows_priority_tenant_and_limit_key(
     assert "<dt>priority</dt>" not in ro.get(f"/q/{queue}/job/{plain}").text
 
 
+@pytest.mark.parametrize(
+    "options",
+    ['{"b":[["f"],1,2]}', '{"b":[{"k":1},1,2]}', '{"g":[["x"],1,0]}', '{"h":{"a":[1]}}'],
+)
+def test_a_crafted_body_is_shown_as_malformed_on_every_surface(
+    ro: TestClient, cluster_client: Client, cluster_url: str, queue: str, options: str
+) -> None:
+    """A body no producer writes (a list where the backoff's kind letter goes) is one malformed
+    job on the job page, the listing, `job get` and `job list`, never a 500 or a traceback."""
+    from support.helpers import job_id_in
+
+    from shardq.store import keys
+
+    cluster_client.create_queue(queue, 2)
+    pk = keys.partition_keys(queue, 0, 2)
+    crafted = job_id_in(0, 2, "crafted")
+    cluster_client.redis.hset(pk.jobs, crafted, f'S0|["t",1,{options}]')
+    cluster_client.redis.zadd(pk.due, {crafted: 4_000_000_000_000})
+    plain = cluster_client.enqueue(queue, "t", 2, delay=600)
+    page = ro.get(f"/q/{queue}/job/{crafted}")
+    assert page.status_code == 200 and "malformed" in page.text, page.text
+    listing = ro.get(f"/q/{queue}/jobs?state=scheduled")
+    assert listing.status_code == 200 and crafted in listing.text and plain in listing.text
+    cli = CliRunner()
+    for args in (["job", "get", crafted], ["job", "list", "--state", "scheduled"]):
+        for json_flag in ([], ["--json"]):
+            done = cli.invoke(main, [*args, *json_flag, "-q", queue, "--url", cluster_url])
+            assert done.exit_code == 0 and done.exception is None, (args, done.output)
+            assert crafted in done.output
+
+
 def test_the_job_page_shows_a_kept_result_once_the_job_completed(
     ro: TestClient, cluster_client: Client, cluster_url: str, queue: str
 ) -> None:
