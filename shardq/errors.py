@@ -290,8 +290,9 @@ class JobMovingError(ShardqError):
 
 
 class NotPermittedError(ShardqError, PermissionError):
-    """The Redis user may not run this function: it is another role's (pause, lanes, empty,
-    purge, replay and run now are the operator's and admin's).  Nothing was written."""
+    """The Redis user may not do this: the function is another role's (pause, lanes, empty,
+    purge, replay and run now are the operator's and admin's), or the server's ACL refused a
+    command or key (the same on Redis and Valkey, whose refusals read differently)."""
 
 
 def shown(raw: Any) -> str:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from redis import exceptions as rx
 
-from shardq.errors import RedisFullError, RedisUnavailableError, ShardqError
+from shardq.errors import NotPermittedError, RedisFullError, RedisUnavailableError, ShardqError
 
 # Faults that end on their own (a failover, a slot move, a restart, a network blip): retry the
 # call after a pause and a fresh look at the slot map.
@@ -69,10 +69,36 @@ def is_code_missing(exc: BaseException) -> bool:
     )
 
 
+# A command a function ran that the caller's ACL user may not run (functions run with the
+# caller's rights) comes back with an ERR code and a text that differs by server; a refused
+# FCALL itself, or a key it declares, has the code NOPERM on every server.
+_REFUSED_IN_FUNCTION = (
+    # Redis 7.0: "The user executing the script can't run this command or subcommand",
+    # "... can't access at least one of the keys mentioned in the command"
+    "The user executing the script can't",
+    # Redis 7.2 and later, Valkey: "ACL failure in script: User u has no permissions to run the
+    # 'xack' command", "ACL failure in script: No permissions to access a key"
+    "ACL failure in script",
+)
+
+
 def is_no_permission(exc: BaseException) -> bool:
-    """The ACL user may not run this command (or touch this key)."""
-    return isinstance(exc, rx.NoPermissionError) or (
-        isinstance(exc, rx.ResponseError) and str(exc).startswith("NOPERM")
+    """The ACL user may not run this command (or touch this key), directly or inside a
+    function, on any server shardq knows (by the NOPERM code, else by each server's text)."""
+    if isinstance(exc, rx.NoPermissionError):
+        return True
+    if not isinstance(exc, rx.ResponseError):
+        return False
+    text = str(exc)
+    return text.startswith("NOPERM") or any(t in text for t in _REFUSED_IN_FUNCTION)
+
+
+def refused_by_acl(exc: BaseException, what: str) -> NotPermittedError:
+    """The typed error for a call the server's ACL refused."""
+    return NotPermittedError(
+        f"this Redis user may not do {what}: the server refused it ({str(exc)[:200]}). Run it as "
+        "the shardq role that may (docs/deploy.md, `shardq acl print`), or grant the user that "
+        "role's rules"
     )
 
 
@@ -122,6 +148,8 @@ def surely_not_written(exc: BaseException) -> bool:
 
 def translate(exc: BaseException, what: str = "the call") -> BaseException:
     """The typed shardq error for a Redis fault a caller should see, or ``exc`` itself."""
+    if is_no_permission(exc):
+        return refused_by_acl(exc, what)
     if is_oom(exc):
         return RedisFullError(
             f"Redis is full (maxmemory reached, policy noeviction): {what} wrote nothing. Free "
