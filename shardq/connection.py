@@ -33,11 +33,13 @@ _RETRY_ATTEMPTS = 3
 # ConnectionError.
 POOL_WAIT = 10.0
 
-# What CLIENT SETINFO reports, worked out once: left to redis-py, every new connection looks the
-# package's version up in its installed metadata (a scan of sys.path, 10-40 ms of blocked event
-# loop), and a stalled primary makes every process reconnect at once (measured: a 40 ms stall of
-# the dispatcher's loop, the other primaries' jobs late for it).
-_DRIVER_INFO = DriverInfo()
+# No CLIENT SETINFO on connect.  Servers since Redis 7.2 (every Valkey) have it, and the shipped
+# least-privilege roles (shardq.admin.acl) cannot grant it while Redis 7.0, which has no such
+# subcommand, refuses an ACL rule naming it: sent, each connection's refusal would fill the
+# server's ACL log.  (Left to redis-py, each new connection also looked the package's version up
+# in its installed metadata: a scan of sys.path, 10-40 ms of blocked event loop when a stalled
+# primary made every process reconnect at once.)
+_DRIVER_INFO: DriverInfo | None = None
 
 
 def _pooled(kwargs: dict[str, Any], ssl_class: type, plain_class: type) -> dict[str, Any]:
