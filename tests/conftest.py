@@ -35,6 +35,7 @@ from hypothesis import HealthCheck, settings
 from support.helpers import TIME_FACTOR
 from support.ports import BLOCK, TestPorts, claim
 from support.procs import own_redis, procs  # noqa: F401 - the fixtures, for every test module
+from support.servers import ENV, ServerUnavailable, banner, bin_dir
 
 from shardq.client import Client
 from shardq.config import RedisSettings
@@ -65,12 +66,18 @@ else:
     _DEV_DIR = Path(tempfile.mkdtemp(prefix=f"shardq-test-{_PORTS.base}-"))
 # Subprocesses (`shardq dev ...` run by a test) inherit it; devcluster reads it at call time.
 os.environ["SHARDQ_DEV_DIR"] = str(_DEV_DIR)
+# The server under test (support/servers.py): every server the session starts is this one.
+try:
+    os.environ[devcluster.SERVER_BIN_ENV] = str(bin_dir())
+except ServerUnavailable as exc:
+    raise pytest.UsageError(str(exc)) from exc
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
     return [
         f"shardq: seed {SEED} (SHARDQ_TEST_SEED), ports {_PORTS.base}-{_PORTS.base + BLOCK - 1}, "
-        f"dev dir {_DEV_DIR}, time factor {TIME_FACTOR}"
+        f"dev dir {_DEV_DIR}, time factor {TIME_FACTOR}",
+        f"shardq: server {banner()} (SHARDQ_TEST_SERVER={os.environ.get(ENV) or 'redis'})",
     ]
 
 

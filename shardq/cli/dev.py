@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import sys
+from typing import Any
 
 import click
 
@@ -19,6 +20,17 @@ from shardq.cli.errors import ShardqGroup
 from shardq.cli.options import redis_options, redis_settings
 
 __all__ = ["bench", "demo", "dev"]
+
+
+def _server_bin(fn: Any) -> Any:
+    """``--server-bin DIR``: the server to start (redis-server or valkey-server with its cli)."""
+    return click.option(
+        "--server-bin",
+        type=click.Path(exists=True, file_okay=False),
+        envvar="SHARDQ_SERVER_BIN",
+        help="Directory holding redis-server and redis-cli, or valkey-server and valkey-cli "
+        "[default: PATH; env SHARDQ_SERVER_BIN].",
+    )(fn)
 
 
 def _progress(message: str) -> None:
@@ -46,12 +58,17 @@ def cluster() -> None:
 @click.option("--base-port", type=int, default=7000, show_default=True, help="First port.")
 @click.option("--appendonly", is_flag=True, help="Enable AOF persistence on every node.")
 @click.option("--timeout", type=float, default=60.0, show_default=True, help="Seconds.")
-def cluster_up(base_port: int, appendonly: bool, timeout: float) -> None:
+@_server_bin
+def cluster_up(base_port: int, appendonly: bool, timeout: float, server_bin: str | None) -> None:
     """Start the cluster (or keep the healthy one) and print its URL."""
     from shardq.devtools import devcluster
 
     url = devcluster.cluster_up(
-        base_port, appendonly=appendonly, timeout=timeout, progress=_progress
+        base_port,
+        appendonly=appendonly,
+        timeout=timeout,
+        progress=_progress,
+        server_bin=server_bin,
     )
     click.echo(url)
 
@@ -85,11 +102,14 @@ def standalone() -> None:
 @click.option("--port", type=int, default=6390, show_default=True)
 @click.option("--appendonly", is_flag=True, help="Enable AOF persistence.")
 @click.option("--timeout", type=float, default=30.0, show_default=True, help="Seconds.")
-def standalone_up(port: int, appendonly: bool, timeout: float) -> None:
+@_server_bin
+def standalone_up(port: int, appendonly: bool, timeout: float, server_bin: str | None) -> None:
     """Start the node (or keep the running one) and print its URL."""
     from shardq.devtools import devcluster
 
-    url = devcluster.standalone_up(port, appendonly=appendonly, timeout=timeout, progress=_progress)
+    url = devcluster.standalone_up(
+        port, appendonly=appendonly, timeout=timeout, progress=_progress, server_bin=server_bin
+    )
     click.echo(url)
 
 
@@ -239,12 +259,15 @@ def bench_fleet(
 @click.option("--spread", default=10.0, show_default=True)
 @click.option("--workers", default=2, show_default=True)
 @click.option("--keep", is_flag=True, help="Leave the demo cluster running afterwards.")
-def demo(base_port: int, jobs: int, spread: float, workers: int, keep: bool) -> None:
+@_server_bin
+def demo(
+    base_port: int, jobs: int, spread: float, workers: int, keep: bool, server_bin: str | None
+) -> None:
     """Start a local cluster, schedule JOBS due over SPREAD seconds, run a fleet, summarise."""
     from shardq.devtools.bench import E2EConfig, format_summary, run_e2e
     from shardq.devtools.devcluster import cluster_down, cluster_up
 
-    url = cluster_up(base_port, progress=lambda m: click.echo(m, err=True))
+    url = cluster_up(base_port, progress=_progress, server_bin=server_bin)
     try:
         cfg = E2EConfig(
             url=url,

@@ -65,9 +65,30 @@ def redis_benchmark(
     return {"command": shown, "ping_per_s": float(m.group(1))}
 
 
+def server_of(url: str, username: str | None = None, password: str | None = None) -> str:
+    """``Redis 7.0.15`` or ``Valkey 8.1.8 (Redis 7.2.4)``: the server at ``url`` (its INFO),
+    or ``unknown (...)`` when it cannot be asked."""
+    import redis
+
+    try:
+        with redis.Redis.from_url(
+            url, username=username, password=password, socket_timeout=5, driver_info=None
+        ) as r:
+            info: dict[str, Any] = r.info("server")
+    except Exception as exc:  # a figure's label, never a reason to fail the benchmark
+        return f"unknown ({type(exc).__name__})"
+    name = str(info.get("server_name") or "redis")
+    compat = str(info.get("redis_version", "?"))
+    own = str(info.get(f"{name}_version") or compat)
+    label = {"redis": "Redis", "valkey": "Valkey"}.get(name, name)
+    return f"{label} {own}" + (f" (Redis {compat})" if own != compat else "")
+
+
 def calibrate(url: str, username: str | None = None, password: str | None = None) -> dict[str, Any]:
-    """This interpreter's CPU loop rate and the Redis node's PING rate (redis-benchmark), now."""
+    """This interpreter's CPU loop rate, the server's name and version, and its PING rate
+    (redis-benchmark), now."""
     return {
+        "server": server_of(url, username, password),
         "cpu_loop_iter_per_s": round(cpu_loop_rate()),
         "cpu_loop": f"python: for i in range({CPU_LOOP:,}): x += i * i & 7 (best of 3)",
         "redis_benchmark": redis_benchmark(url, username=username, password=password),
@@ -77,7 +98,8 @@ def calibrate(url: str, username: str | None = None, password: str | None = None
 
 def calibration_line(c: dict[str, Any]) -> str:
     """One line for the top of a report."""
-    parts = [f"python CPU loop {c['cpu_loop_iter_per_s'] / 1e6:.1f} M iter/s"]
+    parts = [f"server {c.get('server', 'unknown')}"]
+    parts.append(f"python CPU loop {c['cpu_loop_iter_per_s'] / 1e6:.1f} M iter/s")
     rb = c["redis_benchmark"]
     if rb is None:
         parts.append("redis-benchmark not on PATH")

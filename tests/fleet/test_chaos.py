@@ -20,6 +20,7 @@ import pytest
 import redis
 from click.testing import CliRunner
 from redis.exceptions import RedisError
+from support import servers
 from support.helpers import (
     FAST_DISPATCHER,
     FAST_WORKER,
@@ -828,7 +829,7 @@ def test_redis_restart_with_persistence(tmp_path: Path, test_ports: TestPorts, q
         )
         # Start the same server on the same files (standalone_up would start afresh).
         (conf,) = tmp_path.rglob("redis.conf")
-        subprocess.run(["redis-server", str(conf)], check=True, timeout=30)
+        subprocess.run([servers.server(), str(conf)], check=True, timeout=30)
         wait_for(lambda: _pings(aof_port), 20, "restarted redis did not answer")
         runs = Runs()
         with Runner(url, queue, {"t": runs.add}):

@@ -598,3 +598,37 @@ def test_acl_load_as_documented_loads_the_file_appended_to_an_acl_file(
         RedisSettings.from_url(f"redis://shardq-worker:pw-worker@127.0.0.1:{server.port}")
     ) as w:
         assert w.redis.ping()
+
+
+def test_connecting_as_any_role_leaves_nothing_in_the_acl_log(
+    cluster_url: str, cluster_client: Client, role_clients: dict[str, Client], queue: str
+) -> None:
+    """What the client library sends on connect is within every role's rules: on a server that
+    has CLIENT SETINFO (Redis 7.2+, Valkey), a library that sent it as a role lacking it would
+    leave one ACL LOG entry per connection."""
+    cluster_client.create_queue(queue, 2)
+    nodes = [cluster_client.redis.get_redis_connection(n) for n in cluster_client.redis.get_nodes()]
+    for node in nodes:
+        node.execute_command("ACL", "LOG", "RESET")
+    for role in role_clients:
+        fresh = Client(RedisSettings.from_url(cluster_url, **_login(role)))
+        try:
+            fresh.redis.ping(target_nodes=fresh.redis.ALL_NODES)
+        finally:
+            fresh.close()
+    users = {name for name, _ in USERS.values()}
+    entries = [
+        e for node in nodes for e in node.execute_command("ACL", "LOG") if _log_user(e) in users
+    ]
+    assert entries == [], entries
+
+
+def _login(role: str) -> dict[str, str]:
+    name, password = USERS[role]
+    return {"username": name, "password": password}
+
+
+def _log_user(entry: Any) -> str:
+    fields = dict(zip(entry[::2], entry[1::2], strict=False)) if isinstance(entry, list) else entry
+    user = fields.get("username", fields.get(b"username", b""))
+    return user.decode() if isinstance(user, bytes) else str(user)

