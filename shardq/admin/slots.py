@@ -42,7 +42,7 @@ from redis.cluster import PRIMARY, ClusterNode
 from shardq.client import Client
 from shardq.connection import as_text, is_cluster
 from shardq.errors import ShardqError
-from shardq.store import faults, inspect, keys, transport
+from shardq.store import faults, functions, inspect, keys, transport
 
 #: Estimated pause per waiting job while MIGRATE runs (upper end of docs/capacity.md §3.2).
 PAUSE_SECONDS_PER_JOB = 2.4e-6
@@ -50,6 +50,63 @@ PAUSE_SECONDS_PER_JOB = 2.4e-6
 
 class SlotMoveError(ShardqError):
     """A partition's slot cannot be moved as asked (not a cluster, unknown node, Redis refused)."""
+
+
+class SlotMovesUnavailableError(SlotMoveError):
+    """This Redis does not let shardq's user move slots: the commands of a move are missing
+    (renamed or removed) or refused by ACL, as on managed services.  Nothing was changed."""
+
+
+#: What a slot move runs (:func:`move`), as lua/can-run-1.lua asks about it: the words of each
+#: call, a key of the queue's where the real call names keys.
+MOVE_COMMANDS = (
+    "CLUSTER SETSLOT 0 STABLE",
+    "CLUSTER COUNTKEYSINSLOT 0",
+    "CLUSTER GETKEYSINSLOT 0 1",
+    "MIGRATE 127.0.0.1 6379 {key} 0 1",
+)
+MANAGED_HINT = (
+    "Managed services (ElastiCache, MemoryDB, Memorystore) move slots only through their own "
+    "resharding (ElastiCache: modify-replication-group-shard-configuration or the console's "
+    "'rebalance slots'; Memorystore: its shard scaling): move the slots the plan above lists "
+    "that way (`shardq rebalance --nodes --plan` prints it, `--json` for a script). shardq's "
+    "processes follow the new slot map by themselves, nothing to restart"
+)
+
+
+def slot_moves_unavailable(client: Client, queue: str | None = None) -> str | None:
+    """Why this Redis does not let this user move slots (each command of a move that the
+    server lacks or its ACL refuses), or None when it does.  One read-only call, on the node
+    of ``queue``'s meta (a user confined to some queues may name it), else of
+    :data:`keys.PROBE_KEY`."""
+    cluster = _cluster(client)
+    route_key = keys.PROBE_KEY if queue is None else keys.queue_meta_key(queue)
+    lines = [c.replace("{key}", route_key) for c in MOVE_COMMANDS]
+    try:
+        answers = transport.run(cluster, functions.can_run(route_key, lines))
+    except Exception as exc:
+        typed = faults.translate(exc, "asking which commands this user may run")
+        if typed is exc:
+            raise
+        raise typed from exc
+    why = {0: "refused by this user's ACL", -1: "not a command of this server"}
+    missing = [
+        f"{' '.join(line.split()[:2]) if line.startswith('CLUSTER') else line.split()[0]} "
+        f"({why[a]})"
+        for line, a in zip(lines, answers, strict=True)
+        if a != 1
+    ]
+    return "; ".join(missing) or None
+
+
+def require_slot_moves(client: Client, queue: str | None = None) -> None:
+    """SlotMovesUnavailableError, before anything changed, when :func:`slot_moves_unavailable`
+    finds a reason."""
+    missing = slot_moves_unavailable(client, queue)
+    if missing is not None:
+        raise SlotMovesUnavailableError(
+            f"this Redis does not let shardq move slots: {missing}. {MANAGED_HINT}"
+        )
 
 
 class SlotMidMoveError(SlotMoveError):
@@ -278,6 +335,7 @@ def move(client: Client, plan: MovePlan, migrate_timeout_ms: int = 60_000) -> Mo
     cluster = _cluster(client)
     if not plan.needed:
         return MoveResult(plan, 0, 0.0)
+    require_slot_moves(client, plan.queue)
     primaries = _primaries(cluster)
     for addr in (plan.source, plan.target):
         if addr not in primaries:

@@ -136,6 +136,7 @@ def run(
     redis = redis_settings()
     with Client(redis) as client:
         slots.primary_addresses(client)  # a single node has no slots to move: say so now
+        slots.require_slot_moves(client)  # nor does a managed service: say so now
     b = balancer.Balancer(lambda: Client(redis), settings)
     stop = threading.Event()
 

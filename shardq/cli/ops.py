@@ -341,6 +341,7 @@ def _rebalance_nodes(
         f"  {plan.waiting_jobs:,} waiting jobs move in one MIGRATE: both primaries pause "
         f"~{plan.estimated_pause_s * 1000:,.1f} ms"
     )
+    slots.require_slot_moves(client, queue_name)  # a managed service: refused, plan shown
     if not yes:
         click.echo("add --yes to do it")
         return
@@ -482,6 +483,7 @@ def _rebalance_plan(
     _print_placement(balance_by, counted, p)
     if not apply_plan or not p.moves:
         return
+    slots.require_slot_moves(client, queue_name)  # a managed service: refused, plan shown
     todo = list(p.moves[: budget.max_moves])
     if not yes:
         click.echo(

@@ -23,6 +23,7 @@ from shardq.cli.options import (
     settings_options,
 )
 from shardq.config import DispatcherSettings, WorkerSettings
+from shardq.errors import ShardqError
 from shardq.store import keys, numbers
 from shardq.worker.pool import QueueChoice
 
@@ -57,6 +58,7 @@ def health(
     from redis.exceptions import RedisError
 
     from shardq.connection import ping
+    from shardq.runtime import redis_config
 
     settings = redis_settings()
     try:
@@ -65,6 +67,8 @@ def health(
             if queue_name is not None:
                 client.partitions(queue_name)
             found = client.check_redis(require_appendonly)
+            servers = sorted({n.describe_server for n in redis_config.read_sync(client.redis)})
+            unavailable = _unavailable_features(client, queue_name)
     except RedisError as exc:
         mapped = to_click(exc)
         why = mapped.message if mapped is not None else str(exc)
@@ -75,7 +79,9 @@ def health(
             {
                 "ok": not failing,
                 "queue": queue_name,
+                "server": servers,
                 "findings": [{"node": f.node, "check": f.check, "detail": f.detail} for f in found],
+                "unavailable": [{"feature": k, "why": v} for k, v in unavailable.items()],
             }
         )
         if failing:
@@ -83,9 +89,27 @@ def health(
         return
     for f in found:
         click.echo(f"{f.node}: {f.detail}", err=True)
+    click.echo(f"server: {', '.join(servers)}", err=True)
+    for feature, why in unavailable.items():
+        click.echo(f"unavailable here: {feature}: {why}", err=True)
     if failing:
         raise click.ClickException("unhealthy: Redis would lose jobs silently (see above)")
     click.echo("ok" + (f": queue {queue_name} reachable" if queue_name else ""))
+
+
+def _unavailable_features(client: Any, queue_name: str | None) -> dict[str, str]:
+    """Features this Redis (a managed service, a single node) does not let this user have:
+    feature -> why.  Health is not failed by them: the fleet runs without them."""
+    from shardq.admin import slots
+
+    feature = "slot moves (rebalance --nodes --apply, --move-partition, balancer run)"
+    try:
+        missing = slots.slot_moves_unavailable(client, queue_name)
+    except slots.SlotMoveError as exc:  # a single node: no slots
+        return {feature: str(exc)}
+    except ShardqError as exc:  # the user cannot even ask (the library not loaded, ...)
+        return {feature: f"could not ask ({exc})"}
+    return {} if missing is None else {feature: f"{missing}: {slots.MANAGED_HINT}"}
 
 
 # processes ---------------------------------------------------------------------------------

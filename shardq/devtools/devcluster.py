@@ -460,7 +460,30 @@ def _quote(value: str) -> str:
     return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-def _write_conf(node: _Node, host: str, *, cluster: bool, appendonly: bool) -> None:
+#: What managed services (ElastiCache, MemoryDB, Memorystore) take away from their users, as a
+#: node of a ``managed`` dev cluster lacks it: these commands are renamed away (a client gets
+#: "unknown command"); the topology-changing CLUSTER subcommands cannot be renamed alone, so a
+#: managed dev cluster's users are denied them by ACL (:data:`MANAGED_ACL_DENIED`).
+MANAGED_RENAMED = ("CONFIG", "DEBUG", "MIGRATE", "SAVE", "BGSAVE", "REPLICAOF", "SLAVEOF")
+MANAGED_ACL_DENIED = tuple(
+    f"-cluster|{sub}"
+    for sub in (
+        "addslots", "addslotsrange", "delslots", "delslotsrange", "setslot", "meet", "forget",
+        "failover", "replicate", "reset", "flushslots", "saveconfig", "set-config-epoch",
+        "bumpepoch",
+    )
+)  # fmt: skip
+
+
+def _write_conf(
+    node: _Node,
+    host: str,
+    *,
+    cluster: bool,
+    appendonly: bool,
+    managed: bool = False,
+    announce_hostname: str | None = None,
+) -> None:
     lines = [
         f"port {node.port}",
         f"bind {host}",
@@ -488,13 +511,39 @@ def _write_conf(node: _Node, host: str, *, cluster: bool, appendonly: bool) -> N
             # on one primary made the jobs of all the others 1-2 s late.
             "cluster-require-full-coverage no",
         ]
+        if announce_hostname is not None:
+            # As clusters behind TLS or on Kubernetes: CLUSTER SLOTS/SHARDS and redirects name
+            # the node by this name, not its IP.
+            lines += [
+                f"cluster-announce-hostname {announce_hostname}",
+                "cluster-preferred-endpoint-type hostname",
+            ]
+    if managed:
+        lines.remove("enable-debug-command local")
+        lines += [f'rename-command {command} ""' for command in MANAGED_RENAMED]
     node.conffile.write_text("\n".join(lines) + "\n")
 
 
-def _start_node(server: str, node: _Node, host: str, *, cluster: bool, appendonly: bool) -> None:
+def _start_node(
+    server: str,
+    node: _Node,
+    host: str,
+    *,
+    cluster: bool,
+    appendonly: bool,
+    managed: bool = False,
+    announce_hostname: str | None = None,
+) -> None:
     """Launch one daemonized redis-server; returns once the daemon has forked."""
     node.dir.mkdir(parents=True, exist_ok=True)
-    _write_conf(node, host, cluster=cluster, appendonly=appendonly)
+    _write_conf(
+        node,
+        host,
+        cluster=cluster,
+        appendonly=appendonly,
+        managed=managed,
+        announce_hostname=announce_hostname,
+    )
     # With `daemonize yes` the child reopens stdio on /dev/null, so capturing output cannot
     # block on the daemon; it only catches errors printed before the fork (bad config).
     result = subprocess.run(
@@ -688,6 +737,8 @@ def cluster_up(
     appendonly: bool = False,
     progress: Progress | None = None,
     server_bin: str | Path | None = None,
+    managed: bool = False,
+    announce_hostname: str | None = None,
 ) -> str:
     """Make sure a healthy 6-node cluster runs on ``base_port .. base_port+5``; return its URL.
 
@@ -698,6 +749,10 @@ def cluster_up(
 
     ``server_bin``: the directory of the server to start (else ``$SHARDQ_SERVER_BIN``, else
     PATH: :func:`find_binaries`); a running healthy cluster is kept whichever server it is.
+    ``managed``: the nodes lack what managed services take away (:data:`MANAGED_RENAMED`;
+    create users with :data:`MANAGED_ACL_DENIED` for the rest).  ``announce_hostname``: the
+    nodes announce this name (``localhost``, or one /etc/hosts maps) instead of their IP.
+    (Both apply when the cluster is created: a running healthy cluster is kept as it is.)
 
     Raises RedisServerMissingError, PortInUseError (a port is held by a process we did not
     start) or DevClusterError (start-up failed or timed out; nothing is left running).
@@ -727,7 +782,15 @@ def cluster_up(
     _say(progress, f"starting {CLUSTER_SIZE} {name} nodes on ports {span} in {directory}")
     try:
         for node in nodes:
-            _start_node(server, node, host, cluster=True, appendonly=appendonly)
+            _start_node(
+                server,
+                node,
+                host,
+                cluster=True,
+                appendonly=appendonly,
+                managed=managed,
+                announce_hostname=announce_hostname,
+            )
         for node in nodes:
             _wait_started(host, node, deadline)
         _say(progress, "creating the cluster (3 primaries, 3 replicas)")

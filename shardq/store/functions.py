@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from shardq.connection import as_text, is_cluster
 from shardq.store.loader import library, lua_dir
+from shardq.store.op import Op, op
 from shardq.store.transport import load_library
 
 
@@ -43,6 +45,13 @@ def _loaded(node: Any) -> bool:
         if as_text(fields.get(b"library_name", fields.get("library_name", ""))) == name():
             return True
     return False
+
+
+def can_run(route_key: str, lines: Sequence[str]) -> Op[list[int]]:
+    """Which of ``lines`` (command lines, words split by single spaces) the calling user may run
+    on the node serving ``route_key``: 1 it may, 0 its ACL refuses, -1 the server has no such
+    command (renamed or removed, as managed services do): lua/can-run-1.lua."""
+    return op("can-run", [route_key], list(lines), lambda r: [int(x) for x in r])
 
 
 # For clients in other languages and their conformance runner (shardq.devtools.wire): the

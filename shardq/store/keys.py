@@ -52,6 +52,9 @@ SCHEDULE_NAME_RE = names.SCHEDULE_NAME_RE
 
 # Cross-queue keys (each on its own slot; touched only outside scripts).
 QUEUES_KEY = "sq:queues"
+#: A key no command touches: it routes a call that reads nothing (lua/can-run-1.lua) when no
+#: queue is named; within the key patterns of every role not confined to some queues.
+PROBE_KEY = "{sq:probe}"
 #: The placement autopilot's keys (``shardq balancer run``), ``{sq:balancer}:<kind>``: its
 #: leader lease and fence (the dispatchers' lease scripts, lua/lease-*.lua) and the leader's
 #: last report (a hash, advisory: ``shardq balancer status``).

@@ -89,6 +89,8 @@ MAY_CALL: dict[str, frozenset[str]] = {
     "run-now": OPERATOR,
     # the listings read only: whoever may read those keys
     "inflight": OPERATOR | VIEWER,
+    # asks, runs nothing: every role may ask what it may run (health, slot moves)
+    "can-run": ALL,
     "list-due": PRODUCER | VIEWER,  # (it reads the errors hash: retrying jobs)
     "list-ready": OPERATOR | VIEWER,
     "list-running": DISPATCHER | VIEWER,

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-BLOCK = 96
+BLOCK = 112
 FIRST = 12000
 LAST = 22000  # exclusive
 BUS_OFFSET = 10000
@@ -81,7 +81,17 @@ class TestPorts:
     @property
     def spare(self) -> list[int]:
         """Ports a test may bind for itself (metrics endpoints, fake servers)."""
-        return list(range(self.base + 80, self.base + BLOCK))
+        return list(range(self.base + 80, self.base + 96))
+
+    @property
+    def managed(self) -> int:
+        """The cluster whose nodes lack what managed services take away (+96 .. +101)."""
+        return self.base + 96
+
+    @property
+    def hostnames(self) -> int:
+        """The cluster whose nodes announce a hostname, not their IP (+104 .. +109)."""
+        return self.base + 104
 
 
 def _remember(ports: TestPorts) -> TestPorts:

@@ -17,6 +17,7 @@ from shardq.config import ProducerSettings
 from shardq.jobs import JobRequest
 from shardq.schedules import make_definition
 from shardq.store import delivery, fleet, inspect, keys, producer, results, transport
+from shardq.store import functions as store_functions
 from shardq.store import limits as store_limits
 from shardq.store import progress as store_progress
 from shardq.store import resize as store_resize
@@ -185,6 +186,9 @@ OPS: dict[str, Callable[[State], Op[Any]]] = {
     "list-dead": lambda s: inspect.list_dead(s.pk, "", 10),
     "list-retrying": lambda s: inspect.list_retrying(s.pk, "0", 10),
     "inflight": lambda s: inspect.inflight(s.pk),
+    "can-run": lambda s: store_functions.can_run(
+        keys.queue_meta_key(s.queue), ["CLUSTER SETSLOT 0 STABLE", "MIGRATE h 1 k 0 1"]
+    ),
     "pause": lambda s: inspect.pause(s.pk, True),
     "lanes": lambda s: inspect.lanes(s.pk, True),
     "control-init": lambda s: inspect.control_init(s.pk),
