@@ -1,8 +1,15 @@
 --[[ cancel: remove a job that has not started, or (ARGV[2] = '1') stop one that is running.
 
 A job still in the due set is removed outright.  A job already promoted but not yet fetched has
-its envelope removed, so the worker that reads its ready entry drops it without running it.  A
-running job has its envelope removed too, so it can end only as cancelled: the worker holding it
+its envelope removed, so the worker that reads its ready entry (or lane job) drops it without
+running it, and is counted in the partition's stats field 'voided': partition-stats subtracts
+those from the ready figure, fetch lowers the count as it drops them (lua/fetch-9.lua).  The
+entry itself stays: this call does not know its id (a job is found by id, the stream by entry
+id), and an XDEL of an entry no worker has read makes Redis 7.0 report the group's lag as
+unknown until the group reads to the end of the stream, so the ready figure would be a guess;
+a lane job's member is '<due> <flow> <id>', not found by id either.
+
+A running job has its envelope removed too, so it can end only as cancelled: the worker holding it
 is told at once (ARGV[3]: 'cancel:<id>' on the partition's ready-hint channel, which every
 worker reading the partition listens to) and again by its next heartbeat (the job id is in the
 partition's cancels set: lua/touch-2.lua); its settle finds no envelope and counts nothing
@@ -12,7 +19,7 @@ unrun.  The cancels set keeps a day of running cancels (older ones are trimmed h
 KEYS[1] jobs     hash    job id -> envelope
 KEYS[2] due      zset    job id (or '<id> <body>', a compact job) scored by due ms
 KEYS[3] errors   hash    job id -> last error
-KEYS[4] stats    hash    counters
+KEYS[4] stats    hash    counters; 'voided': promoted jobs cancelled whose entries wait unread
 KEYS[5] ctl      hash    the partition's flags (read: sealed by a resize)
 KEYS[6] moving   hash    the batch a resize has taken out of this partition
 KEYS[7] cancels  zset    running jobs cancelled, by cancel time (ms)
@@ -23,7 +30,7 @@ ARGV[3] the partition's ready-hint channel (sharded pub/sub): the worker holding
 
 Returns
   {1, 1}       cancelled while waiting in the due set
-  {1, 0}       cancelled after promotion, before any worker started it
+  {1, 0}       cancelled after promotion, before any worker started it (counted 'voided')
   {1, 2}       cancelled while running (ARGV[2] = '1'): its worker is told to stop it
   {-6, id}     E_JOB_NOT_FOUND
   {-7, id}     E_JOB_RUNNING: a worker holds it (ARGV[2] = '0')
@@ -70,4 +77,6 @@ local was_due = redis.call('ZREM', KEYS[2], ARGV[1])
 redis.call('HDEL', KEYS[1], ARGV[1])
 redis.call('HDEL', KEYS[3], ARGV[1])
 count(KEYS[4], 'cancelled', 1)
+-- Not in the due set: promoted, its entry waits in the ready stream or the lane.
+if was_due == 0 then count(KEYS[4], 'voided', 1) end
 return {1, was_due}

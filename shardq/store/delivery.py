@@ -48,6 +48,9 @@ class Batch:
     """With :attr:`next_due_ms` (not :data:`NONE_WAITS`): how many waiting jobs are due by it
     plus the read's ``horizon_ms``, what the partition's next read will find; 0 when none
     waits; None when not known."""
+    more: bool = False
+    """A fetch that stopped after reading past its bound of entries without a job (cancelled
+    after promotion, malformed: lua/fetch-9.lua) with entries left: read again at once."""
 
 
 #: ``Batch.next_due_ms`` of a partition with no job waiting.
@@ -79,12 +82,15 @@ def _parse_batch(reply: Any, reclaimed: bool) -> Batch:
     r = check(reply)
     next_due: int | None = None
     due_soon: int | None = None
-    if not reclaimed:  # a fetch's next fields: the next due time (-2: not known), due by then
+    more = False
+    if not reclaimed:  # a fetch's next fields: the next due time (-2: not known), due by then,
+        # and whether it stopped at its bound of entries without a job
         head = numbers.integer(r[1], -2, what="next due ms")
         next_due = None if head == -2 else head
         soon = numbers.integer(r[2], -1, what="due soon")
         due_soon = None if next_due is None or soon < 0 else soon
-        r = [r[0], *r[3:]]
+        more = r[3] == 1
+        r = [r[0], *r[4:]]
     jobs = [
         Delivered(
             r[i],
@@ -97,7 +103,7 @@ def _parse_batch(reply: Any, reclaimed: bool) -> Batch:
         )
         for i in range(1, len(r) - 5, 6)
     ]
-    return Batch(numbers.integer(r[0], 0, what="now ms"), jobs, next_due, due_soon)
+    return Batch(numbers.integer(r[0], 0, what="now ms"), jobs, next_due, due_soon, more)
 
 
 def _parse_fetch(reply: Any) -> Batch:
