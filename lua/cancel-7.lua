@@ -9,12 +9,15 @@ id), and an XDEL of an entry no worker has read makes Redis 7.0 report the group
 unknown until the group reads to the end of the stream, so the ready figure would be a guess;
 a lane job's member is '<due> <flow> <id>', not found by id either.
 
-A running job has its envelope removed too, so it can end only as cancelled: the worker holding it
-is told at once (ARGV[3]: 'cancel:<id>' on the partition's ready-hint channel, which every
-worker reading the partition listens to) and again by its next heartbeat (the job id is in the
-partition's cancels set: lua/touch-2.lua); its settle finds no envelope and counts nothing
-more; a worker that dies meanwhile leaves a delivery whose job is gone, which the reclaim drops
-unrun.  The cancels set keeps a day of running cancels (older ones are trimmed here).
+A running job has its envelope removed too, so it can end only as cancelled: the worker holding
+it is told at once (ARGV[3]: 'cancel:<id>' on the partition's ready-hint channel, which every
+worker reading the partition listens to) and again by its next heartbeat (the partition's
+cancels set is not empty: lua/touch-3.lua); either way the worker stops the job only once it
+has read that the envelope is gone (anyone may publish on the channel, a producer may write the
+set).  Its settle finds no envelope and counts nothing more; a worker that dies meanwhile leaves
+a delivery whose job is gone, which the reclaim drops unrun.  The cancels set is only that
+hint, and kept bounded here: members scored after now (no cancel wrote them), those older than
+a day, and all but the newest CANCELS_KEPT go.
 
 KEYS[1] jobs     hash    job id -> envelope
 KEYS[2] due      zset    job id (or '<id> <body>', a compact job) scored by due ms
@@ -22,7 +25,7 @@ KEYS[3] errors   hash    job id -> last error
 KEYS[4] stats    hash    counters; 'voided': promoted jobs cancelled whose entries wait unread
 KEYS[5] ctl      hash    the partition's flags (read: sealed by a resize)
 KEYS[6] moving   hash    the batch a resize has taken out of this partition
-KEYS[7] cancels  zset    running jobs cancelled, by cancel time (ms)
+KEYS[7] cancels  zset    running jobs cancelled, by cancel time (ms, Redis clock)
 
 ARGV[1] job id
 ARGV[2] '1': a running job is cancelled too; '0': it is refused (E_JOB_RUNNING)
@@ -49,6 +52,10 @@ Flags: allow-oom  (runs when Redis is at maxmemory: it frees memory or keeps a f
 --@include compact.lua
 --@include resize.lua
 
+-- Running cancels the cancels set keeps at most (newest first): the heartbeats only ask
+-- whether it is empty, so this bounds what a producer writing it by hand can make it hold.
+local CANCELS_KEPT = 1000
+
 local wrong = wrong_type({KEYS[1], 'hash', KEYS[2], 'zset', KEYS[3], 'hash', KEYS[5], 'hash',
   KEYS[6], 'hash', KEYS[7], 'zset'})
 if wrong then return wrong end
@@ -66,8 +73,11 @@ if state == 'A' then
   local now = now_ms()
   redis.call('HDEL', KEYS[1], ARGV[1])
   redis.call('HDEL', KEYS[3], ARGV[1])
+  redis.call('ZREMRANGEBYSCORE', KEYS[7], '(' .. string.format('%d', now), '+inf')
   redis.call('ZREMRANGEBYSCORE', KEYS[7], '-inf', now - 86400000)
   redis.call('ZADD', KEYS[7], now, ARGV[1])
+  -- (pcall: a producer user from an ACL file older than this right still cancels)
+  redis.pcall('ZREMRANGEBYRANK', KEYS[7], 0, -(CANCELS_KEPT + 1))
   count(KEYS[4], 'cancelled', 1)
   redis.call('SPUBLISH', ARGV[3], 'cancel:' .. ARGV[1])
   return {1, 2}

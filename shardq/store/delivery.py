@@ -17,7 +17,7 @@ from shardq.store.op import Command, Op, cmd, op
 # Most items one call carries (each script's ``Max ARGV`` header line: the function refuses
 # more, and shardq.store.op.op refuses to build a longer call).  Callers split what they hold.
 MAX_ACK = 1000  # entries per ack (lua/ack-4.lua)
-MAX_TOUCH = 1000  # entries per touch (lua/touch-2.lua)
+MAX_TOUCH = 1000  # entries per touch (lua/touch-3.lua)
 MAX_LIVE = 1000  # live workers named to reclaim (lua/reclaim-7.lua)
 
 
@@ -200,20 +200,31 @@ def fail(
 
 class Touched(NamedTuple):
     """A heartbeat's answer: entries now held by another consumer, and the job ids of the
-    partition's latest running cancels (lua/touch-2.lua)."""
+    deliveries still this worker's whose job a running cancel removed (lua/touch-3.lua)."""
 
     lost: list[bytes]
     cancelled: list[bytes]
 
 
-def touch(pk: keys.PartitionKeys, consumer: str, entry_ids: Iterable[bytes]) -> Op[Touched]:
-    """Heartbeat running deliveries (see :class:`Touched`)."""
+def touch(
+    pk: keys.PartitionKeys,
+    consumer: str,
+    held: Iterable[tuple[bytes, bytes]],
+    *,
+    look: bool = False,
+) -> Op[Touched]:
+    """Heartbeat running deliveries, (entry id, job id) each (see :class:`Touched`).  ``look``:
+    a cancel's publish named one of them, so their envelopes are looked for whatever the
+    partition's cancels set holds (else only while it is not empty)."""
 
     def parse(reply: Any) -> Touched:
         lost, cancelled = check(reply)
         return Touched(list(lost or []), list(cancelled or []))
 
-    return op("touch", [pk.ready, pk.cancels], [keys.WORKER_GROUP, consumer, *entry_ids], parse)
+    argv: list[Any] = [keys.WORKER_GROUP, consumer, "1" if look else "0"]
+    for eid, raw_id in held:
+        argv += (eid, raw_id)
+    return op("touch", [pk.ready, pk.cancels, pk.jobs], argv, parse)
 
 
 def reclaim(
