@@ -16,9 +16,17 @@ than ARGV[3] new entries, the rest come from the lane (lua/includes/lanes.lua): 
 lowest-scored jobs are appended to the stream and read at once, so the ready stream of a
 partition with lanes on holds little more than what workers hold.  Entries appended to the
 stream directly (run-now, dead-letter replay, periodic jobs, a backlog from before lanes were
-turned on) go first.  A ready entry whose job was
-cancelled is acknowledged and dropped; a malformed entry or envelope goes to the dead stream
-(an envelope whose attempt is not a whole number 0..1e9 dead as a job, its body kept).
+turned on) go first.  A ready entry (or lane job) whose job was cancelled after promotion has
+no envelope: it is acknowledged and dropped, and the partition's count of such entries
+(stats field 'voided', lua/cancel-7.lua) goes down by one; a malformed entry or envelope goes
+to the dead stream (an envelope whose attempt is not a whole number 0..1e9 dead as a job, its
+body kept).  A read goes on past such entries, up to MAX_SKIPPED of them in MAX_PASSES reads
+a call (4-8 us each reading 21 at a time, 8-19 reading one at a time; under a millisecond a
+call), so that a cancelled or emptied backlog neither looks like an idle partition to the
+worker nor holds up the jobs behind it; the reply says when it stopped there with entries left
+(more = 1: the worker reads again at once).  Dropped entries are acknowledged, not deleted (the
+trim takes them, as after an ack): an XDEL of the group's newest read entry makes Redis 7.0
+report its lag as unknown (see lua/partition-stats-6.lua).
 
 KEYS[1] ready    stream  due jobs
 KEYS[2] jobs     hash    job id -> envelope
@@ -43,15 +51,17 @@ ARGV[6..] pairs of (entry id, job id) of this partition's jobs whose handlers su
         fetches the next job the same way)
 Max ARGV: 2005  = 5 + 2 per ack: at most 1000 acks (shardq.store.delivery.MAX_ACK)
 
-Returns {now ms, next due ms, due by then, entry id, job id, due ms, attempt, body, reserved,
-...} (6 fields per job; none while the partition is paused).  next due is the partition's
-earliest waiting job's due time after the call when it was asked to promote and could (-1: none
-waits), else -2 (paused, lanes on, or not asked).  due by then is how many waiting jobs are due
-by next due + ARGV[5] (one ZCOUNT): what the worker's next read of the partition will find, so
-it asks for that many at once rather than reading a sticky run (shardq/store/sticky.py) in two
-or three calls; 0 when none waits, -1 when next due is not known.  reserved is 1 for a job a
-rate limit deferred to a start it reserved for it (envelope state L, lua/defer-4.lua): the
-worker runs it without asking the limit again; else 0.
+Returns {now ms, next due ms, due by then, more, entry id, job id, due ms, attempt, body,
+reserved, ...} (6 fields per job; none while the partition is paused).  more is 1 when the
+call stopped at MAX_SKIPPED dropped entries or MAX_PASSES reads with fewer than ARGV[3] jobs
+and entries left, else 0.  next due is the partition's earliest waiting job's due time after
+the call when it was asked to promote and could (-1: none waits), else -2 (paused, lanes on,
+or not asked).  due by then is how many waiting jobs are due by next due + ARGV[5] (one
+ZCOUNT): what the worker's next read of the partition will find, so it asks for that many at
+once rather than reading a sticky run (shardq/store/sticky.py) in two or three calls; 0 when
+none waits, -1 when next due is not known.  reserved is 1 for a job a rate limit deferred to a
+start it reserved for it (envelope state L, lua/defer-4.lua): the worker runs it without asking
+the limit again; else 0.
   {-10, key, found, expected}         E_WRONG_TYPE: a key was overwritten outside shardq
   {-11, argv index, value, lo, hi}    E_BAD_ARGUMENT
   {-15, 'KEYS' or 'ARGV', n, cap}    E_TOO_MANY_ARGUMENTS: before anything else (store/loader.py)
@@ -69,6 +79,11 @@ Flags: allow-oom  (runs when Redis is at maxmemory: it frees memory or keeps a f
 --@include acks.lua
 --@include lanes.lua
 --@include promote.lua
+
+-- At most, one call reads past this many entries without a job (cancelled, malformed), in at
+-- most this many reads (see the header): a worker reading one job at a time drops 16 a call.
+local MAX_SKIPPED = 100
+local MAX_PASSES = 16
 
 local n, bad = arg_number(3, 1, 1000)
 if bad then return bad end
@@ -115,7 +130,7 @@ if acks then
   local _, refused_ready = ack_entries(KEYS[1], KEYS[2], KEYS[4], KEYS[5], ARGV[1], 6, errors_len)
   if refused_ready then return refused_ready end
 end
-local out = {now, -2, -1}
+local out = {now, -2, -1, 0}
 -- A paused partition (pause-2.lua) delivers nothing; resuming publishes the ready hint.
 if paused then return out end
 -- The compact jobs this call promotes, {entry id, job id, body}: their envelopes are written
@@ -141,19 +156,6 @@ if type(r) == 'table' and r['err'] then
   return refused(KEYS[1], 'stream', r)
 end
 local entries = r and r[1][2] or {}
-if lanes and #entries < n then
-  local laned = lane_pop(KEYS[6], KEYS[7], n - #entries)
-  if #laned > 0 then
-    for i = 1, #laned, 2 do
-      redis.call('XADD', KEYS[1], '*', 'j', laned[i], 'd', laned[i + 1])
-    end
-    local more = redis.call('XREADGROUP', 'GROUP', ARGV[1], ARGV[2], 'COUNT',
-      string.format('%d', n - #entries), 'STREAMS', KEYS[1], '>')
-    if more then
-      for _, entry in ipairs(more[1][2]) do entries[#entries + 1] = entry end
-    end
-  end
-end
 -- Entry id -> index in held of the compact jobs promoted above.
 local fresh
 if held and #held > 0 then
@@ -162,38 +164,86 @@ if held and #held > 0 then
 end
 local dead_keys = {KEYS[2], KEYS[3], KEYS[4], KEYS[5]}
 
-for _, entry in ipairs(entries) do
-  local eid, f = entry[1], entry[2]
-  local id, due = ready_fields(f)
-  local h = fresh and fresh[eid]
-  if h then
-    -- Promoted by this call, a compact job: attempt 0 until now, its body at hand.
-    local job = held[h]
-    held[h] = false
-    redis.call('HSET', KEYS[2], job[2], 'A1|' .. job[3])
-    out[#out + 1] = eid
-    out[#out + 1] = job[2]
-    out[#out + 1] = finite_due(due)
-    out[#out + 1] = 1
-    out[#out + 1] = job[3]
-    out[#out + 1] = 0
-  else
-    local v = id and redis.call('HGET', KEYS[2], id)
-    local state, attempt, body
-    if v then state, attempt, body = split_envelope(v) end
-    if not drop_unrunnable(dead_keys, KEYS[1], ARGV[1], eid, f, id, v, state, attempt, body,
-        now) then
-      attempt = attempt + 1
-      redis.call('HSET', KEYS[2], id, string.format('A%d|', attempt) .. body)
-      out[#out + 1] = eid
-      out[#out + 1] = id
-      out[#out + 1] = finite_due(due)
-      out[#out + 1] = attempt
-      out[#out + 1] = body
-      out[#out + 1] = (state == 'L') and 1 or 0
+-- Reads go on past entries that hold no job (voided: cancelled after promotion, or malformed)
+-- until n jobs, the end of the stream and lane, MAX_SKIPPED of them or MAX_PASSES reads: a
+-- run of cancelled entries costs the jobs behind it neither an empty reply nor the worker's
+-- idle wait.  A read after the first happens only when one dropped something (the steady
+-- state reads once).
+local want, jobs, skipped, voided, exhausted, passes = n, 0, 0, 0, false, 0
+while true do
+  passes = passes + 1
+  if lanes and #entries < want then
+    local laned = lane_pop(KEYS[6], KEYS[7], want - #entries)
+    if #laned > 0 then
+      for i = 1, #laned, 2 do
+        redis.call('XADD', KEYS[1], '*', 'j', laned[i], 'd', laned[i + 1])
+      end
+      local more = redis.call('XREADGROUP', 'GROUP', ARGV[1], ARGV[2], 'COUNT',
+        string.format('%d', want - #entries), 'STREAMS', KEYS[1], '>')
+      if more then
+        for _, entry in ipairs(more[1][2]) do entries[#entries + 1] = entry end
+      end
     end
   end
+  for _, entry in ipairs(entries) do
+    local eid, f = entry[1], entry[2]
+    local id, due = ready_fields(f)
+    local h = fresh and fresh[eid]
+    if h then
+      -- Promoted by this call, a compact job: attempt 0 until now, its body at hand.
+      local job = held[h]
+      held[h] = false
+      redis.call('HSET', KEYS[2], job[2], 'A1|' .. job[3])
+      out[#out + 1] = eid
+      out[#out + 1] = job[2]
+      out[#out + 1] = finite_due(due)
+      out[#out + 1] = 1
+      out[#out + 1] = job[3]
+      out[#out + 1] = 0
+      jobs = jobs + 1
+    else
+      local v = id and redis.call('HGET', KEYS[2], id)
+      local state, attempt, body
+      if v then state, attempt, body = split_envelope(v) end
+      if drop_unrunnable(dead_keys, KEYS[1], ARGV[1], eid, f, id, v, state, attempt, body,
+          now) then
+        skipped = skipped + 1
+        if id and not v then voided = voided + 1 end
+      else
+        attempt = attempt + 1
+        redis.call('HSET', KEYS[2], id, string.format('A%d|', attempt) .. body)
+        out[#out + 1] = eid
+        out[#out + 1] = id
+        out[#out + 1] = finite_due(due)
+        out[#out + 1] = attempt
+        out[#out + 1] = body
+        out[#out + 1] = (state == 'L') and 1 or 0
+        jobs = jobs + 1
+      end
+    end
+  end
+  -- Fewer than asked for: the stream (and the lane) had no more.
+  if #entries < want then
+    exhausted = true
+    break
+  end
+  want = n - jobs
+  if want == 0 or skipped >= MAX_SKIPPED or passes >= MAX_PASSES then break end
+  entries = redis.call('XREADGROUP', 'GROUP', ARGV[1], ARGV[2], 'COUNT',
+    string.format('%d', want), 'STREAMS', KEYS[1], '>')
+  entries = entries and entries[1][2] or {}
 end
+if voided > 0 then
+  -- Cancelled entries read: no longer waiting (partition-stats subtracts the rest).  Read to
+  -- the end, none can be left: the count starts again from 0, whatever it said.
+  if exhausted then
+    redis.pcall('HDEL', KEYS[5], 'voided')
+  else
+    count(KEYS[5], 'voided', -voided)
+  end
+end
+-- Stopped at a bound with entries left: the worker reads again at once.
+if not exhausted and jobs < n then out[4] = 1 end
 -- Compact jobs promoted but not read by this call (older entries came first): waiting.
 if held then park_held(KEYS[2], held) end
 return out

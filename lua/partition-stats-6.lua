@@ -11,8 +11,16 @@ KEYS[6] ctl      hash    the partition's flags (lua/includes/lanes.lua)
 
 ARGV[1] consumer group
 
-Returns {now ms, due, overdue, oldest due ms or -1, ready entries (undelivered), pending,
+Returns {now ms, due, overdue, oldest due ms or -1, ready jobs (undelivered), pending,
          oldest pending idle ms or -1, dead letters, consumers, counters as a flat hash}
+  Ready jobs are the stream's undelivered entries (the group's lag) and the lane's jobs, less
+  the entries of jobs cancelled after promotion that no worker has read yet (stats field
+  'voided', kept by lua/cancel-7.lua and lua/fetch-9.lua; not among the counters).  Lag is
+  unknown (nil) after an XDEL of an entry at or after the group's last delivered one (Redis
+  7.0: until the group reads to the end of the stream); shardq's reads and cancels delete no
+  such entry, a failure's or a deferral's settle may (its own entry, when it was the newest
+  read): then the stream's length less the pending entries stands in, which also counts
+  acknowledged entries the trim has not taken yet.
   The counters end with the flags where they apply (control hash, or the stats hash of a queue
   of layout < 4): 'paused' 1 while paused, 'lanes' 1 on, 2 off with jobs left in the lane.
 
@@ -61,17 +69,22 @@ undelivered = undelivered + redis.call('ZCARD', KEYS[5])
 local dead = 0
 if redis.call('EXISTS', KEYS[3]) == 1 then dead = redis.call('XLEN', KEYS[3]) end
 local counters = {}
+local voided = 0
 if redis.call('TYPE', KEYS[4])['ok'] == 'hash' then
   -- The stats hash's own 'paused'/'lanes' fields mean something only for a queue of layout < 4,
   -- and partition_flags has read them then: the flags come from there, once.
   local all = redis.call('HGETALL', KEYS[4])
   for i = 1, #all, 2 do
-    if all[i] ~= 'paused' and all[i] ~= 'lanes' then
+    if all[i] == 'voided' then
+      voided = int_of(all[i + 1], 0, 1e15) or 0
+    elseif all[i] ~= 'paused' and all[i] ~= 'lanes' then
       counters[#counters + 1] = all[i]
       counters[#counters + 1] = all[i + 1]
     end
   end
 end
+-- Cancelled after promotion, not read yet: their entries wait, their jobs are gone.
+undelivered = math.max(undelivered - voided, 0)
 if paused then
   counters[#counters + 1] = 'paused'
   counters[#counters + 1] = '1'

@@ -78,10 +78,13 @@ end
 -- ready entry (id eid, fields f) that holds no job to run, and say whether it did: one with no
 -- job id field or a malformed envelope (dead-lettered raw, the envelope dropped), one whose job
 -- has no envelope (cancelled after promotion: nothing to run), one whose attempt cannot be
--- counted (dead, its body kept: a replay starts it at 0); each is acknowledged and deleted
--- from the stream.  id, v, state, attempt, body: ready_fields' id, the envelope and
--- split_envelope's parts (nil where missing).  False, nothing written, for a job to run.
--- keys = {jobs, dead, errors, stats}.  (fetch-9.lua and reclaim-7.lua.)
+-- counted (dead, its body kept: a replay starts it at 0); each is acknowledged and left for the
+-- dispatcher's trim, as an ack leaves it (lua/ack-4.lua): an XDEL of the group's newest read
+-- entry makes Redis 7.0 report the group's lag as unknown until the group reads to the end of
+-- the stream (then partition-stats had to guess the ready count).  id, v, state, attempt,
+-- body: ready_fields' id, the envelope and split_envelope's parts (nil where missing).  False,
+-- nothing written, for a job to run.  keys = {jobs, dead, errors, stats}.  (fetch-9.lua and
+-- reclaim-7.lua.)
 local function drop_unrunnable(keys, ready, group, eid, f, id, v, state, attempt, body, now)
   if not id then
     dead_letter_raw(keys, f, 'malformed ready entry: no job id field', now)
@@ -96,6 +99,5 @@ local function drop_unrunnable(keys, ready, group, eid, f, id, v, state, attempt
     return false
   end
   redis.call('XACK', ready, group, eid)
-  redis.call('XDEL', ready, eid)
   return true
 end

@@ -91,8 +91,9 @@ GRANTS: dict[str, tuple[Grant, ...]] = {
         Grant(("sched:next",), ("+zadd", "+zrem", "+zrange", "+zscore")),
         # by id during a resize: a job being moved, a sealed partition (lua/includes/resize.lua)
         Grant(("moving",), ("+hexists", "+hget"), read_only=True),
-        # client.cancel(running=True): the partition's running cancels (lua/cancel-7.lua)
-        Grant(("cancels",), ("+zadd", "+zremrangebyscore")),
+        # client.cancel(running=True): the partition's running cancels, kept bounded
+        # (lua/cancel-7.lua)
+        Grant(("cancels",), ("+zadd", "+zremrangebyscore", "+zremrangebyrank")),
         # client.result: the job's kept result, read with its snapshot (lua/result-6.lua);
         # client.get: a running job's progress (lua/get-6.lua)
         Grant(("result", "progress"), ("+get",), read_only=True),
@@ -177,8 +178,11 @@ GRANTS: dict[str, tuple[Grant, ...]] = {
         Grant(
             ("running",), ("+zremrangebyscore", "+zcard", "+zscore", "+zadd", "+zrem", "+pexpire")
         ),
-        # the heartbeat looks for running cancels it missed (lua/touch-2.lua)
+        # the heartbeat looks for running cancels (lua/touch-3.lua): whether the partition
+        # has any (ZRANGE: what a worker of an older release reads during a rolling upgrade),
+        # then whether the jobs it holds still have their envelopes
         Grant(("cancels",), ("+exists", "+zrange"), read_only=True),
+        Grant(("jobs",), ("+hexists",), read_only=True),
         # jobs that keep their result: stored with the ack (lua/complete-4.lua); job.progress
         # (lua/progress-2.lua)
         Grant(("result", "progress"), ("+set",)),

@@ -366,6 +366,10 @@ def _list_stream(
         p = pks[at].fleet_id
         if state == "ready":
             eid, job_id, due, raw, bad = row
+            if job_id and raw is None:
+                # Cancelled after promotion (its job is gone): the entry waits for a worker's
+                # read to drop it, and pages on like any other, unlisted.
+                continue
             # A job in a lane (lanes on) has no stream entry yet: its id is only a cursor.
             entry = None if eid.startswith(LANE_PREFIX) else eid
             jobs.append(

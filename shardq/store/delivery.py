@@ -17,7 +17,7 @@ from shardq.store.op import Command, Op, cmd, op
 # Most items one call carries (each script's ``Max ARGV`` header line: the function refuses
 # more, and shardq.store.op.op refuses to build a longer call).  Callers split what they hold.
 MAX_ACK = 1000  # entries per ack (lua/ack-4.lua)
-MAX_TOUCH = 1000  # entries per touch (lua/touch-2.lua)
+MAX_TOUCH = 1000  # entries per touch (lua/touch-3.lua)
 MAX_LIVE = 1000  # live workers named to reclaim (lua/reclaim-7.lua)
 
 
@@ -48,6 +48,9 @@ class Batch:
     """With :attr:`next_due_ms` (not :data:`NONE_WAITS`): how many waiting jobs are due by it
     plus the read's ``horizon_ms``, what the partition's next read will find; 0 when none
     waits; None when not known."""
+    more: bool = False
+    """A fetch that stopped after reading past its bound of entries without a job (cancelled
+    after promotion, malformed: lua/fetch-9.lua) with entries left: read again at once."""
 
 
 #: ``Batch.next_due_ms`` of a partition with no job waiting.
@@ -79,12 +82,15 @@ def _parse_batch(reply: Any, reclaimed: bool) -> Batch:
     r = check(reply)
     next_due: int | None = None
     due_soon: int | None = None
-    if not reclaimed:  # a fetch's next fields: the next due time (-2: not known), due by then
+    more = False
+    if not reclaimed:  # a fetch's next fields: the next due time (-2: not known), due by then,
+        # and whether it stopped at its bound of entries without a job
         head = numbers.integer(r[1], -2, what="next due ms")
         next_due = None if head == -2 else head
         soon = numbers.integer(r[2], -1, what="due soon")
         due_soon = None if next_due is None or soon < 0 else soon
-        r = [r[0], *r[3:]]
+        more = r[3] == 1
+        r = [r[0], *r[4:]]
     jobs = [
         Delivered(
             r[i],
@@ -97,7 +103,7 @@ def _parse_batch(reply: Any, reclaimed: bool) -> Batch:
         )
         for i in range(1, len(r) - 5, 6)
     ]
-    return Batch(numbers.integer(r[0], 0, what="now ms"), jobs, next_due, due_soon)
+    return Batch(numbers.integer(r[0], 0, what="now ms"), jobs, next_due, due_soon, more)
 
 
 def _parse_fetch(reply: Any) -> Batch:
@@ -194,20 +200,31 @@ def fail(
 
 class Touched(NamedTuple):
     """A heartbeat's answer: entries now held by another consumer, and the job ids of the
-    partition's latest running cancels (lua/touch-2.lua)."""
+    deliveries still this worker's whose job a running cancel removed (lua/touch-3.lua)."""
 
     lost: list[bytes]
     cancelled: list[bytes]
 
 
-def touch(pk: keys.PartitionKeys, consumer: str, entry_ids: Iterable[bytes]) -> Op[Touched]:
-    """Heartbeat running deliveries (see :class:`Touched`)."""
+def touch(
+    pk: keys.PartitionKeys,
+    consumer: str,
+    held: Iterable[tuple[bytes, bytes]],
+    *,
+    look: bool = False,
+) -> Op[Touched]:
+    """Heartbeat running deliveries, (entry id, job id) each (see :class:`Touched`).  ``look``:
+    a cancel's publish named one of them, so their envelopes are looked for whatever the
+    partition's cancels set holds (else only while it is not empty)."""
 
     def parse(reply: Any) -> Touched:
         lost, cancelled = check(reply)
         return Touched(list(lost or []), list(cancelled or []))
 
-    return op("touch", [pk.ready, pk.cancels], [keys.WORKER_GROUP, consumer, *entry_ids], parse)
+    argv: list[Any] = [keys.WORKER_GROUP, consumer, "1" if look else "0"]
+    for eid, raw_id in held:
+        argv += (eid, raw_id)
+    return op("touch", [pk.ready, pk.cancels, pk.jobs], argv, parse)
 
 
 def reclaim(

@@ -78,7 +78,7 @@ PARTITION_KINDS: tuple[str, ...] = (
     # a resize (lua/includes/resize.lua): the batch taken out of a partition it empties, and
     # the batch ids a partition of the new generation has stored
     *("moving", "inbound"),
-    # running jobs cancelled (lua/cancel-7.lua), for their workers' heartbeats (touch-2)
+    # running jobs cancelled (lua/cancel-7.lua), for their workers' heartbeats (touch-3)
     "cancels",
     # workflow children's ends, written with their ack (or dead letter) and relayed to their
     # batch by the partition's dispatcher (shardq.dispatcher.relay): job id -> report

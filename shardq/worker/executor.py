@@ -448,20 +448,28 @@ class Executor:
             return await result
         return result
 
+    def holding(self, partition: int, job_id: bytes) -> Delivery | None:
+        """The delivery of ``job_id`` this worker runs in ``partition`` and has not flagged
+        cancelled yet, or None."""
+        for d in self.inflight.by_partition.get(partition, {}).values():
+            if d.raw_id == job_id and not d.cancelled:
+                return d
+        return None
+
     def cancel_running(self, partition: int, job_id: bytes | str) -> bool:
-        """A running job of ``partition`` was cancelled (a cancel's publish, or the heartbeat's
-        re-check): flag it (``job.cancelled``) and cancel an async handler's task; it ends as
-        cancelled whatever the handler does.  False when this worker does not hold it."""
+        """A running job of ``partition`` was cancelled, as the heartbeat read in Redis (its
+        envelope is gone: lua/touch-3.lua; a signal alone never comes here): flag it
+        (``job.cancelled``) and cancel an async handler's task; it ends as cancelled whatever
+        the handler does.  False when this worker does not hold it."""
         raw = job_id.encode() if isinstance(job_id, str) else job_id
-        for d in list(self.inflight.by_partition.get(partition, {}).values()):
-            if d.raw_id != raw or d.cancelled:
-                continue
-            d.cancelled = True
-            d.job.cancelled = True
-            if d.task is not None and not d.finished:
-                d.task.cancel()
-            return True
-        return False
+        d = self.holding(partition, raw)
+        if d is None:
+            return False
+        d.cancelled = True
+        d.job.cancelled = True
+        if d.task is not None and not d.finished:
+            d.task.cancel()
+        return True
 
     def _timeout_error(self, job: Job) -> HandlerTimeoutError:
         limit, where = self._timeout_of(job)

@@ -552,7 +552,9 @@ class Fetcher:
                 continue
             assert isinstance(result, Batch)
             n = len(result.jobs)
-            full, hinted = n >= count, self.hints.get(p, 0) != seen
+            # more: the read went past its bound of cancelled entries with more left; the jobs
+            # behind them must not wait for an idle poll.
+            full, hinted = n >= count or result.more, self.hints.get(p, 0) != seen
             if full:
                 self.last_read.pop(p, None)  # more may wait: the next read is a full one
                 self.expect.pop(p, None)

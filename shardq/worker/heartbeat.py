@@ -10,18 +10,25 @@ worker whose heartbeat lapsed looks dead to its peers, which then take its runni
 and run them a second time.  The touches go out per primary
 (:class:`~shardq.runtime.pernode.PerPrimaryCalls`): a stalled primary's touches finish in the
 background while the other primaries' deliveries keep being touched on time.
+
+A running job is stopped as cancelled only once a touch has read in Redis that its envelope is
+gone (lua/touch-3.lua): a ``cancel:<id>`` message on the ready-hint channel (which any role may
+publish) makes a touch of that one delivery at once, and the heartbeat looks at every held
+job's envelope while the partition's cancels set is not empty (a producer may write it).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from shardq.metrics import registry as metrics
 from shardq.runtime.pernode import PerPrimaryCalls
 from shardq.store import delivery
 from shardq.worker.context import WorkerContext
 from shardq.worker.executor import Executor
+from shardq.worker.inflight import Delivery
 
 log = logging.getLogger("shardq.worker")
 
@@ -53,6 +60,9 @@ class Heartbeat:
         # How long a round waits for a primary's touches before going on without it: half
         # the interval.
         self.wait = ctx.settings.heartbeat_interval / 2
+        #: Deliveries a cancel's publish named whose touch is out: (partition, entry id).
+        self._looking: set[tuple[int, bytes]] = set()
+        self._looks: set[asyncio.Task[None]] = set()
 
     async def members(self) -> None:
         """Heartbeat into the fleet and act on who is live (the ``membership`` loop)."""
@@ -76,7 +86,7 @@ class Heartbeat:
         parts: list[int] = []
         ops = []
         for p, table in self.inflight.by_partition.items():
-            held = list(table)
+            held = [(d.entry_id, d.raw_id) for d in table.values()]
             # A worker may hold more deliveries of one partition than one touch call takes.
             for lo in range(0, len(held), delivery.MAX_TOUCH):
                 parts.append(p)
@@ -86,24 +96,60 @@ class Heartbeat:
 
         def touched(indexes: list[int], results: list[object]) -> None:
             for i, reply in zip(indexes, results, strict=True):
-                if not isinstance(reply, delivery.Touched):
-                    continue
-                if reply.cancelled:
-                    # A running cancel whose publish this worker missed: stop it now.
-                    for job_id in reply.cancelled:
-                        self.executor.cancel_running(parts[i], job_id)
-                result = reply.lost
-                if result:
-                    p = parts[i]
-                    self.stats.lost_deliveries += len(result)
-                    metrics.WORKER_LOST.labels(self.queue).inc(len(result))
-                    log.warning(
-                        "partition %d: %d deliveries were reclaimed by another worker while "
-                        "running (paused past visibility_timeout?); they may run twice",
-                        p,
-                        len(result),
-                    )
+                if isinstance(reply, delivery.Touched):
+                    self._touched(parts[i], reply)
 
         report = await self.calls.run(ops, touched, self.wait)
         if report.errors:
             raise report.errors[0]  # logged and counted by the supervisor; the rest were touched
+
+    def _touched(self, partition: int, reply: delivery.Touched) -> None:
+        for job_id in reply.cancelled:
+            # Cancelled while running (the touch read that its envelope is gone): stop it now.
+            self.executor.cancel_running(partition, job_id)
+        if reply.lost:
+            self.stats.lost_deliveries += len(reply.lost)
+            metrics.WORKER_LOST.labels(self.queue).inc(len(reply.lost))
+            log.warning(
+                "partition %d: %d deliveries were reclaimed by another worker while "
+                "running (paused past visibility_timeout?); they may run twice",
+                partition,
+                len(reply.lost),
+            )
+
+    def cancel_hint(self, partition: int, job_id: bytes) -> None:
+        """A ``cancel:<id>`` message on the partition's ready-hint channel: when this worker
+        runs that job, touch its delivery at once, reading whether its envelope is gone (a
+        cancel removed it) before stopping it.  One touch per delivery at a time, however
+        many messages come."""
+        d = self.executor.holding(partition, job_id)
+        if d is None or (partition, d.entry_id) in self._looking:
+            return
+        self._looking.add((partition, d.entry_id))
+        task = asyncio.get_running_loop().create_task(self._look(partition, [d]))
+        self._looks.add(task)
+        task.add_done_callback(self._looks.discard)
+
+    async def _look(self, partition: int, held: Sequence[Delivery]) -> None:
+        pairs = [(d.entry_id, d.raw_id) for d in held]
+        try:
+            reply = await self.transport.run(
+                delivery.touch(self.pks[partition], self.consumer, pairs, look=True)
+            )
+        except Exception as exc:
+            # The heartbeat looks again within an interval (a cancel leaves its set non-empty).
+            log.info("partition %d: looking for a running cancel failed: %r", partition, exc)
+            return
+        finally:
+            for d in held:
+                self._looking.discard((partition, d.entry_id))
+        self._touched(partition, reply)
+        confirmed = set(reply.cancelled)
+        self.stats.cancels_ignored += sum(1 for d in held if d.raw_id not in confirmed)
+
+    async def close(self) -> None:
+        """Stop the touches still out (shutdown)."""
+        for task in list(self._looks):
+            task.cancel()
+        await asyncio.gather(*self._looks, return_exceptions=True)
+        await self.calls.close()

@@ -64,6 +64,9 @@ class WorkerStats:
     malformed: int = 0
     deferred: int = 0  # held back by a rate limit: back in due until the limit's time
     cancelled: int = 0  # cancelled while running: ended as cancelled
+    #: A cancel's publish named a job this worker runs whose envelope was still there (no
+    #: cancel removed it: forged, or a cancel's publish whose job was stored again): ignored.
+    cancels_ignored: int = 0
     fetches: int = 0  # reads of a partition sent (fetch script calls)
 
 

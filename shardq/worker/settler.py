@@ -98,6 +98,11 @@ def retry_delay_ms(
             return round(numbers.real(exc.delay, 0, MAX_RETRY_DELAY) * 1000)
         except numbers.BadNumber:
             pass  # nan, inf, 10**400, '5', -1: the backoff decides
+    return backoff_ms(attempt, backoff)
+
+
+def backoff_ms(attempt: int, backoff: Backoff | None) -> int:
+    """The job's backoff after ``attempt``, in ms, within the fail script's bounds."""
     try:
         delay = (backoff or DEFAULT_BACKOFF).delay(attempt)
     except Exception:
@@ -302,10 +307,18 @@ class Settler:
 
     async def _settle_failure(self, d: Delivery, exc: BaseException) -> None:
         job = d.job
-        permanent = isinstance(exc, UnknownJobTypeError) and self.settings.dead_letter_unknown_types
-        delay_ms = retry_delay_ms(
-            exc, job.attempt, job.max_attempts, job.backoff, permanent=permanent
-        )
+        if d.cancelled:
+            # Stopped because a touch read that a cancel removed its envelope: the settle finds
+            # none and only lets go of the delivery.  Should the id have been stored again
+            # meanwhile, that job was not the one cancelled: it is retried, never dead.
+            delay_ms = backoff_ms(job.attempt, job.backoff)
+        else:
+            permanent = (
+                isinstance(exc, UnknownJobTypeError) and self.settings.dead_letter_unknown_types
+            )
+            delay_ms = retry_delay_ms(
+                exc, job.attempt, job.max_attempts, job.backoff, permanent=permanent
+            )
         text = describe(exc, self.settings.max_error_bytes)
         op = delivery.fail(
             self.pks[d.partition],

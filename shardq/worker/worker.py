@@ -281,9 +281,10 @@ class Worker(RoleProcess[WorkerSettings]):
         sup.every("progress", PROGRESS_INTERVAL, reporter.flush)
 
         def on_hint(partition: int, message: bytes | None) -> None:
-            # The ready-hint channel also carries running cancels (lua/cancel-7.lua).
+            # The ready-hint channel also carries running cancels (lua/cancel-7.lua): any
+            # role may publish there, so a touch reads whether the job is gone first.
             if message is not None and message.startswith(CANCEL_PREFIX):
-                executor.cancel_running(partition, message[len(CANCEL_PREFIX) :])
+                heartbeat.cancel_hint(partition, message[len(CANCEL_PREFIX) :])
             else:
                 fetcher.hint(partition, message)
 
@@ -313,7 +314,7 @@ class Worker(RoleProcess[WorkerSettings]):
             await self._finish_settling(settler)
 
         async def close() -> None:
-            await heartbeat.calls.close()
+            await heartbeat.close()
             await recoverer.calls.close()
             executor.close()
             for token in tokens:

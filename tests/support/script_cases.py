@@ -161,7 +161,7 @@ OPS: dict[str, Callable[[State], Op[Any]]] = {
     "result": lambda s: results.read(keys.partition_keys(s.queue, 0, 1), s.scheduled),
     "progress": lambda s: store_progress.write(s.pk, s.pending_id.decode(), b'{"done":1}'),
     "fail": lambda s: delivery.fail(s.pk, s.pending_entry, s.pending_id, 1000, "err"),
-    "touch": lambda s: delivery.touch(s.pk, "c1", [s.pending_entry]),
+    "touch": lambda s: delivery.touch(s.pk, "c1", [(s.pending_entry, s.pending_id)], look=True),
     "reclaim": lambda s: delivery.reclaim(
         s.pk, "c2", visibility_ms=0, orphan_idle_ms=0, live=[], count=10, max_deliveries=5
     ),

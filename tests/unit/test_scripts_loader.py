@@ -148,7 +148,7 @@ def test_the_callers_split_what_they_send_by_the_caps() -> None:
 
     cap = {name: s.max_argv for name, s in loader.scripts().items()}
     assert cap["ack"] == 1 + 2 * delivery.MAX_ACK
-    assert cap["touch"] == 2 + delivery.MAX_TOUCH
+    assert cap["touch"] == 3 + 2 * delivery.MAX_TOUCH
     assert cap["reclaim"] == 7 + delivery.MAX_LIVE
     assert cap["defer"] == 2 + 3 * store_limits.MAX_DEFER
     assert cap["lease-acquire"] == 2 + fleet.MAX_DISPLACE
