@@ -187,7 +187,7 @@ def add(bk: keys.BatchKeys, n: int, add_id: str = "") -> Op[tuple[int, bool]]:
         r = check(reply)
         return int(r[1]), r[0] == 2
 
-    return op("batch-add", [bk.record], [n, bk.batch_id, add_id], parse)
+    return op("batch-add", bk.all(), [n, bk.batch_id, add_id], parse)
 
 
 def seal(bk: keys.BatchKeys) -> Op[tuple[int, list[Fire]]]:
