@@ -48,7 +48,7 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-from shardq import config, jobs, workflows
+from shardq import config, jobs, names, workflows
 from shardq.errors import ConfigError
 
 _FILE_RE = re.compile(r"^(?P<name>[a-z][a-z-]*)-(?P<keys>\d+)\.lua$")
@@ -76,6 +76,8 @@ SHARED_LIMITS: dict[str, int] = {
     "MAX_PROGRESS_BYTES": jobs.MAX_PROGRESS_BYTES,
     "MAX_RESULT_BYTES": config.MAX_RESULT_BYTES,
     "MAX_ERROR_BYTES": config.MAX_ERROR_BYTES,
+    # a member id, consumer name, lease owner or limit holder
+    "MAX_NAME_BYTES": names.MAX_MEMBER_BYTES,
 }
 
 

@@ -79,3 +79,49 @@ def test_a_producer_cannot_make_a_batch_allocate_past_maxmemory(own_redis: Any, 
         admin.redis.config_set("maxmemory", 0)
     admin.close()
     producer.close()
+
+
+def test_what_runs_at_maxmemory_keeps_nothing_of_a_callers_size(own_redis: Any, queue: str) -> None:
+    """The allow-oom scripts (they run on a full Redis) keep no name, error or result longer
+    than the shared bounds, whatever a worker or dispatcher sends: a name over MAX_NAME_BYTES
+    is refused, an error is kept to MAX_ERROR_BYTES, a result over MAX_RESULT_BYTES refused."""
+    from shardq.config import MAX_ERROR_BYTES, MAX_RESULT_BYTES
+    from shardq.names import MAX_MEMBER_BYTES
+    from shardq.store import delivery, fleet, results
+
+    server = own_redis("--maxmemory", "256mb", "--maxmemory-policy", "noeviction")
+    admin = Client.from_url(server.url)
+    admin.create_queue(queue, 1)
+    users = add_role_users([admin.redis], ("worker", "dispatcher"))
+    worker, dispatcher = (role_client(server.url, users[r]) for r in ("worker", "dispatcher"))
+    pk = keys.partition_keys(queue, 0, 1)
+    ids = [admin.enqueue(queue, "t", {"n": n}) for n in range(2)]
+    long_name = "w" * (MAX_MEMBER_BYTES + 1)
+    for call in (
+        delivery.fetch(pk, long_name, 10),
+        fleet.members(keys.dispatchers_key(queue), keys.drain_key(queue), long_name, 5000),
+        fleet.lease_acquire(pk, long_name, 5000),
+    ):
+        with pytest.raises(ScriptArgumentError, match=str(MAX_MEMBER_BYTES)):
+            (dispatcher if call.script.name != "fetch" else worker)._run(call)
+    got = worker._run(delivery.fetch(pk, "w-1", 10)).jobs
+    assert sorted(j.raw_id.decode() for j in got) == sorted(ids)
+    first, second = got
+    too_big = results.Completion(
+        first.entry_id, first.raw_id, 60_000, b"x" * (MAX_RESULT_BYTES + 1)
+    )
+    with pytest.raises(ScriptArgumentError, match=str(MAX_RESULT_BYTES)):
+        worker._run(results.complete(pk, [too_big]))
+    admin.redis.config_set("maxmemory", _used(admin) - MiB)
+    try:
+        error = "e" * (MAX_ERROR_BYTES + 500_000)
+        failed = worker._run(delivery.fail(pk, second.entry_id, second.raw_id, -1, error))
+        assert failed.outcome == "dead"
+        assert admin.redis.hstrlen(pk.errors, second.raw_id) == MAX_ERROR_BYTES
+    finally:
+        admin.redis.config_set("maxmemory", 0)
+    assert admin.redis.exists(pk.result(first.raw_id.decode())) == 0
+    assert admin.redis.xpending(pk.ready, keys.WORKER_GROUP)["pending"] == 1  # the first, still
+    for c in (admin, worker, dispatcher):
+        c.close()
+

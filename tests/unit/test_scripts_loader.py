@@ -171,7 +171,7 @@ def test_the_callers_split_what_they_send_by_the_caps() -> None:
 def test_shared_limits_are_the_python_constants_declared_once() -> None:
     """A bound a script and its Python caller both check is one Python constant, a local of
     the library: no script states the number itself, nor declares the name again."""
-    from shardq import config, jobs, workflows
+    from shardq import config, jobs, names, workflows
 
     code = loader.library().code
     expected = {
@@ -182,6 +182,7 @@ def test_shared_limits_are_the_python_constants_declared_once() -> None:
         "MAX_PROGRESS_BYTES": jobs.MAX_PROGRESS_BYTES,
         "MAX_RESULT_BYTES": config.MAX_RESULT_BYTES,
         "MAX_ERROR_BYTES": config.MAX_ERROR_BYTES,
+        "MAX_NAME_BYTES": names.MAX_MEMBER_BYTES,
     }
     assert expected == loader.SHARED_LIMITS
     for name, value in expected.items():
