@@ -621,9 +621,10 @@ def relay_partition(
     stands alone: one whose report or fires fail leaves its own entries (a fault) or drops
     them (:data:`REPORT_REFUSED`), and the round reads on from ``cursor`` (``Relayed.cursor``
     for the next), so entries left behind never hold the others back."""
-    entries, bad, after = yield from one(ops.outbox_read(pk, cursor=cursor))
-    if not entries and not bad:
+    read, bad, after = yield from one(ops.outbox_read(pk, cursor=cursor))
+    if not read and not bad:
         return Relayed(0, 0, 0, [], [], [], [], after)
+    entries, forged = yield from _ended(cache, queue, pk, read)
     by_batch: dict[str, list[ops.OutboxEntry]] = {}
     for e in entries:
         by_batch.setdefault(e.batch_id, []).append(e)
@@ -635,7 +636,7 @@ def relay_partition(
     ]
     results = yield from _waited(calls, replicas, settings)
     relayed: list[ops.OutboxEntry] = []
-    dropped = list(bad)
+    dropped = list(bad) + forged
     fires: list[str] = []
     callbacks: list[int] = []
     given_up: list[str] = []
@@ -665,7 +666,7 @@ def relay_partition(
         relayed += [e for n, e in enumerate(group) if n not in skipped]
     if relayed or dropped:
         yield from one(ops.outbox_delete(pk, [e.job_id for e in relayed] + dropped))
-    left = len(entries) + len(bad) - len(relayed) - len(dropped)
+    left = len(read) + len(bad) - len(relayed) - len(dropped)
     return Relayed(
         len(relayed),
         len(dropped),
@@ -676,6 +677,29 @@ def relay_partition(
         given_up,
         after,
     )
+
+
+def _ended(
+    cache: QueueCache, queue: str, pk: keys.PartitionKeys, entries: list[ops.OutboxEntry]
+) -> Plan[tuple[list[ops.OutboxEntry], list[str]]]:
+    """The entries that stand for a child's end, and the job ids of the others.  An entry
+    counts only for the child it names (its field is ``<batch id>#<index>``), in the child's
+    own partition, once the child's job is gone from there (completed: no envelope) or dead
+    (then as dead, whatever the entry says).  The scripts that end a child write its entry
+    and remove or bury its envelope in one call, so only a hand (a worker's raw HSET) writes
+    one for a child still waiting or running: it is dropped, and counts nothing."""
+    layout = yield from producer_plans.layout(cache, queue)
+    named = [e for e in entries if e.job_id == child_id(e.batch_id, e.child)]
+    here = [e for e in named if layout.is_home(pk, e.job_id)]
+    states = (yield from one(ops.job_states(pk, [e.job_id for e in here]))) if here else []
+    ended: list[ops.OutboxEntry] = []
+    for e, state in zip(here, states, strict=True):
+        if state is None:
+            ended.append(e)
+        elif state == b"D":
+            ended.append(e if e.outcome == "dead" else e._replace(outcome="dead", value=b"dead"))
+    kept = {e.job_id for e in ended}
+    return ended, [e.job_id for e in entries if e.job_id not in kept]
 
 
 #: A batch a producer began ending (seal, cancel) this long ago whose fires are still listed:

@@ -483,6 +483,17 @@ def outbox_read(
     return cmd("HSCAN", pk.outbox, cursor, "COUNT", count, parse=parse)
 
 
+def job_states(pk: keys.PartitionKeys, job_ids: Sequence[str]) -> Command[list[bytes | None]]:
+    """Each job's state letter as its envelope in ``pk`` says (``D``: dead; ``S``, ``A``, ...:
+    still to run or running), or None where the partition stores none (it completed, was
+    cancelled, or never was here)."""
+
+    def parse(reply: Any) -> list[bytes | None]:
+        return [_bytes(v)[:1] if v is not None else None for v in reply]
+
+    return cmd("HMGET", pk.jobs, *job_ids, parse=parse)
+
+
 def outbox_delete(pk: keys.PartitionKeys, job_ids: list[str]) -> Command[int]:
     return cmd("HDEL", pk.outbox, *job_ids, parse=int)
 

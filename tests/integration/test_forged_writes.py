@@ -125,3 +125,56 @@ def test_what_runs_at_maxmemory_keeps_nothing_of_a_callers_size(own_redis: Any, 
     for c in (admin, worker, dispatcher):
         c.close()
 
+
+def test_a_worker_cannot_end_a_batch_child_by_writing_its_outbox(
+    own_redis: Any, queue: str
+) -> None:
+    """The audit's M10: a worker's raw HSET into an outbox (its right: its scripts write
+    children's ends there) decided children's outcomes.  The relay now counts an entry only
+    for the child it names, in that child's own partition, once the child's job is gone from
+    there; a dead child counts as dead whatever its entry says."""
+    from shardq import JobRequest
+    from shardq.plans import workflows as workflow_plans
+    from shardq.store import delivery
+
+    server = own_redis()
+    admin = Client.from_url(server.url)
+    admin.create_queue(queue, 2)
+    users = add_role_users([admin.redis], ("producer", "worker", "dispatcher"))
+    producer, worker, dispatcher = (
+        role_client(server.url, users[r]) for r in ("producer", "worker", "dispatcher")
+    )
+    children = [JobRequest("child", {}, delay=3600) for _ in range(3)] + [JobRequest("child", {})]
+    bid = producer.batches.create(queue, children, on_success=JobRequest("cb", {}))
+    layout = admin.layout(queue)
+    home = [layout.route(f"{bid}#{i}") for i in range(4)]
+    away = layout.pk(1 - home[1].partition)
+
+    # The last child runs and dies; its worker then rewrites the entry its death wrote.
+    (job,) = worker._run(delivery.fetch(home[3], "w-1", 10)).jobs
+    worker._run(
+        delivery.fail(home[3], job.entry_id, job.raw_id, -1, "boom", workflow_ref=f"{bid}|3")
+    )
+    forged = {
+        (home[0], f"{bid}#0"): f"{bid}|0|ok|1|",  # its job still waits
+        (away, f"{bid}#1"): f"{bid}|1|ok|1|",  # not the child's partition
+        (home[2], "someone-else"): f"{bid}|2|ok|1|",  # not the child it names
+        (home[3], f"{bid}#3"): f"{bid}|3|ok|1|",  # dead, said ok
+    }
+    for (pk, field), value in forged.items():
+        worker.redis.hset(pk.outbox, field, value)
+    relayed = [
+        dispatcher._drive(
+            workflow_plans.relay_partition(dispatcher._queues, queue, pk, dispatcher.settings),
+            "relaying",
+        )
+        for pk in layout.active()
+    ]
+    assert sum(r.relayed for r in relayed) == 1 and sum(r.dropped for r in relayed) == 3
+    info = admin.batches.get(queue, bid)
+    assert info is not None
+    assert (info.completed, info.dead, info.state) == (0, 1, "failed")
+    assert all(admin.redis.hlen(pk.outbox) == 0 for pk in layout.active())
+    for c in (admin, producer, worker, dispatcher):
+        c.close()
+
