@@ -183,7 +183,11 @@ def read(pk: keys.PartitionKeys, job_id: str) -> Op[ResultRead]:
     def parse(reply: Any) -> ResultRead:
         envelope, due, error, kept = check(reply)
         job = producer.job_info(pk, job_id, envelope, due, error)
-        result = parse_record(pk, job_id, kept) if kept is not None else None
+        # A result is final only once its job is done (the complete script stores it and
+        # drops the envelope in one call): while the job is stored, waiting, running or
+        # dead, a record beside it is not its result (a worker's raw SET, or an earlier
+        # job's of the same id), and the job's state answers.
+        result = parse_record(pk, job_id, kept) if kept is not None and job is None else None
         return ResultRead(job, result, pk.result(job_id))
 
     return op(

@@ -178,3 +178,33 @@ def test_a_worker_cannot_end_a_batch_child_by_writing_its_outbox(
     for c in (admin, producer, worker, dispatcher):
         c.close()
 
+
+def test_a_worker_cannot_forge_the_result_of_a_job_that_has_not_ended(
+    own_redis: Any, queue: str
+) -> None:
+    """The audit's M9: a worker's raw SET on a result key (its right: its complete script
+    stores results) made ``client.result`` answer for a job still waiting.  A result is now
+    final only once its job is done: while the job is stored its state answers."""
+    from shardq.errors import ResultTimeoutError
+    from shardq.store import delivery, results
+
+    server = own_redis()
+    admin = Client.from_url(server.url)
+    admin.create_queue(queue, 1)
+    users = add_role_users([admin.redis], ("producer", "worker"))
+    producer, worker = (role_client(server.url, users[r]) for r in ("producer", "worker"))
+    pk = keys.partition_keys(queue, 0, 1)
+    running = producer.enqueue(queue, "t", {}, keep_result=60)
+    waiting = producer.enqueue(queue, "t", {}, keep_result=60, delay=3600)
+    (job,) = worker._run(delivery.fetch(pk, "w-1", 10)).jobs
+    for job_id in (running, waiting):
+        worker.redis.set(pk.result(job_id), b'1|{"t": "t", "a": 1, "v": "forged"}')
+        with pytest.raises(ResultTimeoutError):
+            producer.result(queue, job_id, timeout=0)
+        assert producer.result_info(queue, job_id) is None
+    record = b'{"t": "t", "a": 1, "v": "real"}'
+    done = results.Completion(job.entry_id, job.raw_id, 60_000, record)
+    assert worker._run(results.complete(pk, [done])) == 1
+    assert producer.result(queue, running, timeout=0) == "real"
+    for c in (admin, producer, worker):
+        c.close()
