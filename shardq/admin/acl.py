@@ -99,8 +99,9 @@ GRANTS: dict[str, tuple[Grant, ...]] = {
         # client.cancel(running=True): the partition's running cancels (lua/cancel-7.lua)
         Grant(("cancels",), ("+zadd", "+zremrangebyscore")),
         # client.result: the job's kept result, read with its snapshot (lua/result-6.lua);
-        # client.get: a running job's progress (lua/get-6.lua)
-        Grant(("result", "progress"), ("+get",), read_only=True),
+        # client.get: a running job's progress (lua/get-6.lua); GETRANGE: no more than a
+        # worker writes, whatever a key holds
+        Grant(("result", "progress"), ("+getrange",), read_only=True),
         # client.batches: the batch's record and bitmap (lua/batch-*.lua), the queue's
         # listing of batches, and a cancel's look for a child's end still in an outbox
         Grant(BATCH_KINDS, BATCH_COMMANDS),
@@ -259,7 +260,8 @@ GRANTS["viewer"] = (
     Grant(("registry",), ("+smembers",), read_only=True),
     Grant(("dispatchers", "workers"), ("+zrange",), read_only=True),
     Grant(("drain", "workers:drain"), ("+smembers",), read_only=True),
-    Grant(("idem", "result", "progress"), ("+get",), read_only=True),
+    Grant(("idem",), ("+get",), read_only=True),
+    Grant(("result", "progress"), ("+getrange",), read_only=True),
     Grant(("due",), ("+zcard", "+zcount", "+zrange", "+zscore"), read_only=True),
     Grant(
         ("ready",),

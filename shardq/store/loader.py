@@ -74,6 +74,7 @@ SHARED_LIMITS: dict[str, int] = {
     "MAX_STEPS": workflows.MAX_STEPS,
     # a progress value, a result record and an error text as a worker writes them
     "MAX_PROGRESS_BYTES": jobs.MAX_PROGRESS_BYTES,
+    "STAMP_BYTES": jobs.STAMP_BYTES,
     "MAX_RESULT_BYTES": config.MAX_RESULT_BYTES,
     "MAX_ERROR_BYTES": config.MAX_ERROR_BYTES,
     # a member id, consumer name, lease owner or limit holder

@@ -208,3 +208,54 @@ def test_a_worker_cannot_forge_the_result_of_a_job_that_has_not_ended(
     assert producer.result(queue, running, timeout=0) == "real"
     for c in (admin, producer, worker):
         c.close()
+
+
+def test_progress_and_results_of_any_size_are_refused_or_cut(own_redis: Any, queue: str) -> None:
+    """The audit's M11: a 16 MiB progress went through progress-2, and a 48 MiB result
+    written by hand was read and printed whole.  progress-2 refuses more than
+    MAX_PROGRESS_BYTES; readers read no more than a worker writes (a longer progress is shown
+    as malformed, a longer result refused); the console shows 64 KiB of a large result."""
+    from starlette.testclient import TestClient
+
+    from shardq.config import MAX_RESULT_BYTES, RedisSettings
+    from shardq.errors import ResultNotStoredError
+    from shardq.jobs import MAX_PROGRESS_BYTES
+    from shardq.store import delivery, progress
+    from shardq.web import WebConfig, create_app
+
+    server = own_redis()
+    admin = Client.from_url(server.url)
+    admin.create_queue(queue, 1)
+    users = add_role_users([admin.redis], ("producer", "worker", "viewer"))
+    producer, worker = (role_client(server.url, users[r]) for r in ("producer", "worker"))
+    pk = keys.partition_keys(queue, 0, 1)
+    runs = producer.enqueue(queue, "t", {})
+    done = producer.enqueue(queue, "t", {}, keep_result=600)
+    assert len(worker._run(delivery.fetch(pk, "w-1", 10)).jobs) == 2  # both running
+    with pytest.raises(ScriptArgumentError, match=str(MAX_PROGRESS_BYTES)):
+        worker._run(progress.write(pk, runs, b'"' + b"p" * 16 * MiB + b'"'))
+    assert admin.redis.exists(pk.progress(runs)) == 0
+    worker.redis.set(pk.progress(runs), b"1|" + b"1" * 16 * MiB)  # by hand
+    info = producer.get(queue, runs)
+    assert info is not None and info.state == "running" and info.progress is None
+    assert "progress" in info.malformed
+
+    # A completed job whose result key holds more than any worker writes (by hand).
+    admin.redis.hdel(pk.jobs, *admin.redis.hkeys(pk.jobs))  # both gone: `done` is done
+    big = b'1|{"t": "t", "a": 1, "v": "' + b"r" * (MAX_RESULT_BYTES + 1) + b'"}'
+    worker.redis.set(pk.result(done), big)
+    with pytest.raises(ResultNotStoredError, match="ResultTooLargeError"):
+        producer.result(queue, done, timeout=0)
+    kept = producer.result_info(queue, done)
+    assert kept is not None and not kept.stored and kept.value is None
+
+    # One a worker may write (max_result_bytes up to 16 MiB): the console shows 64 KiB of it.
+    worker.redis.set(pk.result(done), b'1|{"t": "t", "a": 1, "v": "' + b"r" * 8 * MiB + b'"}')
+    assert len(producer.result(queue, done, timeout=0)) == 8 * MiB
+    viewer = WebConfig(redis=RedisSettings.from_url(server.url, username=users["viewer"],
+                                                    password=users["viewer"]))  # fmt: skip
+    with TestClient(create_app(viewer), base_url="http://127.0.0.1:8080") as http:
+        page = http.get(f"/q/{queue}/job/{done}")
+    assert page.status_code == 200 and "cut here" in page.text and len(page.text) < MiB
+    for c in (admin, producer, worker):
+        c.close()

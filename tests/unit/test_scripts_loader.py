@@ -180,6 +180,7 @@ def test_shared_limits_are_the_python_constants_declared_once() -> None:
         "MAX_TOTAL": workflows.MAX_TOTAL,
         "MAX_STEPS": workflows.MAX_STEPS,
         "MAX_PROGRESS_BYTES": jobs.MAX_PROGRESS_BYTES,
+        "STAMP_BYTES": jobs.STAMP_BYTES,
         "MAX_RESULT_BYTES": config.MAX_RESULT_BYTES,
         "MAX_ERROR_BYTES": config.MAX_ERROR_BYTES,
         "MAX_NAME_BYTES": names.MAX_MEMBER_BYTES,
