@@ -17,6 +17,7 @@ ARGV[1..] four per child of the call (1 to 1000 children), for each:
           how it ended: 'ok', 'dead' or 'cancelled'
           its job id (for the failure reason)
           its value: a chain step's result record (JSON) for 'ok', the error for 'dead'; or ''
+          (at most MAX_RESULT_BYTES)
 Max ARGV: 4000
 
 Returns
@@ -24,16 +25,21 @@ Returns
                                       counted: how many of the call's children were counted
                                       now (the others were counted before: resends); ended
                                       ms: when the batch ended (0 while it runs); skipped: the
-                                      positions (0-based, in the call) of children whose index
-                                      is past the batch's children (no batch has them: the
-                                      caller drops them); then the fires still to do
-                                      (lua/includes/batch.lua pending_fires)
+                                      positions (0-based, in the call) of children no batch can
+                                      count, each refused alone (the others still count): an
+                                      index past the batch's children (or its bitmap's 'bits'),
+                                      an outcome not listed above, a value over
+                                      MAX_RESULT_BYTES (the caller drops them); then the fires
+                                      still to do (lua/includes/batch.lua pending_fires)
   {0}                                 no such batch (expired after its retention, or never
                                       created): the reports are dropped
-  {-11, argv index, value, lo, hi}    E_BAD_ARGUMENT (an outcome not listed above, or no child)
+  {-11, argv index, value, lo, hi}    E_BAD_ARGUMENT (no child, or not four values per child)
   {-10, key, found, expected}         E_WRONG_TYPE: a key was overwritten outside shardq
   {-15, 'KEYS' or 'ARGV', n, cap}    E_TOO_MANY_ARGUMENTS: before anything else (store/loader.py)
 Every check comes before the first write: a refused call writes nothing.
+
+A report never grows the bitmap (lua/includes/batch.lua 'bits'), and keeps at most
+MAX_RESULT_BYTES of a value: what it adds to a full Redis is bounded.
 
 Flags: allow-oom  (it settles: a full Redis must still count ends and end batches)
 ]]
@@ -42,31 +48,27 @@ Flags: allow-oom  (it settles: a full Redis must still count ends and end batche
 --@include batch.lua
 
 if #ARGV == 0 or #ARGV % 4 ~= 0 then return {-11, #ARGV, 'argument count', 4, 4000} end
-for i = 2, #ARGV, 4 do
-  local outcome = ARGV[i]
-  if outcome ~= 'ok' and outcome ~= 'dead' and outcome ~= 'cancelled' then
-    return {-11, i, outcome, 'ok', 'cancelled'}
-  end
-end
+local OUTCOMES = {ok = true, dead = true, cancelled = true}
 local wrong = wrong_type({KEYS[1], 'hash', KEYS[2], 'string'})
 if wrong then return wrong end
-local r = redis.call('HMGET', KEYS[1], 'state', 'total', 'kind', 'policy')
+local r = redis.call('HMGET', KEYS[1], 'state', 'total', 'kind', 'policy', 'bits')
 if not r[1] then return {0} end
 local record, state, kind, policy = KEYS[1], r[1], r[3], r[4]
-local total = tonumber(r[2]) or 0
+local total = int_of(r[2], 0, MAX_TOTAL) or 0
+local last = countable(total, r[5]) - 1
 local skipped, counted = {}, 0
 local now
 for i = 1, #ARGV, 4 do
-  local index = int_of(ARGV[i], 0, total - 1)
-  if not index then
+  local index = int_of(ARGV[i], 0, last)
+  if not index or not OUTCOMES[ARGV[i + 1]] or #ARGV[i + 3] > MAX_RESULT_BYTES then
     skipped[#skipped + 1] = (i - 1) / 4
   elseif redis.call('SETBIT', KEYS[2], index, 1) == 0 then
     counted = counted + 1
     local outcome, job_id, value = ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
     redis.call('HINCRBY', record, outcome, 1)
     if outcome ~= 'ok' and redis.call('HEXISTS', record, 'reason') == 0 then
-      redis.call('HSET', record, 'reason', job_id .. ': ' .. (outcome == 'cancelled' and
-        'cancelled' or string.sub(value, 1, 500)))
+      redis.call('HSET', record, 'reason', string.sub(job_id, 1, 200) .. ': ' ..
+        (outcome == 'cancelled' and 'cancelled' or string.sub(value, 1, 500)))
     end
     if kind == 'chain' then
       if state == 'running' then

@@ -12,12 +12,14 @@ ARGV[1] consumer group
 ARGV[2] entry id
 ARGV[3] job id
 ARGV[4] retry delay ms, or -1 to dead-letter now (attempts used up, or a permanent error)
-ARGV[5] error text (already truncated by the caller)
+ARGV[5] error text (already truncated by the caller; kept to MAX_ERROR_BYTES here: it runs
+        at maxmemory)
 ARGV[6] due-hint channel (sharded pub/sub) to wake the dispatcher when the head moves earlier
 ARGV[7] the job's result channel (its result key's name) when it keeps its result, else '':
         told when the job ends dead, so a producer waiting for the result stops waiting
 ARGV[8] the job's workflow ref '<batch id>|<index>' when it is a batch child or chain step,
         else '': a child that ends dead has its end written into the outbox with the error
+        (at most MAX_NAME_BYTES bytes)
 
 Returns
   {1, due ms}   retry scheduled
@@ -39,6 +41,8 @@ Flags: allow-oom  (runs when Redis is at maxmemory: it frees memory or keeps a f
 -- Reads and checks first: the delivery must still be pending, the job stored and readable.
 local delay, bad = arg_number(4, -1, 366 * 86400000)
 if bad then return bad end
+if ARGV[8] and #ARGV[8] > MAX_NAME_BYTES then return {-11, 8, 'workflow ref', 0, MAX_NAME_BYTES} end
+local error_text = string.sub(ARGV[5], 1, MAX_ERROR_BYTES)
 local wrong = wrong_type({KEYS[1], 'stream', KEYS[2], 'hash', KEYS[3], 'zset', KEYS[4], 'stream',
   KEYS[5], 'hash', KEYS[7], 'hash'})
 if wrong then return wrong end
@@ -70,15 +74,15 @@ elseif not attempt then
   end
   reply = {2, now}
 elseif delay < 0 then
-  dead_letter({KEYS[2], KEYS[4], KEYS[5], KEYS[6]}, id, attempt, body, ARGV[5], now)
+  dead_letter({KEYS[2], KEYS[4], KEYS[5], KEYS[6]}, id, attempt, body, error_text, now)
   count(KEYS[6], 'failed', 1)
   if ARGV[7] and ARGV[7] ~= '' then redis.call('SPUBLISH', ARGV[7], 'dead') end
-  if ARGV[8] and ARGV[8] ~= '' then outbox_put(KEYS[7], ARGV[6], id, ARGV[8], 'dead', now, ARGV[5]) end
+  if ARGV[8] and ARGV[8] ~= '' then outbox_put(KEYS[7], ARGV[6], id, ARGV[8], 'dead', now, error_text) end
   reply = {2, now}
 else
   local due = now + math.floor(delay)
   redis.call('HSET', KEYS[2], id, 'S' .. attempt .. '|' .. body)
-  redis.call('HSET', KEYS[5], id, ARGV[5])
+  redis.call('HSET', KEYS[5], id, error_text)
   redis.call('ZADD', KEYS[3], due, id)
   if redis.call('ZRANGE', KEYS[3], 0, 0)[1] == id then
     redis.call('SPUBLISH', ARGV[6], due)

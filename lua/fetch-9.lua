@@ -40,7 +40,7 @@ KEYS[8] ctl      hash    the partition's flags, 'paused' and 'lanes' (read only)
 KEYS[9] due      zset    job id (or '<id> <body>', a compact job) scored by due ms
 
 ARGV[1] consumer group
-ARGV[2] consumer (worker) name
+ARGV[2] consumer (worker) name (1..MAX_NAME_BYTES bytes)
 ARGV[3] max entries to read
 ARGV[4] '1': promote the partition's due jobs first (up to ARGV[3]); '0': read only
 ARGV[5] horizon ms (0..86400000): the reply counts the waiting jobs due by the next due time
@@ -87,6 +87,8 @@ local MAX_PASSES = 16
 
 local n, bad = arg_number(3, 1, 1000)
 if bad then return bad end
+local bad_name = arg_name(2)
+if bad_name then return bad_name end
 if ARGV[4] ~= '0' and ARGV[4] ~= '1' then return {-11, 4, ARGV[4], '0', '1'} end
 local horizon, bad5 = arg_number(5, 0, 86400000)
 if bad5 then return bad5 end

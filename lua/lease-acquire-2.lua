@@ -7,7 +7,7 @@ KEYS[1] lease    string  '<token>:<owner>' with expiry
 KEYS[2] fence    hash    token (only grows), released ('1' when the last owner let go),
                          granted (ms of the last grant), ttl (its lease time); never expires
 
-ARGV[1] owner (dispatcher id)
+ARGV[1] owner (dispatcher id, 1..MAX_NAME_BYTES bytes)
 ARGV[2] lease time ms
 ARGV[3..] owners whose unexpired lease may be taken over: dispatchers whose membership expired
           (dead or paused) and earlier incarnations of this dispatcher (restarted in place).
@@ -34,6 +34,8 @@ Flags: allow-oom  (runs when Redis is at maxmemory: it frees memory or keeps a f
 
 local ttl, bad = arg_number(2, 100, 3600000)
 if bad then return bad end
+local bad_owner = arg_name(1)
+if bad_owner then return bad_owner end
 local wrong = wrong_type({KEYS[1], 'string', KEYS[2], 'hash'})
 if wrong then return wrong end
 local v = redis.call('GET', KEYS[1])

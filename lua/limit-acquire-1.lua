@@ -9,7 +9,7 @@ KEYS[1] holders  zset    job id scored by hold expiry ms
 
 ARGV[1] most holders at once (1 .. 1e6)
 ARGV[2] hold ms: how long a hold lasts without renewal (100 .. 86400000)
-ARGV[3..] job ids asking (1 .. 1000 of them)
+ARGV[3..] job ids asking (1 .. 1000 of them, each 1..MAX_NAME_BYTES bytes)
 Max ARGV: 1002  = 2 + at most 1000 jobs (shardq.worker.limiter.MAX_TAKE)
 
 Returns
@@ -29,6 +29,10 @@ if bad1 then return bad1 end
 local hold, bad2 = arg_number(2, 100, 86400000)
 if bad2 then return bad2 end
 if #ARGV < 3 or #ARGV > 1002 then return {-11, 3, #ARGV - 2, 1, 1000} end
+for i = 3, #ARGV do
+  local bad_id = arg_name(i)
+  if bad_id then return bad_id end
+end
 local wrong = wrong_type({KEYS[1], 'zset'})
 if wrong then return wrong end
 local now = now_ms()

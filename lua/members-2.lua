@@ -6,7 +6,7 @@ member that stops heartbeating drops out after the timeout without anyone cleani
 KEYS[1] members  zset    member id scored by heartbeat expiry ms
 KEYS[2] drain    set     member ids an operator asked to hold nothing (`shardq rebalance --drain`)
 
-ARGV[1] member id
+ARGV[1] member id (1..MAX_NAME_BYTES bytes)
 ARGV[2] membership timeout ms
 ARGV[3] '1' when the member is leaving (clean shutdown), else '0'
 
@@ -26,6 +26,8 @@ Flags: allow-oom  (runs when Redis is at maxmemory: it frees memory or keeps a f
 local MAX_TIMEOUT = 3600000
 local timeout, bad = arg_number(2, 100, MAX_TIMEOUT)
 if bad then return bad end
+local bad_id = arg_name(1)
+if bad_id then return bad_id end
 local wrong = wrong_type({KEYS[1], 'zset', KEYS[2], 'set'})
 if wrong then return wrong end
 local now = now_ms()

@@ -17,7 +17,7 @@ KEYS[7] outbox   hash    workflow children's ends not yet relayed (lua/includes/
         a poison child's end is written here with its dead letter
 
 ARGV[1] consumer group
-ARGV[2] consumer (worker) name taking the deliveries
+ARGV[2] consumer (worker) name taking the deliveries (1..MAX_NAME_BYTES bytes)
 ARGV[3] min idle ms (the visibility timeout)
 ARGV[4] max deliveries to look at in this call
 ARGV[5] delivery limit
@@ -45,6 +45,8 @@ local visibility, bad3 = arg_number(3, 0, 30 * 86400000)
 if bad3 then return bad3 end
 local n, bad4 = arg_number(4, 1, 1000)
 if bad4 then return bad4 end
+local bad_name = arg_name(2)
+if bad_name then return bad_name end
 local limit, bad5 = arg_number(5, 1, 1000)
 if bad5 then return bad5 end
 local orphan_idle, bad6 = arg_number(6, 0, 30 * 86400000)

@@ -6,12 +6,14 @@ KEYS[2] due      zset    job id (or '<id> <body>', a compact job) scored by due 
 KEYS[3] errors   hash    job id -> last error
 KEYS[4] ctl      hash    the partition's flags (read: sealed by a resize)
 KEYS[5] moving   hash    the batch a resize has taken out of this partition (job id -> record)
-KEYS[6] result   string  the job's result record, '<finished ms>|<record JSON>' (complete-4)
+KEYS[6] result   string  the job's result record, '<finished ms>|<record JSON>' (complete-5)
 
 ARGV[1] job id
 
 Returns {envelope or false, due ms or false, last error or false, result or false} (the first
-three as lua/get-6.lua), or get-6's error replies:
+three as lua/get-6.lua; the result is read up to MAX_RESULT_BYTES + STAMP_BYTES, the most
+complete-5 writes, and one longer, which no worker wrote, is answered as that length + 1, a
+number, not the text), or get-6's error replies:
   {-16, '<generation>:<partitions>', id}  E_LAYOUT_MOVED
   {-17, id}                           E_JOB_MOVING
   {-10, key, found, expected}         E_WRONG_TYPE: a key was overwritten outside shardq
@@ -22,7 +24,13 @@ Flags: no-writes  (reads only)
 
 local wrong = wrong_type({KEYS[6], 'string'})
 if wrong then return wrong end
-local result = redis.call('GET', KEYS[6])
+local most = MAX_RESULT_BYTES + STAMP_BYTES
+local result = redis.call('GETRANGE', KEYS[6], 0, most)
+if result == '' then
+  result = false
+elseif #result > most then
+  result = most + 1
+end
 local snapshot = job_snapshot(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], ARGV[1])
 if type(snapshot[1]) == 'number' then
   -- Sealed: a result written here before the resize still answers (the job is gone).

@@ -26,6 +26,11 @@ LATENESS_BUDGET = 0.010
 #: Past this a budget stops buying anything (calls are full long before) and starts to look
 #: like an outage: a second.
 MAX_LATENESS_BUDGET = 1.0
+#: The most WorkerSettings.max_result_bytes may be: the complete script refuses a longer
+#: result record, and readers refuse a longer stored one (lua/complete-5.lua, result-6).
+MAX_RESULT_BYTES = 16 * 1024 * 1024
+#: The most WorkerSettings.max_error_bytes may be: the fail script keeps no more of an error.
+MAX_ERROR_BYTES = 1_000_000
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
 
@@ -477,8 +482,8 @@ class WorkerSettings:
         _check_int("fetch_batch", self.fetch_batch, 1, 1000)
         _check_int("max_deliveries", self.max_deliveries, 1, 1000)
         _check_int("default_max_attempts", self.default_max_attempts, 1, 1000)
-        _check_int("max_error_bytes", self.max_error_bytes, 64, 1_000_000)
-        _check_int("max_result_bytes", self.max_result_bytes, 16, 16 * 1024 * 1024)
+        _check_int("max_error_bytes", self.max_error_bytes, 64, MAX_ERROR_BYTES)
+        _check_int("max_result_bytes", self.max_result_bytes, 16, MAX_RESULT_BYTES)
         _check_range("visibility_timeout", self.visibility_timeout, 0.1, 7 * 86400.0)
         _check_range("heartbeat_interval", self.heartbeat_interval, 0.01, 3600.0)
         _check_range("reclaim_interval", self.reclaim_interval, 0.01, 3600.0)

@@ -414,6 +414,9 @@ def result_retention_ms(keep_result: timedelta | float) -> int:
 
 #: Largest progress value (its JSON) a handler may report.
 MAX_PROGRESS_BYTES = 4096
+#: Room for the ``<ms>|`` a stored progress or result record starts with: readers refuse a
+#: stored record longer than its value's bound plus this (lua/get-6.lua, result-6).
+STAMP_BYTES = 32
 
 #: Longest per-job timeout (as WorkerSettings.handler_timeout's bound).
 MAX_JOB_TIMEOUT = 30 * 86400.0

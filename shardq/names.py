@@ -130,6 +130,11 @@ def check_job_id(job_id: str) -> None:
 
 MAX_IDEMPOTENCY_KEY = 256
 
+#: Longest name a script keeps for a process (bytes): a worker's or dispatcher's member id, its
+#: consumer name, a lease owner (shardq.runtime.identity).  The scripts that keep them run at
+#: maxmemory: what they add must be bounded.
+MAX_MEMBER_BYTES = 512
+
 
 def check_idempotency_key(key: str) -> None:
     """InvalidJobError unless ``key`` is 1..256 characters of valid Unicode."""

@@ -42,8 +42,11 @@ BATCH_ID_RE = re.compile(r"(?=[^A-Za-z0-9]*[A-Za-z0-9])[A-Za-z0-9_.:-]{1,64}")
 BATCH_ID_RULE = "use 1-64 characters of A-Z a-z 0-9 _ . : -, at least one letter or digit"
 #: Children per batch created in one call (more: open a batch and add them in parts).
 MAX_CHILDREN = 1_000_000
-#: Children one add call reserves (lua/batch-add-1.lua's bound).
+#: Children one add call reserves (lua/batch-add-2.lua's bound).
 MAX_ADD = 100_000
+#: Children of one batch in all (open + add): a bit each in its bitmap, whose offsets Redis
+#: takes below 2^32.
+MAX_TOTAL = 2**32
 #: Steps of one chain (they are stored with the chain's record).
 MAX_STEPS = 1000
 #: Nesting: a batch inside a batch inside a batch (ids grow with depth).

@@ -1,3 +1,4 @@
+--@include checks.lua
 -- A batch or chain (shardq.plans.workflows) lives on its own slot: its record hash KEYS[1]
 -- ({sq:<queue>:batch:<id>}:batch) and its bitmap KEYS[2] (:seen, one bit per child index).
 -- Record fields:
@@ -6,6 +7,10 @@
 --             'cancelled'
 --   total, ok, dead, cancelled   children, and how many ended each way (exact: a child is
 --             counted when its bit is first set)
+--   bits      children whose bits the bitmap was allocated for (by batch-open-2 and
+--             batch-add-2, which Redis refuses at maxmemory): the settling scripts, which run
+--             at maxmemory (allow-oom), set no bit past it, so they never grow the bitmap.  A
+--             record without it was opened by an older release; its bitmap grows up to total
 --   policy    what a dead child does: 'fail' (the batch fails at once), 'continue' (it fails
 --             once every child ended), 'ignore' (counted, but the batch may still succeed)
 --   created, sealed, ended       ms (Redis clock)
@@ -17,6 +22,14 @@
 --   pv        a chain's last step's return value (the record JSON), for the next step
 --   fires     the space-separated names of what the relay still has to enqueue or report:
 --             'success', 'complete', 'failure', 'step:<i>', 'parent' (lua/batch-fired-2.lua)
+
+-- countable(total, bits): how many child indexes a report may set bits for (see 'bits').
+local function countable(total, bits)
+  local allocated = int_of(bits, 0, MAX_TOTAL)
+  if bits and not allocated then return 0 end
+  if allocated and allocated < total then return allocated end
+  return total
+end
 
 -- fire(record, name): add a fire to do.
 local function add_fire(record, name)

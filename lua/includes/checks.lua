@@ -94,6 +94,17 @@ local function arg_number(i, lo, hi)
   return v, nil
 end
 
+-- arg_name(i): nil when ARGV[i] is a name a script may keep (a member id, consumer, owner or
+-- job id: 1..MAX_NAME_BYTES bytes), else the reply {-11, i, ...} (E_BAD_ARGUMENT).  The
+-- scripts that keep one run at maxmemory (allow-oom): what they add must be bounded.
+local function arg_name(i)
+  local v = ARGV[i]
+  if not v or #v == 0 or #v > MAX_NAME_BYTES then
+    return {-11, i, string.sub(tostring(v), 1, 80), '1 byte', MAX_NAME_BYTES .. ' bytes'}
+  end
+  return nil
+end
+
 -- count(stats, field, n): add n to a counter of the stats hash.  Counters are advisory: one
 -- that is not a number (a bad write by hand) is reset to n, and a stats key of the wrong type
 -- is left alone, so a counter never stops a job.

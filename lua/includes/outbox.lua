@@ -37,7 +37,7 @@ local function workflow_ref(body)
   if type(options) ~= 'table' or type(options['g']) ~= 'table' then return nil end
   local batch, index = options['g'][1], options['g'][2]
   if type(batch) ~= 'string' or string.find(batch, '|', 1, true) or type(index) ~= 'number'
-    or index ~= math.floor(index) or index < 0 or index > 4294967295 then
+    or index ~= math.floor(index) or index < 0 or index >= MAX_TOTAL then
     return nil
   end
   return batch .. '|' .. string.format('%d', index)

@@ -56,6 +56,11 @@ BATCH_COMMANDS = (
     "+hget", "+hmget", "+hset", "+hsetnx", "+hexists", "+hincrby", "+hgetall", "+setbit",
     "+get", "+exists", "+del", "+pexpire", "+pttl",
 )  # fmt: skip
+#: ... of which the relay's (batch-report, batch-fired, batch-fires, its sweep's reads) need
+#: these: no DEL, and no reading a batch whole.
+RELAY_BATCH_COMMANDS = tuple(
+    c for c in BATCH_COMMANDS if c not in ("+del", "+hgetall", "+get", "+pttl")
+)
 #: Enqueueing a job (enqueue-8): the dispatcher enqueues workflow callbacks and chain steps.
 ENQUEUE_GRANTS: tuple[Grant, ...] = (
     Grant(("jobs",), ("+hsetnx", "+hget")),
@@ -95,8 +100,9 @@ GRANTS: dict[str, tuple[Grant, ...]] = {
         # (lua/cancel-7.lua)
         Grant(("cancels",), ("+zadd", "+zremrangebyscore", "+zremrangebyrank")),
         # client.result: the job's kept result, read with its snapshot (lua/result-6.lua);
-        # client.get: a running job's progress (lua/get-6.lua)
-        Grant(("result", "progress"), ("+get",), read_only=True),
+        # client.get: a running job's progress (lua/get-6.lua); GETRANGE: no more than a
+        # worker writes, whatever a key holds
+        Grant(("result", "progress"), ("+getrange",), read_only=True),
         # client.batches: the batch's record and bitmap (lua/batch-*.lua), the queue's
         # listing of batches, and a cancel's look for a child's end still in an outbox
         Grant(BATCH_KINDS, BATCH_COMMANDS),
@@ -117,7 +123,8 @@ GRANTS: dict[str, tuple[Grant, ...]] = {
             ("+xadd", "+exists", "+xlen", "+xinfo|groups", "+xpending", "+xrange", "+xtrim"),
         ),
         Grant(("dead",), ("+exists", "+xlen", "+xrange", "+xdel")),
-        Grant(("jobs",), ("+hget", "+hdel")),
+        # HMGET: the relay counts a child's end only once its job is gone (or dead)
+        Grant(("jobs",), ("+hget", "+hmget", "+hdel")),
         Grant(("errors",), ("+hdel",)),
         # schedule-fire stores each tick's job (HSETNX, as enqueue) and advances the schedule
         Grant(("jobs",), ("+hsetnx",)),
@@ -132,7 +139,7 @@ GRANTS: dict[str, tuple[Grant, ...]] = {
         # the relay (shardq.dispatcher.relay): reads and clears the held partitions' outboxes,
         # reports to the batches, enqueues their callbacks and chain steps
         Grant(("outbox",), ("+hscan", "+hdel")),
-        Grant(BATCH_KINDS, BATCH_COMMANDS),
+        Grant(BATCH_KINDS, RELAY_BATCH_COMMANDS),
         # and sweeps the batches (the holder of partition 0): fires a producer left, settled
         # ids dropped, the open-batches gauge
         Grant(("batches:live", "batches:firing"), ("+zrange", "+zrem", "+zcard")),
@@ -257,7 +264,8 @@ GRANTS["viewer"] = (
     Grant(("registry",), ("+smembers",), read_only=True),
     Grant(("dispatchers", "workers"), ("+zrange",), read_only=True),
     Grant(("drain", "workers:drain"), ("+smembers",), read_only=True),
-    Grant(("idem", "result", "progress"), ("+get",), read_only=True),
+    Grant(("idem",), ("+get",), read_only=True),
+    Grant(("result", "progress"), ("+getrange",), read_only=True),
     Grant(("due",), ("+zcard", "+zcount", "+zrange", "+zscore"), read_only=True),
     Grant(
         ("ready",),

@@ -277,11 +277,14 @@ class Relay:
 
     async def _partition(self, p: int) -> None:
         pk = self.pks[p]
+        # One pass reads the outbox page by page (HSCAN), so entries a fault left in one page
+        # never hold back those of the next; a pass that moved anything starts another.
+        cursor = left = moved = 0
         while True:
             try:
                 done = await drive_async(
                     plans.relay_partition(
-                        self.cache, self.queue, pk, self.producer, self.replicas()
+                        self.cache, self.queue, pk, self.producer, self.replicas(), cursor
                     ),
                     self.batches(f"relaying the outbox of partition {pk.label}"),
                 )
@@ -305,7 +308,10 @@ class Relay:
             if dropped:
                 self._m_dropped.inc(dropped)
                 log.warning(
-                    "relay dropped %d outbox entries of %s (no batch takes them)", dropped, pk.label
+                    "relay dropped %d outbox entries of %s (no batch takes them, or no script "
+                    "wrote them: their job has not ended)",
+                    dropped,
+                    pk.label,
                 )
             for name in done.fires:
                 FIRES.labels(self.queue, "step" if name.startswith("step:") else name).inc()
@@ -317,7 +323,10 @@ class Relay:
                     pk.label,
                     "; ".join(done.given_up),
                 )
-            if done.left:
+            cursor, left, moved = done.cursor, left + done.left, moved + relayed + dropped
+            if cursor:
+                continue
+            if left:
                 # Entries a fault left (a batch's primary down, a report not yet confirmed by
                 # its replica): tried again after a pause, not only at the next hint.  The slot
                 # map is read again first: a replica that died drops out of it once the cluster
@@ -328,5 +337,6 @@ class Relay:
                 self.wanted.add(p)
                 self.event.set()
                 return
-            if relayed + dropped == 0:
+            if moved == 0:
                 return
+            left = moved = 0

@@ -25,12 +25,14 @@ import orjson
 from shardq.config import ProducerSettings
 from shardq.errors import (
     BatchNotFoundError,
+    CorruptKeyError,
     InvalidJobError,
     InvalidWorkflowError,
     JobNotFoundError,
     JobNotScheduledError,
     JobRunningError,
     LanesOffError,
+    MalformedRecordError,
     NotDurableError,
     ScriptArgumentError,
     ShardqError,
@@ -547,21 +549,31 @@ def _fire(
             cache, queue, req, _durable(settings, replicas), bool(replicas)
         )
     elif f.name.startswith("step:"):
-        i = int(f.name[5:])
+        i = _stored_index(f.name[5:], f"fire {f.name!r} of {bid}")
         workflow = {"g": [bid, i, 1], "pr": _previous(f.extra)}
         req = ops.request_of(f.body, child_id(bid, i), workflow, idempotent=True)
         yield from producer_plans.enqueue(
             cache, queue, req, _durable(settings, replicas), bool(replicas)
         )
     elif f.name == "parent":
-        parent, _, index = f.body.decode().partition("|")
-        pbk = _bk(queue, parent)
-        end = ops.ChildEnd(int(index), f.extra.decode(), bid)
+        parent, _, index = f.body.decode(errors="replace").partition("|")
+        pbk = _bk(queue, check_stored_id(parent))
+        end = ops.ChildEnd(_stored_index(index, f"parent {parent!r} of {bid}"), "dead", bid)
+        if f.extra == b"ok":
+            end = end._replace(outcome="ok")
         (reported,) = ok((yield from _waited([ops.report(pbk, [end])], replicas, settings)))
         if reported.known:
             yield from settle(
                 cache, queue, pbk, reported.fires, reported.ended_ms, settings, replicas
             )
+
+
+def _stored_index(text: str, what: str) -> int:
+    """An index stored in a batch's record; InvalidWorkflowError (given up) for one no script
+    writes."""
+    if not text.isascii() or not text.isdigit() or len(text) > 10:
+        raise InvalidWorkflowError(f"{what}: index {text[:40]!r} is not one shardq writes")
+    return int(text)
 
 
 def _durable(settings: ProducerSettings, replicas: int) -> ProducerSettings:
@@ -573,8 +585,9 @@ def _durable(settings: ProducerSettings, replicas: int) -> ProducerSettings:
 class Relayed(NamedTuple):
     """One relay round of a partition: entries relayed and dropped (no batch can take them),
     left for a later round (a fault), when each relayed child ended (ms, Redis clock), the
-    fires done for them, for each callback enqueued when its batch had ended (ms), and the
-    fires given up (``<batch id> <fire>: <error>``)."""
+    fires done for them, for each callback enqueued when its batch had ended (ms), the fires
+    given up (``<batch id> <fire>: <error>``), and where the next round reads the outbox
+    (its HSCAN cursor: 0, from the start)."""
 
     relayed: int
     dropped: int
@@ -583,6 +596,13 @@ class Relayed(NamedTuple):
     fires: list[str]
     callbacks_ended_ms: list[int]
     given_up: list[str]
+    cursor: int = 0
+
+
+#: A report's errors that no resend mends (its batch's record is not one shardq wrote): its
+#: entries are dropped, as for a batch that no longer exists, rather than read again with
+#: every round.
+REPORT_REFUSED = (ScriptArgumentError, CorruptKeyError, MalformedRecordError)
 
 
 def relay_partition(
@@ -591,15 +611,20 @@ def relay_partition(
     pk: keys.PartitionKeys,
     settings: ProducerSettings,
     replicas: int = 0,
+    cursor: int = 0,
 ) -> Plan[Relayed]:
     """Relay one round of a partition's outbox: report each batch's entries in one call, do
     what the reports call for, and only then delete the entries (a relay that dies before
     leaves them for the next round, and a resent report changes nothing).  With
     ``replicas``, an entry is deleted only once its report was confirmed by that many replicas
-    (a failover of the batch's primary cannot lose a count whose entry is gone)."""
-    entries, bad = yield from one(ops.outbox_read(pk))
-    if not entries and not bad:
-        return Relayed(0, 0, 0, [], [], [], [])
+    (a failover of the batch's primary cannot lose a count whose entry is gone).  Each batch
+    stands alone: one whose report or fires fail leaves its own entries (a fault) or drops
+    them (:data:`REPORT_REFUSED`), and the round reads on from ``cursor`` (``Relayed.cursor``
+    for the next), so entries left behind never hold the others back."""
+    read, bad, after = yield from one(ops.outbox_read(pk, cursor=cursor))
+    if not read and not bad:
+        return Relayed(0, 0, 0, [], [], [], [], after)
+    entries, forged = yield from _ended(cache, queue, pk, read)
     by_batch: dict[str, list[ops.OutboxEntry]] = {}
     for e in entries:
         by_batch.setdefault(e.batch_id, []).append(e)
@@ -611,13 +636,13 @@ def relay_partition(
     ]
     results = yield from _waited(calls, replicas, settings)
     relayed: list[ops.OutboxEntry] = []
-    dropped = list(bad)
+    dropped = list(bad) + forged
     fires: list[str] = []
     callbacks: list[int] = []
     given_up: list[str] = []
     for (bid, group), r in zip(by_batch.items(), results, strict=True):
-        if isinstance(r, ScriptArgumentError):
-            dropped += [e.job_id for e in group]  # a report no script takes: a bug, logged
+        if isinstance(r, REPORT_REFUSED):
+            dropped += [e.job_id for e in group]  # a report no script takes, logged
             continue
         if isinstance(r, BaseException):
             continue  # left for the next round
@@ -641,10 +666,40 @@ def relay_partition(
         relayed += [e for n, e in enumerate(group) if n not in skipped]
     if relayed or dropped:
         yield from one(ops.outbox_delete(pk, [e.job_id for e in relayed] + dropped))
-    left = len(entries) + len(bad) - len(relayed) - len(dropped)
+    left = len(read) + len(bad) - len(relayed) - len(dropped)
     return Relayed(
-        len(relayed), len(dropped), left, [e.ended_ms for e in relayed], fires, callbacks, given_up
+        len(relayed),
+        len(dropped),
+        left,
+        [e.ended_ms for e in relayed],
+        fires,
+        callbacks,
+        given_up,
+        after,
     )
+
+
+def _ended(
+    cache: QueueCache, queue: str, pk: keys.PartitionKeys, entries: list[ops.OutboxEntry]
+) -> Plan[tuple[list[ops.OutboxEntry], list[str]]]:
+    """The entries that stand for a child's end, and the job ids of the others.  An entry
+    counts only for the child it names (its field is ``<batch id>#<index>``), in the child's
+    own partition, once the child's job is gone from there (completed: no envelope) or dead
+    (then as dead, whatever the entry says).  The scripts that end a child write its entry
+    and remove or bury its envelope in one call, so only a hand (a worker's raw HSET) writes
+    one for a child still waiting or running: it is dropped, and counts nothing."""
+    layout = yield from producer_plans.layout(cache, queue)
+    named = [e for e in entries if e.job_id == child_id(e.batch_id, e.child)]
+    here = [e for e in named if layout.is_home(pk, e.job_id)]
+    states = (yield from one(ops.job_states(pk, [e.job_id for e in here]))) if here else []
+    ended: list[ops.OutboxEntry] = []
+    for e, state in zip(here, states, strict=True):
+        if state is None:
+            ended.append(e)
+        elif state == b"D":
+            ended.append(e if e.outcome == "dead" else e._replace(outcome="dead", value=b"dead"))
+    kept = {e.job_id for e in ended}
+    return ended, [e.job_id for e in entries if e.job_id not in kept]
 
 
 #: A batch a producer began ending (seal, cancel) this long ago whose fires are still listed:

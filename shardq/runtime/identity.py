@@ -14,6 +14,9 @@ import os
 import secrets
 import socket
 
+from shardq.errors import ConfigError
+from shardq.names import MAX_MEMBER_BYTES
+
 
 def instance_name(explicit: str | None = None) -> str:
     """The instance this process runs as (see the module docstring)."""
@@ -22,8 +25,15 @@ def instance_name(explicit: str | None = None) -> str:
 
 
 def member_id(role: str, instance: str | None = None) -> str:
-    """A fresh member id for a process of ``role`` (``worker`` or ``dispatcher``)."""
-    return f"{role}:{instance_name(instance)}#{secrets.token_hex(3)}"
+    """A fresh member id for a process of ``role`` (``worker`` or ``dispatcher``);
+    ConfigError for an instance name too long for the scripts that keep the id."""
+    member = f"{role}:{instance_name(instance)}#{secrets.token_hex(3)}"
+    if len(member.encode(errors="replace")) > MAX_MEMBER_BYTES:
+        raise ConfigError(
+            f"the instance name makes a member id of {len(member.encode(errors='replace'))} "
+            f"bytes, over {MAX_MEMBER_BYTES}: set a shorter SHARDQ_INSTANCE"
+        )
+    return member
 
 
 def instance_of(member: str) -> str:

@@ -565,6 +565,17 @@ class Layout:
         p = partition_for(routing_key, partitions)
         return [partition_keys(self.queue, p, partitions, generation), here]
 
+    def is_home(self, pk: PartitionKeys, job_id: str) -> bool:
+        """Whether a job with this id is stored in ``pk`` when it is there at all: ``pk`` is
+        the id's partition in its generation (one of this layout's).  Every job of a batch or
+        chain is routed by its id."""
+        sizes = {self.generation: self.partitions}
+        for other in (self.draining, self.coming):
+            if other is not None:
+                sizes[other[0]] = other[1]
+        n = sizes.get(pk.generation)
+        return n is not None and pk.queue == self.queue and partition_for(job_id, n) == pk.partition
+
     def fleet(self) -> dict[int, PartitionKeys]:
         """Every partition the fleet serves by :func:`fleet_id`: the draining generation's,
         the active one's, the coming one's."""

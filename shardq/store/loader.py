@@ -34,6 +34,10 @@ A script's header may declare ``Flags: <flag> ...`` for ``redis.register_functio
 ``no-writes`` for read-only ones; ``allow-oom`` for those that free memory or keep a full Redis
 draining (ack, fetch, promote, ...): the others (enqueue, ...) are refused as a whole when Redis
 is at maxmemory, before they write anything.
+
+Bounds a script shares with the Python side (how many children a batch may have, how long a
+result may be) are declared once, in Python, and reach every function as a Lua local of the
+library (:data:`SHARED_LIMITS`): a script names ``MAX_CHILDREN``, never the number.
 """
 
 from __future__ import annotations
@@ -44,6 +48,7 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
+from shardq import config, jobs, names, workflows
 from shardq.errors import ConfigError
 
 _FILE_RE = re.compile(r"^(?P<name>[a-z][a-z-]*)-(?P<keys>\d+)\.lua$")
@@ -58,6 +63,23 @@ _FLAGS_RE = re.compile(r"^Flags:\s*(?P<flags>[a-z -]+?)\s*(\(.*\))?$", re.MULTIL
 # refuses a KEYS count other than its own and ARGV over its cap first.
 LAYOUT = "layout 3"
 _KNOWN_FLAGS = {"no-writes", "allow-oom", "allow-stale", "no-cluster", "allow-cross-slot-keys"}
+
+#: Bounds the scripts check, each the Python constant the callers check against: locals of the
+#: same names at the library's top (so a script and its caller cannot disagree).
+SHARED_LIMITS: dict[str, int] = {
+    # children of a batch created in one call, of one add, in all; steps of a chain
+    "MAX_CHILDREN": workflows.MAX_CHILDREN,
+    "MAX_ADD": workflows.MAX_ADD,
+    "MAX_TOTAL": workflows.MAX_TOTAL,
+    "MAX_STEPS": workflows.MAX_STEPS,
+    # a progress value, a result record and an error text as a worker writes them
+    "MAX_PROGRESS_BYTES": jobs.MAX_PROGRESS_BYTES,
+    "STAMP_BYTES": jobs.STAMP_BYTES,
+    "MAX_RESULT_BYTES": config.MAX_RESULT_BYTES,
+    "MAX_ERROR_BYTES": config.MAX_ERROR_BYTES,
+    # a member id, consumer name, lease owner or limit holder
+    "MAX_NAME_BYTES": names.MAX_MEMBER_BYTES,
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,6 +155,9 @@ def expand_includes(
 def _flags(source: str, name: str) -> tuple[str, ...]:
     header = source.split("]]", 1)[0]
     match = _FLAGS_RE.search(header)
+    if match is None and re.search(r"^Flags:", header, re.MULTILINE):
+        # (a flag lost to a wrapped line would be a function refused at maxmemory)
+        raise ConfigError(f"{name}: its 'Flags:' line must be one line: flags, then (why)")
     flags = tuple(match.group("flags").split()) if match else ()
     unknown = set(flags) - _KNOWN_FLAGS
     if unknown:
@@ -210,10 +235,12 @@ def build(directory: Path) -> Library:
             _max_argv(raw, path.name),
             _max_keys(raw, path.name, num_keys),
         )
+    limits = "".join(f"local {name} = {value}\n" for name, value in SHARED_LIMITS.items())
     digest = hashlib.sha1(
         "\0".join(
             [
                 LAYOUT,
+                limits,
                 *(
                     f"{n}\0{k}\0{s}\0{' '.join(f)}\0{c}" + (f"\0{mk}" if mk != k else "")
                     for n, (k, s, _, f, c, mk) in bodies.items()
@@ -224,7 +251,7 @@ def build(directory: Path) -> Library:
     lib = f"shardq_{digest}"
     # ARGV: the calling function's, for the helpers (checks.lua's arg_number); each function
     # sets it before anything else.
-    parts = [f"#!lua name={lib}\nlocal ARGV\n"]
+    parts = [f"#!lua name={lib}\nlocal ARGV\n{limits}"]
     parts += [f"\n-- includes/{name}\n{text}" for name, text in helpers.items()]
     scripts: dict[str, LuaScript] = {}
     for name, (num_keys, source, body, flags, cap, max_keys) in bodies.items():

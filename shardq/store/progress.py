@@ -13,6 +13,7 @@ from typing import Any, NamedTuple
 
 import orjson
 
+from shardq.jobs import MAX_PROGRESS_BYTES, STAMP_BYTES
 from shardq.store import keys
 from shardq.store.codes import check
 from shardq.store.numbers import Checked, shown
@@ -20,6 +21,9 @@ from shardq.store.op import Command, Op, cmd, op
 
 #: A progress key outlives its job's last report by this long (ms).
 PROGRESS_TTL_MS = 3600 * 1000
+#: The longest stored record progress-2 writes; a reader takes no more (a longer one was
+#: written by hand: shown as malformed).
+STORED_MAX = MAX_PROGRESS_BYTES + STAMP_BYTES
 
 
 class Progress(NamedTuple):
@@ -40,13 +44,19 @@ def write(pk: keys.PartitionKeys, job_id: str, data: bytes) -> Op[bool]:
 
 
 def read(pk: keys.PartitionKeys, job_id: str) -> Command[Any]:
-    """The raw progress record of a job (None: none reported, or expired)."""
-    return cmd("GET", pk.progress(job_id), parse=lambda r: r)
+    """The raw progress record of a job (None: none reported, or expired), read up to one
+    byte past :data:`STORED_MAX` (a longer one is not read whole: :func:`parse` refuses it)."""
+    return cmd("GETRANGE", pk.progress(job_id), 0, STORED_MAX, parse=lambda r: r or None)
 
 
 def parse(raw: Any, bad: dict[str, str] | None = None) -> Progress | None:
-    """A progress record, ``<ms>|<JSON>``; one no worker writes is put in ``bad`` (name
+    """A progress record, ``<ms>|<JSON>``; one no worker writes (or longer than any: over
+    :data:`STORED_MAX`, which get-6 answers as a number) is put in ``bad`` (name
     ``progress``) and read as none."""
+    if isinstance(raw, int) or len(raw) > STORED_MAX:
+        if bad is not None:
+            bad["progress"] = f"over {STORED_MAX} bytes, more than a worker writes"
+        return None
     data = raw if isinstance(raw, bytes) else str(raw).encode()
     bar = data.find(b"|")
     c = Checked()

@@ -20,6 +20,7 @@ from typing import Any, NamedTuple
 
 import orjson
 
+from shardq.config import MAX_RESULT_BYTES
 from shardq.errors import (
     JobFailedError,
     MalformedRecordError,
@@ -27,7 +28,7 @@ from shardq.errors import (
     ResultNotKeptError,
     ResultNotStoredError,
 )
-from shardq.jobs import Job, JobInfo, JobResult
+from shardq.jobs import STAMP_BYTES, Job, JobInfo, JobResult
 from shardq.store import keys, producer
 from shardq.store.codes import check
 from shardq.store.numbers import Checked, shown
@@ -35,6 +36,9 @@ from shardq.store.op import Op, op
 
 #: Jobs per complete call (lua/complete-5.lua's Max KEYS: 5 + 1 per job).
 MAX_COMPLETE = 100
+#: The longest stored result complete-5 writes: result-6 reads no more, and answers a longer
+#: one (written by hand) as a number, refused here (:func:`read`).
+STORED_MAX = MAX_RESULT_BYTES + STAMP_BYTES
 #: Bytes of result records per complete call: a call of 100 results of 64 KiB would hold the
 #: primary ~10 ms; the settler splits a batch at this size.
 MAX_COMPLETE_BYTES = 1024 * 1024
@@ -138,6 +142,23 @@ def parse_record(pk: keys.PartitionKeys, job_id: str, raw: bytes | str) -> JobRe
     )
 
 
+def _too_long(pk: keys.PartitionKeys, job_id: str) -> JobResult:
+    """A stored result longer than any worker writes: not read, and not a value."""
+    return JobResult(
+        id=job_id,
+        queue=pk.queue,
+        partition=pk.partition,
+        type="",
+        attempt=None,
+        finished_ms=None,
+        value=None,
+        stored=False,
+        error=f"ResultTooLargeError: the stored result is over {STORED_MAX} bytes, more than "
+        f"a worker writes (max_result_bytes is at most {MAX_RESULT_BYTES}): not read; delete "
+        f"{pk.result(job_id)} by hand",
+    )
+
+
 def verdict(read: ResultRead, job_id: str, queue: str) -> tuple[bool, Any]:
     """What a read says to a caller waiting for the job's result: ``(True, value)`` once it
     completed with its result kept, ``(False, None)`` while it may still end (waiting, running
@@ -183,7 +204,17 @@ def read(pk: keys.PartitionKeys, job_id: str) -> Op[ResultRead]:
     def parse(reply: Any) -> ResultRead:
         envelope, due, error, kept = check(reply)
         job = producer.job_info(pk, job_id, envelope, due, error)
-        result = parse_record(pk, job_id, kept) if kept is not None else None
+        # A result is final only once its job is done (the complete script stores it and
+        # drops the envelope in one call): while the job is stored, waiting, running or
+        # dead, a record beside it is not its result (a worker's raw SET, or an earlier
+        # job's of the same id), and the job's state answers.
+        result = None
+        if kept is None or job is not None:
+            pass
+        elif isinstance(kept, int) or len(kept) - kept.find(b"|") - 1 > MAX_RESULT_BYTES:
+            result = _too_long(pk, job_id)  # over what complete-5 takes: written by hand
+        else:
+            result = parse_record(pk, job_id, kept)
         return ResultRead(job, result, pk.result(job_id))
 
     return op(

@@ -128,26 +128,34 @@ def spec_of(req: JobRequest, what: str) -> bytes:
 def request_of(
     spec: bytes, job_id: str, workflow: dict[str, Any], *, idempotent: bool
 ) -> JobRequest:
-    """The request a stored spec stands for, with the workflow's id and options."""
-    s = orjson.loads(spec)
-    delay, window = s.get("dl"), s.get("wd")
-    return JobRequest(
-        s["t"],
-        s.get("p"),
-        delay=delay,
-        job_id=job_id,
-        idempotency_key=job_id if idempotent else None,
-        max_attempts=s.get("m"),
-        backoff=decode_backoff(s["b"]) if s.get("b") is not None else None,
-        headers=s.get("h"),
-        limit_key=s.get("l"),
-        priority=s.get("pri"),
-        tenant=s.get("tn"),
-        keep_result=s.get("r"),
-        timeout=s.get("o"),
-        deadline=timedelta(seconds=window) if window is not None else None,
-        workflow=workflow,
-    )
+    """The request a stored spec stands for, with the workflow's id and options.
+    InvalidWorkflowError for one that does not decode (written by hand, or by a bug): no
+    resend can mend it, so whoever does its fire gives it up (plans.workflows.GIVE_UP)."""
+    try:
+        s = orjson.loads(spec)
+        delay, window = s.get("dl"), s.get("wd")
+        return JobRequest(
+            s["t"],
+            s.get("p"),
+            delay=delay,
+            job_id=job_id,
+            idempotency_key=job_id if idempotent else None,
+            max_attempts=s.get("m"),
+            backoff=decode_backoff(s["b"]) if s.get("b") is not None else None,
+            headers=s.get("h"),
+            limit_key=s.get("l"),
+            priority=s.get("pri"),
+            tenant=s.get("tn"),
+            keep_result=s.get("r"),
+            timeout=s.get("o"),
+            deadline=timedelta(seconds=window) if window is not None else None,
+            workflow=workflow,
+        )
+    except (ValueError, TypeError, KeyError, AttributeError, OverflowError) as exc:
+        raise InvalidWorkflowError(
+            f"the stored spec of {job_id} does not decode ({type(exc).__name__}: {exc}; "
+            f"{bytes(spec)[:80]!r}): it was not written by shardq"
+        ) from None
 
 
 # -- the batch's own slot ----------------------------------------------------------------------
@@ -187,7 +195,7 @@ def add(bk: keys.BatchKeys, n: int, add_id: str = "") -> Op[tuple[int, bool]]:
         r = check(reply)
         return int(r[1]), r[0] == 2
 
-    return op("batch-add", [bk.record], [n, bk.batch_id, add_id], parse)
+    return op("batch-add", bk.all(), [n, bk.batch_id, add_id], parse)
 
 
 def seal(bk: keys.BatchKeys) -> Op[tuple[int, list[Fire]]]:
@@ -430,9 +438,17 @@ class OutboxEntry(NamedTuple):
     ended_ms: int = 0
 
 
+#: How a child may end (lua/batch-report-2.lua counts nothing else).
+OUTCOMES = (b"ok", b"dead", b"cancelled")
+
+
 def _entry(job_id: Any, raw: Any) -> OutboxEntry | None:
+    """One outbox entry, or None for one no script writes (refused alone: the relay drops
+    it, and the batch's other entries still count)."""
     parts = _bytes(raw).split(b"|", 4)
     if len(parts) != 5 or not parts[1].isdigit() or not parts[3].isdigit():
+        return None
+    if parts[2] not in OUTCOMES:
         return None
     return OutboxEntry(
         as_text(job_id), as_text(parts[0]), int(parts[1]), as_text(parts[2]), parts[4],
@@ -441,13 +457,15 @@ def _entry(job_id: Any, raw: Any) -> OutboxEntry | None:
 
 
 def outbox_read(
-    pk: keys.PartitionKeys, count: int = OUTBOX_READ
-) -> Command[tuple[list[OutboxEntry], list[str]]]:
-    """Up to about ``count`` entries (HSCAN from the start: the relay deletes what it relayed,
-    so the next read finds the rest); and the fields that are no report (written by hand)."""
+    pk: keys.PartitionKeys, count: int = OUTBOX_READ, cursor: int = 0
+) -> Command[tuple[list[OutboxEntry], list[str], int]]:
+    """Up to about ``count`` entries from ``cursor`` (HSCAN: the relay deletes what it
+    relayed, so a read from the start finds the rest; it reads on from the cursor it got past
+    entries a fault left); the fields that are no report (written by hand); the next cursor
+    (0: the whole outbox was read)."""
 
-    def parse(reply: Any) -> tuple[list[OutboxEntry], list[str]]:
-        _cursor, items = reply
+    def parse(reply: Any) -> tuple[list[OutboxEntry], list[str], int]:
+        next_cursor, items = reply
         if isinstance(items, dict):
             pairs = list(items.items())
         else:
@@ -460,9 +478,20 @@ def outbox_read(
                 bad.append(as_text(field_))
             else:
                 good.append(e)
-        return good, bad
+        return good, bad, int(next_cursor)
 
-    return cmd("HSCAN", pk.outbox, 0, "COUNT", count, parse=parse)
+    return cmd("HSCAN", pk.outbox, cursor, "COUNT", count, parse=parse)
+
+
+def job_states(pk: keys.PartitionKeys, job_ids: Sequence[str]) -> Command[list[bytes | None]]:
+    """Each job's state letter as its envelope in ``pk`` says (``D``: dead; ``S``, ``A``, ...:
+    still to run or running), or None where the partition stores none (it completed, was
+    cancelled, or never was here)."""
+
+    def parse(reply: Any) -> list[bytes | None]:
+        return [_bytes(v)[:1] if v is not None else None for v in reply]
+
+    return cmd("HMGET", pk.jobs, *job_ids, parse=parse)
 
 
 def outbox_delete(pk: keys.PartitionKeys, job_ids: list[str]) -> Command[int]:

@@ -501,8 +501,19 @@ async def job_page(request: Request) -> Response:
     )
 
 
+#: The most of a payload or kept result a job page shows (a result may be 16 MiB):
+#: `shardq job result` prints it whole.
+SHOWN_CHARS = 64 * 1024
+
+
 def _pretty(value: Any) -> str:
-    return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False)
+    text = json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False)
+    if len(text) <= SHOWN_CHARS:
+        return text
+    return (
+        f"{text[:SHOWN_CHARS]}\n... cut here: {len(text)} characters in all "
+        "(shardq job result prints it whole)"
+    )
 
 
 async def job_live(request: Request) -> Response:

@@ -104,8 +104,9 @@ MAY_CALL: dict[str, frozenset[str]] = {
     "resize-ack": ADMIN,
     "resize-left": ADMIN,
     # workflows: producers create, add to, seal and cancel batches; the relay (dispatchers)
-    # reports children's ends and does the fires; both hold the batch keys' one grant
-    "batch-open": PRODUCER | DISPATCHER,
+    # reports children's ends and does the fires (its grant on the batch keys lacks DEL:
+    # it opens no batch)
+    "batch-open": PRODUCER,
     "batch-add": PRODUCER | DISPATCHER,
     "batch-seal": PRODUCER | DISPATCHER,
     "batch-report": PRODUCER | DISPATCHER,

@@ -722,3 +722,53 @@ def test_the_outbox_wakes_the_relay_once_until_it_is_emptied(
     finally:
         sub.close()
         raw.close()
+
+
+def test_a_malformed_outbox_entry_is_refused_alone(url: str, client: Client, queue: str) -> None:
+    """One entry with an outcome no script writes used to have its batch's whole report
+    refused, and every end of that batch in the round dropped (issue 50, M4): now it is
+    dropped alone and the others count."""
+    client.create_queue(queue, partitions=2)
+    seen = Seen()
+    with Runner(url, queue, seen.handlers(), dispatcher=False):
+        bid = client.batches.create(queue, [JobRequest("child", {"n": i}) for i in range(20)])
+        wait_for(lambda: _outboxes(client, queue) == 20, 20, "the ends are not all in outboxes")
+    pk = client.layout(queue).active()[0]
+    entries = client.redis.hgetall(pk.outbox)
+    assert len(entries) > 1
+    victim = sorted(entries)[0]
+    batch, index, _, ms, value = entries[victim].split(b"|", 4)
+    client.redis.hset(pk.outbox, victim, b"|".join([batch, index, b"bogus", ms, value]))
+    relayed = drive(
+        workflow_plans.relay_partition(client._queues, queue, pk, client.settings),
+        client._runner.batches("test"),
+    )
+    assert (relayed.relayed, relayed.dropped, relayed.left) == (len(entries) - 1, 1, 0)
+    info = client.batches.get(queue, bid)
+    assert info is not None and info.completed == len(entries) - 1
+
+
+def test_a_stored_spec_that_does_not_decode_gives_its_batch_up_alone(
+    url: str, client: Client, queue: str
+) -> None:
+    """A batch whose stored callback spec is not JSON stopped its partitions' relay for good,
+    holding every other batch's ends there (issue 50, M3): now that fire is given up, kept in
+    the record (`batch get`), and the relay goes on with the rest."""
+    client.create_queue(queue, partitions=2)
+    seen = Seen()
+    children = [JobRequest("child", {"n": i}) for i in range(30)]
+    broken = client.batches.create(
+        queue, children, on_success=cb("broken"), on_complete=cb("broken-complete")
+    )
+    fine = client.batches.create(queue, children, on_success=cb("fine"))
+    client.redis.hset(keys.batch_keys(queue, broken).record, "cb:success", b"{not json")
+    with Runner(url, queue, seen.handlers()):
+        wait_for(lambda: done(client, queue, fine), 30, "the other batch did not settle")
+        wait_for(lambda: done(client, queue, broken), 30, "the broken batch did not settle")
+        wait_for(lambda: seen.fired("fine") and seen.fired("broken-complete"), 10, "no callbacks")
+        wait_for(lambda: _outboxes(client, queue) == 0, 10, "entries left in the outboxes")
+    info = client.batches.get(queue, broken)
+    assert info is not None and info.state == "succeeded" and info.fires_pending == ()
+    assert len(info.fire_errors) == 1
+    assert info.fire_errors[0].startswith("success: InvalidWorkflowError"), info.fire_errors
+    assert seen.fired("broken") == 0 and seen.fired("fine") == 1

@@ -166,3 +166,43 @@ def test_the_callers_split_what_they_send_by_the_caps() -> None:
         pk, "c", visibility_ms=30_000, orphan_idle_ms=1500, live=many, count=10, max_deliveries=5
     )
     assert big.argv[5] == 30_000 and len(big.argv) == 7  # the visibility timeout only
+
+
+def test_shared_limits_are_the_python_constants_declared_once() -> None:
+    """A bound a script and its Python caller both check is one Python constant, a local of
+    the library: no script states the number itself, nor declares the name again."""
+    from shardq import config, jobs, names, workflows
+
+    code = loader.library().code
+    expected = {
+        "MAX_CHILDREN": workflows.MAX_CHILDREN,
+        "MAX_ADD": workflows.MAX_ADD,
+        "MAX_TOTAL": workflows.MAX_TOTAL,
+        "MAX_STEPS": workflows.MAX_STEPS,
+        "MAX_PROGRESS_BYTES": jobs.MAX_PROGRESS_BYTES,
+        "STAMP_BYTES": jobs.STAMP_BYTES,
+        "MAX_RESULT_BYTES": config.MAX_RESULT_BYTES,
+        "MAX_ERROR_BYTES": config.MAX_ERROR_BYTES,
+        "MAX_NAME_BYTES": names.MAX_MEMBER_BYTES,
+    }
+    assert expected == loader.SHARED_LIMITS
+    for name, value in expected.items():
+        assert f"\nlocal {name} = {value}\n" in code
+    for path in [*lua_files(), *sorted((REPO_LUA / "includes").glob("*.lua"))]:
+        text = path.read_text()
+        for name in expected:
+            assert not re.search(rf"\blocal {name}\b", text), f"{path.name} declares {name}"
+        body = text.split("]]", 1)[-1]
+        numbers = r"4294967295|4294967296|16777216|1000000|100000|4096"
+        if path.name.startswith(("batch-", "complete-", "progress-", "outbox")):
+            assert not re.search(rf"\b({numbers})\b", body), f"{path.name} states a bound"
+
+
+def test_a_flags_line_must_be_one_line(tmp_path: Path) -> None:
+    (tmp_path / "includes").mkdir()
+    (tmp_path / "w-1.lua").write_text(
+        "--[[ x\nKEYS[1] a\nReturns 1\nFlags: allow-oom  (a reason that runs on\n"
+        "to a second line)\n]]\nreturn 1\n"
+    )
+    with pytest.raises(ConfigError, match="one line"):
+        loader.build(tmp_path)

@@ -9,8 +9,10 @@ without one, a call that dies half-way leaves its indexes unfilled and the batch
 cancelled.
 
 KEYS[1] batch    hash    the record (lua/includes/batch.lua)
+KEYS[2] seen     string  bitmap of counted children: grown here by the added children's bits
+        (while Redis refuses this call at maxmemory), so the settling scripts never grow it
 
-ARGV[1] children to add: 1..100000
+ARGV[1] children to add: 1..MAX_ADD, and at most MAX_TOTAL in all
 ARGV[2] the batch id (for the error replies)
 ARGV[3] the add id ('' for none): 1-64 characters, no '|'
 
@@ -20,35 +22,43 @@ Returns
   {-18, batch id}                     E_BATCH_NOT_FOUND: never created, or expired
   {-19, batch id, state}              E_BATCH_CLOSED: sealed, ended or cancelled (a resend:
                                       cancelled, or ended, so every child was counted)
-  {-11, argv index, value, lo, hi}    E_BAD_ARGUMENT (a resend with another count too)
-  {-10, key, found, expected}         E_WRONG_TYPE: a key was overwritten outside shardq
+  {-11, argv index, value, lo, hi}    E_BAD_ARGUMENT (a resend with another count too, or more
+                                      children than MAX_TOTAL in all)
+  {-10, key, found, expected}         E_WRONG_TYPE: a key was overwritten outside shardq (or the
+                                      record's total is not a whole number)
   {-15, 'KEYS' or 'ARGV', n, cap}    E_TOO_MANY_ARGUMENTS: before anything else (store/loader.py)
 Every check comes before the first write: a refused call writes nothing.
 ]]
 --@include checks.lua
 
-local n, bad = arg_number(1, 1, 100000)
-if bad then return bad end
+local n = int_of(ARGV[1], 1, MAX_ADD)
+if not n then return {-11, 1, ARGV[1], 1, MAX_ADD} end
 local add_id = ARGV[3] or ''
 if #add_id > 64 or string.find(add_id, '|', 1, true) then
   return {-11, 3, add_id, '1 character', '64 characters, no |'}
 end
-local wrong = wrong_type({KEYS[1], 'hash'})
+local wrong = wrong_type({KEYS[1], 'hash', KEYS[2], 'string'})
 if wrong then return wrong end
-local state = redis.call('HGET', KEYS[1], 'state')
+local r = redis.call('HMGET', KEYS[1], 'state', 'total')
+local state = r[1]
 if not state then return {-18, ARGV[2]} end
 if add_id ~= '' then
-  local before = redis.call('HGET', KEYS[1], 'add:' .. add_id)
-  if before then
-    local first, count = string.match(before, '^(%d+)|(%d+)$')
+  local reserved = redis.call('HGET', KEYS[1], 'add:' .. add_id)
+  if reserved then
+    local first, count = string.match(reserved, '^(%d+)|(%d+)$')
     if tonumber(count) ~= n then return {-11, 1, ARGV[1], count, count} end
     if state ~= 'open' and state ~= 'running' then return {-19, ARGV[2], state} end
     return {2, tonumber(first)}
   end
 end
 if state ~= 'open' then return {-19, ARGV[2], state} end
-local total = redis.call('HINCRBY', KEYS[1], 'total', n)
+local before = int_of(r[2], 0, MAX_TOTAL)
+if not before then return {-10, KEYS[1], 'total ' .. tostring(r[2]), 'a whole number'} end
+if before + n > MAX_TOTAL then return {-11, 1, ARGV[1], 1, MAX_TOTAL - before} end
+local total = before + n
+redis.call('SETBIT', KEYS[2], total - 1, 0)
+redis.call('HSET', KEYS[1], 'total', string.format('%d', total), 'bits', string.format('%d', total))
 if add_id ~= '' then
-  redis.call('HSET', KEYS[1], 'add:' .. add_id, (total - n) .. '|' .. n)
+  redis.call('HSET', KEYS[1], 'add:' .. add_id, string.format('%d|%d', before, n))
 end
-return {1, total - n}
+return {1, before}
