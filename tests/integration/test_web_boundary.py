@@ -11,7 +11,6 @@ import json
 import re
 import socket
 import subprocess
-import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -461,7 +460,7 @@ def test_wrong_tokens_are_rate_limited_and_the_right_one_still_gets_in(
         allow_actions=True,
         token=TOKEN,
         auth_failures=5,
-        auth_window_s=10.0,  # one failure forgiven every 2 s
+        auth_window_s=600.0,  # one failure forgiven every 2 min: none during the test
         require_login=True,  # so reads check the bearer too
         trusted_proxies=("127.0.0.1",),
     )
@@ -475,7 +474,7 @@ def test_wrong_tokens_are_rate_limited_and_the_right_one_still_gets_in(
         assert statuses[:5] == [401] * 5 and statuses[5:] == [429] * 3, statuses
         limited = httpx.post(base + f"/q/{queue}/action/resume", headers=bad)
         assert limited.status_code == 429
-        assert 1 <= int(limited.headers["retry-after"]) <= 2
+        assert 1 <= int(limited.headers["retry-after"]) <= 120
         assert httpx.get(base + "/live/overview", headers=bad).status_code == 429
         # the right token, from the same address, at once: in
         for _ in range(3):
@@ -492,13 +491,18 @@ def test_wrong_tokens_are_rate_limited_and_the_right_one_still_gets_in(
         # another client (behind the trusted proxy) is not held up by this one
         other = {**bad, "X-Forwarded-For": "198.51.100.20"}
         assert httpx.post(base + f"/q/{queue}/action/resume", headers=other).status_code == 401
-        time.sleep(float(limited.headers["retry-after"]) + 0.2)
-        assert httpx.post(base + f"/q/{queue}/action/resume", headers=bad).status_code == 401
+    # (the budget's refill: test_the_rate_limiter_refills_and_keeps_bounded_memory)
 
 
-def test_the_rate_limiter_keeps_bounded_memory() -> None:
+def test_the_rate_limiter_refills_and_keeps_bounded_memory() -> None:
     from shardq.web.auth import FailureLimiter
 
+    refills = FailureLimiter(burst=2, window_s=10)  # one failure forgiven every 5 s
+    refills.failed("192.0.2.9", now=100.0)
+    refills.failed("192.0.2.9", now=100.0)
+    assert refills.retry_after("192.0.2.9", now=100.0) == 5
+    assert refills.retry_after("192.0.2.9", now=104.0) == 1
+    assert refills.retry_after("192.0.2.9", now=105.0) == 0
     limiter = FailureLimiter(burst=3, window_s=60, max_clients=100)
     for i in range(10_000):
         limiter.failed(f"10.{i // 65536}.{i // 256 % 256}.{i % 256}")
