@@ -9,9 +9,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import re
+import threading
 import time
 import uuid
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,6 +26,7 @@ from support.script_cases import OPS, prepare
 from shardq.admin import acl
 from shardq.client import Client
 from shardq.config import RedisSettings
+from shardq.jobs import Job
 from shardq.store import loader, transport
 
 ALL = frozenset(acl.ROLES)
@@ -605,3 +609,283 @@ def test_acl_load_as_documented_loads_the_file_appended_to_an_acl_file(
         RedisSettings.from_url(f"redis://shardq-worker:pw-worker@127.0.0.1:{server.port}")
     ) as w:
         assert w.redis.ping()
+
+
+# every producer feature as the producer user -------------------------------------------------
+
+
+def _role_url(cluster_url: str, role: str) -> str:
+    """The session cluster's URL logged in as the role_clients fixture's user of ``role``."""
+    name, password = USERS[role]
+    return cluster_url.replace("redis://", f"redis://{name}:{password}@", 1)
+
+
+def _acl_log(cluster_client: Client) -> Counter[tuple[str, ...]]:
+    """What ACL LOG holds on every node: (user, reason, context, object) -> times refused."""
+    out: Counter[tuple[str, ...]] = Counter()
+    for node in cluster_client.redis.get_nodes():
+        conn = cluster_client.redis.get_redis_connection(node)
+        for entry in conn.execute_command("ACL", "LOG", "128"):
+            e = {k.decode() if isinstance(k, bytes) else k: v for k, v in entry.items()}
+            key = tuple(
+                v.decode() if isinstance(v, bytes) else str(v)
+                for v in (e["username"], e["reason"], e["context"], e["object"])
+            )
+            out[key] = max(out[key], int(e["count"]))
+    return out
+
+
+class _Seen:
+    """What the workers ran, thread-safe: job id -> payloads, callbacks fired by name."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.runs: dict[str, list[Any]] = {}
+        self.callbacks: Counter[str] = Counter()
+
+    def handlers(self) -> dict[str, Any]:
+        def t(job: Job) -> Any:
+            with self.lock:
+                self.runs.setdefault(job.id, []).append(job.payload)
+            return {"got": job.payload}
+
+        def step(job: Job) -> Any:
+            before = job.previous["total"] if job.previous else 0
+            return {"total": before + job.payload["add"]}
+
+        def callback(job: Job) -> None:
+            with self.lock:
+                self.callbacks[job.payload["name"]] += 1
+
+        return {"t": t, "child": t, "step": step, "callback": callback}
+
+    def ran(self, job_id: str) -> list[Any]:
+        with self.lock:
+            return list(self.runs.get(job_id, []))
+
+
+@contextlib.contextmanager
+def _fleet_as_roles(cluster_url: str, queue: str, seen: _Seen) -> Iterator[None]:
+    """A dispatcher as the dispatcher user and a worker as the worker user, for ``queue``."""
+    from support.helpers import Runner
+
+    dispatcher = Runner(_role_url(cluster_url, "dispatcher"), queue, workers=0)
+    worker = Runner(_role_url(cluster_url, "worker"), queue, seen.handlers(), dispatcher=False)
+    with dispatcher, worker:
+        yield
+
+
+def test_every_producer_feature_runs_as_the_producer_user(
+    cluster_client: Client, cluster_url: str, role_clients: dict[str, Client], queue: str
+) -> None:
+    """The audit's case (M1): a debounced enqueue as the shipped producer user removed the
+    waiting job's due entry, then Redis refused its HSET: 5 of 5 jobs lost, and an untyped
+    ResponseError.  Here every producer feature runs as the producer user, with a dispatcher and
+    a worker as theirs: plain, delayed, durable and bulk enqueues, idempotency keys, unique
+    until done, debounce (each burst one job, run once with its last payload), get, reschedule,
+    cancel, results, batches (created, opened, added to, sealed, cancelled), chains, schedules;
+    and Redis refused none of the three users anything (ACL LOG)."""
+    from support.helpers import scaled, wait_for
+
+    from shardq import JobRequest
+
+    producer = role_clients["producer"]
+    cluster_client.create_queue(queue, 4)
+    users = {USERS[r][0] for r in ("producer", "dispatcher", "worker")}
+    refused_before = _acl_log(cluster_client)
+    seen = _Seen()
+    with _fleet_as_roles(cluster_url, queue, seen):
+        # plain, delayed and durable, each with its result
+        plain = producer.enqueue(queue, "t", {"n": "plain"}, keep_result=60)
+        delayed = producer.enqueue(queue, "t", {"n": "delayed"}, delay=0.3, keep_result=60)
+        durable = producer.enqueue(queue, "t", {"n": "durable"}, durable=True, keep_result=60)
+        for job_id, n in ((plain, "plain"), (delayed, "delayed"), (durable, "durable")):
+            assert producer.result(queue, job_id, timeout=scaled(30)) == {"got": {"n": n}}
+        # debounce: five bursts of three enqueues; each burst is one job, run once, last payload
+        bursts: dict[str, set[str]] = {}
+        for burst in range(3):
+            for k in range(5):
+                job_id = producer.enqueue(
+                    queue, "t", {"key": k, "burst": burst}, idempotency_key=f"deb-{k}",
+                    debounce=0.5,
+                )  # fmt: skip
+                bursts.setdefault(f"deb-{k}", set()).add(job_id)
+        assert all(len(ids) == 1 for ids in bursts.values()), bursts
+        debounced = {k: next(iter(ids)) for k, ids in bursts.items()}
+        wait_for(
+            lambda: all(seen.ran(j) for j in debounced.values()),
+            scaled(30),
+            lambda: f"debounced jobs lost: {[k for k, j in debounced.items() if not seen.ran(j)]}",
+        )
+        # unique until done: the key returns its job until the job is done, then a new one
+        first = producer.enqueue(
+            queue, "t", {"n": "u"}, idempotency_key="uniq", unique_until="done", keep_result=60
+        )
+        assert producer.result(queue, first, timeout=scaled(30)) == {"got": {"n": "u"}}
+        again = producer.enqueue(
+            queue, "t", {"n": "u2"}, idempotency_key="uniq", unique_until="done"
+        )
+        assert again != first
+        # an idempotency key; get, reschedule, cancel
+        waiting = producer.enqueue(queue, "t", {"n": "idem"}, idempotency_key="idem", delay=3600)
+        assert producer.enqueue(queue, "t", {"n": "idem"}, idempotency_key="idem") == waiting
+        info = producer.get(queue, waiting)
+        assert info is not None and info.state == "scheduled"
+        producer.reschedule(queue, waiting, delay=0.2)
+        doomed = producer.enqueue(queue, "t", {"n": "cancelled"}, delay=3600)
+        assert producer.cancel(queue, doomed) is True
+        # bulk
+        many = producer.enqueue_many(queue, [JobRequest("t", {"i": i}) for i in range(20)])
+        # workflows: a batch, an open batch added to and sealed, a chain, a cancelled batch
+        producer.batches.create(
+            queue, [JobRequest("child", {"n": i}) for i in range(3)],
+            on_success=JobRequest("callback", {"name": "batch"}),
+        )  # fmt: skip
+        opened = producer.batches.open(queue, on_complete=JobRequest("callback", {"name": "open"}))
+        producer.batches.add(queue, opened, [JobRequest("child", {"n": 9})], add_id="part-1")
+        producer.batches.seal(queue, opened)
+        chain = producer.batches.chain(
+            queue, [JobRequest("step", {"add": 1}), JobRequest("step", {"add": 2})],
+            on_success=JobRequest("callback", {"name": "chain"}),
+        )  # fmt: skip
+        later = producer.batches.create(queue, [JobRequest("child", {"n": 0}, delay=3600)])
+        producer.batches.cancel(queue, later)
+        assert {b.batch_id for b in producer.batches.list(queue)} >= {opened, chain, later}
+        # schedules: added, read, paused, resumed, removed
+        producer.schedules.add(queue, "nightly", "t", {"n": "s"}, cron="0 3 * * *")
+        assert producer.schedules.get(queue, "nightly").name == "nightly"
+        producer.schedules.pause(queue, "nightly")
+        producer.schedules.resume(queue, "nightly")
+        assert producer.schedules.remove(queue, "nightly") is True
+
+        wait_for(
+            lambda: all(seen.ran(r.job_id) for r in many) and seen.ran(waiting),
+            scaled(30),
+            "bulk or rescheduled jobs did not run",
+        )
+        wait_for(
+            lambda: all(seen.callbacks[n] == 1 for n in ("batch", "open", "chain")),
+            scaled(30),
+            lambda: f"callbacks fired: {seen.callbacks}",
+        )
+    for key, job_id in debounced.items():
+        runs = seen.ran(job_id)
+        assert len(runs) == 1 and runs[0]["burst"] == 2, (key, runs)
+    assert not seen.ran(doomed)
+    refused = {
+        k: n - refused_before.get(k, 0)
+        for k, n in _acl_log(cluster_client).items()
+        if k[0] in users and n > refused_before.get(k, 0)
+    }
+    assert not refused, f"Redis refused the roles: {refused}"
+
+
+def test_a_debounce_a_user_may_not_write_is_refused_whole(
+    cluster_client: Client, role_clients: dict[str, Client], queue: str
+) -> None:
+    """A debounce asks Redis for every write it will make before the first (M1): a user that
+    may not make one (here the dispatcher, which may enqueue but not remove a due-set member)
+    gets NotPermittedError, and the waiting job, its due entry and its key are as they were
+    (before, Redis refused the write half-way: an untyped error, and the job lost)."""
+    from shardq.errors import NotPermittedError
+
+    cluster_client.create_queue(queue, 2)
+    producer, dispatcher = role_clients["producer"], role_clients["dispatcher"]
+    job_id = producer.enqueue(queue, "t", {"n": 1}, idempotency_key="k", debounce=600)
+    pk = keys_of(queue, "k", 2)
+    compact = [m for m in cluster_client.redis.zrange(pk.due, 0, -1) if b" " in m]
+    assert compact and compact[0].startswith(job_id.encode()), "not stored compactly"
+    before = snapshot(cluster_client.redis, queue)
+    with pytest.raises(NotPermittedError, match="producer"):
+        dispatcher.enqueue(queue, "t", {"n": 2}, idempotency_key="k", debounce=600)
+    assert snapshot(cluster_client.redis, queue) == before
+    info = producer.get(queue, job_id)
+    assert info is not None and info.payload == {"n": 1}
+    # the producer debounces it
+    assert producer.enqueue(queue, "t", {"n": 3}, idempotency_key="k", debounce=600) == job_id
+
+
+def keys_of(queue: str, idempotency_key: str, partitions: int) -> Any:
+    from shardq.store import keys
+
+    return keys.partition_keys(queue, keys.partition_for(idempotency_key, partitions), partitions)
+
+
+def test_the_typescript_producer_runs_its_features_as_the_producer_user(
+    cluster_client: Client, cluster_url: str, role_clients: dict[str, Client], queue: str
+) -> None:
+    """M1 from clients/node: every feature of the TypeScript producer (plain, delayed and bulk
+    enqueues, idempotency keys, unique until done, debounce, get, reschedule, cancel), driven
+    through its conformance driver logged in as the producer user, with a dispatcher and a worker
+    as theirs.  Each debounced burst is one job, run once with its last payload; Redis refused
+    the producer nothing."""
+    from support.helpers import scaled, wait_for
+    from support.nodeclient import built_node_client, driver_command
+
+    from shardq.devtools import wire_runner
+
+    node = built_node_client()
+    cluster_client.create_queue(queue, 4)
+    url = _role_url(cluster_url, "producer")
+    where = {"name": queue, "partitions": 4}
+    user = USERS["producer"][0]
+    refused_before = _acl_log(cluster_client)
+    seen = _Seen()
+    driver = wire_runner.SubprocessDriver(driver_command(node))
+
+    def enqueue(**request: Any) -> str:
+        r = driver.run(url, where, {"op": "enqueue", "request": {"type": "t", **request}})
+        return str(r["job_id"])
+
+    try:
+        with _fleet_as_roles(cluster_url, queue, seen):
+            plain = enqueue(payload={"n": "plain"})
+            delayed = enqueue(payload={"n": "delayed"}, delay_ms=300)
+            bursts: dict[str, set[str]] = {}
+            for burst in range(3):
+                for k in range(5):
+                    job_id = enqueue(
+                        payload={"key": k, "burst": burst},
+                        idempotency_key=f"deb-{k}",
+                        debounce_ms=500,
+                    )
+                    bursts.setdefault(f"deb-{k}", set()).add(job_id)
+            assert all(len(ids) == 1 for ids in bursts.values()), bursts
+            debounced = {k: next(iter(ids)) for k, ids in bursts.items()}
+            unique = enqueue(payload={"n": "u"}, idempotency_key="uniq", unique_until="done")
+            again = enqueue(payload={"n": "u"}, idempotency_key="uniq", unique_until="done")
+            assert again == unique
+            waiting = enqueue(payload={"n": "idem"}, idempotency_key="idem", delay_ms=3_600_000)
+            assert enqueue(payload={"n": "idem"}, idempotency_key="idem") == waiting
+            got = driver.run(url, where, {"op": "get", "job_id": waiting})
+            assert got["state"] == "scheduled", got
+            driver.run(url, where, {"op": "reschedule", "job_id": waiting, "delay_ms": 200})
+            doomed = enqueue(payload={"n": "cancelled"}, delay_ms=3_600_000)
+            assert driver.run(url, where, {"op": "cancel", "job_id": doomed}) is True
+            many = driver.run(
+                url,
+                where,
+                {
+                    "op": "enqueue_many",
+                    "requests": [{"type": "t", "payload": i} for i in range(10)],
+                },
+            )
+            ids = [plain, delayed, unique, waiting, *debounced.values()]
+            ids += [str(r["job_id"]) for r in many]
+            wait_for(
+                lambda: all(seen.ran(j) for j in ids),
+                scaled(30),
+                lambda: f"jobs lost: {[j for j in ids if not seen.ran(j)]}",
+            )
+    finally:
+        driver.close()
+    for key, job_id in debounced.items():
+        runs = seen.ran(job_id)
+        assert len(runs) == 1 and runs[0]["burst"] == 2, (key, runs)
+    assert not seen.ran(doomed)
+    refused = {
+        k: n - refused_before.get(k, 0)
+        for k, n in _acl_log(cluster_client).items()
+        if k[0] == user and n > refused_before.get(k, 0)
+    }
+    assert not refused, f"Redis refused the producer: {refused}"

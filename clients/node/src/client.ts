@@ -140,7 +140,9 @@ export class Client {
     }
     probe?.disconnect();
     const { host, port, ...redisOptions } = base;
-    const c = new Cluster([{ host, port }], { redisOptions, enableReadyCheck: true });
+    // No ready check: ioredis asks CLUSTER INFO for it, which the producer's ACL user may not run
+    // (shardq.admin.acl), and then reconnected forever; a slot map from CLUSTER SLOTS is enough.
+    const c = new Cluster([{ host, port }], { redisOptions, enableReadyCheck: false });
     await new Promise<void>((resolve, reject) => {
       const fail = (err: Error) => {
         c.disconnect();
