@@ -889,3 +889,75 @@ def test_the_typescript_producer_runs_its_features_as_the_producer_user(
         if k[0] == user and n > refused_before.get(k, 0)
     }
     assert not refused, f"Redis refused the producer: {refused}"
+
+
+# no raw command can hold a primary either ---------------------------------------------------
+
+# Redis' client memory limit (maxmemory-clients: deploy/redis/redis-cluster.conf, the dev
+# cluster's config) counts a command's arguments, each its bytes plus an 8-byte pointer, while
+# they arrive: a command of more arguments than fit is cut off before it runs.
+CLIENT_MEMORY_LIMIT = 32 * 1024 * 1024
+
+
+def _cut_off(host: str, port: int, auth: tuple[str, str], command: bytes) -> tuple[bytes, float]:
+    """Send ``command`` as the user ``auth`` while another connection PINGs the node; (what the
+    caller got back: b'' when the node closed the connection, the longest a PING waited)."""
+    import socket
+    import threading
+
+    caller = socket.create_connection((host, port))
+    caller.sendall(_resp("AUTH", *auth))
+    assert _reply(caller) == b"+OK\r\n"
+    pinger = socket.create_connection((host, port))
+    worst, stop = [0.0], threading.Event()
+
+    def ping() -> None:
+        while not stop.is_set():
+            t = time.perf_counter()
+            pinger.sendall(b"PING\r\n")
+            assert _reply(pinger) == b"+PONG\r\n"
+            worst[0] = max(worst[0], time.perf_counter() - t)
+
+    thread = threading.Thread(target=ping, daemon=True)
+    thread.start()
+    try:
+        caller.sendall(command)
+        got = caller.recv(1000)
+    except OSError:  # reset while still sending: cut off
+        got = b""
+    finally:
+        stop.set()
+        thread.join()
+        caller.close()
+        pinger.close()
+    return got, worst[0]
+
+
+def test_one_raw_variadic_command_cannot_hold_a_primary(
+    cluster_client: Client, role_clients: dict[str, Client], queue: str
+) -> None:
+    """The audit's case (M8): one HDEL of 5.6M fields, a command the producer may send raw on
+    its queues' job hashes, held a primary for 9.8 s (each field a scan of a small hash's
+    listpack).  With the deployment's client memory limit the node closes the connection while
+    the arguments arrive, before the command runs, and keeps answering PINGs; so does an FCALL
+    of as many arguments (refused by the function only after Redis had built them all)."""
+    from support.helpers import scaled
+
+    from shardq.store import keys
+
+    cluster_client.create_queue(queue, 1)
+    pk = keys.partition_keys(queue, 0, 1)
+    for i in range(120):  # a listpack of 120 fields: the costliest lookup per argument
+        cluster_client.redis.hset(pk.jobs, f"job-with-a-longer-id-{i:04d}", "S0|[]")
+    node = cluster_client.redis.get_node_from_key(pk.jobs)
+    n = 2 * CLIENT_MEMORY_LIMIT // 9  # one-byte arguments: twice what the limit holds
+    args = b"$1\r\na\r\n" * n
+    hdel = b"*%d\r\n" % (n + 2) + _resp("HDEL", pk.jobs)[len(b"*3\r\n") :] + args
+    fn = loader.scripts()["enqueue"].function
+    fcall = b"*%d\r\n" % (n + 4) + _resp("FCALL", fn, 1, pk.jobs)[len(b"*4\r\n") :] + args
+    before = snapshot(cluster_client.redis, queue)
+    for name, command in (("HDEL", hdel), ("FCALL", fcall)):
+        got, worst = _cut_off(node.host, int(node.port), USERS["producer"], command)
+        assert got == b"", f"{name} of {n} arguments ran: {got[:80]!r}"
+        assert worst < scaled(0.5), f"{name}: a PING waited {worst * 1000:.0f} ms"
+    assert snapshot(cluster_client.redis, queue) == before
