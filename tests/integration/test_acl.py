@@ -635,6 +635,23 @@ def _acl_log(cluster_client: Client) -> Counter[tuple[str, ...]]:
     return out
 
 
+def _refused_since(
+    cluster_client: Client, before: Counter[tuple[str, ...]], users: set[str]
+) -> dict[tuple[str, ...], int]:
+    """What Redis refused ``users`` since ACL LOG read ``before`` (entry -> new refusals)."""
+    return {
+        k: n - before.get(k, 0)
+        for k, n in _acl_log(cluster_client).items()
+        if k[0] in users and n > before.get(k, 0)
+    }
+
+
+def _each_burst_ran_once_with_its_last_payload(seen: _Seen, debounced: dict[str, str]) -> None:
+    for key, job_id in debounced.items():
+        runs = seen.ran(job_id)
+        assert len(runs) == 1 and runs[0]["burst"] == 2, (key, runs)
+
+
 class _Seen:
     """What the workers ran, thread-safe: job id -> payloads, callbacks fired by name."""
 
@@ -768,15 +785,9 @@ def test_every_producer_feature_runs_as_the_producer_user(
             scaled(30),
             lambda: f"callbacks fired: {seen.callbacks}",
         )
-    for key, job_id in debounced.items():
-        runs = seen.ran(job_id)
-        assert len(runs) == 1 and runs[0]["burst"] == 2, (key, runs)
+    _each_burst_ran_once_with_its_last_payload(seen, debounced)
     assert not seen.ran(doomed)
-    refused = {
-        k: n - refused_before.get(k, 0)
-        for k, n in _acl_log(cluster_client).items()
-        if k[0] in users and n > refused_before.get(k, 0)
-    }
+    refused = _refused_since(cluster_client, refused_before, users)
     assert not refused, f"Redis refused the roles: {refused}"
 
 
@@ -879,15 +890,9 @@ def test_the_typescript_producer_runs_its_features_as_the_producer_user(
             )
     finally:
         driver.close()
-    for key, job_id in debounced.items():
-        runs = seen.ran(job_id)
-        assert len(runs) == 1 and runs[0]["burst"] == 2, (key, runs)
+    _each_burst_ran_once_with_its_last_payload(seen, debounced)
     assert not seen.ran(doomed)
-    refused = {
-        k: n - refused_before.get(k, 0)
-        for k, n in _acl_log(cluster_client).items()
-        if k[0] == user and n > refused_before.get(k, 0)
-    }
+    refused = _refused_since(cluster_client, refused_before, {user})
     assert not refused, f"Redis refused the producer: {refused}"
 
 
