@@ -28,7 +28,12 @@ ARGV[11] uniqueness of the idempotency key: '' (the key dedupes for its retentio
         waiting, ready, running or retrying; once the job completed, was cancelled or died, the
         key is stale and this enqueue takes it for a new job) or 'debounce' (while its job still
         waits in the due set, this enqueue replaces the job's body and moves it to this due
-        time, keeping its id: {3, ...}; once it was promoted, started or done, a new job)
+        time, keeping its id: {3, ...}; once it was promoted, started or done, a new job).
+        A debounce acts only on a key a debounce created, for the same job type and tenant:
+        the key then holds '<job id> d:<type>@<tenant>' (any other key holds the bare job id;
+        a key from before this rule is taken for a debounce one while its job waits, has that
+        type and tenant, and the key expires 1 s after the job's due time, as such keys did);
+        any other key is refused with E_KEY_IN_USE, nothing written
 
 Returns
   {1, job id, due ms, now ms}         created
@@ -37,6 +42,10 @@ Returns
                                       job not yet done): nothing written
   {3, existing job id, due ms, now ms}  debounced (ARGV[11] 'debounce'): the waiting job took this
                                       body and due time
+  {-20, job id of the key}            E_KEY_IN_USE: ARGV[11] 'debounce' with a key no debounce of
+                                      this job type and tenant created
+  {-14, 'producer', key}              E_NOT_PERMITTED: a debounce by a user that may not make its
+                                      writes (lua/includes/checks.lua refused_writes)
   {-2, at, now, tolerance}            E_DUE_IN_PAST
   {-3, due, now, horizon}             E_BEYOND_HORIZON
   {-4, job id}                        E_DUPLICATE_JOB_ID
@@ -53,6 +62,37 @@ Every check comes before the first write: a refused call writes nothing.
 --@include lanes.lua
 --@include compact.lua
 --@include resize.lua
+
+-- debounce_owner(body): who a debounce key belongs to, 'd:<job type>@<tenant>', read from the
+-- body it was made with ('@<level><tenant>@' prefix, then '["<type>", ...'; job types and
+-- tenants hold no '"', '@' or spaces).
+local function debounce_owner(body)
+  local tenant, from = '', 1
+  local t, after = string.match(body, '^@[hnl]([%w_.:%-]*)@()')
+  if t then tenant, from = t, after end
+  return 'd:' .. (string.match(body, '^%["([^"\\]*)"', from) or '') .. '@' .. tenant
+end
+
+-- body_of(v): the body of an envelope '<state><attempt>|<body>'.
+local function body_of(v)
+  local bar = string.find(v, '|', 1, true)
+  return bar and string.sub(v, bar + 1) or ''
+end
+
+-- The retention of a debounce key before keys named their owner (ProducerSettings and the
+-- TypeScript producer both sent 1 s): such a key expires that long after its job's due time,
+-- to the ms the script took to write it; a plain or unique key, a day or a week after.
+local LEGACY_DEBOUNCE_RETENTION_MS = 1000
+local LEGACY_SLACK_MS = 100
+
+-- legacy_debounce_key(key, score): whether an idempotency key holding a bare job id was made by
+-- a debounce before keys named their owner, judged by its expiry against its waiting job's due
+-- time (score).  Such keys are gone a second after their job came due.
+local function legacy_debounce_key(key, score)
+  local expires = tonumber(redis.call('PEXPIRETIME', key))
+  local gap = expires - score_ms(score) - LEGACY_DEBOUNCE_RETENTION_MS
+  return expires > 0 and gap >= 0 and gap <= LEGACY_SLACK_MS
+end
 
 local now = now_ms()
 if not ENQUEUE_MODES[ARGV[3]] then return {-11, 3, ARGV[3], 'in', 'at'} end
@@ -87,8 +127,10 @@ if wrong then return wrong end
 local id = ARGV[1]
 local moved = sealed_to(KEYS[8])
 if moved then return {-16, moved, id} end
+local key_value = id  -- what the idempotency key will hold: the job id, and a debounce's owner
 if idem then
-  local existing = redis.call('GET', KEYS[4])
+  local existing, owner = redis.call('GET', KEYS[4]), nil
+  if existing then existing, owner = split_member(existing) end  -- '<job id> d:<type>@<tenant>'
   if existing and ARGV[11] == 'done' then
     -- The key's job is in this partition (it routes by the key): done once it is gone (acked,
     -- cancelled) or dead; a compact waiting job is a due-set member only.
@@ -96,30 +138,53 @@ if idem then
     local alive
     if v then alive = string.sub(v, 1, 1) ~= 'D' else alive = compact_find(KEYS[2], existing) ~= nil end
     if not alive then existing = nil end
-  elseif existing and ARGV[11] == 'debounce' then
-    local v = redis.call('HGET', KEYS[1], existing)
-    local member
-    if not v then member = compact_find(KEYS[2], existing) end
-    local waiting = member ~= nil or
-      (v ~= false and v ~= nil and redis.call('ZSCORE', KEYS[2], existing) ~= false)
-    if not waiting then
-      existing = nil  -- promoted, started or done: this enqueue is a new run
-    else
-      if member then
-        -- A compact job takes the plain layout: its id no longer tells its due time.
-        redis.call('ZREM', KEYS[2], member)
-        redis.call('HSET', KEYS[1], existing, 'S0|' .. ARGV[2])
+  elseif ARGV[11] == 'debounce' then
+    local want = debounce_owner(ARGV[2])
+    key_value = id .. ' ' .. want
+    if existing then
+      local v = redis.call('HGET', KEYS[1], existing)
+      local member, score
+      if v then
+        score = redis.call('ZSCORE', KEYS[2], existing)
       else
-        local bar = string.find(v, '|', 1, true) or 2
-        redis.call('HSET', KEYS[1], existing, string.sub(v, 1, bar - 1) .. '|' .. ARGV[2])
+        member, score = compact_find(KEYS[2], existing)
       end
-      redis.call('ZADD', KEYS[2], due, existing)
-      redis.call('SET', KEYS[4], existing, 'PX', math.floor(math.max(due - now, 0) + retention))
-      if redis.call('ZRANGE', KEYS[2], 0, 0)[1] == existing then
-        redis.call('SPUBLISH', ARGV[9], due)
+      local waiting = member ~= nil or (v ~= false and v ~= nil and score ~= false)
+      if owner == nil and waiting and legacy_debounce_key(KEYS[4], score) then
+        owner = debounce_owner(member and select(2, split_member(member)) or body_of(v))
       end
-      count(KEYS[5], 'debounced', 1)
-      return {3, existing, due, now}
+      -- Keys are queue-global: another caller's key, or another job type's or tenant's burst,
+      -- is not this burst's to replace.
+      if owner ~= want then return {-20, existing} end
+      if not waiting then
+        existing = nil  -- promoted, started or done: this enqueue is a new run
+      else
+        -- Every write asked for first: a user without one is refused whole, nothing written.
+        local denied = refused_writes('producer', {
+          member and {'ZREM', KEYS[2], member} or {'HDEL', KEYS[1], existing},
+          {'HSETNX', KEYS[1], existing, 'v'}, {'ZADD', KEYS[2], '0', existing},
+          {'SET', KEYS[4], existing}, {'SPUBLISH', ARGV[9], '0'},
+        })
+        if denied then return denied end
+        if member then
+          -- A compact job takes the plain layout: its id no longer tells its due time.
+          redis.call('ZREM', KEYS[2], member)
+          redis.call('HSETNX', KEYS[1], existing, 'S0|' .. ARGV[2])
+        else
+          -- HDEL and HSETNX, not HSET: the producer's ACL grants no HSET on envelopes.
+          local bar = string.find(v, '|', 1, true) or 2
+          redis.call('HDEL', KEYS[1], existing)
+          redis.call('HSETNX', KEYS[1], existing, string.sub(v, 1, bar - 1) .. '|' .. ARGV[2])
+        end
+        redis.call('ZADD', KEYS[2], due, existing)
+        redis.call('SET', KEYS[4], existing .. ' ' .. want, 'PX',
+          math.floor(math.max(due - now, 0) + retention))
+        if redis.call('ZRANGE', KEYS[2], 0, 0)[1] == existing then
+          redis.call('SPUBLISH', ARGV[9], due)
+        end
+        count(KEYS[5], 'debounced', 1)
+        return {3, existing, due, now}
+      end
     end
   end
   if existing then
@@ -146,7 +211,7 @@ end
 -- a stored job.
 if not compact then redis.call('HSETNX', KEYS[1], id, 'S0|' .. ARGV[2]) end
 if idem then
-  redis.call('SET', KEYS[4], id, 'PX', math.floor(math.max(due - now, 0) + retention))
+  redis.call('SET', KEYS[4], key_value, 'PX', math.floor(math.max(due - now, 0) + retention))
 end
 if due <= now then
   if lanes then

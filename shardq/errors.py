@@ -83,6 +83,11 @@ class JobNotFoundError(ShardqError, LookupError):
     """No job with this id exists (never existed, completed, or cancelled)."""
 
 
+class IdempotencyKeyInUseError(InvalidJobError):
+    """A debounce named an idempotency key that no debounce of this job type and tenant
+    created (keys are queue-global): nothing was written; give the burst a key of its own."""
+
+
 class BatchNotFoundError(ShardqError, LookupError):
     """No batch or chain with this id exists in the queue (never created, or its record
     expired after its retention)."""

@@ -148,3 +148,15 @@ local function producer_only(jobs, due)
   if not redis.acl_check_cmd('ZADD', due, '0', 'j') then return {-14, 'producer', due} end
   return nil
 end
+
+-- refused_writes(role, writes): nil when the calling user may run each write of writes, a list
+-- of {command, key, args...} (redis.acl_check_cmd), else {-14, role, key} for the first it may
+-- not.  For a script whose writes on one path are not all granted to every role that calls
+-- it: it asks before its first write, so the call is refused whole instead of failing half-way
+-- (a debounce as a user without HSET removed the job's due entry, then lost the job).
+local function refused_writes(role, writes)
+  for _, w in ipairs(writes) do
+    if not redis.acl_check_cmd(unpack(w)) then return {-14, role, w[2]} end
+  end
+  return nil
+end

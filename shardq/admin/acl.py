@@ -64,7 +64,8 @@ RELAY_BATCH_COMMANDS = tuple(
 #: Enqueueing a job (enqueue-8): the dispatcher enqueues workflow callbacks and chain steps.
 ENQUEUE_GRANTS: tuple[Grant, ...] = (
     Grant(("jobs",), ("+hsetnx", "+hget")),
-    Grant(("idem",), ("+get", "+set")),
+    # PEXPIRETIME: a debounce tells a key made before keys named their owner by its expiry
+    Grant(("idem",), ("+get", "+set", "+pexpiretime")),
     Grant(("due",), ("+zadd", "+zrange", "+zscore", "+zcount")),
     Grant(("ready",), ("+xadd",)),
     Grant(("stats",), ("+hincrby", "+hset", "+hget")),
@@ -81,7 +82,7 @@ GRANTS: dict[str, tuple[Grant, ...]] = {
         Grant(("meta",), ("+hget", "+hgetall"), read_only=True),
         Grant(("registry",), ("+smembers",), read_only=True),
         Grant(("jobs",), ("+hsetnx", "+hget", "+hdel")),
-        Grant(("idem",), ("+get", "+set")),
+        Grant(("idem",), ("+get", "+set", "+pexpiretime")),
         # ZCOUNT: finding a compact waiting job by its id (lua/includes/compact.lua)
         Grant(("due",), ("+zadd", "+zrange", "+zscore", "+zrem", "+zcount")),
         Grant(("ready",), ("+xadd",)),
@@ -312,7 +313,9 @@ ADMIN_EXTRA = (
 PLAIN_EXTRA: dict[str, tuple[str, ...]] = {
     # WAIT: a durable enqueue waits for its replicas (ProducerSettings.durable_replicas)
     # ssubscribe: client.result waits on the job's result channel
-    "producer": ("+spublish", "+wait", "+ssubscribe", "+sunsubscribe"),
+    # CLIENT SETNAME: the TypeScript producer's ioredis names its cluster connections (and
+    # ignores a refusal, which would fill ACL LOG)
+    "producer": ("+spublish", "+wait", "+ssubscribe", "+sunsubscribe", "+client|setname"),
     # WAIT: the relay deletes an outbox entry once a replica has its batch's count
     "dispatcher": ("+spublish", "+ssubscribe", "+sunsubscribe", "+wait"),
     "worker": ("+spublish", "+ssubscribe", "+sunsubscribe"),

@@ -65,6 +65,14 @@ __all__ = [
 CLUSTER_SIZE = 6
 """Nodes per dev cluster: 3 primaries, each with one replica."""
 
+DEPLOY_BOUNDS = (
+    "maxmemory-clients 32mb",
+    "client-query-buffer-limit 32mb",
+    "hash-max-listpack-entries 128",
+)
+"""The bounds section of deploy/redis/redis-cluster.conf (tests/deploy/test_deploy.py keeps
+the two the same), so the tests run under them."""
+
 _PRIMARIES = 3
 _SLOTS = 16384
 _INSTALL_HINT = (
@@ -499,6 +507,9 @@ def _write_conf(
         "repl-diskless-sync-delay 0",
         # Lets chaos tests use DEBUG SLEEP and friends, from localhost only.
         "enable-debug-command local",
+        # As deploy/redis/redis-cluster.conf: one command's arguments are cut off past the
+        # clients' memory limit, so no raw variadic command holds a node for long.
+        *DEPLOY_BOUNDS,
     ]
     if cluster:
         lines += [

@@ -18,6 +18,7 @@ from shardq.errors import (
     CorruptKeyError,
     DuplicateJobError,
     FencedError,
+    IdempotencyKeyInUseError,
     InvalidScheduleError,
     JobMovingError,
     JobNotFoundError,
@@ -55,6 +56,7 @@ class Code(IntEnum):
     JOB_MOVING = -17
     BATCH_NOT_FOUND = -18
     BATCH_CLOSED = -19
+    KEY_IN_USE = -20
 
 
 def _text(value: Any) -> str:
@@ -204,6 +206,14 @@ def _batch_closed(d: list[str]) -> ShardqError:
     )
 
 
+def _key_in_use(d: list[str]) -> ShardqError:
+    return IdempotencyKeyInUseError(
+        f"the idempotency key belongs to job {d[0]!r}, which no debounce of this job type and "
+        "tenant enqueued: nothing was written. Idempotency keys are queue-global; give this "
+        "burst a key of its own (e.g. '<job type>:<tenant>:<your key>')"
+    )
+
+
 _ERRORS: dict[Code, Callable[[list[str]], ShardqError]] = {
     Code.FENCED: _fenced,
     Code.DUE_IN_PAST: _past,
@@ -224,6 +234,7 @@ _ERRORS: dict[Code, Callable[[list[str]], ShardqError]] = {
     Code.JOB_MOVING: _moving,
     Code.BATCH_NOT_FOUND: _batch_not_found,
     Code.BATCH_CLOSED: _batch_closed,
+    Code.KEY_IN_USE: _key_in_use,
 }
 
 

@@ -133,8 +133,13 @@ def remove_limit(queue: str, name: str) -> Command[bool]:
 
 
 def idempotent_job(pk: keys.PartitionKeys, idempotency_key: str) -> Command[str | None]:
-    """The job id an idempotency key maps to while it is retained, else None."""
-    return cmd("GET", pk.idem(idempotency_key), parse=lambda r: None if r is None else as_text(r))
+    """The job id an idempotency key maps to while it is retained, else None.  (A debounce's
+    key holds ``<job id> d:<type>@<tenant>``, lua/enqueue-8.lua; ids have no spaces.)"""
+    return cmd(
+        "GET",
+        pk.idem(idempotency_key),
+        parse=lambda r: None if r is None else as_text(r).split(" ", 1)[0],
+    )
 
 
 # deletion ----------------------------------------------------------------------------------------

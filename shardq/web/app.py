@@ -185,19 +185,21 @@ class Refused(Exception):
 
 def _bearer(console: Console, request: Request) -> bool:
     """Whether the request carries the operator token as a bearer; :class:`Refused` for a
-    wrong one (401) or a client that guessed too often (429, before any comparison)."""
+    wrong one (401, counted) or a wrong one from a client that guessed too often (429).  The
+    token is compared first: the right one is never held up by wrong ones from its address
+    (clients behind one port-forward or NAT share it)."""
     header = request.headers.get("authorization", "")
     if not header:
         return False
+    scheme, _, token = header.partition(" ")
+    assert console.config.token is not None
+    if scheme.lower() == "bearer" and auth.same(token.strip(), console.config.token):
+        return True
     remote = _remote(request)
     wait = console.limiter.retry_after(remote)
     if wait:
         raise Refused(429, "rate limited", f"too many wrong tokens from {remote}: retry in "
                       f"{wait} s", retry_after=wait)  # fmt: skip
-    scheme, _, token = header.partition(" ")
-    assert console.config.token is not None
-    if scheme.lower() == "bearer" and auth.same(token.strip(), console.config.token):
-        return True
     console.limiter.failed(remote)
     raise Refused(401, "bad token", "the bearer token is not this console's token")
 
@@ -671,15 +673,16 @@ async def login_submit(request: Request) -> Response:
         log_event(log, "web.login_refused", reason="csrf", remote=remote)
         return _error(request, 403, "Refused", "the form's CSRF token does not match this "
                       "browser's, or is too old: reload the login page and try again")  # fmt: skip
-    wait = console.limiter.retry_after(remote)
-    if wait:
-        log_event(log, "web.login_refused", reason="rate limited", remote=remote)
-        page = _error(request, 429, "Too many attempts", f"too many wrong tokens from "
-                      f"{remote}: retry in {wait} s")  # fmt: skip
-        page.headers["Retry-After"] = str(wait)
-        return page
     assert console.config.token is not None
+    # Compared first, wrong ones counted: the right token always logs in (see _bearer).
     if not auth.same(str(form.get("token", "")), console.config.token):
+        wait = console.limiter.retry_after(remote)
+        if wait:
+            log_event(log, "web.login_refused", reason="rate limited", remote=remote)
+            page = _error(request, 429, "Too many attempts", f"too many wrong tokens from "
+                          f"{remote}: retry in {wait} s")  # fmt: skip
+            page.headers["Retry-After"] = str(wait)
+            return page
         console.limiter.failed(remote)
         log_event(log, "web.login_refused", reason="bad token", remote=remote)
         await asyncio.sleep(0.5)  # slows a single guesser further

@@ -13,8 +13,12 @@
   a cookie of the same browser (:class:`LoginForms`), so any number of anonymous login pages
   costs nothing and evicts nobody.
 - **Guessing** is rate limited per client address (:class:`FailureLimiter`, bounded memory):
-  past a burst of wrong tokens, every attempt from that address is answered 429 with
-  ``Retry-After``, the right token included, until the budget refills.
+  past a burst of wrong tokens, every wrong token from that address is answered 429 with
+  ``Retry-After`` until the budget refills.  The token is compared first and only failures
+  count, so the right token always gets in: behind ``kubectl port-forward`` or a NAT every
+  client has one address, and a locked-out operator would be locked out by anyone.  What stops
+  guessing is the token's length (:data:`MIN_TOKEN_LENGTH`; a random one, as docs/deploy.md
+  says), not the limit.
 - **The Host header** must name this console (:class:`HostRule`): a web page whose name was
   rebound to 127.0.0.1 (DNS rebinding) sends its own name, and is refused.
 - **A TLS proxy** in front is believed about the scheme and the client address

@@ -1362,6 +1362,19 @@ def test_redis_settings() -> None:
     assert conf["maxmemory-policy"] == "noeviction"
     assert conf["min-replicas-to-write"] == "1"
     assert conf["cluster-preferred-endpoint-type"] == "hostname"
+    # no command's arguments can hold a node for long (M8): the dev cluster runs the same
+    assert conf["maxmemory-clients"] == "32mb"
+    assert conf["client-query-buffer-limit"] == "32mb"
+    assert conf["hash-max-listpack-entries"] == "128"
+    from shardq.devtools.devcluster import DEPLOY_BOUNDS
+
+    assert {line.split()[0]: line.split()[1] for line in DEPLOY_BOUNDS} == {
+        k: conf[k]
+        for k in ("maxmemory-clients", "client-query-buffer-limit", "hash-max-listpack-entries")
+    }
+    doc = DEPLOY_DOC.read_text()
+    for key in ("maxmemory-clients", "client-query-buffer-limit", "hash-max-listpack-entries"):
+        assert f"| `{key}` | `{conf[key]}` |" in doc, key
 
 
 def test_cluster_init_script_passes_shellcheck() -> None:
@@ -1453,6 +1466,9 @@ def test_cluster_init_forms_a_cluster_and_is_idempotent(local_cluster: LocalClus
         ("maxmemory-policy", "noeviction"),
         ("cluster-node-timeout", "2000"),
         ("min-replicas-to-write", "1"),
+        ("maxmemory-clients", str(32 * 1024 * 1024)),
+        ("client-query-buffer-limit", str(32 * 1024 * 1024)),
+        ("hash-max-listpack-entries", "128"),
     ]:
         assert local_cluster.cli(base, "config", "get", key).split() == [key, value]
 

@@ -9,9 +9,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import re
+import threading
 import time
 import uuid
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,6 +26,7 @@ from support.script_cases import OPS, prepare
 from shardq.admin import acl
 from shardq.client import Client
 from shardq.config import RedisSettings
+from shardq.jobs import Job
 from shardq.store import loader, transport
 from shardq.store.retry import SyncRunner
 
@@ -635,3 +639,360 @@ def _log_user(entry: Any) -> str:
     fields = dict(zip(entry[::2], entry[1::2], strict=False)) if isinstance(entry, list) else entry
     user = fields.get("username", fields.get(b"username", b""))
     return user.decode() if isinstance(user, bytes) else str(user)
+
+
+# every producer feature as the producer user -------------------------------------------------
+
+
+def _role_url(cluster_url: str, role: str) -> str:
+    """The session cluster's URL logged in as the role_clients fixture's user of ``role``."""
+    name, password = USERS[role]
+    return cluster_url.replace("redis://", f"redis://{name}:{password}@", 1)
+
+
+def _acl_log(cluster_client: Client) -> Counter[tuple[str, ...]]:
+    """What ACL LOG holds on every node: (user, reason, context, object) -> times refused."""
+    out: Counter[tuple[str, ...]] = Counter()
+    for node in cluster_client.redis.get_nodes():
+        conn = cluster_client.redis.get_redis_connection(node)
+        for entry in conn.execute_command("ACL", "LOG", "128"):
+            e = {k.decode() if isinstance(k, bytes) else k: v for k, v in entry.items()}
+            key = tuple(
+                v.decode() if isinstance(v, bytes) else str(v)
+                for v in (e["username"], e["reason"], e["context"], e["object"])
+            )
+            out[key] = max(out[key], int(e["count"]))
+    return out
+
+
+def _refused_since(
+    cluster_client: Client, before: Counter[tuple[str, ...]], users: set[str]
+) -> dict[tuple[str, ...], int]:
+    """What Redis refused ``users`` since ACL LOG read ``before`` (entry -> new refusals)."""
+    return {
+        k: n - before.get(k, 0)
+        for k, n in _acl_log(cluster_client).items()
+        if k[0] in users and n > before.get(k, 0)
+    }
+
+
+def _each_burst_ran_once_with_its_last_payload(seen: _Seen, debounced: dict[str, str]) -> None:
+    for key, job_id in debounced.items():
+        runs = seen.ran(job_id)
+        assert len(runs) == 1 and runs[0]["burst"] == 2, (key, runs)
+
+
+class _Seen:
+    """What the workers ran, thread-safe: job id -> payloads, callbacks fired by name."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.runs: dict[str, list[Any]] = {}
+        self.callbacks: Counter[str] = Counter()
+
+    def handlers(self) -> dict[str, Any]:
+        def t(job: Job) -> Any:
+            with self.lock:
+                self.runs.setdefault(job.id, []).append(job.payload)
+            return {"got": job.payload}
+
+        def step(job: Job) -> Any:
+            before = job.previous["total"] if job.previous else 0
+            return {"total": before + job.payload["add"]}
+
+        def callback(job: Job) -> None:
+            with self.lock:
+                self.callbacks[job.payload["name"]] += 1
+
+        return {"t": t, "child": t, "step": step, "callback": callback}
+
+    def ran(self, job_id: str) -> list[Any]:
+        with self.lock:
+            return list(self.runs.get(job_id, []))
+
+
+@contextlib.contextmanager
+def _fleet_as_roles(cluster_url: str, queue: str, seen: _Seen) -> Iterator[None]:
+    """A dispatcher as the dispatcher user and a worker as the worker user, for ``queue``."""
+    from support.helpers import Runner
+
+    dispatcher = Runner(_role_url(cluster_url, "dispatcher"), queue, workers=0)
+    worker = Runner(_role_url(cluster_url, "worker"), queue, seen.handlers(), dispatcher=False)
+    with dispatcher, worker:
+        yield
+
+
+def test_every_producer_feature_runs_as_the_producer_user(
+    cluster_client: Client, cluster_url: str, role_clients: dict[str, Client], queue: str
+) -> None:
+    """The audit's case (M1): a debounced enqueue as the shipped producer user removed the
+    waiting job's due entry, then Redis refused its HSET: 5 of 5 jobs lost, and an untyped
+    ResponseError.  Here every producer feature runs as the producer user, with a dispatcher and
+    a worker as theirs: plain, delayed, durable and bulk enqueues, idempotency keys, unique
+    until done, debounce (each burst one job, run once with its last payload), get, reschedule,
+    cancel, results, batches (created, opened, added to, sealed, cancelled), chains, schedules;
+    and Redis refused none of the three users anything (ACL LOG)."""
+    from support.helpers import scaled, wait_for
+
+    from shardq import JobRequest
+
+    producer = role_clients["producer"]
+    cluster_client.create_queue(queue, 4)
+    users = {USERS[r][0] for r in ("producer", "dispatcher", "worker")}
+    refused_before = _acl_log(cluster_client)
+    seen = _Seen()
+    with _fleet_as_roles(cluster_url, queue, seen):
+        # plain, delayed and durable, each with its result
+        plain = producer.enqueue(queue, "t", {"n": "plain"}, keep_result=60)
+        delayed = producer.enqueue(queue, "t", {"n": "delayed"}, delay=0.3, keep_result=60)
+        durable = producer.enqueue(queue, "t", {"n": "durable"}, durable=True, keep_result=60)
+        for job_id, n in ((plain, "plain"), (delayed, "delayed"), (durable, "durable")):
+            assert producer.result(queue, job_id, timeout=scaled(30)) == {"got": {"n": n}}
+        # debounce: five bursts of three enqueues; each burst is one job, run once, last payload
+        bursts: dict[str, set[str]] = {}
+        for burst in range(3):
+            for k in range(5):
+                job_id = producer.enqueue(
+                    queue, "t", {"key": k, "burst": burst}, idempotency_key=f"deb-{k}",
+                    debounce=0.5,
+                )  # fmt: skip
+                bursts.setdefault(f"deb-{k}", set()).add(job_id)
+        assert all(len(ids) == 1 for ids in bursts.values()), bursts
+        debounced = {k: next(iter(ids)) for k, ids in bursts.items()}
+        wait_for(
+            lambda: all(seen.ran(j) for j in debounced.values()),
+            scaled(30),
+            lambda: f"debounced jobs lost: {[k for k, j in debounced.items() if not seen.ran(j)]}",
+        )
+        # unique until done: the key returns its job until the job is done, then a new one
+        first = producer.enqueue(
+            queue, "t", {"n": "u"}, idempotency_key="uniq", unique_until="done", keep_result=60
+        )
+        assert producer.result(queue, first, timeout=scaled(30)) == {"got": {"n": "u"}}
+        again = producer.enqueue(
+            queue, "t", {"n": "u2"}, idempotency_key="uniq", unique_until="done"
+        )
+        assert again != first
+        # an idempotency key; get, reschedule, cancel
+        waiting = producer.enqueue(queue, "t", {"n": "idem"}, idempotency_key="idem", delay=3600)
+        assert producer.enqueue(queue, "t", {"n": "idem"}, idempotency_key="idem") == waiting
+        info = producer.get(queue, waiting)
+        assert info is not None and info.state == "scheduled"
+        producer.reschedule(queue, waiting, delay=0.2)
+        doomed = producer.enqueue(queue, "t", {"n": "cancelled"}, delay=3600)
+        assert producer.cancel(queue, doomed) is True
+        # bulk
+        many = producer.enqueue_many(queue, [JobRequest("t", {"i": i}) for i in range(20)])
+        # workflows: a batch, an open batch added to and sealed, a chain, a cancelled batch
+        producer.batches.create(
+            queue, [JobRequest("child", {"n": i}) for i in range(3)],
+            on_success=JobRequest("callback", {"name": "batch"}),
+        )  # fmt: skip
+        opened = producer.batches.open(queue, on_complete=JobRequest("callback", {"name": "open"}))
+        producer.batches.add(queue, opened, [JobRequest("child", {"n": 9})], add_id="part-1")
+        producer.batches.seal(queue, opened)
+        chain = producer.batches.chain(
+            queue, [JobRequest("step", {"add": 1}), JobRequest("step", {"add": 2})],
+            on_success=JobRequest("callback", {"name": "chain"}),
+        )  # fmt: skip
+        later = producer.batches.create(queue, [JobRequest("child", {"n": 0}, delay=3600)])
+        producer.batches.cancel(queue, later)
+        assert {b.batch_id for b in producer.batches.list(queue)} >= {opened, chain, later}
+        # schedules: added, read, paused, resumed, removed
+        producer.schedules.add(queue, "nightly", "t", {"n": "s"}, cron="0 3 * * *")
+        assert producer.schedules.get(queue, "nightly").name == "nightly"
+        producer.schedules.pause(queue, "nightly")
+        producer.schedules.resume(queue, "nightly")
+        assert producer.schedules.remove(queue, "nightly") is True
+
+        wait_for(
+            lambda: all(seen.ran(r.job_id) for r in many) and seen.ran(waiting),
+            scaled(30),
+            "bulk or rescheduled jobs did not run",
+        )
+        wait_for(
+            lambda: all(seen.callbacks[n] == 1 for n in ("batch", "open", "chain")),
+            scaled(30),
+            lambda: f"callbacks fired: {seen.callbacks}",
+        )
+    _each_burst_ran_once_with_its_last_payload(seen, debounced)
+    assert not seen.ran(doomed)
+    refused = _refused_since(cluster_client, refused_before, users)
+    assert not refused, f"Redis refused the roles: {refused}"
+
+
+def test_a_debounce_a_user_may_not_write_is_refused_whole(
+    cluster_client: Client, role_clients: dict[str, Client], queue: str
+) -> None:
+    """A debounce asks Redis for every write it will make before the first (M1): a user that
+    may not make one (here the dispatcher, which may enqueue but not remove a due-set member)
+    gets NotPermittedError, and the waiting job, its due entry and its key are as they were
+    (before, Redis refused the write half-way: an untyped error, and the job lost)."""
+    from shardq.errors import NotPermittedError
+
+    cluster_client.create_queue(queue, 2)
+    producer, dispatcher = role_clients["producer"], role_clients["dispatcher"]
+    job_id = producer.enqueue(queue, "t", {"n": 1}, idempotency_key="k", debounce=600)
+    pk = keys_of(queue, "k", 2)
+    compact = [m for m in cluster_client.redis.zrange(pk.due, 0, -1) if b" " in m]
+    assert compact and compact[0].startswith(job_id.encode()), "not stored compactly"
+    before = snapshot(cluster_client.redis, queue)
+    with pytest.raises(NotPermittedError, match="producer"):
+        dispatcher.enqueue(queue, "t", {"n": 2}, idempotency_key="k", debounce=600)
+    assert snapshot(cluster_client.redis, queue) == before
+    info = producer.get(queue, job_id)
+    assert info is not None and info.payload == {"n": 1}
+    # the producer debounces it
+    assert producer.enqueue(queue, "t", {"n": 3}, idempotency_key="k", debounce=600) == job_id
+
+
+def keys_of(queue: str, idempotency_key: str, partitions: int) -> Any:
+    from shardq.store import keys
+
+    return keys.partition_keys(queue, keys.partition_for(idempotency_key, partitions), partitions)
+
+
+def test_the_typescript_producer_runs_its_features_as_the_producer_user(
+    cluster_client: Client, cluster_url: str, role_clients: dict[str, Client], queue: str
+) -> None:
+    """M1 from clients/node: every feature of the TypeScript producer (plain, delayed and bulk
+    enqueues, idempotency keys, unique until done, debounce, get, reschedule, cancel), driven
+    through its conformance driver logged in as the producer user, with a dispatcher and a worker
+    as theirs.  Each debounced burst is one job, run once with its last payload; Redis refused
+    the producer nothing."""
+    from support.helpers import scaled, wait_for
+    from support.nodeclient import built_node_client, driver_command
+
+    from shardq.devtools import wire_runner
+
+    node = built_node_client()
+    cluster_client.create_queue(queue, 4)
+    url = _role_url(cluster_url, "producer")
+    where = {"name": queue, "partitions": 4}
+    user = USERS["producer"][0]
+    refused_before = _acl_log(cluster_client)
+    seen = _Seen()
+    driver = wire_runner.SubprocessDriver(driver_command(node))
+
+    def enqueue(**request: Any) -> str:
+        r = driver.run(url, where, {"op": "enqueue", "request": {"type": "t", **request}})
+        return str(r["job_id"])
+
+    try:
+        with _fleet_as_roles(cluster_url, queue, seen):
+            plain = enqueue(payload={"n": "plain"})
+            delayed = enqueue(payload={"n": "delayed"}, delay_ms=300)
+            bursts: dict[str, set[str]] = {}
+            for burst in range(3):
+                for k in range(5):
+                    job_id = enqueue(
+                        payload={"key": k, "burst": burst},
+                        idempotency_key=f"deb-{k}",
+                        debounce_ms=500,
+                    )
+                    bursts.setdefault(f"deb-{k}", set()).add(job_id)
+            assert all(len(ids) == 1 for ids in bursts.values()), bursts
+            debounced = {k: next(iter(ids)) for k, ids in bursts.items()}
+            unique = enqueue(payload={"n": "u"}, idempotency_key="uniq", unique_until="done")
+            again = enqueue(payload={"n": "u"}, idempotency_key="uniq", unique_until="done")
+            assert again == unique
+            waiting = enqueue(payload={"n": "idem"}, idempotency_key="idem", delay_ms=3_600_000)
+            assert enqueue(payload={"n": "idem"}, idempotency_key="idem") == waiting
+            got = driver.run(url, where, {"op": "get", "job_id": waiting})
+            assert got["state"] == "scheduled", got
+            driver.run(url, where, {"op": "reschedule", "job_id": waiting, "delay_ms": 200})
+            doomed = enqueue(payload={"n": "cancelled"}, delay_ms=3_600_000)
+            assert driver.run(url, where, {"op": "cancel", "job_id": doomed}) is True
+            many = driver.run(
+                url,
+                where,
+                {
+                    "op": "enqueue_many",
+                    "requests": [{"type": "t", "payload": i} for i in range(10)],
+                },
+            )
+            ids = [plain, delayed, unique, waiting, *debounced.values()]
+            ids += [str(r["job_id"]) for r in many]
+            wait_for(
+                lambda: all(seen.ran(j) for j in ids),
+                scaled(30),
+                lambda: f"jobs lost: {[j for j in ids if not seen.ran(j)]}",
+            )
+    finally:
+        driver.close()
+    _each_burst_ran_once_with_its_last_payload(seen, debounced)
+    assert not seen.ran(doomed)
+    refused = _refused_since(cluster_client, refused_before, {user})
+    assert not refused, f"Redis refused the producer: {refused}"
+
+
+# no raw command can hold a primary either ---------------------------------------------------
+
+# Redis' client memory limit (maxmemory-clients: deploy/redis/redis-cluster.conf, the dev
+# cluster's config) counts a command's arguments, each its bytes plus an 8-byte pointer, while
+# they arrive: a command of more arguments than fit is cut off before it runs.
+CLIENT_MEMORY_LIMIT = 32 * 1024 * 1024
+
+
+def _cut_off(host: str, port: int, auth: tuple[str, str], command: bytes) -> tuple[bytes, float]:
+    """Send ``command`` as the user ``auth`` while another connection PINGs the node; (what the
+    caller got back: b'' when the node closed the connection, the longest a PING waited)."""
+    import socket
+    import threading
+
+    caller = socket.create_connection((host, port))
+    caller.sendall(_resp("AUTH", *auth))
+    assert _reply(caller) == b"+OK\r\n"
+    pinger = socket.create_connection((host, port))
+    worst, stop = [0.0], threading.Event()
+
+    def ping() -> None:
+        while not stop.is_set():
+            t = time.perf_counter()
+            pinger.sendall(b"PING\r\n")
+            assert _reply(pinger) == b"+PONG\r\n"
+            worst[0] = max(worst[0], time.perf_counter() - t)
+
+    thread = threading.Thread(target=ping, daemon=True)
+    thread.start()
+    try:
+        caller.sendall(command)
+        got = caller.recv(1000)
+    except OSError:  # reset while still sending: cut off
+        got = b""
+    finally:
+        stop.set()
+        thread.join()
+        caller.close()
+        pinger.close()
+    return got, worst[0]
+
+
+def test_one_raw_variadic_command_cannot_hold_a_primary(
+    cluster_client: Client, role_clients: dict[str, Client], queue: str
+) -> None:
+    """The audit's case (M8): one HDEL of 5.6M fields, a command the producer may send raw on
+    its queues' job hashes, held a primary for 9.8 s (each field a scan of a small hash's
+    listpack).  With the deployment's client memory limit the node closes the connection while
+    the arguments arrive, before the command runs, and keeps answering PINGs; so does an FCALL
+    of as many arguments (refused by the function only after Redis had built them all)."""
+    from support.helpers import scaled
+
+    from shardq.store import keys
+
+    cluster_client.create_queue(queue, 1)
+    pk = keys.partition_keys(queue, 0, 1)
+    for i in range(120):  # a listpack of 120 fields: the costliest lookup per argument
+        cluster_client.redis.hset(pk.jobs, f"job-with-a-longer-id-{i:04d}", "S0|[]")
+    node = cluster_client.redis.get_node_from_key(pk.jobs)
+    n = 2 * CLIENT_MEMORY_LIMIT // 9  # one-byte arguments: twice what the limit holds
+    args = b"$1\r\na\r\n" * n
+    hdel = b"*%d\r\n" % (n + 2) + _resp("HDEL", pk.jobs)[len(b"*3\r\n") :] + args
+    fn = loader.scripts()["enqueue"].function
+    fcall = b"*%d\r\n" % (n + 4) + _resp("FCALL", fn, 1, pk.jobs)[len(b"*4\r\n") :] + args
+    before = snapshot(cluster_client.redis, queue)
+    for name, command in (("HDEL", hdel), ("FCALL", fcall)):
+        got, worst = _cut_off(node.host, int(node.port), USERS["producer"], command)
+        assert got == b"", f"{name} of {n} arguments ran: {got[:80]!r}"
+        assert worst < scaled(0.5), f"{name}: a PING waited {worst * 1000:.0f} ms"
+    assert snapshot(cluster_client.redis, queue) == before

@@ -10,14 +10,16 @@ import time
 from pathlib import Path
 
 import pytest
-from support.helpers import Runner, pending_total, wait_for
+from support.helpers import Runner, pending_total, queue_state, wait_for
 from support.procs import Proc
 
 from shardq import PermanentError
 from shardq.client import Client
 from shardq.devtools.bench import cli_command
-from shardq.errors import InvalidJobError
+from shardq.errors import IdempotencyKeyInUseError, InvalidJobError
+from shardq.inspector import Inspector
 from shardq.jobs import Job, JobRequest, debounced
+from shardq.store import keys
 
 HANDLERS = Path(__file__).resolve().parents[2] / "bench" / "handlers"
 
@@ -188,3 +190,78 @@ def test_bad_debounce_is_refused(client: Client, queue: str) -> None:
         client.enqueue(queue, "t", None, idempotency_key="k", debounce=5, delay=3)
     with pytest.raises(InvalidJobError, match="debounce must be"):
         client.enqueue(queue, "t", None, idempotency_key="k", debounce=-1)
+
+
+def test_a_debounce_replaces_only_a_burst_of_its_own(client: Client, queue: str) -> None:
+    """The audit's case (M5): a debounce with another caller's idempotency key replaced that
+    waiting job's type and payload under its id.  A debounce now acts only on a key a debounce
+    made, for the same job type and tenant; any other key (a plain or unique one, another job
+    type's or tenant's burst) is refused with IdempotencyKeyInUseError, and nothing is written:
+    the waiting job keeps its type, payload and due time."""
+    client.create_queue(queue, partitions=2, lanes=True)
+    plain = client.enqueue(queue, "email", {"to": "a"}, idempotency_key="plain", delay=600)
+    unique = client.enqueue(
+        queue, "email", {"to": "b"}, idempotency_key="unique", unique_until="done", delay=600
+    )
+    burst = client.enqueue(queue, "sync", {"n": 1}, idempotency_key="burst", debounce=600)
+    tenant = client.enqueue(
+        queue, "sync", {"n": 1}, idempotency_key="tenant", debounce=600, tenant="acme"
+    )
+    keys_named = ["plain", "unique", "burst", "tenant"]
+    before = queue_state(client.redis, queue, 2, keys_named)
+    refused = [
+        ("plain", "email", None),  # a plain key, even of the same type
+        ("unique", "email", None),
+        ("burst", "charge", None),  # another job type's burst
+        ("tenant", "sync", "other"),  # another tenant's
+        ("tenant", "sync", None),
+    ]
+    for key, job_type, who in refused:
+        with pytest.raises(IdempotencyKeyInUseError, match="queue-global") as caught:
+            client.enqueue(queue, job_type, {"n": 2}, idempotency_key=key, debounce=5, tenant=who)
+        assert "nothing was written" in str(caught.value)
+    assert queue_state(client.redis, queue, 2, keys_named) == before
+    for job_id, job_type, payload in (
+        (plain, "email", {"to": "a"}),
+        (unique, "email", {"to": "b"}),
+        (burst, "sync", {"n": 1}),
+        (tenant, "sync", {"n": 1}),
+    ):
+        info = client.get(queue, job_id)
+        assert info is not None and (info.type, info.payload) == (job_type, payload)
+    # the burst's own type and tenant still debounce it
+    assert client.enqueue(queue, "sync", {"n": 3}, idempotency_key="burst", debounce=600) == burst
+    again = client.enqueue(
+        queue, "sync", {"n": 3}, idempotency_key="tenant", debounce=600, tenant="acme"
+    )
+    assert again == tenant
+    for job_id in (burst, tenant):
+        info = client.get(queue, job_id)
+        assert info is not None and info.payload == {"n": 3}
+    # a plain enqueue with a debounce key gets the burst's job, as with any key
+    assert client.enqueue(queue, "sync", None, idempotency_key="burst") == burst
+    found = Inspector(client).find(queue, "burst")  # the key names its owner: read past it
+    assert found is not None and found.id == burst
+
+
+def test_a_debounce_key_from_before_keys_named_their_owner_still_debounces(
+    client: Client, queue: str
+) -> None:
+    """Keys written before this change hold the bare job id.  One a debounce made (it expires a
+    second after its job's due time) is still debounced by the same job type while its job
+    waits; a plain key of the same shape (a day's retention) is refused."""
+    client.create_queue(queue, partitions=2)
+    old = client.enqueue(queue, "sync", {"n": 1}, idempotency_key="old", debounce=600)
+    plain = client.enqueue(queue, "sync", {"n": 1}, idempotency_key="plain", delay=600)
+    for key, job_id in (("old", old), ("plain", plain)):
+        pk = keys.partition_keys(queue, keys.partition_for(key, 2), 2)
+        raw = client.redis.get(pk.idem(key))
+        assert raw is not None and raw.split(b" ", 1)[0] == job_id.encode()
+        client.redis.set(pk.idem(key), job_id, keepttl=True)  # as written before the change
+    assert client.enqueue(queue, "sync", {"n": 2}, idempotency_key="old", debounce=600) == old
+    info = client.get(queue, old)
+    assert info is not None and info.payload == {"n": 2}
+    with pytest.raises(IdempotencyKeyInUseError):
+        client.enqueue(queue, "sync", {"n": 2}, idempotency_key="plain", debounce=600)
+    with pytest.raises(IdempotencyKeyInUseError):  # another type: not its burst either way
+        client.enqueue(queue, "other", {"n": 2}, idempotency_key="old", debounce=600)

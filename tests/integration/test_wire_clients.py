@@ -59,3 +59,34 @@ def test_node_client_suite(cluster_url: str, standalone_url: str, node_client: P
     )
     assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-2000:]
     assert "# fail 0" in out.stdout and "# skipped 0" in out.stdout, out.stdout[-2000:]
+
+
+def test_node_client_never_shows_the_password_of_a_url_it_refuses(node_client: Path) -> None:
+    """The audit's case: the TypeScript producer put the whole URL, password and all, in the
+    message of a URL it could not parse.  Through its driver, each URL below is refused with a
+    ConfigError that shows it as shardq.config.redact_url does (and the Python client agrees that
+    it cannot be used)."""
+    from shardq.config import RedisSettings, redact_url
+    from shardq.errors import ConfigError
+
+    secret = "Xy9-s3cret"
+    bad = [
+        f"redis://user:{secret}@host:notaport",
+        f"http://user:{secret}@host:6379",
+        f"user:{secret}@host:6379",
+        f"redis://user:{secret}@",
+        f"redis://host:6379/?password={secret}",
+    ]
+    driver = wire_runner.SubprocessDriver(driver_command(node_client))
+    try:
+        for url in bad:
+            with pytest.raises(ConfigError):
+                RedisSettings.from_url(url)
+            with pytest.raises(wire_runner.StepError) as caught:
+                driver.run(url, {"name": "q", "partitions": 1}, {"op": "get", "job_id": "j"})
+            assert caught.value.name == "ConfigError", str(caught.value)
+            message = str(caught.value)
+            assert secret not in message, message
+            assert redact_url(url) in message, (redact_url(url), message)
+    finally:
+        driver.close()

@@ -9,6 +9,7 @@ import * as plans from './plans';
 import { CreateQueueOptions, EnqueueResult, JobInfo, REDIS_CLOCK, RedisClock } from './producer';
 import { ProducerSettings, producerSettings } from './settings';
 import { Transport, TransportOptions } from './transport';
+import { hasQuerySecret, redactUrl, splitCredentials, unquote } from './url';
 
 export interface ClientOptions extends TransportOptions {
   /** Producer limits (defaults: shardq.config.ProducerSettings'). */
@@ -54,17 +55,32 @@ interface ParsedUrl {
 }
 
 function parseUrl(url: string): ParsedUrl {
+  if (typeof url !== 'string') throw new ConfigError(`Redis URL must be a string, got ${typeof url}`);
+  // Every message shows the URL redacted; the credentials are cut out before anything parses
+  // the rest (src/url.ts), so nothing said about the rest can hold them.
+  const shown = JSON.stringify(redactUrl(url));
+  const [head, userinfo, rest] = splitCredentials(url);
+  const scheme = head.slice(0, -3).toLowerCase();
+  if (scheme !== 'redis' && scheme !== 'rediss') throw new ConfigError(`Redis URL must start with redis:// or rediss://, got ${shown}`);
   let u: URL;
   try {
-    u = new URL(url);
+    u = new URL(`${scheme}://${rest}`);
   } catch {
-    throw new ConfigError(`invalid Redis URL ${JSON.stringify(url)}: use redis://host:port`);
+    throw new ConfigError(`Redis URL ${shown} cannot be parsed: write redis://host:port, an IPv6 host in brackets (redis://[::1]:6379)`);
   }
-  if (u.protocol !== 'redis:' && u.protocol !== 'rediss:') throw new ConfigError(`Redis URL must start with redis:// or rediss://, got ${u.protocol}`);
-  const options: RedisOptions = { host: u.hostname || '127.0.0.1', port: u.port ? Number(u.port) : 6379 };
-  if (u.username) options.username = decodeURIComponent(u.username);
-  if (u.password) options.password = decodeURIComponent(u.password);
-  if (u.protocol === 'rediss:') options.tls = {};
+  if (!u.hostname) throw new ConfigError(`Redis URL ${shown} has no host: use redis://host:port`);
+  if (hasQuerySecret(url)) {
+    throw new ConfigError(`Redis URL ${shown} has a password as a query argument, which shardq does not read: write redis://user:password@host:port`);
+  }
+  const options: RedisOptions = { host: u.hostname, port: u.port ? Number(u.port) : 6379 };
+  if (userinfo !== null) {
+    const colon = userinfo.indexOf(':');
+    const user = unquote(colon >= 0 ? userinfo.slice(0, colon) : userinfo);
+    const secret = colon >= 0 ? userinfo.slice(colon + 1) : '';
+    if (user) options.username = user;
+    if (secret) options.password = unquote(secret);
+  }
+  if (scheme === 'rediss') options.tls = {};
   const db = u.pathname.replace(/^\//, '');
   if (db) options.db = Number(db);
   const flag = u.searchParams.get('cluster');
@@ -124,7 +140,9 @@ export class Client {
     }
     probe?.disconnect();
     const { host, port, ...redisOptions } = base;
-    const c = new Cluster([{ host, port }], { redisOptions, enableReadyCheck: true });
+    // No ready check: ioredis asks CLUSTER INFO for it, which the producer's ACL user may not run
+    // (shardq.admin.acl), and then reconnected forever; a slot map from CLUSTER SLOTS is enough.
+    const c = new Cluster([{ host, port }], { redisOptions, enableReadyCheck: false });
     await new Promise<void>((resolve, reject) => {
       const fail = (err: Error) => {
         c.disconnect();

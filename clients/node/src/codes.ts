@@ -3,6 +3,7 @@ import {
   CorruptKeyError,
   DuplicateJobError,
   FencedError,
+  IdempotencyKeyInUseError,
   InvalidScheduleError,
   JobMovingError,
   JobNotFoundError,
@@ -36,6 +37,7 @@ export const Code = {
   TOO_MANY_ARGUMENTS: -15,
   LAYOUT_MOVED: -16,
   JOB_MOVING: -17,
+  KEY_IN_USE: -20,
 } as const;
 
 const ROLES: Record<string, string> = {
@@ -122,6 +124,10 @@ const ERRORS: Record<number, (d: string[]) => ShardqError> = {
   [Code.JOB_MOVING]: (d) =>
     new JobMovingError(
       `job ${repr(d[0])} is being moved by a resize: ask again in a moment; if this lasts, finish the resize with \`shardq queue resize --queue Q --resume\``,
+    ),
+  [Code.KEY_IN_USE]: (d) =>
+    new IdempotencyKeyInUseError(
+      `the idempotency key belongs to job ${repr(d[0])}, which no debounce of this job type and tenant enqueued: nothing was written. Idempotency keys are queue-global; give this burst a key of its own (e.g. '<job type>:<tenant>:<your key>')`,
     ),
 };
 

@@ -22,6 +22,8 @@ export class LanesOffError extends ShardqError {}
 export class QueueConfigConflictError extends ShardqError {}
 export class DuplicateJobError extends ShardqError {}
 export class JobNotFoundError extends ShardqError {}
+/** A debounce named an idempotency key no debounce of this job type and tenant created. */
+export class IdempotencyKeyInUseError extends InvalidJobError {}
 export class JobNotScheduledError extends ShardqError {}
 export class JobRunningError extends ShardqError {}
 export class FencedError extends ShardqError {}

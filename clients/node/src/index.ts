@@ -13,5 +13,6 @@ export { Runner, Context, MAX_REDIRECTS, MOVING_WAIT_MS } from './plans';
 export * as plans from './plans';
 export * from './transport';
 export * from './client';
+export * from './url';
 export * from './wire';
 export * as sticky from './sticky';

@@ -752,7 +752,8 @@ export function setMetaFieldCmd(queue: string, field: string, value: string | nu
 
 /** The job id an idempotency key maps to while it is retained, else null. */
 export function idempotentJobCmd(pk: PartitionKeys, idempotencyKey: string): Command<string | null> {
-  return cmd(['GET', pk.idem(idempotencyKey)], (r) => (r === null || r === undefined ? null : text(r)));
+  // A debounce's key holds '<job id> d:<type>@<tenant>' (lua/enqueue-8.lua); ids have no spaces.
+  return cmd(['GET', pk.idem(idempotencyKey)], (r) => (r === null || r === undefined ? null : text(r).split(' ', 1)[0]));
 }
 
 export { Layout, LAYOUT_VERSION };
