@@ -34,9 +34,11 @@ from shardq.store.faults import is_migration, is_transient
 
 log = logging.getLogger("shardq.dispatcher")
 
-# A member that has held no partition for this long after joining does not count in the fair
-# share: it is not a working dispatcher (a member written by hand, a process stuck before its
-# first lease), and counting it would leave its share of partitions without a dispatcher.
+# A member that has held no partition for this long after joining (or after being undrained,
+# or after a resize made every member run its role again: Membership.age) does not count in
+# the fair share: it is not a working dispatcher (a member written by hand, a process stuck
+# before its first lease), and counting it would leave its share of partitions without a
+# dispatcher.
 IDLE_MEMBER_GRACE = 10.0
 # A round reads the advisory owners hash again only when something it decides from may have
 # changed since the last read: the fleet (live or draining members, a member still in its
@@ -66,6 +68,9 @@ class Leases:
         self.queue = ctx.queue
         self.pks = ctx.pks
         self.membership = ctx.membership
+        # A role started again on a new layout (a resize): the peers are handing back and
+        # taking leases just as this process is; none is idle for holding nothing meanwhile.
+        ctx.membership.restart_ages()
         self.settings = ctx.settings
         self.pinned = ctx.pinned
         # Called with each partition won, in order: the promoter and the ticker act on a new
