@@ -318,6 +318,43 @@ def test_the_balancer_runs_as_the_admin_and_the_operator_reads_its_status(
         Client.from_url(cluster_url).redis.delete(keys.BALANCER.status)
 
 
+def test_a_dispatcher_user_cannot_hold_a_lease_longer_than_the_lease_time(
+    cluster_client: Client, role_clients: dict[str, Client], queue: str
+) -> None:
+    """The audit's case (M14): as the dispatcher user, a lease written for an hour (a raw
+    `SET PX` with the fence hash's lease time raised to match, or lease-acquire and
+    lease-renew called with an hour) blocked the partition for that hour, renewably.  A
+    dispatcher that wants the partition honours a lease only up to its own lease time: it
+    takes the partition over at once, and the squatter's next renewal is fenced."""
+    from shardq.store import fleet, keys
+
+    cluster_client.create_queue(queue, 1)
+    pk = keys.partition_keys(queue, 0, 1)
+    r = role_clients["dispatcher"].redis
+    hour, lease_time = 3_600_000, 10_000
+
+    def honest_takes_it() -> None:
+        grant = transport.run(r, fleet.lease_acquire(pk, "d-honest", lease_time))
+        assert grant.won and grant.takeover, grant
+        assert 0 < r.pttl(pk.lease) <= lease_time
+        assert transport.run(r, fleet.lease_release(pk, grant.token))
+
+    # Raw, with the rights the dispatcher's functions need.
+    r.hset(pk.fence, "ttl", hour)
+    r.set(pk.lease, "1:squatter", px=hour)
+    honest_takes_it()
+    # Through the functions, with an hour as the lease time, renewed.
+    grant = transport.run(r, fleet.lease_acquire(pk, "squatter", hour))
+    assert grant.won
+    assert transport.run(r, fleet.lease_renew(pk, grant.token, hour)) is True
+    honest_takes_it()
+    assert transport.run(r, fleet.lease_renew(pk, grant.token, hour)) is False  # fenced
+    # A lease within the lease time is a live owner's: left alone.
+    kept = transport.run(r, fleet.lease_acquire(pk, "d-peer", lease_time))
+    refused = transport.run(r, fleet.lease_acquire(pk, "d-honest", lease_time))
+    assert not refused.won and refused.owner == "d-peer" and kept.won
+
+
 def test_the_operator_deletes_a_queue_with_every_key_of_it(
     cluster_client: Client, role_clients: dict[str, Client], queue: str
 ) -> None:
