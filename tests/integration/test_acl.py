@@ -355,6 +355,40 @@ def test_a_dispatcher_user_cannot_hold_a_lease_longer_than_the_lease_time(
     assert not refused.won and refused.owner == "d-peer" and kept.won
 
 
+def test_a_sealed_field_naming_an_unknown_generation_is_refused_not_followed(
+    cluster_client: Client, role_clients: dict[str, Client], queue: str
+) -> None:
+    """The audit's case (M13): the operator may write a partition's control hash, and a
+    `sealed` field there naming a generation the queue never had sent new jobs into that
+    generation's partitions, which no process serves.  A producer follows a redirect only to
+    a generation the queue's meta names: this one is refused with a typed error, nothing is
+    written, and a by-id call is refused alike."""
+    from shardq import JobRequest
+    from shardq.errors import BulkEnqueueError, MalformedRecordError
+    from shardq.store import keys
+
+    cluster_client.create_queue(queue, 2)
+    pk = keys.partition_keys(queue, 0, 2)
+    role_clients["operator"].redis.hset(pk.ctl, "sealed", "999:4")
+    producer = role_clients["producer"]
+    job_id = _id_in(0, 2)
+    with pytest.raises(MalformedRecordError, match="generation 999"):
+        producer.enqueue(queue, "t", {"n": 1}, job_id=job_id, delay=60)
+    with pytest.raises(BulkEnqueueError) as bulk:
+        producer.enqueue_many(queue, [JobRequest("t", i, job_id=_id_in(0, 2)) for i in range(3)])
+    assert len(bulk.value.failed) == 3
+    assert all(isinstance(e, MalformedRecordError) for e in bulk.value.failed.values())
+    with pytest.raises(MalformedRecordError, match="generation 999"):
+        producer.get(queue, job_id)
+    # Nothing written: not in the sealed partition, not in the generation it names.
+    r = cluster_client.redis
+    assert r.exists(pk.jobs, pk.due) == 0 and r.xlen(pk.ready) == 0
+    for forged in keys.all_partition_keys(queue, 4, 999):
+        assert r.exists(forged.jobs, forged.due, forged.ready, forged.stats) == 0
+    # The partition not sealed takes jobs as ever.
+    assert producer.enqueue(queue, "t", {"n": 2}, job_id=_id_in(1, 2), delay=60)
+
+
 def test_the_operator_deletes_a_queue_with_every_key_of_it(
     cluster_client: Client, role_clients: dict[str, Client], queue: str
 ) -> None:
