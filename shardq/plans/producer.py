@@ -481,7 +481,7 @@ def _stored_before(layout: keys.Layout, prepared: PreparedEnqueue) -> Plan[Enque
         existing = yield from one(queues.idempotent_job(old, key))
         if existing is None:
             return None
-        return EnqueueResult(existing, False, None, layout.route(existing).partition)
+        return EnqueueResult(existing, False, None, layout.route(existing).fleet_id)
     job_id = prepared.job_id
     old = layout.homes(job_id)[0]
     waited = 0.0
@@ -496,7 +496,7 @@ def _stored_before(layout: keys.Layout, prepared: PreparedEnqueue) -> Plan[Enque
         if isinstance(body, BaseException):
             raise body
         if body == prepared.body:
-            return EnqueueResult(job_id, True, None, prepared.partition)
+            return EnqueueResult(job_id, True, None, prepared.pk.fleet_id)
         raise producer.duplicate(job_id)
 
 

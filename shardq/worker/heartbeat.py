@@ -19,7 +19,7 @@ from collections.abc import Callable
 
 from shardq.metrics import registry as metrics
 from shardq.runtime.pernode import PerPrimaryCalls
-from shardq.store import delivery
+from shardq.store import delivery, keys
 from shardq.worker.context import WorkerContext
 from shardq.worker.executor import Executor
 
@@ -98,9 +98,9 @@ class Heartbeat:
                     self.stats.lost_deliveries += len(result)
                     metrics.WORKER_LOST.labels(self.queue).inc(len(result))
                     log.warning(
-                        "partition %d: %d deliveries were reclaimed by another worker while "
+                        "partition %s: %d deliveries were reclaimed by another worker while "
                         "running (paused past visibility_timeout?); they may run twice",
-                        p,
+                        keys.label_of_fleet_id(p),
                         len(result),
                     )
 
