@@ -326,7 +326,7 @@ async function storedBefore(ctx: Context, layout: Layout, prepared: PreparedEnqu
     const old = layout.homes(key)[0];
     const existing = await ctx.runner.run(idempotentJobCmd(old, key));
     if (existing === null) return null;
-    return { jobId: existing, created: false, dueMs: null, partition: layout.route(existing).partition };
+    return { jobId: existing, created: false, dueMs: null, partition: layout.route(existing).fleetId };
   }
   const jobId = prepared.jobId;
   const old = layout.homes(jobId)[0];
@@ -340,7 +340,7 @@ async function storedBefore(ctx: Context, layout: Layout, prepared: PreparedEnqu
     }
     if (body instanceof LayoutMovedError || body === null) return null;
     if (body instanceof Error) throw body;
-    if (body === prepared.body) return { jobId, created: true, dueMs: null, partition: prepared.partition };
+    if (body === prepared.body) return { jobId, created: true, dueMs: null, partition: prepared.pk.fleetId };
     throw duplicate(jobId);
   }
 }
