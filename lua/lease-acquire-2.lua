@@ -5,15 +5,19 @@ holding an older token is rejected by every script that checks the lease.
 
 KEYS[1] lease    string  '<token>:<owner>' with expiry
 KEYS[2] fence    hash    token (only grows), released ('1' when the last owner let go),
-                         granted (ms of the last grant), ttl (its lease time); never expires
+                         granted (ms of the last grant); never expires
 
 ARGV[1] owner (dispatcher id, 1..MAX_NAME_BYTES bytes)
-ARGV[2] lease time ms
+ARGV[2] lease time ms: the caller's configured lease time, and the most a lease it honours may
+        have left
 ARGV[3..] owners whose unexpired lease may be taken over: dispatchers whose membership expired
           (dead or paused) and earlier incarnations of this dispatcher (restarted in place).
           Safe, because every write of the displaced owner checks its now stale token.  A lease
-          without expiry, or expiring later than the lease time its grant recorded (ARGV[2] when
-          none is recorded), is taken over whoever holds it: no script writes one.
+          without expiry, or with more than ARGV[2] left, is taken over whoever holds it: the
+          fleet runs one lease time, so only a raw SET, or a call with a longer lease time than
+          this caller's (both open to any dispatcher-role user), makes one.  The bound is the
+          caller's own setting, never a stored value: a forged lease blocks a partition only
+          until a dispatcher that wants it asks.
 Max ARGV: 1026  = 2 + at most 1024 owners (shardq.store.fleet.MAX_DISPLACE)
 
 Returns
@@ -43,7 +47,6 @@ if v then
   local token, owner = string.match(v, '^(%d+):(.*)$')
   if owner == ARGV[1] then
     redis.call('PEXPIRE', KEYS[1], ttl)
-    redis.call('HSET', KEYS[2], 'ttl', ttl)
     return {1, token, 0, 0}
   end
   local displace = false
@@ -51,16 +54,16 @@ if v then
     if owner == ARGV[i] then displace = true end
   end
   if not displace then
-    -- Leases always expire: this script grants one for its owner's lease time (recorded in the
-    -- fence hash), and promote and renew extend it by that.  One without an expiry (PTTL -1),
-    -- or expiring later than that, was written some other way (a hand, a bug) and could block
-    -- the partition for ever (its owner may never have been a member, so nobody would name it
-    -- here): take it over, as from a gone owner.  Safe as every displacement is: the holder's
-    -- writes check its token.  (A grant from before the lease time was recorded: this
-    -- caller's lease time stands in; a fleet runs one.)
+    -- Leases always expire: this script grants one for its owner's lease time, and promote
+    -- and renew extend it by that, the fleet's one lease time.  One without an expiry (PTTL
+    -- -1), or with more than this caller's lease time left, was written some other way (a
+    -- hand, a bug, a dispatcher-role user holding a partition for an hour) and could block the
+    -- partition for that long (its owner may never have been a member, so nobody would name
+    -- it here): take it over, as from a gone owner.  Safe as every displacement is: the
+    -- holder's writes check its token.  (Not bounded by a lease time stored with the grant: a
+    -- dispatcher-role user can write the fence hash.)
     local left = redis.call('PTTL', KEYS[1])
-    local most = int_of(redis.call('HGET', KEYS[2], 'ttl'), 100, 3600000) or ttl
-    if left >= 0 and left <= most then return {0, token or '', owner or v, left} end
+    if left >= 0 and left <= ttl then return {0, token or '', owner or v, left} end
   end
 end
 -- The fencing token only grows: one that is not a whole number (nan, inf, hex: HINCRBY would
@@ -73,6 +76,6 @@ end
 local token = redis.call('HINCRBY', KEYS[2], 'token', 1)
 local takeover = 0
 if v or (token > 1 and redis.call('HGET', KEYS[2], 'released') ~= '1') then takeover = 1 end
-redis.call('HSET', KEYS[2], 'released', '0', 'granted', now_ms(), 'ttl', ttl)
+redis.call('HSET', KEYS[2], 'released', '0', 'granted', now_ms())
 redis.call('SET', KEYS[1], token .. ':' .. ARGV[1], 'PX', ttl)
 return {1, tostring(token), 1, takeover}

@@ -1,5 +1,5 @@
 """How shardq shows things to people: times (ISO 8601 UTC plus a relative form), durations,
-aligned tables, JSON.
+partitions, aligned tables, JSON.
 
 One module, shared by the CLI (shardq/cli/) and the web console (shardq/web/), so every
 command and every page shows a time, a table and a JSON line the same way; the web console
@@ -17,7 +17,7 @@ from typing import Any
 import click
 import orjson
 
-from shardq.store import numbers
+from shardq.store import keys, numbers
 
 
 def now_ms() -> int:
@@ -80,6 +80,20 @@ def stream_id_ms(entry_id: str) -> int | None:
         return numbers.time_ms(entry_id.split("-", 1)[0])
     except numbers.BadNumber:
         return None
+
+
+def partition(fleet_id: int) -> str:
+    """A partition as every surface names it (text and JSON, the console, metric labels,
+    logs): its number, ``g<generation>.<number>`` once a resize made it
+    (:func:`keys.label_of_fleet_id` of the fleet id the library carries)."""
+    return keys.label_of_fleet_id(fleet_id)
+
+
+def named(row: dict[str, Any]) -> dict[str, Any]:
+    """A JSON row with its ``partition`` (a fleet id) as the partition's name."""
+    if isinstance(row.get("partition"), int):
+        row["partition"] = partition(row["partition"])
+    return row
 
 
 def malformed(records: Iterable[tuple[str, dict[str, str]]]) -> list[str]:

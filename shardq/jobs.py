@@ -498,6 +498,8 @@ class Job:
     id: str
     queue: str
     partition: int
+    """The partition's fleet id: its number (``keys.fleet_id``, ``generation * 16384 + p`` after
+    a resize); every surface shows its name, ``shardq.format.partition``."""
     type: str
     payload: Any
     attempt: int
@@ -647,6 +649,8 @@ class EnqueueResult:
     created: bool
     due_ms: int | None
     partition: int
+    """The partition's fleet id: its number (``keys.fleet_id``, ``generation * 16384 + p`` after
+    a resize); every surface shows its name, ``shardq.format.partition``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -657,6 +661,8 @@ class JobInfo:
     id: str
     queue: str
     partition: int
+    """The partition's fleet id: its number (``keys.fleet_id``, ``generation * 16384 + p`` after
+    a resize); every surface shows its name, ``shardq.format.partition``."""
     state: JobState
     type: str
     payload: Any
@@ -694,6 +700,8 @@ class JobResult:
     id: str
     queue: str
     partition: int
+    """The partition's fleet id: its number (``keys.fleet_id``, ``generation * 16384 + p`` after
+    a resize); every surface shows its name, ``shardq.format.partition``."""
     type: str
     attempt: int | None
     """The attempt that completed it (1 unless it was retried)."""

@@ -423,7 +423,7 @@ class ScheduleInfo:
 
     name: str
     queue: str
-    partition: int
+    partition: int  # fleet id (keys.fleet_id); shown as shardq.format.partition
     job_type: str
     payload: Any
     cron: str | None

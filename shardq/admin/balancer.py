@@ -481,7 +481,7 @@ class Balancer:
                 logging.WARNING,
                 slot=stuck.slot,
                 queue=stuck.queue,
-                partition=stuck.partition,
+                partition=keys.label_of_fleet_id(stuck.partition),
                 target=stuck.target,
             )
             finish_move(self.client, stuck, s.budget.migrate_timeout_ms)

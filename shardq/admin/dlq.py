@@ -18,7 +18,8 @@ __all__ = ["DLQ_BATCH", "DeadLetter", "dead_count", "dead_letters", "purge", "re
 def dead_letters(
     client: Client, queue: str, limit: int = 50, partition: int | None = None
 ) -> list[DeadLetter]:
-    """Newest dead letters first, at most ``limit`` per partition read."""
+    """Newest dead letters first, at most ``limit`` per partition read (of every partition,
+    or of ``partition``, a fleet id: ``keys.fleet_id``)."""
     plan = plans.dead_letters(client._queues, queue, limit, partition)
     return client._drive(plan, f"reading the dead letters of {queue!r}")
 

@@ -288,16 +288,25 @@ def _migrating_to(conn: Any, slot: int) -> str | None:
     return None
 
 
+def move_argument(layout: keys.Layout, partition: int) -> int | None:
+    """What ``shardq rebalance --move-partition`` takes for the partition of fleet id
+    ``partition``: its number in the active generation (None for a draining one's)."""
+    generation, number = divmod(partition, keys.MAX_PARTITIONS)
+    return number if generation == layout.generation else None
+
+
 def plan_move(client: Client, queue: str, partition: int, target: str) -> MovePlan:
-    """Describe moving ``partition`` of ``queue`` to the primary ``target``; changes nothing."""
+    """Describe moving ``partition`` (a fleet id: :func:`keys.fleet_id`) of ``queue`` to the
+    primary ``target``; changes nothing."""
     cluster = _cluster(client)
     layout = client.layout(queue)  # UnknownQueueError for a queue never created
-    partitions = layout.partitions
-    if not 0 <= partition < partitions:
+    pk = {p.fleet_id: p for p in layout.every()}.get(partition)
+    if pk is None:
+        first, last = layout.active()[0].label, layout.active()[-1].label
         raise SlotMoveError(
-            f"queue {queue!r} has partitions 0-{partitions - 1}; {partition} is not one of them"
+            f"queue {queue!r} has partitions {first}-{last}; "
+            f"{keys.label_of_fleet_id(partition)} is not one of them"
         )
-    pk = layout.pk(partition)
     slot = keys.slot_of(pk.due)
     primaries = _primaries(cluster)
     target_addr = _resolve_target(cluster, primaries, target)
@@ -487,7 +496,7 @@ def _sizes(conn: Any, names: list[str]) -> list[int]:
 
 
 def _slot_map(
-    cluster: Any, primaries: dict[str, Any], queue: str, wanted: dict[int, int]
+    cluster: Any, primaries: dict[str, Any], layout: keys.Layout, wanted: dict[int, int]
 ) -> dict[int, str]:
     """The primary serving each wanted slot (slot -> the queue's partition in it), from each
     primary's own CLUSTER NODES line; SlotMoveError if one is mid-move (saying the command
@@ -505,11 +514,17 @@ def _slot_map(
                         (a for a, i in nodes.items() if i.get("node_id") == m.get("node_id")),
                         str(m.get("node_id")),
                     )
+                    queue, number = layout.queue, move_argument(layout, wanted[slot])
+                    how = (
+                        f"`shardq rebalance --queue {queue} --move-partition {number} --to {to} "
+                        "--yes`"
+                        if number is not None
+                        else "`shardq balancer run` (a partition a resize is emptying)"
+                    )
                     raise SlotMidMoveError(
-                        f"slot {slot} (partition {wanted[slot]}) is mid-move from {addr} to "
-                        f"{to} (a move that stopped half-way): finish it with `shardq rebalance "
-                        f"--queue {queue} --move-partition {wanted[slot]} --to {to} --yes`, "
-                        "then plan again",
+                        f"slot {slot} (partition {keys.label_of_fleet_id(wanted[slot])}) is "
+                        f"mid-move from {addr} to {to} (a move that stopped half-way): finish "
+                        f"it with {how}, then plan again",
                         queue,
                         wanted[slot],
                         slot,
@@ -543,7 +558,7 @@ def slot_usage(client: Client, queue: str) -> tuple[list[str], dict[int, SlotUsa
     # By fleet id (keys.fleet_id): both generations while a resize runs.
     slot_of_partition = {pk.fleet_id: keys.slot_of(pk.due) for pk in layout.every()}
     primaries = _primaries(cluster)
-    where = _slot_map(cluster, primaries, queue, {s: p for p, s in slot_of_partition.items()})
+    where = _slot_map(cluster, primaries, layout, {s: p for p, s in slot_of_partition.items()})
     usage: dict[int, SlotUsage] = {}
     for addr in sorted(primaries):
         mine = sorted(s for s, a in where.items() if a == addr)
@@ -582,7 +597,8 @@ def execute(
         step = plan_move(client, queue, partition, target)
         if step.source != source and not step.in_progress:
             raise SlotMoveError(
-                f"partition {partition} of {queue} is on {step.source}, not {source} as "
+                f"partition {keys.label_of_fleet_id(partition)} of {queue} is on {step.source}, "
+                f"not {source} as "
                 "planned (something else moved it): plan again"
             )
         yield move(client, step, migrate_timeout_ms)

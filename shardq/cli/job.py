@@ -56,7 +56,7 @@ DEFAULT_MAX_ATTEMPTS = WorkerSettings().default_max_attempts
 def enqueue_row(result: EnqueueResult, idempotency_key: str | None) -> dict[str, Any]:
     """What ``enqueue --json`` prints: the EnqueueResult, its due time as ISO, and why a job
     that was not created was deduplicated."""
-    row: dict[str, Any] = dataclasses.asdict(result)
+    row: dict[str, Any] = fmt.named(dataclasses.asdict(result))
     row["due"] = fmt.iso(result.due_ms)
     row["deduplicated"] = not result.created
     if not result.created:
@@ -237,9 +237,8 @@ def enqueue(
         state = "deduplicated (idempotency key already used; nothing written)"
     else:
         state = "deduplicated (job id already stored; nothing written)"
-    click.echo(
-        f"{result.job_id}  {state}  due {fmt.when(result.due_ms)}  partition {result.partition}"
-    )
+    due, partition = fmt.when(result.due_ms), fmt.partition(result.partition)
+    click.echo(f"{result.job_id}  {state}  due {due}  partition {partition}")
 
 
 def _window(seconds: float | None) -> timedelta | None:
@@ -252,7 +251,7 @@ def _window(seconds: float | None) -> timedelta | None:
 def job_row(info: JobInfo) -> dict[str, Any]:
     """A job as ``--json`` prints it: JobInfo's fields, the due time as ISO, and the
     effective max_attempts (a job that sets none gets the worker's default)."""
-    row: dict[str, Any] = dataclasses.asdict(info)
+    row: dict[str, Any] = fmt.named(dataclasses.asdict(info))
     row["due"] = fmt.iso(info.due_ms)
     row["max_attempts_default"] = info.max_attempts is None
     if info.max_attempts is None:
@@ -272,7 +271,7 @@ def render_job(info: JobInfo) -> str:
         [
             ("id", info.id),
             ("queue", info.queue),
-            ("partition", info.partition),
+            ("partition", fmt.partition(info.partition)),
             ("state", info.state),
             ("type", info.type),
             ("due", fmt.when(info.due_ms)),
@@ -322,7 +321,7 @@ def show_job(queue_name: str, job_id: str, as_json: bool) -> None:
 def result_row(kept: JobResult) -> dict[str, Any]:
     """A kept result as ``--json`` prints it: JobResult's fields, state completed, the finish
     time as ISO."""
-    row: dict[str, Any] = {"state": "completed", **dataclasses.asdict(kept)}
+    row: dict[str, Any] = fmt.named({"state": "completed", **dataclasses.asdict(kept)})
     row["finished"] = fmt.iso(kept.finished_ms)
     return row
 
@@ -333,7 +332,7 @@ def render_result(kept: JobResult) -> str:
         [
             ("id", kept.id),
             ("queue", kept.queue),
-            ("partition", kept.partition),
+            ("partition", fmt.partition(kept.partition)),
             ("state", "completed"),
             ("type", kept.type),
             ("attempt", kept.attempt),
@@ -467,7 +466,8 @@ def _row(j: JobSummary, now: int) -> list[Any]:
         "running": j.started_ms,
     }.get(j.state, j.dead_at_ms)
     detail = j.worker or j.last_error or ""
-    return [j.id, j.partition, j.type or "?", j.attempt, fmt.when(when, now), detail[:60]]
+    when_text = fmt.when(when, now)
+    return [j.id, fmt.partition(j.partition), j.type or "?", j.attempt, when_text, detail[:60]]
 
 
 @job.command("list")
@@ -511,7 +511,7 @@ def job_list(
                 start=start, end=end,
             )  # fmt: skip
             if as_json:
-                fmt.echo_json_lines(dataclasses.asdict(j) for j in page.jobs)
+                fmt.echo_json_lines(fmt.named(dataclasses.asdict(j)) for j in page.jobs)
             else:
                 now = fmt.now_ms()
                 headers = ["id", "partition", "type", "attempt", "when", "worker / error"]

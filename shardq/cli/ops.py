@@ -27,6 +27,7 @@ from shardq.cli.options import (
     redis_settings,
 )
 from shardq.client import Client
+from shardq.store import keys
 
 
 def _fmt(value: float | None, unit: str = "s") -> str:
@@ -42,14 +43,14 @@ def owners(queue_name: str, as_json: bool) -> None:
     with open_client() as client:
         rows = admin.owners(client, queue_name)
     if as_json:
-        fmt.echo_json_lines(dataclasses.asdict(r) for r in rows)
+        fmt.echo_json_lines(fmt.named(dataclasses.asdict(r)) for r in rows)
         return
     click.echo(
         fmt.table(
             ["partition", "token", "age", "ttl", "next due", "owner"],
             [
                 [
-                    r.partition,
+                    fmt.partition(r.partition),
                     r.token,
                     _fmt(r.lease_age_s),
                     _fmt(r.lease_ttl_s),
@@ -62,7 +63,7 @@ def owners(queue_name: str, as_json: bool) -> None:
         )
     )
 
-    fmt.echo_malformed((f"partition {r.partition}", r.malformed) for r in rows)
+    fmt.echo_malformed((f"partition {fmt.partition(r.partition)}", r.malformed) for r in rows)
 
 
 def _relative_s(seconds: float) -> str:
@@ -272,7 +273,7 @@ def rebalance(
                 click.echo("nothing above fair share: nothing to do")
                 return
             for p, owner in plan:
-                click.echo(f"  revoke partition {p} from {owner}")
+                click.echo(f"  revoke partition {fmt.partition(p)} from {owner}")
             if not yes:
                 click.echo("add --yes to do it")
                 return
@@ -314,18 +315,30 @@ def _rebalance_nodes(
             )
             return
         click.echo(
-            f"suggestion: move partition {tip.partition} ({tip.rate_per_s:,.1f}/s) from "
-            f"{tip.source} to {tip.target}: busiest primary {tip.busiest_before:,.1f}/s -> "
-            f"{tip.busiest_after:,.1f}/s"
+            f"suggestion: move partition {fmt.partition(tip.partition)} "
+            f"({tip.rate_per_s:,.1f}/s) from {tip.source} to {tip.target}: busiest primary "
+            f"{tip.busiest_before:,.1f}/s -> {tip.busiest_after:,.1f}/s"
         )
-        click.echo(
-            f"  shardq rebalance --queue {queue_name} --move-partition {tip.partition} "
-            f"--to {tip.target} --yes"
-        )
+        number = slots.move_argument(client.layout(queue_name), tip.partition)
+        if number is not None:  # (a partition a resize empties moves with its jobs)
+            click.echo(
+                f"  shardq rebalance --queue {queue_name} --move-partition {number} "
+                f"--to {tip.target} --yes"
+            )
         return
-    plan = slots.plan_move(client, queue_name, move_partition, to_node)
+    # --move-partition P: partition P of the active generation (named gG.P after a resize)
+    layout = client.layout(queue_name)
+    if move_partition >= layout.partitions:
+        raise click.ClickException(
+            f"queue {queue_name!r} has partitions 0-{layout.partitions - 1}; {move_partition} "
+            "is not one of them"
+        )
+    plan = slots.plan_move(
+        client, queue_name, keys.fleet_id(layout.generation, move_partition), to_node
+    )
+    name = fmt.partition(plan.partition)
     if not plan.needed:
-        click.echo(f"partition {plan.partition} already lives on {plan.target}: nothing to do")
+        click.echo(f"partition {name} already lives on {plan.target}: nothing to do")
         return
     others = (
         f", {plan.other_keys} of them not this partition's (they share its slot and move too)"
@@ -333,7 +346,7 @@ def _rebalance_nodes(
         else ""
     )
     click.echo(
-        f"plan: move partition {plan.partition} of {plan.queue} (slot {plan.slot}: "
+        f"plan: move partition {name} of {plan.queue} (slot {plan.slot}: "
         f"{plan.keys_in_slot} keys{others}) from {plan.source} to {plan.target}"
         + (" (finishing a move that stopped half-way)" if plan.in_progress else "")
     )
@@ -348,7 +361,7 @@ def _rebalance_nodes(
     result = slots.move(client, plan, int(migrate_timeout * 1000))
     click.echo(
         f"moved {result.keys_moved} keys in {result.migrate_seconds * 1000:,.1f} ms; partition "
-        f"{plan.partition} now lives on {plan.target}"
+        f"{name} now lives on {plan.target}"
     )
 
 
@@ -412,7 +425,9 @@ def _placement_json(
         "moves": [
             {
                 "slot": m.slot,
-                "partitions": [{"queue": q, "partition": n} for q, n in m.partitions],
+                "partitions": [
+                    {"queue": q, "partition": fmt.partition(n)} for q, n in m.partitions
+                ],
                 "from": m.source,
                 "to": m.target,
                 "bytes": m.bytes,
@@ -455,7 +470,7 @@ def _print_placement(by: str, counted: str, p: placement.Placement) -> None:
         + (" (fewest bytes: proven)" if p.optimal else "")
     )
     for i, m in enumerate(p.moves, 1):
-        names = ", ".join(f"{q}/{n}" for q, n in m.partitions)
+        names = ", ".join(f"{q}/{fmt.partition(n)}" for q, n in m.partitions)
         click.echo(
             f"  {i:>3}. slot {m.slot:>5} (partition {names}) {m.source} -> {m.target}  "
             f"{m.bytes:,} B" + (f"  {_unit(by, m.load)}" if by != "bytes" else "")
@@ -523,6 +538,11 @@ def _rebalance_plan(
     )
 
 
+def _stats_json(data: dict[str, Any]) -> str:
+    """``stats --json``: the report, each partition by its name."""
+    return fmt.json_text({**data, "partitions": [fmt.named(dict(r)) for r in data["partitions"]]})
+
+
 def _render_stats(data: dict[str, Any], top: int) -> str:
     q = data["queue"]
     nodes = fmt.table(
@@ -546,7 +566,7 @@ def _render_stats(data: dict[str, Any], top: int) -> str:
         ["part", "node", "due", "overdue", "lag s", "ready", "pending", "dead", "rate/s"],
         [
             [
-                r["partition"],
+                fmt.partition(r["partition"]),
                 r["node"],
                 f"{r['due']:,}",
                 f"{r['overdue']:,}",
@@ -566,7 +586,9 @@ def _render_stats(data: dict[str, Any], top: int) -> str:
         f"{q['pending']:,}  dead {q['dead']:,}  rate {q['rate_per_s']:,}/s  hot partition x"
         f"{q['hot_partition_ratio']}  hot node x{q['hot_node_ratio']}"
     )
-    bad = fmt.malformed((f"partition {r['partition']}", r["malformed"]) for r in data["partitions"])
+    bad = fmt.malformed(
+        (f"partition {fmt.partition(r['partition'])}", r["malformed"]) for r in data["partitions"]
+    )
     return "\n".join([head, nodes, f"hottest partitions (top {top}):", parts, *bad])
 
 
@@ -605,7 +627,7 @@ def stats(queue_name: str | None, as_json: bool, watch: bool, window: float, top
                 frames = []
                 for q in queues:
                     data = admin.queue_stats(client, q, window)
-                    frames.append(fmt.json_text(data) if as_json else _render_stats(data, top))
+                    frames.append(_stats_json(data) if as_json else _render_stats(data, top))
                 if redraw:
                     click.echo(_CLEAR, nl=False)
                 click.echo("\n\n".join(frames) if not as_json else "\n".join(frames))
@@ -632,11 +654,20 @@ def dlq() -> None:
 def dlq_list(queue_name: str, limit: int, partition: int | None, as_json: bool) -> None:
     """Newest dead letters first."""
     with open_client() as client:
+        if partition is not None:
+            # partition P of the active generation (named gG.P after a resize)
+            layout = client.layout(queue_name)
+            if partition >= layout.partitions:
+                raise click.ClickException(
+                    f"queue {queue_name!r} has partitions 0-{layout.partitions - 1}; "
+                    f"{partition} is not one of them"
+                )
+            partition = keys.fleet_id(layout.generation, partition)
         letters = admin.dead_letters(client, queue_name, limit, partition)
         total = admin.dead_count(client, queue_name)
     if as_json:
         fmt.echo_json_lines(
-            {**dataclasses.asdict(d), "died": fmt.iso(_died_ms(d))} for d in letters
+            fmt.named({**dataclasses.asdict(d), "died": fmt.iso(_died_ms(d))}) for d in letters
         )
         return
     click.echo(f"{total} dead letter(s) in {queue_name}; newest {len(letters)}:")
@@ -648,7 +679,7 @@ def dlq_list(queue_name: str, limit: int, partition: int | None, as_json: bool) 
             [
                 [
                     fmt.when(_died_ms(d)),
-                    d.partition,
+                    fmt.partition(d.partition),
                     d.job_id or "(malformed)",
                     d.attempt,
                     (d.error.splitlines()[0] if d.error else "")[:120],

@@ -24,7 +24,6 @@ from shardq.cli.options import (
 from shardq.errors import ShardqError
 from shardq.inspector import EMPTY_STATES
 from shardq.names import NOT_STARTED_STATES
-from shardq.store import keys
 from shardq.store.keys import MAX_PARTITIONS, SEARCHED_PARTITIONS
 
 # create and list --------------------------------------------------------------------------
@@ -244,7 +243,7 @@ def queue_info(queue_name: str, as_json: bool) -> None:
         layout = client.layout(queue_name)
         resize = Resizer(client, queue_name).status() if layout.resizing else None
     if as_json:
-        fmt.echo_json_lines(dataclasses.asdict(i) for i in infos)
+        fmt.echo_json_lines(fmt.named(dataclasses.asdict(i)) for i in infos)
         return
     if resize is not None:
         click.echo(
@@ -256,7 +255,7 @@ def queue_info(queue_name: str, as_json: bool) -> None:
     now = fmt.now_ms()
     rows = [
         [
-            keys.label_of_fleet_id(i.partition), i.node, i.scheduled, i.overdue, i.ready,
+            fmt.partition(i.partition), i.node, i.scheduled, i.overdue, i.ready,
             i.running, i.dead,
             fmt.when(i.oldest_due_ms, now) if i.oldest_due_ms else "-",
             f"{i.lag_seconds:.3f}", "yes" if i.paused else "", i.owner or "(free)",
@@ -266,7 +265,7 @@ def queue_info(queue_name: str, as_json: bool) -> None:
     headers = ["part", "node", "scheduled", "overdue", "ready", "running", "dead", "oldest due",
                "lag s", "paused", "owner"]  # fmt: skip
     click.echo(fmt.table(headers, rows, right=(0, 2, 3, 4, 5, 6, 8)))
-    fmt.echo_malformed((f"partition {i.partition}", i.malformed) for i in infos)
+    fmt.echo_malformed((f"partition {fmt.partition(i.partition)}", i.malformed) for i in infos)
     on = sum(i.lanes for i in infos)
     if on:
         # 'ready' then counts the lane too: due jobs waiting for a worker, by priority/tenant
@@ -284,7 +283,10 @@ def queue_members(queue_name: str, as_json: bool) -> None:
     with open_client() as client:
         members = Inspector(client).members(queue_name)
     if as_json:
-        fmt.echo_json_lines(dataclasses.asdict(m) for m in members)
+        fmt.echo_json_lines(
+            {**dataclasses.asdict(m), "partitions": [fmt.partition(p) for p in m.partitions]}
+            for m in members
+        )
         return
     now = fmt.now_ms()
     rows = [

@@ -40,7 +40,7 @@ NAME = click.argument("name")
 
 def row(s: ScheduleInfo) -> dict[str, Any]:
     """What ``--json`` prints for a schedule: its fields plus the times as ISO 8601."""
-    out = s.to_dict()
+    out = fmt.named(s.to_dict())
     for key in ("next_fire", "last_fire", "last_tick", "start", "end"):
         out[key] = fmt.iso(out[f"{key}_ms"])
     return out
@@ -55,7 +55,7 @@ def _show(s: ScheduleInfo) -> None:
         fmt.fields(
             [
                 ("name", s.name),
-                ("queue", f"{s.queue} (partition {s.partition})"),
+                ("queue", f"{s.queue} (partition {fmt.partition(s.partition)})"),
                 ("schedule", _when(s) + (f" ({s.tz})" if s.cron is not None else "")),
                 ("job type", s.job_type),
                 ("payload", fmt.json_text(s.payload)),

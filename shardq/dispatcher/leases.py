@@ -34,9 +34,11 @@ from shardq.store.faults import is_migration, is_transient
 
 log = logging.getLogger("shardq.dispatcher")
 
-# A member that has held no partition for this long after joining does not count in the fair
-# share: it is not a working dispatcher (a member written by hand, a process stuck before its
-# first lease), and counting it would leave its share of partitions without a dispatcher.
+# A member that has held no partition for this long after joining (or after being undrained,
+# or after a resize made every member run its role again: Membership.age) does not count in
+# the fair share: it is not a working dispatcher (a member written by hand, a process stuck
+# before its first lease), and counting it would leave its share of partitions without a
+# dispatcher.
 IDLE_MEMBER_GRACE = 10.0
 # A round reads the advisory owners hash again only when something it decides from may have
 # changed since the last read: the fleet (live or draining members, a member still in its
@@ -66,6 +68,9 @@ class Leases:
         self.queue = ctx.queue
         self.pks = ctx.pks
         self.membership = ctx.membership
+        # A role started again on a new layout (a resize): the peers are handing back and
+        # taking leases just as this process is; none is idle for holding nothing meanwhile.
+        ctx.membership.restart_ages()
         self.settings = ctx.settings
         self.pinned = ctx.pinned
         # Called with each partition won, in order: the promoter and the ticker act on a new
@@ -114,8 +119,9 @@ class Leases:
         self._owners_dirty = True
         self.renewed.pop(partition, None)
         # Losing a partition to fencing means this process was paused or cut off: say so loudly.
-        self.event("fenced", logging.WARNING, partition=partition, reason=reason)
-        self.event("lost", partition=partition)
+        name = keys.label_of_fleet_id(partition)
+        self.event("fenced", logging.WARNING, partition=name, reason=reason)
+        self.event("lost", partition=name)
         metrics.PARTITIONS.drop(self.queue, [partition])
         self._report_held()
 
@@ -258,12 +264,13 @@ class Leases:
         move is no failure: an info event, and the next round goes to the new node."""
         metrics.SCRIPT_ERRORS.labels(self.queue, f"lease-{what}", type(exc).__name__).inc()
         if isinstance(exc, BaseException) and is_migration(exc):
-            log_redirect(log, exc, queue=self.queue, partition=partition, call=f"lease-{what}")
+            name = keys.label_of_fleet_id(partition)
+            log_redirect(log, exc, queue=self.queue, partition=name, call=f"lease-{what}")
             return
         self.event(
             f"{what}_failed",
             logging.WARNING,
-            partition=partition,
+            partition=keys.label_of_fleet_id(partition),
             error=f"{type(exc).__name__}: {exc}"[:300],
             transient=isinstance(exc, BaseException) and is_transient(exc),
         )
@@ -338,9 +345,10 @@ class Leases:
             self.tokens[p] = grant.token
             self.renewed[p] = now
             won[p] = grant.token
+            name = keys.label_of_fleet_id(p)
             if grant.takeover:
-                self.event("takeover", partition=p, token=grant.token)
-            self.event("acquired", partition=p, token=grant.token)
+                self.event("takeover", partition=name, token=grant.token)
+            self.event("acquired", partition=name, token=grant.token)
             for acquired in self._on_acquired:
                 acquired(p)
         if won:
@@ -380,4 +388,4 @@ class Leases:
         except Exception as exc:
             log.warning("releasing leases failed (%s): they expire on their own", exc)
         for p in held:
-            self.event("released", partition=p, reason=reason)
+            self.event("released", partition=keys.label_of_fleet_id(p), reason=reason)

@@ -36,7 +36,7 @@ from shardq.runtime.duetimes import DueTimes
 from shardq.runtime.pernode import IDLE_PASS, LONG_IDLE, PerPrimary
 from shardq.runtime.supervisor import log_redirect
 from shardq.runtime.waits import wait_event
-from shardq.store import faults, fleet
+from shardq.store import faults, fleet, keys
 
 log = logging.getLogger("shardq.dispatcher")
 
@@ -261,7 +261,12 @@ class Promoter:
                     # The partition's slot is moving (or moved): the normal signal of a move,
                     # not an error.  The slot map is refreshed and the partition regrouped.
                     redirected += 1
-                    log_redirect(log, result, partition=p, loop=self.nodes.loop_name(node))
+                    log_redirect(
+                        log,
+                        result,
+                        partition=keys.label_of_fleet_id(p),
+                        loop=self.nodes.loop_name(node),
+                    )
                 else:
                     failures.append(result)
                 if faults.is_redirect(result) or faults.is_transient(result):

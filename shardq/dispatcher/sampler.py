@@ -2,7 +2,7 @@
 
 Every ``metrics_interval`` the dispatcher snapshots the partitions it holds (backlog, lag,
 pending, dead letters, the scripts' counters), so a scrape never touches Redis and the fleet
-reads each partition about once per interval.  The owner of partition 0 snapshots every
+reads each partition about once per interval.  The owner of the first partition snapshots every
 partition for the hot-shard figures.  Partitions whose snapshot failed (their primary is down)
 keep their last figures until the next success or until the lease is lost or released, when
 :class:`~shardq.dispatcher.leases.Leases` drops them at once.
@@ -28,7 +28,7 @@ from shardq import metrics
 from shardq.dispatcher.context import DispatcherContext
 from shardq.dispatcher.leases import Leases
 from shardq.logs import log_event
-from shardq.store import inspect
+from shardq.store import inspect, keys
 
 log = logging.getLogger("shardq.dispatcher")
 
@@ -115,7 +115,8 @@ class Sampler:
     async def round(self) -> None:
         owned = set(self.leases.tokens)
         # The holder of the first partition samples them all (the backlog of unheld ones too).
-        sample_all = min(self.pks) in owned
+        first = min(self.pks)
+        sample_all = first in owned
         wanted = list(self.pks) if sample_all else sorted(owned)
         keep = set(wanted)
         for p in [p for p in self.last if p not in keep]:
@@ -146,6 +147,7 @@ class Sampler:
         owned &= set(self.leases.tokens)
         metrics.PARTITIONS.update(self.queue, snaps, owned)
         if sample_all:
+            metrics.PARTITIONS.hot_from[self.queue] = first
             self.hot.observe(snaps)
         else:
             metrics.PARTITIONS.hot.pop(self.queue, None)
@@ -172,9 +174,10 @@ class Sampler:
                 "record.malformed",
                 logging.WARNING,
                 queue=self.queue,
-                fields=[f"partition {p} {name}={raw}" for (p, name), raw in sorted(bad.items())][
-                    :20
-                ],
+                fields=[
+                    f"partition {keys.label_of_fleet_id(p)} {name}={raw}"
+                    for (p, name), raw in sorted(bad.items())
+                ][:20],
                 action="left out of the metrics; HSET a number or HDEL the field of the "
                 "partition's stats hash",
             )

@@ -15,7 +15,7 @@ from shardq.dispatcher.leases import Leases
 from shardq.errors import FencedError
 from shardq.logs import log_event
 from shardq.metrics import registry as metrics
-from shardq.store import fleet
+from shardq.store import fleet, keys
 
 log = logging.getLogger("shardq.dispatcher")
 
@@ -96,7 +96,7 @@ class Trimmer:
                     log,
                     "dead.dropped",
                     queue=self.meta.queue,
-                    partition=p,
+                    partition=keys.label_of_fleet_id(p),
                     dropped=result.dead_dropped,
                     cap=self.meta.dead_cap,
                 )

@@ -4,8 +4,10 @@ Per-partition figures (backlog, lag, pending, dead letters and the counters the 
 each partition's ``stats`` hash) are read by the dispatcher that owns the partition, so the
 fleet shares the scraping work and each partition is exported once, by its current owner only:
 a lease lost or released drops its series at once (:meth:`PartitionCollector.drop`), so
-``sum()`` never counts a partition twice during a rollout.  The dispatcher that owns
-partition 0 also samples every partition's counters for the hot-shard figures.
+``sum()`` never counts a partition twice during a rollout.  The dispatcher that owns the
+first partition (0, or the first of the oldest live generation after a resize) also samples
+every partition's counters for the hot-shard figures.  A partition's ``partition`` label is
+its name (:func:`keys.label_of_fleet_id`: ``5``, ``g1.5`` after a resize).
 A scrape never touches Redis: the owning loop refreshes the snapshots in the background.
 :func:`serve` starts the /metrics, /healthz and /readyz endpoint.  The metric objects and the
 label rules are in :mod:`shardq.metrics.registry`.
@@ -149,10 +151,15 @@ class PartitionCollector(Collector):
     """
 
     def __init__(self) -> None:
+        # Keyed by fleet id (keys.fleet_id), as leases are: unique across the generations a
+        # resize keeps live together.
         self.snapshots: dict[tuple[str, int], PartitionSnapshot] = {}
         self.hot: dict[str, HotShardReport] = {}
+        #: The partition whose owner computes each queue's hot-shard figures (its first).
+        self.hot_from: dict[str, int] = {}
 
     def update(self, queue: str, snapshots: list[PartitionSnapshot], owned: set[int]) -> None:
+        """Export ``snapshots`` of the partitions ``owned`` (fleet ids), and no other."""
         for key in [k for k in self.snapshots if k[0] == queue and k[1] not in owned]:
             del self.snapshots[key]
         for s in snapshots:
@@ -166,8 +173,8 @@ class PartitionCollector(Collector):
         gone = set(partitions)
         for p in gone:
             self.snapshots.pop((queue, p), None)
-        if 0 in gone:
-            # The hot-shard figures come from partition 0's owner.
+        if self.hot_from.get(queue) in gone:
+            # The hot-shard figures come from the first partition's owner.
             self.hot.pop(queue, None)
 
     def forget(self, queue: str) -> None:
@@ -203,10 +210,13 @@ class PartitionCollector(Collector):
             ),
         }
         snaps = list(self.snapshots.values())
+        # The partition label is the name every surface uses ('5', 'g1.5' after a resize): one
+        # series per live partition, as before a resize.
+        names = {s.partition: keys.label_of_fleet_id(s.partition) for s in snaps}
         for name, (doc, get) in gauges.items():
             family = GaugeMetricFamily(f"shardq_partition_{name}", doc, labels=labels)
             for s in snaps:
-                family.add_metric([s.queue, str(s.partition), s.node], float(get(s)))
+                family.add_metric([s.queue, names[s.partition], s.node], float(get(s)))
             yield family
         for counter in COUNTERS:
             counts = CounterMetricFamily(
@@ -217,7 +227,7 @@ class PartitionCollector(Collector):
             for s in snaps:
                 if "counter " + counter in s.malformed:
                     continue  # unreadable (not 0: a counter going to 0 would read as a reset)
-                counts.add_metric([s.queue, str(s.partition)], float(s.counters.get(counter, 0)))
+                counts.add_metric([s.queue, names[s.partition]], float(s.counters.get(counter, 0)))
             yield counts
         ratio = GaugeMetricFamily(
             "shardq_hot_partition_ratio",
@@ -293,7 +303,7 @@ class HotShardWatch:
                     log,
                     "partition.hot",
                     queue=self.queue,
-                    partition=p,
+                    partition=keys.label_of_fleet_id(p),
                     rate_per_s=round(rate, 1),
                     mean_per_s=round(mean, 1),
                     ratio=round(rate / mean, 2),

@@ -235,8 +235,14 @@ def stats_report(
 def dead_letters(
     cache: QueueCache, queue: str, limit: int, partition: int | None
 ) -> Plan[list[DeadLetter]]:
-    """Newest dead letters first, at most ``limit`` per partition read."""
+    """Newest dead letters first, at most ``limit`` per partition read (of every partition, or
+    of ``partition``, a fleet id)."""
     pks = (yield from _layout(cache, queue)).fleet()
+    if partition is not None and partition not in pks:
+        raise ValueError(
+            f"queue {queue!r} has no partition {keys.label_of_fleet_id(partition)} (a fleet id: "
+            "keys.fleet_id(generation, p))"
+        )
     wanted = [partition] if partition is not None else list(pks)
     pages = yield from each([inspect.dead_newest(pks[p], limit) for p in wanted])
     out = [d for page in pages for d in page]

@@ -24,6 +24,7 @@ from shardq.errors import (
     InvalidLimitError,
     JobMovingError,
     LayoutMovedError,
+    MalformedRecordError,
     NotDurableError,
     ResultTimeoutError,
     ShardqError,
@@ -97,13 +98,18 @@ def at_home(
         results = yield [make(homes[i], routing_keys[i]) for i in todo]
         again: list[int] = []
         moving = False
+        fresh: QueueMeta | None = None  # the meta read again, once per round of redirects
         for i, r in zip(todo, results, strict=True):
             out[i] = r
-            if isinstance(r, LayoutMovedError) and hops < MAX_REDIRECTS and r.partitions:
-                key = routing_keys[i]
-                p = keys.partition_for(key, r.partitions)
-                homes[i] = keys.partition_keys(queue, p, r.partitions, r.generation)
-                cache.forget(queue)
+            if isinstance(r, LayoutMovedError) and hops < MAX_REDIRECTS:
+                if fresh is None:
+                    cache.forget(queue)
+                    fresh = yield from read_meta(cache, queue)
+                try:
+                    homes[i] = redirected_home(fresh, homes[i], r, routing_keys[i])
+                except MalformedRecordError as exc:
+                    out[i] = exc
+                    continue
                 again.append(i)
             elif isinstance(r, JobMovingError) and waited < MOVING_WAIT:
                 moving = True
@@ -115,6 +121,48 @@ def at_home(
             waited += MOVING_PAUSE
         todo = again
     return out
+
+
+def _live(read: QueueMeta) -> list[tuple[int, int]]:
+    """The generations the meta names, ``(generation, partitions)``: the draining one, the
+    active one, the coming one."""
+    gens = [read.draining, (read.generation, read.partitions), read.coming]
+    return [g for g in gens if g is not None]
+
+
+def unknown_redirect(
+    read: QueueMeta, asked: keys.PartitionKeys, moved: LayoutMovedError
+) -> MalformedRecordError:
+    """A sealed partition's redirect that the meta does not back: only a resize seals a
+    partition, toward a generation the meta names (so no job is sent where no process reads)."""
+    live = ", ".join(f"{g} ({n} partitions)" for g, n in _live(read))
+    return MalformedRecordError(
+        f"partition {asked.label} of queue {read.queue!r} is sealed toward generation "
+        f"{moved.generation} ({moved.partitions} partitions), which the queue's meta does not "
+        f"name (its generations: {live}): nothing was written. Only a resize seals a "
+        f"partition: if one was cut short, `shardq queue resize --queue {read.queue} --resume`; "
+        f"else the field was written by hand (HGET {asked.ctl} sealed): set it back, or delete "
+        "it from a partition of the active generation"
+    )
+
+
+def redirected_home(
+    read: QueueMeta, asked: keys.PartitionKeys, moved: LayoutMovedError, routing_key: str
+) -> keys.PartitionKeys:
+    """Where a by-id call goes after ``asked`` answered a redirect, on the meta ``read`` again:
+    the partition of the generation it names when the meta names it too; the meta's oldest
+    live home when ``asked`` is of a generation retired since (its redirect names another
+    retired one, or a live one); MalformedRecordError for any other (a generation the queue
+    never had: the field was forged)."""
+    target = (moved.generation, moved.partitions)
+    live = _live(read)
+    if target in live and moved.generation != asked.generation:
+        p = keys.partition_for(routing_key, moved.partitions)
+        return keys.partition_keys(read.queue, p, moved.partitions, moved.generation)
+    retired = asked.generation not in {g for g, _ in live}
+    if retired and moved.generation <= max(g for g, _ in live):
+        return read.key_layout.homes(routing_key)[0]
+    raise unknown_redirect(read, asked, moved)
 
 
 def one_at_home(
@@ -367,7 +415,7 @@ def _enqueue(
             hops += 1
             if hops > MAX_REDIRECTS:
                 raise
-            read = yield from moved_meta(cache, queue, moved)
+            read = yield from moved_meta(cache, queue, moved, prepared.pk)
             request = prepared.with_id()
             prepared = producer.prepare_enqueue(
                 queue, read.key_layout, request, settings, read.compact
@@ -388,21 +436,35 @@ def _send_one(
         raise next(iter(exc.failed.values())) from None
 
 
-def moved_meta(cache: QueueCache, queue: str, moved: LayoutMovedError) -> Plan[QueueMeta]:
-    """The meta after a sealed partition's redirect: read again; while the resize has sealed
-    the old generation but not yet switched the meta (a few milliseconds), the layout the
-    redirect names, with the meta's generation draining."""
+def moved_meta(
+    cache: QueueCache, queue: str, moved: LayoutMovedError, asked: keys.PartitionKeys
+) -> Plan[QueueMeta]:
+    """The meta after the sealed partition ``asked`` refused a new job: read again, when
+    ``asked`` is of a generation the meta no longer routes to; while the resize has sealed the
+    active generation but not yet switched the meta (a few milliseconds), the layout of the
+    coming generation the redirect names, with the meta's generation draining.  A redirect the
+    meta does not back (a generation the queue never had, or the active generation sealed
+    toward anything but the coming one) is MalformedRecordError: no job is sent there."""
     cache.forget(queue)
     read = yield from read_meta(cache, queue)
-    if read.generation >= moved.generation or not moved.partitions:
-        return read
-    cache.forget(queue)
-    return dataclasses.replace(
-        read,
-        partitions=moved.partitions,
-        generation=moved.generation,
-        draining=(read.generation, read.partitions),
-    )
+    return routed_meta(cache, read, asked, moved)
+
+
+def routed_meta(
+    cache: QueueCache, read: QueueMeta, asked: keys.PartitionKeys, moved: LayoutMovedError
+) -> QueueMeta:
+    """:func:`moved_meta` on the meta ``read`` just now."""
+    if (moved.generation, moved.partitions) == read.coming:
+        cache.forget(read.queue)
+        return dataclasses.replace(
+            read,
+            partitions=moved.partitions,
+            generation=moved.generation,
+            draining=(read.generation, read.partitions),
+        )
+    if asked.generation != read.generation and moved.generation <= read.generation:
+        return read  # this process's meta was older: the one read now routes the job
+    raise unknown_redirect(read, asked, moved)
 
 
 def _stored_before(layout: keys.Layout, prepared: PreparedEnqueue) -> Plan[EnqueueResult | None]:
@@ -419,7 +481,7 @@ def _stored_before(layout: keys.Layout, prepared: PreparedEnqueue) -> Plan[Enque
         existing = yield from one(queues.idempotent_job(old, key))
         if existing is None:
             return None
-        return EnqueueResult(existing, False, None, layout.route(existing).partition)
+        return EnqueueResult(existing, False, None, layout.route(existing).fleet_id)
     job_id = prepared.job_id
     old = layout.homes(job_id)[0]
     waited = 0.0
@@ -434,7 +496,7 @@ def _stored_before(layout: keys.Layout, prepared: PreparedEnqueue) -> Plan[Enque
         if isinstance(body, BaseException):
             raise body
         if body == prepared.body:
-            return EnqueueResult(job_id, True, None, prepared.partition)
+            return EnqueueResult(job_id, True, None, prepared.pk.fleet_id)
         raise producer.duplicate(job_id)
 
 
@@ -497,11 +559,17 @@ def _follow_resize(
         moved = [i for i, exc in whole.failed.items() if isinstance(exc, LayoutMovedError)]
         if not moved:
             return
-        first = whole.failed[moved[0]]
-        assert isinstance(first, LayoutMovedError)
-        read = yield from moved_meta(cache, queue, first)
+        cache.forget(queue)
+        fresh = yield from read_meta(cache, queue)
         send: list[int] = []
         for i in moved:
+            refused = whole.failed[i]
+            assert isinstance(refused, LayoutMovedError)
+            try:
+                read = routed_meta(cache, fresh, whole.prepared[i].pk, refused)
+            except MalformedRecordError as exc:
+                whole.failed[i] = exc
+                continue
             again = producer.prepare_enqueue(
                 queue, read.key_layout, whole.prepared[i].with_id(), settings, read.compact
             )

@@ -130,7 +130,7 @@ def _found(queue: str, pk: keys.PartitionKeys, name: str, got: ops.ReadResult) -
         raise ScheduleNotFoundError(
             f"no periodic schedule {name!r} on queue {queue!r}: see `shardq schedule list`"
         )
-    return info(queue, pk.partition, got.schedules[0])
+    return info(queue, pk.fleet_id, got.schedules[0])
 
 
 def _read(pk: keys.PartitionKeys, name: str) -> Plan[ops.ReadResult]:
@@ -184,7 +184,7 @@ def list_all(cache: QueueCache, queue: str, page: int = 200) -> Plan[list[Schedu
         cursor = "0"
         while True:
             got = yield from one(ops.read(pk, "scan", cursor, page))
-            out.extend(info(queue, pk.partition, row) for row in got.schedules)
+            out.extend(info(queue, pk.fleet_id, row) for row in got.schedules)
             cursor = got.cursor
             if cursor == "0":
                 break

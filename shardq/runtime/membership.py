@@ -126,15 +126,30 @@ class Membership:
                 hint="two live processes share one SHARDQ_INSTANCE; give each its own",
             )
         self.live = sorted(live - self.predecessors | {self.me})
-        self.draining = [m for m in members.draining if m in self.live]
+        draining = [m for m in members.draining if m in self.live]
+        for member in set(self.draining) - set(draining):
+            if member in self.first_seen:
+                # Undrained: it holds nothing yet, as a member that just joined.
+                self.first_seen[member] = now
+        self.draining = draining
         self.now_ms = members.now_ms
         self.last_success = now
         return members
 
     def age(self, member: str) -> float:
-        """Seconds since this process first saw ``member`` live (0 if never)."""
+        """Seconds since this process first saw ``member`` live (0 if never), or since it saw
+        it undrained, or since :meth:`restart_ages`: how long it has had to take partitions."""
         seen = self.first_seen.get(member)
         return 0.0 if seen is None else time.monotonic() - seen
+
+    def restart_ages(self) -> None:
+        """Count every live member as joined now.  A resize changes the partitions every
+        member serves, and each runs its role again on them, handing its leases back first
+        (all at about the same moment, each at its next layout check): a member holding
+        nothing then is taking partitions, not idle (shardq.dispatcher.leases.IDLE_MEMBER_GRACE)."""
+        now = time.monotonic()
+        for member in self.first_seen:
+            self.first_seen[member] = now
 
     @property
     def gone(self) -> set[str]:

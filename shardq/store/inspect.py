@@ -16,7 +16,9 @@ from shardq.store.op import Command, Op, cmd, op
 
 @dataclass(frozen=True, slots=True)
 class PartitionSnapshot:
-    """One partition at one instant (from the partition-stats script)."""
+    """One partition at one instant (from the partition-stats script); ``partition`` is its
+    fleet id (:func:`keys.fleet_id`: the number leases and the owners hash know it by; its name
+    is :func:`keys.label_of_fleet_id`)."""
 
     queue: str
     partition: int
@@ -75,7 +77,7 @@ def _parse_snapshot(pk: keys.PartitionKeys, node: str, reply: Any) -> PartitionS
     idle = None if r[6] == -1 else c.integer("oldest_pending_idle_ms", r[6], None, 0)
     return PartitionSnapshot(
         queue=pk.queue,
-        partition=pk.partition,
+        partition=pk.fleet_id,
         node=node,
         now_ms=c.integer("now_ms", r[0], 0, 0),
         due=c.count("due", r[1]),
@@ -106,7 +108,7 @@ def partition_stats(pk: keys.PartitionKeys, node: str) -> Op[PartitionSnapshot]:
 
 @dataclass(frozen=True, slots=True)
 class DeadLetter:
-    partition: int
+    partition: int  # fleet id (keys.fleet_id)
     entry_id: str
     job_id: str | None
     attempt: int | None
@@ -140,7 +142,7 @@ def _dead_letter(partition: int, entry: Any) -> DeadLetter:
 
 
 def _dead_letters(pk: keys.PartitionKeys) -> Any:
-    return lambda reply: [_dead_letter(pk.partition, e) for e in reply or []]
+    return lambda reply: [_dead_letter(pk.fleet_id, e) for e in reply or []]
 
 
 def dead_newest(pk: keys.PartitionKeys, count: int) -> Command[list[DeadLetter]]:

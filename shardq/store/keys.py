@@ -506,11 +506,15 @@ def fleet_id(generation: int, partition: int) -> int:
 
 
 def partition_label(generation: int, partition: int) -> str:
-    """``5`` for partition 5 of generation 0, ``g1.5`` for partition 5 of generation 1."""
+    """A partition's one user-facing name: ``5`` for partition 5 of generation 0, ``g1.5`` for
+    partition 5 of generation 1.  The CLI (text and --json), the console, metric labels and
+    logs all name a partition by it (``shardq.format.partition``); the library's values (and a
+    trace's ``shardq.partition`` attribute) carry the fleet id (:func:`fleet_id`)."""
     return str(partition) if generation == 0 else f"g{generation}.{partition}"
 
 
 def label_of_fleet_id(partition_id: int) -> str:
+    """:func:`partition_label` of a fleet id."""
     return partition_label(*divmod(partition_id, MAX_PARTITIONS))
 
 

@@ -248,7 +248,7 @@ class PreparedEnqueue:
         r = check(reply)
         REDIS_CLOCK.saw(int(r[3]))
         due = int(r[2]) if r[0] in (1, 3) else None  # 3: debounced, the job's new due time
-        return EnqueueResult(as_text(r[1]), r[0] in (1, 2), due, self.partition)
+        return EnqueueResult(as_text(r[1]), r[0] in (1, 2), due, self.pk.fleet_id)
 
     def with_id(self) -> JobRequest:
         """The request with its chosen id filled in: resending it cannot duplicate the job."""
@@ -451,7 +451,7 @@ def _batch(chunk: list[PreparedEnqueue]) -> Op[list[Outcome]]:
             status, detail = int(r[1 + 2 * n]), int(r[2 + 2 * n])
             if status in (1, 2):
                 out.append(
-                    EnqueueResult(p.job_id, True, detail if status == 1 else None, p.partition)
+                    EnqueueResult(p.job_id, True, detail if status == 1 else None, p.pk.fleet_id)
                 )
             elif status == Code.DUPLICATE_JOB_ID:
                 out.append(error_for(status, [p.job_id]))
@@ -477,7 +477,7 @@ def plan_bulk(prepared: list[PreparedEnqueue]) -> list[BulkCall]:
         if p.idempotency_key is not None:
             calls.append(BulkCall(_single(p), [i]))
         else:
-            by_partition.setdefault(p.partition, []).append(i)
+            by_partition.setdefault(p.pk.fleet_id, []).append(i)
     for indexes in by_partition.values():
         for start in range(0, len(indexes), BATCH_JOBS):
             chunk = indexes[start : start + BATCH_JOBS]
@@ -593,7 +593,7 @@ def job_info(
     return JobInfo(
         id=job_id,
         queue=queue,
-        partition=pk.partition,
+        partition=pk.fleet_id,
         state=state,
         type=body["t"],
         payload=body.get("p"),

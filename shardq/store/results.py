@@ -132,7 +132,7 @@ def parse_record(pk: keys.PartitionKeys, job_id: str, raw: bytes | str) -> JobRe
     return JobResult(
         id=job_id,
         queue=pk.queue,
-        partition=pk.partition,
+        partition=pk.fleet_id,
         type=body["t"],
         attempt=attempt if isinstance(attempt, int) and not isinstance(attempt, bool) else None,
         finished_ms=finished,

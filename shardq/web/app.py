@@ -426,7 +426,7 @@ async def queue_live(request: Request) -> Response:
     return JSONResponse(
         {
             "data": {"summary": view["summary"], "nodes": view["nodes"]},
-            "partitions": [[r["partition"], r["heat"]] for r in view["partitions"]],
+            "partitions": [[fmt.partition(r["partition"]), r["heat"]] for r in view["partitions"]],
             "regions": regions,
         }
     )
@@ -880,6 +880,7 @@ def _filters(templates: Jinja2Templates) -> None:
     env.filters["iso"] = lambda ms: fmt.iso(ms) or "-"
     env.filters["rel"] = lambda ms: fmt.relative(ms) or "-"
     env.filters["span"] = fmt.span
+    env.filters["partition"] = fmt.partition  # a fleet id as every surface names it
     env.filters["num"] = lambda n: "-" if n is None else f"{n:,}"
     env.filters["pct"] = lambda x: f"{100 * float(x):.0f}%"
     env.globals["job_url"] = job_url

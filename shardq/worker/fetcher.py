@@ -52,7 +52,7 @@ from shardq.runtime.pernode import IDLE_PASS, LONG_IDLE, PerPrimary
 from shardq.runtime.process import RoleContext
 from shardq.runtime.supervisor import log_redirect
 from shardq.runtime.waits import wait_event
-from shardq.store import delivery, faults, queues
+from shardq.store import delivery, faults, keys, queues
 from shardq.store.delivery import Batch
 from shardq.worker.context import WorkerContext
 from shardq.worker.executor import Executor
@@ -536,7 +536,7 @@ class Fetcher:
         for (p, _), result in zip(r.acked, results[:n_acks], strict=True):
             if isinstance(result, BaseException) and faults.is_migration(result):
                 redirected += 1
-                log_redirect(log, result, partition=p, call="ack")
+                log_redirect(log, result, partition=keys.label_of_fleet_id(p), call="ack")
                 self.nodes.topology_changed()
         for p, result, seen, count in zip(
             r.due, results[n_acks:], r.hints_before, r.counts, strict=True
@@ -544,7 +544,7 @@ class Fetcher:
             if isinstance(result, BaseException):
                 if faults.is_migration(result):
                     redirected += 1
-                    log_redirect(log, result, partition=p, call="fetch")
+                    log_redirect(log, result, partition=keys.label_of_fleet_id(p), call="fetch")
                 else:
                     failures.append(result)
                 await self._failed(p, result)
@@ -622,6 +622,10 @@ class Fetcher:
                 await self.transport.run(queues.group_create(self.pks[partition]))
             except ResponseError as again:
                 if "BUSYGROUP" not in str(again):
-                    log.warning("recreating group on partition %d failed: %s", partition, again)
+                    log.warning(
+                        "recreating group on partition %s failed: %s",
+                        keys.label_of_fleet_id(partition),
+                        again,
+                    )
             return
-        log.warning("fetch on partition %d failed: %s", partition, exc)
+        log.warning("fetch on partition %s failed: %s", keys.label_of_fleet_id(partition), exc)

@@ -25,7 +25,7 @@ from collections.abc import Callable, Sequence
 
 from shardq.metrics import registry as metrics
 from shardq.runtime.pernode import PerPrimaryCalls
-from shardq.store import delivery
+from shardq.store import delivery, keys
 from shardq.worker.context import WorkerContext
 from shardq.worker.executor import Executor
 from shardq.worker.inflight import Delivery
@@ -111,9 +111,9 @@ class Heartbeat:
             self.stats.lost_deliveries += len(reply.lost)
             metrics.WORKER_LOST.labels(self.queue).inc(len(reply.lost))
             log.warning(
-                "partition %d: %d deliveries were reclaimed by another worker while "
+                "partition %s: %d deliveries were reclaimed by another worker while "
                 "running (paused past visibility_timeout?); they may run twice",
-                partition,
+                keys.label_of_fleet_id(partition),
                 len(reply.lost),
             )
 

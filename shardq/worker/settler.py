@@ -29,7 +29,7 @@ from shardq.jobs import DEFAULT_BACKOFF, Backoff
 from shardq.logs import log_event
 from shardq.metrics import registry as metrics
 from shardq.runtime.budget import worker_share
-from shardq.store import delivery, faults, numbers, results
+from shardq.store import delivery, faults, keys, numbers, results
 from shardq.store.op import Op
 from shardq.worker.context import WorkerContext
 from shardq.worker.inflight import Delivery
@@ -348,7 +348,7 @@ class Settler:
         fields: dict[str, Any] = {
             "job_id": job.id,
             "queue": self.queue,
-            "partition": d.partition,
+            "partition": keys.label_of_fleet_id(d.partition),
             "attempt": job.attempt,
             "max_attempts": job.max_attempts,
             "error_type": type(exc).__name__,
@@ -394,7 +394,7 @@ class Settler:
             logging.ERROR,
             job_id=d.job.id,
             queue=self.queue,
-            partition=d.partition,
+            partition=keys.label_of_fleet_id(d.partition),
             attempt=d.job.attempt,
             error=f"{type(err).__name__}: {err}"[:300],
             hint="left pending: another worker reclaims it after the visibility timeout",

@@ -425,3 +425,64 @@ def test_rebalancing_between_healthy_dispatchers_is_never_fenced(
     assert logs.count('"event":"lease.released"') > 0  # partitions really were handed over
     counts = runs.count()
     assert set(counts) == ids and max(counts.values()) == 1
+
+
+def test_two_dispatchers_share_the_partitions_evenly_after_resizes(
+    cluster_client: Client, cluster_url: str, queue: str
+) -> None:
+    """A resize makes every dispatcher run its role again on the new layout, handing its
+    leases back first, the two at about the same moment: they take up the new generation's
+    partitions half each, not one of them all (neither is idle for holding nothing then),
+    after a grow and after a shrink, within a few lease times."""
+    from shardq.admin.resize import Resizer
+
+    cluster_client.create_queue(queue, 8)
+    procs = [start_dispatcher(cluster_url, queue) for _ in range(2)]
+
+    def even(partitions: int) -> bool:
+        s = admin.spread(cluster_client, queue)
+        return s.partitions == partitions and len(s.live) == 2 and s.even
+
+    def shown() -> str:
+        s = admin.spread(cluster_client, queue)
+        return f"{s.partitions} partitions, held {s.held}, fair share {s.target}"
+
+    try:
+        wait_for(lambda: even(8), 4 * LEASE, shown)
+        for to in (16, 8, 16, 8):
+            assert Resizer(cluster_client, queue).run(to).phase == "done"
+            wait_for(lambda to=to: even(to), 4 * LEASE, shown)  # type: ignore[misc]
+            # ... and it stays so (not an instant between two rounds of a pile-up).
+            time.sleep(2 * RENEW)
+            assert even(to), shown()
+    finally:
+        stop_all(procs)
+
+
+def test_a_dispatcher_undrained_after_a_long_drain_gets_its_share_back(
+    cluster_client: Client, cluster_url: str, queue: str
+) -> None:
+    """A dispatcher drained for longer than the idle grace holds nothing when it is undrained:
+    it counts in the fair share again at once (as a member that just joined), so its peer
+    hands it its share back."""
+    from shardq.dispatcher.leases import IDLE_MEMBER_GRACE
+
+    cluster_client.create_queue(queue, 8)
+    procs = [start_dispatcher(cluster_url, queue) for _ in range(2)]
+
+    def shown() -> str:
+        s = admin.spread(cluster_client, queue)
+        return f"held {s.held}, fair share {s.target}, draining {s.draining}"
+
+    try:
+        wait_for(lambda: admin.spread(cluster_client, queue).even, 4 * LEASE, shown)
+        target = lease_owners(cluster_client.redis, queue, 8)[0]
+        assert target is not None
+        admin.request_drain(cluster_client, queue, target)
+        wait_for(lambda: target not in lease_owners(cluster_client.redis, queue, 8), 4 * LEASE)
+        time.sleep(IDLE_MEMBER_GRACE + 1)  # at least the grace: not a deadline
+        admin.cancel_drain(cluster_client, queue, target)
+        wait_for(lambda: admin.spread(cluster_client, queue).even, 4 * LEASE, shown)
+        assert admin.spread(cluster_client, queue).held.get(target) == 4
+    finally:
+        stop_all(procs)

@@ -318,6 +318,77 @@ def test_the_balancer_runs_as_the_admin_and_the_operator_reads_its_status(
         Client.from_url(cluster_url).redis.delete(keys.BALANCER.status)
 
 
+def test_a_dispatcher_user_cannot_hold_a_lease_longer_than_the_lease_time(
+    cluster_client: Client, role_clients: dict[str, Client], queue: str
+) -> None:
+    """The audit's case (M14): as the dispatcher user, a lease written for an hour (a raw
+    `SET PX` with the fence hash's lease time raised to match, or lease-acquire and
+    lease-renew called with an hour) blocked the partition for that hour, renewably.  A
+    dispatcher that wants the partition honours a lease only up to its own lease time: it
+    takes the partition over at once, and the squatter's next renewal is fenced."""
+    from shardq.store import fleet, keys
+
+    cluster_client.create_queue(queue, 1)
+    pk = keys.partition_keys(queue, 0, 1)
+    r = role_clients["dispatcher"].redis
+    hour, lease_time = 3_600_000, 10_000
+
+    def honest_takes_it() -> None:
+        grant = transport.run(r, fleet.lease_acquire(pk, "d-honest", lease_time))
+        assert grant.won and grant.takeover, grant
+        assert 0 < r.pttl(pk.lease) <= lease_time
+        assert transport.run(r, fleet.lease_release(pk, grant.token))
+
+    # Raw, with the rights the dispatcher's functions need.
+    r.hset(pk.fence, "ttl", hour)
+    r.set(pk.lease, "1:squatter", px=hour)
+    honest_takes_it()
+    # Through the functions, with an hour as the lease time, renewed.
+    grant = transport.run(r, fleet.lease_acquire(pk, "squatter", hour))
+    assert grant.won
+    assert transport.run(r, fleet.lease_renew(pk, grant.token, hour)) is True
+    honest_takes_it()
+    assert transport.run(r, fleet.lease_renew(pk, grant.token, hour)) is False  # fenced
+    # A lease within the lease time is a live owner's: left alone.
+    kept = transport.run(r, fleet.lease_acquire(pk, "d-peer", lease_time))
+    refused = transport.run(r, fleet.lease_acquire(pk, "d-honest", lease_time))
+    assert not refused.won and refused.owner == "d-peer" and kept.won
+
+
+def test_a_sealed_field_naming_an_unknown_generation_is_refused_not_followed(
+    cluster_client: Client, role_clients: dict[str, Client], queue: str
+) -> None:
+    """The audit's case (M13): the operator may write a partition's control hash, and a
+    `sealed` field there naming a generation the queue never had sent new jobs into that
+    generation's partitions, which no process serves.  A producer follows a redirect only to
+    a generation the queue's meta names: this one is refused with a typed error, nothing is
+    written, and a by-id call is refused alike."""
+    from shardq import JobRequest
+    from shardq.errors import BulkEnqueueError, MalformedRecordError
+    from shardq.store import keys
+
+    cluster_client.create_queue(queue, 2)
+    pk = keys.partition_keys(queue, 0, 2)
+    role_clients["operator"].redis.hset(pk.ctl, "sealed", "999:4")
+    producer = role_clients["producer"]
+    job_id = _id_in(0, 2)
+    with pytest.raises(MalformedRecordError, match="generation 999"):
+        producer.enqueue(queue, "t", {"n": 1}, job_id=job_id, delay=60)
+    with pytest.raises(BulkEnqueueError) as bulk:
+        producer.enqueue_many(queue, [JobRequest("t", i, job_id=_id_in(0, 2)) for i in range(3)])
+    assert len(bulk.value.failed) == 3
+    assert all(isinstance(e, MalformedRecordError) for e in bulk.value.failed.values())
+    with pytest.raises(MalformedRecordError, match="generation 999"):
+        producer.get(queue, job_id)
+    # Nothing written: not in the sealed partition, not in the generation it names.
+    r = cluster_client.redis
+    assert r.exists(pk.jobs, pk.due) == 0 and r.xlen(pk.ready) == 0
+    for forged in keys.all_partition_keys(queue, 4, 999):
+        assert r.exists(forged.jobs, forged.due, forged.ready, forged.stats) == 0
+    # The partition not sealed takes jobs as ever.
+    assert producer.enqueue(queue, "t", {"n": 2}, job_id=_id_in(1, 2), delay=60)
+
+
 def test_the_operator_deletes_a_queue_with_every_key_of_it(
     cluster_client: Client, role_clients: dict[str, Client], queue: str
 ) -> None:

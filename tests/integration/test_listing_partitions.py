@@ -1,6 +1,7 @@
 """Every job listing names the partition each job lives in, as ``Client.get`` does, in every
 state and through every door: the library (Inspector and AsyncInspector), ``shardq job list
---json`` and the console's job list page.
+--json`` and the console's job list page; and a resized queue's partition has one name
+(``g1.3``) on every surface.
 
 The scheduled listing once tagged every job with the last partition merged (a generator inside
 the merge bound the partition late), so ``enqueue`` and ``job get`` said 13 while ``job list``
@@ -18,6 +19,7 @@ import pytest
 from click.testing import CliRunner
 from support.web_seed import Seeded, seed
 
+from shardq import format as fmt
 from shardq.aio import AsyncClient
 from shardq.cli import main as cli
 from shardq.client import Client
@@ -52,7 +54,12 @@ def expected(client: Client, queue: str, seeded: Seeded) -> dict[str, dict[str, 
     return out
 
 
-def check(state: str, listed: dict[str, int], want: dict[str, int]) -> None:
+def named(want: dict[str, int]) -> dict[str, str]:
+    """The partitions ``get`` reports (fleet ids) by the name the CLI and console show."""
+    return {j: fmt.partition(p) for j, p in want.items()}
+
+
+def check(state: str, listed: dict[str, Any], want: dict[str, Any]) -> None:
     # The scheduled listing also holds the retrying job (due again later): compare seeded ids.
     assert set(want) <= set(listed), (state, set(want) - set(listed))
     wrong = {j: (listed[j], p) for j, p in want.items() if listed[j] != p}
@@ -108,7 +115,7 @@ def test_cli_job_list_json_names_each_jobs_partition(
         result = CliRunner().invoke(cli, [*args, "--all", "--limit", str(LIMIT), "--json"])
         assert result.exit_code == 0, result.output
         rows: list[dict[str, Any]] = [json.loads(x) for x in result.stdout.splitlines() if x]
-        check(state, {r["id"]: r["partition"] for r in rows if "id" in r}, want[state])
+        check(state, {r["id"]: r["partition"] for r in rows if "id" in r}, named(want[state]))
 
 
 def test_console_job_list_names_each_jobs_partition(
@@ -123,8 +130,8 @@ def test_console_job_list_names_each_jobs_partition(
 
     want = expected(cluster_client, queue, seeded)
     row = re.compile(
-        r'<tr data-job="([^"]+)">.*?<td class="n">(\d+)</td>', re.DOTALL
-    )  # the first numeric cell of a row is its partition (templates/jobs.html)
+        r'<tr data-job="([^"]+)">.*?<td class="n">([^<]+)</td>', re.DOTALL
+    )  # the first right-aligned cell of a row is its partition (templates/jobs.html)
     config = WebConfig(redis=RedisSettings.from_url(cluster_url))
     # (the Host a browser sends to a loopback console: TestClient's "testserver" is refused)
     app = create_app(config)
@@ -132,5 +139,66 @@ def test_console_job_list_names_each_jobs_partition(
         for state in LIST_STATES:
             page = http.get(f"/q/{queue}/jobs", params={"state": state, "limit": 200})
             assert page.status_code == 200, (state, page.text[:300])
-            listed = {j: int(p) for j, p in row.findall(page.text)}
-            check(state, listed, want[state])
+            check(state, dict(row.findall(page.text)), named(want[state]))
+
+
+def test_a_resized_queues_partition_has_one_name_everywhere(
+    cluster_client: Client, cluster_url: str, queue: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """After `queue resize` a partition was `g1.3` in `queue info` and 16387 (its fleet id) in
+    `job list`, `owners`, the console and the metrics: now every surface names it `g1.3`, text
+    and JSON alike (the metrics: test_observability::test_partition_series_follow_a_resize)."""
+    pytest.importorskip("starlette")
+    from starlette.testclient import TestClient
+    from support.cli import ok, run
+    from support.helpers import Runner, job_id_in
+
+    from shardq.admin.resize import Resizer
+    from shardq.config import RedisSettings
+    from shardq.store import keys
+    from shardq.web import WebConfig, create_app
+
+    client = cluster_client
+    client.create_queue(queue, 2)
+    u = ["-q", queue, "--url", cluster_url]
+    names = {keys.partition_label(1, p) for p in range(4)}
+    with caplog.at_level("INFO", logger="shardq.dispatcher"), Runner(cluster_url, queue, {}):
+        assert Resizer(client, queue).run(4).phase == "done"
+        job_id = job_id_in(3, 4, "named")
+        made = json.loads(ok("enqueue", *u, "t", "--job-id", job_id, "--delay", "600",
+                             "--json"))  # fmt: skip
+        assert made["partition"] == "g1.3", made
+        assert "partition g1.3" in ok("enqueue", *u, "t", "--delay", "600",
+                                      "--job-id", job_id)  # fmt: skip
+        assert json.loads(ok("job", "get", *u, job_id, "--json"))["partition"] == "g1.3"
+        assert re.search(r"^partition:\s+g1\.3$", ok("job", "get", *u, job_id), re.M)
+        rows = [json.loads(x) for x in ok("job", "list", *u, "--json").splitlines()]
+        assert [r["partition"] for r in rows if "id" in r] == ["g1.3"], rows
+        assert re.search(rf"^{job_id}\s+g1\.3\s", ok("job", "list", *u), re.M)
+        for command in (["queue", "info"], ["owners"]):
+            rows = [json.loads(x) for x in ok(*command, *u, "--json").splitlines()]
+            assert {r["partition"] for r in rows} == names, (command, rows)
+            text = ok(*command, *u)
+            assert all(re.search(rf"^\s*{re.escape(n)}\s", text, re.M) for n in names), text
+        stats = json.loads(ok("stats", *u, "--json", "--window", "0.1"))
+        assert {r["partition"] for r in stats["partitions"]} == names
+        # An option naming a partition takes its number in the active generation: 3 is g1.3.
+        assert ok("dlq", "list", *u, "--partition", "3", "--json") == ""
+        assert "partitions 0-3" in run("dlq", "list", *u, "--partition", "4").output
+        members = [json.loads(x) for x in ok("queue", "members", *u, "--json").splitlines()]
+        assert [set(m["partitions"]) for m in members if m["role"] == "dispatcher"] == [names]
+        config = WebConfig(redis=RedisSettings.from_url(cluster_url))
+        with TestClient(create_app(config), base_url="http://127.0.0.1:8080") as http:
+            jobs = http.get(f"/q/{queue}/jobs", params={"state": "scheduled"}).text
+            assert re.search(rf'data-job="{job_id}">.*?<td class="n">g1\.3</td>', jobs, re.S)
+            page = http.get(f"/q/{queue}").text
+            assert {n for n in names if f'data-partition="{n}"' in page} == names
+            live = http.get(f"/live/q/{queue}").json()
+            assert {p for p, _ in live["partitions"]} == names
+    # The lease events of the new generation name its partitions so too.
+    acquired = {
+        r.msg["partition"]
+        for r in caplog.records
+        if isinstance(r.msg, dict) and r.msg.get("event") == "lease.acquired"
+    }
+    assert names <= acquired, acquired

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import time
 import urllib.request
 
@@ -267,6 +268,35 @@ def test_lease_released_drops_partition_series_at_once(
 
         text = asyncio.run_coroutine_threadsafe(release_and_scrape(), runner.loop).result(10)
         assert exported(text) == {"0", "3"}
+
+
+def test_partition_series_follow_a_resize(
+    cluster_client: Client, cluster_url: str, queue: str
+) -> None:
+    """After `queue resize` the dispatcher exports the new generation's partitions (their
+    figures and counters), named as every other surface names them (``g1.5``), and no series
+    of the old generation is left."""
+    from prometheus_client import REGISTRY, generate_latest
+
+    from shardq.admin.resize import Resizer
+
+    cluster_client.create_queue(queue, 4)
+    names = {keys.partition_label(1, p) for p in range(8)}
+
+    def exported(name: str) -> set[str]:
+        lines = generate_latest(REGISTRY).decode().splitlines()
+        mine = [x for x in lines if x.startswith(name + "{") and f'queue="{queue}"' in x]
+        return {m.group(1) for x in mine if (m := re.search(r'partition="([^"]*)"', x))}
+
+    with Runner(cluster_url, queue, {}, dispatcher_settings=METRIC_DISPATCHER):
+        assert Resizer(cluster_client, queue).run(8).phase == "done"
+        cluster_client.enqueue_many(queue, [JobRequest("t", i, delay=600) for i in range(40)])
+        for name in ("shardq_partition_due_jobs", "shardq_jobs_enqueued_total"):
+            wait_for(
+                lambda name=name: exported(name) == names,  # type: ignore[misc]
+                15,
+                lambda name=name: f"{name}: {sorted(exported(name))}",  # type: ignore[misc]
+            )
 
 
 def test_hot_partition_is_reported(cluster_client: Client, queue: str) -> None:

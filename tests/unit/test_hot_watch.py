@@ -23,7 +23,8 @@ def snapshots(load: list[int]) -> list[PartitionSnapshot]:
     ]
 
 
-def warned(load: list[int], caplog: pytest.LogCaptureFixture) -> set[int]:
+def warned(load: list[int], caplog: pytest.LogCaptureFixture) -> set[str]:
+    """The partitions warned about, by name (keys.label_of_fleet_id)."""
     watch = metrics.HotShardWatch("q", multiple=3.0)
     watch.observe(snapshots([0] * P), at=0.0)
     caplog.clear()
@@ -59,4 +60,4 @@ def test_a_partition_taking_a_share_of_the_queue_is_warned_about(
     # A fifth of the jobs to partition 7 (one idempotency key, say), the rest in sticky runs.
     load = sticky_bursts(rate * 0.8, 16, 1)
     load[7] += int(rate * 0.2 * SPAN)
-    assert warned(load, caplog) == {7}
+    assert warned(load, caplog) == {"7"}

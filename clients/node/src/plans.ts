@@ -1,9 +1,10 @@
 // The producer's operations written once over a Runner (what sends calls): queues, lanes,
 // enqueue (one, many, durable), cancel, reschedule, get.  Port of shardq/plans/producer.py,
-// including a resize's redirects (E_LAYOUT_MOVED: follow to the generation it names, up to 8
-// hops) and a job a resize is moving (E_JOB_MOVING: ask again for up to 5 s).
+// including a resize's redirects (E_LAYOUT_MOVED: follow to the generation it names when the
+// meta names it too, up to 8 hops) and a job a resize is moving (E_JOB_MOVING: ask again for
+// up to 5 s).
 import { JobRequest } from './body';
-import { BulkEnqueueError, JobMovingError, LayoutMovedError, NotDurableError, ShardqError } from './errors';
+import { BulkEnqueueError, JobMovingError, LayoutMovedError, MalformedRecordError, NotDurableError, ShardqError } from './errors';
 import { CONTROL_LAYOUT, Layout, PartitionKeys, allPartitionKeys, partitionFor, partitionKeys } from './keys';
 import { QueueCache, QueueMeta, isCompact, keyLayout } from './meta';
 import { checkJobId, checkQueueName } from './names';
@@ -137,19 +138,28 @@ export async function atHome<T>(ctx: Context, queue: string, routingKeys: string
     const results = await ctx.runner.runMany(todo.map((i) => make(homes[i], routingKeys[i])));
     const again: number[] = [];
     let moving = false;
-    todo.forEach((i, n) => {
+    let fresh: QueueMeta | null = null; // the meta read again, once per round of redirects
+    for (const [n, i] of todo.entries()) {
       const r = results[n];
       out[i] = r;
-      if (r instanceof LayoutMovedError && hops < MAX_REDIRECTS && r.partitions) {
-        const p = partitionFor(routingKeys[i], r.partitions);
-        homes[i] = partitionKeys(queue, p, r.partitions, r.generation);
-        ctx.cache.forget(queue);
+      if (r instanceof LayoutMovedError && hops < MAX_REDIRECTS) {
+        if (fresh === null) {
+          ctx.cache.forget(queue);
+          fresh = await readMeta(ctx, queue);
+        }
+        try {
+          homes[i] = redirectedHome(fresh, homes[i], r, routingKeys[i]);
+        } catch (exc) {
+          if (!(exc instanceof MalformedRecordError)) throw exc;
+          out[i] = exc;
+          continue;
+        }
         again.push(i);
       } else if (r instanceof JobMovingError && waited < MOVING_WAIT_MS) {
         moving = true;
         again.push(i);
       }
-    });
+    }
     if (again.some((i) => out[i] instanceof LayoutMovedError)) hops += 1;
     if (moving) {
       await ctx.runner.sleep(MOVING_PAUSE_MS);
@@ -158,6 +168,37 @@ export async function atHome<T>(ctx: Context, queue: string, routingKeys: string
     todo = again;
   }
   return out;
+}
+
+/** The generations the meta names, [generation, partitions]: draining, active, coming. */
+function liveGenerations(read: QueueMeta): [number, number][] {
+  const gens: ([number, number] | null)[] = [read.draining, [read.generation, read.partitions], read.coming];
+  return gens.filter((g): g is [number, number] => g !== null);
+}
+
+/** A sealed partition's redirect the meta does not back (see shardq.plans.producer.unknown_redirect). */
+export function unknownRedirect(read: QueueMeta, asked: PartitionKeys, moved: LayoutMovedError): MalformedRecordError {
+  const live = liveGenerations(read).map(([g, n]) => `${g} (${n} partitions)`).join(', ');
+  return new MalformedRecordError(
+    `partition ${asked.label} of queue '${read.queue}' is sealed toward generation ${moved.generation} ` +
+      `(${moved.partitions} partitions), which the queue's meta does not name (its generations: ${live}): ` +
+      'nothing was written. Only a resize seals a partition: if one was cut short, ' +
+      `\`shardq queue resize --queue ${read.queue} --resume\`; else the field was written by hand ` +
+      `(HGET ${asked.ctl} sealed): set it back, or delete it from a partition of the active generation`,
+  );
+}
+
+/** Where a by-id call goes after `asked` answered a redirect (see
+ *  shardq.plans.producer.redirected_home). */
+export function redirectedHome(read: QueueMeta, asked: PartitionKeys, moved: LayoutMovedError, routingKey: string): PartitionKeys {
+  const live = liveGenerations(read);
+  const named = live.some(([g, n]) => g === moved.generation && n === moved.partitions);
+  if (named && moved.generation !== asked.generation) {
+    return partitionKeys(read.queue, partitionFor(routingKey, moved.partitions), moved.partitions, moved.generation);
+  }
+  const retired = !live.some(([g]) => g === asked.generation);
+  if (retired && moved.generation <= Math.max(...live.map(([g]) => g))) return keyLayout(read).homes(routingKey)[0];
+  throw unknownRedirect(read, asked, moved);
 }
 
 async function oneAtHome<T>(ctx: Context, queue: string, key: string, make: (pk: PartitionKeys, key: string) => Call<T>): Promise<T> {
@@ -256,14 +297,23 @@ export class BulkRun {
   }
 }
 
-/** The meta after a sealed partition's redirect: read again; while the resize has sealed the
- *  old generation but not switched the meta, the layout the redirect names. */
-export async function movedMeta(ctx: Context, queue: string, moved: LayoutMovedError): Promise<QueueMeta> {
+/** The meta after the sealed partition `asked` refused a new job: read again; while the resize
+ *  has sealed the active generation but not switched the meta, the layout of the coming
+ *  generation the redirect names.  A redirect the meta does not back is MalformedRecordError
+ *  (see shardq.plans.producer.moved_meta). */
+export async function movedMeta(ctx: Context, queue: string, moved: LayoutMovedError, asked: PartitionKeys): Promise<QueueMeta> {
   ctx.cache.forget(queue);
-  const read = await readMeta(ctx, queue);
-  if (read.generation >= moved.generation || !moved.partitions) return read;
-  ctx.cache.forget(queue);
-  return { ...read, partitions: moved.partitions, generation: moved.generation, draining: [read.generation, read.partitions] };
+  return routedMeta(ctx, await readMeta(ctx, queue), asked, moved);
+}
+
+/** movedMeta on the meta `read` just now. */
+function routedMeta(ctx: Context, read: QueueMeta, asked: PartitionKeys, moved: LayoutMovedError): QueueMeta {
+  if (read.coming !== null && read.coming[0] === moved.generation && read.coming[1] === moved.partitions) {
+    ctx.cache.forget(read.queue);
+    return { ...read, partitions: moved.partitions, generation: moved.generation, draining: [read.generation, read.partitions] };
+  }
+  if (asked.generation !== read.generation && moved.generation <= read.generation) return read;
+  throw unknownRedirect(read, asked, moved);
 }
 
 /** While a resize runs, what the generation it empties already holds under this job's
@@ -276,7 +326,7 @@ async function storedBefore(ctx: Context, layout: Layout, prepared: PreparedEnqu
     const old = layout.homes(key)[0];
     const existing = await ctx.runner.run(idempotentJobCmd(old, key));
     if (existing === null) return null;
-    return { jobId: existing, created: false, dueMs: null, partition: layout.route(existing).partition };
+    return { jobId: existing, created: false, dueMs: null, partition: layout.route(existing).fleetId };
   }
   const jobId = prepared.jobId;
   const old = layout.homes(jobId)[0];
@@ -290,7 +340,7 @@ async function storedBefore(ctx: Context, layout: Layout, prepared: PreparedEnqu
     }
     if (body instanceof LayoutMovedError || body === null) return null;
     if (body instanceof Error) throw body;
-    if (body === prepared.body) return { jobId, created: true, dueMs: null, partition: prepared.partition };
+    if (body === prepared.body) return { jobId, created: true, dueMs: null, partition: prepared.pk.fleetId };
     throw duplicate(jobId);
   }
 }
@@ -325,7 +375,7 @@ export async function enqueue(ctx: Context, queue: string, request: JobRequest, 
       // generation with the id already chosen.
       hops += 1;
       if (hops > MAX_REDIRECTS) throw exc;
-      read = await movedMeta(ctx, queue, exc);
+      read = await movedMeta(ctx, queue, exc, prepared.pk);
       prepared = prepareEnqueue(read, prepared.withId(), ctx.settings, ctx.clock);
     }
   }
@@ -372,9 +422,18 @@ async function followResize(ctx: Context, queue: string, whole: BulkRun, durable
   for (let hop = 0; hop < MAX_REDIRECTS; hop++) {
     const moved = [...whole.failed.entries()].filter(([, e]) => e instanceof LayoutMovedError).map(([i]) => i);
     if (moved.length === 0) return;
-    const read = await movedMeta(ctx, queue, whole.failed.get(moved[0]) as LayoutMovedError);
+    ctx.cache.forget(queue);
+    const fresh = await readMeta(ctx, queue);
     const send: number[] = [];
     for (const i of moved) {
+      let read: QueueMeta;
+      try {
+        read = routedMeta(ctx, fresh, whole.prepared[i].pk, whole.failed.get(i) as LayoutMovedError);
+      } catch (exc) {
+        if (!(exc instanceof MalformedRecordError)) throw exc;
+        whole.failed.set(i, exc);
+        continue;
+      }
       const again = prepareEnqueue(read, whole.prepared[i].withId(), ctx.settings, ctx.clock);
       whole.prepared[i] = again;
       try {

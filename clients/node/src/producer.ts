@@ -137,6 +137,7 @@ export interface EnqueueResult {
   created: boolean;
   /** Its due time on the Redis clock (null when not new, or not reported). */
   dueMs: number | null;
+  /** The partition's fleet id (generation * 16384 + p: p before any resize), as Python's. */
   partition: number;
 }
 
@@ -241,7 +242,7 @@ export class PreparedEnqueue {
     this.clock.saw(int(r[3]));
     const status = r[0];
     const due = status === 1 || status === 3 ? int(r[2]) : null; // 3: debounced, the new due time
-    return { jobId: text(r[1]), created: status === 1 || status === 2, dueMs: due, partition: this.partition };
+    return { jobId: text(r[1]), created: status === 1 || status === 2, dueMs: due, partition: this.pk.fleetId };
   }
 
   /** The request with its chosen id filled in: resending it cannot duplicate the job. */
@@ -348,7 +349,7 @@ function batch(chunk: PreparedEnqueue[], clock: RedisClock): Op<Outcome[]> {
     return chunk.map((p, n): Outcome => {
       const status = int(r[1 + 2 * n]);
       const detail = int(r[2 + 2 * n]);
-      if (status === 1 || status === 2) return { jobId: p.jobId, created: true, dueMs: status === 1 ? detail : null, partition: p.partition };
+      if (status === 1 || status === 2) return { jobId: p.jobId, created: true, dueMs: status === 1 ? detail : null, partition: p.pk.fleetId };
       if (status === Code.DUPLICATE_JOB_ID) return errorFor(status, [p.jobId]);
       const limit = status === Code.DUE_IN_PAST ? s.pastToleranceMs : s.maxHorizonMs;
       return errorFor(status, [String(detail), now, String(msRound(limit))]);
@@ -365,8 +366,8 @@ export function planBulk(prepared: PreparedEnqueue[], clock: RedisClock = REDIS_
   prepared.forEach((p, i) => {
     if (p.idempotencyKey !== null) calls.push({ op: single(p), members: [i] });
     else {
-      let list = byPartition.get(p.partition);
-      if (list === undefined) byPartition.set(p.partition, (list = []));
+      let list = byPartition.get(p.pk.fleetId);
+      if (list === undefined) byPartition.set(p.pk.fleetId, (list = []));
       list.push(i);
     }
   });
@@ -454,6 +455,7 @@ export function duplicate(jobId: string): ShardqError {
 export interface JobInfo {
   id: string;
   queue: string;
+  /** The partition's fleet id, as EnqueueResult's. */
   partition: number;
   state: JobState;
   type: string;
@@ -660,7 +662,7 @@ export function jobInfo(pk: PartitionKeys, jobId: string, envelope: unknown, due
   return {
     id: jobId,
     queue: pk.queue,
-    partition: pk.partition,
+    partition: pk.fleetId,
     state,
     type: body.t as string,
     payload: body.p ?? null,

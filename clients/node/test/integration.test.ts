@@ -10,8 +10,8 @@ import { existsSync } from 'node:fs';
 import path from 'node:path';
 import Redis, { Cluster } from 'ioredis';
 import {
-  BulkEnqueueError, Client, DuplicateJobError, JobInfo, JobRequest, LanesOffError, NotDurableError, QUEUES_KEY,
-  UnknownQueueError, functionName, slotOf,
+  BulkEnqueueError, Client, DuplicateJobError, JobInfo, JobRequest, LanesOffError, MalformedRecordError, NotDurableError,
+  QUEUES_KEY, UnknownQueueError, functionName, partitionFor, partitionKeys, slotOf,
 } from '../src/index';
 
 /** A whole second a week from now (run times are bounded by max_horizon, a year). */
@@ -86,10 +86,12 @@ for (const [label, env] of [['cluster', 'SHARDQ_NODE_TEST_CLUSTER_URL'], ['stand
     const client = await Client.fromUrl(url!);
     const queue = `node-it-${label}`;
     const lanesQueue = `node-it-lanes-${label}`;
+    const sealedQueue = `node-it-sealed-${label}`;
     try {
       assert.equal(client.transport.cluster, label === 'cluster');
       await dropQueue(client.redis, queue);
       await dropQueue(client.redis, lanesQueue);
+      await dropQueue(client.redis, sealedQueue);
 
       await t.test('unknown queue', async () => {
         await assert.rejects(client.enqueue(queue, 't', 1), UnknownQueueError);
@@ -240,9 +242,30 @@ for (const [label, env] of [['cluster', 'SHARDQ_NODE_TEST_CLUSTER_URL'], ['stand
         const due = await client.reschedule(lanesQueue, 'lane-1', { priority: 'low' });
         assert.equal(typeof due, 'number');
       });
+
+      await t.test('a sealed field naming a generation the meta does not is refused, not followed', async () => {
+        // (M13: the operator may write the control hash; tests/integration/test_acl.py forges it
+        // as that user.)  Nothing is written, here or in the generation it names.
+        await client.createQueue(sealedQueue, { partitions: 2 });
+        const pk = partitionKeys(sealedQueue, 0, 2);
+        await client.redis.hset(pk.ctl, 'sealed', '999:4');
+        const ids: string[] = [];
+        for (let n = 0; ids.length < 3; n++) if (partitionFor(`sealed-${n}`, 2) === 0) ids.push(`sealed-${n}`);
+        await assert.rejects(client.enqueue(sealedQueue, 't', 1, { jobId: ids[0], delayMs: 60_000 }), (e: Error) => e instanceof MalformedRecordError && /generation 999/.test(e.message));
+        const err = await client.enqueueMany(sealedQueue, ids.map((jobId) => ({ type: 't', jobId, delayMs: 60_000 }))).catch((e) => e);
+        assert.ok(err instanceof BulkEnqueueError);
+        assert.ok([...err.failed.values()].every((e) => e instanceof MalformedRecordError), String([...err.failed.values()]));
+        await assert.rejects(client.get(sealedQueue, ids[0]), MalformedRecordError);
+        assert.equal(await client.redis.exists(pk.jobs, pk.due), 0);
+        for (let p = 0; p < 4; p++) {
+          const forged = partitionKeys(sealedQueue, p, 4, 999);
+          assert.equal(await client.redis.exists(forged.jobs, forged.due, forged.ready), 0);
+        }
+      });
     } finally {
       await dropQueue(client.redis, queue).catch(() => undefined);
       await dropQueue(client.redis, lanesQueue).catch(() => undefined);
+      await dropQueue(client.redis, sealedQueue).catch(() => undefined);
       await client.close();
     }
   });
