@@ -10,6 +10,7 @@ from dataclasses import replace
 
 import pytest
 from support.helpers import (
+    FAST_DISPATCHER,
     FAST_WORKER,
     Runner,
     Runs,
@@ -295,13 +296,31 @@ def test_paused_dispatcher_whose_leases_were_taken_moves_nothing(
         ids = [client.enqueue(queue, "t", delay=1.0) for _ in range(20)]
         # Its leases expire while it is frozen, and another owner takes every partition.
         wait_for(lambda: not any(r.exists(pk.lease) for pk in pks), 5, "leases did not expire")
+        # The intruder holds them as a live dispatcher does: the fleet's lease time, renewed
+        # (a longer lease would be taken back as a forged one: lua/lease-acquire-2.lua).
+        lease_ms = int(FAST_DISPATCHER.lease_time * 1000)
+        tokens = {}
         for pk in pks:
-            grant = transport.run(r, fleet.lease_acquire(pk, "intruder", 60_000))
+            grant = transport.run(r, fleet.lease_acquire(pk, "intruder", lease_ms))
             assert grant.won and int(grant.token) > int(held[pk.partition])
-        wait_for(lambda: d.stats.leases_lost == partitions, 10, "stale leases were kept")
-        wait_for(lambda: not d.tokens, 10, "fenced partitions were kept")
-        assert d.stats.promoted == 0
-        runner.check()
+            tokens[pk.partition] = grant.token
+        stop = threading.Event()
+
+        def renew() -> None:
+            while not stop.wait(FAST_DISPATCHER.renew_interval / 2):
+                for pk in pks:
+                    transport.run(r, fleet.lease_renew(pk, tokens[pk.partition], lease_ms))
+
+        renewer = threading.Thread(target=renew, daemon=True)
+        renewer.start()
+        try:
+            wait_for(lambda: d.stats.leases_lost == partitions, 10, "stale leases were kept")
+            wait_for(lambda: not d.tokens, 10, "fenced partitions were kept")
+            assert d.stats.promoted == 0
+            runner.check()
+        finally:
+            stop.set()
+            renewer.join(10)
     assert total(r, queue, partitions, "due") == len(ids)  # all overdue, none moved
     assert total(r, queue, partitions, "ready") == 0
     for pk in pks:

@@ -249,9 +249,12 @@ def test_plan_options_refuse_bad_input_with_what_to_do(
 def test_apply_stops_at_the_first_error_saying_what_was_done_and_what_is_left(
     placement_url: str, queue: str
 ) -> None:
-    """A real refusal mid-plan: a user with the admin's rules but MIGRATE; --apply stops at the
-    first move with one line (done 0, left N), the half-done slot is named by the next --plan
-    with its command, and after that the plan runs to the end."""
+    """A real refusal mid-plan: a user with the admin's rules but RESTORE-ASKING, which the
+    target runs for the source's MIGRATE (the check before a move asks about MIGRATE and
+    SETSLOT themselves, which this user has; a move missing those is refused before it starts:
+    tests/integration/test_managed.py); --apply stops at the first move with one line (done 0,
+    left N), the half-done slot is named by the next --plan with its command, and after that
+    the plan runs to the end."""
     url = placement_url
     partitions = 6
     client = Client.from_url(url)
@@ -264,8 +267,8 @@ def test_apply_stops_at_the_first_error_saying_what_was_done_and_what_is_left(
     # One by one: even bytes per partition, so the bytes plan spreads partitions 2/2/2.
     one_by_one(client).enqueue_many(queue, [JobRequest("t", i, delay=3600) for i in range(600)])
     nodes = [client.redis.get_redis_connection(n) for n in client.redis.get_nodes()]  # type: ignore[union-attr]
-    rules = [r for r in re.findall(r"\([^)]*\)|\S+", acl.rules("admin")) if r != "+migrate"]
-    name = f"t-nomigrate-{queue}"
+    rules = [r for r in re.findall(r"\([^)]*\)|\S+", acl.rules("admin")) if r != "+restore-asking"]
+    name = f"t-norestore-{queue}"
     for node in nodes:
         node.execute_command("ACL", "SETUSER", name, *rules, "on", f">pw-{name}")
     runner = CliRunner()
@@ -295,7 +298,8 @@ def test_apply_stops_at_the_first_error_saying_what_was_done_and_what_is_left(
             in out.output
         )
         assert (
-            "may not run MIGRATE" in out.output
+            "MIGRATE failed" in out.output
+            and "restore-asking" in out.output
             and f"Done: 0 move(s), 0 bytes; left: {total}" in out.output
         )
     finally:
