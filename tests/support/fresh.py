@@ -3,6 +3,8 @@ of what producers were told, checked against what ran (tests/fleet: failover, No
 
 from __future__ import annotations
 
+import os
+import signal
 import threading
 import time
 from collections.abc import Iterator
@@ -13,7 +15,7 @@ from typing import Any
 import pytest
 
 from shardq import Client
-from shardq.devtools.devcluster import cluster_down, cluster_up
+from shardq.devtools.devcluster import cluster_down, cluster_up, node_pid
 from shardq.store import keys
 from support.helpers import Runs, queue_settled, scaled, wait_for
 from support.ports import TestPorts
@@ -106,11 +108,6 @@ def kill_primary(
     fresh: FreshCluster, client: Client, port: int, queue: str, layouts: list[tuple[int, int]]
 ) -> Kill:
     """SIGKILL the primary on ``port``, noting the slots it served and when."""
-    import os
-    import signal
-
-    from shardq.devtools.devcluster import node_pid
-
     manager = client.redis.nodes_manager  # type: ignore[union-attr]
     manager.initialize()
     slots = {s for s, nodes in manager.slots_cache.items() if nodes and nodes[0].port == port}
