@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 import redis
-from support.fresh import FreshCluster, Ledger, check, drain
+from support.fresh import FreshCluster, Ledger, check, drain, failover_reruns, kill_primary
 from support.helpers import Runner, Runs, job_id_in, wait_for
 
 from shardq import AsyncClient, Client, JobRequest, ProducerSettings, RedisSettings
@@ -42,24 +42,29 @@ def producers(
 ) -> list[threading.Thread]:
     """Single, bulk and durable producers (sync), and single + bulk asyncio ones."""
 
+    # Each call's start goes in the ledger: only a call begun before a kill can have been lost.
     def single() -> None:
         with Client.from_url(url, settings) as c:
             while not stop.is_set():
-                ledger.add([c.enqueue(queue, "t", None, delay=random.uniform(0, 1))])
+                t0 = time.monotonic()
+                ledger.add([c.enqueue(queue, "t", None, delay=random.uniform(0, 1))], started=t0)
 
     def bulk() -> None:
         with Client.from_url(url, settings) as c:
             while not stop.is_set():
                 reqs = [JobRequest("t", i, delay=random.uniform(0, 1)) for i in range(40)]
-                ledger.add([r.job_id for r in c.enqueue_many(queue, reqs)])
+                t0 = time.monotonic()
+                ledger.add([r.job_id for r in c.enqueue_many(queue, reqs)], started=t0)
 
     def durable() -> None:
         with Client.from_url(url, settings) as c:
             while not stop.is_set():
+                t0 = time.monotonic()
                 try:
-                    ledger.add([c.enqueue(queue, "t", None, durable=True)], durable=True)
+                    ids = [c.enqueue(queue, "t", None, durable=True)]
+                    ledger.add(ids, durable=True, started=t0)
                 except NotDurableError as exc:  # stored on the primary, replica not confirmed
-                    ledger.add(exc.job_ids)
+                    ledger.add(exc.job_ids, started=t0)
                     time.sleep(0.05)
 
     def asyncio_producers() -> None:
@@ -67,9 +72,12 @@ def producers(
             c = await AsyncClient.from_url(url, settings)
             try:
                 while not stop.is_set():
-                    ledger.add([await c.enqueue(queue, "t", None, delay=0.2)])
+                    t0 = time.monotonic()
+                    ledger.add([await c.enqueue(queue, "t", None, delay=0.2)], started=t0)
                     reqs = [JobRequest("t", i, delay=0.3) for i in range(20)]
-                    ledger.add([r.job_id for r in await c.enqueue_many(queue, reqs)])
+                    t0 = time.monotonic()
+                    ids = [r.job_id for r in await c.enqueue_many(queue, reqs)]
+                    ledger.add(ids, started=t0)
             finally:
                 await c.close()
 
@@ -101,10 +109,7 @@ def test_producers_and_fleet_ride_out_a_killed_primary(fresh: FreshCluster, queu
         for t in threads:
             t.start()
         time.sleep(random.uniform(1.0, 2.5))
-        pid = node_pid(fresh.base, victim_port, root=fresh.root)
-        assert pid is not None
-        killed_at = time.monotonic()
-        os.kill(pid, signal.SIGKILL)
+        kill = kill_primary(fresh, client, victim_port, queue, [(0, PARTITIONS)])
         wait_for(
             lambda: (
                 fresh.primary_port(client, keys.partition_keys(queue, 0, PARTITIONS).due)
@@ -113,6 +118,7 @@ def test_producers_and_fleet_ride_out_a_killed_primary(fresh: FreshCluster, queu
             30,
             "no failover",
         )
+        failed_over_at = time.monotonic()
         calls_at_failover = ledger.calls
         time.sleep(random.uniform(1.0, 3.0))
         restart_node(fresh.base, victim_port, root=fresh.root)  # back as a replica
@@ -120,8 +126,11 @@ def test_producers_and_fleet_ride_out_a_killed_primary(fresh: FreshCluster, queu
         stop.set()
         for t in threads:
             t.join(60)
-        drain(client, queue, ledger, runs)
-    figures = check(ledger, runs, killed_at)
+        drain(client, queue, runs)
+    figures = check(ledger, runs, kill)
+    allowed, other = failover_reruns(runs, kill, failed_over_at)
+    assert not other, f"{len(other)} ran again beyond the failover: {other[:5]}"
+    figures["ran_again_in_failover"] = allowed
     print(f"killed primary: {figures}")
     client.close()
 
@@ -146,7 +155,7 @@ def test_bulk_producer_rides_out_a_partition_move(fresh: FreshCluster, queue: st
         stop.set()
         for t in threads:
             t.join(60)
-        drain(client, queue, ledger, runs)
+        drain(client, queue, runs)
     figures = check(ledger, runs, None)
     assert max(runs.count().values()) == 1, "a job ran twice across the move"
     print(f"moved partition: {figures}")
@@ -215,7 +224,7 @@ def test_fleet_rides_out_every_node_stopped_for_15_s(fresh: FreshCluster, queue:
             except BulkEnqueueError as exc:
                 ledger.add(exc.stored)
                 unsure[:] = exc.retry_requests
-        drain(client, queue, ledger, runs)
+        drain(client, queue, runs)
     figures = check(ledger, runs, None)
     print(f"all nodes stopped 15 s: {figures}, first job after resume {resume_s:.2f} s")
     client.close()
@@ -425,10 +434,8 @@ def test_a_resize_rides_out_a_killed_primary(fresh: FreshCluster, queue: str) ->
         driver = threading.Thread(target=drive, daemon=True)
         driver.start()
         time.sleep(random.uniform(0.5, 6.0))  # preparing, moving or settling
-        pid = node_pid(fresh.base, victim_port, root=fresh.root)
-        assert pid is not None
-        killed_at = time.monotonic()
-        os.kill(pid, signal.SIGKILL)
+        # A job lives in its partition of generation 0 or of the resize's generation 1.
+        kill = kill_primary(fresh, client, victim_port, queue, [(0, PARTITIONS), (1, 24)])
         wait_for(
             lambda: not _pings(victim_port) and _failed_over(client, victim_port), 30, "no failover"
         )
@@ -442,8 +449,9 @@ def test_a_resize_rides_out_a_killed_primary(fresh: FreshCluster, queue: str) ->
         driver.join(150)
         assert outcome == ["done"], (outcome, resumes, _left(client, queue))
         assert client.layout(queue).partitions == 24
-        drain(client, queue, ledger, runs)
-    figures = check(ledger, runs, killed_at)
+        assert client.layout(queue).generation == 1
+        drain(client, queue, runs)
+    figures = check(ledger, runs, kill)
     waiting = {r.job_id for r in seeded}
     assert waiting <= set(runs.count()), f"{len(waiting - set(runs.count()))} moved jobs lost"
     print(f"resize through a killed primary: {figures}, resumed {len(resumes)}: {resumes[:2]}")

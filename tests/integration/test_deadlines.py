@@ -11,7 +11,7 @@ import time
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from support.helpers import FAST_WORKER, Runner, total, wait_for
+from support.helpers import FAST_WORKER, Runner, scaled, total, wait_for
 
 from shardq.client import Client
 from shardq.errors import InvalidJobError, JobFailedError
@@ -32,8 +32,8 @@ def test_a_job_past_its_absolute_deadline_is_dead_lettered_unrun(
     assert info is not None and info.deadline_ms == round(soon.timestamp() * 1000)
     with Runner(url, queue, {"t": lambda job: ran.append(job.id)}):
         with pytest.raises(JobFailedError) as failed:
-            client.result(queue, late, timeout=15)
-        assert client.result(queue, fine, timeout=15) is None
+            client.result(queue, late, timeout=scaled(15))
+        assert client.result(queue, fine, timeout=scaled(15)) is None
     assert ran == [fine]
     reason = failed.value.error or ""
     assert re.search(r"DeadlineExceededError: not started: its deadline passed", reason)
@@ -74,8 +74,8 @@ def test_a_relative_deadline_counts_from_the_due_time_of_each_attempt(
         time.sleep(0.8)  # both wait behind the blocker, past the tight one's window
         gate.set()
         with pytest.raises(JobFailedError, match="later than its deadline allows"):
-            client.result(queue, tight, timeout=15)
-        assert client.result(queue, loose, timeout=15) is None
+            client.result(queue, tight, timeout=scaled(15))
+        assert client.result(queue, loose, timeout=scaled(15)) is None
     assert ran == [2]
 
 
@@ -96,7 +96,7 @@ def test_a_job_timeout_bounds_one_attempt_then_it_is_retried(
     with Runner(url, queue, {"s": slow_first}):
         job_id = client.enqueue(queue, "s", None, timeout=0.3, keep_result=60,
                                 backoff=Backoff("fixed", base=0.0))  # fmt: skip
-        assert client.result(queue, job_id, timeout=20) == "attempt 2"
+        assert client.result(queue, job_id, timeout=scaled(20)) == "attempt 2"
     assert attempts == [1, 2]
 
 
@@ -119,26 +119,29 @@ def test_a_sync_handler_over_its_timeout_fails_at_once_and_its_overrun_is_logged
 ) -> None:
     """A thread cannot be stopped: the job fails at its timeout (retried, here dead at one
     attempt), and the overrun is logged once the handler returns.  It fails on a timer of its
-    own, not at the heartbeat's next watchdog round: here the heartbeat runs every 1.5 s, and
-    the job still fails well before its handler's 2 s sleep ends."""
+    own, not at the heartbeat's next watchdog round: here the heartbeat runs every 10 s and the
+    handler blocks until the test lets it go, yet the job fails (the events themselves, not
+    how long they took, tell these apart)."""
     import logging
 
     client.create_queue(queue, partitions=2)
+    release = threading.Event()
 
     def stuck(job: Job) -> None:
-        time.sleep(2.0)
+        release.wait(scaled(60))
 
     slow_heartbeat = dataclasses.replace(
-        FAST_WORKER, heartbeat_interval=1.5, visibility_timeout=4.0, membership_timeout=4.0
+        FAST_WORKER, heartbeat_interval=10.0, visibility_timeout=60.0, membership_timeout=60.0
     )
     caplog.set_level(logging.WARNING, logger="shardq.worker")
     with Runner(url, queue, {"stuck": stuck}, worker_settings=slow_heartbeat):
         job_id = client.enqueue(queue, "stuck", None, timeout=0.3, max_attempts=1, keep_result=60)
-        t0 = time.monotonic()
+        # Failed while its thread still blocks (not when it ended), on its own timer (the
+        # watchdog looks every 10 s: only a round falling in the instant between the timeout
+        # and the timer could have failed it first).
         with pytest.raises(JobFailedError, match=r"ran over its timeout \(0\.3 s\)"):
-            client.result(queue, job_id, timeout=10)
-        # failed at the timeout: not at the watchdog's round, not when the thread ended
-        assert time.monotonic() - t0 < 1.5
+            client.result(queue, job_id, timeout=scaled(10))
+        release.set()
         wait_for(lambda: "job.overran" in caplog.text, 10, "the overrun was not logged")
     assert job_id in caplog.text
 
@@ -156,5 +159,5 @@ def test_a_sync_handlers_own_timeout_error_is_its_failure_not_a_timeout(
     with Runner(url, queue, {"c": calls_out}):
         job_id = client.enqueue(queue, "c", None, timeout=5.0, max_attempts=1, keep_result=60)
         with pytest.raises(JobFailedError, match="upstream did not answer") as failed:
-            client.result(queue, job_id, timeout=10)
+            client.result(queue, job_id, timeout=scaled(10))
     assert "ran over" not in str(failed.value)

@@ -10,7 +10,7 @@ import time
 
 import pytest
 import redis
-from support.helpers import wait_for
+from support.helpers import scaled, wait_for
 
 from shardq import AsyncClient, Client, JobRequest, ProducerSettings
 from shardq.errors import NotDurableError
@@ -225,7 +225,7 @@ def test_a_per_node_wait_asks_each_primary_for_the_replicas_it_has(
         # Two asked of primaries that have one (or, the lonely one, none): each waited for
         # what it has, confirmed, and reads as confirmed by both; none timed out.
         assert acked == [2, 2, 2]
-        assert took < 5.0
+        assert took < scaled(5.0)  # none waited its 5 s out (nor hung)
         after = _wait_calls(r)
         assert after[lonely] == before[lonely]  # no WAIT where no replica is
         assert all(after[p] >= before[p] + 1 for p in primaries if p != lonely)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import time
 from dataclasses import replace
 
-from support.helpers import FAST_WORKER, Runner, Runs, pending_total, wait_for
+from support.helpers import FAST_WORKER, Runner, Runs, pending_total, scaled, wait_for
 
 from shardq import DispatcherSettings, ProducerSettings
 from shardq.client import Client
@@ -25,8 +25,9 @@ from shardq.store import delivery, keys, producer, transport
 # Hints only: no fallback promote or read comes within a test's length.
 NEVER = 600.0
 # What a job may take on top of the budget here: Redis and network time, and a test box that
-# runs other tests at once.  Far below any fallback, so a job this punctual was woken by a hint.
-SLACK_MS = 250
+# runs other tests at once (times SHARDQ_TEST_TIME_FACTOR).  Far below any fallback (NEVER),
+# so a job this punctual was woken by a hint.
+SLACK_MS = scaled(250)
 
 
 def test_a_job_enqueued_into_an_idle_queue_starts_within_the_lateness_budget(
@@ -110,7 +111,7 @@ def test_a_dead_workers_delivery_is_reclaimed_where_none_was_pending_before(
         taken_at = time.monotonic()
         wait_for(lambda: second in runs.count(), 20, "the new pending delivery not reclaimed")
         # taken once idle past the orphan bound (two heartbeats, 1 s), within a round or two
-        assert time.monotonic() - taken_at < 5
+        assert time.monotonic() - taken_at < scaled(5)
         runner.check()
         assert w.stats.reclaimed == 2
     jobs = {j.id: j for j in runs.jobs}

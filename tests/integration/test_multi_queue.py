@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
-from support.helpers import FAST_DISPATCHER, FAST_WORKER, wait_for
+from support.helpers import FAST_DISPATCHER, FAST_WORKER, scaled, wait_for
 
 from shardq import JobRequest, Worker
 from shardq.cli import main
@@ -136,8 +136,7 @@ def test_every_queue_runs_each_job_once(client: Client, queue: str, url: str) ->
     with serving(url, [queues[0], f"{queues[1]}:2", queues[2]], {"t": handle}, concurrency=20) as w:
         total = sum(len(v) for v in ids.values())
         wait_for(lambda: len(ran) == total, 30, "not every job ran")
-        time.sleep(0.3)
-        assert w.stats.completed == total
+        wait_for(lambda: w.stats.completed == total, 10, lambda: f"{w.stats.completed} acked")
     assert set(ran) == {(q, r.job_id) for q, v in ids.items() for r in v}
     assert max(ran.values()) == 1
     for q in queues:
@@ -193,7 +192,7 @@ def slow_and_quick(client: Client, queue: str, url: str, *, late: bool = False) 
         client.enqueue_many(quick_q, [JobRequest("quick", i) for i in range(50)])
         # Its kept slot runs the quick jobs at once, although every other slot is held.
         wait_for(lambda: len(done) == 50, 15, f"quick jobs starved: {len(done)} ran")
-        assert done[-1] - started < 10
+        assert done[-1] - started < scaled(10)
         assert running["slow"] <= 9
         assert peak["slow"] <= 9, peak
         release.set()

@@ -10,7 +10,15 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
-from support.helpers import FAST_WORKER, Runner, wait_for
+from support.helpers import (
+    FAST_WORKER,
+    Runner,
+    primaries,
+    queue_state,
+    scaled,
+    text,
+    wait_for,
+)
 
 from shardq import PermanentError
 from shardq.client import AsyncClient, Client
@@ -23,6 +31,7 @@ from shardq.errors import (
     ResultTimeoutError,
 )
 from shardq.jobs import Job
+from shardq.plans import producer as producer_plans
 from shardq.store import keys
 
 
@@ -30,6 +39,17 @@ def result_key(client: Client, queue: str, job_id: str) -> str:
     partitions = client.partitions(queue)
     pk = keys.partition_keys(queue, keys.partition_for(job_id, partitions), partitions)
     return pk.result(job_id)
+
+
+def queue_snapshot(client: Client, queue: str, partitions: int) -> tuple[list[str], list[Any]]:
+    """Every key of the queue (on every primary) and every partition's raw content."""
+    found = sorted(
+        text(k)
+        for node in primaries(client.redis)
+        for pattern in keys.key_patterns(queue)
+        for k in node.scan_iter(match=pattern, count=1000)
+    )
+    return found, queue_state(client.redis, queue, partitions)
 
 
 def result_keys(client: Client, queue: str) -> list[str]:
@@ -45,8 +65,12 @@ def result_keys(client: Client, queue: str) -> list[str]:
     return [k.decode() for k in r.scan_iter(match=pattern, count=1000)]
 
 
-def test_result_is_kept_waited_for_and_expires(url: str, client: Client, queue: str) -> None:
+def test_result_is_kept_waited_for_and_expires(
+    url: str, client: Client, queue: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     client.create_queue(queue, partitions=4)
+    # No re-read within the test: a waiter that returns before its timeout woke on the publish.
+    monkeypatch.setattr(producer_plans, "RESULT_RECHECK", 3600.0)
     started = threading.Event()
     release = threading.Event()
 
@@ -62,11 +86,11 @@ def test_result_is_kept_waited_for_and_expires(url: str, client: Client, queue: 
             client.result(queue, job_id, timeout=0.2)
         info = client.get(queue, job_id)
         assert info is not None and info.state == "running" and info.keep_result == 2.0
-        # A waiter wakes on the publish, well before the 5 s fallback re-read.
+        # A waiter wakes on the publish (its only wake-up before the timeout, above).
         threading.Timer(0.3, release.set).start()
-        t0 = time.monotonic()
-        assert client.result(queue, job_id, timeout=10) == {"sum": 6, "by": "add"}
-        assert time.monotonic() - t0 < 3.0
+        t0, wait = time.monotonic(), scaled(10)
+        assert client.result(queue, job_id, timeout=wait) == {"sum": 6, "by": "add"}
+        assert time.monotonic() - t0 < wait, "woke at its timeout, not on the publish"
     key = result_key(client, queue, job_id)
     raw = client.redis.get(key)
     assert raw is not None and b'"v":{"sum":6' in raw
@@ -103,14 +127,15 @@ def test_waiting_on_a_job_that_keeps_none_fails_at_once(
     job_id = client.enqueue(queue, "t", None, delay=60)
     t0 = time.monotonic()
     with pytest.raises(ResultNotKeptError):
-        client.result(queue, job_id, timeout=30)
-    assert time.monotonic() - t0 < 2
+        client.result(queue, job_id, timeout=3600)
+    assert time.monotonic() - t0 < scaled(2)
 
 
 def test_dead_job_raises_its_last_error_and_wakes_the_waiter(
-    url: str, client: Client, queue: str
+    url: str, client: Client, queue: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     client.create_queue(queue, partitions=2)
+    monkeypatch.setattr(producer_plans, "RESULT_RECHECK", 3600.0)  # the publish wakes it
     gate = threading.Event()
 
     def broken(job: Job) -> None:
@@ -120,10 +145,10 @@ def test_dead_job_raises_its_last_error_and_wakes_the_waiter(
     with Runner(url, queue, {"charge": broken}):
         job_id = client.enqueue(queue, "charge", {"n": 1}, keep_result=60)
         threading.Timer(0.3, gate.set).start()
-        t0 = time.monotonic()
+        t0, wait = time.monotonic(), scaled(10)
         with pytest.raises(JobFailedError) as failed:
-            client.result(queue, job_id, timeout=10)
-        assert time.monotonic() - t0 < 3.0
+            client.result(queue, job_id, timeout=wait)
+        assert time.monotonic() - t0 < wait, "woke at its timeout, not on the publish"
     assert "the card was declined" in (failed.value.error or "")
     assert failed.value.job_id == job_id
     # Dead jobs keep their envelope and error (the dead-letter stream's): no result record.
@@ -140,9 +165,9 @@ def test_a_value_that_cannot_be_kept_completes_and_says_why(
         big = client.enqueue(queue, "big", None, keep_result=60)
         odd = client.enqueue(queue, "odd", None, keep_result=60)
         with pytest.raises(ResultNotStoredError) as too_large:
-            client.result(queue, big, timeout=10)
+            client.result(queue, big, timeout=scaled(10))
         with pytest.raises(ResultNotStoredError) as not_json:
-            client.result(queue, odd, timeout=10)
+            client.result(queue, odd, timeout=scaled(10))
     assert too_large.value.reason == "ResultTooLargeError"
     assert "max_result_bytes (100)" in str(too_large.value)
     assert not_json.value.reason == "ResultNotSerializableError"
@@ -154,10 +179,11 @@ def test_bad_keep_result_and_timeout_are_refused_before_anything_is_written(
     client: Client, queue: str
 ) -> None:
     client.create_queue(queue, partitions=2)
+    before = queue_snapshot(client, queue, 2)
     for bad in (0, 0.5, -1, 31 * 86400, float("nan"), "60", True):
         with pytest.raises(InvalidJobError, match="keep_result"):
             client.enqueue(queue, "t", None, keep_result=bad)  # type: ignore[arg-type]
-    assert client.redis.dbsize() >= 0  # the queue exists; no job of this test was stored
+    assert queue_snapshot(client, queue, 2) == before  # nothing written
     job_id = client.enqueue(queue, "t", None, delay=60, keep_result=60)
     for bad_timeout in (-1, float("nan"), "5"):
         with pytest.raises(InvalidJobError, match="timeout"):
@@ -173,7 +199,8 @@ def test_async_client_waits_for_results_of_many_jobs(url: str, client: Client, q
                 await aclient.enqueue(queue, "square", i, keep_result=60, delay=0.2)
                 for i in range(40)
             ]
-            values = await asyncio.gather(*(aclient.result(queue, j, timeout=20) for j in ids))
+            waits = (aclient.result(queue, j, timeout=scaled(20)) for j in ids)
+            values = await asyncio.gather(*waits)
             assert values == [i * i for i in range(40)]
             info = await aclient.result_info(queue, ids[3])
             assert info is not None and info.value == 9
@@ -226,7 +253,7 @@ def test_kept_results_follow_a_resize(cluster_client: Client, cluster_url: str, 
     client.create_queue(queue, partitions=4)
     with Runner(cluster_url, queue, {"echo": lambda job: {"echo": job.payload}}):
         ids = [client.enqueue(queue, "echo", i, keep_result=600) for i in range(30)]
-        assert [client.result(queue, j, timeout=15) for j in ids] == [
+        assert [client.result(queue, j, timeout=scaled(15)) for j in ids] == [
             {"echo": i} for i in range(30)
         ]
     old = set(result_keys(client, queue))

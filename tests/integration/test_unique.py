@@ -4,13 +4,14 @@ a SIGKILLed worker (a key is never held by a job that is done)."""
 
 from __future__ import annotations
 
+import itertools
 import signal
 import threading
 import time
 from pathlib import Path
 
 import pytest
-from support.helpers import Runner, pending_total, queue_state, wait_for
+from support.helpers import Runner, Runs, pending_total, queue_state, scaled, wait_for
 from support.procs import Proc
 
 from shardq import PermanentError
@@ -129,29 +130,36 @@ def test_debounce_replaces_the_waiting_job_and_moves_it(
     url: str, client: Client, queue: str
 ) -> None:
     """A burst of 30 enqueues 0.1 s apart with debounce=0.6: one job, run once with the last
-    payload, about 0.6 s after the last enqueue; concurrent producers in the burst too."""
+    payload, at the due time the last enqueue gave it (0.6 s after it, on the Redis clock);
+    concurrent producers in the burst too."""
     client.create_queue(queue, partitions=4)
-    runs: list[tuple[str, object, float]] = []
-    with Runner(url, queue, {"sync": lambda job: runs.append((job.id, job.payload, time.time()))}):
+    runs = Runs()
+    with Runner(url, queue, {"sync": runs.add}):
         first = client.enqueue_detailed(
             queue, debounced(JobRequest("sync", 0, idempotency_key="user:7"), 0.6)
         )
-        assert first.created
+        assert first.created and first.due_ms is not None
+        dues = [first.due_ms]
         for i in range(1, 30):
             r = client.enqueue_detailed(
                 queue, debounced(JobRequest("sync", i, idempotency_key="user:7"), 0.6)
             )
             assert r.job_id == first.job_id and not r.created and r.due_ms is not None
+            dues.append(r.due_ms)
             time.sleep(0.02 if i % 10 else 0.1)
-        last = time.time()
         info = client.get(queue, first.job_id)
         assert info is not None and info.payload == 29 and info.state == "scheduled"
-        wait_for(lambda: len(runs) == 1, 10, "the debounced job did not run")
-        time.sleep(1.0)
-    assert len(runs) == 1
-    job_id, payload, at = runs[0]
-    assert job_id == first.job_id and payload == 29
-    assert 0.4 <= at - last <= 2.0
+        wait_for(lambda: len(runs.jobs) == 1, 10, "the debounced job did not run")
+        wait_for(lambda: pending_total(client.redis, queue, 4) == 0, 10, "not acked")
+    assert len(runs.jobs) == 1
+    job = runs.jobs[0]
+    assert job.id == first.job_id and job.payload == 29
+    # Each repeat moved the due time on (0.6 s after it); the job ran at the last one's, never
+    # before it, and punctually (on the Redis clock).
+    assert all(a < b for a, b in itertools.pairwise(dues)), dues
+    assert dues[-1] - dues[0] >= 700, dues  # the burst's sleeps alone take 0.74 s
+    assert job.due_ms == dues[-1]
+    assert 0 <= job.fetched_redis_ms - job.due_ms <= scaled(1400)
     # Once it ran, the next enqueue with the key is a new job.
     again = client.enqueue(queue, "sync", 99, idempotency_key="user:7", debounce=60)
     assert again != first.job_id

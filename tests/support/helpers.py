@@ -206,11 +206,11 @@ def dead_entries(redis: Any, pk: keys.PartitionKeys) -> list[dict[str, str]]:
     return [{text(k): text(v) for k, v in f.items()} for _, f in redis.xrange(pk.dead)]
 
 
-def total(redis: Any, queue: str, partitions: int, kind: str) -> int:
+def total(redis: Any, queue: str, partitions: int, kind: str, generation: int = 0) -> int:
     """Sum over partitions of ZCARD due / XLEN ready / XLEN dead, or for ``jobs`` the jobs
     stored: HLEN jobs plus the compact waiting jobs (due-set members '<id> <body>')."""
     n = 0
-    for pk in keys.all_partition_keys(queue, partitions):
+    for pk in keys.all_partition_keys(queue, partitions, generation):
         if kind == "due":
             n += redis.zcard(pk.due)
         elif kind == "jobs":
@@ -220,7 +220,7 @@ def total(redis: Any, queue: str, partitions: int, kind: str) -> int:
     return n
 
 
-def queue_settled(redis: Any, queue: str, partitions: int) -> bool:
+def queue_settled(redis: Any, queue: str, partitions: int, generation: int = 0) -> bool:
     """Nothing is left to run: no job stored, none due, no delivery pending.
 
     Once this holds no handler can start again (a ready entry whose job is gone is dropped by
@@ -228,9 +228,9 @@ def queue_settled(redis: Any, queue: str, partitions: int) -> bool:
     fact, not the hope that a sleep was long enough.
     """
     return (
-        total(redis, queue, partitions, "jobs") == 0
-        and total(redis, queue, partitions, "due") == 0
-        and pending_total(redis, queue, partitions) == 0
+        total(redis, queue, partitions, "jobs", generation) == 0
+        and total(redis, queue, partitions, "due", generation) == 0
+        and pending_total(redis, queue, partitions, generation) == 0
     )
 
 
@@ -241,10 +241,10 @@ def counter_total(redis: Any, queue: str, partitions: int, name: str) -> int:
     )
 
 
-def pending_total(redis: Any, queue: str, partitions: int) -> int:
+def pending_total(redis: Any, queue: str, partitions: int, generation: int = 0) -> int:
     return sum(
         redis.xpending(pk.ready, keys.WORKER_GROUP)["pending"]
-        for pk in keys.all_partition_keys(queue, partitions)
+        for pk in keys.all_partition_keys(queue, partitions, generation)
     )
 
 
@@ -379,6 +379,18 @@ class Runner:
             await asyncio.gather(*tasks)
         finally:
             await redis.aclose()
+
+
+def start_log(redis: Any, record: str) -> dict[str, list[dict[str, Any]]]:
+    """Every start and finish the proc_helper workers of ``record`` logged, per job id, in
+    order (tests/support/proc_helper.py)."""
+    import json
+
+    out: dict[str, list[dict[str, Any]]] = {}
+    for raw in redis.lrange(f"{record}:log", 0, -1):
+        event = json.loads(raw)
+        out.setdefault(event["id"], []).append(event)
+    return out
 
 
 def counter_value(name: str, **labels: str) -> float:

@@ -1,7 +1,8 @@
 // A Node producer under faults (tests/fleet/test_node_interop.py): enqueues single jobs and
 // batches of 20 into a queue with shardq's TypeScript client (clients/node, built) until its
-// stdin closes, and prints one JSON line per call: {"stored": [ids]} for what the client said
-// was stored, {"error": name, "message"} for a call that failed.  A BulkEnqueueError's stored
+// stdin closes, and prints one JSON line per call: {"stored": [ids], "started_ms"} for what the
+// client said was stored (started_ms: when the call began, epoch ms), {"error": name,
+// "message"} for a call that failed.  A BulkEnqueueError's stored
 // jobs are reported and the rest resent with their ids (safe: a resend cannot duplicate).
 'use strict';
 const path = require('node:path');
@@ -18,19 +19,20 @@ async function main() {
   let pending = [];
   let n = 0;
   while (!stop || pending.length) {
+    const startedMs = Date.now();
     try {
       if (n % 2 === 0 && !pending.length) {
         const r = await client.enqueue(queue, 't', n, { delayMs: Math.floor(Math.random() * 1000) });
-        say({ stored: [r.jobId] });
+        say({ stored: [r.jobId], started_ms: startedMs });
       } else {
         const jobs = pending.length ? pending : Array.from({ length: 20 }, (_, i) => ({ type: 't', payload: i, delayMs: Math.floor(Math.random() * 1000) }));
         pending = [];
         const results = await client.enqueueMany(queue, jobs);
-        say({ stored: results.map((r) => r.jobId) });
+        say({ stored: results.map((r) => r.jobId), started_ms: startedMs });
       }
     } catch (err) {
       if (err && err.name === 'BulkEnqueueError') {
-        say({ stored: err.stored, resent: err.retryRequests.length });
+        say({ stored: err.stored, started_ms: startedMs, resent: err.retryRequests.length });
         pending = err.retryRequests;
       } else {
         say({ error: err && err.name, message: String(err && err.message) });

@@ -4,8 +4,15 @@
     python tests/support/proc_helper.py dispatcher URL QUEUE BATCH LEASE_TIME RENEW_INTERVAL
 
 The worker's handler records each start in the hash ``RECORD_KEY:starts`` (job id ->
-"attempt:deliveries:pid", plus a counter field per job in ``RECORD_KEY:start_count``), sleeps
-SLEEP seconds, then records the finish in ``RECORD_KEY:finishes``.  Both run until killed.
+"attempt:deliveries:pid" of the last start, plus a counter field per job in
+``RECORD_KEY:start_count``) and appends every start and finish to the list ``RECORD_KEY:log``
+(JSON: job id, event, attempt, deliveries, partition, pid, Redis ms at fetch, wall ms; read
+with :func:`support.helpers.start_log`), sleeps SLEEP seconds, then records the finish in
+``RECORD_KEY:finishes``.  It records on a client of its own, with room for every handler at
+once: sharing the worker's asyncio cluster client, whose nodes allow ``max_connections`` (64,
+the worker's default concurrency too) and fail the next call at once (redis-py's
+MaxConnectionsError), made a busy worker's handlers fail and their jobs retried (run again).
+Both run until killed.
 ``SHARDQ_TEST_SETTINGS`` (JSON) overrides settings fields; ``SHARDQ_INSTANCE`` names the
 instance (a restart in place).
 """
@@ -16,6 +23,8 @@ import asyncio
 import json
 import os
 import sys
+import time
+from dataclasses import replace
 
 from shardq.config import DispatcherSettings, RedisSettings, WorkerSettings
 from shardq.connection import connect_async
@@ -25,15 +34,33 @@ from shardq.worker import Worker
 
 
 async def run_worker(url: str, queue: str, record: str, sleep: float, visibility: float) -> None:
-    redis = await connect_async(RedisSettings.from_url(url))
+    settings = RedisSettings.from_url(url)
+    redis = await connect_async(settings)
+    recorder = await connect_async(replace(settings, max_connections=1024))
+
+    def event(job: Job, what: str) -> str:
+        return json.dumps(
+            {
+                "id": job.id,
+                "event": what,
+                "attempt": job.attempt,
+                "deliveries": job.deliveries,
+                "partition": job.partition,
+                "pid": os.getpid(),
+                "fetched_ms": job.fetched_redis_ms,
+                "wall_ms": int(time.time() * 1000),
+            }
+        )
 
     async def handler(job: Job) -> None:
-        await redis.hset(
+        await recorder.rpush(f"{record}:log", event(job, "start"))
+        await recorder.hset(
             f"{record}:starts", job.id, f"{job.attempt}:{job.deliveries}:{os.getpid()}"
         )
-        await redis.hincrby(f"{record}:start_count", job.id, 1)
+        await recorder.hincrby(f"{record}:start_count", job.id, 1)
         await asyncio.sleep(sleep)
-        await redis.hincrby(f"{record}:finishes", job.id, 1)
+        await recorder.hincrby(f"{record}:finishes", job.id, 1)
+        await recorder.rpush(f"{record}:log", event(job, "finish"))
 
     fields = {
         "visibility_timeout": visibility,
