@@ -120,7 +120,10 @@ export class Client {
   /** A client for redis://host:port (rediss:// for TLS; ?cluster=true/false to skip the probe). */
   static async fromUrl(url: string, opts: ClientOptions = {}): Promise<Client> {
     const parsed = parseUrl(url);
-    const base: RedisOptions = { ...opts.redisOptions, ...parsed.options };
+    // No CLIENT SETINFO on connect (as shardq.connection): servers since Redis 7.2 and Valkey
+    // have it, and the shipped ACL roles cannot grant it while Redis 7.0 refuses a rule naming
+    // it, so each connection's refusal would fill the server's ACL log.
+    const base: RedisOptions = { disableClientInfo: true, ...opts.redisOptions, ...parsed.options };
     let cluster = opts.cluster ?? parsed.cluster;
     let probe: Redis | null = null;
     if (cluster === undefined) {
