@@ -102,6 +102,20 @@ def test_every_primary_is_named_once_by_its_announced_name(named: FreshCluster, 
     out = CliRunner().invoke(cli, ["stats", "-q", queue, "--json", "--url", named.url])
     assert out.exit_code == 0, out.output
     assert {n["node"] for n in json.loads(out.stdout)["nodes"]} == primaries
+    # the console's Redis nodes: each primary once, by name, never by its IP
+    pytest.importorskip("starlette")
+    from starlette.testclient import TestClient
+
+    from shardq.config import RedisSettings
+    from shardq.web import WebConfig, create_app
+
+    app = create_app(WebConfig(redis=RedisSettings.from_url(named.url)))
+    with TestClient(app, base_url="http://127.0.0.1:8080") as http:
+        page = http.get(f"/q/{queue}")
+    assert page.status_code == 200
+    nodes = page.text.split('id="nodes"', 1)[1]
+    assert all(p in nodes for p in primaries), nodes[:2000]
+    assert "127.0.0.1:" not in nodes, nodes[:2000]
     client.close()
 
 
