@@ -12,7 +12,8 @@ order that alternates from round to round, on each server:
   design: a dispatcher and a worker in one process) drains them: jobs/s, lost, ran twice;
 - **steady**: ``shardq dispatcher run`` and ``shardq worker run`` at their defaults, ``--rate``
   jobs/s due evenly over ``--seconds`` (bench.baselines.steady.run_one): Redis CPU and the
-  processes' CPU per job, lateness p50/p99, and the idle cost before it.
+  processes' CPU per job, lateness p50/p99, and the idle cost before it (after
+  ``--idle-settle`` seconds of running: an idle queue's lasting state, not its first seconds).
 
 The ratios Valkey / Redis are taken within a round.  The two servers are not built alike: the
 wheel's Valkey uses libc malloc, Debian's Redis jemalloc, so memory is not compared here.
@@ -105,6 +106,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rate", type=int, default=2000)
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--idle", type=float, default=5.0)
+    parser.add_argument(
+        "--idle-settle",
+        type=float,
+        default=30.0,
+        help="seconds the processes run before the idle window (their back-offs settle)",
+    )
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--redis-bin", default="")
     parser.add_argument("--valkey-bin", default="")
@@ -139,7 +146,14 @@ def main(argv: list[str] | None = None) -> None:
                     f"round {rnd} {server:<6} drain  {d['drain_jobs_per_s'] or 0:>9,.0f} jobs/s "
                     f"lost {d['lost']} twice {d['duplicates']}"
                 )
-                s = run_one("shardq", urls[server], args.rate, args.seconds, args.idle)
+                s = run_one(
+                    "shardq",
+                    urls[server],
+                    args.rate,
+                    args.seconds,
+                    args.idle,
+                    idle_settle=args.idle_settle,
+                )
                 s.update(round=rnd, server=server, kind="steady")
                 runs.append(s)
                 say(
