@@ -6,19 +6,32 @@ import { InvalidJobError, InvalidScheduleError, PayloadNotSerializableError, Pay
 import { JsonEncodeError, dumps } from './json';
 import { checkJobType, checkLimitKey, checkPriority, checkTenant, Priority } from './names';
 import { ProducerSettings, pyRound } from './settings';
+import {
+  BACKOFF_KINDS,
+  BackoffKind,
+  MAX_ATTEMPT,
+  MAX_ATTEMPTS_LIMIT,
+  MAX_BACKOFF,
+  MAX_JOB_TIMEOUT,
+  MAX_RESULT_RETENTION,
+  MAX_RUN_AT,
+  MAX_TIME_MS,
+  MIN_RESULT_RETENTION,
+} from './constants.generated';
 
-export const MAX_ATTEMPTS_LIMIT = 1000;
-export const MAX_ATTEMPT = 10 ** 9;
-/** Longest backoff base or cap (seconds): a retry waits at most a year. */
-export const MAX_BACKOFF = 366 * 86400.0;
-export const MAX_RESULT_RETENTION = 30 * 86400.0;
-export const MIN_RESULT_RETENTION = 1.0;
-export const MAX_JOB_TIMEOUT = 30 * 86400.0;
-export const MAX_TIME_MS = 253_402_300_799_999;
-/** Latest run_at (epoch seconds): 9999-12-31. */
-export const MAX_RUN_AT = MAX_TIME_MS / 1000;
-
-export type BackoffKind = 'fixed' | 'exponential' | 'jitter';
+// A job's caps are shardq/jobs.py's (seconds, as there).
+export {
+  BACKOFF_KINDS,
+  BackoffKind,
+  MAX_ATTEMPT,
+  MAX_ATTEMPTS_LIMIT,
+  MAX_BACKOFF,
+  MAX_JOB_TIMEOUT,
+  MAX_RESULT_RETENTION,
+  MAX_RUN_AT,
+  MAX_TIME_MS,
+  MIN_RESULT_RETENTION,
+};
 
 export interface Backoff {
   kind: BackoffKind;
@@ -64,7 +77,7 @@ const isNum = (v: unknown): v is number => typeof v === 'number';
 export function checkBackoff(b: unknown): Backoff {
   if (typeof b !== 'object' || b === null) throw new InvalidJobError('backoff must be a {kind, baseMs, capMs}');
   const { kind, baseMs, capMs } = b as Backoff;
-  if (kind !== 'fixed' && kind !== 'exponential' && kind !== 'jitter') {
+  if (!(BACKOFF_KINDS as readonly unknown[]).includes(kind)) {
     throw new InvalidJobError(`backoff kind ${repr(kind)}: use fixed, exponential or jitter`);
   }
   for (const [name, ms] of [['base', baseMs], ['cap', capMs]] as const) {

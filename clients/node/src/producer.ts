@@ -35,14 +35,12 @@ import {
   partitionFor,
   queueMetaKey,
 } from './keys';
-import { DEFAULT_DEAD_CAP, MAX_DEAD_CAP, QueueMeta, integer, isCompact, keyLayout, parseMeta } from './meta';
+import { DEFAULT_DEAD_CAP, MAX_ACK_RETENTION_MS, MAX_DEAD_CAP, QueueMeta, integer, isCompact, keyLayout, parseMeta } from './meta';
+import { BATCH_JOBS, TIMED_SLACK_MS } from './constants.generated';
 import { JobState, LEVEL_PRIORITIES, PRIORITY_LEVELS, Priority, TENANT_CHARS, checkIdempotencyKey, checkJobId, checkNewQueueName, checkPriority } from './names';
 import { ProducerSettings, msRound } from './settings';
 
-/** Most jobs per enqueue-batch call. */
-export const BATCH_JOBS = 100;
-/** A 'tin' job's due time is its id's when within this of Redis now + delay. */
-export const TIMED_SLACK_MS = 250;
+export { BATCH_JOBS, TIMED_SLACK_MS };
 
 // -- calls ------------------------------------------------------------------------------------
 
@@ -701,8 +699,8 @@ export function queueCreateOp(queue: string, partitions: number, ackRetentionMs 
   if (typeof partitions !== 'number' || !Number.isInteger(partitions) || !(1 <= partitions && partitions <= MAX_PARTITIONS)) {
     throw new InvalidJobError(`partitions must be an integer 1..${MAX_PARTITIONS}, got ${String(partitions)}`);
   }
-  if (typeof ackRetentionMs !== 'number' || !(0 <= ackRetentionMs / 1000 && ackRetentionMs / 1000 <= 7 * 86400)) {
-    throw new InvalidJobError('ack_retention must be 0..604800 seconds');
+  if (typeof ackRetentionMs !== 'number' || !(0 <= ackRetentionMs / 1000 && ackRetentionMs / 1000 <= MAX_ACK_RETENTION_MS / 1000)) {
+    throw new InvalidJobError(`ack_retention must be 0..${MAX_ACK_RETENTION_MS / 1000} seconds`);
   }
   if (typeof deadLetterCap !== 'number' || !Number.isInteger(deadLetterCap) || !(1 <= deadLetterCap && deadLetterCap <= MAX_DEAD_CAP)) {
     throw new InvalidJobError(`dead_letter_cap must be an integer 1..${MAX_DEAD_CAP}`);
