@@ -4,34 +4,19 @@
 // (ms / 1000, then Python's round(seconds * 1000)), so the argv and body match Python's.
 import { InvalidJobError, InvalidScheduleError, PayloadNotSerializableError, PayloadTooLargeError, repr, reprCut, shown } from './errors';
 import { JsonEncodeError, dumps } from './json';
-import { checkJobType, checkLimitKey, checkPriority, checkTenant, Priority } from './names';
+import { checkJobType, checkLimitKey, checkPriority, checkTenant } from './names';
 import { ProducerSettings, pyRound } from './settings';
 import {
   BACKOFF_KINDS,
   BackoffKind,
-  MAX_ATTEMPT,
   MAX_ATTEMPTS_LIMIT,
   MAX_BACKOFF,
   MAX_JOB_TIMEOUT,
   MAX_RESULT_RETENTION,
   MAX_RUN_AT,
-  MAX_TIME_MS,
   MIN_RESULT_RETENTION,
+  Priority,
 } from './constants.generated';
-
-// A job's caps are shardq/jobs.py's (seconds, as there).
-export {
-  BACKOFF_KINDS,
-  BackoffKind,
-  MAX_ATTEMPT,
-  MAX_ATTEMPTS_LIMIT,
-  MAX_BACKOFF,
-  MAX_JOB_TIMEOUT,
-  MAX_RESULT_RETENTION,
-  MAX_RUN_AT,
-  MAX_TIME_MS,
-  MIN_RESULT_RETENTION,
-};
 
 export interface Backoff {
   kind: BackoffKind;

@@ -1,11 +1,9 @@
 // Script return codes: the one place they become typed errors.  The codes, their errors and
 // their messages are shardq/store/codes.py's (constants.generated.ts); here, how a reply's
 // detail is read and the message formatted, as codes.py does it.
-import { Code, PERMITTED_ROLES, REFUSALS, RefusalError, RefusalShape } from './constants.generated';
+import { PERMITTED_ROLES, REFUSALS, RefusalError, RefusalShape } from './constants.generated';
 import * as generatedErrors from './errors.generated';
 import { LayoutMovedError, ScriptError, ShardqError, repr } from './errors';
-
-export { Code, REFUSALS };
 
 /** What a shape reads from a reply's detail (codes.py Shaped). */
 interface Shaped {

@@ -3,45 +3,20 @@
 // numbers are generated (constants.generated.ts); the tag search and solve, CRCs and routing
 // are here, checked by wire/vectors/keys.json and routing.json.
 import {
-  COMPACT_LAYOUT,
-  CONTROL_LAYOUT,
   IDEM_KIND,
-  LAYOUT_VERSION,
   MAX_PARTITIONS,
   PARTITION_KEYS,
   PROGRESS_KIND,
   PartitionKeyField,
-  QUEUES_KEY,
   RESULT_KIND,
   SCHEDULE_JOB_PREFIX,
+  SCHEDULE_NAME_RE,
   SEARCHED_PARTITIONS,
   SLOTS,
-  WORKER_GROUP,
   generationPrefix,
   partitionKeyBase,
   partitionLabel,
-  queueMetaKey,
-  queueTagsPattern,
-  scheduleJobId,
 } from './constants.generated';
-import { SCHEDULE_NAME_RE } from './names';
-
-export {
-  COMPACT_LAYOUT,
-  CONTROL_LAYOUT,
-  LAYOUT_VERSION,
-  MAX_PARTITIONS,
-  QUEUES_KEY,
-  SCHEDULE_JOB_PREFIX,
-  SEARCHED_PARTITIONS,
-  SLOTS,
-  WORKER_GROUP,
-  generationPrefix,
-  partitionLabel,
-  queueMetaKey,
-  queueTagsPattern,
-  scheduleJobId,
-};
 
 // -- CRCs -----------------------------------------------------------------------------------
 

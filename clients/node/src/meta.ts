@@ -2,6 +2,7 @@
 // and the producer's cache of them (QueueCache of shardq/store/producer.py).
 import {
   COMING_FIELD,
+  COMPACT_LAYOUT,
   DEFAULT_DEAD_CAP,
   DRAINING_FIELD,
   GENERATION_FIELD,
@@ -9,12 +10,11 @@ import {
   LANES_RECHECK_MS,
   MAX_ACK_RETENTION_MS,
   MAX_DEAD_CAP,
-  RESIZED_MARKER,
+  MAX_PARTITIONS,
+  queueMetaKey,
 } from './constants.generated';
 import { BadNumber, MalformedRecordError, UnknownQueueError, repr, shown } from './errors';
-import { COMPACT_LAYOUT, Layout, MAX_PARTITIONS, queueMetaKey } from './keys';
-
-export { DEFAULT_DEAD_CAP, LANES_RECHECK_MS, MAX_ACK_RETENTION_MS, MAX_DEAD_CAP, RESIZED_MARKER };
+import { Layout } from './keys';
 
 export interface QueueMeta {
   queue: string;

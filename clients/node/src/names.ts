@@ -3,11 +3,8 @@
 import {
   JOB_ID_RE,
   JOB_ID_RULE,
-  JOB_STATES,
   JOB_TYPE_RE,
   JOB_TYPE_RULE,
-  JobState,
-  LEVEL_PRIORITIES,
   LIMIT_KEY_RE,
   LIMIT_KEY_RULE,
   MAX_IDEMPOTENCY_KEY,
@@ -15,35 +12,10 @@ import {
   Priority,
   QUEUE_NAME_RE,
   QUEUE_NAME_RULE,
-  SCHEDULE_NAME_RE,
-  SCHEDULE_NAME_RULE,
-  TENANT_CHARS,
   TENANT_RE,
   TENANT_RULE,
 } from './constants.generated';
 import { InvalidJobError, InvalidLimitError, UnknownQueueError, repr, reprCut } from './errors';
-
-export {
-  JOB_ID_RE,
-  JOB_ID_RULE,
-  JOB_STATES,
-  JOB_TYPE_RE,
-  JOB_TYPE_RULE,
-  JobState,
-  LEVEL_PRIORITIES,
-  LIMIT_KEY_RE,
-  LIMIT_KEY_RULE,
-  MAX_IDEMPOTENCY_KEY,
-  PRIORITY_LEVELS,
-  Priority,
-  QUEUE_NAME_RE,
-  QUEUE_NAME_RULE,
-  SCHEDULE_NAME_RE,
-  SCHEDULE_NAME_RULE,
-  TENANT_CHARS,
-  TENANT_RE,
-  TENANT_RULE,
-};
 
 /** UnknownQueueError unless `queue` is a name a queue can have. */
 export function checkQueueName(queue: unknown): asserts queue is string {
