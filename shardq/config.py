@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 import os
 import re
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any, Self
 from urllib.parse import parse_qs, unquote, urlparse, urlsplit
 
@@ -303,18 +303,29 @@ class ProducerSettings:
     # (a partition's jobs go first to the worker it is assigned to).
 
     def __post_init__(self) -> None:
-        # Bounds match what the scripts accept (times travel as ms), so a setting that passes
-        # here is never refused by Redis later.
-        _check_int("max_payload_bytes", self.max_payload_bytes, 1, 512 * 1024 * 1024)
-        _check_range("past_tolerance", self.past_tolerance, 0, 1e10)
-        _check_range("max_horizon", self.max_horizon, 0.001, 1e10)
-        _check_range("idempotency_retention", self.idempotency_retention, 0.001, 1e10)
-        _check_range("unique_retention", self.unique_retention, 0.001, 1e10)
-        _check_range("durable_timeout", self.durable_timeout, 0.001, 3600)
-        _check_range("retry_timeout", self.retry_timeout, 0, 3600)
-        _check_int("durable_replicas", self.durable_replicas, 1, 64)
-        _check_int("sticky_jobs", self.sticky_jobs, 1, 1_000_000)
-        _check_range("sticky_window", self.sticky_window, 0.001, 3600)
+        for name, (lo, hi) in PRODUCER_BOUNDS.items():
+            if name in _PRODUCER_COUNTS:
+                _check_int(name, getattr(self, name), int(lo), int(hi))
+            else:
+                _check_range(name, getattr(self, name), lo, hi)
+
+
+#: Each ProducerSettings field's bounds: a count for its int fields, else seconds.  They match
+#: what the scripts accept (times travel as ms), so a setting that passes here is never refused
+#: by Redis later.  The Node producer's bounds are generated from these.
+PRODUCER_BOUNDS: dict[str, tuple[float, float]] = {
+    "max_payload_bytes": (1, 512 * 1024 * 1024),
+    "past_tolerance": (0, 1e10),
+    "max_horizon": (0.001, 1e10),
+    "idempotency_retention": (0.001, 1e10),
+    "unique_retention": (0.001, 1e10),
+    "durable_timeout": (0.001, 3600),
+    "retry_timeout": (0, 3600),
+    "durable_replicas": (1, 64),
+    "sticky_jobs": (1, 1_000_000),
+    "sticky_window": (0.001, 3600),
+}
+_PRODUCER_COUNTS = {f.name for f in fields(ProducerSettings) if f.type == "int"}
 
 
 @dataclass(frozen=True, slots=True)

@@ -187,15 +187,15 @@ def check_tenant(tenant: object) -> str:
 
 # Limit keys travel in job bodies and key names: no braces (a hash tag), no spaces.
 LIMIT_KEY_RE = re.compile(r"[A-Za-z0-9_.:/@\-]{1,128}")
+LIMIT_KEY_RULE = (
+    "use 1-128 characters of letters, digits and '_.:/@-' (e.g. a customer id or an API host)"
+)
 
 
 def check_limit_key(key: object) -> str:
     """A limit key as given, or InvalidLimitError saying what is allowed."""
     if not isinstance(key, str) or not LIMIT_KEY_RE.fullmatch(key):
-        raise InvalidLimitError(
-            f"limit key {key!r:.80} is invalid: use 1-128 characters of letters, digits and "
-            "'_.:/@-' (e.g. a customer id or an API host)"
-        )
+        raise InvalidLimitError(f"limit key {key!r:.80} is invalid: {LIMIT_KEY_RULE}")
     return key
 
 

@@ -4,10 +4,8 @@ node/npm (.ci/run installs them)."""
 from __future__ import annotations
 
 import fcntl
-import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -18,8 +16,9 @@ NODE_CLIENT = Path(__file__).resolve().parents[2] / "clients" / "node"
 
 
 def built_node_client() -> Path:
-    """clients/node installed (npm ci, from its lock file) and built (which exports this
-    checkout's library into it first); pytest.skip when Node is not installed."""
+    """clients/node installed (npm ci, from its lock file) and built (with Node alone: its
+    generated modules are committed, and tests/unit/test_node_generated.py holds them to this
+    checkout's); pytest.skip when Node is not installed."""
     if shutil.which("node") is None or shutil.which("npm") is None:
         pytest.skip("node/npm not installed (.ci/run installs them)")
     # make test's xdist workers each get here: one installs and builds at a time.
@@ -29,12 +28,12 @@ def built_node_client() -> Path:
             subprocess.run(
                 ["npm", "ci", "--no-audit", "--no-fund"], cwd=NODE_CLIENT, check=True, timeout=600
             )
-        env = dict(os.environ, PYTHON=sys.executable)
         subprocess.run(
-            ["npm", "run", "--silent", "build"], cwd=NODE_CLIENT, check=True, env=env, timeout=600
+            ["npm", "run", "--silent", "build"], cwd=NODE_CLIENT, check=True, timeout=600
         )
     generated = (NODE_CLIENT / "src" / "library.generated.ts").read_text()
-    assert f'"{functions.name()}"' in generated  # the library this checkout's lua/ builds
+    # the library this checkout's lua/ builds
+    assert f'"{functions.name()}"' in generated, "run clients/node/scripts/generate.py"
     return NODE_CLIENT
 
 

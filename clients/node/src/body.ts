@@ -4,21 +4,19 @@
 // (ms / 1000, then Python's round(seconds * 1000)), so the argv and body match Python's.
 import { InvalidJobError, InvalidScheduleError, PayloadNotSerializableError, PayloadTooLargeError, repr, reprCut, shown } from './errors';
 import { JsonEncodeError, dumps } from './json';
-import { checkJobType, checkLimitKey, checkPriority, checkTenant, Priority } from './names';
+import { checkJobType, checkLimitKey, checkPriority, checkTenant } from './names';
 import { ProducerSettings, pyRound } from './settings';
-
-export const MAX_ATTEMPTS_LIMIT = 1000;
-export const MAX_ATTEMPT = 10 ** 9;
-/** Longest backoff base or cap (seconds): a retry waits at most a year. */
-export const MAX_BACKOFF = 366 * 86400.0;
-export const MAX_RESULT_RETENTION = 30 * 86400.0;
-export const MIN_RESULT_RETENTION = 1.0;
-export const MAX_JOB_TIMEOUT = 30 * 86400.0;
-export const MAX_TIME_MS = 253_402_300_799_999;
-/** Latest run_at (epoch seconds): 9999-12-31. */
-export const MAX_RUN_AT = MAX_TIME_MS / 1000;
-
-export type BackoffKind = 'fixed' | 'exponential' | 'jitter';
+import {
+  BACKOFF_KINDS,
+  BackoffKind,
+  MAX_ATTEMPTS_LIMIT,
+  MAX_BACKOFF,
+  MAX_JOB_TIMEOUT,
+  MAX_RESULT_RETENTION,
+  MAX_RUN_AT,
+  MIN_RESULT_RETENTION,
+  Priority,
+} from './constants.generated';
 
 export interface Backoff {
   kind: BackoffKind;
@@ -64,7 +62,7 @@ const isNum = (v: unknown): v is number => typeof v === 'number';
 export function checkBackoff(b: unknown): Backoff {
   if (typeof b !== 'object' || b === null) throw new InvalidJobError('backoff must be a {kind, baseMs, capMs}');
   const { kind, baseMs, capMs } = b as Backoff;
-  if (kind !== 'fixed' && kind !== 'exponential' && kind !== 'jitter') {
+  if (!(BACKOFF_KINDS as readonly unknown[]).includes(kind)) {
     throw new InvalidJobError(`backoff kind ${repr(kind)}: use fixed, exponential or jitter`);
   }
   for (const [name, ms] of [['base', baseMs], ['cap', capMs]] as const) {

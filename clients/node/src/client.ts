@@ -4,7 +4,7 @@ import Redis, { Cluster, RedisOptions } from 'ioredis';
 import { Backoff, JobRequest } from './body';
 import { ConfigError, InvalidJobError } from './errors';
 import { QueueCache, QueueMeta } from './meta';
-import { Priority } from './names';
+import { Priority } from './constants.generated';
 import * as plans from './plans';
 import { CreateQueueOptions, EnqueueResult, JobInfo, REDIS_CLOCK, RedisClock } from './producer';
 import { ProducerSettings, producerSettings } from './settings';

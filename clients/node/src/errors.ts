@@ -1,39 +1,12 @@
-// Typed errors, mirroring shardq/errors.py.  Each class's `name` is the Python class name, so
-// the conformance vectors (which name errors by the Python class) compare by `err.name`, and
-// the inheritance follows Python's (an InvalidScheduleError is an InvalidJobError, ...).
+// Typed errors: the classes of shardq/errors.py (errors.generated.ts), and here those with
+// fields of their own.  Each class's `name` is the Python class name, so the conformance
+// vectors (which name errors by the Python class) compare by `err.name`, and the inheritance
+// follows Python's (an InvalidScheduleError is an InvalidJobError, ...).
+import { MalformedRecordError, ShardqError } from './errors.generated';
 
-export class ShardqError extends Error {
-  constructor(message: string) {
-    super(message);
-    this.name = new.target.name;
-  }
-}
+export * from './errors.generated';
 
-export class ConfigError extends ShardqError {}
-export class InvalidJobError extends ShardqError {}
-export class InvalidLimitError extends ShardqError {}
-export class PayloadNotSerializableError extends InvalidJobError {}
-export class PayloadTooLargeError extends InvalidJobError {}
-export class InvalidScheduleError extends InvalidJobError {}
-export class InvalidPeriodicScheduleError extends InvalidJobError {}
-export class ScheduleNotFoundError extends ShardqError {}
-export class UnknownQueueError extends ShardqError {}
-export class LanesOffError extends ShardqError {}
-export class QueueConfigConflictError extends ShardqError {}
-export class DuplicateJobError extends ShardqError {}
-export class JobNotFoundError extends ShardqError {}
-/** A debounce named an idempotency key no debounce of this job type and tenant created. */
-export class IdempotencyKeyInUseError extends InvalidJobError {}
-export class JobNotScheduledError extends ShardqError {}
-export class JobRunningError extends ShardqError {}
-export class FencedError extends ShardqError {}
-export class ScriptError extends ShardqError {}
-export class FunctionsNotLoadedError extends ShardqError {}
-export class CorruptKeyError extends ShardqError {}
-export class MalformedRecordError extends ShardqError {}
-export class ScriptArgumentError extends ShardqError {}
-export class NotPermittedError extends ShardqError {}
-export class JobMovingError extends ShardqError {}
+/** Redis did not answer; `written` says whether the call may have taken effect. */
 export class RedisUnavailableError extends ShardqError {
   /** false: surely not written; null: unknown (sent, no reply). */
   readonly written: boolean | null;

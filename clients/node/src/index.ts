@@ -1,4 +1,5 @@
 export * from './errors';
+export * from './constants.generated';
 export * from './keys';
 export * from './ids';
 export * from './names';
@@ -9,7 +10,7 @@ export * from './codes';
 export * from './library';
 export * from './meta';
 export * from './producer';
-export { Runner, Context, MAX_REDIRECTS, MOVING_WAIT_MS } from './plans';
+export { Runner, Context } from './plans';
 export * as plans from './plans';
 export * from './transport';
 export * from './client';

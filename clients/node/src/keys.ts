@@ -1,18 +1,22 @@
 // Every Redis key name shardq uses, and the hash-tag rule that places partitions on slots
-// (port of shardq/store/keys.py; see its docstring for the reasoning).
-
-export const SLOTS = 16384;
-export const MAX_PARTITIONS = SLOTS;
-/** Up to this many partitions, tags are found by search; beyond, solved for the slot. */
-export const SEARCHED_PARTITIONS = 1024;
-export const LAYOUT_VERSION = 4;
-export const COMPACT_LAYOUT = 3;
-export const CONTROL_LAYOUT = 4;
-export const QUEUES_KEY = 'sq:queues';
-export const WORKER_GROUP = 'workers';
-export const SCHEDULE_JOB_PREFIX = 'sq-sched:';
-
-import { SCHEDULE_NAME_RE } from './names';
+// (port of shardq/store/keys.py; see its docstring for the reasoning).  The names, kinds and
+// numbers are generated (constants.generated.ts); the tag search and solve, CRCs and routing
+// are here, checked by wire/vectors/keys.json and routing.json.
+import {
+  IDEM_KIND,
+  MAX_PARTITIONS,
+  PARTITION_KEYS,
+  PROGRESS_KIND,
+  PartitionKeyField,
+  RESULT_KIND,
+  SCHEDULE_JOB_PREFIX,
+  SCHEDULE_NAME_RE,
+  SEARCHED_PARTITIONS,
+  SLOTS,
+  generationPrefix,
+  partitionKeyBase,
+  partitionLabel,
+} from './constants.generated';
 
 // -- CRCs -----------------------------------------------------------------------------------
 
@@ -65,11 +69,6 @@ export function slotOf(key: string | Uint8Array): number {
 /** The half-open slot range [lo, hi) that partition `partition` of `partitions` lives in. */
 export function slotRange(partition: number, partitions: number): [number, number] {
   return [Math.floor((partition * SLOTS) / partitions), Math.floor(((partition + 1) * SLOTS) / partitions)];
-}
-
-/** `sq:<queue>:` for generation 0, `sq:<queue>:g<g>.` for a resize's generation. */
-export function generationPrefix(queue: string, generation = 0): string {
-  return generation === 0 ? `sq:${queue}:` : `sq:${queue}:g${generation}.`;
 }
 
 const tagCache = new Map<string, string>();
@@ -135,76 +134,40 @@ export function fleetId(generation: number, partition: number): number {
   return generation * MAX_PARTITIONS + partition;
 }
 
-export function partitionLabel(generation: number, partition: number): string {
-  return generation === 0 ? String(partition) : `g${generation}.${partition}`;
-}
+type PartitionKeyNames = { readonly [F in PartitionKeyField]: string };
+
+// Its fields are PARTITION_KEYS' (shardq.store.keys.PartitionKeys' attributes, camelCase).
+export interface PartitionKeys extends PartitionKeyNames {}
 
 /** The keys of one partition of one queue; all share one hash tag, hence one slot. */
 export class PartitionKeys {
-  readonly due: string;
-  readonly jobs: string;
-  readonly ready: string;
-  readonly lane: string;
-  readonly vtime: string;
-  readonly dead: string;
-  readonly lease: string;
-  readonly fence: string;
-  readonly stats: string;
-  readonly ctl: string;
-  readonly errors: string;
-  readonly schedules: string;
-  readonly scheduleNext: string;
-  readonly scheduleState: string;
-  readonly moving: string;
-  readonly inbound: string;
-  readonly cancels: string;
-  readonly dueHint: string;
-  readonly readyHint: string;
-
   constructor(
     readonly queue: string,
     readonly partition: number,
     readonly tag: string,
     readonly generation = 0,
   ) {
-    const base = '{' + tag + '}:';
-    this.due = base + 'due';
-    this.jobs = base + 'jobs';
-    this.ready = base + 'ready';
-    this.lane = base + 'lane';
-    this.vtime = base + 'vtime';
-    this.dead = base + 'dead';
-    this.lease = base + 'lease';
-    this.fence = base + 'fence';
-    this.stats = base + 'stats';
-    this.ctl = base + 'ctl';
-    this.errors = base + 'errors';
-    this.schedules = base + 'sched';
-    this.scheduleNext = base + 'sched:next';
-    this.scheduleState = base + 'sched:state';
-    this.moving = base + 'moving';
-    this.inbound = base + 'inbound';
-    this.cancels = base + 'cancels';
-    this.dueHint = base + 'hint:due';
-    this.readyHint = base + 'hint:ready';
+    const base = partitionKeyBase(tag);
+    const self = this as unknown as Record<PartitionKeyField, string>;
+    for (const [field, [, kind]] of Object.entries(PARTITION_KEYS)) self[field as PartitionKeyField] = base + kind;
   }
 
   /** String: idempotency key -> job id. */
   idem(idempotencyKey: string): string {
-    return '{' + this.tag + '}:idem:' + idempotencyKey;
+    return partitionKeyBase(this.tag) + IDEM_KIND + ':' + idempotencyKey;
   }
 
   /** Passed in KEYS when an enqueue has no idempotency key (the script does not touch it). */
   get idemPlaceholder(): string {
-    return '{' + this.tag + '}:idem:';
+    return partitionKeyBase(this.tag) + IDEM_KIND + ':';
   }
 
   result(jobId: string): string {
-    return '{' + this.tag + '}:result:' + jobId;
+    return partitionKeyBase(this.tag) + RESULT_KIND + ':' + jobId;
   }
 
   progress(jobId: string): string {
-    return '{' + this.tag + '}:progress:' + jobId;
+    return partitionKeyBase(this.tag) + PROGRESS_KIND + ':' + jobId;
   }
 
   get fleetId(): number {
@@ -215,24 +178,20 @@ export class PartitionKeys {
     return partitionLabel(this.generation, this.partition);
   }
 
-  /** Python-style attribute names, as the conformance vectors name the keys. */
+  /** A key by its Python attribute name, as the conformance vectors name the keys
+   *  ('schedule_next', 'idem_placeholder', 'idem:<key>', ...). */
   byKind(kind: string): string | undefined {
-    const named: Record<string, string> = {
-      due: this.due, jobs: this.jobs, ready: this.ready, lane: this.lane, vtime: this.vtime,
-      dead: this.dead, lease: this.lease, fence: this.fence, stats: this.stats, ctl: this.ctl,
-      errors: this.errors, schedules: this.schedules, schedule_next: this.scheduleNext,
-      schedule_state: this.scheduleState, moving: this.moving, inbound: this.inbound,
-      cancels: this.cancels, due_hint: this.dueHint, ready_hint: this.readyHint,
-      idem_placeholder: this.idemPlaceholder,
-    };
-    if (kind in named) return named[kind];
+    if (kind === 'idem_placeholder') return this.idemPlaceholder;
+    for (const [field, [attribute]] of Object.entries(PARTITION_KEYS)) {
+      if (attribute === kind) return this[field as PartitionKeyField];
+    }
     const colon = kind.indexOf(':');
     if (colon > 0) {
       const what = kind.slice(0, colon);
       const arg = kind.slice(colon + 1);
-      if (what === 'idem') return this.idem(arg);
-      if (what === 'result') return this.result(arg);
-      if (what === 'progress') return this.progress(arg);
+      if (what === IDEM_KIND) return this.idem(arg);
+      if (what === RESULT_KIND) return this.result(arg);
+      if (what === PROGRESS_KIND) return this.progress(arg);
     }
     return undefined;
   }
@@ -255,21 +214,6 @@ export function allPartitionKeys(queue: string, partitions: number, generation =
   const out: PartitionKeys[] = [];
   for (let p = 0; p < partitions; p++) out.push(partitionKeys(queue, p, partitions, generation));
   return out;
-}
-
-/** Hash holding a queue's partition count, layout version and creation time. */
-export function queueMetaKey(queue: string): string {
-  return '{sq:' + queue + '}:meta';
-}
-
-/** Every key whose hash tag is one of the queue's partitions' or limits' (SCAN MATCH). */
-export function queueTagsPattern(queue: string): string {
-  return '{sq:' + queue + ':*';
-}
-
-/** The job id of schedule `name`'s tick at `tickMs`. */
-export function scheduleJobId(name: string, tickMs: number): string {
-  return `${SCHEDULE_JOB_PREFIX}${name}@${tickMs}`;
 }
 
 /** The partition a job id or idempotency key belongs to (CRC32 of its UTF-8 bytes mod P); a

@@ -1,16 +1,20 @@
 // A queue's settings as stored at creation ({sq:<queue>}:meta): port of shardq/store/meta.py,
 // and the producer's cache of them (QueueCache of shardq/store/producer.py).
+import {
+  COMING_FIELD,
+  COMPACT_LAYOUT,
+  DEFAULT_DEAD_CAP,
+  DRAINING_FIELD,
+  GENERATION_FIELD,
+  GENERATION_PARTITIONS_FIELD,
+  LANES_RECHECK_MS,
+  MAX_ACK_RETENTION_MS,
+  MAX_DEAD_CAP,
+  MAX_PARTITIONS,
+  queueMetaKey,
+} from './constants.generated';
 import { BadNumber, MalformedRecordError, UnknownQueueError, repr, shown } from './errors';
-import { COMPACT_LAYOUT, Layout, MAX_PARTITIONS, queueMetaKey } from './keys';
-
-export const DEFAULT_DEAD_CAP = 100_000;
-export const MAX_DEAD_CAP = 10 ** 12;
-export const MAX_ACK_RETENTION_MS = 7 * 86_400_000;
-export const RESIZED_MARKER = 'resized: needs shardq >= 0.2';
-const GENERATION_FIELD = 'generation';
-const GENERATION_PARTITIONS_FIELD = 'generation:partitions';
-const DRAINING_FIELD = 'draining';
-const COMING_FIELD = 'next';
+import { Layout } from './keys';
 
 export interface QueueMeta {
   queue: string;
@@ -104,9 +108,6 @@ export function parseMeta(queue: string, raw: Record<string, string> | null | un
     throw exc;
   }
 }
-
-/** How long (ms) a producer trusts "lanes on" once read: turning lanes off reaches it this soon. */
-export const LANES_RECHECK_MS = 10_000;
 
 interface QueueFacts {
   meta: QueueMeta;

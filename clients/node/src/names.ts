@@ -1,24 +1,21 @@
-// Identifier rules (port of shardq/names.py).
+// Identifier rules (port of shardq/names.py: its rules and their sentences are generated,
+// constants.generated.ts; the checks are here).
+import {
+  JOB_ID_RE,
+  JOB_ID_RULE,
+  JOB_TYPE_RE,
+  JOB_TYPE_RULE,
+  LIMIT_KEY_RE,
+  LIMIT_KEY_RULE,
+  MAX_IDEMPOTENCY_KEY,
+  PRIORITY_LEVELS,
+  Priority,
+  QUEUE_NAME_RE,
+  QUEUE_NAME_RULE,
+  TENANT_RE,
+  TENANT_RULE,
+} from './constants.generated';
 import { InvalidJobError, InvalidLimitError, UnknownQueueError, repr, reprCut } from './errors';
-
-export const QUEUE_NAME_RE = /^[A-Za-z0-9_.\-]{1,64}$/;
-export const SCHEDULE_NAME_RE = /^[A-Za-z0-9_.\-]{1,100}$/;
-export const QUEUE_NAME_RULE = "use 1-64 characters of letters, digits, '_', '.' or '-'";
-export const JOB_TYPE_RE = /^[A-Za-z0-9_.:/\-]{1,128}$/;
-export const JOB_TYPE_RULE = "use 1-128 characters of letters, digits and '_.:/-'";
-export const JOB_ID_RE = /^[\x21-\x7e]{1,128}$/;
-export const JOB_ID_RULE = 'use 1-128 printable ASCII characters, no spaces';
-export const MAX_IDEMPOTENCY_KEY = 256;
-export const TENANT_CHARS = '[A-Za-z0-9_.:\\-]';
-export const TENANT_RE = /^[A-Za-z0-9_.:\-]{1,64}$/;
-export const TENANT_RULE = "use 1-64 characters of letters, digits and '_.:-'";
-export const LIMIT_KEY_RE = /^[A-Za-z0-9_.:/@\-]{1,128}$/;
-
-export type Priority = 'high' | 'default' | 'low';
-export const PRIORITY_LEVELS: Record<string, string> = { high: 'h', default: 'n', low: 'l' };
-export const LEVEL_PRIORITIES: Record<string, Priority> = { h: 'high', n: 'default', l: 'low' };
-
-export type JobState = 'scheduled' | 'ready' | 'running' | 'retrying' | 'dead';
 
 /** UnknownQueueError unless `queue` is a name a queue can have. */
 export function checkQueueName(queue: unknown): asserts queue is string {
@@ -79,7 +76,7 @@ export function checkIdempotencyKey(key: unknown): asserts key is string {
 
 /** The level letter of a priority name; InvalidJobError for anything else. */
 export function checkPriority(priority: unknown): string {
-  const level = typeof priority === 'string' && Object.hasOwn(PRIORITY_LEVELS, priority) ? PRIORITY_LEVELS[priority] : undefined;
+  const level = typeof priority === 'string' && Object.hasOwn(PRIORITY_LEVELS, priority) ? PRIORITY_LEVELS[priority as Priority] : undefined;
   if (level === undefined) {
     throw new InvalidJobError(`priority ${repr(priority)} is unknown: use 'high', 'default' or 'low'`);
   }
@@ -98,9 +95,7 @@ export function checkTenant(tenant: unknown): string {
 /** A limit key as given, or InvalidLimitError saying what is allowed. */
 export function checkLimitKey(key: unknown): string {
   if (typeof key !== 'string' || !LIMIT_KEY_RE.test(key)) {
-    throw new InvalidLimitError(
-      `limit key ${reprCut(key, 80)} is invalid: use 1-128 characters of letters, digits and '_.:/@-' (e.g. a customer id or an API host)`,
-    );
+    throw new InvalidLimitError(`limit key ${reprCut(key, 80)} is invalid: ${LIMIT_KEY_RULE}`);
   }
   return key;
 }

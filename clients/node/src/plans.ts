@@ -4,8 +4,9 @@
 // meta names it too, up to 8 hops) and a job a resize is moving (E_JOB_MOVING: ask again for
 // up to 5 s).
 import { JobRequest } from './body';
+import { CONTROL_LAYOUT, MAX_REDIRECTS, MOVING_PAUSE_MS, MOVING_WAIT_MS } from './constants.generated';
 import { BulkEnqueueError, JobMovingError, LayoutMovedError, MalformedRecordError, NotDurableError, ShardqError } from './errors';
-import { CONTROL_LAYOUT, Layout, PartitionKeys, allPartitionKeys, partitionFor, partitionKeys } from './keys';
+import { Layout, PartitionKeys, allPartitionKeys, partitionFor, partitionKeys } from './keys';
 import { QueueCache, QueueMeta, isCompact, keyLayout } from './meta';
 import { checkJobId, checkQueueName } from './names';
 import {
@@ -54,9 +55,8 @@ export interface Runner {
   sleep(ms: number): Promise<void>;
 }
 
-export const MAX_REDIRECTS = 8;
-export const MOVING_WAIT_MS = 5000;
-export const MOVING_PAUSE_MS = 10;
+// Also in this namespace (`plans.MAX_REDIRECTS`), as before they were generated.
+export { MAX_REDIRECTS, MOVING_PAUSE_MS, MOVING_WAIT_MS };
 
 export interface Context {
   runner: Runner;

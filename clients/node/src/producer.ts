@@ -3,46 +3,40 @@
 // parser of its reply).  Port of shardq/store/producer.py (and the plain commands of
 // shardq/store/queues.py and shardq/store/inspect.py a producer sends).  Nothing here talks to
 // Redis: a conformance runner compares these calls with the vectors' before sending them.
+import { Backoff, JobRequest, Schedule, checkBackoff, compactPays, debounced, encodeBody, makeSchedule } from './body';
+import { check, errorFor, isCode } from './codes';
 import {
-  Backoff,
-  JobRequest,
+  BATCH_JOBS,
+  Code,
+  DEFAULT_DEAD_CAP,
+  JobState,
+  LAYOUT_VERSION,
+  LEVEL_PRIORITIES,
+  MAX_ACK_RETENTION_MS,
   MAX_ATTEMPT,
   MAX_ATTEMPTS_LIMIT,
   MAX_BACKOFF,
+  MAX_DEAD_CAP,
   MAX_JOB_TIMEOUT,
+  MAX_PARTITIONS,
   MAX_RESULT_RETENTION,
   MAX_RUN_AT,
   MAX_TIME_MS,
   MIN_RESULT_RETENTION,
-  Schedule,
-  checkBackoff,
-  compactPays,
-  debounced,
-  encodeBody,
-  makeSchedule,
-} from './body';
-import { Code, check, errorFor, isCode } from './codes';
+  PRIORITY_LEVELS,
+  Priority,
+  QUEUES_KEY,
+  TENANT_CHARS,
+  WORKER_GROUP,
+  queueMetaKey,
+} from './constants.generated';
 import { BadNumber, InvalidJobError, InvalidScheduleError, LanesOffError, MalformedRecordError, ShardqError, reprCut, shown } from './errors';
 import { newJobId, newTimedJobId, timedHead } from './ids';
 import { RUNS, supports } from './sticky';
-import {
-  LAYOUT_VERSION,
-  Layout,
-  MAX_PARTITIONS,
-  PartitionKeys,
-  QUEUES_KEY,
-  WORKER_GROUP,
-  partitionFor,
-  queueMetaKey,
-} from './keys';
-import { DEFAULT_DEAD_CAP, MAX_DEAD_CAP, QueueMeta, integer, isCompact, keyLayout, parseMeta } from './meta';
-import { JobState, LEVEL_PRIORITIES, PRIORITY_LEVELS, Priority, TENANT_CHARS, checkIdempotencyKey, checkJobId, checkNewQueueName, checkPriority } from './names';
+import { Layout, PartitionKeys, partitionFor } from './keys';
+import { QueueMeta, integer, isCompact, keyLayout, parseMeta } from './meta';
+import { checkIdempotencyKey, checkJobId, checkNewQueueName, checkPriority } from './names';
 import { ProducerSettings, msRound } from './settings';
-
-/** Most jobs per enqueue-batch call. */
-export const BATCH_JOBS = 100;
-/** A 'tin' job's due time is its id's when within this of Redis now + delay. */
-export const TIMED_SLACK_MS = 250;
 
 // -- calls ------------------------------------------------------------------------------------
 
@@ -701,8 +695,8 @@ export function queueCreateOp(queue: string, partitions: number, ackRetentionMs 
   if (typeof partitions !== 'number' || !Number.isInteger(partitions) || !(1 <= partitions && partitions <= MAX_PARTITIONS)) {
     throw new InvalidJobError(`partitions must be an integer 1..${MAX_PARTITIONS}, got ${String(partitions)}`);
   }
-  if (typeof ackRetentionMs !== 'number' || !(0 <= ackRetentionMs / 1000 && ackRetentionMs / 1000 <= 7 * 86400)) {
-    throw new InvalidJobError('ack_retention must be 0..604800 seconds');
+  if (typeof ackRetentionMs !== 'number' || !(0 <= ackRetentionMs / 1000 && ackRetentionMs / 1000 <= MAX_ACK_RETENTION_MS / 1000)) {
+    throw new InvalidJobError(`ack_retention must be 0..${MAX_ACK_RETENTION_MS / 1000} seconds`);
   }
   if (typeof deadLetterCap !== 'number' || !Number.isInteger(deadLetterCap) || !(1 <= deadLetterCap && deadLetterCap <= MAX_DEAD_CAP)) {
     throw new InvalidJobError(`dead_letter_cap must be an integer 1..${MAX_DEAD_CAP}`);
@@ -758,4 +752,4 @@ export function idempotentJobCmd(pk: PartitionKeys, idempotencyKey: string): Com
   return cmd(['GET', pk.idem(idempotencyKey)], (r) => (r === null || r === undefined ? null : text(r).split(' ', 1)[0]));
 }
 
-export { Layout, LAYOUT_VERSION };
+export { Layout };

@@ -7,17 +7,18 @@
 // power-of-two P one table lookup finds them; other counts up to MAX_SEARCHED are searched, and
 // larger ones are routed one by one).  The two random characters replaced pick among the fits, so
 // an id loses only the log2(P) bits that name its partition.
+import { STICKY_ALPHABET, STICKY_MAX_OPEN, STICKY_MAX_SEARCHED } from './constants.generated';
 import { newJobId } from './ids';
 import { crc32 } from './keys';
 import type { ProducerSettings } from './settings';
 
 /** The characters of a generated id (base64url, '-' written '.'). */
-export const ALPHABET = 'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.';
+export const ALPHABET = STICKY_ALPHABET;
 const S0 = 'AA';
 /** A count that is not a power of two is searched, P tries a job on average: small counts only. */
-export const MAX_SEARCHED = 16;
+export const MAX_SEARCHED = STICKY_MAX_SEARCHED;
 /** Open runs kept per process (the oldest opened is dropped past it). */
-export const MAX_OPEN = 256;
+export const MAX_OPEN = STICKY_MAX_OPEN;
 
 const ascii = (s: string): Buffer => Buffer.from(s, 'latin1');
 const S0_CRC = crc32(ascii(S0));

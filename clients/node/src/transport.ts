@@ -6,6 +6,7 @@
 // are resent after a fresh look at the slot map until `retryTimeoutMs` (shardq/store/retry.py);
 // a call not safe to repeat (cancel) only when the fault proves nothing was written.
 import Redis, { Cluster } from 'ioredis';
+import { PRODUCER_SETTINGS } from './constants.generated';
 import { FunctionsNotLoadedError, RedisUnavailableError } from './errors';
 import { slotOf } from './keys';
 import { FUNCTIONS, LIBRARY_CODE, LIBRARY_NAME, functionName, isCodeMissing } from './library';
@@ -15,7 +16,8 @@ import { Runner } from './plans';
 export type SentCall = ReturnType<typeof sent>;
 
 export interface TransportOptions {
-  /** How long a call keeps being resent through failovers and slot moves (default 15 s). */
+  /** How long a call keeps being resent through failovers and slot moves (default: Python's
+   *  ProducerSettings.retry_timeout, 15 s). */
   retryTimeoutMs?: number;
   /** Called with every call as it is sent (tests compare them with the wire vectors). */
   onSend?: (call: SentCall) => void;
@@ -65,7 +67,7 @@ export class Transport implements Runner {
     readonly client: Redis | Cluster,
     opts: TransportOptions = {},
   ) {
-    this.retryTimeoutMs = opts.retryTimeoutMs ?? 15_000;
+    this.retryTimeoutMs = opts.retryTimeoutMs ?? PRODUCER_SETTINGS.retryTimeoutMs.default;
     this.onSend = opts.onSend;
   }
 
