@@ -8,8 +8,8 @@ adds them all with ``add_command`` (no command registers itself by being importe
 - ``schedule``, ``batch``, ``limit``; ``ops``: ``owners``, ``rebalance``, ``stats``, ``dlq ...``;
   ``balancer``: ``balancer run|status``
 - ``security``: ``acl ...``, ``functions ...``; ``web``
-- ``dev``: ``dev ...``, ``demo``, ``bench ...`` (these import shardq.devtools inside the
-  commands, so no other command loads it)
+- ``dev``: ``dev ...``, ``demo`` (these import shardq.dev inside the commands, so no other
+  command loads it)
 
 What they share is in ``options`` (connection options, --queue, parameter types, settings
 options) and ``errors`` (an expected failure as one line, exit 1).
@@ -96,7 +96,6 @@ for _command in (
     web.web,
     dev.dev,
     dev.demo,
-    dev.bench,
 ):
     main.add_command(_command)
 

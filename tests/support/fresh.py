@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from shardq import Client
-from shardq.devtools.devcluster import cluster_down, cluster_up
+from shardq.dev.devcluster import cluster_down, cluster_up
 from shardq.store import keys
 from support.helpers import Runs, scaled, wait_for
 from support.ports import TestPorts

@@ -6,4 +6,4 @@ here=$(cd "$(dirname "$0")/.." && pwd)
 repo=$(cd "$here/../.." && pwd)
 python=${PYTHON:-"$repo/.venv/bin/python"}
 cd "$repo"
-exec "$python" -m shardq.devtools.wire export-library --out "$here/src/library.generated.ts" "$@"
+exec "$python" -m wire.spec export-library --out "$here/src/library.generated.ts" "$@"
