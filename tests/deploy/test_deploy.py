@@ -252,7 +252,7 @@ def resolve(argv: list[str], where: str) -> tuple[list[str], click.Command, list
                 args.pop(0)
         assert args, f"{where}: `shardq {' '.join(path)}` needs a subcommand"
         name = args.pop(0)
-        sub = cmd.commands.get(name)
+        sub = cmd.get_command(click.Context(cmd), name)
         assert sub is not None, f"{where}: `shardq {' '.join(path)}` has no command {name!r}"
         path.append(name)
         cmd = sub
@@ -1284,7 +1284,10 @@ def test_environment_variables_are_read_by_shardq() -> None:
             elif p.envvar:
                 cli_vars.update(p.envvar)
         if isinstance(cmd, click.Group):
-            for sub in cmd.commands.values():
+            ctx = click.Context(cmd)
+            for name in cmd.list_commands(ctx):
+                sub = cmd.get_command(ctx, name)
+                assert sub is not None, name
                 walk(sub)
 
     walk(cli_main())

@@ -64,9 +64,12 @@ def _walk(cmd: click.Command, ctx: click.Context, out: dict[str, Any]) -> None:
     if isinstance(cmd, click.Group):
         out[path]["invoke_without_command"] = cmd.invoke_without_command
         out[path]["chain"] = cmd.chain
-        out[path]["commands"] = sorted(cmd.commands)
-        for name in sorted(cmd.commands):
-            sub = cmd.commands[name]
+        # through the group's lookup, as click does: the root imports its commands lazily
+        names = sorted(cmd.list_commands(ctx))
+        out[path]["commands"] = names
+        for name in names:
+            sub = cmd.get_command(ctx, name)
+            assert sub is not None, f"{path} lists {name} but has no such command"
             _walk(sub, click.Context(sub, info_name=name, parent=ctx), out)
 
 
