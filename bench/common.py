@@ -12,18 +12,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from shardq import JobRequest
-from shardq.client import Client
-from shardq.connection import is_cluster
-from shardq.devtools.bench import cli_command, delete_queue, job_memory, percentile, queue_counters
-
-# calibration lives in the package: the CLI's benches print it too
-from shardq.devtools.calibration import (  # noqa: F401 - re-exported for the benches
+from bench.calibration import (  # noqa: F401 - re-exported for the benches
     calibrate,
     calibration_line,
     cpu_loop_rate,
     redis_benchmark,
 )
+from shardq import JobRequest
+from shardq.client import Client
+from shardq.connection import is_cluster
+from shardq.dev.demo import cli_command, delete_queue, job_memory, percentile, queue_counters
 from shardq.store import keys
 
 REPO = Path(__file__).resolve().parents[1]
@@ -241,7 +239,7 @@ class Fleet:
                 "worker",
                 "run",
                 "--handlers",
-                "shardq.devtools.handlers:handlers",
+                "shardq.dev.handlers:handlers",
                 "--concurrency",
                 str(concurrency),
             ],

@@ -22,7 +22,7 @@ from bench.common import Sampler, calibrate, calibration_line, fresh_queue
 from bench.rates import memory_allows
 from shardq import JobRequest
 from shardq.client import Client
-from shardq.devtools.bench import delete_queue
+from shardq.dev.demo import delete_queue
 from shardq.store import keys
 
 CHUNK = 20_000

@@ -37,7 +37,7 @@ from typing import Any
 
 from bench.common import calibrate, calibration_line, pct
 from shardq import Client, JobRequest
-from shardq.devtools.bench import cli_command
+from shardq.dev.demo import cli_command
 from shardq.store import keys
 
 PARTITIONS = 64

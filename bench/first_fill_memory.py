@@ -15,12 +15,12 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from bench.calibration import calibrate, calibration_line
 from shardq import JobRequest
 from shardq.client import Client
 from shardq.config import RedisSettings
 from shardq.connection import connect
-from shardq.devtools import devcluster
-from shardq.devtools.calibration import calibrate, calibration_line
+from shardq.dev import devcluster
 
 FIELDS = (
     "used_memory",

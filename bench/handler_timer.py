@@ -19,7 +19,7 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable
 
-from shardq.devtools.calibration import cpu_loop_rate
+from bench.calibration import cpu_loop_rate
 
 LIMIT = 600.0  # the default handler_timeout: the timer never fires here
 

@@ -40,10 +40,10 @@ from typing import Any
 import redis as redis_lib
 
 from bench.common import calibrate, calibration_line, cpu_seconds
+from bench.fleet import primary_addresses
 from shardq import Client
 from shardq.connection import is_cluster
-from shardq.devtools.bench import cli_command, delete_queue
-from shardq.devtools.bench_fleet import primary_addresses
+from shardq.dev.demo import cli_command, delete_queue
 from shardq.store import loader
 
 # A connection's commands closer than this are one round trip (one pipelined batch).
@@ -153,7 +153,7 @@ def run(
         for _ in range(dispatchers)
     ] + [
         subprocess.Popen(
-            cli_command("worker", "run", *base, "--handlers", "shardq.devtools.handlers:handlers"),
+            cli_command("worker", "run", *base, "--handlers", "shardq.dev.handlers:handlers"),
             env=env,
             cwd=code,
         )

@@ -31,7 +31,7 @@ from bench.common import calibrate, calibration_line, cpu_seconds
 from bench.idle import RedisCpu, _all_nodes
 from shardq import Client
 from shardq.connection import RedisSettings, connect_async
-from shardq.devtools.bench import delete_queue
+from shardq.dev.demo import delete_queue
 from shardq.runtime.process import LAYOUT_CHECK
 from shardq.runtime.supervisor import Supervisor
 from shardq.runtime.waits import after_grid, wait_event_until

@@ -69,7 +69,7 @@ from bench.common import (
 from bench.failover import HANDLERS
 from shardq import JobRequest
 from shardq.client import Client
-from shardq.devtools.bench import cli_command
+from shardq.dev.demo import cli_command
 from shardq.inspector import Inspector
 from shardq.store import keys
 

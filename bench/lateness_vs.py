@@ -3,7 +3,7 @@
     python -m bench.lateness_vs --reference REV [--reference REV2 ...]
                                 [--url redis://127.0.0.1:7300] [--rounds 3] [--rates 5000,10000]
 
-Each round, per rate and tree (the order alternating between rounds): ``shardq bench e2e
+Each round, per rate and tree (the order alternating between rounds): ``python -m bench.e2e
 --jobs 10*rate --spread 10`` (64 partitions, 1 dispatcher + 1 worker, the tree's defaults),
 run from that tree (a reference revision unpacked by bench.baselines.reference, first on
 PYTHONPATH and as the working directory).  Several references compare several revisions in
@@ -22,6 +22,7 @@ import os
 import resource
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 from bench.baselines import reference as reference_mod
@@ -32,7 +33,12 @@ def run(tree: str | None, url: str, rate: int) -> dict[str, Any]:
     env = dict(os.environ)
     if tree:
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [tree, env.get("PYTHONPATH")]))
-    cmd = [sys.executable, "-m", "shardq.cli", "bench", "e2e", "--url", url]
+    root = Path(tree) if tree else REPO
+    # Trees from before the benchmarks left the package ran it as `shardq bench e2e`.
+    if (root / "bench" / "e2e.py").is_file():
+        cmd = [sys.executable, "-m", "bench.e2e", "--url", url]
+    else:
+        cmd = [sys.executable, "-m", "shardq.cli", "bench", "e2e", "--url", url]
     cmd += ["--jobs", str(rate * 10), "--spread", "10", "--json"]
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     out = subprocess.run(

@@ -37,7 +37,7 @@ from shardq.aio import AsyncClient  # noqa: E402
 from shardq.client import Client  # noqa: E402
 from shardq.config import DispatcherSettings, RedisSettings, WorkerSettings  # noqa: E402
 from shardq.connection import connect_async  # noqa: E402
-from shardq.devtools.bench import percentile  # noqa: E402
+from shardq.dev.demo import percentile  # noqa: E402
 from shardq.dispatcher import Dispatcher  # noqa: E402
 from shardq.jobs import Job  # noqa: E402
 from shardq.store import keys  # noqa: E402

@@ -58,10 +58,10 @@ from bench.common import (
 )
 from shardq.client import Client
 from shardq.connection import is_cluster
-from shardq.devtools.bench import cli_command, delete_queue, queue_counters
+from shardq.dev.demo import cli_command, delete_queue, queue_counters
 from shardq.inspector import Inspector
 
-HANDLERS = "shardq.devtools.handlers:handlers"
+HANDLERS = "shardq.dev.handlers:handlers"
 
 
 def node_addresses(client: Client) -> set[tuple[str, int]]:

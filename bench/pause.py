@@ -40,7 +40,7 @@ import redis as redis_lib
 from bench.common import calibrate, calibration_line, pct
 from bench.failover import HANDLERS, ROOT, read_runs, wait
 from shardq import Client, JobRequest
-from shardq.devtools.bench import cli_command
+from shardq.dev.demo import cli_command
 from shardq.store import keys
 
 PARTITIONS = 64

@@ -21,7 +21,7 @@ from shardq import JobRequest
 from shardq.client import Client
 from shardq.config import DispatcherSettings, RedisSettings, WorkerSettings
 from shardq.connection import connect_async
-from shardq.devtools.bench import delete_queue, queue_counters
+from shardq.dev.demo import delete_queue, queue_counters
 from shardq.dispatcher import Dispatcher
 from shardq.jobs import Job
 from shardq.worker import Worker

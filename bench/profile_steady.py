@@ -42,7 +42,7 @@ from bench.baselines import shardq_consumer
 from bench.baselines.scenarios import RunLogs
 from bench.baselines.steady import PARTITIONS, PAYLOAD, SETTLE, Consumer
 from bench.common import calibrate, calibration_line, pct
-from shardq.devtools.devcluster import standalone_down, standalone_up
+from shardq.dev.devcluster import standalone_down, standalone_up
 
 PORT = 7338
 LOG_LEN = 2_000_000

@@ -29,7 +29,7 @@ from typing import Any
 from bench.common import Fleet, calibrate, calibration_line, fresh_queue
 from shardq import JobRequest, limits
 from shardq.client import Client
-from shardq.devtools.bench import delete_queue, queue_counters
+from shardq.dev.demo import delete_queue, queue_counters
 
 PARTITIONS = 16
 LIMITED = "bench"

@@ -8,6 +8,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from bench import e2e
 from bench.common import (
     Fleet,
     Sampler,
@@ -20,7 +21,7 @@ from bench.common import (
 )
 from shardq import JobRequest
 from shardq.client import Client
-from shardq.devtools.bench import E2EConfig, run_e2e
+from shardq.dev.demo import E2EConfig
 from shardq.store import keys
 
 
@@ -162,9 +163,9 @@ def backlog_memory(url: str, jobs: int, partitions: int = 64) -> dict[str, Any]:
 
 
 def steady_lateness(url: str, rate: int, spread: float, partitions: int = 64) -> dict[str, Any]:
-    """``shardq.devtools.bench.run_e2e``: rate x spread jobs enqueued ahead, coming due at ``rate``
+    """``bench.e2e.run``: rate x spread jobs enqueued ahead, coming due at ``rate``
     jobs/s, one dispatcher and one worker process."""
-    r = run_e2e(E2EConfig(url=url, jobs=int(rate * spread), spread=spread, partitions=partitions))
+    r = e2e.run(E2EConfig(url=url, jobs=int(rate * spread), spread=spread, partitions=partitions))
     return {
         "rate": rate,
         "jobs": r["jobs"],
@@ -177,8 +178,8 @@ def steady_lateness(url: str, rate: int, spread: float, partitions: int = 64) ->
 
 
 def drain(url: str, jobs: int, partitions: int = 64) -> dict[str, Any]:
-    """``shardq.devtools.bench.run_e2e --backlog``: an overdue backlog drained end to end."""
-    r = run_e2e(E2EConfig(url=url, jobs=jobs, backlog=True, partitions=partitions))
+    """``bench.e2e.run``, ``backlog=True``: an overdue backlog drained end to end."""
+    r = e2e.run(E2EConfig(url=url, jobs=jobs, backlog=True, partitions=partitions))
     keep = (
         "jobs",
         "lost",

@@ -26,8 +26,8 @@ from typing import Any
 from bench.common import Sampler, calibrate, calibration_line, fresh_queue
 from shardq import JobRequest
 from shardq.client import Client
-from shardq.devtools.bench import delete_queue
-from shardq.devtools.devcluster import standalone_down, standalone_up
+from shardq.dev.demo import delete_queue
+from shardq.dev.devcluster import standalone_down, standalone_up
 from shardq.store import delivery, keys, transport
 
 CONSUMER = "bench:read-call"

@@ -32,8 +32,8 @@ from shardq.aio import AsyncClient
 from shardq.client import Client
 from shardq.config import DispatcherSettings, RedisSettings, WorkerSettings
 from shardq.connection import connect_async
-from shardq.devtools.bench import percentile
-from shardq.devtools.devcluster import cluster_down, cluster_up
+from shardq.dev.demo import percentile
+from shardq.dev.devcluster import cluster_down, cluster_up
 from shardq.dispatcher import Dispatcher
 from shardq.jobs import Job
 from shardq.worker import Worker

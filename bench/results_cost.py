@@ -24,7 +24,7 @@ from typing import Any
 from bench.common import Fleet, Sampler, calibrate, calibration_line, fresh_queue, wait_until
 from shardq import JobRequest
 from shardq.client import Client
-from shardq.devtools.bench import delete_queue, queue_counters
+from shardq.dev.demo import delete_queue, queue_counters
 
 KEEP = 3600.0
 
@@ -40,7 +40,7 @@ def run_mode(
         fleet.dispatcher()
         fleet._start(
             "worker",
-            ["worker", "run", "--handlers", "shardq.devtools.handlers:handlers",
+            ["worker", "run", "--handlers", "shardq.dev.handlers:handlers",
              "--concurrency", "200"],
         )  # fmt: skip
         time.sleep(2.0)  # both started and serving

@@ -29,7 +29,7 @@ import redis as redis_lib
 from bench import failover, migrate, pause, rates, stages
 from bench.baselines import bullmq_node, drain, scenarios
 from bench.common import calibrate, calibration_line
-from shardq.devtools.bench import run_enqueue_bench
+from bench.enqueue import run_enqueue_bench
 
 SECTIONS = (
     "enqueue",
@@ -166,7 +166,7 @@ def _fmt(value: Any) -> str:
 
 def show_enqueue(r: dict[str, Any]) -> str:
     return table(
-        "enqueue rate (shardq.devtools.bench.run_enqueue_bench, one client process)",
+        "enqueue rate (bench.enqueue.run_enqueue_bench, one client process)",
         ["mode", "jobs", "jobs/s"],
         [
             ["single enqueue() loop", r["single_jobs"], r["single_jobs_per_s"]],
@@ -264,8 +264,7 @@ def show_promote_rate(r: dict[str, Any]) -> str:
 def show_drain(r: dict[str, Any]) -> str:
     lat = r["lateness_ms"]
     return table(
-        "end-to-end drain (shardq.devtools.bench.run_e2e --backlog: 1 dispatcher + 1 worker "
-        "process)",
+        "end-to-end drain (bench.e2e.run, backlog=True: 1 dispatcher + 1 worker process)",
         [
             "jobs",
             "lost",
@@ -293,7 +292,7 @@ def show_drain(r: dict[str, Any]) -> str:
 
 def show_lateness(rows: list[dict[str, Any]]) -> str:
     return table(
-        "lateness at steady due rates (shardq.devtools.bench.run_e2e: jobs enqueued ahead, due "
+        "lateness at steady due rates (bench.e2e.run: jobs enqueued ahead, due "
         "evenly over the spread; 1 dispatcher + 1 worker process)",
         [
             "jobs/s due",

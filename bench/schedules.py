@@ -9,7 +9,7 @@ measures the primaries' memory before and after, then runs one ``shardq dispatch
 first a window before any tick is due (the dispatcher's cost with N idle schedules), then a
 window while ticks fire at N / every per second.  Reported per second of that window: fires,
 FCALL calls, their Redis time and the primaries' CPU (net of the idle rate), against the
-baseline window.  Prints a calibration line first (see shardq.devtools.calibration).
+baseline window.  Prints a calibration line first (see bench/calibration.py).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from typing import Any
 
 from bench.common import Sampler, calibrate, calibration_line, fresh_queue, used_memory
 from shardq import Client
-from shardq.devtools.bench import cli_command, delete_queue
+from shardq.dev.demo import cli_command, delete_queue
 from shardq.schedules import make_definition
 from shardq.store import keys, transport
 from shardq.store import schedules as ops

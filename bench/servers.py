@@ -33,7 +33,7 @@ from typing import Any
 from bench.baselines.scenarios import ScenarioConfig, run_scenario
 from bench.baselines.steady import run_one
 from bench.common import calibrate, calibration_line
-from shardq.devtools.devcluster import standalone_down, standalone_up
+from shardq.dev.devcluster import standalone_down, standalone_up
 
 PORTS = {"redis": 7320, "valkey": 7321}
 

@@ -17,9 +17,9 @@ import json
 import time
 from typing import Any
 
+from bench.calibration import cpu_loop_rate
 from shardq import JobRequest
 from shardq.config import ProducerSettings
-from shardq.devtools.calibration import cpu_loop_rate
 from shardq.jobs import new_timed_job_id, timed_head
 from shardq.store import producer, sticky
 

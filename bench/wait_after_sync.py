@@ -18,8 +18,8 @@ import time
 
 import redis
 
-from shardq.devtools import devcluster
-from shardq.devtools.calibration import calibrate, calibration_line
+from bench.calibration import calibrate, calibration_line
+from shardq.dev import devcluster
 
 
 def _synced(primary: redis.Redis, replica: redis.Redis) -> bool:

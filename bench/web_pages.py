@@ -22,10 +22,10 @@ from typing import Any
 
 from starlette.testclient import TestClient
 
+from bench.calibration import calibrate, calibration_line
 from shardq import JobRequest
 from shardq.client import Client
 from shardq.config import RedisSettings
-from shardq.devtools.calibration import calibrate, calibration_line
 from shardq.inspector import Inspector
 from shardq.store import delivery, keys, transport
 from shardq.web import WebConfig, create_app

@@ -48,7 +48,7 @@ from bench.common import (
 )
 from shardq import JobRequest
 from shardq.client import Client
-from shardq.devtools.bench import cli_command, delete_queue, queue_counters
+from shardq.dev.demo import cli_command, delete_queue, queue_counters
 from shardq.store import keys
 
 HANDLERS = str(REPO / "bench" / "handlers")

@@ -61,7 +61,7 @@ from locust.runners import MasterRunner, WorkerRunner
 from shardq import JobRequest
 from shardq.client import Client
 from shardq.config import RedisSettings
-from shardq.devtools.bench import delete_queue, queue_counters
+from shardq.dev.demo import delete_queue, queue_counters
 
 FLEET_PY = Path(__file__).resolve().parent / "fleet.py"
 SHAPE_ENV = "LOADTEST_SHAPE"

@@ -31,6 +31,9 @@ MAX_LATENESS_BUDGET = 1.0
 MAX_RESULT_BYTES = 16 * 1024 * 1024
 #: The most WorkerSettings.max_error_bytes may be: the fail script keeps no more of an error.
 MAX_ERROR_BYTES = 1_000_000
+#: The most jobs or batches one listing page holds (Inspector.jobs, Inspector.batches; the
+#: CLI's --limit).
+MAX_LIMIT = 1000
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
 

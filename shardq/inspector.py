@@ -15,6 +15,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import TYPE_CHECKING
 
+from shardq.config import MAX_LIMIT as MAX_LIMIT
 from shardq.errors import InvalidCursorError, QueueInUseError
 from shardq.jobs import JobInfo, JobResult
 from shardq.plans import inspect as plans
@@ -22,7 +23,6 @@ from shardq.plans import producer as producer_plans
 from shardq.plans import twin_of
 from shardq.plans.inspect import EMPTY_STATES as EMPTY_STATES
 from shardq.plans.inspect import LIST_STATES as LIST_STATES
-from shardq.plans.inspect import MAX_LIMIT as MAX_LIMIT
 from shardq.plans.inspect import JobSummary as JobSummary
 from shardq.plans.inspect import Member, Page, PartitionInfo, Progress
 from shardq.store import transport

@@ -227,3 +227,16 @@ def check_schedule_name(name: str) -> None:
         raise InvalidPeriodicScheduleError(
             f"schedule name {name!r} is invalid: {SCHEDULE_NAME_RULE}"
         )
+
+
+# -- operators' words -----------------------------------------------------------------------
+# Here, not in shardq.admin, so the CLI can offer them as choices without loading the admin
+# code (and the client and redis-py it runs on) before a command runs.
+
+#: The roles of a deployment's Redis users (shardq.admin.acl writes their rules).
+ROLES: tuple[str, ...] = ("producer", "dispatcher", "worker", "operator", "viewer", "admin")
+
+#: What a placement plan evens out (shardq.admin.balancer, ``--by``): jobs/s over a window,
+#: bytes in the slots, or load: each slot's share of both, counting equally.
+By = Literal["load", "rate", "bytes"]
+BY_CHOICES: tuple[By, ...] = ("load", "rate", "bytes")

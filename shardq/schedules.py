@@ -65,7 +65,6 @@ from typing import Any, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import orjson
-from cronsim import CronSim, CronSimError
 
 from shardq import jobs as jobmod
 from shardq.config import ProducerSettings
@@ -213,6 +212,8 @@ class Definition:
                     f"cron expression {self.cron!r}: use 5 fields (minute hour day month "
                     "weekday), or 6 with seconds first"
                 )
+            from cronsim import CronSim, CronSimError  # here: only cron schedules load it
+
             try:
                 CronSim(self.cron, datetime(2000, 1, 1, tzinfo=self.zone()))
             except (CronSimError, ValueError, KeyError, IndexError) as exc:
@@ -238,6 +239,8 @@ class Definition:
                 yield anchor + k * every
                 k += 1
         assert self.cron is not None
+        from cronsim import CronSim
+
         start = datetime.fromtimestamp(max(after_ms, 0) // 1000, self.zone())
         try:
             for dt in CronSim(self.cron, start):
@@ -257,6 +260,8 @@ class Definition:
                 k -= 1
             return
         assert self.cron is not None
+        from cronsim import CronSim
+
         start = datetime.fromtimestamp(at_or_before_ms // 1000 + 1, self.zone())
         try:
             for dt in CronSim(self.cron, start, reverse=True):

@@ -40,7 +40,7 @@ from support.servers import ENV, ServerUnavailable, banner, bin_dir
 from shardq.client import Client
 from shardq.config import RedisSettings
 from shardq.connection import connect
-from shardq.devtools import devcluster
+from shardq.dev import devcluster
 
 SEED = int(os.environ.get("SHARDQ_TEST_SEED") or secrets.randbelow(2**32))
 # pytest-xdist's worker processes inherit the environment: one seed for the whole run, so the

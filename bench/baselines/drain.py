@@ -17,7 +17,7 @@ running a shardq ``Dispatcher`` and ``Worker`` (:mod:`bench.baselines.shardq_con
 partitions, worker concurrency 1,000).
 One consumer process each, both appending one line per handler run to a run log; the handler
 does nothing else.  Drain rate = jobs run / (last first-run start - first first-run start), the
-starts read from the run log (due time + lateness), the way ``shardq bench e2e`` measures it.
+starts read from the run log (due time + lateness), the way ``python -m bench.e2e`` measures it.
 The order of the designs alternates from round to round.
 
 Before the first round and after the last, a calibration of the box in the same run: a fixed

@@ -72,8 +72,8 @@ import redis as redis_lib
 from bench.baselines import bullmq_node, shardq_consumer
 from bench.baselines.scenarios import RunLogs
 from bench.common import REPO, calibrate, calibration_line, cpu_seconds, pct
-from shardq.devtools.bench import cli_command
-from shardq.devtools.devcluster import standalone_down, standalone_up
+from shardq.dev.demo import cli_command
+from shardq.dev.devcluster import standalone_down, standalone_up
 
 PORT = 7337
 PARTITIONS = 64  # `shardq queue create`'s default

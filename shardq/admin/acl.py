@@ -22,9 +22,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from shardq.names import ROLES as ROLES
 from shardq.store import keys
-
-ROLES = ("producer", "dispatcher", "worker", "operator", "viewer", "admin")
 
 # Every role: health, topology detection, slot map, the Redis clock.
 BASICS = ("+ping", "+info", "+command", "+cluster|slots", "+cluster|shards", "+time")

@@ -38,20 +38,18 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
-from typing import Literal
 
 from shardq.admin import placement, slots
 from shardq.admin.owners import partition_rates
 from shardq.client import Client
 from shardq.errors import ShardqError, UnknownQueueError
 from shardq.logs import log_event
+from shardq.names import BY_CHOICES as BY_CHOICES
+from shardq.names import By as By
 from shardq.runtime.identity import member_id
 from shardq.store import fleet, keys
 
 log = logging.getLogger("shardq.balancer")
-
-By = Literal["load", "rate", "bytes"]
-BY_CHOICES: tuple[By, ...] = ("load", "rate", "bytes")
 
 
 class BalancerError(ShardqError):

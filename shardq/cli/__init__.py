@@ -1,15 +1,20 @@
-"""The ``shardq`` command line: the root group, and every command group added to it here.
+"""The ``shardq`` command line: the root group, and where each of its commands is defined.
 
 One module per group of commands, each defining its commands and nothing else; this module
-adds them all with ``add_command`` (no command registers itself by being imported):
+names them all in ``COMMANDS`` (no command registers itself by being imported), and the root
+imports a command's module only when that command runs or a help lists it: ``shardq job get``
+loads cli/job.py, not the worker or the console.  So that ``shardq --help`` stays light too,
+a command module imports at its top only what its options need (click, cli/options.py, the
+IO-free models) and the facades, redis-py and the rest inside the commands that use them
+(tests/unit/test_startup.py):
 
 - ``process``: ``dispatcher run``, ``worker run``, ``health``
 - ``queue``: every ``queue ...`` command; ``job``: every ``job ...`` command and ``enqueue``
 - ``schedule``, ``batch``, ``limit``; ``ops``: ``owners``, ``rebalance``, ``stats``, ``dlq ...``;
   ``balancer``: ``balancer run|status``
 - ``security``: ``acl ...``, ``functions ...``; ``web``
-- ``dev``: ``dev ...``, ``demo``, ``bench ...`` (these import shardq.devtools inside the
-  commands, so no other command loads it)
+- ``dev``: ``dev ...``, ``demo`` (these import shardq.dev inside the commands, so no other
+  command loads it)
 
 What they share is in ``options`` (connection options, --queue, parameter types, settings
 options) and ``errors`` (an expected failure as one line, exit 1).
@@ -20,19 +25,6 @@ from __future__ import annotations
 import click
 
 from shardq import __version__
-from shardq.cli import (
-    balancer,
-    batch,
-    dev,
-    job,
-    limit,
-    ops,
-    process,
-    queue,
-    schedule,
-    security,
-    web,
-)
 from shardq.cli.errors import ShardqGroup
 from shardq.cli.options import (
     LOG_LEVELS,
@@ -42,10 +34,33 @@ from shardq.cli.options import (
 )
 from shardq.logs import LOG_FORMATS, LogFormat, setup_logging
 
-__all__ = ["entry", "main"]
+__all__ = ["COMMANDS", "entry", "main"]
+
+# Every command of the root: its name -> "module:attribute" of the click command.
+COMMANDS = {
+    "dispatcher": "shardq.cli.process:dispatcher",
+    "worker": "shardq.cli.process:worker",
+    "health": "shardq.cli.process:health",
+    "queue": "shardq.cli.queue:queue",
+    "enqueue": "shardq.cli.job:enqueue",
+    "job": "shardq.cli.job:job",
+    "schedule": "shardq.cli.schedule:schedule",
+    "batch": "shardq.cli.batch:batch",
+    "limit": "shardq.cli.limit:limit",
+    "owners": "shardq.cli.ops:owners",
+    "rebalance": "shardq.cli.ops:rebalance",
+    "balancer": "shardq.cli.balancer:balancer_group",
+    "stats": "shardq.cli.ops:stats",
+    "dlq": "shardq.cli.ops:dlq",
+    "acl": "shardq.cli.security:acl_group",
+    "functions": "shardq.cli.security:functions_group",
+    "web": "shardq.cli.web:web",
+    "dev": "shardq.cli.dev:dev",
+    "demo": "shardq.cli.dev:demo",
+}
 
 
-@click.group(cls=ShardqGroup)
+@click.group(cls=ShardqGroup, lazy_commands=COMMANDS)
 @click.version_option(__version__, "--version", prog_name="shardq")
 @click.option(
     "--log-level",
@@ -74,31 +89,6 @@ def main(log_level: str, log_format: LogFormat) -> None:
     """
     setup_logging(log_level, log_format)
     warn_password_was_in_argv()
-
-
-for _command in (
-    process.dispatcher,
-    process.worker,
-    process.health,
-    queue.queue,
-    job.enqueue,
-    job.job,
-    schedule.schedule,
-    batch.batch,
-    limit.limit,
-    ops.owners,
-    ops.rebalance,
-    balancer.balancer_group,
-    ops.stats,
-    ops.dlq,
-    security.acl_group,
-    security.functions_group,
-    web.web,
-    dev.dev,
-    dev.demo,
-    dev.bench,
-):
-    main.add_command(_command)
 
 
 def entry() -> None:

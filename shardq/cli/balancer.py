@@ -10,7 +10,6 @@ from typing import Any
 import click
 
 from shardq import format as fmt
-from shardq.admin import balancer, slots
 from shardq.cli.options import (
     JSON_OPTION,
     QUEUE_NAME,
@@ -20,7 +19,7 @@ from shardq.cli.options import (
     redis_options,
     redis_settings,
 )
-from shardq.client import Client
+from shardq.names import By
 
 
 @click.group("balancer")
@@ -97,7 +96,7 @@ def balancer_group() -> None:
 @redis_options
 def run(
     queues: tuple[str, ...],
-    balance_by: balancer.By,
+    balance_by: By,
     tolerance: float,
     trigger: float,
     sustain: int,
@@ -120,6 +119,9 @@ def run(
     primary is within --tolerance, within the budget (--max-moves, --concurrency,
     --bytes-per-second). Logs one JSON line per decision and move.
     """
+    from shardq.admin import balancer, slots
+    from shardq.client import Client
+
     settings = balancer.BalancerSettings(
         queues=queues,
         by=balance_by,
@@ -157,6 +159,8 @@ def run(
 @redis_options
 def status(as_json: bool) -> None:
     """The balancer leader's last round: who leads, when, the deviation and the moves made."""
+    from shardq.admin import balancer
+
     with open_client() as client:
         report = balancer.status(client)
     if as_json:

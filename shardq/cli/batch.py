@@ -15,7 +15,7 @@ import click
 
 from shardq import format as fmt
 from shardq.cli.options import JSON_OPTION, Pattern, open_client, queue_option, redis_options
-from shardq.inspector import MAX_LIMIT, Inspector
+from shardq.config import MAX_LIMIT
 from shardq.workflows import BATCH_ID_RULE, BATCH_STATE_MEANINGS, BatchCancel, BatchInfo
 from shardq.workflows import STORED_ID_RE as BATCH_ID_RE
 
@@ -107,6 +107,8 @@ def batch() -> None:
 @redis_options
 def batch_get(queue_name: str, batch_id: str, as_json: bool) -> None:
     """Show a batch or chain: state, counts, policy, reason, callbacks, what is left to fire."""
+    from shardq.inspector import Inspector
+
     with open_client() as client:
         b = Inspector(client).batch(queue_name, batch_id)
     if b is None:
@@ -133,6 +135,8 @@ def batch_get(queue_name: str, batch_id: str, as_json: bool) -> None:
 @redis_options
 def batch_list(queue_name: str, limit: int, as_json: bool) -> None:
     """List the queue's newest batches and chains, newest first (JSON lines with --json)."""
+    from shardq.inspector import Inspector
+
     with open_client() as client:
         found = Inspector(client).batches(queue_name, limit)
     if as_json:
@@ -184,6 +188,8 @@ def batch_list(queue_name: str, limit: int, as_json: bool) -> None:
 def batch_cancel(queue_name: str, batch_id: str, as_json: bool) -> None:
     """Cancel a batch or chain: no callback fires any more, its waiting children are cancelled,
     running ones end as they will (safe to repeat)."""
+    from shardq.inspector import Inspector
+
     with open_client() as client:
         out = Inspector(client).cancel_batch(queue_name, batch_id)
     if as_json:

@@ -1,8 +1,9 @@
-"""The commands for development and measurement: ``shardq dev`` (start, stop and inspect local
-Redis servers), ``shardq demo`` and ``shardq bench``, over shardq.devtools.
+"""The commands for development: ``shardq dev`` (start, stop and inspect local Redis servers)
+and ``shardq demo``, over shardq.dev.  The benchmarks are repository tools (``python -m
+bench.e2e``, ``bench.enqueue``, ``bench.fleet``: bench/README.md), not commands of the product.
 
-Every command imports shardq.devtools inside its body, never at the top of this module: the
-rest of the CLI (and so every worker and dispatcher process) never loads the dev tools.
+Every command imports shardq.dev inside its body, never at the top of this module: the rest
+of the CLI (and so every worker and dispatcher process) never loads the dev tools.
 
 ``dev ... up`` writes progress to stderr and the URL as the last line on stdout, so scripts can
 do ``URL=$(shardq dev cluster up | tail -n1)``.
@@ -10,16 +11,14 @@ do ``URL=$(shardq dev cluster up | tail -n1)``.
 
 from __future__ import annotations
 
-import json
 import sys
 from typing import Any
 
 import click
 
 from shardq.cli.errors import ShardqGroup
-from shardq.cli.options import redis_options, redis_settings
 
-__all__ = ["bench", "demo", "dev"]
+__all__ = ["demo", "dev"]
 
 
 def _server_bin(fn: Any) -> Any:
@@ -61,7 +60,7 @@ def cluster() -> None:
 @_server_bin
 def cluster_up(base_port: int, appendonly: bool, timeout: float, server_bin: str | None) -> None:
     """Start the cluster (or keep the healthy one) and print its URL."""
-    from shardq.devtools import devcluster
+    from shardq.dev import devcluster
 
     url = devcluster.cluster_up(
         base_port,
@@ -77,7 +76,7 @@ def cluster_up(base_port: int, appendonly: bool, timeout: float, server_bin: str
 @click.option("--base-port", type=int, default=7000, show_default=True, help="First port.")
 def cluster_down(base_port: int) -> None:
     """Stop the cluster's nodes and delete their data directory."""
-    from shardq.devtools import devcluster
+    from shardq.dev import devcluster
 
     pids = devcluster.cluster_down(base_port)
     _echo_stopped(pids, f"cluster {base_port}")
@@ -87,7 +86,7 @@ def cluster_down(base_port: int) -> None:
 @click.option("--base-port", type=int, default=7000, show_default=True, help="First port.")
 def cluster_status(base_port: int) -> None:
     """Show each node's pid, role and state."""
-    from shardq.devtools import devcluster
+    from shardq.dev import devcluster
 
     for node in devcluster.cluster_status(base_port):
         click.echo(node.describe())
@@ -105,7 +104,7 @@ def standalone() -> None:
 @_server_bin
 def standalone_up(port: int, appendonly: bool, timeout: float, server_bin: str | None) -> None:
     """Start the node (or keep the running one) and print its URL."""
-    from shardq.devtools import devcluster
+    from shardq.dev import devcluster
 
     url = devcluster.standalone_up(
         port, appendonly=appendonly, timeout=timeout, progress=_progress, server_bin=server_bin
@@ -117,7 +116,7 @@ def standalone_up(port: int, appendonly: bool, timeout: float, server_bin: str |
 @click.option("--port", type=int, default=6390, show_default=True)
 def standalone_down(port: int) -> None:
     """Stop the node and delete its data directory."""
-    from shardq.devtools import devcluster
+    from shardq.dev import devcluster
 
     pids = devcluster.standalone_down(port)
     _echo_stopped(pids, f"standalone {port}")
@@ -127,130 +126,12 @@ def standalone_down(port: int) -> None:
 @click.option("--port", type=int, default=6390, show_default=True)
 def standalone_status(port: int) -> None:
     """Show the node's pid, role and state."""
-    from shardq.devtools import devcluster
+    from shardq.dev import devcluster
 
     click.echo(devcluster.standalone_status(port).describe())
 
 
-# benchmarks and demo -----------------------------------------------------------------------
-
-
-@click.group()
-def bench() -> None:
-    """Benchmarks that print figures."""
-
-
-@bench.command("e2e")
-@click.option("--jobs", default=100_000, show_default=True)
-@click.option("--spread", default=10.0, show_default=True, help="Seconds over which jobs come due.")
-@click.option("--dispatchers", default=1, show_default=True)
-@click.option("--workers", default=1, show_default=True)
-@click.option("--partitions", default=64, show_default=True)
-@click.option("--payload-bytes", default=20, show_default=True)
-@click.option("--backlog", is_flag=True, help="Enqueue all jobs overdue before the fleet starts.")
-@click.option("--timeout", default=300.0, show_default=True)
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
-@redis_options
-def bench_e2e(
-    jobs: int,
-    spread: float,
-    dispatchers: int,
-    workers: int,
-    partitions: int,
-    payload_bytes: int,
-    backlog: bool,
-    timeout: float,
-    as_json: bool,
-) -> None:
-    """Run a fresh queue end to end in subprocesses and report throughput, lateness, memory."""
-    from shardq.devtools.bench import E2EConfig, format_summary, run_e2e
-
-    conn = redis_settings()
-    cfg = E2EConfig(
-        url=conn.url,
-        jobs=jobs,
-        spread=spread,
-        dispatchers=dispatchers,
-        workers=workers,
-        partitions=partitions,
-        payload_bytes=payload_bytes,
-        backlog=backlog,
-        timeout=timeout,
-        password=conn.password,
-        username=conn.username,
-    )
-    result = run_e2e(cfg, progress=None if as_json else sys.stderr)
-    click.echo(json.dumps(result) if as_json else format_summary(result))
-
-
-@bench.command("enqueue")
-@click.option("--jobs", default=50_000, show_default=True, help="Jobs for enqueue_many.")
-@click.option("--single-jobs", default=3_000, show_default=True, help="Jobs for the single loop.")
-@click.option("--partitions", default=64, show_default=True)
-@click.option(
-    "--rounds", default=3, show_default=True, help="enqueue_many and script-limit runs each."
-)
-@redis_options
-def bench_enqueue(
-    jobs: int,
-    single_jobs: int,
-    partitions: int,
-    rounds: int,
-) -> None:
-    """Enqueue rates in one run (JSON): single enqueues, enqueue_many, and the batched script's
-    limit (the same calls prepared beforehand); each starts on an empty queue."""
-    from shardq.devtools.bench import run_enqueue_bench
-
-    conn = redis_settings()
-    click.echo(
-        json.dumps(
-            run_enqueue_bench(
-                conn.url,
-                jobs,
-                single_jobs,
-                partitions,
-                username=conn.username,
-                password=conn.password,
-                rounds=rounds,
-            )
-        )
-    )
-
-
-@bench.command("fleet")
-@click.option("--dispatchers", default=8, show_default=True)
-@click.option("--partitions", default=256, show_default=True)
-@click.option("--workers", default=4, show_default=True)
-@click.option("--lease-time", default=4.0, show_default=True)
-@click.option("--renew-interval", default=1.0, show_default=True)
-@click.option("--idle-seconds", default=10.0, show_default=True)
-@redis_options
-def bench_fleet(
-    dispatchers: int,
-    partitions: int,
-    workers: int,
-    lease_time: float,
-    renew_interval: float,
-    idle_seconds: float,
-) -> None:
-    """Lease convergence after start, SIGKILL and SIGTERM, and the idle fleet's Redis calls/s."""
-    from shardq.devtools.bench_fleet import run_fleet
-
-    conn = redis_settings()
-    click.echo(
-        json.dumps(
-            run_fleet(
-                conn.url,
-                dispatchers,
-                partitions,
-                workers,
-                lease_time,
-                renew_interval,
-                idle_seconds,
-                password=conn.password,
-            )
-        )
-    )
+# the demo ---------------------------------------------------------------------------------------
 
 
 @click.command()
@@ -264,8 +145,8 @@ def demo(
     base_port: int, jobs: int, spread: float, workers: int, keep: bool, server_bin: str | None
 ) -> None:
     """Start a local cluster, schedule JOBS due over SPREAD seconds, run a fleet, summarise."""
-    from shardq.devtools.bench import E2EConfig, format_summary, run_e2e
-    from shardq.devtools.devcluster import cluster_down, cluster_up
+    from shardq.dev.demo import E2EConfig, format_summary, run_e2e
+    from shardq.dev.devcluster import cluster_down, cluster_up
 
     url = cluster_up(base_port, progress=_progress, server_bin=server_bin)
     try:

@@ -9,7 +9,9 @@ change an argument the CLI does not have.
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import re
+from collections.abc import Mapping
 from typing import Any
 
 import click
@@ -92,7 +94,29 @@ class ShardqGroup(click.Group):
     """The root group: an expected failure anywhere below it (Redis unreachable, refused
     credentials, an unknown queue, input the library refuses) becomes one line and exit 1,
     here, instead of a try/except in every command.  Anything else is a bug: its traceback
-    stays."""
+    stays.
+
+    ``lazy_commands``: command name -> ``"module:attribute"`` of a command imported only when
+    it is looked up (it runs, or a help lists it), so a command loads its own module and what
+    that imports, never every command's."""
+
+    def __init__(
+        self, *args: Any, lazy_commands: Mapping[str, str] | None = None, **kwargs: Any
+    ) -> None:
+        super().__init__(*args, **kwargs)
+        self.lazy_commands = dict(lazy_commands or {})
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*self.commands, *self.lazy_commands})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in self.commands and cmd_name in self.lazy_commands:
+            module, _, attribute = self.lazy_commands[cmd_name].partition(":")
+            command = getattr(importlib.import_module(module), attribute)
+            if not isinstance(command, click.Command) or command.name != cmd_name:
+                raise TypeError(f"{self.lazy_commands[cmd_name]} is not the command {cmd_name}")
+            self.add_command(command)
+        return self.commands.get(cmd_name)
 
     def invoke(self, ctx: click.Context) -> Any:
         try:

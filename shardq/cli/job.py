@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 import orjson
@@ -34,9 +34,12 @@ from shardq.cli.options import (
     redis_settings,
     settings_options,
 )
-from shardq.config import ProducerSettings, WorkerSettings
-from shardq.inspector import LIST_STATES, MAX_LIMIT, JobSummary
+from shardq.config import MAX_LIMIT, ProducerSettings, WorkerSettings
 from shardq.jobs import DEFAULT_BACKOFF, Backoff, EnqueueResult, JobInfo, JobRequest, JobResult
+from shardq.names import JOB_STATES
+
+if TYPE_CHECKING:
+    from shardq.inspector import JobSummary
 
 
 def _producer(given: dict[str, Any]) -> Any:
@@ -455,7 +458,7 @@ def job_reschedule(
 
 # listing and finding jobs (the inspector) -------------------------------------------------
 
-STATE = JobStates(LIST_STATES)
+STATE = JobStates(JOB_STATES)
 
 
 def _row(j: JobSummary, now: int) -> list[Any]:

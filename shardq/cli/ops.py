@@ -8,13 +8,11 @@ from __future__ import annotations
 import dataclasses
 import sys
 import time
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import click
 
-from shardq import admin
 from shardq import format as fmt
-from shardq.admin import balancer, placement, slots
 from shardq.cli.job import show_job
 from shardq.cli.options import (
     JOB_ID,
@@ -26,8 +24,13 @@ from shardq.cli.options import (
     redis_options,
     redis_settings,
 )
-from shardq.client import Client
+from shardq.names import By
 from shardq.store import keys
+
+if TYPE_CHECKING:
+    from shardq import admin
+    from shardq.admin import balancer, placement
+    from shardq.client import Client
 
 
 def _fmt(value: float | None, unit: str = "s") -> str:
@@ -40,6 +43,8 @@ def _fmt(value: float | None, unit: str = "s") -> str:
 @redis_options
 def owners(queue_name: str, as_json: bool) -> None:
     """Partition, owner, token, lease age and next due time of every partition of the queue."""
+    from shardq import admin
+
     with open_client() as client:
         rows = admin.owners(client, queue_name)
     if as_json:
@@ -186,6 +191,9 @@ def rebalance(
     carries them out (at most --max-moves, --concurrency at once, --bytes-per-second),
     stopping at the first error.  `shardq balancer run` keeps it balanced.
     """
+    from shardq import admin
+    from shardq.admin import balancer
+
     planning = plan_only or apply_plan
     node_mode = show_nodes or planning or move_partition is not None or to_node is not None
     if plan_only and apply_plan:
@@ -212,7 +220,7 @@ def rebalance(
                 client,
                 queue_name,
                 all_queues,
-                cast(balancer.By, balance_by),  # a click.Choice of BY_CHOICES
+                cast(By, balance_by),  # a click.Choice of BY_CHOICES
                 tolerance / 100.0,
                 window,
                 apply_plan,
@@ -293,6 +301,9 @@ def _rebalance_nodes(
     migrate_timeout: float,
     yes: bool,
 ) -> None:
+    from shardq import admin
+    from shardq.admin import slots
+
     if move_partition is None or to_node is None:
         primaries = slots.primary_addresses(client)  # SlotMoveError on a single node
         data = admin.queue_stats(client, queue_name, window)
@@ -369,11 +380,13 @@ def _placement(
     client: Client,
     queue_name: str,
     all_queues: bool,
-    balance_by: balancer.By,
+    balance_by: By,
     tolerance: float,
     window: float,
 ) -> tuple[placement.Placement, str]:
     """The plan, and a sentence saying what was counted."""
+    from shardq.admin import balancer, placement
+
     # SlotMoveError on a single node; SlotMidMoveError names the command that finishes a move.
     m = balancer.measure(client, [] if all_queues else [queue_name], window)
     if all_queues and queue_name not in m.queues:
@@ -483,7 +496,7 @@ def _rebalance_plan(
     client: Client,
     queue_name: str,
     all_queues: bool,
-    balance_by: balancer.By,
+    balance_by: By,
     tolerance: float,
     window: float,
     apply_plan: bool,
@@ -491,6 +504,9 @@ def _rebalance_plan(
     budget: balancer.Budget,
     as_json: bool,
 ) -> None:
+    from shardq.admin import balancer, slots
+    from shardq.client import Client
+
     p, counted = _placement(client, queue_name, all_queues, balance_by, tolerance, window)
     if as_json:
         fmt.echo_json(_placement_json(queue_name, balance_by, counted, p))
@@ -615,6 +631,8 @@ _CLEAR = "\x1b[H\x1b[2J"
 @redis_options
 def stats(queue_name: str | None, as_json: bool, watch: bool, window: float, top: int) -> None:
     """Backlog, overdue, lag, pending, dead letters and rates per queue, node and partition."""
+    from shardq import admin
+
     redraw = watch and not as_json and sys.stdout.isatty()
     try:
         with open_client() as client:
@@ -653,6 +671,8 @@ def dlq() -> None:
 @redis_options
 def dlq_list(queue_name: str, limit: int, partition: int | None, as_json: bool) -> None:
     """Newest dead letters first."""
+    from shardq import admin
+
     with open_client() as client:
         if partition is not None:
             # partition P of the active generation (named gG.P after a resize)
@@ -722,6 +742,8 @@ def _job_ids(job_ids: tuple[str, ...], all_jobs: bool) -> list[str] | None:
 @redis_options
 def dlq_replay(queue_name: str, job_ids: tuple[str, ...], all_jobs: bool, yes: bool) -> None:
     """Put dead jobs back, due now, with attempts reset; says how many moved."""
+    from shardq import admin
+
     wanted = _job_ids(job_ids, all_jobs)
     with open_client() as client:
         if not yes:
@@ -740,6 +762,8 @@ def dlq_replay(queue_name: str, job_ids: tuple[str, ...], all_jobs: bool, yes: b
 @redis_options
 def dlq_purge(queue_name: str, job_ids: tuple[str, ...], all_jobs: bool, yes: bool) -> None:
     """Delete dead letters and their dead jobs for good."""
+    from shardq import admin
+
     wanted = _job_ids(job_ids, all_jobs)
     with open_client() as client:
         if not yes:

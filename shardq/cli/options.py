@@ -23,20 +23,18 @@ import dataclasses
 import inspect
 import itertools
 import re
-import textwrap
 import types
 import typing
 from collections.abc import Callable
 from datetime import datetime
 from functools import cache
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 import orjson
 from click.core import ParameterSource
 
-from shardq.admin import balancer
 from shardq.config import (
     DEFAULT_URL,
     RedisSettings,
@@ -47,6 +45,7 @@ from shardq.config import (
 from shardq.errors import ConfigError, ShardqError
 from shardq.jobs import MAX_ATTEMPTS_LIMIT
 from shardq.names import (
+    BY_CHOICES,
     JOB_ID_RE,
     JOB_STATE_ALIASES,
     JOB_TYPE_RE,
@@ -55,7 +54,9 @@ from shardq.names import (
     check_queue_name,
 )
 from shardq.store.keys import MAX_PARTITIONS
-from shardq.worker.pool import QueueChoice
+
+if TYPE_CHECKING:
+    from shardq.worker.pool import QueueChoice
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -86,6 +87,8 @@ class QueueWeight(click.ParamType):  # type: ignore[type-arg]
     def convert(
         self, value: Any, param: click.Parameter | None, ctx: click.Context | None
     ) -> QueueChoice:
+        from shardq.worker.pool import QueueChoice  # the worker package: only `worker run`
+
         try:
             return QueueChoice.parse(value)
         except ShardqError as exc:
@@ -209,10 +212,19 @@ HEADER = Header()
 
 
 @cache
+def _class_bodies(source_file: str) -> dict[str, list[ast.stmt]]:
+    """The top-level classes of a module's source, parsed once (``inspect.getsource`` would
+    scan the file again for every class, on every start of a command)."""
+    tree = ast.parse(Path(source_file).read_text())
+    return {node.name: node.body for node in tree.body if isinstance(node, ast.ClassDef)}
+
+
+@cache
 def field_docs(cls: type) -> dict[str, str]:
     """Attribute docstrings of a dataclass (the string literal right after each field)."""
-    tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
-    body = tree.body[0].body  # type: ignore[attr-defined]
+    source_file = inspect.getsourcefile(cls)
+    assert source_file is not None, cls
+    body = _class_bodies(source_file)[cls.__qualname__]
     docs: dict[str, str] = {}
     for node, after in itertools.pairwise(body):
         if (
@@ -602,7 +614,7 @@ def balance_by_option(fn: F) -> F:
     return click.option(
         "--by",
         "balance_by",
-        type=click.Choice(balancer.BY_CHOICES),
+        type=click.Choice(BY_CHOICES),
         default="load",
         show_default=True,
         help="Load to even out: jobs/s over --window, bytes in the slots, or load: each "

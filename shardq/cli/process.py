@@ -3,11 +3,10 @@ run`` (until SIGTERM/SIGINT, with a metrics/health endpoint) and ``shardq health
 
 from __future__ import annotations
 
-import asyncio
 import importlib
 import signal
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
@@ -25,7 +24,9 @@ from shardq.cli.options import (
 from shardq.config import DispatcherSettings, WorkerSettings
 from shardq.errors import ShardqError
 from shardq.store import keys, numbers
-from shardq.worker.pool import QueueChoice
+
+if TYPE_CHECKING:
+    from shardq.worker.pool import QueueChoice
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -138,6 +139,8 @@ def _parse_partitions(value: str | None) -> list[int] | None:
 async def _run_until_signal(make: Callable[[Any], Any], url_settings: Any) -> None:
     """Connect (waiting out an outage: the process reports not ready meanwhile, it does not
     exit), build the runner, run it until SIGTERM/SIGINT."""
+    import asyncio
+
     from shardq.runtime.startup import connect_async_waiting
 
     loop = asyncio.get_running_loop()
@@ -222,6 +225,8 @@ def dispatcher_run(
     """Promote due jobs of the queue until SIGTERM/SIGINT (leases are released on the way out).
 
     Every setting can also come from the environment (SHARDQ_DISPATCHER_<SETTING>)."""
+    import asyncio
+
     from shardq.dispatcher import Dispatcher
 
     settings = build_settings(DispatcherSettings, given)
@@ -307,6 +312,8 @@ def worker_run(
     within the grace.
 
     Every setting can also come from the environment (SHARDQ_WORKER_<SETTING>)."""
+    import asyncio
+
     from shardq.tasks import Tasks
     from shardq.worker import Worker
 

@@ -22,8 +22,7 @@ from shardq.cli.options import (
     redis_options,
 )
 from shardq.errors import ShardqError
-from shardq.inspector import EMPTY_STATES
-from shardq.names import NOT_STARTED_STATES
+from shardq.names import EMPTY_STATES, NOT_STARTED_STATES
 from shardq.store.keys import MAX_PARTITIONS, SEARCHED_PARTITIONS
 
 # create and list --------------------------------------------------------------------------

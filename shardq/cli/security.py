@@ -6,10 +6,8 @@ from __future__ import annotations
 import click
 
 from shardq import format as fmt
-from shardq.admin import acl
 from shardq.cli.options import QUEUE_NAME, redis_options, redis_settings
-from shardq.connection import connect
-from shardq.store import functions
+from shardq.names import ROLES
 
 
 @click.group("acl")
@@ -20,7 +18,7 @@ def acl_group() -> None:
 @acl_group.command("print")
 @click.option(
     "--role",
-    type=click.Choice(acl.ROLES),
+    type=click.Choice(ROLES),
     default=None,
     help="One role's rules (after `user <name>`); all roles as an ACL file by default.",
 )
@@ -34,6 +32,8 @@ def acl_group() -> None:
 )
 def acl_print(role: str | None, queues: tuple[str, ...]) -> None:
     """Print least-privilege ACL rules: one role's, or every role's as an ACL file."""
+    from shardq.admin import acl
+
     qs = list(queues) or ["*"]
     click.echo(acl.rules(role, qs) if role else acl.acl_file(qs), nl=role is not None)
 
@@ -47,6 +47,9 @@ def functions_group() -> None:
 @redis_options
 def functions_load() -> None:
     """Load this version's library on every primary (as an admin user; safe to repeat)."""
+    from shardq.connection import connect
+    from shardq.store import functions
+
     client = connect(redis_settings())
     try:
         for node, state in functions.load_everywhere(client).items():
@@ -60,6 +63,9 @@ def functions_load() -> None:
 @redis_options
 def functions_status(as_json: bool) -> None:
     """Whether this version's library is loaded on every primary (exit 1 if not)."""
+    from shardq.connection import connect
+    from shardq.store import functions
+
     client = connect(redis_settings())
     try:
         states = functions.status(client)

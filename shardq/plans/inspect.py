@@ -40,7 +40,7 @@ import orjson
 
 from shardq import jobs as jobmod
 from shardq import names
-from shardq.config import ProducerSettings
+from shardq.config import MAX_LIMIT, ProducerSettings
 from shardq.errors import (
     InvalidCursorError,
     InvalidScheduleError,
@@ -63,7 +63,6 @@ from shardq.workflows import BatchCancel, BatchInfo
 ListState = names.JobState
 LIST_STATES: tuple[ListState, ...] = names.JOB_STATES
 EMPTY_STATES = names.EMPTY_STATES
-MAX_LIMIT = 1000
 RETRY_STEPS = 8  # HSCAN steps per retrying page
 BATCH = 500  # jobs per round of a bulk action (cancel, retry, empty)
 SCAN_COUNT = 1000  # keys one SCAN step looks at per primary (deleting a queue)

@@ -19,28 +19,38 @@ it needs (every role may run it; CONFIG GET is an admin command).
 
 from __future__ import annotations
 
+import functools
 import logging
 from dataclasses import dataclass
-from typing import Any
-
-from prometheus_client import Gauge
+from typing import TYPE_CHECKING, Any
 
 from shardq.connection import is_cluster
 from shardq.errors import MisconfiguredRedisError
 from shardq.logs import log_event
 from shardq.store.transport import AsyncTransport
 
+if TYPE_CHECKING:
+    from prometheus_client import Gauge
+
 log = logging.getLogger("shardq.redis_config")
 
 SAFE_POLICY = "noeviction"
 
-MISCONFIGURED = Gauge(
-    "shardq_redis_misconfigured",
-    "1 while a primary runs with a setting that can lose jobs silently (check: eviction = "
-    "maxmemory-policy is not noeviction; appendonly = AOF off while require_appendonly is set; "
-    "version = a server older than shardq needs).",
-    ["node", "check"],
-)
+
+@functools.cache
+def misconfigured_gauge() -> Gauge:
+    """``shardq_redis_misconfigured``, registered by the first process that watches its Redis
+    (:class:`ConfigWatch`): a producer only reads the settings, and need not load the
+    metrics library to do so."""
+    from prometheus_client import Gauge
+
+    return Gauge(
+        "shardq_redis_misconfigured",
+        "1 while a primary runs with a setting that can lose jobs silently (check: eviction = "
+        "maxmemory-policy is not noeviction; appendonly = AOF off while require_appendonly is "
+        "set; version = a server older than shardq needs).",
+        ["node", "check"],
+    )
 
 
 #: The oldest release of each server shardq runs on (Functions, XAUTOCLAIM, XTRIM MINID, sharded
@@ -198,6 +208,7 @@ class ConfigWatch:
         self.require_appendonly = require_appendonly
         self.current: set[tuple[str, str]] = set()
         self.findings: list[Finding] = []
+        self.gauge = misconfigured_gauge()
 
     async def at_start(self) -> None:
         """Raise MisconfiguredRedisError for a setting that loses jobs (unless allowed)."""
@@ -211,7 +222,7 @@ class ConfigWatch:
         found = findings(nodes, self.require_appendonly)
         now = {(f.node, f.check) for f in found}
         for f in found:
-            MISCONFIGURED.labels(f.node, f.check).set(1)
+            self.gauge.labels(f.node, f.check).set(1)
             if (f.node, f.check) not in self.current:
                 log_event(
                     log,
@@ -225,7 +236,7 @@ class ConfigWatch:
                     allowed=f.check == "eviction" and self.allow_eviction,
                 )
         for node, check in self.current - now:
-            MISCONFIGURED.labels(node, check).set(0)
+            self.gauge.labels(node, check).set(0)
             log_event(
                 log,
                 "redis.config_fixed",
@@ -238,7 +249,7 @@ class ConfigWatch:
         for n in nodes:
             for check in ("version", "eviction", "appendonly"):
                 if (n.node, check) not in now:
-                    MISCONFIGURED.labels(n.node, check).set(0)
+                    self.gauge.labels(n.node, check).set(0)
         self.current, self.findings = now, found
 
 

@@ -54,7 +54,7 @@ def can_run(route_key: str, lines: Sequence[str]) -> Op[list[int]]:
     return op("can-run", [route_key], list(lines), lambda r: [int(x) for x in r])
 
 
-# For clients in other languages and their conformance runner (shardq.devtools.wire): the
+# For clients in other languages and their conformance runner (wire/spec.py): the
 # library as a whole, and how a call of one function looks on the wire.
 
 #: The commands that call a function of the library.

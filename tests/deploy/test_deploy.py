@@ -252,7 +252,7 @@ def resolve(argv: list[str], where: str) -> tuple[list[str], click.Command, list
                 args.pop(0)
         assert args, f"{where}: `shardq {' '.join(path)}` needs a subcommand"
         name = args.pop(0)
-        sub = cmd.commands.get(name)
+        sub = cmd.get_command(click.Context(cmd), name)
         assert sub is not None, f"{where}: `shardq {' '.join(path)}` has no command {name!r}"
         path.append(name)
         cmd = sub
@@ -1158,7 +1158,7 @@ def test_docker_build_context_builds_the_wheel_with_lua(tmp_path: Path) -> None:
     names = set(zipfile.ZipFile(wheel).namelist())
     lua = {p.relative_to(ROOT / "lua").as_posix() for p in (ROOT / "lua").rglob("*.lua")}
     assert lua and {f"shardq/lua/{p}" for p in lua} <= names
-    # every module of the package, the packages added by moves included (cli/, devtools/, ...)
+    # every module of the package, the packages added by moves included (cli/, dev/, ...)
     modules = {p.relative_to(ROOT).as_posix() for p in (ROOT / "shardq").rglob("*.py")}
     assert "shardq/cli/__main__.py" in modules and "shardq/examples/handlers.py" in modules
     assert modules <= names, sorted(modules - names)
@@ -1203,7 +1203,7 @@ def test_shardq_commands_accept_their_own_options() -> None:
 def test_worker_handlers_are_the_example_module_and_importable_in_the_image() -> None:
     """Every worker the manifests run (compose, k8s base and overlays) names one handler
     module: shardq's example, which the wheel ships (so the stock image can import it), holds
-    a dict of callables, and is not a benchmark or dev tool (shardq.devtools)."""
+    a dict of callables, and is not a benchmark or dev tool (shardq.dev)."""
     from shardq.cli.process import load_handlers
 
     specs: dict[str, set[str]] = {}
@@ -1217,7 +1217,7 @@ def test_worker_handlers_are_the_example_module_and_importable_in_the_image() ->
     module_name = EXAMPLE_HANDLERS.partition(":")[0]
     # in the package the wheel builds from shardq/, not a path only the repository has
     assert (ROOT / (module_name.replace(".", "/") + ".py")).is_file()
-    assert module_name.startswith("shardq.") and not module_name.startswith("shardq.devtools")
+    assert module_name.startswith("shardq.") and not (module_name + ".").startswith("shardq.dev.")
     assert "bench" not in module_name and "calibration" not in module_name
     handlers = load_handlers(EXAMPLE_HANDLERS)
     assert isinstance(handlers, dict) and handlers
@@ -1225,7 +1225,7 @@ def test_worker_handlers_are_the_example_module_and_importable_in_the_image() ->
     # the queue the manifests serve is "demo": the example runs its job type
     assert "demo" in handlers
     module = importlib.import_module(module_name)
-    assert not any(m.startswith("shardq.devtools") for m in _imported_by(module)), module_name
+    assert not any((m + ".").startswith("shardq.dev.") for m in _imported_by(module)), module_name
 
 
 def _imported_by(module: Any) -> set[str]:
@@ -1284,7 +1284,10 @@ def test_environment_variables_are_read_by_shardq() -> None:
             elif p.envvar:
                 cli_vars.update(p.envvar)
         if isinstance(cmd, click.Group):
-            for sub in cmd.commands.values():
+            ctx = click.Context(cmd)
+            for name in cmd.list_commands(ctx):
+                sub = cmd.get_command(ctx, name)
+                assert sub is not None, name
                 walk(sub)
 
     walk(cli_main())
@@ -1366,7 +1369,7 @@ def test_redis_settings() -> None:
     assert conf["maxmemory-clients"] == "32mb"
     assert conf["client-query-buffer-limit"] == "32mb"
     assert conf["hash-max-listpack-entries"] == "128"
-    from shardq.devtools.devcluster import DEPLOY_BOUNDS
+    from shardq.dev.devcluster import DEPLOY_BOUNDS
 
     assert {line.split()[0]: line.split()[1] for line in DEPLOY_BOUNDS} == {
         k: conf[k]
@@ -1602,7 +1605,7 @@ def test_every_role_runs_with_its_acl_user(local_cluster: LocalCluster) -> None:
         "dispatcher": ["dispatcher", "run", "--queue", "acl"],
         "worker": [
             *("worker", "run", "--queue", "acl"),
-            *("--handlers", "shardq.devtools.handlers:handlers"),
+            *("--handlers", "shardq.dev.handlers:handlers"),
         ],
     }
     commands["dispatcher"] += ["--metrics-port", str(dispatcher_port)]

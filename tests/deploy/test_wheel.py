@@ -1,15 +1,33 @@
-"""The wheel ships the Lua scripts: build it, install it into a fresh venv, load every script."""
+"""The wheel ships the product and only the product: build it, check its files, install it into
+a fresh venv, load every script and run the README's quick start from the installed copy."""
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
+import os
 import subprocess
 import sys
 import sysconfig
+import zipfile
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
+from support.helpers import free_port, scaled, wait_for
+from support.procs import Proc
+
+from shardq.client import Client
+from shardq.errors import UnknownQueueError
+from shardq.inspector import Inspector
+
 ROOT = Path(__file__).resolve().parents[2]
+# The wheel is ~0.6 MB (1.7 MB unpacked): the package, its Lua scripts, the console's assets.
+# A bound well above it and far below what a stray directory adds (bench/reference alone is
+# several MB): a wheel past it ships something it should not.
+MAX_WHEEL_BYTES = 900_000
 
 PROBE = """
 import json, shardq, shardq.store.loader as s
@@ -26,14 +44,31 @@ print(json.dumps({
 """
 
 
-def _run(cmd: list[str], cwd: Path) -> str:
-    result = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=180)
+def _run(cmd: list[str], cwd: Path, env: dict[str, str] | None = None) -> str:
+    result = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=180, env=env)
     assert result.returncode == 0, f"{cmd} failed:\n{result.stdout}\n{result.stderr}"
     return result.stdout
 
 
-def test_installed_wheel_loads_every_script(tmp_path: Path) -> None:
-    dist = tmp_path / "dist"
+@dataclass(frozen=True)
+class Installed:
+    wheel: Path
+    venv: Path
+    site: Path  # the fresh venv's site-packages
+
+    @property
+    def python(self) -> Path:
+        return self.venv / "bin" / "python"
+
+    @property
+    def shardq(self) -> Path:
+        return self.venv / "bin" / "shardq"
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory: pytest.TempPathFactory) -> Installed:
+    tmp = tmp_path_factory.mktemp("wheel")
+    dist = tmp / "dist"
     if importlib.util.find_spec("build") and importlib.util.find_spec("hatchling"):
         # offline and fast: the build backend is already in this venv
         build = [sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(dist)]
@@ -42,45 +77,80 @@ def test_installed_wheel_loads_every_script(tmp_path: Path) -> None:
     _run(build, ROOT)
     [wheel] = dist.glob("shardq-*.whl")
 
-    venv = tmp_path / "venv"
-    _run([sys.executable, "-m", "venv", "--without-pip", str(venv)], tmp_path)
+    venv = tmp / "venv"
+    _run([sys.executable, "-m", "venv", "--without-pip", str(venv)], tmp)
     python = venv / "bin" / "python"
-    _run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "--python",
-            str(python),
-            "install",
-            "--no-deps",
-            "--no-index",
-            "--quiet",
-            str(wheel),
-        ],
-        tmp_path,
-    )
+    pip = [sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps"]
+    _run([*pip, "--no-index", "--quiet", str(wheel)], tmp)
     # Dependencies come from the main venv, after the fresh venv's own site-packages (a .pth
-    # line appends), so the shardq that imports is the one the wheel installed.
+    # line appends), so the shardq that imports is the one the wheel installed; the main
+    # venv's own .pth files (the editable install of this checkout) are not read from there.
     site = Path(
         _run(
-            [str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"], tmp_path
+            [str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"], tmp
         ).strip()
     )
     (site / "main_venv_deps.pth").write_text(sysconfig.get_path("purelib") + "\n")
+    return Installed(wheel, venv, site)
 
-    out = json.loads(_run([str(python), "-c", PROBE], tmp_path))
 
-    installed = site / "shardq"
-    assert Path(out["package"]).parent == installed
-    assert Path(out["lua_dir"]) == installed / "lua"
-    assert Path(out["lua_dir"]).is_relative_to(venv)
+def _package_files() -> set[str]:
+    """What the wheel must hold under shardq/: every file of the package in this checkout (no
+    bytecode), and lua/ as shardq/lua."""
+    files = {
+        p.relative_to(ROOT).as_posix()
+        for p in (ROOT / "shardq").rglob("*")
+        if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".pyc"
+    }
+    lua = {
+        "shardq/" + p.relative_to(ROOT).as_posix() for p in (ROOT / "lua").rglob("*") if p.is_file()
+    }
+    return files | lua
+
+
+def test_the_wheel_holds_the_package_and_nothing_else(installed: Installed) -> None:
+    """Its files are the package's (with the Lua scripts as shardq/lua) and the dist-info: no
+    benchmark, calibration or wire tooling, no tests, and a size that says so."""
+    with zipfile.ZipFile(installed.wheel) as wheel:
+        names = set(wheel.namelist())
+    dist_info = {n for n in names if n.split("/")[0].endswith(".dist-info")}
+    assert {n.rsplit("/", 1)[1] for n in dist_info} >= {"METADATA", "RECORD", "WHEEL"}
+    assert names - dist_info == _package_files(), (
+        f"shipped but not in the package: {sorted(names - dist_info - _package_files())}; "
+        f"missing: {sorted(_package_files() - names)}"
+    )
+    # what the product needs is there: the dev cluster and the demo (shardq dev, shardq demo),
+    # the scripts as shardq/lua, the console's assets
+    for needed in (
+        "shardq/dev/devcluster.py",
+        "shardq/dev/demo.py",
+        "shardq/lua/enqueue-8.lua",
+        "shardq/lua/includes/checks.lua",
+        "shardq/web/templates/base.html",
+        "shardq/py.typed",
+    ):
+        assert needed in names, needed
+    # the repository's tools are not
+    stems = {Path(n).stem for n in names}
+    assert not stems & {"calibration", "bench", "bench_fleet", "wire", "wire_runner", "spec"}
+    assert not [n for n in names if n.split("/")[0] in ("bench", "wire", "tests", "loadtest")]
+    size = installed.wheel.stat().st_size
+    assert size < MAX_WHEEL_BYTES, f"the wheel is {size:,} bytes: what does it ship now?"
+
+
+def test_installed_wheel_loads_every_script(installed: Installed, tmp_path: Path) -> None:
+    out = json.loads(_run([str(installed.python), "-c", PROBE], tmp_path))
+
+    package = installed.site / "shardq"
+    assert Path(out["package"]).parent == package
+    assert Path(out["lua_dir"]) == package / "lua"
+    assert Path(out["lua_dir"]).is_relative_to(installed.venv)
     repo_scripts = sorted(p.name for p in (ROOT / "lua").glob("*.lua"))
     assert out["names"] == sorted(name.rsplit("-", 1)[0] for name in repo_scripts)
     assert {f"{n}-{k}.lua" for n, k in out["keys"].items()} == set(repo_scripts)
     assert out["includes_left"] == []
-    assert sorted(p.name for p in (installed / "lua").glob("*.lua")) == repo_scripts
-    assert sorted(p.name for p in (installed / "lua" / "includes").glob("*.lua")) == sorted(
+    assert sorted(p.name for p in (package / "lua").glob("*.lua")) == repo_scripts
+    assert sorted(p.name for p in (package / "lua" / "includes").glob("*.lua")) == sorted(
         p.name for p in (ROOT / "lua" / "includes").glob("*.lua")
     )
     from shardq.store import loader
@@ -90,18 +160,120 @@ def test_installed_wheel_loads_every_script(tmp_path: Path) -> None:
     # the web console's assets ship in the package (no CDN): every template and static file
     web = ROOT / "shardq" / "web"
     for folder in ("static", "templates"):
-        shipped = sorted(p.name for p in (installed / "web" / folder).iterdir())
+        shipped = sorted(p.name for p in (package / "web" / folder).iterdir())
         assert shipped == sorted(p.name for p in (web / folder).iterdir()), folder
-    # every module of the repository's package is installed (the packages made by moving
-    # modules, cli/ devtools/ examples/, included), and the CLI, its `python -m` entry and
-    # the example handlers the manifests name import from the installed copy
-    modules = sorted(p.relative_to(ROOT / "shardq") for p in (ROOT / "shardq").rglob("*.py"))
-    assert [m for m in modules if not (installed / m).is_file()] == []
+    # the CLI, its `python -m` entry, the dev cluster and the demo's engine, and the example
+    # handlers the manifests name import from the installed copy; the repository's tools do not
     probe = (
-        "import shardq.cli, shardq.examples.handlers as h, shardq.devtools.bench, shardq.format;"
-        "print(shardq.cli.__file__, sorted(h.handlers))"
+        "import importlib.util, shardq.cli, shardq.examples.handlers as h, shardq.format;"
+        "import shardq.dev.devcluster, shardq.dev.demo, shardq.dev.handlers;"
+        "print(shardq.cli.__file__, sorted(h.handlers),"
+        " [m for m in ('bench', 'wire') if importlib.util.find_spec(m)])"
     )
-    cli_file, types = _run([str(python), "-c", probe], tmp_path).split(" ", 1)
-    assert Path(cli_file) == installed / "cli" / "__init__.py"
-    assert types.strip() == "['demo']"
-    assert _run([str(python), "-m", "shardq.cli", "--version"], tmp_path).strip().endswith("0.1.0")
+    cli_file, types, tools = _run([str(installed.python), "-c", probe], tmp_path).split(" ", 2)
+    assert Path(cli_file) == package / "cli" / "__init__.py"
+    assert types == "['demo']"
+    assert tools.strip() == "[]"
+    version = _run([str(installed.python), "-m", "shardq.cli", "--version"], tmp_path)
+    assert version.strip().endswith("0.1.0")
+
+
+def quick_start_block() -> str:
+    """The README's quick start, its first Python block."""
+    readme = (ROOT / "README.md").read_text()
+    section = readme[readme.index("## Quick start") :]
+    return section.split("```python\n", 1)[1].split("```", 1)[0]
+
+
+# After the block: what it left, for the test to check.
+QUICK_START_CHECK = """
+import json
+print(json.dumps({"gone": client.get(QUEUE, job_id) is None, "again": client.enqueue(
+    QUEUE, "send", {"to": "b@example.com"}, idempotency_key="order-42:mail")}))
+"""
+
+
+HANDLERS = """
+import json, os
+from pathlib import Path
+from shardq import Job
+
+async def send(job: Job) -> None:
+    Path(os.environ["QUICK_START_OUT"], job.id).write_text(json.dumps(job.payload))
+
+handlers = {"send": send}
+"""
+
+
+@pytest.fixture
+def queue_name(cluster_url: str) -> Iterator[str]:
+    name = f"wheel-{os.getpid()}-{os.urandom(3).hex()}"
+    yield name
+    with Client.from_url(cluster_url) as client, contextlib.suppress(UnknownQueueError):
+        Inspector(client).delete_queue(name, force=True)
+
+
+def test_the_installed_wheel_runs_the_quick_start(
+    installed: Installed, cluster_url: str, queue_name: str, tmp_path: Path, procs: list[Proc]
+) -> None:
+    """README's quick start with only the installed wheel, run outside the checkout: its
+    Python block as written (on the session's cluster), then its commands: a dev server from
+    the installed `shardq dev`, a dispatcher and a worker running a handler module of the
+    user's, `shardq enqueue` and `shardq job get`."""
+    out = tmp_path / "ran"
+    out.mkdir()
+    app = tmp_path / "app"
+    (app / "myapp").mkdir(parents=True)
+    (app / "myapp" / "__init__.py").write_text("")
+    (app / "myapp" / "jobs.py").write_text(HANDLERS)
+    env = {**os.environ, "PYTHONPATH": str(app), "QUICK_START_OUT": str(out)}
+    env.pop("SHARDQ_QUEUE", None)
+
+    block = quick_start_block()
+    assert 'Client.from_url("redis://127.0.0.1:7000")' in block and '"emails"' in block
+    script = block.replace("redis://127.0.0.1:7000", cluster_url).replace('"emails"', "QUEUE")
+    script = f"QUEUE = {queue_name!r}\n{script}{QUICK_START_CHECK}"
+    produced = json.loads(_run([str(installed.python), "-c", script], tmp_path, env))
+    assert produced["gone"] is True  # the block cancelled it
+    assert isinstance(produced["again"], str)  # the idempotency key's job, from the block
+
+    shardq = str(installed.shardq)
+    # the dev tools ship: a standalone server from the installed `shardq dev`
+    port = free_port()
+    started = _run([shardq, "dev", "standalone", "up", "--port", str(port)], tmp_path, env)
+    try:
+        assert started.strip().splitlines()[-1] == f"redis://127.0.0.1:{port}"
+        status = _run([shardq, "dev", "standalone", "status", "--port", str(port)], tmp_path, env)
+        assert str(port) in status
+    finally:
+        _run([shardq, "dev", "standalone", "down", "--port", str(port)], tmp_path, env)
+
+    url = ["--url", cluster_url]
+    _run([shardq, "queue", "create", "--queue", queue_name, "--partitions", "64", *url], tmp_path)
+    dispatcher = Proc([shardq, "dispatcher", "run", "--queue", queue_name, *url], env)
+    worker_argv = ["worker", "run", "--queue", queue_name, "--handlers", "myapp.jobs:handlers"]
+    worker = Proc([shardq, *worker_argv, "--concurrency", "64", *url], env)
+    procs.extend([dispatcher, worker])
+    later = _run(
+        [shardq, "enqueue", "-q", queue_name, "send", "--payload", '{"to": "a@example.com"}',
+         "--in", "5m", *url],
+        tmp_path,
+        env,
+    )  # fmt: skip
+    later_id = later.split()[0]
+    now = _run(
+        [shardq, "enqueue", "-q", queue_name, "send", "--payload", '{"to": "b@example.com"}',
+         *url],
+        tmp_path,
+        env,
+    )  # fmt: skip
+    now_id = now.split()[0]
+    ran = out / now_id
+    wait_for(ran.exists, 30, lambda: f"the job did not run:\n{worker.log()}\n{dispatcher.log()}")
+    assert json.loads(ran.read_text()) == {"to": "b@example.com"}
+    got = json.loads(
+        _run([shardq, "job", "get", "-q", queue_name, later_id, "--json", *url], tmp_path, env)
+    )
+    assert (got["id"], got["state"], got["type"]) == (later_id, "scheduled", "send")
+    for proc in (worker, dispatcher):
+        assert proc.stop(scaled(30)) == 0, proc.log()

@@ -25,8 +25,8 @@ from support.slotmoves import half_move
 
 from shardq import Client, JobRequest
 from shardq.admin import balancer, placement, slots
-from shardq.devtools.bench import cli_command
-from shardq.devtools.devcluster import add_primary, cluster_down, cluster_up
+from shardq.dev.demo import cli_command
+from shardq.dev.devcluster import add_primary, cluster_down, cluster_up
 from shardq.store import keys
 
 PARTITIONS = 12

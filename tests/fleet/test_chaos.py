@@ -37,8 +37,8 @@ from support.procs import Proc
 from shardq import Client, Job, JobRequest, WorkerSettings
 from shardq.admin import slots
 from shardq.cli import main as cli
-from shardq.devtools.bench import cli_command
-from shardq.devtools.devcluster import cluster_down, cluster_up, standalone_down, standalone_up
+from shardq.dev.demo import cli_command
+from shardq.dev.devcluster import cluster_down, cluster_up, standalone_down, standalone_up
 from shardq.inspector import Inspector
 from shardq.store import keys
 

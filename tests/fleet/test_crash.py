@@ -28,7 +28,7 @@ from support.procs import Proc
 
 from shardq import JobRequest
 from shardq.client import Client
-from shardq.devtools.bench import queue_counters
+from shardq.dev.demo import queue_counters
 from shardq.errors import FencedError
 from shardq.jobs import Job
 from shardq.store import delivery, fleet, keys, transport

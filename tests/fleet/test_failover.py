@@ -30,7 +30,7 @@ from support.helpers import Runner, Runs, job_id_in, wait_for
 from shardq import AsyncClient, Client, JobRequest, ProducerSettings, RedisSettings
 from shardq.admin import slots as slot_moves
 from shardq.admin.resize import Resizer
-from shardq.devtools.devcluster import node_pid, restart_node
+from shardq.dev.devcluster import node_pid, restart_node
 from shardq.errors import BulkEnqueueError, NotDurableError, RedisUnavailableError
 from shardq.store import keys
 

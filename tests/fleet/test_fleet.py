@@ -15,10 +15,10 @@ from click.testing import CliRunner
 from support.helpers import FAST_WORKER, Runner, Runs, queue_settled, ready_job_ids, wait_for
 from support.procs import Proc
 
+from bench.fleet import lease_owners, spread_ok
 from shardq import JobRequest, admin
 from shardq.cli import main as cli
 from shardq.client import Client
-from shardq.devtools.bench_fleet import lease_owners, spread_ok
 from shardq.dispatcher import fair_share
 from shardq.store import keys
 
@@ -141,7 +141,7 @@ def test_sigkill_takeover_within_lease_plus_renewal(
         victim = procs[0]
         victim.kill9()
         # The survivor takes every partition once the victim's membership and leases expire.
-        # How soon is a benchmark figure (`shardq bench fleet`), not asserted here.
+        # How soon is a benchmark figure (`python -m bench.fleet`), not asserted here.
         wait_for(
             lambda: spread_ok(lease_owners(cluster_client.redis, queue, partitions), 1),
             10 * LEASE,

@@ -30,7 +30,7 @@ from support.ports import TestPorts
 from shardq import Client, ProducerSettings
 from shardq.admin import slots as slot_moves
 from shardq.cli import main as cli
-from shardq.devtools.devcluster import cluster_down, cluster_up, node_pid, restart_node
+from shardq.dev.devcluster import cluster_down, cluster_up, node_pid, restart_node
 from shardq.store import keys
 
 PARTITIONS = 12

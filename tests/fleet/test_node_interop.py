@@ -20,9 +20,9 @@ from support.nodeclient import built_node_client, driver_command
 
 from shardq import Client
 from shardq.admin import slots as slot_moves
-from shardq.devtools import wire_runner
-from shardq.devtools.devcluster import restart_node
+from shardq.dev.devcluster import restart_node
 from shardq.store import keys
+from wire import runner
 
 PARTITIONS = 12
 PRODUCER = Path(__file__).resolve().parents[1] / "support" / "node_producer.js"
@@ -110,7 +110,7 @@ def test_node_producer_rides_out_a_killed_primary_and_a_moved_partition(
         ids = [job_id_in(p, PARTITIONS, f"py{p}") for p in (0, 1, 2)]
         for job_id in ids:
             client.enqueue(queue, "t", {"from": "python"}, job_id=job_id, delay=600)
-        driver = wire_runner.SubprocessDriver(driver_command(node_client))
+        driver = runner.SubprocessDriver(driver_command(node_client))
         try:
             for job_id in ids:
                 info = driver.run(

@@ -23,7 +23,7 @@ from support.slotmoves import half_move
 from shardq import Client, JobRequest
 from shardq.admin import acl, slots
 from shardq.cli import main as cli
-from shardq.devtools.devcluster import cluster_down, cluster_up
+from shardq.dev.devcluster import cluster_down, cluster_up
 from shardq.store import keys
 
 PARTITIONS = 12

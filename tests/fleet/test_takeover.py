@@ -28,9 +28,9 @@ from support.helpers import (
 )
 from support.procs import Proc
 
+from bench.fleet import lease_owners
 from shardq import JobRequest, WorkerSettings
 from shardq.client import Client
-from shardq.devtools.bench_fleet import lease_owners
 from shardq.store.keys import owners_key
 
 SLOW = 600.0  # the slow paths: far beyond every wait below

@@ -84,8 +84,8 @@ from support.procs import Proc
 
 from shardq import Client, JobRequest, ProducerSettings
 from shardq.admin import slots as slot_moves
-from shardq.devtools.bench import cli_command
-from shardq.devtools.devcluster import node_pid, restart_node
+from shardq.dev.demo import cli_command
+from shardq.dev.devcluster import node_pid, restart_node
 from shardq.plans import drive
 from shardq.plans import workflows as wf_plans
 from shardq.store import keys, transport

@@ -154,7 +154,7 @@ def role_clients(cluster_url: str) -> Iterator[dict[str, Client]]:
             c.close()
         for node in nodes:
             node.execute_command("ACL", "DELUSER", *names.values())
-        from shardq.devtools.bench import delete_queue
+        from shardq.dev.demo import delete_queue
 
         while _CREATED:
             queue = _CREATED.pop()
@@ -595,7 +595,7 @@ def test_redis_starts_with_the_acl_file_as_shipped_and_the_fleet_runs_under_its_
     from support.procs import Proc
 
     from shardq import JobRequest
-    from shardq.devtools.bench import cli_command
+    from shardq.dev.demo import cli_command
     from shardq.store import functions, keys
 
     before = ACL_FILE.read_bytes()
@@ -630,7 +630,7 @@ def test_redis_starts_with_the_acl_file_as_shipped_and_the_fleet_runs_under_its_
         Proc(cli_command("dispatcher", "run", "--queue", queue, "--url", url("dispatcher")))
     )
     worker = cli_command("worker", "run", "--queue", queue, "--url", url("worker"))
-    procs.append(Proc([*worker, "--handlers", "shardq.devtools.handlers:handlers"]))
+    procs.append(Proc([*worker, "--handlers", "shardq.dev.handlers:handlers"]))
     pks = keys.all_partition_keys(queue, 4)
     with Client(settings("admin")) as admin:
 
@@ -934,7 +934,7 @@ def test_the_typescript_producer_runs_its_features_as_the_producer_user(
     from support.helpers import scaled, wait_for
     from support.nodeclient import built_node_client, driver_command
 
-    from shardq.devtools import wire_runner
+    from wire import runner
 
     node = built_node_client()
     cluster_client.create_queue(queue, 4)
@@ -943,7 +943,7 @@ def test_the_typescript_producer_runs_its_features_as_the_producer_user(
     user = USERS["producer"][0]
     refused_before = _acl_log(cluster_client)
     seen = _Seen()
-    driver = wire_runner.SubprocessDriver(driver_command(node))
+    driver = runner.SubprocessDriver(driver_command(node))
 
     def enqueue(**request: Any) -> str:
         r = driver.run(url, where, {"op": "enqueue", "request": {"type": "t", **request}})

@@ -24,7 +24,7 @@ from support.procs import Proc
 
 from shardq import Inspector
 from shardq.client import Client
-from shardq.devtools.bench import cli_command
+from shardq.dev.demo import cli_command
 from shardq.errors import JobCancelledError, JobRunningError, ResultNotFoundError
 from shardq.jobs import Job
 

@@ -209,6 +209,52 @@ def test_job_get_cancel_reschedule(cluster_client: Client, cluster_url: str, que
     assert "not found" in assert_one_line_error(run("job", "cancel", *base))
 
 
+# What `shardq job get` needs: the command's module, the client and redis-py.  Not the roles,
+# the metrics, the console, the admin code or the dev tools (issue 52 point 7; the helps are
+# checked the same way, without Redis, in tests/unit/test_import_cost.py).
+NOT_FOR_JOB_GET = (
+    "prometheus_client",
+    "starlette",
+    "jinja2",
+    "uvicorn",
+    "cronsim",
+    "shardq.worker",
+    "shardq.dispatcher",
+    "shardq.metrics",
+    "shardq.web",
+    "shardq.admin",
+    "shardq.dev",
+    "shardq.cli.queue",
+    "shardq.cli.process",
+)
+JOB_GET_PROBE = """
+import json, sys
+from shardq.cli import main
+main(sys.argv[1:], standalone_mode=False)
+print(json.dumps(sorted(sys.modules)))
+"""
+
+
+def test_job_get_imports_what_it_needs_only(
+    cluster_client: Client, cluster_url: str, queue: str
+) -> None:
+    cluster_client.create_queue(queue, 4)
+    job_id = cluster_client.enqueue(queue, "t", {"n": 1}, delay=600)
+    argv = ["job", "get", "-q", queue, job_id, "--json", "--url", cluster_url]
+    out = subprocess.run(
+        [sys.executable, "-c", JOB_GET_PROBE, *argv],
+        capture_output=True,
+        text=True,
+        timeout=scaled(60),
+    )
+    assert out.returncode == 0, out.stderr
+    *shown, last = out.stdout.strip().splitlines()
+    assert json.loads("\n".join(shown))["id"] == job_id  # it ran, against Redis
+    modules = json.loads(last)
+    assert {"redis", "shardq.client", "shardq.cli.job"} <= set(modules)
+    assert [m for m in modules if m.startswith(NOT_FOR_JOB_GET)] == []
+
+
 # operator commands -----------------------------------------------------------------------------
 
 

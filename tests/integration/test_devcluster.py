@@ -1,4 +1,4 @@
-"""shardq.devtools.devcluster against real redis-server processes (no mocks).
+"""shardq.dev.devcluster against real redis-server processes (no mocks).
 
 Ports: the session block's devcluster ports (tests/support/ports.py). Every test stops what it
 started (fixtures call *_down in their teardown) and keeps its files under tmp_path.
@@ -21,8 +21,8 @@ from support.helpers import scaled
 from support.ports import session_ports
 
 from shardq.cli.dev import dev
-from shardq.devtools import devcluster
-from shardq.devtools.devcluster import PortInUseError, RedisServerMissingError
+from shardq.dev import devcluster
+from shardq.dev.devcluster import PortInUseError, RedisServerMissingError
 
 BASE_PORT = session_ports().devcluster
 PORTS = list(range(BASE_PORT, BASE_PORT + 6))

@@ -214,7 +214,7 @@ def test_hints_wake_the_dispatcher_and_the_worker(
 ) -> None:
     """Jobs reach a handler through wake-up hints, not polls: with fallback polls of 10 minutes
     every job still runs (the wait's deadline is far below 10 minutes).  How punctual they are
-    is measured by the benchmarks (`shardq bench e2e`), not asserted here."""
+    is measured by the benchmarks (`python -m bench.e2e`), not asserted here."""
     client = cluster_client
     client.create_queue(queue, 16)
     runs = Runs()

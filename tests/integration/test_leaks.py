@@ -129,7 +129,7 @@ def test_long_running_processes_keep_the_password_off_their_title_and_logs(
                 "run",
                 *base,
                 "--handlers",
-                "shardq.devtools.handlers:handlers",
+                "shardq.dev.handlers:handlers",
             ]
         ),
     ]
@@ -407,7 +407,7 @@ def test_long_running_commands_never_show_a_url_password(
         admin.create_queue(queue, 1)
         with _acl_user_of(admin, case):
             for args in (
-                ["worker", "run", "-q", queue, "--handlers", "shardq.devtools.handlers:handlers"],
+                ["worker", "run", "-q", queue, "--handlers", "shardq.dev.handlers:handlers"],
                 ["dispatcher", "run", "-q", queue],
                 ["web", "--port", str(test_ports.spare[-1])],
             ):

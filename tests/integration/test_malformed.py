@@ -528,7 +528,7 @@ def test_every_cli_command_fails_in_one_line_on_a_bad_id_or_name(
                 "-q",
                 queue,
                 "--handlers",
-                "shardq.devtools.handlers:handlers",
+                "shardq.dev.handlers:handlers",
                 "--partitions",
                 "0-99999999999",
             ],

@@ -29,7 +29,7 @@ from shardq.admin import acl
 from shardq.cli import main as cli
 from shardq.client import Client
 from shardq.config import RedisSettings
-from shardq.devtools import devcluster
+from shardq.dev import devcluster
 from shardq.store import keys
 
 PASSWORD = "managed-" + uuid.uuid4().hex[:8]

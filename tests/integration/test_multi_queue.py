@@ -266,7 +266,7 @@ def test_cli_takes_several_queues_with_weights() -> None:
     out = CliRunner().invoke(main, ["worker", "run", "--help"])
     assert "NAME:WEIGHT" in out.output and "--strict" in out.output
     out = CliRunner().invoke(
-        main, ["worker", "run", "--handlers", "shardq.devtools.handlers:handlers", "-q", "a:0"]
+        main, ["worker", "run", "--handlers", "shardq.dev.handlers:handlers", "-q", "a:0"]
     )
     assert out.exit_code == 2 and "whole number" in out.output
     out = CliRunner().invoke(
@@ -275,7 +275,7 @@ def test_cli_takes_several_queues_with_weights() -> None:
             "worker",
             "run",
             "--handlers",
-            "shardq.devtools.handlers:handlers",
+            "shardq.dev.handlers:handlers",
             "-q",
             "a",
             "-q",

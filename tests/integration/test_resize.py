@@ -20,7 +20,7 @@ from shardq import Client, Job, JobRequest
 from shardq.admin.resize import ResizeError, Resizer
 from shardq.config import RedisSettings
 from shardq.connection import connect
-from shardq.devtools.bench import cli_command
+from shardq.dev.demo import cli_command
 from shardq.errors import LayoutMovedError, MalformedRecordError
 from shardq.store import keys, transport
 from shardq.store import producer as store_producer

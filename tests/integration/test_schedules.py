@@ -20,10 +20,10 @@ from click.testing import CliRunner
 from support.helpers import ready_job_ids, wait_for
 from support.procs import Proc
 
+from bench.fleet import lease_owners
 from shardq.aio import AsyncClient
 from shardq.cli import main as cli
 from shardq.client import Client
-from shardq.devtools.bench_fleet import lease_owners
 from shardq.errors import InvalidPeriodicScheduleError, ScheduleNotFoundError
 from shardq.store import keys
 

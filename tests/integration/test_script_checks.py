@@ -33,7 +33,7 @@ def _delete_checked_queues(cluster_client: Client) -> Iterator[None]:
     """The cases leave keys of the wrong type behind on purpose: delete each case's queues, so
     nothing that lists every queue (stats, the web console) meets them in later tests."""
     yield
-    from shardq.devtools.bench import delete_queue
+    from shardq.dev.demo import delete_queue
 
     while _CREATED:
         queue = _CREATED.pop()

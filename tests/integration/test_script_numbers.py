@@ -58,7 +58,7 @@ _CREATED: list[str] = []
 @pytest.fixture(autouse=True)
 def _delete_queues(standalone_client: Client) -> Iterator[None]:
     yield
-    from shardq.devtools.bench import delete_queue
+    from shardq.dev.demo import delete_queue
 
     while _CREATED:
         queue = _CREATED.pop()

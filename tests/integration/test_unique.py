@@ -16,7 +16,7 @@ from support.procs import Proc
 
 from shardq import PermanentError
 from shardq.client import Client
-from shardq.devtools.bench import cli_command
+from shardq.dev.demo import cli_command
 from shardq.errors import IdempotencyKeyInUseError, InvalidJobError
 from shardq.inspector import Inspector
 from shardq.jobs import Job, JobRequest, debounced

@@ -34,7 +34,7 @@ from shardq.cli import main  # noqa: E402
 from shardq.client import Client  # noqa: E402
 from shardq.config import RedisSettings  # noqa: E402
 from shardq.connection import connect  # noqa: E402
-from shardq.devtools.bench import cli_command  # noqa: E402
+from shardq.dev.demo import cli_command  # noqa: E402
 from shardq.errors import InvalidCursorError  # noqa: E402
 from shardq.inspector import LIST_STATES, Inspector  # noqa: E402
 from shardq.web import WebConfig  # noqa: E402

@@ -14,13 +14,13 @@ from pathlib import Path
 import pytest
 from support.nodeclient import built_node_client, driver_command
 
-from shardq.devtools import wire_runner
+from wire import runner
 
 
 def test_python_client_passes_the_call_vectors(url: str) -> None:
-    driver = wire_runner.PythonDriver()
+    driver = runner.PythonDriver()
     try:
-        done = wire_runner.run(driver, url)
+        done = runner.run(driver, url)
     finally:
         driver.close()
     assert "enqueue_many" in done and len(done) >= 9
@@ -32,9 +32,9 @@ def node_client() -> Path:
 
 
 def test_node_client_passes_the_call_vectors(url: str, node_client: Path) -> None:
-    driver = wire_runner.SubprocessDriver(driver_command(node_client))
+    driver = runner.SubprocessDriver(driver_command(node_client))
     try:
-        done = wire_runner.run(driver, url)
+        done = runner.run(driver, url)
     finally:
         driver.close()
     assert "enqueue_many" in done and len(done) >= 9
@@ -77,12 +77,12 @@ def test_node_client_never_shows_the_password_of_a_url_it_refuses(node_client: P
         f"redis://user:{secret}@",
         f"redis://host:6379/?password={secret}",
     ]
-    driver = wire_runner.SubprocessDriver(driver_command(node_client))
+    driver = runner.SubprocessDriver(driver_command(node_client))
     try:
         for url in bad:
             with pytest.raises(ConfigError):
                 RedisSettings.from_url(url)
-            with pytest.raises(wire_runner.StepError) as caught:
+            with pytest.raises(runner.StepError) as caught:
                 driver.run(url, {"name": "q", "partitions": 1}, {"op": "get", "job_id": "j"})
             assert caught.value.name == "ConfigError", str(caught.value)
             message = str(caught.value)

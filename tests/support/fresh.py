@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from shardq import Client
-from shardq.devtools.devcluster import cluster_down, cluster_up, node_pid
+from shardq.dev.devcluster import cluster_down, cluster_up, node_pid
 from shardq.store import keys
 from support.helpers import Runs, queue_settled, scaled, wait_for
 from support.ports import TestPorts

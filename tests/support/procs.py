@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from shardq.devtools.bench import cli_command
+from shardq.dev.demo import cli_command
 
 HELPER = Path(__file__).with_name("proc_helper.py")
 

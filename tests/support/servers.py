@@ -6,7 +6,7 @@
 - a directory: the server and cli in it (``redis-server``/``redis-cli`` or ``valkey-*``).
 
 conftest points ``SHARDQ_SERVER_BIN`` at the chosen directory before any server starts, so the
-dev cluster (shardq.devtools.devcluster.find_binaries), every server a test starts itself and
+dev cluster (shardq.dev.devcluster.find_binaries), every server a test starts itself and
 every ``shardq dev`` subprocess use the same one.
 """
 
@@ -18,7 +18,7 @@ import subprocess
 from functools import cache
 from pathlib import Path
 
-from shardq.devtools import devcluster
+from shardq.dev import devcluster
 
 ENV = "SHARDQ_TEST_SERVER"
 

@@ -1,5 +1,6 @@
-"""Every benchmark module imports: a rename in shardq (bench/move_lateness.py once imported
-names the package no longer exported) breaks a bench nobody runs until its figure is due."""
+"""Every module of the benchmarks (bench/) and the wire tools (wire/) imports: a rename in shardq
+(bench/move_lateness.py once imported names the package no longer exported) breaks a bench nobody
+runs until its figure is due."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 MODULES = sorted(
     ".".join(p.relative_to(ROOT).with_suffix("").parts)
-    for p in [*ROOT.glob("bench/*.py"), *ROOT.glob("bench/*/*.py")]
+    for p in [*ROOT.glob("bench/*.py"), *ROOT.glob("bench/*/*.py"), *ROOT.glob("wire/*.py")]
     if p.name != "__main__.py" and "node_modules" not in p.parts
 )
 

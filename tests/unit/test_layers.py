@@ -30,7 +30,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2] / "shardq"
 
-BASE, CONNECTION, MODELS, STORE, SERVICES, ROLES, FACADES, INTERFACES, DEVTOOLS = range(9)
+BASE, CONNECTION, MODELS, STORE, SERVICES, ROLES, FACADES, INTERFACES, DEV = range(9)
 LAYER_NAMES = [
     "L0 base",
     "L1 connection",
@@ -40,7 +40,7 @@ LAYER_NAMES = [
     "L5 roles",
     "L6 facades",
     "L7 interfaces",
-    "L8 devtools",
+    "L8 dev",
 ]
 
 # A module's layer: the longest name here that is the module or a package holding it.
@@ -76,7 +76,7 @@ LAYERS: dict[str, int] = {
     "shardq.format": INTERFACES,  # shared by cli/ and web/ only
     # The example handlers the manifests run: user code, on top of the public API.
     "shardq.examples": INTERFACES,
-    "shardq.devtools": DEVTOOLS,
+    "shardq.dev": DEV,
 }
 NAME_PREFIXES: dict[str, int] = {}
 
@@ -189,7 +189,7 @@ def graph() -> Graph:
 def violations(edges: Graph) -> list[tuple[str, str, str]]:
     """(importer, imported, why) for each edge the layers forbid."""
     found = []
-    devtools_loaders = []
+    dev_loaders = []
     for name, out in sorted(edges.items()):
         if name == ROOT_PACKAGE:
             continue
@@ -198,9 +198,9 @@ def violations(edges: Graph) -> list[tuple[str, str, str]]:
             theirs = layer_of(target)
             if mine is None or theirs is None:
                 continue  # test_every_module_has_a_layer names it
-            if mine == INTERFACES and theirs == DEVTOOLS and lazy:
+            if mine == INTERFACES and theirs == DEV and lazy:
                 # The one way in to the dev tools: lazily, from one CLI module (checked below).
-                devtools_loaders.append((name, target))
+                dev_loaders.append((name, target))
             elif theirs > mine:
                 found.append((name, target, f"{LAYER_NAMES[mine]} imports {LAYER_NAMES[theirs]}"))
             elif (
@@ -209,8 +209,8 @@ def violations(edges: Graph) -> list[tuple[str, str, str]]:
                 and target not in STORE_LEAVES
             ):
                 found.append((name, target, "a store leaf imports a store module above the leaves"))
-    if len({name for name, _ in devtools_loaders}) > 1:
-        for name, target in devtools_loaders:
+    if len({name for name, _ in dev_loaders}) > 1:
+        for name, target in dev_loaders:
             found.append((name, target, "more than one CLI module loads the dev tools"))
     return found
 
@@ -332,9 +332,9 @@ def test_known_edges_still_exist() -> None:
         # the package root stands for the facades it re-exports
         ("shardq.worker.fetcher", "from shardq import Client\n",
          [("shardq", "L5 roles imports L6 facades")]),
-        ("shardq.cli.job", "def f():\n    from shardq.devtools import devcluster\n", []),
-        ("shardq.cli.job", "from shardq.devtools import devcluster\n",
-         [("shardq.devtools.devcluster", "L7 interfaces imports L8 devtools")]),
+        ("shardq.cli.job", "def f():\n    from shardq.dev import devcluster\n", []),
+        ("shardq.cli.job", "from shardq.dev import devcluster\n",
+         [("shardq.dev.devcluster", "L7 interfaces imports L8 dev")]),
     ],
 )  # fmt: skip
 def test_the_checker_finds_upward_imports(
@@ -348,10 +348,10 @@ def test_the_checker_finds_upward_imports(
     assert violations(edges) == [(module, target, why) for target, why in expected]
 
 
-def test_the_checker_allows_one_lazy_devtools_loader_only() -> None:
-    one = {"shardq.cli.dev": {"shardq.devtools.devcluster": True, "shardq.devtools.bench": True}}
+def test_the_checker_allows_one_lazy_dev_loader_only() -> None:
+    one = {"shardq.cli.dev": {"shardq.dev.devcluster": True, "shardq.dev.demo": True}}
     assert violations(one) == []
-    two = {**one, "shardq.cli.web": {"shardq.devtools.bench": True}}
+    two = {**one, "shardq.cli.web": {"shardq.dev.demo": True}}
     assert [why for _, _, why in violations(two)] == [
         "more than one CLI module loads the dev tools"
     ] * 3
@@ -386,6 +386,6 @@ def test_the_source_is_what_the_checker_reads() -> None:
     assert edges["shardq.store.transport"]["shardq.connection"] is False
     assert edges["shardq.client"]["shardq.plans.producer"] is False
     assert "shardq.client" in edges["shardq.inspector"]  # under TYPE_CHECKING
-    assert edges["shardq.cli.dev"]["shardq.devtools.devcluster"] is True  # lazy
+    assert edges["shardq.cli.dev"]["shardq.dev.devcluster"] is True  # lazy
     assert "shardq.names" in edges["shardq.jobs"]
     assert len(edges) > 80

@@ -1,6 +1,6 @@
 """The wire vectors (wire/vectors/*.json, docs/wire.md) are what this code sends, and the pure
 ones hold for the Python client: a change to the wire fails here until the vectors are
-regenerated (``python -m shardq.devtools.wire vectors --write``) and the diff reviewed."""
+regenerated (``python -m wire.spec vectors --write``) and the diff reviewed."""
 
 from __future__ import annotations
 
@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 
 from shardq import jobs
-from shardq.devtools import wire
 from shardq.errors import ShardqError
 from shardq.store import keys
+from wire import spec
 
-VECTORS = wire.VECTORS_DIR
+VECTORS = spec.VECTORS_DIR
 
 
 def load(name: str) -> dict:
@@ -22,15 +22,15 @@ def load(name: str) -> dict:
 
 
 def test_vectors_are_current() -> None:
-    assert wire.stale() == [], (
-        "the wire changed: run `python -m shardq.devtools.wire vectors --write`, review the "
+    assert spec.stale() == [], (
+        "the wire changed: run `python -m wire.spec vectors --write`, review the "
         "diff and say what changed in docs/wire.md"
     )
 
 
 def test_every_file_names_the_wire_version() -> None:
     for path in VECTORS.glob("*.json"):
-        assert json.loads(path.read_text())["wire"] == wire.WIRE, path
+        assert json.loads(path.read_text())["wire"] == spec.WIRE, path
 
 
 def test_keys_and_tags() -> None:
@@ -64,13 +64,13 @@ def test_timed_ids() -> None:
 
 def test_bodies() -> None:
     for case in load("bodies.json")["cases"]:
-        settings = wire.settings_from_vector(case.get("settings"))
+        settings = spec.settings_from_vector(case.get("settings"))
         if "error" in case:
             with pytest.raises(ShardqError) as raised:
-                wire.body_of(case["request"], settings)
+                spec.body_of(case["request"], settings)
             assert type(raised.value).__name__ == case["error"], case
         else:
-            assert wire.body_of(case["request"], settings).decode() == case["body"]
+            assert spec.body_of(case["request"], settings).decode() == case["body"]
 
 
 def test_functions_contracts_name_their_files() -> None:

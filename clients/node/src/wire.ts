@@ -11,7 +11,7 @@ const FIELDS = new Set([
   'unique_until', 'debounce_ms',
 ]);
 
-/** A vector's request as a JobRequest (as shardq.devtools.wire.request_from_vector builds the
+/** A vector's request as a JobRequest (as wire.spec.request_from_vector builds the
  *  Python one); an Error for a field wire/1 does not define. */
 export function requestFromVector(r: Record<string, any>): JobRequest {
   const unknown = Object.keys(r).filter((k) => !FIELDS.has(k));

@@ -63,7 +63,7 @@ test('vectors: schedules.json', { skip }, () => {
   }
 });
 
-/** What a step sends, computed without Redis (as shardq.devtools.wire.step_calls); null when
+/** What a step sends, computed without Redis (as wire.spec.step_calls); null when
  *  the client refuses it before sending. */
 function stepCalls(queue: any, step: any, s: ReturnType<typeof settingsFromVector>): SentCall[] | null {
   const q = { queue: queue.name, partitions: queue.partitions, layout: queue.layout ?? 0 };

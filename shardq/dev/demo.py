@@ -1,8 +1,9 @@
-"""End-to-end benchmark (``shardq bench e2e``) and the engine behind ``shardq demo``.
+"""The engine of ``shardq demo``, and of the end-to-end benchmark (``python -m bench.e2e``).
 
 A fresh queue runs end to end with dispatchers and workers in subprocesses.  Workers record
 which job ids they ran and each job's lateness (handler start minus due time, both on the Redis
-clock), so the parent can count lost and duplicated jobs exactly.
+clock), so the parent can count lost and duplicated jobs exactly.  The benchmark adds the
+machine's calibration (bench/calibration.py, in the repository only) through ``calibrate``.
 """
 
 from __future__ import annotations
@@ -15,12 +16,11 @@ import os
 import secrets
 import shutil
 import signal
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
@@ -30,7 +30,6 @@ import orjson
 from shardq.client import Client
 from shardq.config import RedisSettings, WorkerSettings
 from shardq.connection import SyncRedis, is_cluster
-from shardq.devtools.calibration import calibrate, calibration_line
 from shardq.jobs import JobRequest
 from shardq.store import keys
 
@@ -148,7 +147,7 @@ def _start_fleet(cfg: E2EConfig, queue: str, outdir: Path) -> tuple[list[Any], l
             [
                 sys.executable,
                 "-m",
-                "shardq.devtools.bench",
+                "shardq.dev.demo",
                 "worker",
                 "--url",
                 cfg.url,
@@ -180,8 +179,15 @@ def stop_processes(procs: list[Any], timeout: float = 30.0) -> None:
             proc.wait()
 
 
-def run_e2e(cfg: E2EConfig, progress: TextIO | None = None) -> dict[str, Any]:
-    """Run the benchmark and return its figures (see the keys of the returned dict)."""
+Calibrate = Callable[[str, str | None, str | None], dict[str, Any]]
+"""(url, username, password) -> the machine's figures, taken before the run's load."""
+
+
+def run_e2e(
+    cfg: E2EConfig, progress: TextIO | None = None, calibrate: Calibrate | None = None
+) -> dict[str, Any]:
+    """Run the queue end to end and return its figures (see the keys of the returned dict);
+    with ``calibrate``, its figures under ``"calibration"``."""
     settings = RedisSettings.from_url(cfg.url)
     # Credentials reach the child processes in their environment, never on their command line.
     cfg = dataclasses.replace(
@@ -192,7 +198,8 @@ def run_e2e(cfg: E2EConfig, progress: TextIO | None = None) -> dict[str, Any]:
     )
     settings = dataclasses.replace(settings, username=cfg.username, password=cfg.password)
     client = Client(settings)
-    calibration = calibrate(cfg.url, cfg.username, cfg.password)  # before any load of ours
+    # before any load of ours
+    calibration = calibrate(cfg.url, cfg.username, cfg.password) if calibrate else None
     queue = f"bench-{int(time.time())}-{secrets.token_hex(3)}"
     client.create_queue(queue, cfg.partitions)
     payload = "x" * cfg.payload_bytes
@@ -286,7 +293,7 @@ def run_e2e(cfg: E2EConfig, progress: TextIO | None = None) -> dict[str, Any]:
         duplicates = sum(n - 1 for n in ran.values() if n > 1)
         drain_window = max(last_finish - first_start, 1e-9)
         return {
-            "calibration": calibration,
+            **({"calibration": calibration} if calibration is not None else {}),
             "queue": queue,
             "jobs": cfg.jobs,
             "completed": completed,
@@ -318,108 +325,15 @@ def run_e2e(cfg: E2EConfig, progress: TextIO | None = None) -> dict[str, Any]:
             client.close()
 
 
-def _script_limit(client: Client, queue: str, partitions: int, requests: list[JobRequest]) -> float:
-    """Jobs/s of the batched enqueue script alone: the same calls enqueue_many makes, prepared
-    (validated, routed, encoded) beforehand, so only sending, Redis and reading the replies are
-    timed.  The ceiling enqueue_many's own producer work is measured against."""
-    from shardq.store import producer, transport
-
-    prepared = producer.prepare_many(
-        queue, partitions, requests, client.settings, client.compact(queue)
-    )
-    ops = [call.op for call in producer.plan_bulk(prepared)]
-    t0 = time.perf_counter()
-    results = transport.run_many(client.redis, ops)
-    seconds = time.perf_counter() - t0
-    failed = [r for r in results if isinstance(r, BaseException)]
-    if failed:
-        raise failed[0]
-    return len(requests) / seconds
-
-
-def run_enqueue_bench(
-    url: str,
-    jobs: int = 20_000,
-    single_jobs: int = 2_000,
-    partitions: int = 64,
-    payload_bytes: int = 20,
-    username: str | None = None,
-    password: str | None = None,
-    rounds: int = 3,
-) -> dict[str, Any]:
-    """Enqueue rates side by side: a loop of single enqueue() calls, enqueue_many, and the
-    batched script's limit (the same calls, prepared beforehand).
-
-    Every request is a distinct JobRequest (as a producer would build them).  Each measurement
-    starts on an empty queue of its own (a growing hash or sorted set rehashes at sizes that
-    would favour whichever run came later); enqueue_many and the limit alternate in order for
-    ``rounds`` rounds.  The ratio is of the medians."""
-    cal = calibrate(url, username, password)
-    client = Client(RedisSettings.from_url(url, username=username, password=password))
-    payload = "x" * payload_bytes
-
-    def requests() -> list[JobRequest]:
-        return [JobRequest("bench", payload, delay=3600) for _ in range(jobs)]
-
-    def fresh() -> str:
-        queue = f"bench-enq-{int(time.time())}-{secrets.token_hex(3)}"
-        client.create_queue(queue, partitions)
-        return queue
-
-    def bulk_rate(queue: str) -> float:
-        batch = requests()
-        t0 = time.perf_counter()
-        client.enqueue_many(queue, batch)
-        return jobs / (time.perf_counter() - t0)
-
-    def limit_rate(queue: str) -> float:
-        return _script_limit(client, queue, partitions, requests())
-
-    measure = {"bulk": bulk_rate, "limit": limit_rate}
-    rates: dict[str, list[float]] = {"bulk": [], "limit": []}
-    try:
-        queue = fresh()
-        try:
-            t0 = time.perf_counter()
-            for _ in range(single_jobs):
-                client.enqueue(queue, "bench", payload, delay=3600)
-            single = single_jobs / (time.perf_counter() - t0)
-        finally:
-            delete_queue(client.redis, queue, partitions)
-        for n in range(rounds):
-            for kind in ("bulk", "limit") if n % 2 == 0 else ("limit", "bulk"):
-                queue = fresh()
-                try:
-                    rates[kind].append(measure[kind](queue))
-                finally:
-                    delete_queue(client.redis, queue, partitions)
-        bulk, limit = statistics.median(rates["bulk"]), statistics.median(rates["limit"])
-        return {
-            "calibration": cal,
-            "single_jobs": single_jobs,
-            "single_jobs_per_s": round(single, 1),
-            "bulk_jobs": jobs,
-            "bulk_jobs_per_s": round(bulk, 1),
-            "bulk_jobs_per_s_rounds": [round(b, 1) for b in rates["bulk"]],
-            "script_limit_jobs_per_s": round(limit, 1),
-            "script_limit_jobs_per_s_rounds": [round(x, 1) for x in rates["limit"]],
-            "bulk_over_limit": round(bulk / limit, 2),
-            "bulk_over_single": round(bulk / single, 2),
-            "partitions": partitions,
-            "cluster": is_cluster(client.redis),
-        }
-    finally:
-        client.close()
-
-
-def format_summary(r: dict[str, Any]) -> str:
-    """A human summary of :func:`run_e2e`'s result."""
+def format_summary(r: dict[str, Any], calibration: str | None = None) -> str:
+    """A human summary of :func:`run_e2e`'s result; ``calibration``: the machine's figures as
+    one line, shown under the title."""
     lat = r["lateness_ms"]
     return "\n".join(
         [
             "",
             "== shardq end-to-end summary ==",
-            f"calibration      {calibration_line(r['calibration'])}",
+            *([f"calibration      {calibration}"] if calibration is not None else []),
             f"scheduled        {r['jobs']:>12,}   ({r['mode']}, {r['partitions']} partitions, "
             f"{r['dispatchers']} dispatcher(s), {r['workers']} worker(s))",
             f"completed        {r['completed']:>12,}",
@@ -438,7 +352,7 @@ def format_summary(r: dict[str, Any]) -> str:
     )
 
 
-# subprocess entry: python -m shardq.devtools.bench worker ... ------------------------------
+# subprocess entry: python -m shardq.dev.demo worker ... -----------------------------------
 
 
 async def _bench_worker(url: str, queue: str, out: Path, concurrency: int) -> None:
@@ -484,7 +398,7 @@ async def _bench_worker(url: str, queue: str, out: Path, concurrency: int) -> No
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m shardq.devtools.bench")
+    parser = argparse.ArgumentParser(prog="python -m shardq.dev.demo")
     sub = parser.add_subparsers(dest="role", required=True)
     w = sub.add_parser("worker")
     w.add_argument("--url", required=True)

@@ -1,6 +1,6 @@
 """Checks a producer client, in any language, against the wire vectors (docs/wire.md).
 
-    python -m shardq.devtools.wire_runner --url redis://127.0.0.1:7310 [--driver "node ..."]
+    python -m wire.runner --url redis://127.0.0.1:7310 [--driver "node ..."]
 
 The client runs behind a *driver*: a process that reads one JSON request per line on stdin
 and answers one JSON line on stdout (docs/wire.md "Conformance"), or, for the Python client,
@@ -35,11 +35,11 @@ import redis
 
 from shardq.client import Client
 from shardq.connection import as_text, is_cluster
-from shardq.devtools import wire
 from shardq.errors import ShardqError
 from shardq.jobs import EnqueueResult, JobInfo
 from shardq.plans import producer as plans
 from shardq.store import functions, keys
+from wire import spec
 
 DEFAULT_SLACK_MS = 2000
 
@@ -96,17 +96,17 @@ class PythonDriver(Driver):
     def run(self, url: str, queue: dict[str, Any], step: dict[str, Any]) -> Any:
         c = self._client(url)
         name = queue["name"]
-        s = wire.settings_from_vector(step.get("settings"))
+        s = spec.settings_from_vector(step.get("settings"))
         try:
             op = step["op"]
             if op == "create_queue":
                 return c.create_queue(name, step["partitions"], lanes=bool(step.get("lanes")))
             if op == "enqueue":
-                req = wire.request_from_vector(step["request"])
+                req = spec.request_from_vector(step["request"])
                 plan = plans._enqueue(c._queues, name, req, s, False)
                 return enqueue_json(c._drive(plan, "wire vector"))
             if op == "enqueue_many":
-                reqs = [wire.request_from_vector(r) for r in step["requests"]]
+                reqs = [spec.request_from_vector(r) for r in step["requests"]]
                 plan_many = plans._enqueue_many(c._queues, name, reqs, s, 5000, False)
                 return [enqueue_json(r) for r in c._drive(plan_many, "wire vector")]
             if op == "get":
@@ -166,7 +166,7 @@ class Mismatch(AssertionError):
 
 def matches(expected: Any, actual: Any, window: tuple[int, int], where: str) -> None:
     """Raise Mismatch unless ``actual`` is what ``expected`` says (a subset for objects; the
-    matchers of shardq.devtools.wire's docstring); ``window``: Redis ms before and after."""
+    matchers of wire.spec's docstring); ``window``: Redis ms before and after."""
     if isinstance(expected, dict) and "from_now_ms" in expected:
         slack = expected.get("slack_ms", DEFAULT_SLACK_MS)
         lo, hi = window[0] + expected["from_now_ms"] - slack, window[1] + expected["from_now_ms"]
@@ -390,7 +390,7 @@ def run_case(
 def run(
     driver: Driver,
     url: str,
-    directory: Path = wire.VECTORS_DIR,
+    directory: Path = spec.VECTORS_DIR,
     only: Callable[[str], bool] | None = None,
     watch: bool | None = None,
 ) -> list[str]:
@@ -415,7 +415,7 @@ def run(
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m shardq.devtools.wire_runner")
+    parser = argparse.ArgumentParser(prog="python -m wire.runner")
     parser.add_argument("--url", required=True, help="a cluster node or a standalone Redis")
     parser.add_argument(
         "--driver", default="", help="the client's driver command (default: Python)"

@@ -1,5 +1,6 @@
-"""Handlers that do nothing, for the demo, the benchmarks and the tests' worker processes:
-``shardq worker run --handlers shardq.devtools.handlers:handlers``.
+"""Handlers that do nothing, for workers run against the dev cluster: the benchmarks and the
+tests' worker processes:
+``shardq worker run --handlers shardq.dev.handlers:handlers``.
 
 Inline (``@shardq.inline``), so a job costs the worker only its own bookkeeping: what a
 benchmark of the fleet must measure.  A deployment's example handlers are elsewhere

@@ -1,7 +1,7 @@
 """The wire specification's conformance vectors (docs/wire.md).
 
-    python -m shardq.devtools.wire vectors --write    # regenerate wire/vectors/*.json
-    python -m shardq.devtools.wire vectors --check    # exit 1 when they are not current
+    python -m wire.spec vectors --write    # regenerate wire/vectors/*.json
+    python -m wire.spec vectors --check    # exit 1 when they are not current
 
 The vectors are language-neutral JSON: what a producer is given (a request, the queue, the
 settings) and what it must do: the exact FCALLs and commands it sends (KEYS and ARGV), what
@@ -47,7 +47,7 @@ from shardq.store import queues as store_queues
 from shardq.store.op import Command, Op
 
 WIRE = "wire/1"
-VECTORS_DIR = Path(__file__).resolve().parents[2] / "wire" / "vectors"
+VECTORS_DIR = Path(__file__).resolve().parent / "vectors"
 
 #: The functions a producer calls (docs/wire.md "Functions"): their headers are the contract.
 PRODUCER_FUNCTIONS: tuple[str, ...] = (
@@ -960,7 +960,7 @@ def write(directory: Path = VECTORS_DIR) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m shardq.devtools.wire")
+    parser = argparse.ArgumentParser(prog="python -m wire.spec")
     sub = parser.add_subparsers(dest="command", required=True)
     vec = sub.add_parser("vectors", help="write or check wire/vectors/*.json")
     vec.add_argument("--dir", type=Path, default=VECTORS_DIR)
@@ -977,7 +977,7 @@ def main(argv: list[str] | None = None) -> int:
         if old:
             print(
                 f"{', '.join(old)} in {args.dir} are not what this code sends: the wire changed. "
-                "Regenerate with `python -m shardq.devtools.wire vectors --write`, review the "
+                "Regenerate with `python -m wire.spec vectors --write`, review the "
                 "diff (a change other clients must follow), and say it in docs/wire.md",
                 file=sys.stderr,
             )

@@ -1,4 +1,6 @@
-"""Fleet benchmark (``shardq bench fleet``): how fast leases converge, and what an idle fleet costs.
+"""Fleet benchmark: how fast leases converge, and what an idle fleet costs.
+
+    python -m bench.fleet --url redis://127.0.0.1:7300 [--dispatchers 8 --partitions 256 ...]
 
 Starts D dispatcher processes on a fresh queue of P partitions, measures how long until every
 partition is owned and every dispatcher holds the floor or ceiling of P / D; kills one with
@@ -9,6 +11,7 @@ over the primaries).
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import select
@@ -19,11 +22,14 @@ import time
 from collections import Counter
 from typing import Any
 
+import click
+
+from bench.calibration import calibrate
+from shardq.cli.options import redis_options, redis_settings
 from shardq.client import Client
 from shardq.config import RedisSettings
 from shardq.connection import SyncRedis, is_cluster
-from shardq.devtools.bench import cli_command, delete_queue, stop_processes
-from shardq.devtools.calibration import calibrate
+from shardq.dev.demo import cli_command, delete_queue, stop_processes
 from shardq.store import keys
 
 
@@ -179,7 +185,7 @@ def run_fleet(
                         "--url",
                         url,
                         "--handlers",
-                        "shardq.devtools.handlers:handlers",
+                        "shardq.dev.handlers:handlers",
                     ),
                     env=env,
                 )
@@ -204,3 +210,41 @@ def run_fleet(
         stop_processes(procs, 15.0)
         delete_queue(client.redis, queue, partitions)
         client.close()
+
+
+@click.command()
+@click.option("--dispatchers", default=8, show_default=True)
+@click.option("--partitions", default=256, show_default=True)
+@click.option("--workers", default=4, show_default=True)
+@click.option("--lease-time", default=4.0, show_default=True)
+@click.option("--renew-interval", default=1.0, show_default=True)
+@click.option("--idle-seconds", default=10.0, show_default=True)
+@redis_options
+def main(
+    dispatchers: int,
+    partitions: int,
+    workers: int,
+    lease_time: float,
+    renew_interval: float,
+    idle_seconds: float,
+) -> None:
+    """Lease convergence after start, SIGKILL and SIGTERM, and the idle fleet's Redis calls/s."""
+    conn = redis_settings()
+    click.echo(
+        json.dumps(
+            run_fleet(
+                conn.url,
+                dispatchers,
+                partitions,
+                workers,
+                lease_time,
+                renew_interval,
+                idle_seconds,
+                password=conn.password,
+            )
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()
