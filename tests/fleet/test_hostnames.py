@@ -12,9 +12,7 @@ label, `shardq stats` and the console.
 from __future__ import annotations
 
 import json
-import os
 import random
-import signal
 import socket
 import threading
 import time
@@ -23,14 +21,14 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from support.fresh import FreshCluster, Ledger, check, drain
+from support.fresh import FreshCluster, Ledger, check, drain, failover_reruns, kill_primary
 from support.helpers import Runner, Runs, wait_for
 from support.ports import TestPorts
 
 from shardq import Client, ProducerSettings
 from shardq.admin import slots as slot_moves
 from shardq.cli import main as cli
-from shardq.dev.devcluster import cluster_down, cluster_up, node_pid, restart_node
+from shardq.dev.devcluster import cluster_down, cluster_up, restart_node
 from shardq.store import keys
 
 PARTITIONS = 12
@@ -135,10 +133,7 @@ def test_the_fleet_rides_out_a_killed_primary_and_a_moved_partition_on_named_nod
         for t in threads:
             t.start()
         time.sleep(random.uniform(1.0, 2.5))
-        pid = node_pid(named.base, victim_port, root=named.root)
-        assert pid is not None
-        killed_at = time.monotonic()
-        os.kill(pid, signal.SIGKILL)
+        kill = kill_primary(named, client, victim_port, queue, [(0, PARTITIONS)])
         wait_for(
             lambda: (
                 named.primary_port(client, keys.partition_keys(queue, 0, PARTITIONS).due)
@@ -147,6 +142,7 @@ def test_the_fleet_rides_out_a_killed_primary_and_a_moved_partition_on_named_nod
             30,
             "no failover",
         )
+        failed_over_at = time.monotonic()
         restart_node(named.base, victim_port, root=named.root)  # back as a replica
         # then a partition of another primary moves, under the same load
         source = slot_moves.plan_move(mover, queue, 1, slot_moves.primary_addresses(mover)[0])
@@ -158,13 +154,16 @@ def test_the_fleet_rides_out_a_killed_primary_and_a_moved_partition_on_named_nod
         stop.set()
         for t in threads:
             t.join(60)
-        drain(client, queue, ledger, runs)
+        drain(client, queue, runs)
         primaries = _primaries(client)
         assert len(primaries) == 3 and all(p.startswith(f"{NAME}:") for p in primaries)
         for role in (runner.dispatcher, *runner.workers):
             assert role is not None
             assert set(role.transport.primaries()) == primaries, role.transport.primaries()
-    figures = check(ledger, runs, killed_at)
+    figures = check(ledger, runs, kill)
+    allowed, other = failover_reruns(runs, kill, failed_over_at)
+    assert not other, f"{len(other)} ran again beyond the failover: {other[:5]}"
+    figures["ran_again_in_failover"] = allowed
     print(f"named nodes, killed primary and moved partition: {figures}")
     client.close()
     mover.close()
