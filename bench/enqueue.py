@@ -28,14 +28,14 @@ def _script_limit(client: Client, queue: str, partitions: int, requests: list[Jo
     """Jobs/s of the batched enqueue script alone: the same calls enqueue_many makes, prepared
     (validated, routed, encoded) beforehand, so only sending, Redis and reading the replies are
     timed.  The ceiling enqueue_many's own producer work is measured against."""
-    from shardq.store import producer, transport
+    from shardq.store import producer
 
     prepared = producer.prepare_many(
         queue, partitions, requests, client.settings, client.compact(queue)
     )
     ops = [call.op for call in producer.plan_bulk(prepared)]
     t0 = time.perf_counter()
-    results = transport.run_many(client.redis, ops)
+    results = client.transport.run_many(ops)
     seconds = time.perf_counter() - t0
     failed = [r for r in results if isinstance(r, BaseException)]
     if failed:

@@ -28,7 +28,7 @@ from shardq import JobRequest
 from shardq.client import Client
 from shardq.dev.demo import delete_queue
 from shardq.dev.devcluster import standalone_down, standalone_up
-from shardq.store import delivery, keys, transport
+from shardq.store import delivery, keys
 
 CONSUMER = "bench:read-call"
 
@@ -82,7 +82,7 @@ def measure(
                 break
             batch.append(delivery.fetch(pks[i], CONSUMER, per_call, held[i], promote=True))
             order.append(i)
-        for i, result in zip(order, _ok(transport.run_many(client.redis, batch)), strict=True):
+        for i, result in zip(order, _ok(client.transport.run_many(batch)), strict=True):
             held[i] = [(j.entry_id, j.raw_id) for j in result.jobs]
             read += len(result.jobs)
         made += len(batch)
@@ -100,7 +100,7 @@ def measure(
     # The last round's jobs settle outside the window: their acks are not charged.
     for i in range(partitions):
         if held[i]:
-            _ok(transport.run_many(client.redis, [delivery.ack(pks[i], held[i])]))
+            _ok(client.transport.run_many([delivery.ack(pks[i], held[i])]))
     # Only this round's queue goes: --url may name a Redis that holds other data.
     delete_queue(client.redis, queue, partitions)
     return {

@@ -25,7 +25,7 @@ from bench.common import Sampler, calibrate, calibration_line, fresh_queue, used
 from shardq import Client
 from shardq.dev.demo import cli_command, delete_queue
 from shardq.schedules import make_definition
-from shardq.store import keys, transport
+from shardq.store import keys
 from shardq.store import schedules as ops
 
 
@@ -55,7 +55,7 @@ def store(client: Client, queue: str, partitions: int, n: int, every: float) -> 
             d = dataclasses.replace(base, name=name, anchor_ms=anchor)
             pk = keys.partition_keys(queue, keys.partition_for(name, partitions), partitions)
             batch.append(ops.put(pk, "put", name, d.to_json(), anchor))
-        for result in transport.run_many(client.redis, batch):
+        for result in client.transport.run_many(batch):
             if isinstance(result, BaseException):
                 raise result
     return time.monotonic() - started

@@ -15,7 +15,7 @@ from typing import Any
 from bench.common import Sampler, delete_queue, fresh_queue, wait_until
 from shardq import JobRequest
 from shardq.client import Client
-from shardq.store import delivery, fleet, keys, transport
+from shardq.store import delivery, fleet, keys
 
 OWNER = "bench:stages"
 LEASE_MS = 600_000
@@ -50,7 +50,7 @@ def _ok(results: list[Any]) -> list[Any]:
 
 def acquire_leases(client: Client, pks: list[keys.PartitionKeys]) -> list[str]:
     grants = _ok(
-        transport.run_many(client.redis, [fleet.lease_acquire(pk, OWNER, LEASE_MS) for pk in pks])
+        client.transport.run_many([fleet.lease_acquire(pk, OWNER, LEASE_MS) for pk in pks])
     )
     tokens = []
     for grant in grants:
@@ -68,7 +68,7 @@ def promote_all(
     active = list(range(len(pks)))
     while active and moved < expect:
         batch = [fleet.promote(pks[i], tokens[i], k, LEASE_MS) for i in active]
-        results = _ok(transport.run_many(client.redis, batch))
+        results = _ok(client.transport.run_many(batch))
         calls += len(batch)
         nxt = []
         for i, result in zip(active, results, strict=True):
@@ -88,7 +88,7 @@ def fetch_all(
     while active and total < expect:
         batch = [delivery.fetch(pks[i], OWNER, count) for i in active]
         nxt = []
-        for i, result in zip(active, _ok(transport.run_many(client.redis, batch)), strict=True):
+        for i, result in zip(active, _ok(client.transport.run_many(batch)), strict=True):
             got[i].extend((j.entry_id, j.raw_id) for j in result.jobs)
             total += len(result.jobs)
             if len(result.jobs) >= count:
@@ -109,7 +109,7 @@ def ack_all(
             calls.append(delivery.ack(pks[i], entries[start : start + per_call]))
     settled = 0
     for start in range(0, len(calls), 256):
-        settled += sum(_ok(transport.run_many(client.redis, calls[start : start + 256])))
+        settled += sum(_ok(client.transport.run_many(calls[start : start + 256])))
     return settled
 
 

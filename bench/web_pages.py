@@ -27,7 +27,7 @@ from shardq import JobRequest
 from shardq.client import Client
 from shardq.config import RedisSettings
 from shardq.inspector import Inspector
-from shardq.store import delivery, keys, transport
+from shardq.store import delivery, keys
 from shardq.web import WebConfig, create_app
 
 SCRIPT_COMMANDS = ("fcall", "fcall_ro", "evalsha", "eval", "evalsha_ro", "eval_ro")
@@ -73,8 +73,8 @@ def main() -> None:
     fill_s = time.monotonic() - started
     ready = client.enqueue_many(queue, [JobRequest("r", i) for i in range(200)])
     pk = keys.partition_keys(queue, ready[0].partition, args.partitions)
-    got = transport.run(client.redis, delivery.fetch(pk, "bench-worker", 2)).jobs
-    transport.run(client.redis, delivery.fail(pk, got[0].entry_id, got[0].raw_id, -1, "x"))
+    got = client.transport.run(delivery.fetch(pk, "bench-worker", 2)).jobs
+    client.transport.run(delivery.fail(pk, got[0].entry_id, got[0].raw_id, -1, "x"))
     dead = got[0].raw_id.decode()
     nodes = len(client.redis.get_primaries()) if hasattr(client.redis, "get_primaries") else 1
     info_cost = 2 * nodes  # INFO stats + INFO commandstats per primary per read

@@ -26,7 +26,7 @@ from shardq.errors import ShardqError
 from shardq.jobs import Backoff, EnqueueResult, JobInfo, JobRequest, JobResult, debounced
 from shardq.limits import Limit
 from shardq.names import Priority
-from shardq.plans import Plan, drive, drive_async, one, twin_of
+from shardq.plans import Plan, drive, drive_async, twin_of
 from shardq.plans import producer as plans
 from shardq.plans import schedules as schedule_plans
 from shardq.plans import workflows as workflow_plans
@@ -42,9 +42,8 @@ from shardq.schedules import (
 )
 from shardq.store import keys, producer
 from shardq.store.channels import AsyncChannel, SyncChannel
-from shardq.store.op import Call
 from shardq.store.retry import AsyncRunner, SyncRunner
-from shardq.store.transport import AsyncTransport
+from shardq.store.transport import AsyncTransport, SyncTransport
 from shardq.workflows import DEFAULT_RETENTION, BatchCancel, BatchInfo, Child, Policy
 
 T = TypeVar("T")
@@ -75,8 +74,12 @@ class Client:
             redis = RedisSettings.from_url(redis)
         self.redis: SyncRedis = connect(redis) if isinstance(redis, RedisSettings) else redis
         self.settings = settings or ProducerSettings()
-        self._queues = producer.QueueCache()
-        self._runner = SyncRunner(self.redis, self.settings.retry_timeout)
+        #: What this client knows of its queues (partition count, layout, lanes), read once and
+        #: kept; the plans it runs read and fill it (:meth:`forget` drops a queue's).
+        self.cache = producer.QueueCache()
+        #: Sends calls to the primaries (:class:`~shardq.store.transport.SyncTransport`).
+        self.transport = SyncTransport(self.redis)
+        self._runner = SyncRunner(self.transport, self.settings.retry_timeout)
         #: Periodic jobs: add/list/get/pause/resume/remove/next (see shardq.schedules).
         self.schedules = Schedules(self)
         #: Batches and chains: create/open/add/seal/chain/get/list/cancel (shardq.workflows).
@@ -97,11 +100,19 @@ class Client:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _drive(self, plan: Plan[T], what: str) -> T:
-        return drive(plan, self._runner.batches(what))
+    def run(self, plan: Plan[T], what: str) -> T:
+        """Run one operation: a plan of :mod:`shardq.plans` (built with this client's
+        :attr:`cache`), driven through this client's runner: every batch of calls it yields is
+        sent, the calls that met a failover, slot move or restart are resent within one
+        ``retry_timeout`` window for the whole operation, and what is left is raised as a typed
+        :mod:`shardq.errors` exception naming ``what`` ("reading job j-1").  Returns the plan's
+        value.  Every method of the facades is one such call; the inspector, the schedules and
+        batches facades and the admin tools run theirs the same way.
 
-    def _run(self, op: Call[T], *, what: str = "the call") -> T:
-        return self._drive(one(op), what)
+        >>> from shardq.plans import producer
+        >>> client.run(producer.get(client.cache, "emails", job_id), f"reading job {job_id}")
+        """
+        return drive(plan, self._runner.batches(what))
 
     # queues -------------------------------------------------------------------------------
 
@@ -127,11 +138,11 @@ class Client:
         ``allow_evicting_redis``).
         """
         plan = plans.create_queue(
-            self._queues, queue, partitions, ack_retention, dead_letter_cap, lanes
+            self.cache, queue, partitions, ack_retention, dead_letter_cap, lanes
         )
         if not allow_evicting_redis:
             _eviction_refused(self.check_redis())
-        return self._drive(plan, f"creating queue {queue!r}")
+        return self.run(plan, f"creating queue {queue!r}")
 
     def set_lanes(self, queue: str, on: bool) -> int:
         """Turn the queue's lanes on or off; returns how many partitions changed.
@@ -143,16 +154,16 @@ class Client:
         they are turned off are still delivered.  Needs the operator's Redis user.
         """
         word = "on" if on else "off"
-        return self._drive(plans.set_lanes(self._queues, queue, on), f"lanes {word}")
+        return self.run(plans.set_lanes(self.cache, queue, on), f"lanes {word}")
 
     def lanes(self, queue: str) -> bool:
         """Whether the queue has lanes on (read from Redis, not cached)."""
-        return self._drive(plans.lanes(self._queues, queue), f"reading lanes of {queue!r}")
+        return self.run(plans.lanes(self.cache, queue), f"reading lanes of {queue!r}")
 
     def require_lanes(self, queue: str) -> None:
         """LanesOffError unless the queue has lanes on (seen on within the last
         ``producer.LANES_RECHECK`` seconds, so lanes turned off reach every producer soon)."""
-        self._drive(plans.require_lanes(self._queues, queue), f"reading lanes of {queue!r}")
+        self.run(plans.require_lanes(self.cache, queue), f"reading lanes of {queue!r}")
 
     def check_redis(self, require_appendonly: bool = False) -> list[redis_config.Finding]:
         """Settings of the primaries that would lose jobs silently (an evicting
@@ -164,17 +175,17 @@ class Client:
 
     def forget(self, queue: str) -> None:
         """Drop what is cached about ``queue`` (it was deleted or re-created)."""
-        self._queues.forget(queue)
+        self.cache.forget(queue)
 
     def layout(self, queue: str) -> keys.Layout:
         """Where the queue's partitions live now (read, not cached: a resize may be running):
         the active generation, and the one a resize empties."""
         self.forget(queue)
-        return self._drive(plans.layout(self._queues, queue), f"reading queue {queue!r}")
+        return self.run(plans.layout(self.cache, queue), f"reading queue {queue!r}")
 
     def partitions(self, queue: str) -> int:
         """The queue's partition count (cached after the first lookup)."""
-        return self._drive(plans.partitions(self._queues, queue), f"reading queue {queue!r}")
+        return self.run(plans.partitions(self.cache, queue), f"reading queue {queue!r}")
 
     def upgrade_queue(self, queue: str) -> int:
         """Raise the queue's stored layout to this version's; returns the layout it had.
@@ -189,32 +200,32 @@ class Client:
         Jobs already stored keep their layout; both are read alike.  Producers running now
         pick the new layout up when they next read the queue (a restart, or :meth:`forget`).
         """
-        return self._drive(plans.upgrade(self._queues, queue), f"upgrading queue {queue!r}")
+        return self.run(plans.upgrade(self.cache, queue), f"upgrading queue {queue!r}")
 
     def compact(self, queue: str) -> bool:
         """Whether the queue keeps waiting jobs compactly (layout 3: one due-set member per
         job, lua/includes/compact.lua); read with the partition count, cached alike."""
-        return self._drive(plans.meta(self._queues, queue), f"reading queue {queue!r}").compact
+        return self.run(plans.meta(self.cache, queue), f"reading queue {queue!r}").compact
 
     def queues(self) -> list[str]:
         """Names of every queue created on this Redis."""
-        return self._drive(plans.registered(), "listing queues")
+        return self.run(plans.registered(), "listing queues")
 
     # rate limits ---------------------------------------------------------------------------
 
     def set_limit(self, queue: str, limit: Limit) -> None:
         """Create or replace a rate limit of ``queue`` (see shardq.limits); workers apply it
         within ``limits_refresh`` seconds."""
-        self._drive(plans.set_limit(self._queues, queue, limit), "setting a limit")
+        self.run(plans.set_limit(self.cache, queue, limit), "setting a limit")
 
     def limits(self, queue: str) -> list[Limit]:
         """The rate limits of ``queue``, by name."""
-        return self._drive(plans.limits(self._queues, queue), f"reading limits of {queue!r}")
+        return self.run(plans.limits(self.cache, queue), f"reading limits of {queue!r}")
 
     def remove_limit(self, queue: str, name: str) -> bool:
         """Remove the limit ``type:<job type>``, ``key:<limit key>`` or ``tenant:<tenant>``;
         False if there was none."""
-        return self._drive(plans.remove_limit(self._queues, queue, name), "removing a limit")
+        return self.run(plans.remove_limit(self.cache, queue, name), "removing a limit")
 
     # jobs ---------------------------------------------------------------------------------
 
@@ -273,8 +284,8 @@ class Client:
         self, queue: str, request: JobRequest, *, durable: bool = False
     ) -> EnqueueResult:
         """Enqueue one job and say whether it was new and when it is due."""
-        plan = plans.enqueue(self._queues, queue, request, self.settings, durable)
-        return self._drive(plan, f"enqueue into {queue!r}")
+        plan = plans.enqueue(self.cache, queue, request, self.settings, durable)
+        return self.run(plan, f"enqueue into {queue!r}")
 
     def enqueue_many(
         self,
@@ -292,8 +303,8 @@ class Client:
         be stored (or were refused, e.g. a duplicate job id), BulkEnqueueError says exactly
         which were stored and gives the rest back as requests with their ids, safe to resend.
         """
-        plan = plans.enqueue_many(self._queues, queue, requests, self.settings, chunk, durable)
-        return self._drive(plan, f"enqueue into {queue!r}")
+        plan = plans.enqueue_many(self.cache, queue, requests, self.settings, chunk, durable)
+        return self.run(plan, f"enqueue into {queue!r}")
 
     def cancel(self, queue: str, job_id: str, *, running: bool = False) -> bool:
         """Cancel a job that has not started: True if cancelled, False if there is no such job.
@@ -305,8 +316,8 @@ class Client:
         ends as cancelled (never retried), even if its worker dies meanwhile.  Raises
         JobNotScheduledError when it is dead.
         """
-        plan = plans.cancel(self._queues, queue, job_id, running)
-        return self._drive(plan, f"cancel of job {job_id}")
+        plan = plans.cancel(self.cache, queue, job_id, running)
+        return self.run(plan, f"cancel of job {job_id}")
 
     def reschedule(
         self,
@@ -321,12 +332,12 @@ class Client:
         returns its due time in ms on the Redis clock.  Only a job still scheduled (in the due
         set) can change: JobNotScheduledError once it is due.  A priority other than
         ``'default'`` needs lanes on (LanesOffError)."""
-        plan = plans.reschedule(self._queues, queue, job_id, run_at, delay, priority, self.settings)
-        return self._drive(plan, f"reschedule of job {job_id}")
+        plan = plans.reschedule(self.cache, queue, job_id, run_at, delay, priority, self.settings)
+        return self.run(plan, f"reschedule of job {job_id}")
 
     def get(self, queue: str, job_id: str) -> JobInfo | None:
         """A snapshot of a job, or None once it completed, was cancelled, or never existed."""
-        return self._drive(plans.get(self._queues, queue, job_id), f"reading job {job_id}")
+        return self.run(plans.get(self.cache, queue, job_id), f"reading job {job_id}")
 
     def result(self, queue: str, job_id: str, *, timeout: float | None = None) -> Any:
         """The return value of a job enqueued with ``keep_result``: at once if it completed,
@@ -343,13 +354,13 @@ class Client:
         not ended within ``timeout``."""
         deadline = plans.result_deadline(timeout)
         what = f"reading the result of job {job_id}"
-        read = self._drive(plans.read_result(self._queues, queue, job_id), what)
+        read = self.run(plans.read_result(self.cache, queue, job_id), what)
         done, value, _ = plans.result_wait(read, job_id, queue, deadline)
         if done:
             return value
         with SyncChannel(self.redis, read.channel) as channel:
             while True:  # subscribed first, then read: an end between the two is not missed
-                read = self._drive(plans.read_result(self._queues, queue, job_id), what)
+                read = self.run(plans.read_result(self.cache, queue, job_id), what)
                 done, value, sleep = plans.result_wait(read, job_id, queue, deadline)
                 if done:
                     return value
@@ -358,8 +369,8 @@ class Client:
     def result_info(self, queue: str, job_id: str) -> JobResult | None:
         """A completed job's kept result (value, attempt, when it finished), or None when
         there is none (not ended yet, ended dead, kept none, or expired); never waits."""
-        plan = plans.result_info(self._queues, queue, job_id)
-        return self._drive(plan, f"reading the result of job {job_id}")
+        plan = plans.result_info(self.cache, queue, job_id)
+        return self.run(plan, f"reading the result of job {job_id}")
 
 
 @twin_of(Client)
@@ -379,7 +390,8 @@ class AsyncClient:
         if isinstance(redis, str):
             redis = RedisSettings.from_url(redis)
         self.settings = settings or ProducerSettings()
-        self._queues = producer.QueueCache()
+        #: As :attr:`Client.cache`.
+        self.cache = producer.QueueCache()
         self._pending: RedisSettings | None = None
         self._connecting = asyncio.Lock()
         if isinstance(redis, RedisSettings):
@@ -408,6 +420,7 @@ class AsyncClient:
 
     @property
     def transport(self) -> AsyncTransport:
+        """Sends calls to the primaries (:class:`~shardq.store.transport.AsyncTransport`)."""
         self.redis  # noqa: B018 - the same refusal before the first connection
         return self._transport
 
@@ -438,12 +451,9 @@ class AsyncClient:
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
-    async def _drive(self, plan: Plan[T], what: str) -> T:
+    async def run(self, plan: Plan[T], what: str) -> T:
         await self._connected()
         return await drive_async(plan, self._runner.batches(what))
-
-    async def _run(self, op: Call[T], *, what: str = "the call") -> T:
-        return await self._drive(one(op), what)
 
     # queues -------------------------------------------------------------------------------
 
@@ -458,22 +468,22 @@ class AsyncClient:
         lanes: bool = False,
     ) -> bool:
         plan = plans.create_queue(
-            self._queues, queue, partitions, ack_retention, dead_letter_cap, lanes
+            self.cache, queue, partitions, ack_retention, dead_letter_cap, lanes
         )
         if not allow_evicting_redis:
             _eviction_refused(await self.check_redis())
-        return await self._drive(plan, f"creating queue {queue!r}")
+        return await self.run(plan, f"creating queue {queue!r}")
 
     async def set_lanes(self, queue: str, on: bool) -> int:
         word = "on" if on else "off"
-        return await self._drive(plans.set_lanes(self._queues, queue, on), f"lanes {word}")
+        return await self.run(plans.set_lanes(self.cache, queue, on), f"lanes {word}")
 
     async def lanes(self, queue: str) -> bool:
-        return await self._drive(plans.lanes(self._queues, queue), f"reading lanes of {queue!r}")
+        return await self.run(plans.lanes(self.cache, queue), f"reading lanes of {queue!r}")
 
     async def require_lanes(self, queue: str) -> None:
-        plan = plans.require_lanes(self._queues, queue)
-        await self._drive(plan, f"reading lanes of {queue!r}")
+        plan = plans.require_lanes(self.cache, queue)
+        await self.run(plan, f"reading lanes of {queue!r}")
 
     async def check_redis(self, require_appendonly: bool = False) -> list[redis_config.Finding]:
         await self._connected()
@@ -483,39 +493,39 @@ class AsyncClient:
         return redis_config.findings(found, require_appendonly)
 
     def forget(self, queue: str) -> None:
-        self._queues.forget(queue)
+        self.cache.forget(queue)
 
     async def layout(self, queue: str) -> keys.Layout:
         self.forget(queue)
-        return await self._drive(plans.layout(self._queues, queue), f"reading queue {queue!r}")
+        return await self.run(plans.layout(self.cache, queue), f"reading queue {queue!r}")
 
     async def partitions(self, queue: str) -> int:
-        plan = plans.partitions(self._queues, queue)
-        return await self._drive(plan, f"reading queue {queue!r}")
+        plan = plans.partitions(self.cache, queue)
+        return await self.run(plan, f"reading queue {queue!r}")
 
     async def upgrade_queue(self, queue: str) -> int:
-        plan = plans.upgrade(self._queues, queue)
-        return await self._drive(plan, f"upgrading queue {queue!r}")
+        plan = plans.upgrade(self.cache, queue)
+        return await self.run(plan, f"upgrading queue {queue!r}")
 
     async def compact(self, queue: str) -> bool:
-        meta = await self._drive(plans.meta(self._queues, queue), f"reading queue {queue!r}")
+        meta = await self.run(plans.meta(self.cache, queue), f"reading queue {queue!r}")
         return meta.compact
 
     async def queues(self) -> list[str]:
-        return await self._drive(plans.registered(), "listing queues")
+        return await self.run(plans.registered(), "listing queues")
 
     # rate limits ---------------------------------------------------------------------------
 
     async def set_limit(self, queue: str, limit: Limit) -> None:
-        await self._drive(plans.set_limit(self._queues, queue, limit), "setting a limit")
+        await self.run(plans.set_limit(self.cache, queue, limit), "setting a limit")
 
     async def limits(self, queue: str) -> list[Limit]:
-        plan = plans.limits(self._queues, queue)
-        return await self._drive(plan, f"reading limits of {queue!r}")
+        plan = plans.limits(self.cache, queue)
+        return await self.run(plan, f"reading limits of {queue!r}")
 
     async def remove_limit(self, queue: str, name: str) -> bool:
-        plan = plans.remove_limit(self._queues, queue, name)
-        return await self._drive(plan, "removing a limit")
+        plan = plans.remove_limit(self.cache, queue, name)
+        return await self.run(plan, "removing a limit")
 
     # jobs ---------------------------------------------------------------------------------
 
@@ -552,8 +562,8 @@ class AsyncClient:
     async def enqueue_detailed(
         self, queue: str, request: JobRequest, *, durable: bool = False
     ) -> EnqueueResult:
-        plan = plans.enqueue(self._queues, queue, request, self.settings, durable)
-        return await self._drive(plan, f"enqueue into {queue!r}")
+        plan = plans.enqueue(self.cache, queue, request, self.settings, durable)
+        return await self.run(plan, f"enqueue into {queue!r}")
 
     async def enqueue_many(
         self,
@@ -563,12 +573,12 @@ class AsyncClient:
         chunk: int = 5000,
         durable: bool = False,
     ) -> list[EnqueueResult]:
-        plan = plans.enqueue_many(self._queues, queue, requests, self.settings, chunk, durable)
-        return await self._drive(plan, f"enqueue into {queue!r}")
+        plan = plans.enqueue_many(self.cache, queue, requests, self.settings, chunk, durable)
+        return await self.run(plan, f"enqueue into {queue!r}")
 
     async def cancel(self, queue: str, job_id: str, *, running: bool = False) -> bool:
-        plan = plans.cancel(self._queues, queue, job_id, running)
-        return await self._drive(plan, f"cancel of job {job_id}")
+        plan = plans.cancel(self.cache, queue, job_id, running)
+        return await self.run(plan, f"cancel of job {job_id}")
 
     async def reschedule(
         self,
@@ -579,30 +589,30 @@ class AsyncClient:
         delay: timedelta | float | None = None,
         priority: Priority | None = None,
     ) -> int:
-        plan = plans.reschedule(self._queues, queue, job_id, run_at, delay, priority, self.settings)
-        return await self._drive(plan, f"reschedule of job {job_id}")
+        plan = plans.reschedule(self.cache, queue, job_id, run_at, delay, priority, self.settings)
+        return await self.run(plan, f"reschedule of job {job_id}")
 
     async def result(self, queue: str, job_id: str, *, timeout: float | None = None) -> Any:
         deadline = plans.result_deadline(timeout)
         what = f"reading the result of job {job_id}"
-        read = await self._drive(plans.read_result(self._queues, queue, job_id), what)
+        read = await self.run(plans.read_result(self.cache, queue, job_id), what)
         done, value, _ = plans.result_wait(read, job_id, queue, deadline)
         if done:
             return value
         async with AsyncChannel(self.redis, read.channel) as channel:
             while True:  # subscribed first, then read: an end between the two is not missed
-                read = await self._drive(plans.read_result(self._queues, queue, job_id), what)
+                read = await self.run(plans.read_result(self.cache, queue, job_id), what)
                 done, value, sleep = plans.result_wait(read, job_id, queue, deadline)
                 if done:
                     return value
                 await channel.wait(sleep)
 
     async def result_info(self, queue: str, job_id: str) -> JobResult | None:
-        plan = plans.result_info(self._queues, queue, job_id)
-        return await self._drive(plan, f"reading the result of job {job_id}")
+        plan = plans.result_info(self.cache, queue, job_id)
+        return await self.run(plan, f"reading the result of job {job_id}")
 
     async def get(self, queue: str, job_id: str) -> JobInfo | None:
-        return await self._drive(plans.get(self._queues, queue, job_id), f"reading job {job_id}")
+        return await self.run(plans.get(self.cache, queue, job_id), f"reading job {job_id}")
 
 
 # Periodic schedules: ``client.schedules`` --------------------------------------------------------
@@ -648,42 +658,42 @@ class Schedules:
             catch_up_limit=catch_up_limit, misfire_grace=misfire_grace,
             settings=self._client.settings,
         )  # fmt: skip
-        plan = schedule_plans.add(self._client._queues, queue, d)
-        return self._client._drive(plan, f"adding schedule {name!r}")
+        plan = schedule_plans.add(self._client.cache, queue, d)
+        return self._client.run(plan, f"adding schedule {name!r}")
 
     update = add
 
     def get(self, queue: str, name: str) -> ScheduleInfo:
         """One schedule with its state; ScheduleNotFoundError when there is none."""
-        plan = schedule_plans.get(self._client._queues, queue, name)
-        return self._client._drive(plan, f"reading schedule {name!r}")
+        plan = schedule_plans.get(self._client.cache, queue, name)
+        return self._client.run(plan, f"reading schedule {name!r}")
 
     show = get
 
     def list(self, queue: str) -> builtins.list[ScheduleInfo]:
         """Every schedule of the queue, by name."""
-        plan = schedule_plans.list_all(self._client._queues, queue)
-        return self._client._drive(plan, f"listing the schedules of {queue!r}")
+        plan = schedule_plans.list_all(self._client.cache, queue)
+        return self._client.run(plan, f"listing the schedules of {queue!r}")
 
     def pause(self, queue: str, name: str) -> ScheduleInfo:
         """Stop firing (from the next tick on) until :meth:`resume`."""
-        plan = schedule_plans.pause(self._client._queues, queue, name)
-        return self._client._drive(plan, f"pausing schedule {name!r}")
+        plan = schedule_plans.pause(self._client.cache, queue, name)
+        return self._client.run(plan, f"pausing schedule {name!r}")
 
     def resume(self, queue: str, name: str) -> ScheduleInfo:
         """Fire again from the first tick after now (ticks while paused are not misfires)."""
-        plan = schedule_plans.resume(self._client._queues, queue, name)
-        return self._client._drive(plan, f"resuming schedule {name!r}")
+        plan = schedule_plans.resume(self._client.cache, queue, name)
+        return self._client.run(plan, f"resuming schedule {name!r}")
 
     def remove(self, queue: str, name: str) -> bool:
         """Delete the schedule; True when it existed.  Jobs it already enqueued stay."""
-        plan = schedule_plans.remove(self._client._queues, queue, name)
-        return self._client._drive(plan, f"removing schedule {name!r}")
+        plan = schedule_plans.remove(self._client.cache, queue, name)
+        return self._client.run(plan, f"removing schedule {name!r}")
 
     def next(self, queue: str, name: str, n: int = 5) -> builtins.list[datetime]:
         """The next ``n`` tick times, in the schedule's time zone."""
-        plan = schedule_plans.upcoming(self._client._queues, queue, name, n)
-        return self._client._drive(plan, f"reading schedule {name!r}")
+        plan = schedule_plans.upcoming(self._client.cache, queue, name, n)
+        return self._client.run(plan, f"reading schedule {name!r}")
 
 
 @twin_of(Schedules)
@@ -718,36 +728,36 @@ class AsyncSchedules:
             catch_up_limit=catch_up_limit, misfire_grace=misfire_grace,
             settings=self._client.settings,
         )  # fmt: skip
-        plan = schedule_plans.add(self._client._queues, queue, d)
-        return await self._client._drive(plan, f"adding schedule {name!r}")
+        plan = schedule_plans.add(self._client.cache, queue, d)
+        return await self._client.run(plan, f"adding schedule {name!r}")
 
     update = add
 
     async def get(self, queue: str, name: str) -> ScheduleInfo:
-        plan = schedule_plans.get(self._client._queues, queue, name)
-        return await self._client._drive(plan, f"reading schedule {name!r}")
+        plan = schedule_plans.get(self._client.cache, queue, name)
+        return await self._client.run(plan, f"reading schedule {name!r}")
 
     show = get
 
     async def list(self, queue: str) -> builtins.list[ScheduleInfo]:
-        plan = schedule_plans.list_all(self._client._queues, queue)
-        return await self._client._drive(plan, f"listing the schedules of {queue!r}")
+        plan = schedule_plans.list_all(self._client.cache, queue)
+        return await self._client.run(plan, f"listing the schedules of {queue!r}")
 
     async def pause(self, queue: str, name: str) -> ScheduleInfo:
-        plan = schedule_plans.pause(self._client._queues, queue, name)
-        return await self._client._drive(plan, f"pausing schedule {name!r}")
+        plan = schedule_plans.pause(self._client.cache, queue, name)
+        return await self._client.run(plan, f"pausing schedule {name!r}")
 
     async def resume(self, queue: str, name: str) -> ScheduleInfo:
-        plan = schedule_plans.resume(self._client._queues, queue, name)
-        return await self._client._drive(plan, f"resuming schedule {name!r}")
+        plan = schedule_plans.resume(self._client.cache, queue, name)
+        return await self._client.run(plan, f"resuming schedule {name!r}")
 
     async def remove(self, queue: str, name: str) -> bool:
-        plan = schedule_plans.remove(self._client._queues, queue, name)
-        return await self._client._drive(plan, f"removing schedule {name!r}")
+        plan = schedule_plans.remove(self._client.cache, queue, name)
+        return await self._client.run(plan, f"removing schedule {name!r}")
 
     async def next(self, queue: str, name: str, n: int = 5) -> builtins.list[datetime]:
-        plan = schedule_plans.upcoming(self._client._queues, queue, name, n)
-        return await self._client._drive(plan, f"reading schedule {name!r}")
+        plan = schedule_plans.upcoming(self._client.cache, queue, name, n)
+        return await self._client.run(plan, f"reading schedule {name!r}")
 
 
 # Batches and chains: ``client.batches`` ------------------------------------------------------
@@ -791,11 +801,11 @@ class Batches:
         ``ProducerSettings.durable_replicas`` replicas (NotDurableError otherwise; calling
         again with the same ``batch_id`` is safe), as a durable enqueue is."""
         plan = workflow_plans.create_batch(
-            self._client._queues, queue, list(children), settings=self._client.settings,
+            self._client.cache, queue, list(children), settings=self._client.settings,
             batch_id=batch_id, on_success=on_success, on_complete=on_complete,
             on_failure=on_failure, policy=policy, retention=retention, durable=durable,
         )  # fmt: skip
-        return self._client._drive(plan, f"creating a batch in {queue!r}")
+        return self._client.run(plan, f"creating a batch in {queue!r}")
 
     def open(
         self,
@@ -812,11 +822,11 @@ class Batches:
         """Create an open batch with no children yet; add them with :meth:`add` and
         :meth:`seal` it (it cannot end before)."""
         plan = workflow_plans.create_batch(
-            self._client._queues, queue, [], settings=self._client.settings, batch_id=batch_id,
+            self._client.cache, queue, [], settings=self._client.settings, batch_id=batch_id,
             on_success=on_success, on_complete=on_complete, on_failure=on_failure,
             policy=policy, retention=retention, seal=False, durable=durable,
         )  # fmt: skip
-        return self._client._drive(plan, f"opening a batch in {queue!r}")
+        return self._client.run(plan, f"opening a batch in {queue!r}")
 
     def add(
         self,
@@ -834,21 +844,21 @@ class Batches:
         once the batch was sealed.  Without one, a call that dies half-way leaves indexes no
         child fills, and the batch can only end by being cancelled."""
         plan = workflow_plans.add_children(
-            self._client._queues, queue, batch_id, list(children),
+            self._client.cache, queue, batch_id, list(children),
             settings=self._client.settings, add_id=add_id, durable=durable,
         )  # fmt: skip
-        return self._client._drive(plan, f"adding to batch {batch_id!r}")
+        return self._client.run(plan, f"adding to batch {batch_id!r}")
 
     def seal(self, queue: str, batch_id: str, *, durable: bool = False) -> None:
         """Close an open batch to new children (safe to repeat)."""
         plan = workflow_plans.seal_batch(
-            self._client._queues,
+            self._client.cache,
             queue,
             batch_id,
             settings=self._client.settings,
             durable=durable,
         )
-        self._client._drive(plan, f"sealing batch {batch_id!r}")
+        self._client.run(plan, f"sealing batch {batch_id!r}")
 
     def chain(
         self,
@@ -865,29 +875,29 @@ class Batches:
         """Run ``steps`` one after another, each getting the previous one's return value as
         ``job.previous``; a step that ends dead stops the chain (``on_failure``).  Its id."""
         plan = workflow_plans.create_chain(
-            self._client._queues, queue, list(steps), settings=self._client.settings,
+            self._client.cache, queue, list(steps), settings=self._client.settings,
             chain_id=chain_id, on_success=on_success, on_complete=on_complete,
             on_failure=on_failure, retention=retention, durable=durable,
         )  # fmt: skip
-        return self._client._drive(plan, f"creating a chain in {queue!r}")
+        return self._client.run(plan, f"creating a chain in {queue!r}")
 
     def get(self, queue: str, batch_id: str) -> BatchInfo | None:
         """A batch or chain with its counts, or None (unknown, or expired)."""
-        plan = workflow_plans.get_batch(self._client._queues, queue, batch_id)
-        return self._client._drive(plan, f"reading batch {batch_id!r}")
+        plan = workflow_plans.get_batch(self._client.cache, queue, batch_id)
+        return self._client.run(plan, f"reading batch {batch_id!r}")
 
     def list(self, queue: str, limit: int = 50) -> builtins.list[BatchInfo]:
         """The newest batches and chains of the queue."""
-        plan = workflow_plans.list_batches(self._client._queues, queue, limit)
-        return self._client._drive(plan, f"listing the batches of {queue!r}")
+        plan = workflow_plans.list_batches(self._client.cache, queue, limit)
+        return self._client.run(plan, f"listing the batches of {queue!r}")
 
     def cancel(self, queue: str, batch_id: str) -> BatchCancel:
         """Cancel a batch or chain: no callback fires; waiting children are cancelled
         (running ones end as they will).  Safe to repeat."""
         plan = workflow_plans.cancel_batch(
-            self._client._queues, queue, batch_id, settings=self._client.settings
+            self._client.cache, queue, batch_id, settings=self._client.settings
         )
-        return self._client._drive(plan, f"cancelling batch {batch_id!r}")
+        return self._client.run(plan, f"cancelling batch {batch_id!r}")
 
 
 @twin_of(Batches)
@@ -911,11 +921,11 @@ class AsyncBatches:
         durable: bool = False,
     ) -> str:
         plan = workflow_plans.create_batch(
-            self._client._queues, queue, list(children), settings=self._client.settings,
+            self._client.cache, queue, list(children), settings=self._client.settings,
             batch_id=batch_id, on_success=on_success, on_complete=on_complete,
             on_failure=on_failure, policy=policy, retention=retention, durable=durable,
         )  # fmt: skip
-        return await self._client._drive(plan, f"creating a batch in {queue!r}")
+        return await self._client.run(plan, f"creating a batch in {queue!r}")
 
     async def open(
         self,
@@ -930,11 +940,11 @@ class AsyncBatches:
         durable: bool = False,
     ) -> str:
         plan = workflow_plans.create_batch(
-            self._client._queues, queue, [], settings=self._client.settings, batch_id=batch_id,
+            self._client.cache, queue, [], settings=self._client.settings, batch_id=batch_id,
             on_success=on_success, on_complete=on_complete, on_failure=on_failure,
             policy=policy, retention=retention, seal=False, durable=durable,
         )  # fmt: skip
-        return await self._client._drive(plan, f"opening a batch in {queue!r}")
+        return await self._client.run(plan, f"opening a batch in {queue!r}")
 
     async def add(
         self,
@@ -946,20 +956,20 @@ class AsyncBatches:
         durable: bool = False,
     ) -> int:
         plan = workflow_plans.add_children(
-            self._client._queues, queue, batch_id, list(children),
+            self._client.cache, queue, batch_id, list(children),
             settings=self._client.settings, add_id=add_id, durable=durable,
         )  # fmt: skip
-        return await self._client._drive(plan, f"adding to batch {batch_id!r}")
+        return await self._client.run(plan, f"adding to batch {batch_id!r}")
 
     async def seal(self, queue: str, batch_id: str, *, durable: bool = False) -> None:
         plan = workflow_plans.seal_batch(
-            self._client._queues,
+            self._client.cache,
             queue,
             batch_id,
             settings=self._client.settings,
             durable=durable,
         )
-        await self._client._drive(plan, f"sealing batch {batch_id!r}")
+        await self._client.run(plan, f"sealing batch {batch_id!r}")
 
     async def chain(
         self,
@@ -974,22 +984,22 @@ class AsyncBatches:
         durable: bool = False,
     ) -> str:
         plan = workflow_plans.create_chain(
-            self._client._queues, queue, list(steps), settings=self._client.settings,
+            self._client.cache, queue, list(steps), settings=self._client.settings,
             chain_id=chain_id, on_success=on_success, on_complete=on_complete,
             on_failure=on_failure, retention=retention, durable=durable,
         )  # fmt: skip
-        return await self._client._drive(plan, f"creating a chain in {queue!r}")
+        return await self._client.run(plan, f"creating a chain in {queue!r}")
 
     async def get(self, queue: str, batch_id: str) -> BatchInfo | None:
-        plan = workflow_plans.get_batch(self._client._queues, queue, batch_id)
-        return await self._client._drive(plan, f"reading batch {batch_id!r}")
+        plan = workflow_plans.get_batch(self._client.cache, queue, batch_id)
+        return await self._client.run(plan, f"reading batch {batch_id!r}")
 
     async def list(self, queue: str, limit: int = 50) -> builtins.list[BatchInfo]:
-        plan = workflow_plans.list_batches(self._client._queues, queue, limit)
-        return await self._client._drive(plan, f"listing the batches of {queue!r}")
+        plan = workflow_plans.list_batches(self._client.cache, queue, limit)
+        return await self._client.run(plan, f"listing the batches of {queue!r}")
 
     async def cancel(self, queue: str, batch_id: str) -> BatchCancel:
         plan = workflow_plans.cancel_batch(
-            self._client._queues, queue, batch_id, settings=self._client.settings
+            self._client.cache, queue, batch_id, settings=self._client.settings
         )
-        return await self._client._drive(plan, f"cancelling batch {batch_id!r}")
+        return await self._client.run(plan, f"cancelling batch {batch_id!r}")

@@ -25,7 +25,6 @@ from shardq.plans.inspect import EMPTY_STATES as EMPTY_STATES
 from shardq.plans.inspect import LIST_STATES as LIST_STATES
 from shardq.plans.inspect import JobSummary as JobSummary
 from shardq.plans.inspect import Member, Page, PartitionInfo, Progress
-from shardq.store import transport
 from shardq.workflows import BatchCancel, BatchInfo
 
 if TYPE_CHECKING:
@@ -54,7 +53,10 @@ class Inspector:
         self.client = client
 
     def _node_of(self, key: str) -> str:
-        return transport.node_name(self.client.redis, key)
+        return self.client.transport.node_name(key)
+
+    def _routes(self) -> list[str]:
+        return self.client.transport.primary_routes()
 
     def list_jobs(
         self,
@@ -73,57 +75,57 @@ class Inspector:
         ``running``, for one release); pass the page's ``cursor`` back for the next.
         ``start``/``end`` bound scheduled jobs' due time."""
         plan = plans.list_jobs(
-            self.client._queues, queue, state, job_type=job_type, limit=limit, cursor=cursor,
+            self.client.cache, queue, state, job_type=job_type, limit=limit, cursor=cursor,
             start=start, end=end,
         )  # fmt: skip
-        return self.client._drive(plan, f"listing {state} jobs of {queue!r}")
+        return self.client.run(plan, f"listing {state} jobs of {queue!r}")
 
     def get(self, queue: str, job_id: str) -> JobInfo | None:
         """One job by id (None: finished, cancelled or never existed)."""
-        plan = producer_plans.get(self.client._queues, queue, job_id)
-        return self.client._drive(plan, f"reading job {job_id}")
+        plan = producer_plans.get(self.client.cache, queue, job_id)
+        return self.client.run(plan, f"reading job {job_id}")
 
     def result(self, queue: str, job_id: str) -> JobResult | None:
         """A completed job's kept result (enqueued with ``keep_result``), or None."""
-        plan = producer_plans.result_info(self.client._queues, queue, job_id)
-        return self.client._drive(plan, f"reading the result of job {job_id}")
+        plan = producer_plans.result_info(self.client.cache, queue, job_id)
+        return self.client.run(plan, f"reading the result of job {job_id}")
 
     def find(self, queue: str, idempotency_key: str) -> JobInfo | None:
         """The job enqueued with ``idempotency_key`` while the key is retained, else None."""
-        plan = plans.find(self.client._queues, queue, idempotency_key)
-        return self.client._drive(plan, f"finding idempotency key {idempotency_key!r}")
+        plan = plans.find(self.client.cache, queue, idempotency_key)
+        return self.client.run(plan, f"finding idempotency key {idempotency_key!r}")
 
     def partitions(self, queue: str) -> list[PartitionInfo]:
         """Every partition now: counts per state, oldest due, lag, owner, node, paused."""
-        plan = plans.partitions(self.client._queues, queue, self._node_of)
-        return self.client._drive(plan, f"reading the partitions of {queue!r}")
+        plan = plans.partitions(self.client.cache, queue, self._node_of)
+        return self.client.run(plan, f"reading the partitions of {queue!r}")
 
     def members(self, queue: str) -> list[Member]:
         """Live dispatchers and workers: partitions held, deliveries in flight, heartbeat."""
-        plan = plans.members(self.client._queues, queue)
-        return self.client._drive(plan, f"reading the members of {queue!r}")
+        plan = plans.members(self.client.cache, queue)
+        return self.client.run(plan, f"reading the members of {queue!r}")
 
     def pause(self, queue: str) -> int:
         """Pause every partition: nothing is promoted or delivered until :meth:`resume`; jobs
         keep their due times.  Returns how many partitions changed state."""
-        plan = plans.pause(self.client._queues, queue, True)
-        return self.client._drive(plan, f"pausing {queue!r}")
+        plan = plans.pause(self.client.cache, queue, True)
+        return self.client.run(plan, f"pausing {queue!r}")
 
     def resume(self, queue: str) -> int:
         """Resume every partition and wake its dispatcher and workers at once."""
-        plan = plans.pause(self.client._queues, queue, False)
-        return self.client._drive(plan, f"resuming {queue!r}")
+        plan = plans.pause(self.client.cache, queue, False)
+        return self.client.run(plan, f"resuming {queue!r}")
 
     def run_now(self, queue: str, job_id: str) -> str:
         """Make a scheduled or dead job due now; returns what it was (``scheduled``, ``dead``,
         or ``ready`` when already promoted).  JobRunningError when a worker holds it."""
-        plan = plans.run_now(self.client._queues, queue, job_id)
-        return self.client._drive(plan, f"run-now of job {job_id}")
+        plan = plans.run_now(self.client.cache, queue, job_id)
+        return self.client.run(plan, f"run-now of job {job_id}")
 
     def retry_dead(self, queue: str, job_type: str | None = None, progress: Progress = None) -> int:
         """Replay every dead job (of ``job_type``), attempts reset; returns how many."""
-        plan = plans.retry_dead(self.client._queues, queue, job_type, progress)
-        return self.client._drive(plan, f"replaying dead jobs of {queue!r}")
+        plan = plans.retry_dead(self.client.cache, queue, job_type, progress)
+        return self.client.run(plan, f"replaying dead jobs of {queue!r}")
 
     def cancel(
         self,
@@ -136,42 +138,41 @@ class Inspector:
         progress: Progress = None,
     ) -> int:
         """Cancel every not-started job in ``state`` matching the filter; returns how many."""
-        plan = plans.cancel(self.client._queues, queue, state, job_type, start, end, progress)
-        return self.client._drive(plan, f"cancelling {state} jobs of {queue!r}")
+        plan = plans.cancel(self.client.cache, queue, state, job_type, start, end, progress)
+        return self.client.run(plan, f"cancelling {state} jobs of {queue!r}")
 
     def empty(self, queue: str, state: str, progress: Progress = None) -> int:
         """Delete every job in ``state`` (scheduled, ready, retrying, dead), in bounded batches;
         returns how many."""
-        plan = plans.empty(self.client._queues, queue, state, progress)
-        return self.client._drive(plan, f"emptying {state} jobs of {queue!r}")
+        plan = plans.empty(self.client.cache, queue, state, progress)
+        return self.client.run(plan, f"emptying {state} jobs of {queue!r}")
 
     def batch(self, queue: str, batch_id: str) -> BatchInfo | None:
         """A batch or chain by id (a nested one too: ``<id>~<index>``) with its counts, state,
         callbacks and what is left to fire; None when unknown or expired after its retention."""
-        plan = plans.batch(self.client._queues, queue, batch_id)
-        return self.client._drive(plan, f"reading batch {batch_id!r}")
+        plan = plans.batch(self.client.cache, queue, batch_id)
+        return self.client.run(plan, f"reading batch {batch_id!r}")
 
     def batches(self, queue: str, limit: int = 50) -> list[BatchInfo]:
         """The newest ``limit`` batches and chains of the queue, newest first (read only: a
         listed id whose record expired is skipped)."""
-        plan = plans.batches(self.client._queues, queue, limit)
-        return self.client._drive(plan, f"listing the batches of {queue!r}")
+        plan = plans.batches(self.client.cache, queue, limit)
+        return self.client.run(plan, f"listing the batches of {queue!r}")
 
     def cancel_batch(self, queue: str, batch_id: str) -> BatchCancel:
         """Cancel a batch or chain: no callback fires any more, its waiting children are
         cancelled (running ones end as they will).  Safe to repeat; BatchNotFoundError for an
         unknown id."""
-        plan = plans.cancel_batch(self.client._queues, queue, batch_id, self.client.settings)
-        return self.client._drive(plan, f"cancelling batch {batch_id!r}")
+        plan = plans.cancel_batch(self.client.cache, queue, batch_id, self.client.settings)
+        return self.client.run(plan, f"cancelling batch {batch_id!r}")
 
     def delete_queue(self, queue: str, *, force: bool = False) -> int:
         """Delete the queue and every key of it: jobs, schedules, limits and their state,
         idempotency keys, registry entry.  Refused while workers or dispatchers are live (stop
         them first) unless ``force``.  Returns how many keys were deleted; a deletion cut short
         can be run again to finish it."""
-        routes = lambda: transport.primary_routes(self.client.redis)  # noqa: E731
-        plan = plans.delete_queue(self.client._queues, queue, force, routes)
-        return self.client._drive(plan, f"deleting queue {queue!r}")
+        plan = plans.delete_queue(self.client.cache, queue, force, self._routes)
+        return self.client.run(plan, f"deleting queue {queue!r}")
 
 
 @twin_of(Inspector)
@@ -185,6 +186,9 @@ class AsyncInspector:
     def _node_of(self, key: str) -> str:
         return self.client.transport.node_name(key)
 
+    def _routes(self) -> list[str]:
+        return self.client.transport.primary_routes()
+
     async def list_jobs(
         self,
         queue: str,
@@ -197,48 +201,48 @@ class AsyncInspector:
         end: datetime | float | None = None,
     ) -> Page:
         plan = plans.list_jobs(
-            self.client._queues, queue, state, job_type=job_type, limit=limit, cursor=cursor,
+            self.client.cache, queue, state, job_type=job_type, limit=limit, cursor=cursor,
             start=start, end=end,
         )  # fmt: skip
-        return await self.client._drive(plan, f"listing {state} jobs of {queue!r}")
+        return await self.client.run(plan, f"listing {state} jobs of {queue!r}")
 
     async def get(self, queue: str, job_id: str) -> JobInfo | None:
-        plan = producer_plans.get(self.client._queues, queue, job_id)
-        return await self.client._drive(plan, f"reading job {job_id}")
+        plan = producer_plans.get(self.client.cache, queue, job_id)
+        return await self.client.run(plan, f"reading job {job_id}")
 
     async def result(self, queue: str, job_id: str) -> JobResult | None:
-        plan = producer_plans.result_info(self.client._queues, queue, job_id)
-        return await self.client._drive(plan, f"reading the result of job {job_id}")
+        plan = producer_plans.result_info(self.client.cache, queue, job_id)
+        return await self.client.run(plan, f"reading the result of job {job_id}")
 
     async def find(self, queue: str, idempotency_key: str) -> JobInfo | None:
-        plan = plans.find(self.client._queues, queue, idempotency_key)
-        return await self.client._drive(plan, f"finding idempotency key {idempotency_key!r}")
+        plan = plans.find(self.client.cache, queue, idempotency_key)
+        return await self.client.run(plan, f"finding idempotency key {idempotency_key!r}")
 
     async def partitions(self, queue: str) -> list[PartitionInfo]:
-        plan = plans.partitions(self.client._queues, queue, self._node_of)
-        return await self.client._drive(plan, f"reading the partitions of {queue!r}")
+        plan = plans.partitions(self.client.cache, queue, self._node_of)
+        return await self.client.run(plan, f"reading the partitions of {queue!r}")
 
     async def members(self, queue: str) -> list[Member]:
-        plan = plans.members(self.client._queues, queue)
-        return await self.client._drive(plan, f"reading the members of {queue!r}")
+        plan = plans.members(self.client.cache, queue)
+        return await self.client.run(plan, f"reading the members of {queue!r}")
 
     async def pause(self, queue: str) -> int:
-        plan = plans.pause(self.client._queues, queue, True)
-        return await self.client._drive(plan, f"pausing {queue!r}")
+        plan = plans.pause(self.client.cache, queue, True)
+        return await self.client.run(plan, f"pausing {queue!r}")
 
     async def resume(self, queue: str) -> int:
-        plan = plans.pause(self.client._queues, queue, False)
-        return await self.client._drive(plan, f"resuming {queue!r}")
+        plan = plans.pause(self.client.cache, queue, False)
+        return await self.client.run(plan, f"resuming {queue!r}")
 
     async def run_now(self, queue: str, job_id: str) -> str:
-        plan = plans.run_now(self.client._queues, queue, job_id)
-        return await self.client._drive(plan, f"run-now of job {job_id}")
+        plan = plans.run_now(self.client.cache, queue, job_id)
+        return await self.client.run(plan, f"run-now of job {job_id}")
 
     async def retry_dead(
         self, queue: str, job_type: str | None = None, progress: Progress = None
     ) -> int:
-        plan = plans.retry_dead(self.client._queues, queue, job_type, progress)
-        return await self.client._drive(plan, f"replaying dead jobs of {queue!r}")
+        plan = plans.retry_dead(self.client.cache, queue, job_type, progress)
+        return await self.client.run(plan, f"replaying dead jobs of {queue!r}")
 
     async def cancel(
         self,
@@ -250,26 +254,25 @@ class AsyncInspector:
         end: datetime | float | None = None,
         progress: Progress = None,
     ) -> int:
-        plan = plans.cancel(self.client._queues, queue, state, job_type, start, end, progress)
-        return await self.client._drive(plan, f"cancelling {state} jobs of {queue!r}")
+        plan = plans.cancel(self.client.cache, queue, state, job_type, start, end, progress)
+        return await self.client.run(plan, f"cancelling {state} jobs of {queue!r}")
 
     async def empty(self, queue: str, state: str, progress: Progress = None) -> int:
-        plan = plans.empty(self.client._queues, queue, state, progress)
-        return await self.client._drive(plan, f"emptying {state} jobs of {queue!r}")
+        plan = plans.empty(self.client.cache, queue, state, progress)
+        return await self.client.run(plan, f"emptying {state} jobs of {queue!r}")
 
     async def batch(self, queue: str, batch_id: str) -> BatchInfo | None:
-        plan = plans.batch(self.client._queues, queue, batch_id)
-        return await self.client._drive(plan, f"reading batch {batch_id!r}")
+        plan = plans.batch(self.client.cache, queue, batch_id)
+        return await self.client.run(plan, f"reading batch {batch_id!r}")
 
     async def batches(self, queue: str, limit: int = 50) -> list[BatchInfo]:
-        plan = plans.batches(self.client._queues, queue, limit)
-        return await self.client._drive(plan, f"listing the batches of {queue!r}")
+        plan = plans.batches(self.client.cache, queue, limit)
+        return await self.client.run(plan, f"listing the batches of {queue!r}")
 
     async def cancel_batch(self, queue: str, batch_id: str) -> BatchCancel:
-        plan = plans.cancel_batch(self.client._queues, queue, batch_id, self.client.settings)
-        return await self.client._drive(plan, f"cancelling batch {batch_id!r}")
+        plan = plans.cancel_batch(self.client.cache, queue, batch_id, self.client.settings)
+        return await self.client.run(plan, f"cancelling batch {batch_id!r}")
 
     async def delete_queue(self, queue: str, *, force: bool = False) -> int:
-        routes = lambda: self.client.transport.primary_routes()  # noqa: E731
-        plan = plans.delete_queue(self.client._queues, queue, force, routes)
-        return await self.client._drive(plan, f"deleting queue {queue!r}")
+        plan = plans.delete_queue(self.client.cache, queue, force, self._routes)
+        return await self.client.run(plan, f"deleting queue {queue!r}")

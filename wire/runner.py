@@ -103,12 +103,12 @@ class PythonDriver(Driver):
                 return c.create_queue(name, step["partitions"], lanes=bool(step.get("lanes")))
             if op == "enqueue":
                 req = spec.request_from_vector(step["request"])
-                plan = plans._enqueue(c._queues, name, req, s, False)
-                return enqueue_json(c._drive(plan, "wire vector"))
+                plan = plans.enqueue_untraced(c.cache, name, req, s, False)
+                return enqueue_json(c.run(plan, "wire vector"))
             if op == "enqueue_many":
                 reqs = [spec.request_from_vector(r) for r in step["requests"]]
-                plan_many = plans._enqueue_many(c._queues, name, reqs, s, 5000, False)
-                return [enqueue_json(r) for r in c._drive(plan_many, "wire vector")]
+                plan_many = plans.enqueue_many_untraced(c.cache, name, reqs, s, 5000, False)
+                return [enqueue_json(r) for r in c.run(plan_many, "wire vector")]
             if op == "get":
                 return info_json(c.get(name, step["job_id"]))
             if op == "cancel":

@@ -40,12 +40,14 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 
 from shardq.admin import placement, slots
+from shardq.admin.lease import LeaderLease
 from shardq.admin.owners import partition_rates
 from shardq.client import Client
 from shardq.errors import ShardqError, UnknownQueueError
 from shardq.logs import log_event
 from shardq.names import BY_CHOICES as BY_CHOICES
 from shardq.names import By as By
+from shardq.plans import one
 from shardq.runtime.identity import member_id
 from shardq.store import fleet, keys
 
@@ -406,8 +408,10 @@ class Balancer:
         self.owner = owner or member_id("balancer")
         self.client = connect()
         self.hysteresis = Hysteresis(settings.trigger, settings.sustain)
-        self.token = ""
-        self._renewed = 0.0
+        #: The cluster's one leader lease.
+        self.lease = LeaderLease(
+            self.client, keys.BALANCER, self.owner, settings.lease_ms, "the balancer's lease"
+        )
         self.rounds: list[Round] = []
 
     def close(self) -> None:
@@ -415,49 +419,33 @@ class Balancer:
 
     # leadership ----------------------------------------------------------------------------
 
+    @property
+    def token(self) -> str:
+        """The lease's fencing token while this process leads, else ""."""
+        return self.lease.token
+
     def lead(self) -> bool:
         """Take or extend the leader lease; True while this process leads."""
-        grant = self.client._run(
-            fleet.lease_acquire(keys.BALANCER, self.owner, self.settings.lease_ms),
-            what="taking the balancer's lease",
-        )
         was = self.token
-        self.token = grant.token if grant.won else ""
-        if grant.won:
-            self._renewed = time.monotonic()
-            if grant.new:
-                log_event(
-                    log, "balancer.leading", logging.INFO, owner=self.owner, token=grant.token
-                )
-        elif was:
+        grant = self.lease.acquire()
+        if grant.won and grant.new:
+            log_event(log, "balancer.leading", logging.INFO, owner=self.owner, token=grant.token)
+        elif not grant.won and was:
             log_event(log, "balancer.lost", logging.WARNING, owner=self.owner, holder=grant.owner)
         return grant.won
 
     def still_leading(self) -> bool:
         """Renew the lease if a third of it passed; False once the token is stale."""
-        if not self.token:
-            return False
-        if time.monotonic() - self._renewed < self.settings.lease_ms / 3000:
+        token = self.token
+        if self.lease.renew():
             return True
-        ok = self.client._run(
-            fleet.lease_renew(keys.BALANCER, self.token, self.settings.lease_ms),
-            what="renewing the balancer's lease",
-        )
-        if not ok:
-            log_event(log, "balancer.fenced", logging.WARNING, owner=self.owner, token=self.token)
-            self.token = ""
-            return False
-        self._renewed = time.monotonic()
-        return True
+        if token:
+            log_event(log, "balancer.fenced", logging.WARNING, owner=self.owner, token=token)
+        return False
 
     def step_down(self) -> None:
         """Give the lease back (a clean stop), so a standby takes over at once."""
-        if self.token:
-            with contextlib.suppress(ShardqError):  # else it expires by itself
-                self.client._run(
-                    fleet.lease_release(keys.BALANCER, self.token), what="releasing the lease"
-                )
-            self.token = ""
+        self.lease.release()
 
     # one round -----------------------------------------------------------------------------
 
@@ -541,7 +529,7 @@ class Balancer:
                 "error": r.error,
             }
             with contextlib.suppress(ShardqError):  # advisory only
-                self.client._run(fleet.balancer_report(fields), what="writing the status")
+                self.client.run(one(fleet.balancer_report(fields)), "writing the status")
         return r
 
     def run(self, stop: threading.Event, rounds: int | None = None) -> None:
@@ -574,4 +562,4 @@ class Balancer:
 
 def status(client: Client) -> dict[str, str]:
     """The leader's last report (empty when no balancer ever led) and the lease's holder."""
-    return client._run(fleet.balancer_status(), what="reading the balancer's status")
+    return client.run(one(fleet.balancer_status()), "reading the balancer's status")

@@ -20,21 +20,21 @@ def dead_letters(
 ) -> list[DeadLetter]:
     """Newest dead letters first, at most ``limit`` per partition read (of every partition,
     or of ``partition``, a fleet id: ``keys.fleet_id``)."""
-    plan = plans.dead_letters(client._queues, queue, limit, partition)
-    return client._drive(plan, f"reading the dead letters of {queue!r}")
+    plan = plans.dead_letters(client.cache, queue, limit, partition)
+    return client.run(plan, f"reading the dead letters of {queue!r}")
 
 
 def replay(client: Client, queue: str, job_ids: list[str] | None = None) -> tuple[int, int]:
     """Move dead jobs back to the due set (due now, attempts reset).  Returns (moved, skipped)."""
-    plan = plans.replay(client._queues, queue, job_ids)
-    return client._drive(plan, f"replaying dead jobs of {queue!r}")
+    plan = plans.replay(client.cache, queue, job_ids)
+    return client.run(plan, f"replaying dead jobs of {queue!r}")
 
 
 def purge(client: Client, queue: str, job_ids: list[str] | None = None) -> int:
     """Delete dead letters (all, or those of the given jobs) and their dead jobs."""
-    return client._drive(plans.purge(client._queues, queue, job_ids), f"purging {queue!r}")
+    return client.run(plans.purge(client.cache, queue, job_ids), f"purging {queue!r}")
 
 
 def dead_count(client: Client, queue: str) -> int:
     """How many dead letters the queue holds (XLEN of every partition's dead stream)."""
-    return client._drive(plans.dead_count(client._queues, queue), f"counting dead of {queue!r}")
+    return client.run(plans.dead_count(client.cache, queue), f"counting dead of {queue!r}")

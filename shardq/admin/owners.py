@@ -17,7 +17,6 @@ from shardq.dispatcher.leases import fair_share
 from shardq.plans import admin as plans
 from shardq.plans import inspect as inspect_plans
 from shardq.plans.admin import OwnerRow, Spread
-from shardq.store import transport
 
 __all__ = [
     "OwnerRow",
@@ -35,39 +34,39 @@ __all__ = [
 
 def owners(client: Client, queue: str) -> list[OwnerRow]:
     """Lease owner, token, lease age and next due time of every partition."""
-    return client._drive(plans.owners(client._queues, queue), f"reading the owners of {queue!r}")
+    return client.run(plans.owners(client.cache, queue), f"reading the owners of {queue!r}")
 
 
 def live_dispatchers(client: Client, queue: str) -> tuple[list[str], list[str]]:
     """Dispatchers whose heartbeat has not expired, and those asked to drain."""
     plan = plans.live_dispatchers(queue)
-    return client._drive(plan, f"reading the dispatchers of {queue!r}")
+    return client.run(plan, f"reading the dispatchers of {queue!r}")
 
 
 def spread(client: Client, queue: str, rows: list[OwnerRow] | None = None) -> Spread:
     """How the queue's partitions are spread over its live dispatchers."""
-    plan = plans.spread(client._queues, queue, fair_share, rows)
-    return client._drive(plan, f"reading the spread of {queue!r}")
+    plan = plans.spread(client.cache, queue, fair_share, rows)
+    return client.run(plan, f"reading the spread of {queue!r}")
 
 
 def even_plan(client: Client, queue: str) -> list[tuple[int, str]]:
     """(partition, owner) leases to revoke so no dispatcher holds more than its fair share."""
-    plan = plans.even_plan(client._queues, queue, fair_share)
-    return client._drive(plan, f"reading the spread of {queue!r}")
+    plan = plans.even_plan(client.cache, queue, fair_share)
+    return client.run(plan, f"reading the spread of {queue!r}")
 
 
 def revoke(client: Client, queue: str, plan: list[tuple[int, str]]) -> int:
     """Revoke the planned leases (the owner is fenced off; a peer takes over).  Returns count."""
-    return client._drive(plans.revoke(client._queues, queue, plan), "revoking leases")
+    return client.run(plans.revoke(client.cache, queue, plan), "revoking leases")
 
 
 def request_drain(client: Client, queue: str, dispatcher: str) -> None:
     """Ask a live dispatcher to hand back every partition (it stays up, holding none)."""
-    client._drive(plans.request_drain(queue, dispatcher), f"draining {dispatcher}")
+    client.run(plans.request_drain(queue, dispatcher), f"draining {dispatcher}")
 
 
 def cancel_drain(client: Client, queue: str, dispatcher: str) -> None:
-    client._drive(plans.cancel_drain(queue, dispatcher), f"cancelling the drain of {dispatcher}")
+    client.run(plans.cancel_drain(queue, dispatcher), f"cancelling the drain of {dispatcher}")
 
 
 def queue_stats(client: Client, queue: str, window: float = 1.0) -> dict[str, Any]:
@@ -77,12 +76,12 @@ def queue_stats(client: Client, queue: str, window: float = 1.0) -> dict[str, An
     """
 
     def node_of(key: str) -> str:
-        return transport.node_name(client.redis, key)
+        return client.transport.node_name(key)
 
     what = f"reading the stats of {queue!r}"
-    first = client._drive(inspect_plans.snapshots(client._queues, queue, node_of), what)
+    first = client.run(inspect_plans.snapshots(client.cache, queue, node_of), what)
     time.sleep(window)
-    snaps = client._drive(inspect_plans.snapshots(client._queues, queue, node_of), what)
+    snaps = client.run(inspect_plans.snapshots(client.cache, queue, node_of), what)
     return plans.stats_report(queue, first, snaps, window)
 
 
@@ -94,12 +93,12 @@ def partition_rates(
     window, not one each."""
 
     def node_of(key: str) -> str:
-        return transport.node_name(client.redis, key)
+        return client.transport.node_name(key)
 
     def take() -> dict[str, Any]:
         return {
-            q: client._drive(
-                inspect_plans.snapshots(client._queues, q, node_of), f"reading the stats of {q!r}"
+            q: client.run(
+                inspect_plans.snapshots(client.cache, q, node_of), f"reading the stats of {q!r}"
             )
             for q in queues
         }

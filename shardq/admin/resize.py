@@ -11,21 +11,21 @@ interrupted begin or commit is finished (each of their steps is safe to repeat).
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from shardq.admin.lease import LeaderLease
 from shardq.client import Client
-from shardq.errors import FencedError, ShardqError
+from shardq.errors import FencedError
 from shardq.logs import log_event
 from shardq.plans import resize as plans
 from shardq.plans.resize import ResizeError, State
 from shardq.runtime.identity import member_id
 from shardq.runtime.process import LAYOUT_CHECK
-from shardq.store import fleet, keys, transport
+from shardq.store import keys
 from shardq.store import resize as ops
 
 log = logging.getLogger("shardq.resize")
@@ -78,57 +78,39 @@ class Resizer:
         self.on_progress = on_progress
         self.stop = stop or threading.Event()
         self.owner = owner or member_id("resize")
-        self.lease = ops.lease_keys(queue)
+        #: One driver at a time: the queue's resize lease.
+        self.lease = LeaderLease(
+            client, ops.lease_keys(queue), self.owner, lease_ms, "the resize lease"
+        )
         #: How long after the commit the old generation's keys are deleted: the fleet reads
         #: the meta every LAYOUT_CHECK and then hands its old partitions back.
         self.settle = settle
         #: How long the switch waits at most for the dispatchers to take up the new partitions.
         self.fleet_wait = fleet_wait
         self.batch = batch
-        self.token = ""
-        self._renewed = 0.0
 
     # the lease -----------------------------------------------------------------------------
 
     def _take_lease(self) -> None:
-        grant = self.client._run(
-            fleet.lease_acquire(self.lease, self.owner, self.lease_ms),
-            what="taking the resize lease",
-        )
+        grant = self.lease.acquire()
         if not grant.won:
             raise ResizeError(
                 f"another process ({grant.owner}) is driving the resize of {self.queue!r}; "
                 "if it was killed, its lease expires within "
                 f"{self.lease_ms / 1000:.0f} s: run this again then"
             )
-        self.token, self._renewed = grant.token, time.monotonic()
 
     def _keep_lease(self) -> None:
-        if time.monotonic() - self._renewed < self.lease_ms / 3000:
-            return
-        kept = self.client._run(
-            fleet.lease_renew(self.lease, self.token, self.lease_ms),
-            what="renewing the resize lease",
-        )
-        if not kept:
+        if not self.lease.renew():
             raise FencedError(
                 f"this driver lost the resize lease of {self.queue!r} (paused past "
                 f"{self.lease_ms / 1000:.0f} s?): another driver goes on; nothing is lost"
             )
-        self._renewed = time.monotonic()
-
-    def _give_lease(self) -> None:
-        if self.token:
-            with contextlib.suppress(ShardqError):  # else it expires by itself
-                self.client._run(
-                    fleet.lease_release(self.lease, self.token), what="releasing the lease"
-                )
-            self.token = ""
 
     # driving -------------------------------------------------------------------------------
 
     def status(self) -> State:
-        return self.client._drive(plans.state(self.queue), f"reading the resize of {self.queue!r}")
+        return self.client.run(plans.state(self.queue), f"reading the resize of {self.queue!r}")
 
     def run(self, partitions: int | None = None) -> State:
         """Resize to ``partitions`` (None: resume the running resize) and return the final
@@ -137,16 +119,16 @@ class Resizer:
         self._take_lease()
         try:
             if partitions is not None:
-                plan = plans.begin(self.client._queues, self.queue, partitions)
-                was = self.client._drive(plan, f"starting the resize of {self.queue!r}")
+                plan = plans.begin(self.client.cache, self.queue, partitions)
+                was = self.client.run(plan, f"starting the resize of {self.queue!r}")
             else:
                 was = self.status()
                 if not was.running:
                     raise ResizeError(f"queue {self.queue!r} has no resize to resume")
                 if was.phase == "preparing":
                     to = was.generation("to")[1]
-                    plan = plans.begin(self.client._queues, self.queue, to)
-                    was = self.client._drive(plan, f"resuming the resize of {self.queue!r}")
+                    plan = plans.begin(self.client.cache, self.queue, to)
+                    was = self.client.run(plan, f"resuming the resize of {self.queue!r}")
             if was.phase == "preparing":
                 was = self._switch(was)
             log_event(
@@ -155,21 +137,21 @@ class Resizer:
             )  # fmt: skip
             return self._move(was)
         finally:
-            self._give_lease()
+            self.lease.release()
 
     def abort(self) -> State:
         """Turn the running resize around and carry it out: every job back in the old
         generation, which stays the queue's."""
         self._take_lease()
         try:
-            plan = plans.abort(self.client._queues, self.queue)
-            was = self.client._drive(plan, f"aborting the resize of {self.queue!r}")
+            plan = plans.abort(self.client.cache, self.queue)
+            was = self.client.run(plan, f"aborting the resize of {self.queue!r}")
             log_event(log, "resize.aborting", logging.WARNING, queue=self.queue)
             if was.phase == "preparing":
                 was = self._switch(was)
             return self._move(was)
         finally:
-            self._give_lease()
+            self.lease.release()
 
     def _switch(self, was: State) -> State:
         """Switch producers to the new generation once the fleet serves it: at least
@@ -186,7 +168,7 @@ class Resizer:
         while not self.stop.is_set():
             self._keep_lease()
             plan = plans.unserved(self.queue, was, waiting)
-            waiting = self.client._drive(plan, "reading the new partitions' leases")
+            waiting = self.client.run(plan, "reading the new partitions' leases")
             if not waiting or time.monotonic() >= deadline:
                 if waiting:
                     log_event(
@@ -198,8 +180,8 @@ class Resizer:
         if self.stop.is_set():
             return was
         self._keep_lease()
-        return self.client._drive(
-            plans.switch(self.client._queues, self.queue, was), "switching to the new partitions"
+        return self.client.run(
+            plans.switch(self.client.cache, self.queue, was), "switching to the new partitions"
         )
 
     def _retire(self, was: State) -> State:
@@ -211,24 +193,23 @@ class Resizer:
         if wait > 0:
             self.stop.wait(wait)
         self._keep_lease()
-        return self.client._drive(
-            plans.retire(self.client._queues, self.queue, was), "deleting the old partitions"
+        return self.client.run(
+            plans.retire(self.client.cache, self.queue, was), "deleting the old partitions"
         )
 
     def _move(self, was: State) -> State:
         if was.phase == "retiring":
             return self._retire(was)
         progress = Progress(was)
-        drive = self.client._drive
+        drive = self.client.run
 
-        def routes() -> list[str]:
-            return transport.primary_routes(self.client.redis)
+        routes = self.client.transport.primary_routes
 
         while not self.stop.is_set():
             self._keep_lease()
             # Each round asks the slot map again: after a failover a primary may have none,
             # and its puts then wait for none (per node: the others' still wait for theirs).
-            replicas = min(1, transport.most_replicas(self.client.redis))
+            replicas = min(1, self.client.transport.most_replicas())
             plan = plans.move_round(self.queue, was, batch=self.batch, replicas=replicas)
             done = drive(plan, "moving jobs")
             progress.rounds += 1
@@ -251,7 +232,7 @@ class Resizer:
                     plans.move_idempotency(self.queue, was, routes(), keys.RESULT_KIND),
                     "moving kept results",
                 )
-                was = drive(plans.commit(self.client._queues, self.queue, was), "committing")
+                was = drive(plans.commit(self.client.cache, self.queue, was), "committing")
                 final = self._retire(was)
                 log_event(
                     log, "resize.done", logging.INFO, queue=self.queue, phase=final.phase,

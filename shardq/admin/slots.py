@@ -42,7 +42,8 @@ from redis.cluster import PRIMARY, ClusterNode
 from shardq.client import Client
 from shardq.connection import as_text, is_cluster
 from shardq.errors import ShardqError
-from shardq.store import faults, functions, inspect, keys, transport
+from shardq.store import faults, functions, inspect, keys
+from shardq.store.transport import SyncTransport
 
 #: Estimated pause per waiting job while MIGRATE runs (upper end of docs/capacity.md §3.2).
 PAUSE_SECONDS_PER_JOB = 2.4e-6
@@ -83,7 +84,7 @@ def slot_moves_unavailable(client: Client, queue: str | None = None) -> str | No
     route_key = keys.PROBE_KEY if queue is None else keys.queue_meta_key(queue)
     lines = [c.replace("{key}", route_key) for c in MOVE_COMMANDS]
     try:
-        answers = transport.run(cluster, functions.can_run(route_key, lines))
+        answers = SyncTransport(cluster).run(functions.can_run(route_key, lines))
     except Exception as exc:
         typed = faults.translate(exc, "asking which commands this user may run")
         if typed is exc:
@@ -318,7 +319,7 @@ def plan_move(client: Client, queue: str, partition: int, target: str) -> MovePl
     other = sum(1 for name in names if not name.startswith(ours))
     # On the source itself (a plain client of it): mid-move, a key already on the target
     # answers ASK here, and only what is still to move is counted.
-    counts = transport.run_many(src, inspect.backlog_counts(pk))
+    counts = SyncTransport(src).run_many(inspect.backlog_counts(pk))
     waiting = sum(n for n in counts if not isinstance(n, BaseException))
     dst_id = _node_id(cluster.get_redis_connection(primaries[target_addr]))
     return MovePlan(
@@ -479,8 +480,8 @@ def _sizes(conn: Any, names: list[str]) -> list[int]:
     RedisUnavailableError."""
     out: list[int] = []
     for i in range(0, len(names), _MEMORY_BATCH):
-        for r in transport.run_many(
-            conn, [inspect.memory_usage(k) for k in names[i : i + _MEMORY_BATCH]]
+        for r in SyncTransport(conn).run_many(
+            [inspect.memory_usage(k) for k in names[i : i + _MEMORY_BATCH]]
         ):
             if isinstance(r, BaseException):
                 if faults.is_transient(r):

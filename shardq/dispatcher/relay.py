@@ -52,7 +52,6 @@ from shardq.store import workflows as ops
 from shardq.store.op import Batch, Waiting
 from shardq.store.producer import REDIS_CLOCK, QueueCache
 from shardq.store.retry import AsyncRunner
-from shardq.store.transport import most_replicas
 
 log = logging.getLogger("shardq.dispatcher")
 
@@ -129,7 +128,6 @@ class Relay:
         self.cursor = (0, 0)
         self._exported_open = False
         self.transport = ctx.transport
-        self.client = ctx.transport.client
         self._m_relayed = RELAYED.labels(ctx.queue, "relayed")
         self._m_dropped = RELAYED.labels(ctx.queue, "dropped")
         self._m_lag = LAG.labels(ctx.queue)
@@ -141,7 +139,7 @@ class Relay:
         map, read again every RECHECK and after a round a fault left unfinished), else none.
         Each node's WAIT is capped at the replicas that node has (:meth:`batches`): a WAIT for
         a replica that does not exist would only time out."""
-        return min(1, most_replicas(self.client))
+        return min(1, self.transport.most_replicas())
 
     def batches(self, what: str) -> Callable[[Batch], Awaitable[Any]]:
         """The runner's sender for a plan, with every Waiting batch per node (see

@@ -29,8 +29,9 @@ from prometheus_client.registry import Collector
 
 from shardq.config import ProducerSettings
 from shardq.logs import log_event
-from shardq.store import keys, transport
+from shardq.store import keys
 from shardq.store.inspect import PartitionSnapshot, partition_stats
+from shardq.store.transport import SyncTransport
 
 log = logging.getLogger("shardq.metrics")
 
@@ -66,17 +67,15 @@ def serve(port: int, addr: str = "127.0.0.1") -> None:
 
 def node_of(redis: Any, pk: keys.PartitionKeys) -> str:
     """The host:port serving a partition (``standalone`` when not a cluster)."""
-    manager = getattr(redis, "nodes_manager", None)
-    if manager is None:
-        return "standalone"
-    return str(manager.get_node_from_slot(keys.slot_of(pk.due)).name)
+    return SyncTransport(redis).node_name(pk.due)
 
 
 def snapshot_sync(redis: Any, pks: list[keys.PartitionKeys]) -> list[PartitionSnapshot]:
     """Snapshots of partitions with a sync client (one pipelined round trip per node)."""
-    ops = [partition_stats(pk, node_of(redis, pk)) for pk in pks]
+    transport = SyncTransport(redis)
+    ops = [partition_stats(pk, transport.node_name(pk.due)) for pk in pks]
     out = []
-    for result in transport.run_many(redis, ops):
+    for result in transport.run_many(ops):
         if isinstance(result, BaseException):
             raise result
         out.append(result)

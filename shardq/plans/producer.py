@@ -384,19 +384,21 @@ def enqueue(
     if tracing.active():
         with tracing.producer_span(queue) as span:
             request = tracing.with_headers(request, tracing.trace_headers())
-            done = yield from _enqueue(cache, queue, request, settings, durable)
+            done = yield from enqueue_untraced(cache, queue, request, settings, durable)
             tracing.sent(span, done.job_id, done.partition)
             return done
-    return (yield from _enqueue(cache, queue, request, settings, durable))
+    return (yield from enqueue_untraced(cache, queue, request, settings, durable))
 
 
-def _enqueue(
+def enqueue_untraced(
     cache: QueueCache,
     queue: str,
     request: JobRequest,
     settings: ProducerSettings,
     durable: bool,
 ) -> Plan[EnqueueResult]:
+    """:func:`enqueue` without its producer span, whose headers would change the body (the
+    wire vectors compare bodies byte for byte)."""
     read = yield from meta(cache, queue)
     prepared = producer.prepare_enqueue(queue, read.key_layout, request, settings, read.compact)
     if prepared.body[:1] == b"@":
@@ -514,11 +516,12 @@ def enqueue_many(
         requests = list(requests)
         with tracing.producer_span(queue, len(requests)):
             stamped = tracing.stamp_all(requests, tracing.trace_headers())
-            return (yield from _enqueue_many(cache, queue, stamped, settings, chunk, durable))
-    return (yield from _enqueue_many(cache, queue, requests, settings, chunk, durable))
+            plan = enqueue_many_untraced(cache, queue, stamped, settings, chunk, durable)
+            return (yield from plan)
+    return (yield from enqueue_many_untraced(cache, queue, requests, settings, chunk, durable))
 
 
-def _enqueue_many(
+def enqueue_many_untraced(
     cache: QueueCache,
     queue: str,
     requests: Iterable[JobRequest],
@@ -526,6 +529,7 @@ def _enqueue_many(
     chunk: int,
     durable: bool,
 ) -> Plan[list[EnqueueResult]]:
+    """:func:`enqueue_many` without its producer span (see :func:`enqueue_untraced`)."""
     read = yield from meta(cache, queue)
     # Every job is validated before any is sent, so a bad one writes nothing.
     prepared = producer.prepare_many(queue, read.key_layout, requests, settings, read.compact)
@@ -554,7 +558,7 @@ def _follow_resize(
     cache: QueueCache, queue: str, whole: BulkRun, settings: ProducerSettings, durable: bool
 ) -> Plan[None]:
     """Send again, to the new generation, the jobs a partition sealed by a resize refused
-    (nothing of them was written), with the ids already chosen (see :func:`_enqueue`)."""
+    (nothing of them was written), with the ids already chosen (see :func:`enqueue_untraced`)."""
     for _ in range(MAX_REDIRECTS):
         moved = [i for i, exc in whole.failed.items() if isinstance(exc, LayoutMovedError)]
         if not moved:

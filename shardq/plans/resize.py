@@ -240,7 +240,7 @@ def move_idempotency(
     one (with its remaining retention), then delete the old record; returns how many moved.
     With ``kind`` ``result``: the kept results, each to its job id's partition (where a
     by-id read looks once the old generation is gone).  ``routes``: one key per primary
-    (:func:`shardq.store.transport.primary_routes`)."""
+    (``primary_routes()`` of :mod:`shardq.store.transport`)."""
     old, new = was.generation("from"), was.generation("to")
     pattern = ops.idem_pattern(queue, old[0], kind)
     cursors = dict.fromkeys(routes, "0")

@@ -8,7 +8,7 @@ from typing import Any
 from shardq.connection import as_text, is_cluster
 from shardq.store.loader import library, lua_dir
 from shardq.store.op import Op, op
-from shardq.store.transport import load_library
+from shardq.store.transport import SyncTransport
 
 
 def name() -> str:
@@ -26,7 +26,7 @@ def load_everywhere(client: Any) -> dict[str, str]:
     out = {}
     for node_name, node in _primaries(client).items():
         before = _loaded(node)
-        load_library(node, node_name)
+        SyncTransport(client).load_library(node_name)
         out[node_name] = "already loaded" if before else f"loaded {name()}"
     return out
 

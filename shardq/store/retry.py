@@ -20,9 +20,9 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 from shardq import backoff
-from shardq.store import faults, transport
-from shardq.store.op import Batch, Call, Pause, Rounds, Waiting, result
-from shardq.store.transport import AsyncTransport, refresh_sync
+from shardq.store import faults
+from shardq.store.op import Batch, Call, Pause, Rounds, Waiting
+from shardq.store.transport import AsyncSent, AsyncTransport, SyncSent, SyncTransport
 
 T = TypeVar("T")
 
@@ -45,9 +45,15 @@ def should_retry(exc: BaseException, safe_to_repeat: bool) -> bool:
 
 
 def sync_call(
-    client: Any, fn: Callable[[], T], window: float, *, safe_to_repeat: bool, what: str
+    refresh: Callable[[], None],
+    fn: Callable[[], T],
+    window: float,
+    *,
+    safe_to_repeat: bool,
+    what: str,
 ) -> T:
-    """``fn()`` with resends through transient faults for up to ``window`` seconds."""
+    """``fn()`` with resends through transient faults for up to ``window`` seconds;
+    ``refresh`` re-reads the slot map."""
     deadline = time.monotonic() + window
     attempt = 0
     while True:
@@ -57,7 +63,7 @@ def sync_call(
             attempt += 1
             if not should_retry(exc, safe_to_repeat) or time.monotonic() >= deadline:
                 raise faults.translate(exc, what) from exc
-            refresh_sync(client)
+            refresh()
             time.sleep(min(pause(attempt), max(0.0, deadline - time.monotonic())))
 
 
@@ -87,7 +93,8 @@ async def async_call(
 # The one retry layer of the facades ------------------------------------------------------------
 #
 # Client, AsyncClient, Inspector, AsyncInspector, the schedules facades and the operator's
-# actions drive every operation (a plan, shardq.plans) through a runner: it sends each batch the
+# actions run every operation (a plan, shardq.plans) with ``Client.run`` / ``AsyncClient.run``,
+# which drive it through the client's runner: it sends each batch the
 # plan yields, resends within one window the calls that met a transient fault (those not
 # ``safe_to_repeat`` only when nothing can have been written), re-reading the slot map between
 # rounds, and translates what is left into typed shardq errors.  So a failover gives the same
@@ -115,10 +122,11 @@ def _translated(results: list[Any], what: str) -> list[Any]:
 
 
 class SyncRunner:
-    """Sends a sync client's batches (see the comment above); one per facade."""
+    """Sends a sync facade's batches (see the comment above) through a :class:`SyncTransport`;
+    one per facade.  :class:`AsyncRunner` is its asyncio twin, method for method."""
 
-    def __init__(self, client: Any, window: float) -> None:
-        self.client = client
+    def __init__(self, transport: SyncTransport, window: float) -> None:
+        self.transport = transport
         self.window = window
 
     def batches(self, what: str) -> Callable[[Batch], Any]:
@@ -129,7 +137,7 @@ class SyncRunner:
 
     def plain(self, fn: Callable[[], T], what: str) -> T:
         """``fn()`` (reads of Redis's own settings, not of shardq's keys) within the window."""
-        return sync_call(self.client, fn, self.window, safe_to_repeat=True, what=what)
+        return sync_call(self.transport.refresh, fn, self.window, safe_to_repeat=True, what=what)
 
     def send(self, batch: Batch, deadline: float, what: str) -> Any:
         if isinstance(batch, Pause):
@@ -144,10 +152,10 @@ class SyncRunner:
     def _first(self, calls: Sequence[Call[Any]]) -> list[Any]:
         if len(calls) == 1:  # one call: no pipeline to set up
             try:
-                return [calls[0].parse(transport.call(self.client, calls[0]))]
+                return [self.transport.run(calls[0])]
             except Exception as exc:
                 return [exc]
-        return transport.run_many(self.client, calls)
+        return self.transport.run_many(calls)
 
     def _calls(self, calls: Sequence[Call[Any]], deadline: float, what: str) -> list[Any]:
         results = self._first(calls)
@@ -158,50 +166,54 @@ class SyncRunner:
         attempt = 0
         while (again := _pending(calls, results)) and time.monotonic() < deadline:
             attempt += 1
-            refresh_sync(self.client)
-            time.sleep(min(pause(attempt), max(0.0, deadline - time.monotonic())))
+            self._pause(attempt, deadline)
             for i, r in zip(again, self._first([calls[i] for i in again]), strict=True):
                 results[i] = r
 
+    def _pause(self, attempt: int, deadline: float) -> None:
+        self.transport.refresh()
+        time.sleep(min(pause(attempt), max(0.0, deadline - time.monotonic())))
+
     def _rounds(self, batch: Rounds, deadline: float, what: str) -> list[list[Any]]:
+        """Each round written before the previous one's replies are read."""
         out: list[list[Any]] = []
-        previous: tuple[list[Call[Any]], transport.Sent] | None = None
-        for calls in batch.rounds:
-            sent = transport.send(self.client, calls)
-            if previous is not None:
-                out.append(self._finish(*previous, deadline, what))
-            previous = (calls, sent)
-        if previous is not None:
-            out.append(self._finish(*previous, deadline, what))
+        sent: list[SyncSent] = []
+        try:
+            for calls in batch.rounds:
+                sent.append(self.transport.send(calls))
+                if len(sent) > 1:
+                    out.append(self._finish(batch.rounds[len(out)], sent[-2], deadline, what))
+            if sent:
+                out.append(self._finish(batch.rounds[-1], sent[-1], deadline, what))
+        finally:
+            for s in sent[len(out) :]:  # not read: an error, or an interrupt
+                s.abandon()
         return out
 
     def _finish(
-        self, calls: list[Call[Any]], sent: transport.Sent, deadline: float, what: str
+        self, calls: Sequence[Call[Any]], sent: SyncSent, deadline: float, what: str
     ) -> list[Any]:
-        replies, _ = sent.read()
-        results = transport.complete(self.client, calls, replies)
+        results = sent.results()
         self._resend(calls, results, deadline)
         return _translated(results, what)
 
     def _waiting(self, batch: Waiting, deadline: float, what: str) -> tuple[list[Any], list[Any]]:
         calls = batch.calls
-        wait = (batch.replicas, batch.timeout_ms)
         results: list[Any] = [None] * len(calls)
         acked: list[int | None] = [None] * len(calls)
         todo = list(range(len(calls)))
         attempt = 0
         while True:
-            sent = [calls[i] for i in todo]
-            replies, counts = transport.send_and_read(self.client, sent, wait, batch.per_node)
-            for i, reply, n in zip(todo, replies, counts, strict=True):
-                results[i] = result(reply, calls[i].parse)
-                acked[i] = n
+            got, counts = self.transport.run_waiting(
+                [calls[i] for i in todo], batch.replicas, batch.timeout_ms, batch.per_node
+            )
+            for i, r, n in zip(todo, got, counts, strict=True):
+                results[i], acked[i] = r, n
             todo = _pending(calls, results)
             if not todo or time.monotonic() >= deadline:
                 return _translated(results, what), acked
             attempt += 1
-            refresh_sync(self.client)
-            time.sleep(min(pause(attempt), max(0.0, deadline - time.monotonic())))
+            self._pause(attempt, deadline)
 
 
 class AsyncRunner:
@@ -228,7 +240,7 @@ class AsyncRunner:
         if isinstance(batch, Waiting):
             return await self._waiting(batch, deadline, what)
         if isinstance(batch, Rounds):
-            return [await self._calls(calls, deadline, what) for calls in batch.rounds]
+            return await self._rounds(batch, deadline, what)
         return await self._calls(batch, deadline, what)
 
     async def _first(self, calls: Sequence[Call[Any]]) -> list[Any]:
@@ -241,18 +253,45 @@ class AsyncRunner:
 
     async def _calls(self, calls: Sequence[Call[Any]], deadline: float, what: str) -> list[Any]:
         results = await self._first(calls)
+        await self._resend(calls, results, deadline)
+        return _translated(results, what)
+
+    async def _resend(
+        self, calls: Sequence[Call[Any]], results: list[Any], deadline: float
+    ) -> None:
         attempt = 0
         while (again := _pending(calls, results)) and time.monotonic() < deadline:
             attempt += 1
             await self._pause(attempt, deadline)
             for i, r in zip(again, await self._first([calls[i] for i in again]), strict=True):
                 results[i] = r
-        return _translated(results, what)
 
     async def _pause(self, attempt: int, deadline: float) -> None:
         with contextlib.suppress(Exception):  # every node down: the next attempt retries
             await self.transport.refresh()
         await asyncio.sleep(min(pause(attempt), max(0.0, deadline - time.monotonic())))
+
+    async def _rounds(self, batch: Rounds, deadline: float, what: str) -> list[list[Any]]:
+        out: list[list[Any]] = []
+        sent: list[AsyncSent] = []
+        try:
+            for calls in batch.rounds:
+                sent.append(await self.transport.send(calls))
+                if len(sent) > 1:
+                    out.append(await self._finish(batch.rounds[len(out)], sent[-2], deadline, what))
+            if sent:
+                out.append(await self._finish(batch.rounds[-1], sent[-1], deadline, what))
+        finally:
+            for s in sent[len(out) :]:
+                await s.abandon()
+        return out
+
+    async def _finish(
+        self, calls: Sequence[Call[Any]], sent: AsyncSent, deadline: float, what: str
+    ) -> list[Any]:
+        results = await sent.results()
+        await self._resend(calls, results, deadline)
+        return _translated(results, what)
 
     async def _waiting(
         self, batch: Waiting, deadline: float, what: str

@@ -1,16 +1,25 @@
-"""Runs ops against Redis: alone, pipelined per node, per primary, or with WAIT.
+"""Runs calls against Redis: alone, pipelined per node, on one named primary, or with WAIT.
 
-Every op is an FCALL of shardq's functions library (see :mod:`shardq.store.loader`), sent on a
-plain connection of the primary that serves its keys, as the client's slot map says.  So a call
-costs one round trip (redis-py's cluster client would ask the server for an FCALL's keys first),
-and redirects come back to the caller as they are: producers resend after a fresh look at the
-slot map (:mod:`shardq.store.retry`), loops on their next round.
+Every call (:mod:`shardq.store.op`) is sent on a plain connection of the primary that serves its
+route key, as the client's slot map says.  So an FCALL costs one round trip (redis-py's cluster
+client would ask the server for its keys first), and redirects come back to the caller as they
+are: the facades' runner resends after a fresh look at the slot map (:mod:`shardq.store.retry`),
+loops on their next round.
 
-Sync (producers, the CLI): :func:`run` sends one call; :func:`run_many` groups calls by node and
-sends each node's batch on one connection, all nodes written before any is read, so nodes work
-in parallel.  Asyncio (workers, dispatchers, the async producer): :class:`AsyncTransport` does the
-same and also runs a batch on one named primary (:meth:`AsyncTransport.run_on`), so a loop per
-primary is held up only by its own node.
+Two transports of one shape: :class:`SyncTransport` over a sync client (producers, the CLI, the
+admin tools) and :class:`AsyncTransport` over an asyncio one (workers, dispatchers, the async
+producer); tests/unit/test_transport.py keeps their methods alike.  Both return parsed results
+(per call its parsed reply, or the exception it met):
+
+- ``run(call)``: one call, raising what it met;
+- ``run_many(calls)``: one pipeline per node, every node written before any is read;
+- ``send(calls)``: the same, written now and read by the returned :class:`SyncSent` /
+  :class:`AsyncSent`'s ``results()`` later, so a caller writes its next round while Redis works
+  on this one (the runners' :class:`~shardq.store.op.Rounds`);
+- ``run_waiting(calls, replicas, timeout_ms)``: each node's calls followed by ``WAIT`` on the
+  connection that wrote them;
+- ``run_on(node, calls)``: a batch on one named primary, so a loop per primary is held up only by
+  its own node.
 
 A node that lacks the library ("Function not found": a new node, FUNCTION FLUSH) gets it with
 FUNCTION LOAD and the calls are sent again; a user without the permission gets
@@ -71,49 +80,6 @@ def _loaded_or_raise(reply: Any, node: str) -> None:
         raise reply
 
 
-# sync ------------------------------------------------------------------------------------------
-
-
-def node_of(client: Any, key: str) -> Any:
-    """The plain client of the primary serving ``key`` (the client itself when standalone)."""
-    manager = getattr(client, "nodes_manager", None)
-    if manager is None:
-        return client
-    return client.get_redis_connection(manager.get_node_from_slot(slot_of(key)))
-
-
-def node_name(client: Any, key: str) -> str:
-    """The ``host:port`` of the primary serving ``key`` per a sync client's slot map
-    (:data:`STANDALONE` for a single node)."""
-    manager = getattr(client, "nodes_manager", None)
-    if manager is None:
-        return STANDALONE
-    return str(manager.get_node_from_slot(slot_of(key)).name)
-
-
-def most_replicas(client: Any) -> int:
-    """The most replicas any primary has per a client's slot map (0 for a single node)."""
-    return max(replicas_by_primary(client).values(), default=0)
-
-
-def replicas_by_primary(client: Any) -> dict[str, int]:
-    """Each primary's replicas (``host:port`` -> count) per a client's slot map, the fewest
-    over its slots; empty for a single node."""
-    manager = getattr(client, "nodes_manager", None)
-    if manager is None or not manager.slots_cache:
-        return {}
-    # redis-py's map shares one node list per slot range: one look per run of slots sharing
-    # a list, grouped in C (a Python loop over the 16,384 slots took ~6 ms, and the relay
-    # asks once per round and per Waiting batch).
-    out: dict[str, int] = {}
-    for _, run in itertools.groupby(manager.slots_cache.values(), key=id):
-        nodes = next(run)
-        if nodes:
-            name, n = nodes[0].name, len(nodes) - 1
-            out[name] = min(out.get(name, n), n)
-    return out
-
-
 def capped_wait(wait: tuple[int, int] | None, present: int | None) -> tuple[int, int] | None:
     """The ``WAIT replicas timeout`` a node's batch ends with: ``wait`` itself, or with
     ``present`` (the replicas the node has, per the slot map: a Waiting ``per_node`` batch) at
@@ -134,98 +100,16 @@ def acked_as_asked(asked: int, wait: tuple[int, int] | None, n: int | None) -> i
     return asked if n >= wait[0] else n
 
 
-def _routes(manager: Any) -> list[str]:
-    """One route key per primary of a slot map: a key of the first slot it serves."""
-    first: dict[str, int] = {}
-    for slot, nodes in manager.slots_cache.items():
-        if nodes:
-            name = nodes[0].name
-            first[name] = min(first.get(name, slot), slot)
-    return [keys.slot_route(slot) for slot in sorted(first.values())]
-
-
-def primary_routes(client: Any) -> list[str]:
-    """A route key per primary (sync client), for a keyless command every primary must run
-    (SCAN): a call routed by one goes to that primary, through the usual retries."""
-    manager = getattr(client, "nodes_manager", None)
-    if manager is None:
-        return [keys.slot_route(0)]  # one node serves every slot
-    return _routes(manager)
-
-
 def _address(node: Any) -> str:
     kwargs = getattr(getattr(node, "connection_pool", None), "connection_kwargs", {})
     return f"{kwargs.get('host', '?')}:{kwargs.get('port', '?')}"
 
 
-def refresh_sync(client: Any) -> None:
-    """Re-read the slot map of a sync cluster client (no-op when standalone)."""
-    manager = getattr(client, "nodes_manager", None)
-    if manager is None:
-        return
-    try:
-        manager.initialize()
-    except Exception:  # every node down: the next attempt fails and retries again
-        return
-
-
-def load_library(node: Any, name: str = "") -> None:
-    """FUNCTION LOAD shardq's library on one node (a no-op if it is there)."""
-    try:
-        node.execute_command("FUNCTION", "LOAD", library().code)
-    except rx.ResponseError as exc:
-        _loaded_or_raise(exc, name or _address(node))
-
-
-def run(client: Any, op: Call[T]) -> T:
-    """Run one op with a sync client (cluster or standalone) and parse its reply.
-
-    Raises what the call met: a typed shardq error from the script's code, or redis-py's
-    exception (see :mod:`shardq.store.faults`).
-    """
-    return op.parse(call(client, op))
-
-
-def call(client: Any, op: Call[Any]) -> Any:
-    """The raw reply of one op (the library loaded first where it is missing)."""
-    node = node_of(client, op.route_key)
-    try:
-        return node.execute_command(*op.command())
-    except rx.ResponseError as exc:
-        if not faults.is_code_missing(exc):
-            raise
-    load_library(node)
-    return node.execute_command(*op.command())
-
-
-def _by_node(client: Any, ops: Sequence[Call[Any]]) -> list[tuple[str, Any, list[int]]]:
-    """Op indexes grouped by the node serving them: (its name, its plain client, indexes)."""
-    manager = getattr(client, "nodes_manager", None)
-    if manager is None:
-        return [(STANDALONE, client, list(range(len(ops))))]
-    groups: dict[str, tuple[str, Any, list[int]]] = {}
-    for i, o in enumerate(ops):
-        node = manager.get_node_from_slot(slot_of(o.route_key))
-        if node.name not in groups:
-            groups[node.name] = (node.name, client.get_redis_connection(node), [])
-        groups[node.name][2].append(i)
-    return list(groups.values())
-
-
-def run_many(client: Any, ops: Sequence[Call[T]]) -> list[T | BaseException]:
-    """Run many ops, one pipeline per node; parsed results (or exceptions) in op order.
-
-    A call that met a missing library, a redirect or a broken connection is sent again once,
-    alone, after a fresh look at the slot map (a call not ``safe_to_repeat`` only when the
-    fault proves nothing was written).
-    """
-    return complete(client, ops, send_and_read(client, ops, None)[0])
-
-
-def complete(client: Any, ops: Sequence[Call[T]], replies: list[Reply]) -> list[T | BaseException]:
-    """Parsed results of ops whose raw replies were read (see :func:`run_many`); a call that
-    met a missing library, a redirect or a broken connection is sent again, alone."""
-    again = [
+def _again(ops: Sequence[Call[Any]], replies: Sequence[Reply]) -> list[int]:
+    """The calls to send once more, alone: those that met a missing library, and those that met
+    a transient fault (one not ``safe_to_repeat`` only when the fault proves nothing was
+    written)."""
+    return [
         i
         for i, r in enumerate(replies)
         if isinstance(r, BaseException)
@@ -234,179 +118,29 @@ def complete(client: Any, ops: Sequence[Call[T]], replies: list[Reply]) -> list[
             or (faults.is_transient(r) and (ops[i].safe_to_repeat or faults.surely_not_written(r)))
         )
     ]
-    if again:
-        if any(faults.is_redirect(replies[i]) for i in again):
-            refresh_sync(client)
-        for i in again:
-            try:
-                replies[i] = call(client, ops[i])
-            except Exception as exc:  # reported per call, like a pipeline does
-                replies[i] = exc
+
+
+def _needs_refresh(replies: Sequence[Reply], again: list[int]) -> bool:
+    """Whether the slot map is read again before :func:`_again`'s resends (a fault other than a
+    missing library: the call may belong elsewhere now)."""
+    return any(not faults.is_code_missing(replies[i]) for i in again)
+
+
+def _parsed(ops: Sequence[Call[T]], replies: Sequence[Reply]) -> list[T | BaseException]:
     return [result(r, o.parse) for r, o in zip(replies, ops, strict=True)]
 
 
-def send_and_read(
-    client: Any, ops: Sequence[Call[Any]], wait: tuple[int, int] | None, per_node: bool = False
-) -> tuple[list[Reply], list[int | None]]:
-    """Each node's ops on one connection, plus ``WAIT replicas timeout`` after them when asked
-    (``per_node``: capped at the replicas each node has, :class:`~shardq.store.op.Waiting`).
-
-    Returns the raw replies (or exceptions) in op order and, per op, how many replicas
-    acknowledged its node's batch (None when the WAIT was not answered).  All nodes are written
-    before any is read and wait at once, so one slow node does not stall the others' sends.
-    A node that lacks the library gets it and its batch is sent again (with the WAIT after it).
-    """
-    return send(client, ops, wait, per_node).read()
-
-
-class Sent:
-    """Ops written to their nodes, replies not read yet (see :func:`send`)."""
-
-    def __init__(
-        self,
-        client: Any,
-        ops: Sequence[Call[Any]],
-        wait: tuple[int, int] | None,
-        present: dict[str, int] | None = None,
-    ) -> None:
-        """``present``: each primary's replicas, when each node's WAIT is capped at them."""
-        self.client = client
-        self.ops = ops
-        self.wait = wait
-        self.present = present
-        self.replies: list[Reply] = [None] * len(ops)
-        self.acked: list[int | None] = [None] * len(ops)
-        self.sent: list[tuple[str, Any, Any, Any, list[int]]] = []
-
-    def _wait_of(self, name: str) -> tuple[int, int] | None:
-        if self.present is None:
-            return self.wait
-        return capped_wait(self.wait, self.present.get(name))
-
-    def write(self, groups: list[tuple[str, Any, list[int]]]) -> None:
-        ops, replies = self.ops, self.replies
-        for name, node_client, indexes in groups:
-            pool = node_client.connection_pool
-            try:
-                conn = pool.get_connection()
-            except Exception as exc:  # connect refused: the node is down
-                for i in indexes:
-                    replies[i] = exc
-                continue
-            try:
-                commands = [ops[i].command() for i in indexes]
-                wait = self._wait_of(name)
-                if wait is not None:
-                    commands.append(("WAIT", *wait))
-                conn.send_packed_command(_packed(commands, conn))
-            except Exception as exc:
-                conn.disconnect()
-                pool.release(conn)
-                for i in indexes:
-                    replies[i] = exc
-                continue
-            self.sent.append((name, node_client, pool, conn, indexes))
-
-    def _read_sent(self) -> list[tuple[str, Any, list[int]]]:
-        """Read every written batch; returns the groups whose node lacked the library."""
-        replies, acked = self.replies, self.acked
-        missing: list[tuple[str, Any, list[int]]] = []
-        sent, self.sent = self.sent, []
-        for name, node_client, pool, conn, indexes in sent:
-            broken: BaseException | None = None
-            for i in indexes:
-                if broken is not None:
-                    replies[i] = broken
-                    continue
-                try:
-                    replies[i] = conn.read_response()
-                except rx.ResponseError as exc:
-                    replies[i] = exc
-                except Exception as exc:
-                    conn.disconnect()
-                    broken = replies[i] = exc
-            wait = self._wait_of(name)
-            if self.wait is not None and broken is None:
-                n: int | None = None
-                try:
-                    if wait is not None:
-                        n = int(conn.read_response())
-                    if self.present is not None:
-                        n = acked_as_asked(self.wait[0], wait, n)
-                    for i in indexes:
-                        if not isinstance(replies[i], BaseException):
-                            acked[i] = n
-                except Exception:
-                    conn.disconnect()
-            pool.release(conn)
-            if any(faults.is_code_missing(replies[i]) for i in indexes):
-                missing.append((name, node_client, indexes))
-        return missing
-
-    def read(self) -> tuple[list[Reply], list[int | None]]:
-        """The raw replies in op order and the replicas that acknowledged each (see
-        :func:`send_and_read`); a node that lacked the library gets it and its batch again."""
-        missing = self._read_sent()
-        if missing:
-            again: list[tuple[str, Any, list[int]]] = []
-            for name, node_client, indexes in missing:
-                try:
-                    load_library(node_client)
-                except Exception as exc:  # reported per call: the caller decides on resends
-                    for i in indexes:
-                        self.replies[i] = exc
-                    continue
-                again.append((name, node_client, indexes))
-            self.write(again)
-            self._read_sent()
-        return self.replies, self.acked
-
-
-def send(
-    client: Any,
-    ops: Sequence[Call[Any]],
-    wait: tuple[int, int] | None = None,
-    per_node: bool = False,
-) -> Sent:
-    """Write each node's ops on one connection without reading the replies: the caller can
-    prepare its next batch while Redis works on this one, then :meth:`Sent.read` it.  The
-    connections stay out of their pools until then.  ``per_node``: each node's WAIT is capped
-    at the replicas it has (:class:`~shardq.store.op.Waiting`)."""
-    sent = Sent(client, ops, wait, replicas_by_primary(client) if per_node else None)
-    sent.write(_by_node(client, ops))
-    return sent
-
-
-# asyncio ---------------------------------------------------------------------------------------
-
-
-class AsyncTransport:
-    """Runs ops with an asyncio client; knows which primary serves which partition.
-
-    One plain client per primary (same credentials and TLS as the cluster client) carries the
-    per-node batches, so a batch for one primary never waits for another.  The slot map is the
-    cluster client's; :meth:`refresh` re-reads it (coalesced: many loops that meet one failover
-    cause one refresh).
-    """
-
-    REFRESH_MIN_INTERVAL = 0.25
+class _SlotMap:
+    """What both transports know of the cluster, from the client's slot map: which primary
+    serves a key, the primaries, their replicas."""
 
     def __init__(self, client: Any) -> None:
         self.client = client
         self.cluster = is_cluster(client)
-        self._nodes: dict[str, redis.asyncio.Redis] = {}
-        self._refresh: asyncio.Task[None] | None = None
-        self._refreshed_at = 0.0
-        # The primary that last failed to answer: a refresh asks it for the slot map last, so a
-        # paused or sleeping node does not hold every refresh for a socket timeout.
-        self._unreachable: str | None = None
-        #: Called after each refresh of the slot map (the hint subscriptions regroup at once).
-        self.on_refresh: list[Callable[[], None]] = []
-
-    # topology ------------------------------------------------------------------------------
 
     def node_name(self, key: str) -> str:
-        """The ``host:port`` of the primary serving ``key``, per the current slot map."""
+        """The ``host:port`` of the primary serving ``key`` (:data:`STANDALONE` for a single
+        node)."""
         if not self.cluster:
             return STANDALONE
         return str(self.client.nodes_manager.get_node_from_slot(slot_of(key)).name)
@@ -423,10 +157,314 @@ class AsyncTransport:
         return sorted(n.name for n in self.client.get_primaries())
 
     def primary_routes(self) -> list[str]:
-        """A route key per primary (see the sync :func:`primary_routes`)."""
+        """A route key per primary, for a keyless command every primary must run (SCAN): a
+        call routed by one goes to that primary, through the usual retries."""
         if not self.cluster:
-            return [keys.slot_route(0)]
-        return _routes(self.client.nodes_manager)
+            return [keys.slot_route(0)]  # one node serves every slot
+        first: dict[str, int] = {}
+        for slot, nodes in self.client.nodes_manager.slots_cache.items():
+            if nodes:
+                name = nodes[0].name
+                first[name] = min(first.get(name, slot), slot)
+        return [keys.slot_route(slot) for slot in sorted(first.values())]
+
+    def replicas_by_primary(self) -> dict[str, int]:
+        """Each primary's replicas (``host:port`` -> count), the fewest over its slots; empty
+        for a single node."""
+        manager = self.client.nodes_manager if self.cluster else None
+        if manager is None or not manager.slots_cache:
+            return {}
+        # redis-py's map shares one node list per slot range: one look per run of slots sharing
+        # a list, grouped in C (a Python loop over the 16,384 slots took ~6 ms, and the relay
+        # asks once per round and per Waiting batch).
+        out: dict[str, int] = {}
+        for _, run in itertools.groupby(manager.slots_cache.values(), key=id):
+            nodes = next(run)
+            if nodes:
+                name, n = nodes[0].name, len(nodes) - 1
+                out[name] = min(out.get(name, n), n)
+        return out
+
+    def most_replicas(self) -> int:
+        """The most replicas any primary has (0 for a single node)."""
+        return max(self.replicas_by_primary().values(), default=0)
+
+    def group(self, ops: Sequence[Call[Any]]) -> dict[str, list[int]]:
+        """Op indexes by the primary serving them."""
+        groups: dict[str, list[int]] = {}
+        for i, o in enumerate(ops):
+            groups.setdefault(self.node_name(o.route_key), []).append(i)
+        return groups
+
+    def label(self, node: str) -> str:
+        """How an error names ``node`` (a single node: its address)."""
+        return node if self.cluster else _address(self.client)
+
+
+class _Written:
+    """What both kinds of written batch hold: the calls, the connections written and not read
+    yet, the replies as they are read, and per call how many replicas acknowledged its node's
+    batch."""
+
+    def __init__(
+        self,
+        transport: Any,
+        ops: Sequence[Call[Any]],
+        wait: tuple[int, int] | None = None,
+        present: dict[str, int] | None = None,
+    ) -> None:
+        """``present``: each primary's replicas, when each node's WAIT is capped at them."""
+        self.transport = transport
+        self.written: list[tuple[str, Any, Any, list[int]]] = []  # node, pool, conn, indexes
+        self.ops = ops
+        self.wait = wait
+        self.present = present
+        self.replies: list[Reply] = [None] * len(ops)
+        self.acked: list[int | None] = [None] * len(ops)
+
+    def wait_of(self, node: str) -> tuple[int, int] | None:
+        if self.present is None:
+            return self.wait
+        return capped_wait(self.wait, self.present.get(node))
+
+    def commands(self, node: str, indexes: list[int]) -> list[tuple[Any, ...]]:
+        commands = [self.ops[i].command() for i in indexes]
+        wait = self.wait_of(node)
+        if wait is not None:
+            commands.append(("WAIT", *wait))
+        return commands
+
+    def fail(self, indexes: list[int], exc: BaseException) -> None:
+        for i in indexes:
+            self.replies[i] = exc
+
+    def store(
+        self, node: str, indexes: list[int], replies: list[Reply], n: int | None, read: bool
+    ) -> None:
+        """Keep a node's replies and, when its WAIT was ``read``, what it answered."""
+        if self.wait is not None and read and self.present is not None:
+            n = acked_as_asked(self.wait[0], self.wait_of(node), n)
+        for i, reply in zip(indexes, replies, strict=True):
+            self.replies[i] = reply
+            if self.wait is not None and read and not isinstance(reply, BaseException):
+                self.acked[i] = n
+
+    def missing(self, node: str, indexes: list[int]) -> list[int]:
+        """The calls of ``node`` to send again once it has the library: the whole batch when a
+        WAIT follows it (it must follow the writes on one connection), else those that met the
+        missing library."""
+        lacking = [i for i in indexes if faults.is_code_missing(self.replies[i])]
+        return indexes if lacking and self.wait is not None else lacking
+
+    def lacking_library(self, indexes: list[int], exc: BaseException) -> None:
+        for i in indexes:
+            if faults.is_code_missing(self.replies[i]):
+                self.replies[i] = exc
+
+
+# sync ------------------------------------------------------------------------------------------
+
+
+class SyncTransport(_SlotMap):
+    """Runs calls with a sync client (cluster or standalone); see the module docstring.
+
+    Stateless but for the client: the cluster client holds the slot map and a plain client per
+    node, whose pools carry the per-node batches."""
+
+    def node_client(self, name: str) -> Any:
+        """The plain client of one primary (the client itself when standalone)."""
+        if not self.cluster:
+            return self.client
+        node = self.client.get_node(node_name=name)
+        if node is None:
+            raise rx.ConnectionError(f"{name} is no longer part of the cluster")
+        return self.client.get_redis_connection(node)
+
+    def refresh(self) -> None:
+        """Re-read the slot map (no-op when standalone; every node down: the next call fails
+        and its caller retries)."""
+        if not self.cluster:
+            return
+        try:
+            self.client.nodes_manager.initialize()
+        except Exception:
+            return
+
+    def load_library(self, node: str) -> None:
+        """FUNCTION LOAD shardq's library on one primary (a no-op if it is there)."""
+        try:
+            self.node_client(node).execute_command("FUNCTION", "LOAD", library().code)
+        except rx.ResponseError as exc:
+            _loaded_or_raise(exc, self.label(node))
+
+    def run(self, op: Call[T]) -> T:
+        """Run one call and parse its reply; raises what it met: a typed shardq error from the
+        script's code, or redis-py's exception (see :mod:`shardq.store.faults`)."""
+        return op.parse(self.call(op))
+
+    def call(self, op: Call[Any]) -> Any:
+        """The raw reply of one call (the library loaded first where it is missing)."""
+        node = self.node_name(op.route_key)
+        client = self.node_client(node)
+        try:
+            return client.execute_command(*op.command())
+        except rx.ResponseError as exc:
+            if not faults.is_code_missing(exc):
+                raise
+        self.load_library(node)
+        return client.execute_command(*op.command())
+
+    def run_on(self, node: str, ops: Sequence[Call[T]]) -> list[T | BaseException]:
+        """Run a batch on one primary's connection; results in op order.  A call that met a
+        redirect comes back as its exception: the caller refreshes and regroups."""
+        sent = SyncSent(self, ops)
+        sent.write({node: list(range(len(ops)))} if ops else {})
+        return _parsed(ops, sent.read()[0])
+
+    def run_many(self, ops: Sequence[Call[T]]) -> list[T | BaseException]:
+        """Run calls, one pipeline per node; results in op order (see :meth:`SyncSent.results`
+        for the calls sent again)."""
+        return self.send(ops).results()
+
+    def send(self, ops: Sequence[Call[T]]) -> SyncSent:
+        """Write each node's calls on one connection without reading the replies: the caller
+        can prepare its next batch while Redis works on this one, then read them with
+        :meth:`SyncSent.results`.  The connections stay out of their pools until then."""
+        sent = SyncSent(self, ops)
+        sent.write(self.group(ops))
+        return sent
+
+    def run_waiting(
+        self, ops: Sequence[Call[T]], replicas: int, timeout_ms: int, per_node: bool = False
+    ) -> tuple[list[T | BaseException], list[int | None]]:
+        """Each node's calls on one connection, followed by ``WAIT replicas timeout``; all nodes
+        written before any is read.  Returns results and, per call, how many replicas
+        acknowledged its node's batch (None when not answered).  ``per_node``: each batch's
+        WAIT is capped at the replicas its primary has (:class:`~shardq.store.op.Waiting`)."""
+        present = self.replicas_by_primary() if per_node else None
+        sent = SyncSent(self, ops, (replicas, timeout_ms), present)
+        sent.write(self.group(ops))
+        replies, acked = sent.read()
+        return _parsed(ops, replies), acked
+
+
+class SyncSent(_Written):
+    """Calls written to their nodes, replies not read yet (:meth:`SyncTransport.send`)."""
+
+    transport: SyncTransport
+
+    def write(self, groups: dict[str, list[int]]) -> None:
+        for node, indexes in groups.items():
+            try:
+                pool = self.transport.node_client(node).connection_pool
+                conn = pool.get_connection()
+            except Exception as exc:  # connect refused: the node is down
+                self.fail(indexes, exc)
+                continue
+            try:
+                conn.send_packed_command(_packed(self.commands(node, indexes), conn))
+            except Exception as exc:
+                conn.disconnect()
+                pool.release(conn)
+                self.fail(indexes, exc)
+                continue
+            self.written.append((node, pool, conn, indexes))
+
+    def _read_written(self) -> dict[str, list[int]]:
+        """Read every written batch; returns the calls to send again once their node has the
+        library."""
+        missing: dict[str, list[int]] = {}
+        written, self.written = self.written, []
+        for node, pool, conn, indexes in written:
+            replies: list[Reply] = []
+            n: int | None = None
+            read = False
+            try:
+                for _ in indexes:
+                    try:
+                        replies.append(conn.read_response())
+                    except rx.ResponseError as exc:
+                        replies.append(exc)
+                if self.wait_of(node) is not None:
+                    n = int(conn.read_response())
+                read = True
+            except Exception as exc:
+                # The connection is in an unknown state: the calls not read are lost replies.
+                conn.disconnect()
+                if len(replies) < len(indexes):
+                    replies.extend([exc] * (len(indexes) - len(replies)))
+            finally:
+                pool.release(conn)
+            self.store(node, indexes, replies, n, read)
+            if again := self.missing(node, indexes):
+                missing[node] = again
+        return missing
+
+    def read(self) -> tuple[list[Reply], list[int | None]]:
+        """The raw replies in op order and the replicas that acknowledged each; a node that
+        lacked the library gets it and its calls again."""
+        missing = self._read_written()
+        if missing:
+            again: dict[str, list[int]] = {}
+            for node, indexes in missing.items():
+                try:
+                    self.transport.load_library(node)
+                except Exception as exc:  # reported per call: the caller decides on resends
+                    self.lacking_library(indexes, exc)
+                    continue
+                again[node] = indexes
+            self.write(again)
+            self._read_written()
+        return self.replies, self.acked
+
+    def results(self) -> list[Any]:
+        """Parsed results in op order.  A call that met a missing library, a redirect or a
+        broken connection is sent again once, alone, after a fresh look at the slot map (one
+        not ``safe_to_repeat`` only when the fault proves nothing was written)."""
+        replies, _ = self.read()
+        again = _again(self.ops, replies)
+        if again:
+            if _needs_refresh(replies, again):
+                self.transport.refresh()
+            for i in again:
+                try:
+                    replies[i] = self.transport.call(self.ops[i])
+                except Exception as exc:  # reported per call, like a pipeline does
+                    replies[i] = exc
+        return _parsed(self.ops, replies)
+
+    def abandon(self) -> None:
+        """Drop the connections of batches not read (the caller gave up on their replies)."""
+        written, self.written = self.written, []
+        for _, pool, conn, _ in written:
+            conn.disconnect()
+            pool.release(conn)
+
+
+# asyncio ---------------------------------------------------------------------------------------
+
+
+class AsyncTransport(_SlotMap):
+    """Runs calls with an asyncio client (cluster or standalone); see the module docstring.
+
+    One plain client per primary (same credentials and TLS as the cluster client) carries the
+    per-node batches, so a batch for one primary never waits for another.  The slot map is the
+    cluster client's; :meth:`refresh` re-reads it (coalesced: many loops that meet one failover
+    cause one refresh).
+    """
+
+    REFRESH_MIN_INTERVAL = 0.25
+
+    def __init__(self, client: Any) -> None:
+        super().__init__(client)
+        self._nodes: dict[str, redis.asyncio.Redis] = {}
+        self._refresh: asyncio.Task[None] | None = None
+        self._refreshed_at = 0.0
+        #: The primary that last failed to answer: a refresh asks it for the slot map last, so
+        #: a paused or sleeping node does not hold every refresh for a socket timeout.
+        self.unreachable: str | None = None
+        #: Called after each refresh of the slot map (the hint subscriptions regroup at once).
+        self.on_refresh: list[Callable[[], None]] = []
 
     def node_client(self, name: str) -> Any:
         """A plain asyncio client of one primary (the client itself when standalone)."""
@@ -452,7 +490,7 @@ class AsyncTransport:
 
     async def _do_refresh(self) -> None:
         try:
-            await self.client.nodes_manager.initialize(last_failed_node_name=self._unreachable)
+            await self.client.nodes_manager.initialize(last_failed_node_name=self.unreachable)
         finally:
             self._refreshed_at = time.monotonic()
             for hook in self.on_refresh:
@@ -467,12 +505,10 @@ class AsyncTransport:
         try:
             await self.node_client(node).execute_command("FUNCTION", "LOAD", library().code)
         except rx.ResponseError as exc:
-            _loaded_or_raise(exc, node)
-
-    # running -------------------------------------------------------------------------------
+            _loaded_or_raise(exc, self.label(node))
 
     async def run(self, op: Call[T]) -> T:
-        """Run one op on the primary serving its keys and parse its reply."""
+        """Run one call on the primary serving its keys and parse its reply."""
         return op.parse(await self.call(op))
 
     async def call(self, op: Call[Any]) -> Any:
@@ -494,103 +530,38 @@ class AsyncTransport:
         """
         if not ops:
             return []
-        try:
-            client = self.node_client(node)
-        except Exception as exc:
-            return [exc] * len(ops)
-        replies, _ = await _pipeline(client, ops)
-        if any(isinstance(r, BaseException) and faults.is_unreachable(r) for r in replies):
-            self._unreachable = node
-        retry = [i for i, r in enumerate(replies) if faults.is_code_missing(r)]
-        if retry:
-            try:
-                await self.load_library(node)
-            except FunctionsNotLoadedError as exc:
-                return [
-                    exc if i in retry else result(r, o.parse)
-                    for i, (r, o) in enumerate(zip(replies, ops, strict=True))
-                ]
-            again, _ = await _pipeline(client, [ops[i] for i in retry])
-            for i, reply in zip(retry, again, strict=True):
-                replies[i] = reply
-        return [result(r, o.parse) for r, o in zip(replies, ops, strict=True)]
+        sent = await self._written(AsyncSent(self, ops), {node: list(range(len(ops)))})
+        return _parsed(ops, (await sent.read())[0])
+
+    async def run_many(self, ops: Sequence[Call[T]]) -> list[T | BaseException]:
+        """Run calls on every node at once (one batch per primary); results in op order (see
+        :meth:`AsyncSent.results` for the calls sent again)."""
+        if not ops:
+            return []
+        return await (await self.send(ops)).results()
+
+    async def send(self, ops: Sequence[Call[T]]) -> AsyncSent:
+        """Write each primary's calls on one connection without reading the replies (see
+        :meth:`SyncTransport.send`); read them with :meth:`AsyncSent.results`."""
+        return await self._written(AsyncSent(self, ops), self.group(ops))
 
     async def run_waiting(
         self, ops: Sequence[Call[T]], replicas: int, timeout_ms: int, per_node: bool = False
     ) -> tuple[list[T | BaseException], list[int | None]]:
-        """Run ops per primary, each batch followed by ``WAIT replicas timeout`` on the
-        connection that wrote it; all primaries at once.  Returns results and, per op, how many
-        replicas acknowledged its batch (None when its batch was not acknowledged at all).
-        ``per_node``: each batch's WAIT is capped at the replicas its primary has
-        (:class:`~shardq.store.op.Waiting`)."""
-        out: list[T | BaseException] = [RuntimeError("not run")] * len(ops)
-        acked: list[int | None] = [None] * len(ops)
-        groups = self.group(ops)
-        present = replicas_by_primary(self.client) if per_node else None
+        """Run calls per primary, each batch followed by ``WAIT replicas timeout`` on the
+        connection that wrote it; all primaries at once (see :meth:`SyncTransport.run_waiting`)."""
+        present = self.replicas_by_primary() if per_node else None
+        sent = AsyncSent(self, ops, (replicas, timeout_ms), present)
+        replies, acked = await (await self._written(sent, self.group(ops))).read()
+        return _parsed(ops, replies), acked
 
-        async def one(node: str, idx: list[int]) -> None:
-            batch = [ops[i] for i in idx]
-            try:
-                client = self.node_client(node)
-            except Exception as exc:
-                for i in idx:
-                    out[i] = exc
-                return
-            wait: tuple[int, int] | None = (replicas, timeout_ms)
-            if present is not None:
-                wait = capped_wait(wait, present.get(node))
-            replies, n = await _pipeline(client, batch, wait=wait)
-            if any(faults.is_code_missing(r) for r in replies):
-                # Load the library, then send the whole batch again: a resent enqueue is
-                # recognised, and the WAIT must follow the writes on one connection.
-                await self.load_library(node)
-                replies, n = await _pipeline(client, batch, wait=wait)
-            if present is not None:
-                n = acked_as_asked(replicas, wait, n)
-            for i, reply in zip(idx, replies, strict=True):
-                out[i] = result(reply, ops[i].parse)
-                acked[i] = n if not isinstance(reply, BaseException) else None
-
-        await asyncio.gather(*(one(node, idx) for node, idx in groups.items()))
-        return out, acked
-
-    def group(self, ops: Sequence[Call[Any]]) -> dict[str, list[int]]:
-        """Op indexes by the primary serving them."""
-        groups: dict[str, list[int]] = {}
-        for i, o in enumerate(ops):
-            groups.setdefault(self.node_name(o.route_key), []).append(i)
-        return groups
-
-    async def run_many(self, ops: Sequence[Call[T]]) -> list[T | BaseException]:
-        """Run ops on every node at once (one batch per primary); results in op order.
-
-        Calls that met a redirect or a broken connection are sent once more, alone, after a
-        fresh look at the slot map (those not ``safe_to_repeat`` only when the fault proves
-        nothing was written).
-        """
-        if not ops:
-            return []
-        out: list[T | BaseException] = [RuntimeError("not run")] * len(ops)
-        groups = self.group(ops)
-        batches = await asyncio.gather(
-            *(self.run_on(node, [ops[i] for i in idx]) for node, idx in groups.items())
-        )
-        retry: list[int] = []
-        for idx, results in zip(groups.values(), batches, strict=True):
-            for i, r in zip(idx, results, strict=True):
-                out[i] = r
-                if (
-                    isinstance(r, BaseException)
-                    and faults.is_transient(r)
-                    and (ops[i].safe_to_repeat or faults.surely_not_written(r))
-                ):
-                    retry.append(i)
-        if retry:
-            await self.refresh()
-            again = await asyncio.gather(*(self.run(ops[i]) for i in retry), return_exceptions=True)
-            for i, r in zip(retry, again, strict=True):
-                out[i] = r
-        return out
+    async def _written(self, sent: AsyncSent, groups: dict[str, list[int]]) -> AsyncSent:
+        try:
+            await sent.write(groups)
+        except BaseException:
+            await sent.abandon()
+            raise
+        return sent
 
     async def aclose(self) -> None:
         for client in self._nodes.values():
@@ -598,50 +569,134 @@ class AsyncTransport:
         self._nodes.clear()
 
 
-async def _pipeline(
-    client: Any, ops: Sequence[Call[Any]], wait: tuple[int, int] | None = None
-) -> tuple[list[Reply], int | None]:
-    """Send ops on one connection of ``client`` and read every reply (or the exception); with
-    ``wait``, a WAIT after them whose answer (replicas that acknowledged) comes back second."""
-    pool = client.connection_pool
-    try:
-        conn = await pool.get_connection()
-    except Exception as exc:
-        return [exc] * len(ops), None
-    replies: list[Reply] = []
-    acked: int | None = None
-    try:
-        commands = [o.command() for o in ops]
-        if wait is not None:
-            commands.append(("WAIT", *wait))
+class AsyncSent(_Written):
+    """Calls written to their primaries, replies not read yet (:meth:`AsyncTransport.send`).
+    Each primary is written and read on its own, all at once, so a slow one holds up no other."""
+
+    transport: AsyncTransport
+
+    def _note(self, node: str, replies: Sequence[Reply]) -> None:
+        if any(isinstance(r, BaseException) and faults.is_unreachable(r) for r in replies):
+            self.transport.unreachable = node
+
+    async def write(self, groups: dict[str, list[int]]) -> None:
+        await _each(self._write_one(node, indexes) for node, indexes in groups.items())
+
+    async def _write_one(self, node: str, indexes: list[int]) -> None:
         try:
+            pool = self.transport.node_client(node).connection_pool
+            conn = await pool.get_connection()
+        except Exception as exc:
+            self.fail(indexes, exc)
+            self._note(node, [exc])
+            return
+        try:
+            commands = self.commands(node, indexes)
             await conn.send_packed_command(_packed(commands, conn), check_health=False)
         except Exception as exc:
             await conn.disconnect()
-            return [exc] * len(ops), None
-        for _ in ops:
+            await pool.release(conn)
+            self.fail(indexes, exc)
+            self._note(node, [exc])
+            return
+        except BaseException:
+            await pool.release(conn)
+            raise
+        self.written.append((node, pool, conn, indexes))
+
+    async def _read_written(self) -> dict[str, list[int]]:
+        """Read every written batch, all at once; returns the calls to send again once their
+        node has the library."""
+        missing: dict[str, list[int]] = {}
+        try:
+            await _each(self._read_one(entry, missing) for entry in list(self.written))
+        finally:
+            await self.abandon()  # a batch whose reader never started (cancelled)
+        return missing
+
+    async def _read_one(
+        self, entry: tuple[str, Any, Any, list[int]], missing: dict[str, list[int]]
+    ) -> None:
+        self.written.remove(entry)
+        node, pool, conn, indexes = entry
+        replies: list[Reply] = []
+        n: int | None = None
+        read = False
+        try:
+            for _ in indexes:
+                try:
+                    replies.append(await conn.read_response())
+                except rx.ResponseError as exc:
+                    replies.append(exc)
+            if self.wait_of(node) is not None:
+                n = int(await conn.read_response())
+            read = True
+        except BaseException as exc:
+            # The connection is in an unknown state: drop it; the calls not read are lost
+            # replies (their effect unknown), reported as this error.
+            await conn.disconnect()
+            if isinstance(exc, asyncio.CancelledError):
+                raise
+            if len(replies) < len(indexes):
+                replies.extend([exc] * (len(indexes) - len(replies)))
+        finally:
+            await pool.release(conn)
+        self.store(node, indexes, replies, n, read)
+        self._note(node, replies)
+        if again := self.missing(node, indexes):
+            missing[node] = again
+
+    async def read(self) -> tuple[list[Reply], list[int | None]]:
+        """The raw replies in op order and the replicas that acknowledged each; a node that
+        lacked the library gets it and its calls again (see :meth:`SyncSent.read`)."""
+        missing = await self._read_written()
+        if missing:
+            again: dict[str, list[int]] = {}
+            for node, indexes in missing.items():
+                try:
+                    await self.transport.load_library(node)
+                except Exception as exc:
+                    self.lacking_library(indexes, exc)
+                    continue
+                again[node] = indexes
             try:
-                replies.append(await conn.read_response())
-            except rx.ResponseError as exc:
-                replies.append(exc)
-            except BaseException as exc:
-                # The connection is in an unknown state: drop it; the calls not read are lost
-                # replies (their effect unknown), reported as this error.
-                await conn.disconnect()
-                if isinstance(exc, asyncio.CancelledError):
-                    raise
-                replies.extend([exc] * (len(ops) - len(replies)))
-                return replies, None
-        if wait is not None:
-            try:
-                acked = int(await conn.read_response())
-            except BaseException as exc:
-                await conn.disconnect()
-                if isinstance(exc, asyncio.CancelledError):
-                    raise
-    finally:
-        await pool.release(conn)
-    return replies, acked
+                await self.write(again)
+            except BaseException:
+                await self.abandon()
+                raise
+            await self._read_written()
+        return self.replies, self.acked
+
+    async def results(self) -> list[Any]:
+        """Parsed results in op order; the calls sent again as :meth:`SyncSent.results` says,
+        all at once."""
+        replies, _ = await self.read()
+        again = _again(self.ops, replies)
+        if again:
+            if _needs_refresh(replies, again):
+                await self.transport.refresh()
+            resent = await asyncio.gather(
+                *(self.transport.call(self.ops[i]) for i in again), return_exceptions=True
+            )
+            for i, reply in zip(again, resent, strict=True):
+                replies[i] = reply
+        return _parsed(self.ops, replies)
+
+    async def abandon(self) -> None:
+        """Drop the connections of batches not read (see :meth:`SyncSent.abandon`)."""
+        written, self.written = self.written, []
+        for _, pool, conn, _ in written:
+            await conn.disconnect()
+            await pool.release(conn)
+
+
+async def _each(coros: Any) -> None:
+    """Await every coroutine, at once when there are several (one: no task to make)."""
+    pending = list(coros)
+    if len(pending) == 1:
+        await pending[0]
+    elif pending:
+        await asyncio.gather(*pending)
 
 
 async def _close_quietly(client: Any) -> None:

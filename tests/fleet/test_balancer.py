@@ -260,7 +260,7 @@ def test_a_balancer_whose_lease_was_taken_over_starts_no_move(
         token = first.token
         time.sleep(0.8)  # first is "paused": its lease expires, second takes it
         assert second.lead() and int(second.token) > int(token)
-        first._renewed = 0.0  # its next check renews
+        first.lease.renewed = 0.0  # its next check renews
         started: list[placement.Move] = []
 
         def make(m: placement.Move) -> balancer.Moved:

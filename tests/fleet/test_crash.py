@@ -31,7 +31,8 @@ from shardq.client import Client
 from shardq.dev.demo import queue_counters
 from shardq.errors import FencedError
 from shardq.jobs import Job
-from shardq.store import delivery, fleet, keys, transport
+from shardq.store import delivery, fleet, keys
+from shardq.store.transport import SyncTransport
 
 
 def redis_now_ms(client: Client) -> int:
@@ -145,11 +146,10 @@ def test_poison_job_goes_dead_after_max_deliveries(
     client.create_queue(queue, 1)
     pk = keys.partition_keys(queue, 0, 1)
     poison = client.enqueue(queue, "t", {"boom": True})
-    fetched = transport.run(r, delivery.fetch(pk, "crash-1", 10))
+    fetched = SyncTransport(r).run(delivery.fetch(pk, "crash-1", 10))
     assert [text(j.raw_id) for j in fetched.jobs] == [poison]
     for n in (2, 3):
-        batch = transport.run(
-            r,
+        batch = SyncTransport(r).run(
             delivery.reclaim(
                 pk,
                 f"crash-{n}",
@@ -250,12 +250,12 @@ def test_promote_with_a_stale_fencing_token_is_rejected(cluster_client: Client, 
     wait_for(lambda: redis_now_ms(client) > max(r.zscore(pk.due, j) for j in ids), 5, "due")
 
     def acquire(owner: str, ttl_ms: int) -> str:
-        grant = transport.run(r, fleet.lease_acquire(pk, owner, ttl_ms))
+        grant = SyncTransport(r).run(fleet.lease_acquire(pk, owner, ttl_ms))
         assert grant.won, grant
         return grant.token
 
     def promote(token: str) -> fleet.Promoted:
-        return transport.run(r, fleet.promote(pk, token, 100, 10_000))
+        return SyncTransport(r).run(fleet.promote(pk, token, 100, 10_000))
 
     old = acquire("paused-dispatcher", 100)
     wait_for(lambda: r.get(pk.lease) is None, 5, "lease did not expire")
@@ -270,8 +270,8 @@ def test_promote_with_a_stale_fencing_token_is_rejected(cluster_client: Client, 
         r.xlen(pk.ready),
         r.hgetall(pk.stats),
     ) == before
-    assert transport.run(r, fleet.lease_renew(pk, old, 10_000)) is False
-    assert transport.run(r, fleet.lease_release(pk, old)) is False
+    assert SyncTransport(r).run(fleet.lease_renew(pk, old, 10_000)) is False
+    assert SyncTransport(r).run(fleet.lease_release(pk, old)) is False
     assert text(r.get(pk.lease)).startswith(f"{new}:new-owner")
 
     moved = promote(new)
@@ -301,7 +301,7 @@ def test_paused_dispatcher_whose_leases_were_taken_moves_nothing(
         lease_ms = int(FAST_DISPATCHER.lease_time * 1000)
         tokens = {}
         for pk in pks:
-            grant = transport.run(r, fleet.lease_acquire(pk, "intruder", lease_ms))
+            grant = SyncTransport(r).run(fleet.lease_acquire(pk, "intruder", lease_ms))
             assert grant.won and int(grant.token) > int(held[pk.partition])
             tokens[pk.partition] = grant.token
         stop = threading.Event()
@@ -309,7 +309,7 @@ def test_paused_dispatcher_whose_leases_were_taken_moves_nothing(
         def renew() -> None:
             while not stop.wait(FAST_DISPATCHER.renew_interval / 2):
                 for pk in pks:
-                    transport.run(r, fleet.lease_renew(pk, tokens[pk.partition], lease_ms))
+                    SyncTransport(r).run(fleet.lease_renew(pk, tokens[pk.partition], lease_ms))
 
         renewer = threading.Thread(target=renew, daemon=True)
         renewer.start()
@@ -338,11 +338,11 @@ def test_consumers_of_crashed_workers_are_pruned(
     r = cluster_client.redis
     pk = keys.partition_keys(queue, 0, 1)
     cluster_client.enqueue(queue, "t", None)
-    transport.run(r, delivery.fetch(pk, "ghost-busy", 1))
+    SyncTransport(r).run(delivery.fetch(pk, "ghost-busy", 1))
     r.execute_command("XGROUP", "CREATECONSUMER", pk.ready, keys.WORKER_GROUP, "ghost-idle")
     names = {text(c["name"]) for c in r.xinfo_consumers(pk.ready, keys.WORKER_GROUP)}
     assert names == {"ghost-busy", "ghost-idle"}
-    assert transport.run(r, delivery.prune_consumers(pk, 0)) == 1  # only the empty one
+    assert SyncTransport(r).run(delivery.prune_consumers(pk, 0)) == 1  # only the empty one
     assert {text(c["name"]) for c in r.xinfo_consumers(pk.ready, keys.WORKER_GROUP)} == {
         "ghost-busy"
     }

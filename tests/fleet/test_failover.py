@@ -462,10 +462,10 @@ def _left(client: Client, queue: str) -> list[object]:
     """What the old partitions of a resize still hold (the message of a resize that hangs)."""
     from shardq.plans import resize as resize_plans
 
-    was = client._drive(resize_plans.state(queue), "reading the resize")
+    was = client.run(resize_plans.state(queue), "reading the resize")
     if not was.running:
         return [was.raw]
-    lefts = client._drive(resize_plans.left(queue, was), "reading the old partitions")
+    lefts = client.run(resize_plans.left(queue, was), "reading the old partitions")
     return [was.raw, *[(i, lf) for i, lf in enumerate(lefts) if not lf.empty]]
 
 

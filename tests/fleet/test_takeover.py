@@ -32,6 +32,7 @@ from bench.fleet import lease_owners
 from shardq import JobRequest, WorkerSettings
 from shardq.client import Client
 from shardq.store.keys import owners_key
+from shardq.store.transport import SyncTransport
 
 SLOW = 600.0  # the slow paths: far beyond every wait below
 FAST_MEMBERSHIP = {"heartbeat_interval": 0.5, "membership_timeout": 2.0}
@@ -271,7 +272,7 @@ def test_a_lease_written_by_hand_that_would_never_expire_is_taken_over(
     blocked its partition for ever: 0 of 1 leases taken, the delayed job never ran.  A lease
     without expiry, or with more than the lease time left, was not written by the fleet's
     lease-acquire: it is displaceable, so a dispatcher takes the partition and the job runs."""
-    from shardq.store import fleet, keys, transport
+    from shardq.store import fleet, keys
 
     client, r = cluster_client, cluster_client.redis
     partitions = 1
@@ -289,11 +290,11 @@ def test_a_lease_written_by_hand_that_would_never_expire_is_taken_over(
     # A lease expiring within the caller's lease time is a live owner's, whoever it is: left
     # alone.
     r.set(pk.lease, "99:someone", px=1_500)
-    refused = transport.run(r, fleet.lease_acquire(pk, "d-other", 10_000))
+    refused = SyncTransport(r).run(fleet.lease_acquire(pk, "d-other", 10_000))
     assert not refused.won and refused.owner == "someone"
     # ... but one with more left than the caller's lease time is not, whatever lease time it
     # was granted for (a stored one is not trusted: any dispatcher-role user can write it;
     # tests/integration/test_acl.py).  A fleet runs one lease time.
     r.delete(pk.lease)
-    assert transport.run(r, fleet.lease_acquire(pk, "d-long", 60_000)).won
-    assert transport.run(r, fleet.lease_acquire(pk, "d-short", 2_000)).takeover
+    assert SyncTransport(r).run(fleet.lease_acquire(pk, "d-long", 60_000)).won
+    assert SyncTransport(r).run(fleet.lease_acquire(pk, "d-short", 2_000)).takeover

@@ -86,9 +86,9 @@ from shardq import Client, JobRequest, ProducerSettings
 from shardq.admin import slots as slot_moves
 from shardq.dev.demo import cli_command
 from shardq.dev.devcluster import node_pid, restart_node
-from shardq.plans import drive
+from shardq.plans import Plan
 from shardq.plans import workflows as wf_plans
-from shardq.store import keys, transport
+from shardq.store import keys
 from shardq.store.op import Waiting
 from shardq.worker.settler import ACK_LINGER
 from shardq.workflows import DEFAULT_RETENTION, BatchInfo, callback_id, child_id
@@ -427,29 +427,32 @@ def die_after(client: Client, plans: list[Any], k: int) -> list[str]:
     """Drive ``plans`` one after another as the client would, but die after the ``k``-th
     batch of calls was answered (a SIGKILL between two round trips: the generator is dropped,
     as the process would be); the names of the calls sent."""
-    send = client._runner.batches("a producer about to die")
     sent: list[str] = []
-    answered = 0
 
-    def sender(batch: Any) -> Any:
-        nonlocal answered
-        sent.extend(_names(batch))
-        out = send(batch)
-        answered += 1
-        if answered >= k:
-            raise Died
-        return out
+    def dying() -> Plan[None]:
+        answered = 0
+        for plan in plans:
+            reply: Any = None
+            try:
+                while True:
+                    batch = plan.send(reply)
+                    sent.extend(_names(batch))
+                    reply = yield batch
+                    answered += 1
+                    if answered >= k:
+                        raise Died
+            except StopIteration:
+                continue
 
     with contextlib.suppress(Died):
-        for plan in plans:
-            drive(plan, sender)
+        client.run(dying(), "a producer about to die")
     return sent
 
 
 def plans_for(client: Client, queue: str, wid: str, how: str, jobs: list[JobRequest]) -> list[Any]:
     """The calls that make a batch or chain, durable: ``create``; ``parts`` (open and two adds
     with add ids: sealed later, :func:`seal_plan`); ``chain``."""
-    cache, settings, keep = client._queues, client.settings, DEFAULT_RETENTION
+    cache, settings, keep = client.cache, client.settings, DEFAULT_RETENTION
     if how == "chain":
         return [
             wf_plans.create_chain(
@@ -480,7 +483,7 @@ def plans_for(client: Client, queue: str, wid: str, how: str, jobs: list[JobRequ
 
 
 def seal_plan(client: Client, queue: str, wid: str) -> list[Any]:
-    return [wf_plans.seal_batch(client._queues, queue, wid, settings=client.settings, durable=True)]
+    return [wf_plans.seal_batch(client.cache, queue, wid, settings=client.settings, durable=True)]
 
 
 def make(
@@ -519,7 +522,7 @@ def make(
     while True:
         try:
             for plan in plans():
-                client._drive(plan, f"making {wid}")
+                client.run(plan, f"making {wid}")
             break
         except Exception as exc:  # the documented recovery: the same calls, same ids
             work.resent.append(f"{wid}: {type(exc).__name__}: {exc}")
@@ -922,7 +925,7 @@ def test_the_relay_goes_on_when_a_replica_dies(fresh: FreshCluster, queue: str) 
 
         wait_for(relayed, scaled(60), "the outboxes were not emptied without the replica")
         # It stopped waiting for the dead replica on its primary, and only there.
-        present = transport.replicas_by_primary(relay.client)
+        present = relay.transport.replicas_by_primary()
         assert [n for name, n in present.items() if name.endswith(f":{primary}")] == [0]
         assert sorted(present.values()) == [0, 1, 1]
         assert relay.replicas() == 1

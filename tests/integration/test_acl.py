@@ -27,8 +27,10 @@ from shardq.admin import acl
 from shardq.client import Client
 from shardq.config import RedisSettings
 from shardq.jobs import Job
-from shardq.store import loader, transport
+from shardq.plans import one
+from shardq.store import loader
 from shardq.store.retry import SyncRunner
+from shardq.store.transport import SyncTransport
 
 ALL = frozenset(acl.ROLES)
 OPERATOR = frozenset({"operator", "admin"})
@@ -172,7 +174,7 @@ def snapshot(r: Any, queue: str) -> dict[str, Any]:
 
 def _outcome(client: Client, op: Any) -> tuple[str, str]:
     """Sent as every facade sends (shardq.store.retry), so a refusal is what a caller sees."""
-    [result] = SyncRunner(client.redis, 2.0).batches("the call")([op])
+    [result] = SyncRunner(client.transport, 2.0).batches("the call")([op])
     if isinstance(result, BaseException):  # the refusal's kind is checked by the caller
         return "refused", f"{type(result).__name__}: {result}"
     return "ran", ""
@@ -218,10 +220,10 @@ def _deliverable(client: Client, pk: Any) -> tuple[int, int]:
     user: a paused partition answers (0, 0)."""
     from shardq.store import delivery, fleet
 
-    grant = transport.run(client.redis, fleet.lease_acquire(pk, "d-" + uuid.uuid4().hex, 60_000))
-    moved = transport.run(client.redis, fleet.promote(pk, grant.token, 100, 60_000)).moved
-    fetched = transport.run(client.redis, delivery.fetch(pk, "c-flags", 100))
-    transport.run(client.redis, fleet.lease_release(pk, grant.token))
+    grant = client.transport.run(fleet.lease_acquire(pk, "d-" + uuid.uuid4().hex, 60_000))
+    moved = client.transport.run(fleet.promote(pk, grant.token, 100, 60_000)).moved
+    fetched = client.transport.run(delivery.fetch(pk, "c-flags", 100))
+    client.transport.run(fleet.lease_release(pk, grant.token))
     return moved, len(fetched.jobs)
 
 
@@ -246,17 +248,17 @@ def test_only_the_operator_sets_flags_and_the_stats_hash_holds_none(
         with pytest.raises(NoPermissionError):
             r.hset(pk.ctl, "paused", "1")
         with pytest.raises(NotPermittedError, match="shardq-operator"):
-            transport.run(r, inspect.pause(pk, True))
+            SyncTransport(r).run(inspect.pause(pk, True))
         with pytest.raises(NotPermittedError):
             Client(r).set_lanes(queue, True)
     client.enqueue(queue, "t", {"n": 1})
     assert _deliverable(client, pk) == (0, 1)  # not paused; no lane: straight to the stream
-    assert transport.run(role_clients["operator"].redis, inspect.pause(pk, True))
+    assert role_clients["operator"].transport.run(inspect.pause(pk, True))
     client.enqueue(queue, "t", {"n": 2})
     assert _deliverable(client, pk) == (0, 0)
-    snap = transport.run(client.redis, inspect.partition_stats(pk, "n"))
+    snap = client.transport.run(inspect.partition_stats(pk, "n"))
     assert snap.paused and not snap.lanes and snap.counters.get("lanes") is None
-    assert transport.run(role_clients["admin"].redis, inspect.pause(pk, False))
+    assert role_clients["admin"].transport.run(inspect.pause(pk, False))
     assert _deliverable(client, pk) == (0, 1)
 
 
@@ -311,7 +313,9 @@ def test_the_balancer_runs_as_the_admin_and_the_operator_reads_its_status(
         for role in ("producer", "dispatcher", "worker", "operator", "viewer"):
             # the server's own refusal (the lease's key is not one of the role's), typed
             with pytest.raises(NotPermittedError, match="may not do"):
-                role_clients[role]._run(fleet.lease_acquire(keys.BALANCER, f"x-{role}", 3000))
+                role_clients[role].run(
+                    one(fleet.lease_acquire(keys.BALANCER, f"x-{role}", 3000)), "test"
+                )
     finally:
         b.step_down()
         b.close()
@@ -334,24 +338,24 @@ def test_a_dispatcher_user_cannot_hold_a_lease_longer_than_the_lease_time(
     hour, lease_time = 3_600_000, 10_000
 
     def honest_takes_it() -> None:
-        grant = transport.run(r, fleet.lease_acquire(pk, "d-honest", lease_time))
+        grant = SyncTransport(r).run(fleet.lease_acquire(pk, "d-honest", lease_time))
         assert grant.won and grant.takeover, grant
         assert 0 < r.pttl(pk.lease) <= lease_time
-        assert transport.run(r, fleet.lease_release(pk, grant.token))
+        assert SyncTransport(r).run(fleet.lease_release(pk, grant.token))
 
     # Raw, with the rights the dispatcher's functions need.
     r.hset(pk.fence, "ttl", hour)
     r.set(pk.lease, "1:squatter", px=hour)
     honest_takes_it()
     # Through the functions, with an hour as the lease time, renewed.
-    grant = transport.run(r, fleet.lease_acquire(pk, "squatter", hour))
+    grant = SyncTransport(r).run(fleet.lease_acquire(pk, "squatter", hour))
     assert grant.won
-    assert transport.run(r, fleet.lease_renew(pk, grant.token, hour)) is True
+    assert SyncTransport(r).run(fleet.lease_renew(pk, grant.token, hour)) is True
     honest_takes_it()
-    assert transport.run(r, fleet.lease_renew(pk, grant.token, hour)) is False  # fenced
+    assert SyncTransport(r).run(fleet.lease_renew(pk, grant.token, hour)) is False  # fenced
     # A lease within the lease time is a live owner's: left alone.
-    kept = transport.run(r, fleet.lease_acquire(pk, "d-peer", lease_time))
-    refused = transport.run(r, fleet.lease_acquire(pk, "d-honest", lease_time))
+    kept = SyncTransport(r).run(fleet.lease_acquire(pk, "d-peer", lease_time))
+    refused = SyncTransport(r).run(fleet.lease_acquire(pk, "d-honest", lease_time))
     assert not refused.won and refused.owner == "d-peer" and kept.won
 
 
@@ -403,7 +407,7 @@ def test_the_operator_deletes_a_queue_with_every_key_of_it(
     role_clients["producer"].enqueue(queue, "t", delay=600, idempotency_key="order-1")
     rate = limits.for_type("t", "1/m")
     operator.set_limit(queue, rate)
-    transport.run(role_clients["worker"].redis, store_limits.take(queue, rate, 2))
+    role_clients["worker"].transport.run(store_limits.take(queue, rate, 2))
     operator.schedules.add(queue, "nightly", "t", cron="0 3 * * *")
     assert Inspector(operator).delete_queue(queue) > 0
     left = [k for node in primaries(cluster_client.redis) for k in node.scan_iter(f"*sq:{queue}*")]
@@ -427,13 +431,13 @@ def test_a_queue_from_before_the_control_hash_keeps_its_flags_until_upgraded(
     _make_legacy(client, queue, partitions)
     pk0, pk1 = keys.all_partition_keys(queue, partitions)
     client.redis.hset(pk0.stats, "paused", "1")  # as an older shardq's pause wrote it
-    assert transport.run(op_r, inspect.lanes(pk1, True))  # written where its readers look
+    assert SyncTransport(op_r).run(inspect.lanes(pk1, True))  # written where its readers look
     assert client.redis.hget(pk1.stats, "lanes") == b"1" and not client.redis.exists(pk1.ctl)
     job0 = client.enqueue(queue, "t", 0, job_id=_id_in(0, partitions))
     job1 = client.enqueue(queue, "t", 1, job_id=_id_in(1, partitions))
     assert client.redis.zcard(pk1.lane) == 1  # lanes on: the due job waits in the lane
     assert _deliverable(client, pk0) == (0, 0)  # paused
-    assert transport.run(client.redis, inspect.partition_stats(pk0, "n")).paused
+    assert client.transport.run(inspect.partition_stats(pk0, "n")).paused
 
     url = cluster_url
     out = CliRunner().invoke(cli, ["queue", "upgrade", "-q", queue, "--url", url])
@@ -445,9 +449,9 @@ def test_a_queue_from_before_the_control_hash_keeps_its_flags_until_upgraded(
     # The producer's stats writes no longer steer anything.
     role_clients["producer"].redis.hset(pk1.stats, "paused", "1")
     assert _deliverable(client, pk0) == (0, 0)
-    fetched = transport.run(client.redis, delivery_fetch(pk1))
+    fetched = client.transport.run(delivery_fetch(pk1))
     assert [j.raw_id.decode() for j in fetched.jobs] == [job1]  # from the lane, not paused
-    assert transport.run(op_r, inspect.pause(pk0, False))
+    assert SyncTransport(op_r).run(inspect.pause(pk0, False))
     assert _deliverable(client, pk0) == (0, 1)
     assert client.get(queue, job0) is not None
     again = CliRunner().invoke(cli, ["queue", "upgrade", "-q", queue, "--url", url])

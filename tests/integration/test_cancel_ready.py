@@ -21,7 +21,8 @@ from shardq.client import Client
 from shardq.config import ProducerSettings
 from shardq.errors import JobRunningError
 from shardq.jobs import Job
-from shardq.store import delivery, inspect, keys, producer, transport
+from shardq.store import delivery, inspect, keys, producer
+from shardq.store.transport import SyncTransport
 
 PARTITIONS = 2
 # The repro's worker: concurrency 2 and the default idle polls (a read that looked empty made
@@ -125,7 +126,7 @@ def test_a_read_goes_past_cancelled_entries_within_its_bound(
     client.create_queue(queue, 1)
     pk = keys.partition_keys(queue, 0, 1)
     r = client.redis
-    run = lambda op: transport.run(r, op)  # noqa: E731
+    run = lambda op: SyncTransport(r).run(op)  # noqa: E731
     settings = ProducerSettings()
     ids = [
         run(producer.prepare_enqueue(queue, 1, JobRequest("t", i), settings).op()).job_id

@@ -25,7 +25,7 @@ from test_acl import USERS, role_clients  # noqa: F401 - the fixture: one client
 
 from shardq.client import Client
 from shardq.jobs import Backoff, Job
-from shardq.store import keys, transport
+from shardq.store import keys
 from shardq.store.op import op
 
 # The message alone: heartbeats (and the touches that look for cancels) far apart, the first
@@ -193,7 +193,7 @@ def test_forged_members_push_no_real_cancel_out_and_the_set_stays_bounded(roles:
             [job_id, "1", pk.ready_hint + ":nobody"],
             lambda reply: reply,
         )
-        assert transport.run(producer.redis, unheard) == [1, 2]
+        assert producer.transport.run(unheard) == [1, 2]
         wait_for(lambda: held.ends == ["cancelled"], 5, "the heartbeat did not stop the job")
         wait_for(lambda: pending_total(r, queue, 1) == 0, 10, "not settled")
         runner.check()

@@ -434,7 +434,7 @@ def test_a_burst_larger_than_the_pool_waits_for_connections(url: str, queue: str
 
     from shardq.aio import AsyncClient
     from shardq.config import ProducerSettings, RedisSettings
-    from shardq.store import producer, transport
+    from shardq.store import producer
 
     settings = RedisSettings.from_url(url, max_connections=4, client_name=queue)
     with Client(settings) as sync:
@@ -446,7 +446,7 @@ def test_a_burst_larger_than_the_pool_waits_for_connections(url: str, queue: str
                 request = JobRequest("t", i, job_id=f"s-{k}-{i}")
                 op = producer.prepare_enqueue(queue, 8, request, ProducerSettings()).op()
                 try:
-                    transport.run(sync.redis, op)
+                    sync.transport.run(op)
                 except Exception as exc:
                     errors.append(exc)
 
@@ -536,3 +536,45 @@ def test_enqueue_many_reports_every_chunk_when_one_fails(url: str, queue: str) -
             assert exc.results[1] is None and len(exc.stored) == 8
             for job_id in exc.stored:
                 assert client.get(queue, job_id) is not None
+
+
+# the seam: running an operation ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("flavour", ["sync", "async"])
+def test_both_runners_pipeline_rounds(url: str, flavour: str) -> None:
+    """A plan's ``Rounds`` go out pipelined from both facades' runners, through the public
+    ``run``: each round is written before the previous one's replies are read.  Seen on the
+    server, without MONITOR: round 1 is a BLPOP on a list only round 2 fills.  Pipelined, round
+    2's LPUSH reaches the server while the BLPOP waits and wakes it with the value; rounds sent
+    one after another would leave the BLPOP to time out (nil) before round 2 was written."""
+    import asyncio
+    import uuid
+
+    from shardq.aio import AsyncClient
+    from shardq.plans import Plan
+    from shardq.store.op import Rounds, cmd, raw
+
+    key = f"{{sq-test-rounds}}:{uuid.uuid4().hex}"
+    block_s = 2  # how long round 1 would wait if round 2 were not already on its way
+
+    def plan() -> Plan[list[list[object]]]:
+        rounds = [
+            [cmd("BLPOP", key, block_s, parse=raw)],
+            [cmd("LPUSH", key, "woken", parse=raw)],
+        ]
+        got: list[list[object]] = yield Rounds(rounds)
+        return got
+
+    if flavour == "sync":
+        with Client.from_url(url) as client:
+            results = client.run(plan(), "pipelined rounds")
+    else:
+
+        async def go() -> list[list[object]]:
+            async with await AsyncClient.from_url(url) as client:
+                return await client.run(plan(), "pipelined rounds")
+
+        results = asyncio.run(go())
+    # Woken with the value: round 1 met round 2's push (sent one after another: [[None], [1]]).
+    assert results == [[[key.encode(), b"woken"]], [1]], results

@@ -19,7 +19,7 @@ from shardq.cli import main as cli
 from shardq.client import Client
 from shardq.errors import BulkEnqueueError, DuplicateJobError, JobNotScheduledError
 from shardq.jobs import timed_id_due
-from shardq.store import fleet, keys, producer, transport
+from shardq.store import fleet, keys, producer
 
 
 def _members(client: Client, pk: keys.PartitionKeys) -> list[tuple[bytes, float]]:
@@ -112,7 +112,7 @@ def test_resends_and_duplicate_ids_of_compact_jobs(
     assert client.redis.hget(pk.jobs, job_id) is None
     # The same call sent again, as the retry layer does after a lost reply.
     [op] = [p.op() for p in sent]
-    again = transport.run(client.redis, op)
+    again = client.transport.run(op)
     assert again.created and again.due_ms is None
     assert client.redis.zcard(pk.due) == same_instant
     # Sent again with its id filled in (the plain modes): found by the id, not stored twice.
@@ -221,8 +221,8 @@ def test_a_compact_job_due_already_is_not_rescheduled_twice(client: Client, queu
     pk = keys.partition_keys(queue, 0, 1)
     assert client.redis.zcard(pk.due) == 1 and _compact_ids(client, queue, 1) == set()
     client.redis.zadd(pk.due, {job_id: 0})  # overdue: the next promote takes it
-    grant = transport.run(client.redis, fleet.lease_acquire(pk, "d", 10_000))
-    transport.run(client.redis, fleet.promote(pk, grant.token, 10, 10_000))
+    grant = client.transport.run(fleet.lease_acquire(pk, "d", 10_000))
+    client.transport.run(fleet.promote(pk, grant.token, 10, 10_000))
     with pytest.raises(JobNotScheduledError):
         client.reschedule(queue, job_id, delay=10)
 

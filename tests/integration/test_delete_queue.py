@@ -18,7 +18,8 @@ from support.helpers import job_id_in, one_by_one, primaries, text
 from shardq import JobRequest, limits
 from shardq.client import Client
 from shardq.inspector import LIST_STATES, Inspector
-from shardq.store import delivery, fleet, keys, resize, results, transport
+from shardq.plans import one
+from shardq.store import delivery, fleet, keys, resize, results
 from shardq.store import limits as store_limits
 from shardq.store import progress as store_progress
 from shardq.store import workflows as workflow_ops
@@ -51,18 +52,16 @@ def fill(client: Client, queue: str) -> dict[str, Any]:
     # (retrying: due set and errors hash) or for good (dead)
     one_by_one(client).enqueue_many(queue, [JobRequest("t", i) for i in range(40)])
     fetched = [
-        (pk, d)
-        for pk in pks
-        for d in transport.run(client.redis, delivery.fetch(pk, "w-1", 4)).jobs
+        (pk, d) for pk in pks for d in client.transport.run(delivery.fetch(pk, "w-1", 4)).jobs
     ]
     assert len(fetched) >= 12, fetched
     for pk, d in fetched[:4]:
-        transport.run(client.redis, delivery.fail(pk, d.entry_id, d.raw_id, 600_000, "later"))
+        client.transport.run(delivery.fail(pk, d.entry_id, d.raw_id, 600_000, "later"))
     for pk, d in fetched[4:8]:
-        transport.run(client.redis, delivery.fail(pk, d.entry_id, d.raw_id, -1, "for good"))
+        client.transport.run(delivery.fail(pk, d.entry_id, d.raw_id, -1, "for good"))
     # a running job's progress, a running job cancelled (the cancels record) and a kept result
     pk, d = fetched[8]
-    assert transport.run(client.redis, store_progress.write(pk, d.raw_id.decode(), b"50"))
+    assert client.transport.run(store_progress.write(pk, d.raw_id.decode(), b"50"))
     pk, d = fetched[9]
     assert client.cancel(queue, d.raw_id.decode(), running=True)
     pk, d = fetched[10]
@@ -70,15 +69,18 @@ def fill(client: Client, queue: str) -> dict[str, Any]:
     # kept with a result, and as a batch's child: its end waits in the outbox (the batch's
     # record and bitmap, and the queue's batch listing, come from a batch of its own)
     done = results.Completion(d.entry_id, d.raw_id, 600_000, record, "b-old|0", b"")
-    assert transport.run(client.redis, results.complete(pk, [done]))
+    assert client.transport.run(results.complete(pk, [done]))
     bid = client.batches.create(queue, [JobRequest("t", delay=600)] * 2, batch_id="b-old")
-    client._run(
-        workflow_ops.report(
-            keys.batch_keys(queue, bid), [workflow_ops.ChildEnd(1, "ok", f"{bid}#1")]
-        )
+    client.run(
+        one(
+            workflow_ops.report(
+                keys.batch_keys(queue, bid), [workflow_ops.ChildEnd(1, "ok", f"{bid}#1")]
+            )
+        ),
+        "test",
     )
     # a seal whose producer died before doing the batch's fires (the relay's sweep's list)
-    client._run(workflow_ops.firing_add(queue, bid, 1))
+    client.run(one(workflow_ops.firing_add(queue, bid, 1)), "test")
     # scheduled: a plain id, and compact waiting jobs (layout 3+: one due-set member each)
     client.enqueue(queue, "t", delay=600, job_id=job_id_in(0, PARTITIONS, "plain"))
     client.enqueue_many(queue, [JobRequest("t", {"n": i}, delay=600) for i in range(8)])
@@ -103,9 +105,9 @@ def fill(client: Client, queue: str) -> dict[str, Any]:
     gone = limits.for_type("old", "1/m")
     for lim in (rate, conc, gone):
         client.set_limit(queue, lim)
-    transport.run(client.redis, store_limits.take(queue, rate, 3))
-    transport.run(client.redis, store_limits.take(queue, gone, 3))
-    transport.run(client.redis, store_limits.acquire(queue, conc, [b"j-1"], 600_000))
+    client.transport.run(store_limits.take(queue, rate, 3))
+    client.transport.run(store_limits.take(queue, gone, 3))
+    client.transport.run(store_limits.acquire(queue, conc, [b"j-1"], 600_000))
     assert client.remove_limit(queue, gone.name)
     # the registries and the owners hash: a member whose heartbeat expired long ago (not live,
     # so the deletion is not refused), a drain request, an owner record
@@ -115,12 +117,12 @@ def fill(client: Client, queue: str) -> dict[str, Any]:
     client.redis.sadd(keys.workers_drain_key(queue), "worker:old#1")
     client.redis.hset(keys.owners_key(queue), "0", "dispatcher:old#1 7")
     # a lease and its fencing counter, as a dispatcher leaves them
-    transport.run(client.redis, fleet.lease_acquire(pks[0], "dispatcher:old#1", 600_000))
+    client.transport.run(fleet.lease_acquire(pks[0], "dispatcher:old#1", 600_000))
     # what a resize keeps: a batch taken out, a batch id stored, its record and driver's lease
     client.redis.hset(pks[0].moving, "", "batch-1")
     client.redis.sadd(pks[0].inbound, "batch-1")
     client.redis.hset(keys.resize_key(queue), "phase", "done")
-    transport.run(client.redis, fleet.lease_acquire(resize.lease_keys(queue), "r", 600_000))
+    client.transport.run(fleet.lease_acquire(resize.lease_keys(queue), "r", 600_000))
     return old
 
 
@@ -196,7 +198,7 @@ def test_the_asyncio_inspector_deletes_alike(client: Client, url: str, queue: st
         client.enqueue(queue, "t", delay=600, idempotency_key=job_id_in(p, PARTITIONS, "k"))
     rate = limits.for_type("t", "1/m")
     client.set_limit(queue, rate)
-    transport.run(client.redis, store_limits.take(queue, rate, 2))
+    client.transport.run(store_limits.take(queue, rate, 2))
     before = queue_keys_on_every_primary(client, queue)
     assert {kind_of(queue, k) for k in before} >= {"idem", "limit", "limits", "meta"}
 

@@ -15,6 +15,7 @@ from support.helpers import scaled, wait_for
 from shardq import AsyncClient, Client, JobRequest, ProducerSettings
 from shardq.errors import NotDurableError
 from shardq.store import keys
+from shardq.store.transport import SyncTransport
 
 SETTINGS = ProducerSettings(durable_timeout=0.3)
 
@@ -172,7 +173,6 @@ def test_a_per_node_wait_asks_each_primary_for_the_replicas_it_has(
     replica (right after a failover) no longer makes the relay's reports and a resize's moves
     go unconfirmed on every other primary (they waited for no replica anywhere before), and a
     strict Waiting still reports what the WAIT answered."""
-    from shardq.store import transport
     from shardq.store.op import Waiting, cmd, raw
     from shardq.store.retry import AsyncRunner, SyncRunner
 
@@ -181,33 +181,33 @@ def test_a_per_node_wait_asks_each_primary_for_the_replicas_it_has(
         tag = os.urandom(4).hex()
         calls = [
             cmd("SET", f"{route}:per-node-{tag}", "1", "PX", "60000", parse=raw)
-            for route in transport.primary_routes(r)
+            for route in SyncTransport(r).primary_routes()
         ]
 
         def one_replica_each() -> bool:
             r.nodes_manager.initialize()  # the slot map as the cluster gives it now
-            return sorted(transport.replicas_by_primary(r).values()) == [1, 1, 1]
+            return sorted(SyncTransport(r).replicas_by_primary().values()) == [1, 1, 1]
 
         # (A failover test before this one may have left a replica still rejoining.)
-        wait_for(one_replica_each, 30, lambda: f"replicas {transport.replicas_by_primary(r)}")
-        primaries = sorted(transport.replicas_by_primary(r))
+        wait_for(one_replica_each, 30, lambda: f"replicas {SyncTransport(r).replicas_by_primary()}")
+        primaries = sorted(SyncTransport(r).replicas_by_primary())
         assert len(calls) == len(primaries) == 3
-        lonely = transport.node_name(r, calls[0].route_key)
+        lonely = SyncTransport(r).node_name(calls[0].route_key)
 
         def send(batch: Waiting) -> tuple[list[object], list[int | None]]:
             if flavour == "sync":
                 _without_replicas(r.nodes_manager, lonely)
-                result: tuple[list[object], list[int | None]] = SyncRunner(r, 10.0).send(
-                    batch, time.monotonic() + 10.0, "per-node test"
-                )
+                result: tuple[list[object], list[int | None]] = SyncRunner(
+                    SyncTransport(r), 10.0
+                ).send(batch, time.monotonic() + 10.0, "per-node test")
                 return result
 
             async def go() -> tuple[list[object], list[int | None]]:
                 a = await AsyncClient.from_url(cluster_url)
                 try:
-                    manager = a._transport.client.nodes_manager  # type: ignore[attr-defined]
+                    manager = a.transport.client.nodes_manager
                     _without_replicas(manager, lonely)
-                    runner = AsyncRunner(a._transport, 10.0)  # type: ignore[attr-defined]
+                    runner = AsyncRunner(a.transport, 10.0)
                     got: tuple[list[object], list[int | None]] = await runner.send(
                         batch, time.monotonic() + 10.0, "per-node test"
                     )

@@ -11,6 +11,7 @@ from support.roles import add_role_users, role_client
 
 from shardq.client import Client
 from shardq.errors import RedisFullError, ScriptArgumentError
+from shardq.plans import one
 from shardq.store import keys
 from shardq.store import workflows as ops
 
@@ -44,20 +45,20 @@ def test_a_producer_cannot_make_a_batch_allocate_past_maxmemory(own_redis: Any, 
     producer = role_client(server.url, add_role_users([admin.redis], ("producer",))["producer"])
     huge = keys.batch_keys(queue, "huge")
     with pytest.raises(ScriptArgumentError, match="1000000"):
-        producer._run(_opened(huge, 2**32 - 1))
+        producer.run(one(_opened(huge, 2**32 - 1)), "test")
     # A pair may not set the counts or the bitmap's size either.
     for field in ("total", "bits", "state", "step:7"):
         with pytest.raises(ScriptArgumentError):
-            producer._run(_opened(huge, 10, [(field, b"4294967296")]))
+            producer.run(one(_opened(huge, 10, [(field, b"4294967296")])), "test")
     assert admin.redis.exists(huge.record, huge.seen) == 0
 
     small = keys.batch_keys(queue, "small")
-    producer._run(_opened(small, 10))
+    producer.run(one(_opened(small, 10)), "test")
     grown = keys.batch_keys(queue, "grown")
-    producer._run(_opened(grown, 0, sealed=False))
-    assert producer._run(ops.add(grown, 100_000)) == (0, False)
+    producer.run(one(_opened(grown, 0, sealed=False)), "test")
+    assert producer.run(one(ops.add(grown, 100_000)), "test") == (0, False)
     with pytest.raises(ScriptArgumentError):  # past MAX_ADD
-        producer._run(ops.add(grown, 100_001))
+        producer.run(one(ops.add(grown, 100_001)), "test")
     bitmaps = {bk.seen: admin.redis.strlen(bk.seen) for bk in (small, grown)}
     assert bitmaps == {small.seen: 2, grown.seen: 12_500}  # allocated by open and add
 
@@ -65,13 +66,15 @@ def test_a_producer_cannot_make_a_batch_allocate_past_maxmemory(own_redis: Any, 
     admin.redis.config_set("maxmemory", _used(admin) - MiB)
     try:
         with pytest.raises(RedisFullError):
-            producer._run(ops.add(grown, 100_000))
+            producer.run(one(ops.add(grown, 100_000)), "test")
         before = _used(admin)
         for bk, past in ((small, 10), (grown, 100_000)):
             forged = [ops.ChildEnd(i, "ok", f"x#{i}") for i in (2**32 - 2, 10**9, past)]
-            reported = producer._run(ops.report(bk, forged))
+            reported = producer.run(one(ops.report(bk, forged)), "test")
             assert reported.known and reported.counted == 0 and reported.skipped == [0, 1, 2]
-        real = producer._run(ops.report(grown, [ops.ChildEnd(99_999, "ok", "grown#99999")]))
+        real = producer.run(
+            one(ops.report(grown, [ops.ChildEnd(99_999, "ok", "grown#99999")])), "test"
+        )
         assert real.counted == 1
         assert _used(admin) - before < MiB
         assert {bk.seen: admin.redis.strlen(bk.seen) for bk in (small, grown)} == bitmaps
@@ -103,19 +106,21 @@ def test_what_runs_at_maxmemory_keeps_nothing_of_a_callers_size(own_redis: Any, 
         fleet.lease_acquire(pk, long_name, 5000),
     ):
         with pytest.raises(ScriptArgumentError, match=str(MAX_MEMBER_BYTES)):
-            (dispatcher if call.script.name != "fetch" else worker)._run(call)
-    got = worker._run(delivery.fetch(pk, "w-1", 10)).jobs
+            (dispatcher if call.script.name != "fetch" else worker).run(one(call), "test")
+    got = worker.run(one(delivery.fetch(pk, "w-1", 10)), "test").jobs
     assert sorted(j.raw_id.decode() for j in got) == sorted(ids)
     first, second = got
     too_big = results.Completion(
         first.entry_id, first.raw_id, 60_000, b"x" * (MAX_RESULT_BYTES + 1)
     )
     with pytest.raises(ScriptArgumentError, match=str(MAX_RESULT_BYTES)):
-        worker._run(results.complete(pk, [too_big]))
+        worker.run(one(results.complete(pk, [too_big])), "test")
     admin.redis.config_set("maxmemory", _used(admin) - MiB)
     try:
         error = "e" * (MAX_ERROR_BYTES + 500_000)
-        failed = worker._run(delivery.fail(pk, second.entry_id, second.raw_id, -1, error))
+        failed = worker.run(
+            one(delivery.fail(pk, second.entry_id, second.raw_id, -1, error)), "test"
+        )
         assert failed.outcome == "dead"
         assert admin.redis.hstrlen(pk.errors, second.raw_id) == MAX_ERROR_BYTES
     finally:
@@ -151,9 +156,10 @@ def test_a_worker_cannot_end_a_batch_child_by_writing_its_outbox(
     away = layout.pk(1 - home[1].partition)
 
     # The last child runs and dies; its worker then rewrites the entry its death wrote.
-    (job,) = worker._run(delivery.fetch(home[3], "w-1", 10)).jobs
-    worker._run(
-        delivery.fail(home[3], job.entry_id, job.raw_id, -1, "boom", workflow_ref=f"{bid}|3")
+    (job,) = worker.run(one(delivery.fetch(home[3], "w-1", 10)), "test").jobs
+    worker.run(
+        one(delivery.fail(home[3], job.entry_id, job.raw_id, -1, "boom", workflow_ref=f"{bid}|3")),
+        "test",
     )
     forged = {
         (home[0], f"{bid}#0"): f"{bid}|0|ok|1|",  # its job still waits
@@ -164,8 +170,8 @@ def test_a_worker_cannot_end_a_batch_child_by_writing_its_outbox(
     for (pk, field), value in forged.items():
         worker.redis.hset(pk.outbox, field, value)
     relayed = [
-        dispatcher._drive(
-            workflow_plans.relay_partition(dispatcher._queues, queue, pk, dispatcher.settings),
+        dispatcher.run(
+            workflow_plans.relay_partition(dispatcher.cache, queue, pk, dispatcher.settings),
             "relaying",
         )
         for pk in layout.active()
@@ -196,7 +202,7 @@ def test_a_worker_cannot_forge_the_result_of_a_job_that_has_not_ended(
     pk = keys.partition_keys(queue, 0, 1)
     running = producer.enqueue(queue, "t", {}, keep_result=60)
     waiting = producer.enqueue(queue, "t", {}, keep_result=60, delay=3600)
-    (job,) = worker._run(delivery.fetch(pk, "w-1", 10)).jobs
+    (job,) = worker.run(one(delivery.fetch(pk, "w-1", 10)), "test").jobs
     for job_id in (running, waiting):
         worker.redis.set(pk.result(job_id), b'1|{"t": "t", "a": 1, "v": "forged"}')
         with pytest.raises(ResultTimeoutError):
@@ -204,7 +210,7 @@ def test_a_worker_cannot_forge_the_result_of_a_job_that_has_not_ended(
         assert producer.result_info(queue, job_id) is None
     record = b'{"t": "t", "a": 1, "v": "real"}'
     done = results.Completion(job.entry_id, job.raw_id, 60_000, record)
-    assert worker._run(results.complete(pk, [done])) == 1
+    assert worker.run(one(results.complete(pk, [done])), "test") == 1
     assert producer.result(queue, running, timeout=0) == "real"
     for c in (admin, producer, worker):
         c.close()
@@ -231,9 +237,9 @@ def test_progress_and_results_of_any_size_are_refused_or_cut(own_redis: Any, que
     pk = keys.partition_keys(queue, 0, 1)
     runs = producer.enqueue(queue, "t", {})
     done = producer.enqueue(queue, "t", {}, keep_result=600)
-    assert len(worker._run(delivery.fetch(pk, "w-1", 10)).jobs) == 2  # both running
+    assert len(worker.run(one(delivery.fetch(pk, "w-1", 10)), "test").jobs) == 2  # both running
     with pytest.raises(ScriptArgumentError, match=str(MAX_PROGRESS_BYTES)):
-        worker._run(progress.write(pk, runs, b'"' + b"p" * 16 * MiB + b'"'))
+        worker.run(one(progress.write(pk, runs, b'"' + b"p" * 16 * MiB + b'"')), "test")
     assert admin.redis.exists(pk.progress(runs)) == 0
     worker.redis.set(pk.progress(runs), b"1|" + b"1" * 16 * MiB)  # by hand
     info = producer.get(queue, runs)

@@ -20,7 +20,8 @@ from support.helpers import FAST_WORKER, Runner, Runs, pending_total, scaled, wa
 
 from shardq import DispatcherSettings, ProducerSettings
 from shardq.client import Client
-from shardq.store import delivery, keys, producer, transport
+from shardq.store import delivery, keys, producer
+from shardq.store.transport import SyncTransport
 
 # Hints only: no fallback promote or read comes within a test's length.
 NEVER = 600.0
@@ -79,7 +80,7 @@ def test_a_dead_workers_delivery_is_reclaimed_where_none_was_pending_before(
     client.create_queue(queue, partitions)
     first = client.enqueue(queue, "t", "before")
     pk = keys.partition_keys(queue, keys.partition_for(first, partitions), partitions)
-    taken = transport.run(r, delivery.fetch(pk, "crashed-before", 10))  # never acked
+    taken = SyncTransport(r).run(delivery.fetch(pk, "crashed-before", 10))  # never acked
     assert [j.raw_id for j in taken.jobs] == [first.encode()]
     runs = Runs()
     # Readers that never read on their own, and no dispatcher: the test promotes the second

@@ -23,7 +23,7 @@ from shardq.inspector import (
     JobSummary,
     QueueInUseError,
 )
-from shardq.store import delivery, keys, transport
+from shardq.store import delivery, keys
 
 PARTITIONS = 8
 
@@ -45,7 +45,7 @@ def fetch_some(client: Client, queue: str, worker: str, n: int) -> list[tuple[An
     """Deliver up to n ready jobs of every partition to ``worker`` (as a worker's fetch)."""
     got = []
     for pk in keys.all_partition_keys(queue, PARTITIONS):
-        batch = transport.run(client.redis, delivery.fetch(pk, worker, n))
+        batch = client.transport.run(delivery.fetch(pk, worker, n))
         got += [(pk, d) for d in batch.jobs]
     return got
 
@@ -105,8 +105,8 @@ def test_ready_running_retrying_and_dead_listings(cluster_client: Client, queue:
     assert len(all_pages(ins, queue, "ready", 50)) == len(ids) - len(held)
     # Fail one with a retry, one for good: retrying and dead.
     (pk1, d1), (pk2, d2) = held[0], held[1]
-    transport.run(cluster_client.redis, delivery.fail(pk1, d1.entry_id, d1.raw_id, 60_000, "boom"))
-    transport.run(cluster_client.redis, delivery.fail(pk2, d2.entry_id, d2.raw_id, -1, "fatal"))
+    cluster_client.transport.run(delivery.fail(pk1, d1.entry_id, d1.raw_id, 60_000, "boom"))
+    cluster_client.transport.run(delivery.fail(pk2, d2.entry_id, d2.raw_id, -1, "fatal"))
     retrying = all_pages(ins, queue, "retrying", 1)
     assert [(j.id, j.last_error) for j in retrying] == [(d1.raw_id.decode(), "boom")]
     dead = all_pages(ins, queue, "dead", 2)
@@ -208,7 +208,7 @@ def test_cancel_retry_empty_and_delete(cluster_client: Client, queue: str) -> No
     # Dead jobs of two types; retry one type.
     cluster_client.enqueue_many(queue, [JobRequest("x" if i % 2 else "y", i) for i in range(40)])
     for pk, d in fetch_some(cluster_client, queue, "w-dead", 100):
-        transport.run(cluster_client.redis, delivery.fail(pk, d.entry_id, d.raw_id, -1, "no"))
+        cluster_client.transport.run(delivery.fail(pk, d.entry_id, d.raw_id, -1, "no"))
     assert len(all_pages(ins, queue, "dead", 7)) == 40
     assert ins.retry_dead(queue, job_type="x") == 20
     assert {j.type for j in all_pages(ins, queue, "dead", 50) if j.state == "dead"} == {"y"}

@@ -100,29 +100,32 @@ def test_dispatcher_and_worker_calls_stay_in_one_slot(
         # its keys in its args, and the cluster refuses one that spans slots by itself.
         seen.extend((o.name, list(o.keys), list(o.argv)) for o in ops if isinstance(o, Op))
 
-    real_call, real_send = transport.call, transport.send
-    real_acall, real_run_on = transport.AsyncTransport.call, transport.AsyncTransport.run_on
+    real_call, real_write = transport.SyncTransport.call, transport.SyncSent.write
+    real_acall, real_awrite = transport.AsyncTransport.call, transport.AsyncSent.write
 
-    def call(client: Any, op: Op[Any]) -> Any:
+    def written(sent: Any, groups: dict[str, list[int]]) -> list[Any]:
+        return [sent.ops[i] for indexes in groups.values() for i in indexes]
+
+    def call(self: Any, op: Op[Any]) -> Any:
         record([op])
-        return real_call(client, op)
+        return real_call(self, op)
 
-    def send(client: Any, ops: Any, wait: Any = None, per_node: bool = False) -> Any:
-        record(ops)  # every pipelined batch (send_and_read and enqueue_many go through it)
-        return real_send(client, ops, wait, per_node)
+    def write(self: Any, groups: dict[str, list[int]]) -> None:
+        record(written(self, groups))  # every batch: pipelined, on one primary, with WAIT
+        real_write(self, groups)
 
     async def acall(self: Any, op: Op[Any]) -> Any:
         record([op])
         return await real_acall(self, op)
 
-    async def run_on(self: Any, node: str, ops: Any) -> Any:
-        record(ops)
-        return await real_run_on(self, node, ops)
+    async def awrite(self: Any, groups: dict[str, list[int]]) -> None:
+        record(written(self, groups))
+        await real_awrite(self, groups)
 
-    monkeypatch.setattr(transport, "call", call)
-    monkeypatch.setattr(transport, "send", send)
+    monkeypatch.setattr(transport.SyncTransport, "call", call)
+    monkeypatch.setattr(transport.SyncSent, "write", write)
     monkeypatch.setattr(transport.AsyncTransport, "call", acall)
-    monkeypatch.setattr(transport.AsyncTransport, "run_on", run_on)
+    monkeypatch.setattr(transport.AsyncSent, "write", awrite)
 
     partitions = 64
     done: list[str] = []
@@ -151,7 +154,7 @@ def test_dispatcher_and_worker_calls_stay_in_one_slot(
         # the recoverer send its reclaim (it asks XPENDING IDLE first).
         orphan = client.enqueue(queue, "ok", None)
         orphan_pk = keys.partition_keys(queue, keys.partition_for(orphan, partitions), partitions)
-        taken = transport.run(client.redis, delivery.fetch(orphan_pk, "crashed-before", 10))
+        taken = client.transport.run(delivery.fetch(orphan_pk, "crashed-before", 10))
         assert orphan.encode() in [j.raw_id for j in taken.jobs]
         ids.append(orphan)
         later = client.enqueue(queue, "ok", delay=60)

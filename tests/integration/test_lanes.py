@@ -29,7 +29,7 @@ from shardq.cli import main as cli
 from shardq.client import Client
 from shardq.errors import InvalidJobError, JobNotScheduledError, LanesOffError
 from shardq.jobs import Job
-from shardq.store import delivery, inspect, keys, producer, transport
+from shardq.store import delivery, inspect, keys, producer
 
 
 def _lanes_queue(client: Client, queue: str, partitions: int = 1) -> None:
@@ -40,7 +40,7 @@ def _lanes_queue(client: Client, queue: str, partitions: int = 1) -> None:
 def _fetch_ids(client: Client, queue: str, n: int, consumer: str = "c") -> list[str]:
     """Job ids of the next n deliveries of partition 0, in delivery order."""
     pk = keys.partition_keys(queue, 0, 1)
-    batch = transport.run(client.redis, delivery.fetch(pk, consumer, n))
+    batch = client.transport.run(delivery.fetch(pk, consumer, n))
     return [text(j.raw_id) for j in batch.jobs]
 
 
@@ -124,7 +124,7 @@ def test_levels_share_deliveries_6_3_1_and_a_high_job_jumps_the_backlog(
     assert [i for i in first if i[0] == "n"] == [f"n{i:04d}" for i in range(n_first, n_first + 30)]
     # Lane jobs count as ready (undelivered) in the partition's stats.
     pk = keys.partition_keys(queue, 0, 1)
-    snap = transport.run(client.redis, inspect.partition_stats(pk, "n"))
+    snap = client.transport.run(inspect.partition_stats(pk, "n"))
     assert snap.ready == 901 - 112 and snap.lanes
     # Nothing of the ready stream is undelivered: the lane feeds it on demand.
     assert client.redis.xlen(pk.ready) == 112
@@ -426,5 +426,5 @@ def test_listing_ready_jobs_shows_the_lane_and_cancelling_them_empties_it(
     pks = keys.all_partition_keys(queue, 2)
     assert sum(client.redis.hlen(pk.jobs) for pk in pks) == 0
     for pk in pks:
-        assert transport.run(client.redis, delivery.fetch(pk, "c", 100)).jobs == []
+        assert client.transport.run(delivery.fetch(pk, "c", 100)).jobs == []
         assert client.redis.zcard(pk.lane) == 0

@@ -20,8 +20,9 @@ from shardq.cli import main as cli
 from shardq.client import Client
 from shardq.errors import InvalidJobError, InvalidLimitError, UnknownQueueError
 from shardq.jobs import Job
-from shardq.store import delivery, keys, producer, transport
+from shardq.store import delivery, keys, producer
 from shardq.store import limits as store_limits
+from shardq.store.transport import SyncTransport
 
 
 def test_bad_limit_key_and_unknown_queue_write_nothing(cluster_client: Client, queue: str) -> None:
@@ -56,13 +57,13 @@ def test_limit_take_reserves_one_start_per_interval(cluster_client: Client, queu
     """10 per second with a burst of 2: two start now, the next ones 100 ms apart, and a second
     call continues the same schedule (reservations count at once)."""
     limit = limits.for_type("t", 10, 1.0, burst=2)
-    first = transport.run(cluster_client.redis, store_limits.take(queue, limit, 5))
+    first = cluster_client.transport.run(store_limits.take(queue, limit, 5))
     assert first.times[:2] == [0, 0]
     later = first.times[2:]
     assert all(t > first.now_ms for t in later)
     gaps = [b - a for a, b in itertools.pairwise(later)]
     assert all(g in (99, 100, 101) for g in gaps), gaps
-    second = transport.run(cluster_client.redis, store_limits.take(queue, limit, 1))
+    second = cluster_client.transport.run(store_limits.take(queue, limit, 1))
     assert second.times[0] - later[-1] in (99, 100, 101)
     key = keys.limit_state_key(queue, limit.name)
     assert 0 < cluster_client.redis.pttl(key) <= 2000 + 1000  # gone once its reservations pass
@@ -75,13 +76,15 @@ def test_a_deferred_job_waits_in_due_keeps_its_attempt_and_runs_on_its_reservati
     cluster_client.create_queue(queue, 1)
     pk = keys.partition_keys(queue, 0, 1)
     settings = cluster_client.settings
-    job_id = transport.run(
-        r, producer.prepare_enqueue(queue, 1, JobRequest("t", 1), settings).op()
-    ).job_id
-    got = transport.run(r, delivery.fetch(pk, "c1", 10)).jobs
+    job_id = (
+        SyncTransport(r)
+        .run(producer.prepare_enqueue(queue, 1, JobRequest("t", 1), settings).op())
+        .job_id
+    )
+    got = SyncTransport(r).run(delivery.fetch(pk, "c1", 10)).jobs
     assert [(j.attempt, j.reserved) for j in got] == [(1, False)]
-    at = got and transport.run(r, store_limits.take(queue, limits.for_type("t", 1), 1)).now_ms
-    deferred = transport.run(r, store_limits.defer(pk, [(got[0].entry_id, got[0].raw_id, at)]))
+    at = got and SyncTransport(r).run(store_limits.take(queue, limits.for_type("t", 1), 1)).now_ms
+    deferred = SyncTransport(r).run(store_limits.defer(pk, [(got[0].entry_id, got[0].raw_id, at)]))
     assert deferred == 1
     assert r.xpending(pk.ready, keys.WORKER_GROUP)["pending"] == 0 and r.xlen(pk.ready) == 0
     assert r.zscore(pk.due, job_id) == at
@@ -89,11 +92,11 @@ def test_a_deferred_job_waits_in_due_keeps_its_attempt_and_runs_on_its_reservati
     info = cluster_client.get(queue, job_id)
     assert info is not None and info.state == "scheduled" and info.attempt == 0
     # Deferring again what is no longer pending does nothing.
-    assert transport.run(r, store_limits.defer(pk, [(got[0].entry_id, got[0].raw_id, at)])) == 0
+    assert SyncTransport(r).run(store_limits.defer(pk, [(got[0].entry_id, got[0].raw_id, at)])) == 0
     # Back in ready (as the dispatcher would move it), the fetch says its start is reserved.
     r.zrem(pk.due, job_id)
     r.xadd(pk.ready, {"j": job_id, "d": at})
-    again = transport.run(r, delivery.fetch(pk, "c1", 10)).jobs
+    again = SyncTransport(r).run(delivery.fetch(pk, "c1", 10)).jobs
     assert [(j.attempt, j.reserved) for j in again] == [(1, True)]
 
 
@@ -104,8 +107,8 @@ def test_rescheduling_a_deferred_job_drops_its_reservation(
     cluster_client.create_queue(queue, 1)
     pk = keys.partition_keys(queue, 0, 1)
     job_id = cluster_client.enqueue(queue, "t", None)
-    got = transport.run(r, delivery.fetch(pk, "c1", 10)).jobs[0]
-    transport.run(r, store_limits.defer(pk, [(got.entry_id, got.raw_id, 10**13)]))
+    got = SyncTransport(r).run(delivery.fetch(pk, "c1", 10)).jobs[0]
+    SyncTransport(r).run(store_limits.defer(pk, [(got.entry_id, got.raw_id, 10**13)]))
     cluster_client.reschedule(queue, job_id, delay=60)
     assert r.hget(pk.jobs, job_id).startswith(b"S0|")  # asks the limit again at the new time
 
@@ -199,11 +202,11 @@ def test_limit_acquire_gives_at_most_n_slots_renews_holders_and_expires_the_dead
     limit = limits.for_type("call", concurrency=2)
 
     def acquire(*ids: bytes, hold: int = 60_000) -> list[bool]:
-        return transport.run(r, store_limits.acquire(queue, limit, list(ids), hold)).held
+        return SyncTransport(r).run(store_limits.acquire(queue, limit, list(ids), hold)).held
 
     assert acquire(b"a", b"b", b"c") == [True, True, False]
     assert acquire(b"a") == [True]  # a holder asking again renews its slot
-    assert transport.run(r, store_limits.release(queue, limit, [b"a", b"zz"])) == 1
+    assert SyncTransport(r).run(store_limits.release(queue, limit, [b"a", b"zz"])) == 1
     assert acquire(b"c", b"d") == [True, False]
     # b's holder stops renewing (a worker that died): its slot comes back after the hold.
     assert acquire(b"b", hold=100) == [True]

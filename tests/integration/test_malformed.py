@@ -34,7 +34,8 @@ from shardq.cli import main as cli
 from shardq.client import Client
 from shardq.errors import RetryAfter
 from shardq.jobs import Backoff, Job
-from shardq.store import delivery, keys, transport
+from shardq.store import delivery, keys
+from shardq.store.transport import SyncTransport
 
 # (job id, stored envelope) pairs that no handler can run: each must end dead, not stop anyone.
 BAD_ENVELOPES = [
@@ -164,7 +165,7 @@ def test_malformed_jobs_taken_over_by_reclaim_go_dead_beside_good_ones(
     r.hset(pk.jobs, "poison", 'S0|["t",1,{"b":"zzz"}]')
     r.xadd(pk.ready, {"j": "poison", "d": "-inf"})
     good = client.enqueue(queue, "t", {"fine": True})
-    taken = transport.run(r, delivery.fetch(pk, "crashed-consumer", 10))
+    taken = SyncTransport(r).run(delivery.fetch(pk, "crashed-consumer", 10))
     assert len(taken.jobs) == 2
     runs = Runs()
     with _runner(cluster_url, queue, runs) as runner:

@@ -27,7 +27,8 @@ from shardq.cli import main as cli
 from shardq.client import Client
 from shardq.config import DispatcherSettings
 from shardq.errors import FencedError
-from shardq.store import delivery, fleet, keys, transport
+from shardq.store import delivery, fleet, keys
+from shardq.store.transport import SyncTransport
 
 
 def scrape(port: int) -> str:
@@ -336,15 +337,15 @@ def test_trim_never_drops_a_pending_or_undelivered_entry(
     pk = keys.partition_keys(queue, 0, partitions)
     ids = [cluster_client.enqueue(queue, "t", i) for i in range(5)]
     # A "paused" worker takes two deliveries and never acks them.
-    fetched = transport.run(r, delivery.fetch(pk, "paused", 2))
+    fetched = SyncTransport(r).run(delivery.fetch(pk, "paused", 2))
     assert len(fetched.jobs) == 2
-    token = transport.run(r, fleet.lease_acquire(pk, "trimmer", 60_000)).token
+    token = SyncTransport(r).run(fleet.lease_acquire(pk, "trimmer", 60_000)).token
     for _ in range(3):
-        trimmed = transport.run(r, fleet.trim(pk, token, 0, 100, 1000))
+        trimmed = SyncTransport(r).run(fleet.trim(pk, token, 0, 100, 1000))
         # nothing removed, and the stream says it owes jobs a run (the trimmer's back-off)
         assert trimmed == (0, 0, True)
     assert r.xlen(pk.ready) == 5  # 2 pending + 3 undelivered: nothing trimmed
-    transport.run(r, fleet.lease_release(pk, token))
+    SyncTransport(r).run(fleet.lease_release(pk, token))
     # Another worker reclaims the paused one's deliveries and runs everything.
     runs = Runs()
     fast = FAST_WORKER
@@ -507,19 +508,19 @@ def test_dead_letter_cap(cluster_client: Client, queue: str) -> None:
     pk = keys.partition_keys(queue, 0, 1)
     for i in range(5):
         jid = cluster_client.enqueue(queue, "t", i)
-        [job] = transport.run(r, delivery.fetch(pk, "w", 1)).jobs
+        [job] = SyncTransport(r).run(delivery.fetch(pk, "w", 1)).jobs
         assert job.raw_id == jid.encode()
-        outcome = transport.run(r, delivery.fail(pk, job.entry_id, job.raw_id, -1, "boom"))
+        outcome = SyncTransport(r).run(delivery.fail(pk, job.entry_id, job.raw_id, -1, "boom"))
         assert outcome.outcome == "dead"
     assert r.xlen(pk.dead) == 5
-    token = transport.run(r, fleet.lease_acquire(pk, "t", 60_000)).token
-    assert transport.run(r, fleet.trim(pk, token, 0, 3, 1000)) == (0, 2, False)
+    token = SyncTransport(r).run(fleet.lease_acquire(pk, "t", 60_000)).token
+    assert SyncTransport(r).run(fleet.trim(pk, token, 0, 3, 1000)) == (0, 2, False)
     assert r.xlen(pk.dead) == 3
     assert r.hlen(pk.jobs) == 3  # the two dropped dead jobs went with their entries
     assert int(r.hget(pk.stats, "dead_dropped")) == 2
     # A stale token is fenced like promote.
     with pytest.raises(FencedError):
-        transport.run(r, fleet.trim(pk, "999", 0, 3, 1000))
+        SyncTransport(r).run(fleet.trim(pk, "999", 0, 3, 1000))
 
 
 def test_failure_logs_are_json(cluster_client: Client, cluster_url: str, queue: str) -> None:

@@ -14,6 +14,7 @@ from shardq import JobRequest
 from shardq.client import Client
 from shardq.jobs import Job
 from shardq.store import keys
+from shardq.store.transport import SyncTransport
 
 
 def test_workers_promote_what_they_read_and_the_dispatcher_backs_them_up(
@@ -72,7 +73,7 @@ def test_a_read_writes_the_envelopes_of_what_it_promotes_once(client: Client, qu
     (attempt 1) for the jobs it hands out, waiting (attempt 0) for one it promoted but did not
     reach because an older ready entry came first; that one runs later as attempt 1, its body
     whole."""
-    from shardq.store import delivery, transport
+    from shardq.store import delivery
 
     client.create_queue(queue, partitions=1)
     pk = keys.partition_keys(queue, 0, 1)
@@ -82,7 +83,7 @@ def test_a_read_writes_the_envelopes_of_what_it_promotes_once(client: Client, qu
     ids = [r.job_id for r in client.enqueue_many(queue, reqs)]
     time.sleep(0.45)
     r = client.redis
-    first = transport.run(r, delivery.fetch(pk, "w1", 2, promote=True))
+    first = SyncTransport(r).run(delivery.fetch(pk, "w1", 2, promote=True))
     assert [j.raw_id.decode() for j in first.jobs] == [older, ids[0]]
     assert [j.attempt for j in first.jobs] == [1, 1]
     assert first.jobs[1].body == r.hget(pk.jobs, ids[0]).split(b"|", 1)[1]
@@ -90,7 +91,7 @@ def test_a_read_writes_the_envelopes_of_what_it_promotes_once(client: Client, qu
     # ids[1] was promoted (the read promotes as many as it reads) but not read: waiting.
     assert r.hget(pk.jobs, ids[1]).startswith(b"S0|")
     assert [client.get(queue, i).state for i in ids] == ["running", "ready", "scheduled"]
-    second = transport.run(r, delivery.fetch(pk, "w1", 10, promote=True))
+    second = SyncTransport(r).run(delivery.fetch(pk, "w1", 10, promote=True))
     assert [j.raw_id.decode() for j in second.jobs] == ids[1:]
     assert [j.attempt for j in second.jobs] == [1, 1]
     assert [j.body for j in second.jobs] == [r.hget(pk.jobs, i).split(b"|", 1)[1] for i in ids[1:]]
@@ -108,7 +109,7 @@ def test_a_read_refused_for_want_of_a_group_keeps_what_it_promoted(
     import pytest
     from redis.exceptions import ResponseError
 
-    from shardq.store import delivery, queues, transport
+    from shardq.store import delivery, queues
 
     client.create_queue(queue, partitions=1)
     pk = keys.partition_keys(queue, 0, 1)
@@ -119,11 +120,11 @@ def test_a_read_refused_for_want_of_a_group_keeps_what_it_promoted(
     r = client.redis
     r.delete(pk.ready)
     with pytest.raises(ResponseError, match="NOGROUP"):
-        transport.run(r, delivery.fetch(pk, "w1", 10, promote=True))
+        SyncTransport(r).run(delivery.fetch(pk, "w1", 10, promote=True))
     assert r.zcard(pk.due) == 0 and r.xlen(pk.ready) == 2
     assert [r.hget(pk.jobs, i)[:3] for i in ids] == [b"S0|", b"S0|"]
-    transport.run(r, queues.group_create(pk))
-    got = transport.run(r, delivery.fetch(pk, "w1", 10, promote=True))
+    SyncTransport(r).run(queues.group_create(pk))
+    got = SyncTransport(r).run(delivery.fetch(pk, "w1", 10, promote=True))
     assert [j.raw_id.decode() for j in got.jobs] == ids
     assert [j.attempt for j in got.jobs] == [1, 1]
     assert [b"job 0" in j.body for j in got.jobs] == [True, False]

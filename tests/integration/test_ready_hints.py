@@ -10,7 +10,7 @@ import redis
 
 from shardq import JobRequest
 from shardq.client import Client
-from shardq.store import fleet, keys, transport
+from shardq.store import fleet, keys
 from shardq.worker.fetcher import entry_id_of
 
 
@@ -30,8 +30,8 @@ def test_a_promotes_hint_is_the_last_entry_it_added(
         deadline = time.monotonic() + 5
         while sub.get_message(timeout=0.1) is None and time.monotonic() < deadline:
             pass  # the subscription's confirmation
-        grant = transport.run(client.redis, fleet.lease_acquire(pk, "d", 10_000))
-        moved = transport.run(client.redis, fleet.promote(pk, grant.token, 10, 10_000))
+        grant = client.transport.run(fleet.lease_acquire(pk, "d", 10_000))
+        moved = client.transport.run(fleet.promote(pk, grant.token, 10, 10_000))
         assert moved.moved == 3
         message = None
         while message is None and time.monotonic() < deadline:

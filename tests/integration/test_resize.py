@@ -17,14 +17,18 @@ from support import release_before_resize_meta
 from support.helpers import Runner, Runs, wait_for
 
 from shardq import Client, Job, JobRequest
+from shardq.admin.lease import LeaderLease
 from shardq.admin.resize import ResizeError, Resizer
 from shardq.config import RedisSettings
 from shardq.connection import connect
 from shardq.dev.demo import cli_command
-from shardq.errors import LayoutMovedError, MalformedRecordError
-from shardq.store import keys, transport
+from shardq.errors import FencedError, LayoutMovedError, MalformedRecordError
+from shardq.plans import one
+from shardq.store import fleet, keys
 from shardq.store import producer as store_producer
+from shardq.store import resize as ops
 from shardq.store.meta import RESIZED_MARKER
+from shardq.store.transport import SyncTransport
 
 pytestmark = pytest.mark.usefixtures("redis_servers")
 
@@ -190,6 +194,35 @@ def test_a_resize_stopped_between_rounds_resumes_and_an_abort_puts_everything_ba
         admin.close()
 
 
+def test_one_driver_at_a_time_and_a_stale_one_is_fenced(client: Client, queue: str) -> None:
+    """The resize driver's lease (admin/lease.py, the balancer's too): a second driver is
+    refused while the first holds it; a holder whose lease was taken (here revoked, as if it
+    had expired while it was paused) is refused at its next renewal and drops its token; a
+    release lets the next driver take it at once, with a larger fencing token."""
+    client.create_queue(queue, partitions=2)
+    first, second = Resizer(client, queue, owner="resize:a#1"), Resizer(client, queue)
+    assert isinstance(first.lease, LeaderLease) and first.lease.keys == ops.lease_keys(queue)
+    first._take_lease()
+    token = first.lease.token
+    with pytest.raises(ResizeError, match=r"another process \(resize:a#1\) is driving"):
+        second._take_lease()
+    assert first.lease.acquire().won and first.lease.token == token  # an extension
+    first._keep_lease()  # renewed within a third of the lease: no call, still held
+    client.run(one(fleet.lease_revoke(ops.lease_keys(queue), "resize:a#1")), "revoking")
+    second._take_lease()
+    assert int(second.lease.token) > int(token)
+    first.lease.renewed = 0.0  # a third of the lease has passed: the next check renews
+    with pytest.raises(FencedError, match="lost the resize lease"):
+        first._keep_lease()
+    assert first.lease.token == ""
+    second.lease.release()
+    assert second.lease.token == "" and not client.redis.exists(ops.lease_keys(queue).lease)
+    third = Resizer(client, queue)
+    third._take_lease()
+    assert int(third.lease.token) > int(token)
+    third.lease.release()
+
+
 def test_a_sealed_partition_refuses_new_jobs_with_a_redirect(
     cluster_client: Client, cluster_url: str, queue: str
 ) -> None:
@@ -203,7 +236,7 @@ def test_a_sealed_partition_refuses_new_jobs_with_a_redirect(
             queue, 2, JobRequest("t", 1, job_id=_id_in(0, 2)), store_producer.ProducerSettings()
         )
         with pytest.raises(LayoutMovedError) as moved:
-            transport.run(r, prepared.op())
+            SyncTransport(r).run(prepared.op())
         assert (moved.value.generation, moved.value.partitions) == (1, 4)
         assert r.hlen(pk.jobs) == 0 and r.zcard(pk.due) == 0
     finally:

@@ -21,9 +21,10 @@ from support.script_cases import OPS, State, enqueue_op, prepare
 
 from shardq.client import Client
 from shardq.errors import CorruptKeyError, ScriptArgumentError
-from shardq.store import delivery, transport
+from shardq.store import delivery
 from shardq.store.loader import lua_dir
 from shardq.store.op import Op
+from shardq.store.transport import SyncTransport
 
 _CREATED: list[str] = []
 
@@ -157,11 +158,11 @@ def test_a_key_of_the_wrong_type_fails_the_script_before_any_write(
     if key_name == "stats":
         # Counters are advisory (the flags live in the control hash): the operation goes on
         # and leaves the stats key alone.
-        transport.run(r, op)
+        SyncTransport(r).run(op)
         assert _snapshot(r, s, op)[key] == before[key]
         return
     with pytest.raises(CorruptKeyError) as caught:
-        transport.run(r, op)
+        SyncTransport(r).run(op)
     assert key in str(caught.value), caught.value
     assert _snapshot(r, s, op) == before, "the script wrote before it failed"
 
@@ -178,7 +179,7 @@ def test_a_bad_numeric_argument_fails_the_script_before_any_write(
     bad = Op(op.script, op.keys, argv, op.parse)
     before = _snapshot(r, s, op)
     with pytest.raises(ScriptArgumentError) as caught:
-        transport.run(r, bad)
+        SyncTransport(r).run(bad)
     assert f"ARGV[{index}]" in str(caught.value) or str(index) in str(caught.value)
     assert _snapshot(r, s, op) == before, "the script wrote before it failed"
 
@@ -194,5 +195,5 @@ def test_idempotency_retention_below_a_millisecond_is_refused_whole(
     argv[6] = 0  # ARGV[7]: retention ms
     before = _snapshot(r, s, op)
     with pytest.raises(ScriptArgumentError):
-        transport.run(r, Op(op.script, op.keys, argv, op.parse))
+        SyncTransport(r).run(Op(op.script, op.keys, argv, op.parse))
     assert _snapshot(r, s, op) == before

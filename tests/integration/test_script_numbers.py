@@ -25,9 +25,10 @@ from shardq.config import ProducerSettings
 from shardq.errors import ShardqError
 from shardq.jobs import JobRequest
 from shardq.schedules import make_definition
-from shardq.store import delivery, fleet, inspect, keys, producer, transport
+from shardq.store import delivery, fleet, inspect, keys, producer
 from shardq.store import limits as store_limits
 from shardq.store import schedules as sched
+from shardq.store.transport import SyncTransport
 
 SETTINGS = ProducerSettings()
 MAX_MS = 253402300799999  # 9999-12-31T23:59:59.999Z: every reply is a date
@@ -84,7 +85,7 @@ def _run(r: Any, queue: str, op: Any) -> Any:
     untyped error (a Lua runtime error, a Redis command refused half-way) fails the test."""
     before = _snapshot(r, queue)
     try:
-        return transport.run(r, op)
+        return SyncTransport(r).run(op)
     except ShardqError as exc:
         assert _snapshot(r, queue) == before, f"{op.name} wrote, then failed: {exc}"
         return exc
@@ -95,7 +96,7 @@ def _ms(value: Any) -> bool:
 
 
 def _lease(r: Any, pk: keys.PartitionKeys) -> str:
-    grant = transport.run(r, fleet.lease_acquire(pk, "d-" + uuid.uuid4().hex[:6], 60_000))
+    grant = SyncTransport(r).run(fleet.lease_acquire(pk, "d-" + uuid.uuid4().hex[:6], 60_000))
     assert grant.won
     return str(grant.token)
 
@@ -156,7 +157,7 @@ def test_an_attempt_spoilt_while_the_job_ran_is_settled_whole(
     r = standalone_client.redis
     queue, pk = _queue(standalone_client)
     job = standalone_client.enqueue(queue, "t", {"x": 1}, max_attempts=2)
-    [d] = transport.run(r, delivery.fetch(pk, "gone", 1)).jobs
+    [d] = SyncTransport(r).run(delivery.fetch(pk, "gone", 1)).jobs
     body = r.hget(pk.jobs, job).split(b"|", 1)[1].decode()
     r.hset(pk.jobs, job, f"A{attempt}|{body}")
     if where == "reclaim":
@@ -280,7 +281,7 @@ def test_a_damaged_schedule_state_or_next_tick_never_stops_or_loops_the_schedule
     r = standalone_client.redis
     queue, pk = _queue(standalone_client)
     d = make_definition("s", "t", {"x": 1}, every=60)
-    transport.run(r, sched.put(pk, "put", "s", d.to_json(), 1000))
+    SyncTransport(r).run(sched.put(pk, "put", "s", d.to_json(), 1000))
     parts = ["1000", "1000", "3", "0", "0"]
     parts[field] = value.replace("|", "")
     r.hset(pk.schedule_state, "s", "|".join(parts))

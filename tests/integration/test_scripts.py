@@ -16,6 +16,7 @@ from shardq.jobs import Job
 from shardq.store import keys, loader
 from shardq.store.codes import check
 from shardq.store.op import op, raw
+from shardq.store.transport import SyncTransport
 
 
 def test_the_library_loads_and_registers_every_function(client: Client) -> None:
@@ -125,8 +126,9 @@ def test_a_worker_holding_more_than_one_call_carries_acks_them_in_chunks(
     import logging
 
     from shardq.config import WorkerSettings
+    from shardq.plans import one
     from shardq.runtime.supervisor import Supervisor
-    from shardq.store import delivery, transport
+    from shardq.store import delivery
     from shardq.store.queues import read_meta
     from shardq.worker.context import WorkerContext
     from shardq.worker.inflight import Delivery, InFlight, WorkerStats
@@ -143,7 +145,7 @@ def test_a_worker_holding_more_than_one_call_carries_acks_them_in_chunks(
         member="c",
         redis=None,  # type: ignore[arg-type]  # take_acks builds the ops; they are run here
         transport=None,  # type: ignore[arg-type]
-        meta=client._run(read_meta(queue)),
+        meta=client.run(one(read_meta(queue)), "reading the meta"),
         pks={0: pk},
         pinned=None,
         settings=WorkerSettings(),
@@ -158,7 +160,7 @@ def test_a_worker_holding_more_than_one_call_carries_acks_them_in_chunks(
     )
     settler = Settler(ctx, wake=lambda p: None)
     for _ in range(3):
-        for got in transport.run(r, delivery.fetch(pk, "c", 1000)).jobs:
+        for got in SyncTransport(r).run(delivery.fetch(pk, "c", 1000)).jobs:
             d = Delivery(0, got.entry_id, got.raw_id, None)  # type: ignore[arg-type]
             inflight.add(d)
             settler.succeeded(d)
@@ -166,7 +168,7 @@ def test_a_worker_holding_more_than_one_call_carries_acks_them_in_chunks(
     taken, ops = settler.take_acks([0])
     assert [len(batch) for _, batch in taken] == [1000, 1000, 500]
     assert all(len(o.argv) <= o.script.max_argv for o in ops)
-    assert sum(transport.run_many(r, ops)) == 2500
+    assert sum(SyncTransport(r).run_many(ops)) == 2500
     assert r.hlen(pk.jobs) == 0 and int(r.hget(pk.stats, "completed")) == 2500
 
 
@@ -176,31 +178,31 @@ def test_a_fetch_settles_the_acks_it_carries_first_once_and_even_while_paused(
     """fetch-9's ARGV[6..]: a read carries its partition's acks (one call instead of ack + fetch).
     They settle as ack-4 settles them: envelopes dropped, counted once (a resend changes
     nothing), a paused partition's too; an odd pair count is refused before anything."""
-    from shardq.store import delivery, transport
+    from shardq.store import delivery
 
     client, r = standalone_client, standalone_client.redis
     client.create_queue(queue, 1)
     client.enqueue_many(queue, [JobRequest("t", i) for i in range(4)])
     pk = keys.partition_keys(queue, 0, 1)
-    first = transport.run(r, delivery.fetch(pk, "c", 2)).jobs
+    first = SyncTransport(r).run(delivery.fetch(pk, "c", 2)).jobs
     acks = [(d.entry_id, d.raw_id) for d in first]
-    second = transport.run(r, delivery.fetch(pk, "c", 2, acks)).jobs
+    second = SyncTransport(r).run(delivery.fetch(pk, "c", 2, acks)).jobs
     assert {d.raw_id for d in second}.isdisjoint(d.raw_id for d in first) and len(second) == 2
     assert r.hlen(pk.jobs) == 2 and int(r.hget(pk.stats, "completed")) == 2
     assert r.xpending(pk.ready, keys.WORKER_GROUP)["pending"] == 2
     # Sent again (its reply was lost): nothing more is settled or counted.
-    assert transport.run(r, delivery.fetch(pk, "c", 2, acks)).jobs == []
+    assert SyncTransport(r).run(delivery.fetch(pk, "c", 2, acks)).jobs == []
     assert int(r.hget(pk.stats, "completed")) == 2
     # Paused: the read hands out nothing, the acks it carries still settle.
     r.hset(pk.ctl, "paused", "1")
     later = [(d.entry_id, d.raw_id) for d in second]
-    assert transport.run(r, delivery.fetch(pk, "c", 2, later)).jobs == []
+    assert SyncTransport(r).run(delivery.fetch(pk, "c", 2, later)).jobs == []
     assert r.hlen(pk.jobs) == 0 and int(r.hget(pk.stats, "completed")) == 4
     assert r.xpending(pk.ready, keys.WORKER_GROUP)["pending"] == 0
     # An entry id without its job id: refused, nothing written.
     r.hdel(pk.ctl, "paused")
     client.enqueue(queue, "t", 9)
-    [d] = transport.run(r, delivery.fetch(pk, "c", 1)).jobs
+    [d] = SyncTransport(r).run(delivery.fetch(pk, "c", 1)).jobs
     bad = op(
         "fetch",
         [*(pk.ready, pk.jobs, pk.dead, pk.errors, pk.stats), pk.lane, pk.vtime, pk.ctl, pk.due],
@@ -208,7 +210,7 @@ def test_a_fetch_settles_the_acks_it_carries_first_once_and_even_while_paused(
         check,
     )
     with pytest.raises(ScriptArgumentError, match="argument count"):
-        transport.run(r, bad)
+        SyncTransport(r).run(bad)
     assert r.hlen(pk.jobs) == 1 and int(r.hget(pk.stats, "completed")) == 4
     with pytest.raises(ValueError, match="at most 1000 acks"):
         delivery.fetch(pk, "c", 1, [(b"1-1", b"x")] * 1001)
@@ -221,7 +223,7 @@ def test_a_promoting_fetch_counts_the_jobs_its_next_read_will_find(
     horizon (the worker's share of the budget, when it reads next), so the worker reads a
     sticky run in one call; 0 when none waits, not known (None) when nothing was promoted or
     the partition is paused; a horizon out of range is refused before anything is written."""
-    from shardq.store import delivery, transport
+    from shardq.store import delivery
 
     client, r = standalone_client, standalone_client.redis
     client.create_queue(queue, 1)
@@ -232,22 +234,22 @@ def test_a_promoting_fetch_counts_the_jobs_its_next_read_will_find(
         queue, [JobRequest("t", i, run_at=(head_ms + o) / 1000) for i, o in enumerate(offsets)]
     )
     for horizon, expected in [(0, 1), (4, 2), (10, 3), (49, 3), (50, 4), (86_400_000, 5)]:
-        got = transport.run(r, delivery.fetch(pk, "c", 10, promote=True, horizon_ms=horizon))
+        got = SyncTransport(r).run(delivery.fetch(pk, "c", 10, promote=True, horizon_ms=horizon))
         assert got.jobs == [] and got.next_due_ms == head_ms
         assert got.due_soon == expected, horizon
-    plain = transport.run(r, delivery.fetch(pk, "c", 10, horizon_ms=50))
+    plain = SyncTransport(r).run(delivery.fetch(pk, "c", 10, horizon_ms=50))
     assert plain.next_due_ms is None and plain.due_soon is None
     r.hset(pk.ctl, "paused", "1")
-    paused = transport.run(r, delivery.fetch(pk, "c", 10, promote=True, horizon_ms=50))
+    paused = SyncTransport(r).run(delivery.fetch(pk, "c", 10, promote=True, horizon_ms=50))
     assert paused.next_due_ms is None and paused.due_soon is None
     r.hdel(pk.ctl, "paused")
     for bad in (-1, 86_400_001, "nan"):
         with pytest.raises(ScriptArgumentError):
-            transport.run(r, delivery.fetch(pk, "c", 10, promote=True, horizon_ms=bad))  # type: ignore[arg-type]
+            SyncTransport(r).run(delivery.fetch(pk, "c", 10, promote=True, horizon_ms=bad))  # type: ignore[arg-type]
     assert r.zcard(pk.due) == 5 and r.xlen(pk.ready) == 0
     # Everything due and read: none waits, none due soon.
     r.zadd(pk.due, {m: 0 for m in r.zrange(pk.due, 0, -1)})
-    done = transport.run(r, delivery.fetch(pk, "c", 10, promote=True, horizon_ms=50))
+    done = SyncTransport(r).run(delivery.fetch(pk, "c", 10, promote=True, horizon_ms=50))
     assert len(done.jobs) == 5 and done.next_due_ms == delivery.NONE_WAITS
     assert done.due_soon == 0
 
@@ -259,7 +261,7 @@ def test_a_fetch_that_promotes_first_moves_what_is_due_and_says_what_comes_next(
     stream as promote moves them, at most the read's count, and are read in the same call; the
     reply says when the next waiting job is due.  Not while paused, nor with lanes on (the
     lane is the dispatcher's to fill)."""
-    from shardq.store import delivery, transport
+    from shardq.store import delivery
 
     client, r = standalone_client, standalone_client.redis
     client.create_queue(queue, 1)
@@ -269,28 +271,28 @@ def test_a_fetch_that_promotes_first_moves_what_is_due_and_says_what_comes_next(
     later = client.enqueue(queue, "t", "later", run_at=now + 3600)
     assert r.xlen(pk.ready) == 0 and r.zcard(pk.due) == 4
     time.sleep(0.5)  # the first three are due now
-    got = transport.run(r, delivery.fetch(pk, "c", 2, promote=True))
+    got = SyncTransport(r).run(delivery.fetch(pk, "c", 2, promote=True))
     assert len(got.jobs) == 2 and {d.raw_id.decode() for d in got.jobs} <= {p.job_id for p in soon}
     assert got.next_due_ms is not None and got.next_due_ms <= time.time() * 1000  # the third
     assert r.zcard(pk.due) == 2 and int(r.hget(pk.stats, "promoted")) == 2
-    rest = transport.run(r, delivery.fetch(pk, "c", 10, promote=True))
+    rest = SyncTransport(r).run(delivery.fetch(pk, "c", 10, promote=True))
     assert len(rest.jobs) == 1 and rest.jobs[0].attempt == 1
     assert rest.next_due_ms is not None and abs(rest.next_due_ms - (now + 3600) * 1000) < 1000
     # Every job read is stored as running, as after a promote and a read.
     info = client.get(queue, rest.jobs[0].raw_id.decode())
     assert info is not None and info.state == "running"
     # Without promote: nothing moves, the next due time is not known.
-    plain = transport.run(r, delivery.fetch(pk, "c", 10))
+    plain = SyncTransport(r).run(delivery.fetch(pk, "c", 10))
     assert plain.jobs == [] and plain.next_due_ms is None
     # Paused, or lanes on: a read that asks to promote moves nothing.
     client.reschedule(queue, later, run_at=now - 1)
     r.hset(pk.ctl, "paused", "1")
-    assert transport.run(r, delivery.fetch(pk, "c", 10, promote=True)).next_due_ms is None
+    assert SyncTransport(r).run(delivery.fetch(pk, "c", 10, promote=True)).next_due_ms is None
     r.hdel(pk.ctl, "paused")
     r.hset(pk.ctl, "lanes", "1")
-    assert transport.run(r, delivery.fetch(pk, "c", 10, promote=True)).jobs == []
+    assert SyncTransport(r).run(delivery.fetch(pk, "c", 10, promote=True)).jobs == []
     assert r.zcard(pk.due) == 1
     r.hdel(pk.ctl, "lanes")
-    done = transport.run(r, delivery.fetch(pk, "c", 10, promote=True))
+    done = SyncTransport(r).run(delivery.fetch(pk, "c", 10, promote=True))
     assert [d.raw_id.decode() for d in done.jobs] == [later]
     assert done.next_due_ms == delivery.NONE_WAITS

@@ -9,7 +9,7 @@ import asyncio
 import threading
 import time
 from collections import Counter
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 from support.helpers import Runner, wait_for
@@ -26,10 +26,12 @@ from shardq.errors import (
     UnknownQueueError,
 )
 from shardq.jobs import Job
-from shardq.plans import drive
+from shardq.plans import Plan, one
 from shardq.plans import workflows as workflow_plans
 from shardq.store import keys
 from shardq.store import workflows as ops
+
+T = TypeVar("T")
 
 
 class Seen:
@@ -270,20 +272,20 @@ def test_resent_report_and_killed_relay_count_once(client: Client, queue: str) -
         queue, [JobRequest("child", {}, delay=3600) for _ in range(2)], on_success=cb("success")
     )
     bk = keys.batch_keys(queue, bid)
-    first = client._run(ops.report(bk, [ops.ChildEnd(0, "ok", f"{bid}#0")]))
+    first = client.run(one(ops.report(bk, [ops.ChildEnd(0, "ok", f"{bid}#0")])), "test")
     assert first.counted == 1 and not first.fires and not first.ended_ms
-    again = client._run(ops.report(bk, [ops.ChildEnd(0, "ok", f"{bid}#0")]))
+    again = client.run(one(ops.report(bk, [ops.ChildEnd(0, "ok", f"{bid}#0")])), "test")
     assert again.known and not again.counted
-    last = client._run(ops.report(bk, [ops.ChildEnd(1, "ok", f"{bid}#1")]))
+    last = client.run(one(ops.report(bk, [ops.ChildEnd(1, "ok", f"{bid}#1")])), "test")
     assert [f.name for f in last.fires] == ["success"] and last.ended_ms > 0
     # The relay dies after enqueueing the callback, before batch-fired: the resend redoes it.
-    fires = client._run(ops.report(bk, [ops.ChildEnd(1, "ok", f"{bid}#1")])).fires
+    fires = client.run(one(ops.report(bk, [ops.ChildEnd(1, "ok", f"{bid}#1")])), "test").fires
     assert [f.name for f in fires] == ["success"]
     for _ in range(2):
         for f in fires:
             req = ops.request_of(f.body, f"{bid}#success", {"gb": bid}, idempotent=True)
             client.enqueue_detailed(queue, req)  # twice: stored once (its idempotency key)
-    assert client._run(ops.fired(bk, ["success"])) == (0, last.ended_ms)
+    assert client.run(one(ops.fired(bk, ["success"])), "test") == (0, last.ended_ms)
     info = client.batches.get(queue, bid)
     assert info is not None and (info.completed, info.state, info.fires_pending) == (
         2,
@@ -293,7 +295,9 @@ def test_resent_report_and_killed_relay_count_once(client: Client, queue: str) -
     layout = client.layout(queue)
     stored = sum(client.redis.hlen(pk.jobs) for pk in layout.active())
     assert stored == 3  # the two waiting children (reported by hand here) and one callback
-    bad = client._run(ops.report(keys.batch_keys(queue, "nope"), [ops.ChildEnd(0, "ok", "x")]))
+    bad = client.run(
+        one(ops.report(keys.batch_keys(queue, "nope"), [ops.ChildEnd(0, "ok", "x")])), "test"
+    )
     assert not bad.known
 
 
@@ -388,15 +392,14 @@ def test_bad_input_writes_nothing(client: Client, queue: str) -> None:
 def test_a_poison_child_reclaimed_dead_is_reported(client: Client, queue: str) -> None:
     """A child whose deliveries reach the limit (its workers died each time) is dead-lettered
     by the reclaim script, which writes its end into the outbox in the same call."""
-    from shardq.store import delivery, transport
+    from shardq.store import delivery
 
     client.create_queue(queue, partitions=1)
     bid = client.batches.create(queue, [JobRequest("child", {})], on_failure=cb("failure"))
     pk = keys.partition_keys(queue, 0, 1)
-    got = transport.run(client.redis, delivery.fetch(pk, "c1", 1)).jobs
+    got = client.transport.run(delivery.fetch(pk, "c1", 1)).jobs
     assert [j.raw_id.decode() for j in got] == [f"{bid}#0"]
-    reclaimed = transport.run(
-        client.redis,
+    reclaimed = client.transport.run(
         delivery.reclaim(
             pk, "c2", visibility_ms=0, orphan_idle_ms=0, live=[], count=10, max_deliveries=1
         ),
@@ -406,8 +409,8 @@ def test_a_poison_child_reclaimed_dead_is_reported(client: Client, queue: str) -
     entry = ops._entry(f"{bid}#0", raw)
     assert entry is not None and (entry.batch_id, entry.child, entry.outcome) == (bid, 0, "dead")
     assert b"delivery limit" in entry.value
-    relayed = client._drive(
-        workflow_plans.relay_partition(client._queues, queue, pk, client.settings), "relaying"
+    relayed = client.run(
+        workflow_plans.relay_partition(client.cache, queue, pk, client.settings), "relaying"
     )
     assert (relayed.relayed, relayed.fires) == (1, ["failure"])
     info = client.batches.get(queue, bid)
@@ -445,8 +448,8 @@ def test_a_producer_dead_after_its_seal_leaves_the_fires_to_the_sweep(
         )
     bk = keys.batch_keys(queue, bid)
     # The producer's seal, then its death: the fires stay listed.
-    client._run(ops.firing_add(queue, bid, 1))
-    ended_ms, fires = client._run(ops.seal(bk))
+    client.run(one(ops.firing_add(queue, bid, 1)), "test")
+    ended_ms, fires = client.run(one(ops.seal(bk)), "test")
     assert ended_ms > 0 and sorted(f.name for f in fires) == ["complete", "success"]
     info = client.batches.get(queue, bid)
     assert (
@@ -486,8 +489,8 @@ def test_a_resent_create_does_not_rerun_children_whose_ends_wait_in_outboxes(
     # Half relayed (counted), half still in the outboxes: the resend skips both.
     layout = client.layout(queue)
     for pk in layout.active()[:2]:
-        client._drive(
-            workflow_plans.relay_partition(client._queues, queue, pk, client.settings), "relay"
+        client.run(
+            workflow_plans.relay_partition(client.cache, queue, pk, client.settings), "relay"
         )
     assert 0 < _outboxes(client, queue) < 30
     assert client.batches.create(queue, children, batch_id=bid, on_success=cb("success")) == bid
@@ -513,7 +516,7 @@ def test_an_add_with_an_add_id_is_safe_to_repeat(url: str, client: Client, queue
     # A restarted producer repeats its open too: the batch grew since, and that is no conflict.
     assert client.batches.open(queue, batch_id="parts-1", on_success=cb("success")) == bid
     # part-2: reserved, then the producer died (no child enqueued); it is then sealed.
-    assert client._run(ops.add(bk, 5, "part-2")) == (5, False)
+    assert client.run(one(ops.add(bk, 5, "part-2")), "test") == (5, False)
     client.batches.seal(queue, bid)
     assert _stored(client, queue) == 5
     # The restarted producer repeats its add: indexes 5..9 are filled although it is sealed.
@@ -557,16 +560,17 @@ def test_a_fire_refused_for_good_is_given_up_and_shown(
     assert _outboxes(client, queue) == 0
 
 
-def _counting(client: Client, seen: list[str]) -> Any:
-    """A sync sender that records the name of every script call it sends."""
-    send = client._runner.batches("test")
-
-    def sender(batch: Any) -> Any:
-        calls = batch.calls if hasattr(batch, "calls") else batch
-        seen.extend(getattr(getattr(c, "script", None), "name", "") for c in calls)
-        return send(batch)
-
-    return sender
+def _counting(plan: Plan[T], seen: list[str]) -> Plan[T]:
+    """``plan``, recording the name of every script call it sends."""
+    reply: Any = None
+    try:
+        while True:
+            batch = plan.send(reply)
+            calls = batch.calls if hasattr(batch, "calls") else batch
+            seen.extend(getattr(getattr(c, "script", None), "name", "") for c in calls)
+            reply = yield batch
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]
 
 
 def test_one_report_call_per_batch_per_round(url: str, client: Client, queue: str) -> None:
@@ -582,10 +586,8 @@ def test_one_report_call_per_batch_per_round(url: str, client: Client, queue: st
     for pk in client.layout(queue).active():
         names: list[str] = []
         entries = client.redis.hlen(pk.outbox)
-        relayed = drive(
-            workflow_plans.relay_partition(client._queues, queue, pk, client.settings),
-            _counting(client, names),
-        )
+        plan = workflow_plans.relay_partition(client.cache, queue, pk, client.settings)
+        relayed = client.run(_counting(plan, names), "test")
         assert relayed.relayed == entries and relayed.left == 0
         assert names.count("batch-report") == 3  # one per batch, not one per child
     for bid in bids:
@@ -606,9 +608,7 @@ def test_the_sweep_drops_settled_and_recordless_ids_and_counts_the_open(
     live = keys.batches_live_key(queue)
     client.redis.zadd(live, {ended: 5, "never-made": 1, "just-listed": 10**13})
     now = int(time.time() * 1000)
-    swept = client._drive(
-        workflow_plans.sweep(client._queues, queue, client.settings, now), "sweep"
-    )
+    swept = client.run(workflow_plans.sweep(client.cache, queue, client.settings, now), "sweep")
     assert swept.dropped == 2 and swept.unsettled == 2 and swept.cursor == (0, 0)
     assert set(client.redis.zrange(live, 0, -1)) == {open_bid.encode(), b"just-listed"}
 
@@ -623,8 +623,8 @@ def test_the_sweep_walks_a_page_at_a_time(
     cursor = (0, 0)
     dropped = 0
     for expected in ((7, 0), (9, 0), (0, 0)):
-        swept = client._drive(
-            workflow_plans.sweep(client._queues, queue, client.settings, 10**12, cursor), "sweep"
+        swept = client.run(
+            workflow_plans.sweep(client.cache, queue, client.settings, 10**12, cursor), "sweep"
         )
         cursor = swept.cursor
         dropped += swept.dropped
@@ -646,8 +646,8 @@ def test_the_relay_waits_for_a_replica_before_deleting(
         )
         wait_for(lambda: _outboxes(client, queue) == 10, 20, "the ends are not all in outboxes")
     for pk in client.layout(queue).active():
-        relayed = client._drive(
-            workflow_plans.relay_partition(client._queues, queue, pk, client.settings, 1), "relay"
+        relayed = client.run(
+            workflow_plans.relay_partition(client.cache, queue, pk, client.settings, 1), "relay"
         )
         assert relayed.left == 0
     info = client.batches.get(queue, bid)
@@ -687,7 +687,7 @@ def test_the_outbox_wakes_the_relay_once_until_it_is_emptied(
     children ending together wake the relay once, and the round it runs reads them all."""
     import redis as redis_lib
 
-    from shardq.store import delivery, results, transport
+    from shardq.store import delivery, results
 
     client = standalone_client
     client.create_queue(queue, partitions=1)
@@ -700,13 +700,13 @@ def test_the_outbox_wakes_the_relay_once_until_it_is_emptied(
         deadline = time.monotonic() + 5
         while sub.get_message(timeout=0.1) is None and time.monotonic() < deadline:
             pass  # the subscription's confirmation
-        got = transport.run(client.redis, delivery.fetch(pk, "c", 10)).jobs
+        got = client.transport.run(delivery.fetch(pk, "c", 10)).jobs
         assert len(got) == 5
         for d in got:  # one complete call each, as five workers would
             done = results.Completion(
                 d.entry_id, d.raw_id, 0, b"", f"{bid}|{d.raw_id.decode().split('#')[1]}", b""
             )
-            transport.run(client.redis, results.complete(pk, [done]))
+            client.transport.run(results.complete(pk, [done]))
         assert client.redis.hlen(pk.outbox) == 5
         hints = []
         end = time.monotonic() + 1.0
@@ -715,8 +715,8 @@ def test_the_outbox_wakes_the_relay_once_until_it_is_emptied(
             if m and m["type"] == "smessage":
                 hints.append(m["data"])
         assert hints == [b"o"]
-        relayed = client._drive(
-            workflow_plans.relay_partition(client._queues, queue, pk, client.settings), "relay"
+        relayed = client.run(
+            workflow_plans.relay_partition(client.cache, queue, pk, client.settings), "relay"
         )
         assert relayed.relayed == 5 and client.redis.hlen(pk.outbox) == 0
     finally:
@@ -739,9 +739,8 @@ def test_a_malformed_outbox_entry_is_refused_alone(url: str, client: Client, que
     victim = sorted(entries)[0]
     batch, index, _, ms, value = entries[victim].split(b"|", 4)
     client.redis.hset(pk.outbox, victim, b"|".join([batch, index, b"bogus", ms, value]))
-    relayed = drive(
-        workflow_plans.relay_partition(client._queues, queue, pk, client.settings),
-        client._runner.batches("test"),
+    relayed = client.run(
+        workflow_plans.relay_partition(client.cache, queue, pk, client.settings), "test"
     )
     assert (relayed.relayed, relayed.dropped, relayed.left) == (len(entries) - 1, 1, 0)
     info = client.batches.get(queue, bid)

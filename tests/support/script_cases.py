@@ -16,7 +16,7 @@ from shardq.client import Client
 from shardq.config import ProducerSettings
 from shardq.jobs import JobRequest
 from shardq.schedules import make_definition
-from shardq.store import delivery, fleet, inspect, keys, producer, results, transport
+from shardq.store import delivery, fleet, inspect, keys, producer, results
 from shardq.store import functions as store_functions
 from shardq.store import limits as store_limits
 from shardq.store import progress as store_progress
@@ -24,6 +24,7 @@ from shardq.store import resize as store_resize
 from shardq.store import schedules as sched
 from shardq.store import workflows as wf
 from shardq.store.op import Op
+from shardq.store.transport import SyncTransport
 
 SETTINGS = ProducerSettings()
 
@@ -50,7 +51,7 @@ def prepare(client: Client, created: list[str] | None = None) -> State:
     queue = "chk-" + uuid.uuid4().hex[:10]
     if created is not None:
         created.append(queue)
-    run = lambda op: transport.run(r, op)  # noqa: E731
+    run = lambda op: SyncTransport(r).run(op)  # noqa: E731
     client.create_queue(queue, 1)
     pk = keys.partition_keys(queue, 0, 1)
     scheduled = [
@@ -100,7 +101,7 @@ def _enqueue_batch(s: State) -> Op[Any]:
 def _schedule_fire(s: State) -> Op[Any]:
     """A schedule whose next tick (1000 ms) is long past, fired with its one tick."""
     d = make_definition("chk", "t", {"x": 1}, every=60)
-    transport.run(s.redis, sched.put(s.pk, "put", "chk", d.to_json(), 1000))
+    SyncTransport(s.redis).run(sched.put(s.pk, "put", "chk", d.to_json(), 1000))
     fire = sched.Fire("chk", 1000, d.sha, 10**13, 0, d.body.encode(), [1000])
     return sched.fire(s.pk, s.token, [fire])
 
@@ -113,7 +114,7 @@ def _resize_ack(s: State) -> Op[Any]:
 
 def _resize_take(s: State) -> Op[Any]:
     """A take out of the prepared partition, sealed first (a take refuses an open one)."""
-    transport.run(s.redis, store_resize.seal(s.pk, (1, 2)))
+    SyncTransport(s.redis).run(store_resize.seal(s.pk, (1, 2)))
     return store_resize.take(s.pk, 10)
 
 
@@ -121,7 +122,7 @@ def _batch(s: State, *, sealed: bool) -> keys.BatchKeys:
     """A batch of 2 children (open, or sealed) with a success callback, made as the admin."""
     bk = keys.batch_keys(s.queue, "chk-" + uuid.uuid4().hex[:8])
     spec = wf.spec_of(JobRequest("cb", {"x": 1}), "on_success")
-    transport.run(s.redis, _open(bk, sealed, [("cb:success", spec)]))
+    SyncTransport(s.redis).run(_open(bk, sealed, [("cb:success", spec)]))
     return bk
 
 
@@ -135,7 +136,7 @@ def _open(bk: keys.BatchKeys, sealed: bool, fields: list[tuple[str, bytes]]) -> 
 def _batch_fired(s: State) -> Op[Any]:
     bk = _batch(s, sealed=True)
     for i in range(2):
-        transport.run(s.redis, wf.report(bk, [wf.ChildEnd(i, "ok", f"x#{i}")]))
+        SyncTransport(s.redis).run(wf.report(bk, [wf.ChildEnd(i, "ok", f"x#{i}")]))
     return wf.fired(bk, ["success"])
 
 

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from shardq import JobRequest
 from shardq.client import Client
-from shardq.store import delivery, keys, transport
+from shardq.store import delivery, keys
 from support.helpers import one_by_one
 
 PARTITIONS = 8
@@ -47,13 +47,11 @@ def seed(client: Client, queue: str) -> Seeded:
     ]
     held = []
     for pk in keys.all_partition_keys(queue, PARTITIONS):
-        held += [
-            (pk, d) for d in transport.run(client.redis, delivery.fetch(pk, "w-console", 1)).jobs
-        ]
+        held += [(pk, d) for d in client.transport.run(delivery.fetch(pk, "w-console", 1)).jobs]
     assert len(held) >= 3, "the ready jobs did not spread over the partitions"
     (pk1, d1), (pk2, d2) = held[0], held[1]
-    transport.run(client.redis, delivery.fail(pk1, d1.entry_id, d1.raw_id, 600_000, "timeout"))
-    transport.run(client.redis, delivery.fail(pk2, d2.entry_id, d2.raw_id, -1, "bad address <x>"))
+    client.transport.run(delivery.fail(pk1, d1.entry_id, d1.raw_id, 600_000, "timeout"))
+    client.transport.run(delivery.fail(pk2, d2.entry_id, d2.raw_id, -1, "bad address <x>"))
     running = [d.raw_id.decode() for _, d in held[2:]]
     ready = [j for j in ready if j not in {d.raw_id.decode() for _, d in held}]
     return Seeded(
