@@ -39,6 +39,7 @@ class Recoverer:
         self.fetcher = fetcher
         self.inflight = ctx.inflight
         self.executor = executor
+        self.settler = executor.settler
         self.stats = ctx.stats
         self.rounds = 0
         #: Set to reclaim at once (a member left; the loop's stop sets it too).
@@ -96,6 +97,7 @@ class Recoverer:
         mine = await self._candidates(
             sorted(self.fetcher.assigned), min(visibility_ms, orphan_idle_ms)
         )
+        mine = await self._acks_written_first(mine)
         if not mine:
             self.rounds += 1
             return "done"
@@ -136,6 +138,19 @@ class Recoverer:
         if report.errors and len(report.errors) == len(ops):
             raise report.errors[0]
         return "more" if more else "done"
+
+    async def _acks_written_first(self, partitions: list[int]) -> list[int]:
+        """``partitions`` less those where this worker's own finished jobs still wait for their
+        ack, once it tried to write those acks now.  A finished job's ack waits to ride with a
+        read of its partition, or, while its primary fails over, for the new one: its delivery
+        looks idle to the reclaim meanwhile, and one outage longer than the visibility timeout
+        would make this worker take back and run again a job it ran."""
+        waiting = set(self.settler.partitions_with_acks()).intersection(partitions)
+        if not waiting:
+            return partitions
+        await self.settler.flush(sorted(waiting))
+        unsent = set(self.settler.partitions_with_acks())
+        return [p for p in partitions if p not in unsent]
 
     async def _candidates(self, partitions: list[int], idle_ms: int) -> list[int]:
         """The partitions of ``partitions`` with a delivery idle ``idle_ms`` or more: the only
