@@ -1,6 +1,6 @@
 --[[ ack: settle jobs whose handlers succeeded: acknowledge and drop the envelope.
 
-Acks usually ride with the partition's next read instead (fetch-8.lua's ARGV[4..]); this one
+Acks usually ride with the partition's next read instead (fetch-9.lua's ARGV[6..]); this one
 is for acks that waited long enough for one (shardq.worker.settler.ACK_LINGER) and shutdown.
 The settling itself is lua/includes/acks.lua.
 

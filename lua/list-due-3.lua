@@ -1,5 +1,5 @@
 --[[ list-due: one page of a partition's due set in due order, after a cursor: its scheduled jobs
-and its retrying ones (a last error in the errors hash tells them apart, as get-3.lua does).
+and its retrying ones (a last error in the errors hash tells them apart, as get-6.lua does).
 
 Bounded whatever the backlog: the page starts at a rank found by ZCOUNT and a binary search
 among the members of the cursor's own score (O(log^2 n)), then reads at most ARGV[4] members.

@@ -1,7 +1,7 @@
 """Loads lua/: one file per operation, ``<operation>-<number of KEYS>.lua``, as one Redis Functions
 library.
 
-``--@include name.lua`` lines pull in shared helpers from lua/includes/ (recursively, a cycle is
+``--@include <file>`` lines pull in shared helpers from lua/includes/ (recursively, a cycle is
 an error).  Every operation becomes one function of the library ``shardq_<version>``, named
 ``shardq_<version>_<operation>``; the version is a hash of the whole library, so two releases'
 libraries can be loaded side by side during a rolling upgrade.
