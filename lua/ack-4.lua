@@ -1,6 +1,6 @@
 --[[ ack: settle jobs whose handlers succeeded: acknowledge and drop the envelope.
 
-Acks usually ride with the partition's next read instead (fetch-8.lua's ARGV[4..]); this one
+Acks usually ride with the partition's next read instead (fetch-9.lua's ARGV[6..]); this one
 is for acks that waited long enough for one (shardq.worker.settler.ACK_LINGER) and shutdown.
 The settling itself is lua/includes/acks.lua.
 
@@ -10,15 +10,11 @@ KEYS[3] errors   hash    job id -> last error
 KEYS[4] stats    hash    counters
 
 ARGV[1] consumer group
-ARGV[2..] pairs of (entry id, job id)
+ARGV[2..] pairs of (entry id, job id)   groups of 2
 Max ARGV: 2001  = 1 + 2 per entry: at most 1000 entries (shardq.store.delivery.MAX_ACK)
 
 Returns the number of jobs settled.  An entry no longer pending (reclaimed and settled by
 another worker, or dead-lettered as poison meanwhile) is not counted and its envelope is kept.
-  {-10, key, found, expected}         E_WRONG_TYPE: a key was overwritten outside shardq
-  {-11, argv index, value, lo, hi}    E_BAD_ARGUMENT
-  {-15, 'KEYS' or 'ARGV', n, cap}    E_TOO_MANY_ARGUMENTS: before anything else (store/loader.py)
-Every check comes before the first write: a refused call writes nothing.
 
 Flags: allow-oom  (runs when Redis is at maxmemory: it frees memory or keeps a full Redis draining)
 ]]
@@ -27,6 +23,5 @@ Flags: allow-oom  (runs when Redis is at maxmemory: it frees memory or keeps a f
 
 local wrong = wrong_type({KEYS[1], 'stream', KEYS[2], 'hash', KEYS[3], 'hash'})
 if wrong then return wrong end
-if (#ARGV - 1) % 2 ~= 0 then return {-11, #ARGV, 'argument count', 1, 2} end
 local settled, refused_reply = ack_entries(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[1], 2)
 return refused_reply or settled

@@ -12,7 +12,7 @@ KEYS[1] batch    hash    the record (lua/includes/batch.lua)
 KEYS[2] seen     string  bitmap of counted children: grown here by the added children's bits
         (while Redis refuses this call at maxmemory), so the settling scripts never grow it
 
-ARGV[1] children to add: 1..MAX_ADD, and at most MAX_TOTAL in all
+ARGV[1] children to add (and at most MAX_TOTAL in all)  int 1..MAX_ADD as n
 ARGV[2] the batch id (for the error replies)
 ARGV[3] the add id ('' for none): 1-64 characters, no '|'
 
@@ -22,17 +22,14 @@ Returns
   {-18, batch id}                     E_BATCH_NOT_FOUND: never created, or expired
   {-19, batch id, state}              E_BATCH_CLOSED: sealed, ended or cancelled (a resend:
                                       cancelled, or ended, so every child was counted)
-  {-11, argv index, value, lo, hi}    E_BAD_ARGUMENT (a resend with another count too, or more
-                                      children than MAX_TOTAL in all)
-  {-10, key, found, expected}         E_WRONG_TYPE: a key was overwritten outside shardq (or the
-                                      record's total is not a whole number)
-  {-15, 'KEYS' or 'ARGV', n, cap}    E_TOO_MANY_ARGUMENTS: before anything else (store/loader.py)
-Every check comes before the first write: a refused call writes nothing.
+  {-11, 1, count, lo, hi}             E_BAD_ARGUMENT also for a resend with another count, or
+                                      more children than MAX_TOTAL in all
+  {-10, batch, 'total ...', ...}      E_WRONG_TYPE also when the record's total is not a whole
+                                      number
 ]]
 --@include checks.lua
 
-local n = int_of(ARGV[1], 1, MAX_ADD)
-if not n then return {-11, 1, ARGV[1], 1, MAX_ADD} end
+-- A pattern, not a bound: checked here.
 local add_id = ARGV[3] or ''
 if #add_id > 64 or string.find(add_id, '|', 1, true) then
   return {-11, 3, add_id, '1 character', '64 characters, no |'}

@@ -14,9 +14,6 @@ Returns
                                       never enqueued, counted cancelled here (0 for a batch)
   {2, total, kind, state}             it had already ended or was cancelled: unchanged
   {-18, batch id}                     E_BATCH_NOT_FOUND: never created, or expired
-  {-10, key, found, expected}         E_WRONG_TYPE: a key was overwritten outside shardq
-  {-15, 'KEYS' or 'ARGV', n, cap}    E_TOO_MANY_ARGUMENTS: before anything else (store/loader.py)
-Every check comes before the first write: a refused call writes nothing.
 
 Flags: allow-oom  (it settles: a full Redis must still count ends and end batches)
 ]]

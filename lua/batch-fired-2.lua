@@ -18,9 +18,6 @@ Max ARGV: 1010
 Returns
   {left, ended ms}                    the number of fires still to do, and when the batch ended
                                       (0 while it runs)
-  {-10, key, found, expected}         E_WRONG_TYPE: a key was overwritten outside shardq
-  {-15, 'KEYS' or 'ARGV', n, cap}    E_TOO_MANY_ARGUMENTS: before anything else (store/loader.py)
-Every check comes before the first write: a refused call writes nothing.
 
 Flags: allow-oom  (it settles: a full Redis must still count ends and end batches)
 ]]

@@ -12,8 +12,6 @@ Returns
                                       the fires still to do (lua/includes/batch.lua
                                       pending_fires)
   {}                                  no such batch (expired, or never created)
-  {-10, key, found, expected}         E_WRONG_TYPE: a key was overwritten outside shardq
-  {-15, 'KEYS' or 'ARGV', n, cap}    E_TOO_MANY_ARGUMENTS: before anything else (store/loader.py)
 
 Flags: no-writes
 ]]

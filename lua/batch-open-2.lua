@@ -3,44 +3,35 @@
 KEYS[1] batch    hash    the record
 KEYS[2] seen     string  bitmap: bit i set once child i's end was counted
 
-ARGV[1] kind: 'batch' or 'chain'
-ARGV[2] policy for a dead child: 'fail', 'continue' or 'ignore'
-ARGV[3] retention ms once it ended (1..30 days)
+ARGV[1] kind                                                       one of batch|chain
+ARGV[2] policy for a dead child                                    one of fail|continue|ignore
+ARGV[3] retention ms once it ended (30 days at most)               number 1..2592000000
 ARGV[4] children known now: 0..MAX_CHILDREN (a chain's steps: 1..MAX_STEPS); its bitmap is
         allocated here, so the settling scripts (allow-oom) never grow it
-ARGV[5] '1': sealed now (no child may be added); '0': open (lua/batch-add-2.lua, batch-seal-2)
+ARGV[5] '1': sealed now (no child may be added); '0': open         flag
+        (lua/batch-add-2.lua, batch-seal-2)
 ARGV[6] parent '<batch id>|<index>' when this batch is a child of another, else ''
-ARGV[7..] pairs of (field, value): 'cb:success' / 'cb:complete' / 'cb:failure' and a callback
-        job's body, 'step:<i>' (1 <= i < ARGV[4]) and a chain step's body; no other field
+ARGV[7..] pairs of (field, value): 'cb:success' / 'cb:complete' /  groups of 2
+        'cb:failure' and a callback job's body, 'step:<i>' (1 <= i < ARGV[4]) and a chain
+        step's body; no other field
 Max ARGV: 2206  = 6 + 2 per callback (3) and step (at most 1000), and 200 spare
 
 Returns
   {1, now ms}                         created
   {0, state, total, kind}             already there (a resent create: the caller checks it is its
                                       own and goes on with the children)
-  {-11, argv index, value, lo, hi}    E_BAD_ARGUMENT
-  {-10, key, found, expected}         E_WRONG_TYPE: a key was overwritten outside shardq
-  {-15, 'KEYS' or 'ARGV', n, cap}    E_TOO_MANY_ARGUMENTS: before anything else (store/loader.py)
-Every check comes before the first write: a refused call writes nothing.
 ]]
 --@include now.lua
 --@include checks.lua
 
-if ARGV[1] ~= 'batch' and ARGV[1] ~= 'chain' then return {-11, 1, ARGV[1], 'batch', 'chain'} end
-if ARGV[2] ~= 'fail' and ARGV[2] ~= 'continue' and ARGV[2] ~= 'ignore' then
-  return {-11, 2, ARGV[2], 'fail', 'ignore'}
-end
-local _, bad3 = arg_number(3, 1, 2592000000)
-if bad3 then return bad3 end
 -- The bounds the producer checks (shardq.workflows): a count past them would have the bitmap
--- allocate up to 512 MiB in one call.
+-- allocate up to 512 MiB in one call.  Checked here: they depend on the kind (ARGV[1]).
 local chain = ARGV[1] == 'chain'
 local lo, hi = chain and 1 or 0, chain and MAX_STEPS or MAX_CHILDREN
 local total = int_of(ARGV[4], lo, hi)
 if not total then return {-11, 4, ARGV[4], lo, hi} end
-if ARGV[5] ~= '0' and ARGV[5] ~= '1' then return {-11, 5, ARGV[5], '0', '1'} end
-if (#ARGV - 6) % 2 ~= 0 then return {-11, #ARGV, 'argument count', 6, #ARGV + 1} end
--- Only the fields listed above: a pair may not set the counts or the bitmap's size.
+-- Only the fields listed above (a step's index depends on ARGV[4]): a pair may not set the
+-- counts or the bitmap's size.
 for i = 7, #ARGV, 2 do
   local name = ARGV[i]
   local cb = string.match(name, '^cb:(%a+)$')

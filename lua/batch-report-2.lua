@@ -12,11 +12,11 @@ pays one call per partition round, not one per child.
 KEYS[1] batch    hash    the record (lua/includes/batch.lua)
 KEYS[2] seen     string  bitmap: bit i set once child i's end was counted
 
-ARGV[1..] four per child of the call (1 to 1000 children), for each:
-          the child's index (0 .. total - 1)
-          how it ended: 'ok', 'dead' or 'cancelled'
-          its job id (for the failure reason)
-          its value: a chain step's result record (JSON) for 'ok', the error for 'dead'; or ''
+ARGV[1..] four per child of the call (1 to 1000 children)  groups of 4, at least 1
+ARGV[i]   the child's index (0 .. total - 1)
+ARGV[i+1] how it ended: 'ok', 'dead' or 'cancelled'
+ARGV[i+2] its job id (for the failure reason)
+ARGV[i+3] its value: a chain step's result record (JSON) for 'ok', the error for 'dead'; or ''
           (at most MAX_RESULT_BYTES)
 Max ARGV: 4000
 
@@ -33,10 +33,6 @@ Returns
                                       still to do (lua/includes/batch.lua pending_fires)
   {0}                                 no such batch (expired after its retention, or never
                                       created): the reports are dropped
-  {-11, argv index, value, lo, hi}    E_BAD_ARGUMENT (no child, or not four values per child)
-  {-10, key, found, expected}         E_WRONG_TYPE: a key was overwritten outside shardq
-  {-15, 'KEYS' or 'ARGV', n, cap}    E_TOO_MANY_ARGUMENTS: before anything else (store/loader.py)
-Every check comes before the first write: a refused call writes nothing.
 
 A report never grows the bitmap (lua/includes/batch.lua 'bits'), and keeps at most
 MAX_RESULT_BYTES of a value: what it adds to a full Redis is bounded.
@@ -47,7 +43,6 @@ Flags: allow-oom  (it settles: a full Redis must still count ends and end batche
 --@include checks.lua
 --@include batch.lua
 
-if #ARGV == 0 or #ARGV % 4 ~= 0 then return {-11, #ARGV, 'argument count', 4, 4000} end
 local OUTCOMES = {ok = true, dead = true, cancelled = true}
 local wrong = wrong_type({KEYS[1], 'hash', KEYS[2], 'string'})
 if wrong then return wrong end

@@ -12,9 +12,6 @@ Returns
                                       (every child had already ended): lua/includes/batch.lua
                                       pending_fires
   {-18, batch id}                     E_BATCH_NOT_FOUND: never created, or expired
-  {-10, key, found, expected}         E_WRONG_TYPE: a key was overwritten outside shardq
-  {-15, 'KEYS' or 'ARGV', n, cap}    E_TOO_MANY_ARGUMENTS: before anything else (store/loader.py)
-Every check comes before the first write: a refused call writes nothing.
 
 Flags: allow-oom  (it settles: a full Redis must still count ends and end batches)
 ]]

@@ -18,7 +18,6 @@ Max ARGV: 32
 
 Returns {answer, ...} one per ARGV: 1 the user may run it; 0 the ACL refuses it; -1 the server
 has no such command (renamed, removed or never had it)
-  {-15, 'KEYS' or 'ARGV', n, cap}    E_TOO_MANY_ARGUMENTS: before anything else (store/loader.py)
 Flags: no-writes  (reads only)
 ]]
 

@@ -18,21 +18,23 @@ Max KEYS: 105  = 5 + 1 per job: at most 100 jobs (shardq.store.delivery.MAX_COMP
 
 ARGV[1] consumer group
 ARGV[2] the partition's due-hint channel: told 'o' when an outbox entry is written
-ARGV[3..] 6 per job: entry id, job id (1..MAX_NAME_BYTES bytes), retention ms (0: keeps no
-        result, else 1..shardq.jobs.MAX_RESULT_RETENTION), the result record (JSON written by
-        the worker, opaque here: shardq.store.results; '' when none), the workflow ref
-        '<batch id>|<index>' ('' for a job of no workflow; at most MAX_NAME_BYTES bytes), the
-        value the report carries (a chain step's record; '' otherwise).  A record or carried
-        value is at most MAX_RESULT_BYTES, and so are a call's records together (the worker
-        sends a larger batch in several calls: shardq.store.results.MAX_COMPLETE_BYTES)
+ARGV[3..] 6 per job, as many jobs as result keys                       groups of 6
+ARGV[i]   entry id
+ARGV[i+1] job id                                                       name
+ARGV[i+2] retention ms: 0 keeps no result (at most                     number 0..2592000000
+          shardq.jobs.MAX_RESULT_RETENTION, 30 days)
+ARGV[i+3] the result record (JSON written by the worker, opaque here:  bytes 0..MAX_RESULT_BYTES
+          shardq.store.results; '' when none)
+ARGV[i+4] the workflow ref '<batch id>|<index>' ('' for a job of no    bytes 0..MAX_NAME_BYTES
+          workflow)
+ARGV[i+5] the value the report carries (a chain step's record; ''      bytes 0..MAX_RESULT_BYTES
+          otherwise)
+A call's records together are at most MAX_RESULT_BYTES too (the worker sends a larger batch in
+several calls: shardq.store.results.MAX_COMPLETE_BYTES).
 Max ARGV: 602  = 2 + 6 per job
 
 Returns the number of jobs settled.  An entry no longer pending (reclaimed and settled by another
 worker, or dead-lettered as poison meanwhile) is not counted and writes no result or report.
-  {-10, key, found, expected}         E_WRONG_TYPE: a key was overwritten outside shardq
-  {-11, argv index, value, lo, hi}    E_BAD_ARGUMENT
-  {-15, 'KEYS' or 'ARGV', n, cap}    E_TOO_MANY_ARGUMENTS: before anything else (store/loader.py)
-Every check comes before the first write: a refused call writes nothing.
 
 What a call keeps is bounded by these caps: it runs at maxmemory.
 
@@ -47,20 +49,15 @@ Flags: allow-oom  (runs when Redis is at maxmemory: it frees memory or keeps a f
 -- the call half-way (a TYPE probe per job was a third of what keeping a result cost).
 local wrong = wrong_type({KEYS[1], 'stream', KEYS[2], 'hash', KEYS[3], 'hash', KEYS[5], 'hash'})
 if wrong then return wrong end
+-- Checked here, as they span arguments (the header's are checked before): one job per
+-- result key, and the call's records together within MAX_RESULT_BYTES.
 if (#ARGV - 2) ~= 6 * (#KEYS - 5) then return {-11, #ARGV, 'argument count', 2, 6 * (#KEYS - 5) + 2} end
--- The bound is shardq.jobs.MAX_RESULT_RETENTION (30 days).
 local records = 0
-for i = 5, #ARGV, 6 do
-  local _, bad = arg_number(i, 0, 2592000000)
-  if bad then return bad end
-  local bad_id = arg_name(i - 1)
-  if bad_id then return bad_id end
-  records = records + #ARGV[i + 1]
-  if #ARGV[i + 1] > MAX_RESULT_BYTES or #ARGV[i + 3] > MAX_RESULT_BYTES or
-      records > MAX_RESULT_BYTES then
-    return {-11, i + 1, 'a result of ' .. #ARGV[i + 1] .. ' bytes', 0, MAX_RESULT_BYTES}
+for i = 6, #ARGV, 6 do
+  records = records + #ARGV[i]
+  if records > MAX_RESULT_BYTES then
+    return {-11, i, 'a result of ' .. #ARGV[i] .. ' bytes', 0, MAX_RESULT_BYTES}
   end
-  if #ARGV[i + 2] > MAX_NAME_BYTES then return {-11, i + 2, 'workflow ref', 0, MAX_NAME_BYTES} end
 end
 local now = now_ms()
 local ready, jobs, errors, stats, outbox = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]

@@ -11,10 +11,7 @@ KEYS[1] ctl      hash    the partition's flags; its field 'lanes' marks it in us
 KEYS[2] stats    hash    counters (and the flags of a queue of layout < 4)
 
 Returns {1} when it started using the control hash now, {0} when it already did
-  {-10, key, found, expected}         E_WRONG_TYPE: a key was overwritten outside shardq
   {-14, role, key}                    E_NOT_PERMITTED: the caller may not write the control hash
-  {-15, 'KEYS' or 'ARGV', n, cap}    E_TOO_MANY_ARGUMENTS: before anything else (store/loader.py)
-Every check comes before the first write: a refused call writes nothing.
 
 Flags: allow-oom  (an operator step that writes a few fields; a full Redis must stay steerable)
 ]]

@@ -13,28 +13,22 @@ KEYS[4] stats    hash    counters
 
 ARGV[1] consumer group
 ARGV[2] due-hint channel (sharded pub/sub) to wake the dispatcher when the head moves earlier
-ARGV[3..] triples: entry id, job id, due ms (Redis clock)
+ARGV[3..] per job, at least one         groups of 3, at least 1
+ARGV[i]   entry id
+ARGV[i+1] job id
+ARGV[i+2] due ms (Redis clock)          number 0..1e15
 Max ARGV: 3002  = 2 + 3 per job: at most 1000 jobs (shardq.store.limits.MAX_DEFER)
 
 Returns
   {deferred}   how many were put back; an entry no longer pending (reclaimed and settled by
                another worker) or whose job was cancelled is skipped (a cancelled job's entry
                is settled)
-  {-10, key, found, expected}         E_WRONG_TYPE: a key was overwritten outside shardq
-  {-11, argv index, value, lo, hi}    E_BAD_ARGUMENT
-  {-15, 'KEYS' or 'ARGV', n, cap}    E_TOO_MANY_ARGUMENTS: before anything else (store/loader.py)
-Every check comes before the first write: a refused call writes nothing.
 
 Flags: allow-oom  (runs when Redis is at maxmemory: it keeps a full Redis draining)
 ]]
 --@include envelope.lua
 --@include checks.lua
 
-if (#ARGV - 2) % 3 ~= 0 or #ARGV < 5 then return {-11, #ARGV, #ARGV, 5, 3002} end
-for i = 5, #ARGV, 3 do
-  local _, bad = arg_number(i, 0, 1e15)
-  if bad then return bad end
-end
 local wrong = wrong_type({KEYS[1], 'stream', KEYS[2], 'hash', KEYS[3], 'zset'})
 if wrong then return wrong end
 

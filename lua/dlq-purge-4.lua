@@ -11,10 +11,7 @@ Max ARGV: 1000  = at most 1000 entries (shardq.inspector.BATCH, shardq.admin.DLQ
 
 Returns the number of entries deleted.  A job is deleted only while it is still dead (a job
 replayed meanwhile is left alone).
-  {-10, key, found, expected}         E_WRONG_TYPE: a key was overwritten outside shardq
   {-14, role, key}                    E_NOT_PERMITTED: the caller may not write the control hash
-  {-15, 'KEYS' or 'ARGV', n, cap}    E_TOO_MANY_ARGUMENTS: before anything else (store/loader.py)
-Every check comes before the first write: a refused call writes nothing.
 
 Flags: allow-oom  (runs when Redis is at maxmemory: it frees memory or keeps a full Redis draining)
 ]]

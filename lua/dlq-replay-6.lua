@@ -14,10 +14,7 @@ Max ARGV: 1001  = 1 + at most 1000 entries (shardq.inspector.BATCH, shardq.admin
 
 Returns {replayed, skipped}: an entry is skipped (and left in place) when it holds no job
 (a malformed ready entry: purge it) or its job is no longer dead (already replayed/cancelled).
-  {-10, key, found, expected}         E_WRONG_TYPE: a key was overwritten outside shardq
   {-14, role, key}                    E_NOT_PERMITTED: the caller may not write the control hash
-  {-15, 'KEYS' or 'ARGV', n, cap}    E_TOO_MANY_ARGUMENTS: before anything else (store/loader.py)
-Every check comes before the first write: a refused call writes nothing.
 ]]
 --@include now.lua
 --@include envelope.lua

@@ -9,14 +9,10 @@ KEYS[2] jobs     hash    job id -> envelope
 KEYS[3] errors   hash    job id -> last error
 KEYS[4] ctl      hash    the partition's flags (its type is checked: who may write it may run this)
 
-ARGV[1] most jobs to delete (1-1000)
+ARGV[1] most jobs to delete             number 1..1000 as n
 
 Returns {jobs deleted}
-  {-10, key, found, expected}         E_WRONG_TYPE: a key was overwritten outside shardq
-  {-11, argv index, value, lo, hi}    E_BAD_ARGUMENT
   {-14, role, key}                    E_NOT_PERMITTED: the caller may not write the control hash
-  {-15, 'KEYS' or 'ARGV', n, cap}    E_TOO_MANY_ARGUMENTS: before anything else (store/loader.py)
-Every check comes before the first write: a refused call writes nothing.
 Flags: allow-oom  (frees memory)
 ]]
 --@include checks.lua
@@ -24,8 +20,6 @@ Flags: allow-oom  (frees memory)
 
 local denied = operator_only(KEYS[4], KEYS[1])
 if denied then return denied end
-local n, bad = arg_number(1, 1, 1000)
-if bad then return bad end
 local wrong = wrong_type({KEYS[1], 'zset', KEYS[2], 'hash', KEYS[3], 'hash', KEYS[4], 'hash'})
 if wrong then return wrong end
 local ids = redis.call('ZRANGE', KEYS[1], 0, n - 1)

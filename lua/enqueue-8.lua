@@ -12,14 +12,16 @@ KEYS[8] ctl      hash    the partition's flags (read only: lanes on or off; seal
 
 ARGV[1] job id
 ARGV[2] body (JSON, opaque to the script but for its '@<level><tenant>@' prefix, if any)
-ARGV[3] 'at' (ARGV[4] is an absolute ms time) or 'in' (ARGV[4] is a delay in ms from Redis now);
-        'tat'/'tin' the same for a timed id the producer has just generated, in a queue of
-        layout 3: the job then waits compactly (lua/includes/compact.lua), for 'tin' at the id's
-        time when that is within 250 ms of now + delay
-ARGV[4] ms value
-ARGV[5] past tolerance ms: an 'at' time older than now - tolerance is rejected
-ARGV[6] horizon ms: a due time later than now + horizon is rejected
-ARGV[7] idempotency retention ms, counted from the due time
+ARGV[3] 'at' (ARGV[4] is an absolute ms time) or 'in' (ARGV[4] is a    one of in|tin|tat|at
+        delay in ms from Redis now); 'tat'/'tin' the same for a timed id the producer has just
+        generated, in a queue of layout 3: the job then waits compactly
+        (lua/includes/compact.lua), for 'tin' at the id's time when that is within 250 ms of
+        now + delay
+ARGV[4] ms value                                                       number -1e15..1e15
+ARGV[5] past tolerance ms: an 'at' time older than now - tolerance is  number 0..1e13 as tolerance
+        rejected
+ARGV[6] horizon ms: a due time later than now + horizon is rejected    number 1..1e13 as horizon
+ARGV[7] idempotency retention ms, counted from the due time            number 1..1e13 as retention
 ARGV[8] '1' when KEYS[4] is a real idempotency key
 ARGV[9] due-hint channel (sharded pub/sub, same slot): dispatcher wake-up when the head moves
 ARGV[10] ready-hint channel: worker wake-up when a job lands in the ready stream
@@ -51,10 +53,6 @@ Returns
   {-4, job id}                        E_DUPLICATE_JOB_ID
   {-16, '<generation>:<partitions>', job id}  E_LAYOUT_MOVED: a resize empties this partition
                                       (lua/includes/resize.lua): enqueue into that generation
-  {-10, key, found, expected}         E_WRONG_TYPE: a key was overwritten outside shardq
-  {-11, argv index, value, lo, hi}    E_BAD_ARGUMENT
-  {-15, 'KEYS' or 'ARGV', n, cap}    E_TOO_MANY_ARGUMENTS: before anything else (store/loader.py)
-Every check comes before the first write: a refused call writes nothing.
 ]]
 --@include now.lua
 --@include schedule.lua
@@ -95,15 +93,6 @@ local function legacy_debounce_key(key, score)
 end
 
 local now = now_ms()
-if not ENQUEUE_MODES[ARGV[3]] then return {-11, 3, ARGV[3], 'in', 'at'} end
-local _, bad = arg_number(4, -1e15, 1e15)
-if bad then return bad end
-local tolerance, bad5 = arg_number(5, 0, 1e13)
-if bad5 then return bad5 end
-local horizon, bad6 = arg_number(6, 1, 1e13)
-if bad6 then return bad6 end
-local retention, bad7 = arg_number(7, 1, 1e13)
-if bad7 then return bad7 end
 local idem = ARGV[8] == '1'
 local due, rejected = due_time(ENQUEUE_MODES[ARGV[3]], ARGV[4], now, tolerance, horizon)
 if rejected then return rejected end

@@ -13,11 +13,15 @@ KEYS[5] lane     zset    due jobs waiting for fetch, by fair-queueing score (lan
 KEYS[6] vtime    hash    virtual time and per-flow last score of the lane (lanes on)
 KEYS[7] ctl      hash    the partition's flags (read only: lanes on or off; sealed by a resize)
 
-ARGV[1] past tolerance ms
-ARGV[2] horizon ms
+ARGV[1] past tolerance ms               number 0..1e13 as tolerance
+ARGV[2] horizon ms                      number 1..1e13 as horizon
 ARGV[3] due-hint channel (sharded pub/sub): dispatcher wake-up when the head moves earlier
 ARGV[4] ready-hint channel: worker wake-up when jobs land in the ready stream
-ARGV[5..] 4 per job: job id, body (JSON), mode ('at', 'in', 'tat', 'tin': see enqueue-8), ms
+ARGV[5..] 4 per job                     groups of 4
+ARGV[i]   job id
+ARGV[i+1] body (JSON)
+ARGV[i+2] mode (see enqueue-8)          one of in|tin|tat|at
+ARGV[i+3] ms                            number -1e15..1e15
 Max ARGV: 1004  = 4 + 4 per job: at most 250 jobs; bulk enqueue sends 100 (shardq.store.producer.BATCH_JOBS)
 
 Returns {now ms, then 2 per job: status, detail}
@@ -25,10 +29,7 @@ Returns {now ms, then 2 per job: status, detail}
   status 2: this exact job was already stored (a resent call), detail = 0
   status -2 E_DUE_IN_PAST, -3 E_BEYOND_HORIZON (detail = due ms), -4 E_DUPLICATE_JOB_ID
 or, for the whole call, before anything is written:
-  {-10, key, found, expected}         E_WRONG_TYPE
-  {-11, argv index, value, lo, hi}    E_BAD_ARGUMENT
   {-14, role, key}                    E_NOT_PERMITTED: the caller is no producer (lua/includes/checks.lua)
-  {-15, 'KEYS' or 'ARGV', n, cap}    E_TOO_MANY_ARGUMENTS: before anything else (store/loader.py)
   {-16, '<generation>:<partitions>'}  E_LAYOUT_MOVED: a resize empties this partition
                                       (lua/includes/resize.lua): enqueue into that generation
 ]]
@@ -42,16 +43,6 @@ or, for the whole call, before anything is written:
 local denied = producer_only(KEYS[1], KEYS[2])
 if denied then return denied end
 local now = now_ms()
-local tolerance, bad1 = arg_number(1, 0, 1e13)
-if bad1 then return bad1 end
-local horizon, bad2 = arg_number(2, 1, 1e13)
-if bad2 then return bad2 end
-if (#ARGV - 4) % 4 ~= 0 then return {-11, #ARGV, 'argument count', 4, 4} end
-for i = 5, #ARGV, 4 do
-  if not ENQUEUE_MODES[ARGV[i + 2]] then return {-11, i + 2, ARGV[i + 2], 'in', 'at'} end
-  local _, bad = arg_number(i + 3, -1e15, 1e15)
-  if bad then return bad end
-end
 local lanes, wrong_ctl = lanes_on(KEYS[7], KEYS[4])
 if wrong_ctl then return wrong_ctl end
 local spec = {KEYS[1], 'hash', KEYS[2], 'zset', KEYS[3], 'stream'}

@@ -11,25 +11,22 @@ KEYS[7] outbox   hash    workflow children's ends not yet relayed (lua/includes/
 ARGV[1] consumer group
 ARGV[2] entry id
 ARGV[3] job id
-ARGV[4] retry delay ms, or -1 to dead-letter now (attempts used up, or a permanent error)
+ARGV[4] retry delay ms (366 days at most), or -1 to dead-letter now  number -1..31622400000 as delay
+        (attempts used up, or a permanent error)
 ARGV[5] error text (already truncated by the caller; kept to MAX_ERROR_BYTES here: it runs
         at maxmemory)
 ARGV[6] due-hint channel (sharded pub/sub) to wake the dispatcher when the head moves earlier
 ARGV[7] the job's result channel (its result key's name) when it keeps its result, else '':
         told when the job ends dead, so a producer waiting for the result stops waiting
-ARGV[8] the job's workflow ref '<batch id>|<index>' when it is a batch child or chain step,
-        else '': a child that ends dead has its end written into the outbox with the error
-        (at most MAX_NAME_BYTES bytes)
+ARGV[8] the job's workflow ref '<batch id>|<index>' when it          bytes 0..MAX_NAME_BYTES
+        is a batch child or chain step, else '': a child that ends dead has its end written
+        into the outbox with the error
 
 Returns
   {1, due ms}   retry scheduled
   {2, now ms}   dead-lettered (also a job whose stored attempt is not a whole number 0..1e9:
                 its attempts cannot be counted)
   {0}           nothing to settle: the delivery is no longer pending or the job was cancelled
-  {-10, key, found, expected}         E_WRONG_TYPE: a key was overwritten outside shardq
-  {-11, argv index, value, lo, hi}    E_BAD_ARGUMENT
-  {-15, 'KEYS' or 'ARGV', n, cap}    E_TOO_MANY_ARGUMENTS: before anything else (store/loader.py)
-Every check comes before the first write: a refused call writes nothing.
 
 Flags: allow-oom  (runs when Redis is at maxmemory: it frees memory or keeps a full Redis draining)
 ]]
@@ -39,9 +36,6 @@ Flags: allow-oom  (runs when Redis is at maxmemory: it frees memory or keeps a f
 --@include outbox.lua
 
 -- Reads and checks first: the delivery must still be pending, the job stored and readable.
-local delay, bad = arg_number(4, -1, 366 * 86400000)
-if bad then return bad end
-if ARGV[8] and #ARGV[8] > MAX_NAME_BYTES then return {-11, 8, 'workflow ref', 0, MAX_NAME_BYTES} end
 local error_text = string.sub(ARGV[5], 1, MAX_ERROR_BYTES)
 local wrong = wrong_type({KEYS[1], 'stream', KEYS[2], 'hash', KEYS[3], 'zset', KEYS[4], 'stream',
   KEYS[5], 'hash', KEYS[7], 'hash'})

@@ -40,15 +40,17 @@ KEYS[8] ctl      hash    the partition's flags, 'paused' and 'lanes' (read only)
 KEYS[9] due      zset    job id (or '<id> <body>', a compact job) scored by due ms
 
 ARGV[1] consumer group
-ARGV[2] consumer (worker) name (1..MAX_NAME_BYTES bytes)
-ARGV[3] max entries to read
-ARGV[4] '1': promote the partition's due jobs first (up to ARGV[3]); '0': read only
-ARGV[5] horizon ms (0..86400000): the reply counts the waiting jobs due by the next due time
-        plus this (the worker's share of the lateness budget: when it reads the partition next)
-ARGV[6..] pairs of (entry id, job id) of this partition's jobs whose handlers succeeded: settled
-        first (lua/includes/acks.lua), paused or not, so a finished job's ack rides with the
-        next read of its partition instead of a call of its own (BullMQ's moveToFinished
-        fetches the next job the same way)
+ARGV[2] consumer (worker) name                                         name
+ARGV[3] max entries to read                                            number 1..1000 as n
+ARGV[4] '1': promote the partition's due jobs first (up to ARGV[3]);   flag
+        '0': read only
+ARGV[5] horizon ms: the reply counts the waiting jobs due by the next  number 0..86400000 as horizon
+        due time plus this (the worker's share of the lateness budget: when it reads the
+        partition next)
+ARGV[6..] pairs of (entry id, job id) of this partition's jobs whose   groups of 2
+        handlers succeeded: settled first (lua/includes/acks.lua), paused or not, so a
+        finished job's ack rides with the next read of its partition instead of a call of its
+        own (BullMQ's moveToFinished fetches the next job the same way)
 Max ARGV: 2005  = 5 + 2 per ack: at most 1000 acks (shardq.store.delivery.MAX_ACK)
 
 Returns {now ms, next due ms, due by then, more, entry id, job id, due ms, attempt, body,
@@ -62,14 +64,11 @@ once rather than reading a sticky run (shardq/store/sticky.py) in two or three c
 none waits, -1 when next due is not known.  reserved is 1 for a job a rate limit deferred to a
 start it reserved for it (envelope state L, lua/defer-4.lua): the worker runs it without asking
 the limit again; else 0.
-  {-10, key, found, expected}         E_WRONG_TYPE: a key was overwritten outside shardq
-  {-11, argv index, value, lo, hi}    E_BAD_ARGUMENT
-  {-15, 'KEYS' or 'ARGV', n, cap}    E_TOO_MANY_ARGUMENTS: before anything else (store/loader.py)
-Every check comes before the first write: a refused call writes nothing.  (The steady state's
-one call per job: a key-type check costs about as much as a command, so a key this call reads
-before its first write (the control hash, the due set, the errors hash when acks ride) is
-checked by that read, and the ready stream by the first write itself, under pcall; the jobs
-hash and the dead stream, first touched after a write, keep a TYPE.)
+Key types (the steady state's one call per job: a key-type check costs about as much as a
+command): a key this call reads before its first write (the control hash, the due set, the
+errors hash when acks ride) is checked by that read, and the ready stream by the first write
+itself, under pcall; the jobs hash and the dead stream, first touched after a write, keep a
+TYPE.
 
 Flags: allow-oom  (runs when Redis is at maxmemory: it frees memory or keeps a full Redis draining)
 ]]
@@ -85,14 +84,6 @@ Flags: allow-oom  (runs when Redis is at maxmemory: it frees memory or keeps a f
 local MAX_SKIPPED = 100
 local MAX_PASSES = 16
 
-local n, bad = arg_number(3, 1, 1000)
-if bad then return bad end
-local bad_name = arg_name(2)
-if bad_name then return bad_name end
-if ARGV[4] ~= '0' and ARGV[4] ~= '1' then return {-11, 4, ARGV[4], '0', '1'} end
-local horizon, bad5 = arg_number(5, 0, 86400000)
-if bad5 then return bad5 end
-if (#ARGV - 5) % 2 ~= 0 then return {-11, #ARGV, 'argument count', 5, 2} end
 local n_text = string.format('%d', n)
 local paused, lanes, wrong_ctl = partition_flags(KEYS[8], KEYS[5])
 if wrong_ctl then return wrong_ctl end

@@ -20,8 +20,6 @@ A job not here in a partition a resize sealed: its record in 'moving' as above, 
   {-16, '<generation>:<partitions>', id}  E_LAYOUT_MOVED: not here, and a resize sealed this
                                       partition (lua/includes/resize.lua): ask that generation
   {-17, id}                           E_JOB_MOVING: a resize is moving it: ask again shortly
-  {-10, key, found, expected}         E_WRONG_TYPE: a key was overwritten outside shardq
-  {-15, 'KEYS' or 'ARGV', n, cap}    E_TOO_MANY_ARGUMENTS: before anything else (store/loader.py)
 Flags: no-writes  (reads only)
 ]]
 --@include snapshot.lua

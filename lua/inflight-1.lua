@@ -7,8 +7,6 @@ KEYS[1] ready    stream  due jobs
 ARGV[1] consumer group
 
 Returns {worker, pending deliveries, ...}
-  {-10, key, found, expected}         E_WRONG_TYPE: a key was overwritten outside shardq
-  {-15, 'KEYS' or 'ARGV', n, cap}    E_TOO_MANY_ARGUMENTS: before anything else (store/loader.py)
 Flags: no-writes  (reads only)
 ]]
 --@include checks.lua

@@ -16,14 +16,10 @@ KEYS[1] ctl      hash    the partition's flags
 KEYS[2] stats    hash    counters (and the flags of a queue of layout < 4)
 KEYS[3] lane     zset    due jobs waiting for fetch (whether it holds any is read)
 
-ARGV[1] '1' to turn lanes on, '0' to turn them off
+ARGV[1] '1' to turn lanes on, '0' to turn them off  flag
 
 Returns {1 when the state changed (on <-> off), else 0}
-  {-10, key, found, expected}         E_WRONG_TYPE: a key was overwritten outside shardq
-  {-11, argv index, value, lo, hi}    E_BAD_ARGUMENT
   {-14, role, key}                    E_NOT_PERMITTED: the caller may not write the control hash
-  {-15, 'KEYS' or 'ARGV', n, cap}    E_TOO_MANY_ARGUMENTS: before anything else (store/loader.py)
-Every check comes before the first write: a refused call writes nothing.
 
 Flags: allow-oom  (an operator step that writes one field; a full Redis must stay steerable)
 ]]
@@ -32,7 +28,6 @@ Flags: allow-oom  (an operator step that writes one field; a full Redis must sta
 
 local denied = operator_only(KEYS[1], KEYS[2])
 if denied then return denied end
-if ARGV[1] ~= '1' and ARGV[1] ~= '0' then return {-11, 1, ARGV[1], '0', '1'} end
 local wrong = wrong_type({KEYS[1], 'hash', KEYS[3], 'zset'})
 if wrong then return wrong end
 local flags = flags_key(KEYS[1], KEYS[2])

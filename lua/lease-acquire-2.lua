@@ -7,9 +7,9 @@ KEYS[1] lease    string  '<token>:<owner>' with expiry
 KEYS[2] fence    hash    token (only grows), released ('1' when the last owner let go),
                          granted (ms of the last grant); never expires
 
-ARGV[1] owner (dispatcher id, 1..MAX_NAME_BYTES bytes)
-ARGV[2] lease time ms: the caller's configured lease time, and the most a lease it honours may
-        have left
+ARGV[1] owner (dispatcher id)                                       name
+ARGV[2] lease time ms: the caller's configured lease time, and the  number 100..3600000 as ttl
+        most a lease it honours may have left
 ARGV[3..] owners whose unexpired lease may be taken over: dispatchers whose membership expired
           (dead or paused) and earlier incarnations of this dispatcher (restarted in place).
           Safe, because every write of the displaced owner checks its now stale token.  A lease
@@ -26,20 +26,12 @@ Returns
                              or its lease would not have expired)
   {1, token, 0, 0}           already ours: extended
   {0, token, owner, ttl ms}  held by another owner (its lease expires within its lease time)
-  {-10, key, found, expected}         E_WRONG_TYPE: a key was overwritten outside shardq
-  {-11, argv index, value, lo, hi}    E_BAD_ARGUMENT
-  {-15, 'KEYS' or 'ARGV', n, cap}    E_TOO_MANY_ARGUMENTS: before anything else (store/loader.py)
-Every check comes before the first write: a refused call writes nothing.
 
 Flags: allow-oom  (runs when Redis is at maxmemory: it frees memory or keeps a full Redis draining)
 ]]
 --@include now.lua
 --@include checks.lua
 
-local ttl, bad = arg_number(2, 100, 3600000)
-if bad then return bad end
-local bad_owner = arg_name(1)
-if bad_owner then return bad_owner end
 local wrong = wrong_type({KEYS[1], 'string', KEYS[2], 'hash'})
 if wrong then return wrong end
 local v = redis.call('GET', KEYS[1])

@@ -6,9 +6,6 @@ KEYS[2] fence    hash    token, released, granted
 ARGV[1] fencing token
 
 Returns 1 released, 0 not ours (already expired or taken over: nothing to do)
-  {-10, key, found, expected}         E_WRONG_TYPE: a key was overwritten outside shardq
-  {-15, 'KEYS' or 'ARGV', n, cap}    E_TOO_MANY_ARGUMENTS: before anything else (store/loader.py)
-Every check comes before the first write: a refused call writes nothing.
 
 Flags: allow-oom  (runs when Redis is at maxmemory: it frees memory or keeps a full Redis draining)
 ]]

@@ -3,23 +3,17 @@
 KEYS[1] lease    string  '<token>:<owner>' with expiry
 
 ARGV[1] fencing token
-ARGV[2] lease time ms
+ARGV[2] lease time ms                   number 100..3600000 as ttl
 
 Returns
   1                   renewed
   {-1, token, lease}  E_FENCED: the lease expired or another owner holds it
-  {-10, key, found, expected}         E_WRONG_TYPE: a key was overwritten outside shardq
-  {-11, argv index, value, lo, hi}    E_BAD_ARGUMENT
-  {-15, 'KEYS' or 'ARGV', n, cap}    E_TOO_MANY_ARGUMENTS: before anything else (store/loader.py)
-Every check comes before the first write: a refused call writes nothing.
 
 Flags: allow-oom  (runs when Redis is at maxmemory: it frees memory or keeps a full Redis draining)
 ]]
 --@include lease.lua
 --@include checks.lua
 
-local ttl, bad = arg_number(2, 100, 3600000)
-if bad then return bad end
 local wrong = wrong_type({KEYS[1], 'string'})
 if wrong then return wrong end
 local stale = fenced(KEYS[1], ARGV[1])

@@ -10,9 +10,6 @@ KEYS[2] fence    hash    token, released, granted
 ARGV[1] the owner expected to hold it (nothing is done if another owner holds it now)
 
 Returns 1 revoked, 0 not held by that owner
-  {-10, key, found, expected}         E_WRONG_TYPE: a key was overwritten outside shardq
-  {-15, 'KEYS' or 'ARGV', n, cap}    E_TOO_MANY_ARGUMENTS: before anything else (store/loader.py)
-Every check comes before the first write: a refused call writes nothing.
 
 Flags: allow-oom  (runs when Redis is at maxmemory: it frees memory or keeps a full Redis draining)
 ]]

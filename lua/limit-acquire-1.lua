@@ -7,32 +7,19 @@ dies stops renewing, so its slots come back within the hold time, as its deliver
 
 KEYS[1] holders  zset    job id scored by hold expiry ms
 
-ARGV[1] most holders at once (1 .. 1e6)
-ARGV[2] hold ms: how long a hold lasts without renewal (100 .. 86400000)
-ARGV[3..] job ids asking (1 .. 1000 of them, each 1..MAX_NAME_BYTES bytes)
+ARGV[1] most holders at once                            number 1..1000000 as most
+ARGV[2] hold ms: how long a hold lasts without renewal  number 100..86400000 as hold
+ARGV[3..] job ids asking                                each name, at least 1
 Max ARGV: 1002  = 2 + at most 1000 jobs (shardq.worker.limiter.MAX_TAKE)
 
 Returns
   {now ms, g1, ..., gn}              gi = 1: job i holds a slot now (new or renewed); 0: full
-  {-10, key, found, expected}         E_WRONG_TYPE: a key was overwritten outside shardq
-  {-11, argv index, value, lo, hi}    E_BAD_ARGUMENT
-  {-15, 'KEYS' or 'ARGV', n, cap}    E_TOO_MANY_ARGUMENTS: before anything else (store/loader.py)
-Every check comes before the first write: a refused call writes nothing.
 
 Flags: allow-oom  (keeps a full Redis draining: one small set per limit, bounded by its size)
 ]]
 --@include now.lua
 --@include checks.lua
 
-local most, bad1 = arg_number(1, 1, 1000000)
-if bad1 then return bad1 end
-local hold, bad2 = arg_number(2, 100, 86400000)
-if bad2 then return bad2 end
-if #ARGV < 3 or #ARGV > 1002 then return {-11, 3, #ARGV - 2, 1, 1000} end
-for i = 3, #ARGV do
-  local bad_id = arg_name(i)
-  if bad_id then return bad_id end
-end
 local wrong = wrong_type({KEYS[1], 'zset'})
 if wrong then return wrong end
 local now = now_ms()

@@ -8,28 +8,18 @@ being fetched and deferred over and over.  Times are on the Redis clock.
 
 KEYS[1] limit    string  the theoretical arrival time (ms) of the next free slot
 
-ARGV[1] T: emission interval ms (period / rate), a number > 0
-ARGV[2] burst: starts allowed at once from idle (1 .. 1e6)
-ARGV[3] n: jobs asking (1 .. 1000)
+ARGV[1] T: emission interval ms (period / rate)  number 0.000001..1e13 as t
+ARGV[2] burst: starts allowed at once from idle  number 1..1000000 as burst
+ARGV[3] n: jobs asking                           number 1..1000 as n
 
 Returns
   {now ms, t1, ..., tn}              ti = 0: start now; ti > 0: the Redis ms time its slot opens
-  {-10, key, found, expected}         E_WRONG_TYPE: a key was overwritten outside shardq
-  {-11, argv index, value, lo, hi}    E_BAD_ARGUMENT
-  {-15, 'KEYS' or 'ARGV', n, cap}    E_TOO_MANY_ARGUMENTS: before anything else (store/loader.py)
-Every check comes before the first write: a refused call writes nothing.
 
 Flags: allow-oom  (keeps a full Redis draining: the key it writes is a few bytes and expires)
 ]]
 --@include now.lua
 --@include checks.lua
 
-local t, bad1 = arg_number(1, 0.000001, 1e13)
-if bad1 then return bad1 end
-local burst, bad2 = arg_number(2, 1, 1000000)
-if bad2 then return bad2 end
-local n, bad3 = arg_number(3, 1, 1000)
-if bad3 then return bad3 end
 local wrong = wrong_type({KEYS[1], 'string'})
 if wrong then return wrong end
 local now = now_ms()

@@ -6,20 +6,15 @@ KEYS[1] dead     stream  dead letters
 KEYS[2] jobs     hash    job id -> envelope
 
 ARGV[1] cursor: the page starts after this entry id ('' for the oldest)
-ARGV[2] most entries in the page (1-1000)
+ARGV[2] most entries in the page        number 1..1000 as n
 
 Returns {now ms, entry id, {fields...}, envelope or false, ...} (3 fields per entry; a letter
 whose job was replayed, purged or run again has an envelope that is not dead, or none)
-  {-10, key, found, expected}         E_WRONG_TYPE: a key was overwritten outside shardq
-  {-11, argv index, value, lo, hi}    E_BAD_ARGUMENT
-  {-15, 'KEYS' or 'ARGV', n, cap}    E_TOO_MANY_ARGUMENTS: before anything else (store/loader.py)
 Flags: no-writes  (reads only)
 ]]
 --@include now.lua
 --@include checks.lua
 
-local n, bad = arg_number(2, 1, 1000)
-if bad then return bad end
 local wrong = wrong_type({KEYS[1], 'stream', KEYS[2], 'hash'})
 if wrong then return wrong end
 local out = {now_ms()}

@@ -1,5 +1,5 @@
 --[[ list-due: one page of a partition's due set in due order, after a cursor: its scheduled jobs
-and its retrying ones (a last error in the errors hash tells them apart, as get-3.lua does).
+and its retrying ones (a last error in the errors hash tells them apart, as get-6.lua does).
 
 Bounded whatever the backlog: the page starts at a rank found by ZCOUNT and a binary search
 among the members of the cursor's own score (O(log^2 n)), then reads at most ARGV[4] members.
@@ -8,28 +8,20 @@ KEYS[1] due      zset    job id (or '<id> <body>', a compact job) scored by due 
 KEYS[2] jobs     hash    job id -> envelope
 KEYS[3] errors   hash    job id -> last error
 
-ARGV[1] cursor score: the page starts after (ARGV[1], ARGV[2]) in (score, job id) order
+ARGV[1] cursor score: the page starts after (ARGV[1], ARGV[2]) in  number -1e18..1e18
+        (score, job id) order
 ARGV[2] cursor job id, or '' to start at the first member scored >= ARGV[1]
-ARGV[3] highest due ms to list (inclusive)
-ARGV[4] most jobs in the page (1-1000)
+ARGV[3] highest due ms to list (inclusive)                         number -1e18..1e18 as upto
+ARGV[4] most jobs in the page                                      number 1..1000 as n
 
 Returns {now ms, due ms, job id, envelope or false, last error or false, ...} (4 fields per job:
 a job with a last error is retrying)
-  {-10, key, found, expected}         E_WRONG_TYPE: a key was overwritten outside shardq
-  {-11, argv index, value, lo, hi}    E_BAD_ARGUMENT
-  {-15, 'KEYS' or 'ARGV', n, cap}    E_TOO_MANY_ARGUMENTS: before anything else (store/loader.py)
 Flags: no-writes  (reads only)
 ]]
 --@include now.lua
 --@include checks.lua
 --@include compact.lua
 
-local after, bad1 = arg_number(1, -1e18, 1e18)
-if bad1 then return bad1 end
-local upto, bad3 = arg_number(3, -1e18, 1e18)
-if bad3 then return bad3 end
-local n, bad4 = arg_number(4, 1, 1000)
-if bad4 then return bad4 end
 local wrong = wrong_type({KEYS[1], 'zset', KEYS[2], 'hash', KEYS[3], 'hash'})
 if wrong then return wrong end
 

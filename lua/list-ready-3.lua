@@ -14,21 +14,16 @@ KEYS[3] lane     zset    due jobs waiting for fetch (lanes on)
 
 ARGV[1] consumer group
 ARGV[2] cursor: the page starts after this entry id ('' for the first ready entry)
-ARGV[3] most jobs in the page (1-1000)
+ARGV[3] most jobs in the page           number 1..1000 as n
 
 Returns {now ms, entry id, job id or false, due ms or false, envelope or false, ...}
   (4 fields per entry; a job cancelled after promotion has no envelope: workers drop it)
-  {-10, key, found, expected}         E_WRONG_TYPE: a key was overwritten outside shardq
-  {-11, argv index, value, lo, hi}    E_BAD_ARGUMENT
-  {-15, 'KEYS' or 'ARGV', n, cap}    E_TOO_MANY_ARGUMENTS: before anything else (store/loader.py)
 Flags: no-writes  (reads only)
 ]]
 --@include now.lua
 --@include envelope.lua
 --@include checks.lua
 
-local n, bad = arg_number(3, 1, 1000)
-if bad then return bad end
 local wrong = wrong_type({KEYS[1], 'stream', KEYS[2], 'hash', KEYS[3], 'zset'})
 if wrong then return wrong end
 local out = {now_ms()}

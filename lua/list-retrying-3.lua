@@ -8,19 +8,15 @@ KEYS[2] jobs     hash    job id -> envelope
 KEYS[3] due      zset    job id (or '<id> <body>', a compact job) scored by due ms
 
 ARGV[1] HSCAN cursor ('0' to start)
-ARGV[2] HSCAN COUNT (1-1000)
+ARGV[2] HSCAN COUNT                     number 1..1000 as n
 
 Returns {now ms, next cursor ('0': done), {job id, due ms, last error, envelope, ...}}
-  {-10, key, found, expected}         E_WRONG_TYPE: a key was overwritten outside shardq
-  {-11, argv index, value, lo, hi}    E_BAD_ARGUMENT
-  {-15, 'KEYS' or 'ARGV', n, cap}    E_TOO_MANY_ARGUMENTS: before anything else (store/loader.py)
 Flags: no-writes  (reads only)
 ]]
 --@include now.lua
 --@include checks.lua
 
-local n, bad = arg_number(2, 1, 1000)
-if bad then return bad end
+-- A pattern, not a bound: checked here.
 if not string.match(ARGV[1], '^%d+$') then return {-11, 1, ARGV[1], '0', 'an HSCAN cursor'} end
 local wrong = wrong_type({KEYS[1], 'hash', KEYS[2], 'hash', KEYS[3], 'zset'})
 if wrong then return wrong end

@@ -6,8 +6,6 @@ KEYS[3] due      zset    job id (or '<id> <body>', a compact job) scored by due 
 
 Returns {now ms, lease value or '', lease ttl ms, granted ms or -1, next due ms or -1}
 
-  {-10, key, found, expected}         E_WRONG_TYPE: a key was overwritten outside shardq
-  {-15, 'KEYS' or 'ARGV', n, cap}    E_TOO_MANY_ARGUMENTS: before anything else (store/loader.py)
 Flags: no-writes  (reads only)
 ]]
 --@include now.lua

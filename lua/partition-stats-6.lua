@@ -24,8 +24,6 @@ Returns {now ms, due, overdue, oldest due ms or -1, ready jobs (undelivered), pe
   The counters end with the flags where they apply (control hash, or the stats hash of a queue
   of layout < 4): 'paused' 1 while paused, 'lanes' 1 on, 2 off with jobs left in the lane.
 
-  {-10, key, found, expected}         E_WRONG_TYPE: a key was overwritten outside shardq
-  {-15, 'KEYS' or 'ARGV', n, cap}    E_TOO_MANY_ARGUMENTS: before anything else (store/loader.py)
 Flags: no-writes  (reads only)
 ]]
 --@include now.lua

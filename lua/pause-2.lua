@@ -10,16 +10,12 @@ not yet upgraded) keeps it in its stats hash, where its readers look.
 KEYS[1] ctl      hash    the partition's flags
 KEYS[2] stats    hash    counters (and the flags of a queue of layout < 4)
 
-ARGV[1] '1' to pause, '0' to resume
+ARGV[1] '1' to pause, '0' to resume     flag
 ARGV[2] due-hint channel (sharded pub/sub): wakes the dispatcher on resume
 ARGV[3] ready-hint channel (sharded pub/sub): wakes the workers on resume
 
 Returns {1 when the state changed, else 0}
-  {-10, key, found, expected}         E_WRONG_TYPE: a key was overwritten outside shardq
-  {-11, argv index, value, lo, hi}    E_BAD_ARGUMENT
   {-14, role, key}                    E_NOT_PERMITTED: the caller may not write the control hash
-  {-15, 'KEYS' or 'ARGV', n, cap}    E_TOO_MANY_ARGUMENTS: before anything else (store/loader.py)
-Every check comes before the first write: a refused call writes nothing.
 
 Flags: allow-oom  (pausing is an emergency step that must work on a full Redis; it writes one field)
 ]]
@@ -28,7 +24,6 @@ Flags: allow-oom  (pausing is an emergency step that must work on a full Redis; 
 
 local denied = operator_only(KEYS[1], KEYS[2])
 if denied then return denied end
-if ARGV[1] ~= '1' and ARGV[1] ~= '0' then return {-11, 1, ARGV[1], '0', '1'} end
 local wrong = wrong_type({KEYS[1], 'hash'})
 if wrong then return wrong end
 local flags = flags_key(KEYS[1], KEYS[2])

@@ -15,12 +15,13 @@ KEYS[7] vtime    hash    virtual time and per-flow last score of the lane (lanes
 KEYS[8] ctl      hash    the partition's flags, 'paused' and 'lanes' (read only)
 
 ARGV[1] fencing token of the caller
-ARGV[2] max jobs to move in this call (K)
+ARGV[2] max jobs to move in this call (K)                 number 1..1000 as k
 ARGV[3] ready-hint channel (sharded pub/sub) to wake workers when jobs moved; the message
         is the id of the last entry added to the ready stream ('1' when they went to the
         lane), so a worker that has read past it knows the hint is no news
-ARGV[4] lease time ms: a successful promote also extends the caller's lease, so a busy or
-        regularly woken partition needs no separate renewal call
+ARGV[4] lease time ms: a successful promote also extends  number 100..3600000 as lease_ms
+        the caller's lease, so a busy or regularly woken partition needs no separate renewal
+        call
 
 Returns
   {moved, next due ms or -1, now ms, lanes, oldest moved due ms or -1}
@@ -30,10 +31,6 @@ Returns
                                        reads do not promote it: lua/fetch-9.lua); the oldest
                                        moved job's due time says how late it was moved
   {-1, token, lease}                    E_FENCED: the caller's token is not current
-  {-10, key, found, expected}         E_WRONG_TYPE: a key was overwritten outside shardq
-  {-11, argv index, value, lo, hi}    E_BAD_ARGUMENT
-  {-15, 'KEYS' or 'ARGV', n, cap}    E_TOO_MANY_ARGUMENTS: before anything else (store/loader.py)
-Every check comes before the first write: a refused call writes nothing.
 
 Flags: allow-oom  (runs when Redis is at maxmemory: it frees memory or keeps a full Redis draining)
 ]]
@@ -44,10 +41,6 @@ Flags: allow-oom  (runs when Redis is at maxmemory: it frees memory or keeps a f
 --@include compact.lua
 --@include promote.lua
 
-local k, bad2 = arg_number(2, 1, 1000)
-if bad2 then return bad2 end
-local lease_ms, bad4 = arg_number(4, 100, 3600000)
-if bad4 then return bad4 end
 local paused, lanes, wrong_ctl = partition_flags(KEYS[8], KEYS[4])
 if wrong_ctl then return wrong_ctl end
 lanes = lanes == '1'

@@ -8,19 +8,14 @@ idle that long is recreated by its next read.
 KEYS[1] ready    stream  due jobs
 
 ARGV[1] consumer group
-ARGV[2] idle ms after which an empty consumer is removed
+ARGV[2] idle ms after which an empty consumer is removed  number 0..1e12 as threshold
 
 Returns the number of consumers removed
-  {-10, key, found, expected}         E_WRONG_TYPE: a key was overwritten outside shardq
-  {-11, argv index, value, lo, hi}    E_BAD_ARGUMENT
-  {-15, 'KEYS' or 'ARGV', n, cap}    E_TOO_MANY_ARGUMENTS: before anything else (store/loader.py)
 
 Flags: allow-oom  (runs when Redis is at maxmemory: it frees memory or keeps a full Redis draining)
 ]]
 --@include checks.lua
 
-local threshold, bad = arg_number(2, 0, 1e12)
-if bad then return bad end
 local wrong = wrong_type({KEYS[1], 'stream'})
 if wrong then return wrong end
 if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end

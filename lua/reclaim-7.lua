@@ -17,21 +17,18 @@ KEYS[7] outbox   hash    workflow children's ends not yet relayed (lua/includes/
         a poison child's end is written here with its dead letter
 
 ARGV[1] consumer group
-ARGV[2] consumer (worker) name taking the deliveries (1..MAX_NAME_BYTES bytes)
-ARGV[3] min idle ms (the visibility timeout)
-ARGV[4] max deliveries to look at in this call
-ARGV[5] delivery limit
-ARGV[6] orphan idle ms: a delivery of a consumer not in ARGV[8..] is taken once idle this long
+ARGV[2] consumer (worker) name taking the deliveries           name
+ARGV[3] min idle ms (the visibility timeout; 30 days at most)  number 0..2592000000 as visibility
+ARGV[4] max deliveries to look at in this call                 number 1..1000 as n
+ARGV[5] delivery limit                                         number 1..1000 as limit
+ARGV[6] orphan idle ms: a delivery of a consumer               number 0..2592000000 as orphan_idle
+        not in ARGV[8..] is taken once idle this long
 ARGV[7] the partition's due-hint channel: told 'o' when a poison child's end is written
 ARGV[8..] live consumers (worker names whose membership has not expired)
 Max ARGV: 1007  = 7 + at most 1000 live workers (shardq.store.delivery.MAX_LIVE)
 
 Returns {now ms, entry id, job id, due ms, attempt, body, deliveries, ...} (6 fields per job;
 none while the partition is paused)
-  {-10, key, found, expected}         E_WRONG_TYPE: a key was overwritten outside shardq
-  {-11, argv index, value, lo, hi}    E_BAD_ARGUMENT
-  {-15, 'KEYS' or 'ARGV', n, cap}    E_TOO_MANY_ARGUMENTS: before anything else (store/loader.py)
-Every check comes before the first write: a refused call writes nothing.
 
 Flags: allow-oom  (runs when Redis is at maxmemory: it frees memory or keeps a full Redis draining)
 ]]
@@ -41,16 +38,6 @@ Flags: allow-oom  (runs when Redis is at maxmemory: it frees memory or keeps a f
 --@include lanes.lua
 --@include outbox.lua
 
-local visibility, bad3 = arg_number(3, 0, 30 * 86400000)
-if bad3 then return bad3 end
-local n, bad4 = arg_number(4, 1, 1000)
-if bad4 then return bad4 end
-local bad_name = arg_name(2)
-if bad_name then return bad_name end
-local limit, bad5 = arg_number(5, 1, 1000)
-if bad5 then return bad5 end
-local orphan_idle, bad6 = arg_number(6, 0, 30 * 86400000)
-if bad6 then return bad6 end
 local wrong = wrong_type({KEYS[1], 'stream', KEYS[2], 'hash', KEYS[3], 'stream', KEYS[4], 'hash',
   KEYS[7], 'hash'})
 if wrong then return wrong end

@@ -6,13 +6,13 @@ KEYS[3] ctl      hash    the partition's flags (read: sealed by a resize)
 KEYS[4] moving   hash    the batch a resize has taken out of this partition
 
 ARGV[1] job id
-ARGV[2] 'at' (ARGV[3] is an absolute ms time), 'in' (ARGV[3] is a delay in ms from Redis now)
-        or 'keep' (the due time stays)
-ARGV[3] ms value
-ARGV[4] past tolerance ms
-ARGV[5] horizon ms
+ARGV[2] 'at' (ARGV[3] is an absolute ms time), 'in' (ARGV[3] is a      one of in|keep|at
+        delay in ms from Redis now) or 'keep' (the due time stays)
+ARGV[3] ms value                                                       number -1e15..1e15
+ARGV[4] past tolerance ms                                              number 0..1e13 as tolerance
+ARGV[5] horizon ms                                                     number 1..1e13 as horizon
 ARGV[6] due-hint channel (sharded pub/sub) to wake the dispatcher when the head moves earlier
-ARGV[7] new priority level 'h', 'n' or 'l' (lua/includes/lanes.lua), or '' to keep it
+ARGV[7] new priority level (lua/includes/lanes.lua), or '' to keep it  one of h|n|l|''
 
 Returns
   {1, due ms}             rescheduled
@@ -25,10 +25,6 @@ Returns
   {-16, '<generation>:<partitions>', id}  E_LAYOUT_MOVED: not here, and a resize sealed this
                                       partition (lua/includes/resize.lua): ask that generation
   {-17, id}                           E_JOB_MOVING: a resize is moving it: ask again shortly
-  {-10, key, found, expected}         E_WRONG_TYPE: a key was overwritten outside shardq
-  {-11, argv index, value, lo, hi}    E_BAD_ARGUMENT
-  {-15, 'KEYS' or 'ARGV', n, cap}    E_TOO_MANY_ARGUMENTS: before anything else (store/loader.py)
-Every check comes before the first write: a refused call writes nothing.
 
 Flags: allow-oom  (runs when Redis is at maxmemory: it frees memory or keeps a full Redis draining)
 ]]
@@ -39,17 +35,7 @@ Flags: allow-oom  (runs when Redis is at maxmemory: it frees memory or keeps a f
 --@include compact.lua
 --@include resize.lua
 
-if ARGV[2] ~= 'in' and ARGV[2] ~= 'at' and ARGV[2] ~= 'keep' then
-  return {-11, 2, ARGV[2], 'in', 'at'}
-end
 local level = ARGV[7] or ''
-if level ~= '' and not LANE_COST[level] then return {-11, 7, level, 'h', 'l'} end
-local _, bad3 = arg_number(3, -1e15, 1e15)
-if bad3 then return bad3 end
-local tolerance, bad4 = arg_number(4, 0, 1e13)
-if bad4 then return bad4 end
-local horizon, bad5 = arg_number(5, 1, 1e13)
-if bad5 then return bad5 end
 local wrong = wrong_type({KEYS[1], 'zset', KEYS[2], 'hash', KEYS[3], 'hash', KEYS[4], 'hash'})
 if wrong then return wrong end
 local now = now_ms()

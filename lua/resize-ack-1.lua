@@ -6,8 +6,6 @@ KEYS[1] moving   hash    the batch taken out; '' -> its batch id
 ARGV[1] batch id
 
 Returns {1} dropped, {0} the partition holds no batch of that id (dropped before)
-  {-10, key, found, expected}         E_WRONG_TYPE: a key was overwritten outside shardq
-  {-15, 'KEYS' or 'ARGV', n, cap}    E_TOO_MANY_ARGUMENTS: before anything else (store/loader.py)
 
 Flags: allow-oom  (it frees memory)
 ]]

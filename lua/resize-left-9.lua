@@ -16,8 +16,6 @@ Returns {due, lane, moving, dead, schedules, jobs, undelivered, pending, sealed,
   partition is not empty, so not retired, before its outbox is)
 It reads only, but is the admin's (the resize driver's), so it is not flagged no-writes: the
 viewer's FCALL_RO does not reach it.
-  {-10, key, found, expected}         E_WRONG_TYPE: a key was overwritten outside shardq
-  {-15, 'KEYS' or 'ARGV', n, cap}    E_TOO_MANY_ARGUMENTS: before anything else (store/loader.py)
 
 Flags: allow-oom  (it reads only: a resize of a full Redis must see how far it got)
 ]]

@@ -24,8 +24,6 @@ ARGV[3..] records (JSON, as resize-take returns them)
 Max ARGV: 1002  = 2 + one per record: a batch holds at most 1000
 
 Returns {1, stored} or {0, 0} when this batch was stored here before
-  {-10, key, found, expected}         E_WRONG_TYPE: a key was overwritten outside shardq
-  {-15, 'KEYS' or 'ARGV', n, cap}    E_TOO_MANY_ARGUMENTS: before anything else (store/loader.py)
 ]]
 --@include checks.lua
 --@include compact.lua

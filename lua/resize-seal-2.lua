@@ -10,11 +10,7 @@ KEYS[2] stats    hash    counters (its type is checked with ctl's: who may write
 ARGV[1] '<generation>:<partitions>' the jobs move to, or '' to unseal
 
 Returns {1} (sealed or unsealed now, or already)
-  {-10, key, found, expected}         E_WRONG_TYPE: a key was overwritten outside shardq
-  {-11, argv index, value, lo, hi}    E_BAD_ARGUMENT
   {-14, role, key}                    E_NOT_PERMITTED: the caller may not write the control hash
-  {-15, 'KEYS' or 'ARGV', n, cap}    E_TOO_MANY_ARGUMENTS: before anything else (store/loader.py)
-Every check comes before the first write: a refused call writes nothing.
 
 Flags: allow-oom  (an operator step that writes one field; a full Redis must stay steerable)
 ]]
@@ -29,6 +25,7 @@ if to == '' then
   redis.call('HDEL', KEYS[1], 'sealed')
   return {1}
 end
+-- A pattern, not a bound: checked here.
 if not string.match(to, '^%d+:%d+$') then return {-11, 1, to, 'generation', 'partitions'} end
 redis.call('HSET', KEYS[1], 'sealed', to)
 return {1}

@@ -21,7 +21,7 @@ KEYS[8] sched:next zset  schedule name scored by next tick
 KEYS[9] ctl      hash    the partition's flags: must be sealed
 KEYS[10] sched:state hash schedule name -> state
 
-ARGV[1] most records in one batch (1..1000)
+ARGV[1] most records in one batch       number 1..1000 as limit
 ARGV[2] batch id prefix (the batch id is '<prefix><n>', n counted in ctl 'batches')
 
 Returns {batch id, count, then per record: its routing key (job id or schedule name), record}
@@ -29,9 +29,7 @@ Returns {batch id, count, then per record: its routing key (job id or schedule n
   e = envelope, r = last error), 's' (a schedule: d = definition, x = next tick ms, st =
   state) or 'x' (a dead letter: f = its fields, e = envelope, r = last error); count 0 and no
   batch id when nothing waits
-  {-11, argv index, value, lo, hi}    E_BAD_ARGUMENT (ARGV[1], or 0: the partition is not sealed)
-  {-10, key, found, expected}         E_WRONG_TYPE: a key was overwritten outside shardq
-  {-15, 'KEYS' or 'ARGV', n, cap}    E_TOO_MANY_ARGUMENTS: before anything else (store/loader.py)
+  {-11, 0, 'unsealed', ...}           E_BAD_ARGUMENT: the partition is not sealed
 
 Flags: allow-oom  (it frees memory in this partition)
 ]]
@@ -39,8 +37,6 @@ Flags: allow-oom  (it frees memory in this partition)
 --@include compact.lua
 --@include resize.lua
 
-local limit, bad = arg_number(1, 1, 1000)
-if bad then return bad end
 local wrong = wrong_type({KEYS[1], 'zset', KEYS[2], 'hash', KEYS[3], 'hash', KEYS[4], 'zset',
   KEYS[5], 'hash', KEYS[6], 'stream', KEYS[7], 'hash', KEYS[8], 'zset', KEYS[9], 'hash',
   KEYS[10], 'hash'})

@@ -16,8 +16,6 @@ complete-5 writes, and one longer, which no worker wrote, is answered as that le
 number, not the text), or get-6's error replies:
   {-16, '<generation>:<partitions>', id}  E_LAYOUT_MOVED
   {-17, id}                           E_JOB_MOVING
-  {-10, key, found, expected}         E_WRONG_TYPE: a key was overwritten outside shardq
-  {-15, 'KEYS' or 'ARGV', n, cap}    E_TOO_MANY_ARGUMENTS: before anything else (store/loader.py)
 Flags: no-writes  (reads only)
 ]]
 --@include snapshot.lua

@@ -9,9 +9,6 @@ ARGV[1] consumer group
 ARGV[2] consumer (worker) name
 
 Returns 1 removed, 0 kept (it still has pending entries, which reclaim will pick up)
-  {-10, key, found, expected}         E_WRONG_TYPE: a key was overwritten outside shardq
-  {-15, 'KEYS' or 'ARGV', n, cap}    E_TOO_MANY_ARGUMENTS: before anything else (store/loader.py)
-Every check comes before the first write: a refused call writes nothing.
 
 Flags: allow-oom  (runs when Redis is at maxmemory: it frees memory or keeps a full Redis draining)
 ]]

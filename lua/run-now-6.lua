@@ -25,10 +25,7 @@ Returns
   {-16, '<generation>:<partitions>', id}  E_LAYOUT_MOVED: not here, and a resize sealed this
                                       partition (lua/includes/resize.lua): ask that generation
   {-17, id}                           E_JOB_MOVING: a resize is moving it: ask again shortly
-  {-10, key, found, expected}         E_WRONG_TYPE: a key was overwritten outside shardq
   {-14, role, key}                    E_NOT_PERMITTED: the caller may not write the control hash
-  {-15, 'KEYS' or 'ARGV', n, cap}    E_TOO_MANY_ARGUMENTS: before anything else (store/loader.py)
-Every check comes before the first write: a refused call writes nothing.
 ]]
 --@include now.lua
 --@include envelope.lua

@@ -29,17 +29,14 @@ Returns
   {now ms, earliest next tick ms or -1, then 2 per schedule: status, jobs created}
      status 1 fired, 0 stale (changed meanwhile: nothing written), 2 a tick is after now
   {-1, token, lease}                  E_FENCED: the caller's token is not current
-  {-10, key, found, expected}         E_WRONG_TYPE: a key was overwritten outside shardq
-  {-11, argv index, value, lo, hi}    E_BAD_ARGUMENT
-  {-15, 'KEYS' or 'ARGV', n, cap}    E_TOO_MANY_ARGUMENTS: before anything else (store/loader.py)
-Every check comes before the first write: a refused call writes nothing.
 ]]
 --@include now.lua
 --@include lease.lua
 --@include checks.lua
 --@include periodic.lua
 
--- Validate every group before any write.
+-- Validate every group before any write.  Here, not by the header's checks: a group's length
+-- depends on its n, and a tick's bounds on the values before it.
 local groups = {}
 local i, total = 3, 0
 while i <= #ARGV do

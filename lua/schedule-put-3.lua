@@ -9,32 +9,24 @@ KEYS[1] schedules  hash    schedule name -> definition JSON
 KEYS[2] next       zset    active schedule name scored by next tick ms
 KEYS[3] state      hash    schedule name -> 'last fire|last tick|fires|misfires|paused'
 
-ARGV[1] 'put', 'pause', 'resume' or 'remove'
+ARGV[1] what to do                                                    one of put|pause|resume|remove
 ARGV[2] schedule name
 ARGV[3] put: the definition JSON; resume: the sha1 of the definition the next tick was
         computed from ('' for any); else unused
-ARGV[4] next tick ms (put, resume), -1 when the schedule has no tick left
+ARGV[4] next tick ms (put, resume), -1 when the schedule has no tick  number -1..1e15 as next_ms
+        left
 ARGV[5] due-hint channel (sharded pub/sub): wakes the dispatcher when the head moves earlier
 
 Returns
   {1, created 1/0, paused 1/0, now ms}   done (remove: created = 1 when it existed)
-  {-11, argv index, value, lo, hi}       E_BAD_ARGUMENT
   {-12, name}                            E_SCHEDULE_NOT_FOUND (pause, resume)
   {-13, name}                            E_SCHEDULE_CHANGED: updated since it was read (resume)
-  {-10, key, found, expected}            E_WRONG_TYPE: a key was overwritten outside shardq
-  {-15, 'KEYS' or 'ARGV', n, cap}    E_TOO_MANY_ARGUMENTS: before anything else (store/loader.py)
-Every check comes before the first write: a refused call writes nothing.
 ]]
 --@include now.lua
 --@include checks.lua
 --@include periodic.lua
 
 local action = ARGV[1]
-if action ~= 'put' and action ~= 'pause' and action ~= 'resume' and action ~= 'remove' then
-  return {-11, 1, action, 'put', 'remove'}
-end
-local next_ms, bad4 = arg_number(4, -1, 1e15)
-if bad4 then return bad4 end
 local wrong = wrong_type({KEYS[1], 'hash', KEYS[2], 'zset', KEYS[3], 'hash'})
 if wrong then return wrong end
 local name = ARGV[2]

@@ -4,17 +4,14 @@ KEYS[1] schedules  hash    schedule name -> definition JSON
 KEYS[2] next       zset    active schedule name scored by next tick ms
 KEYS[3] state      hash    schedule name -> 'last fire|last tick|fires|misfires|paused'
 
-ARGV[1] 'get' (ARGV[2] is a name), 'scan' (ARGV[2] is an HSCAN cursor) or 'due' (the
-        schedules whose next tick is at or before now, earliest first)
+ARGV[1] 'get' (ARGV[2] is a name), 'scan' (ARGV[2] is an HSCAN cursor)  one of get|scan|due
+        or 'due' (the schedules whose next tick is at or before now, earliest first)
 ARGV[2] name, cursor or ''
-ARGV[3] most schedules to return (scan: the HSCAN COUNT hint)
+ARGV[3] most schedules to return (scan: the HSCAN COUNT hint)           number 1..1000 as count
 
 Returns {now ms, next cursor ('0' when done), earliest next tick ms or -1,
          then 4 per schedule: name, definition (false: none, 'due' only), next tick ms or
          false, state or false}
-  {-10, key, found, expected}         E_WRONG_TYPE: a key was overwritten outside shardq
-  {-11, argv index, value, lo, hi}    E_BAD_ARGUMENT
-  {-15, 'KEYS' or 'ARGV', n, cap}    E_TOO_MANY_ARGUMENTS: before anything else (store/loader.py)
 Flags: no-writes  (reads only)
 ]]
 --@include now.lua
@@ -22,11 +19,7 @@ Flags: no-writes  (reads only)
 --@include periodic.lua
 
 local mode = ARGV[1]
-if mode ~= 'get' and mode ~= 'scan' and mode ~= 'due' then
-  return {-11, 1, mode, 'get', 'due'}
-end
-local count, bad3 = arg_number(3, 1, 1000)
-if bad3 then return bad3 end
+-- Checked here: what ARGV[2] must be depends on the mode.
 if mode == 'scan' and not string.match(ARGV[2], '^%d+$') then
   return {-11, 2, ARGV[2], '0', '18446744073709551615'}
 end

@@ -20,25 +20,20 @@ KEYS[3] jobs     hash    job id -> envelope (HEXISTS only)
 
 ARGV[1] consumer group
 ARGV[2] consumer (worker) name
-ARGV[3] '1': read the envelopes whatever the cancels set holds; '0': only when it exists
-ARGV[4..] pairs of (entry id, job id) of the deliveries
+ARGV[3] '1': read the envelopes whatever the cancels set holds; '0':  flag
+        only when it exists
+ARGV[4..] pairs of (entry id, job id) of the deliveries               groups of 2
 Max ARGV: 2003  = 3 + 2 per delivery: at most 1000 (shardq.store.delivery.MAX_TOUCH)
 
 Returns {lost, cancelled}: lost, the entry ids now pending under another consumer (an entry no
 longer pending at all was settled meanwhile: its ack raced this heartbeat, not reported);
 cancelled, the job ids of the deliveries still this worker's whose job was cancelled (above),
 for the worker to stop them.
-  {-10, key, found, expected}         E_WRONG_TYPE: a key was overwritten outside shardq
-  {-11, argv index, value, lo, hi}    E_BAD_ARGUMENT
-  {-15, 'KEYS' or 'ARGV', n, cap}    E_TOO_MANY_ARGUMENTS: before anything else (store/loader.py)
-Every check comes before the first write: a refused call writes nothing.
 
 Flags: allow-oom  (runs when Redis is at maxmemory: it frees memory or keeps a full Redis draining)
 ]]
 --@include checks.lua
 
-if ARGV[3] ~= '0' and ARGV[3] ~= '1' then return {-11, 3, ARGV[3], '0', '1'} end
-if (#ARGV - 3) % 2 ~= 0 then return {-11, #ARGV, 'argument count', 3, 2} end
 local wrong = wrong_type({KEYS[1], 'stream', KEYS[2], 'zset', KEYS[3], 'hash'})
 if wrong then return wrong end
 local lost = {}

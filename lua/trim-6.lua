@@ -15,18 +15,15 @@ KEYS[6] lease    string  '<token>:<owner>'
 
 ARGV[1] fencing token
 ARGV[2] consumer group
-ARGV[3] retention of acknowledged ready entries, ms (0: none)
-ARGV[4] dead-letter cap (entries)
-ARGV[5] most ready entries to trim in this call (whole stream nodes: cheap); at most
-        min(ARGV[5], 1000) dead letters are dropped (each one also deletes its job)
+ARGV[3] retention of acknowledged ready entries, ms (0: none)  number 0..2592000000 as retention
+ARGV[4] dead-letter cap (entries)                              number 1..1e12 as cap
+ARGV[5] most ready entries to trim in this call                number 1..100000 as limit
+        (whole stream nodes: cheap); at most min(ARGV[5], 1000) dead letters are dropped
+        (each one also deletes its job)
 
 Returns {ready entries trimmed, dead letters dropped, owed}, owed 1 when the ready stream still
 holds a job owed a run (pending or undelivered: its settling leaves an entry to trim) else 0;
 or {-1, token, lease} (E_FENCED)
-  {-10, key, found, expected}         E_WRONG_TYPE: a key was overwritten outside shardq
-  {-11, argv index, value, lo, hi}    E_BAD_ARGUMENT
-  {-15, 'KEYS' or 'ARGV', n, cap}    E_TOO_MANY_ARGUMENTS: before anything else (store/loader.py)
-Every check comes before the first write: a refused call writes nothing.
 
 Flags: allow-oom  (runs when Redis is at maxmemory: it frees memory or keeps a full Redis draining)
 ]]
@@ -35,12 +32,6 @@ Flags: allow-oom  (runs when Redis is at maxmemory: it frees memory or keeps a f
 --@include envelope.lua
 --@include checks.lua
 
-local retention, bad3 = arg_number(3, 0, 30 * 86400000)
-if bad3 then return bad3 end
-local cap, bad4 = arg_number(4, 1, 1e12)
-if bad4 then return bad4 end
-local limit, bad5 = arg_number(5, 1, 100000)
-if bad5 then return bad5 end
 local wrong = wrong_type({KEYS[1], 'stream', KEYS[2], 'stream', KEYS[3], 'hash', KEYS[4], 'hash',
   KEYS[6], 'string'})
 if wrong then return wrong end

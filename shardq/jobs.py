@@ -53,7 +53,7 @@ check_tenant = names.check_tenant
 MAX_ATTEMPTS_LIMIT = 1000
 #: Most attempts an envelope's header may count (above any max_attempts a producer can set,
 #: with room for deliveries reclaimed on top; a header beyond it is malformed).  The scripts'
-#: bound (lua/fetch-8.lua and fail-6.lua dead-letter a job whose attempt is not 0..1e9), so
+#: bound (lua/fetch-9.lua and fail-7.lua dead-letter a job whose attempt is not 0..1e9), so
 #: the inspector reads as malformed exactly what a worker would refuse.
 MAX_ATTEMPT = 10**9
 

@@ -27,8 +27,8 @@ end
 -- (fetch-9.lua), so nothing is written then.  The caller has checked the other keys' types and
 -- that ARGV[from..] holds whole pairs.  The acknowledged entries are not deleted here (a
 -- per-entry XDEL was the largest single cost of an ack): the partition's dispatcher trims the
--- stream up to its oldest pending or undelivered entry (trim.lua), a whole stream node at a
--- time.
+-- stream up to its oldest pending or undelivered entry (lua/trim-6.lua), a whole stream node
+-- at a time.
 local function ack_entries(ready, jobs, errors, stats, group, from, errors_len)
   local ids = {}
   for i = from, #ARGV, 2 do

@@ -82,27 +82,18 @@ local function head_ms(zset)
 end
 
 -- arg_number(i, lo, hi): ARGV[i] as a finite number within [lo, hi], or nil and the reply
--- {-11, i, value, lo, hi} (E_BAD_ARGUMENT).  Limits that guard correctness are checked here
--- too, not only by the caller.  (Checked for nan and range, not parsed as strictly as values
--- read from Redis: ARGV comes from shardq's own callers, and a call that enqueues a job reads
--- four of them; '0x10' or ' 5' would mean what they say.)
+-- {-11, i, value, lo, hi} (E_BAD_ARGUMENT).  Limits that guard correctness are checked in the
+-- script too, not only by the caller.  (Checked for nan and range, not parsed as strictly as
+-- values read from Redis: ARGV comes from shardq's own callers, and a call that enqueues a job
+-- reads four of them; '0x10' or ' 5' would mean what they say.)  A bound a header can state
+-- ('number lo..hi', lua/README.md) the loader checks, as this does, before the body runs;
+-- this is for the bounds it cannot (they depend on other arguments).
 local function arg_number(i, lo, hi)
   local v = tonumber(ARGV[i])
   if v == nil or v ~= v or v < lo or v > hi then
     return nil, {-11, i, tostring(ARGV[i]), tostring(lo), tostring(hi)}
   end
   return v, nil
-end
-
--- arg_name(i): nil when ARGV[i] is a name a script may keep (a member id, consumer, owner or
--- job id: 1..MAX_NAME_BYTES bytes), else the reply {-11, i, ...} (E_BAD_ARGUMENT).  The
--- scripts that keep one run at maxmemory (allow-oom): what they add must be bounded.
-local function arg_name(i)
-  local v = ARGV[i]
-  if not v or #v == 0 or #v > MAX_NAME_BYTES then
-    return {-11, i, string.sub(tostring(v), 1, 80), '1 byte', MAX_NAME_BYTES .. ' bytes'}
-  end
-  return nil
 end
 
 -- count(stats, field, n): add n to a counter of the stats hash.  Counters are advisory: one

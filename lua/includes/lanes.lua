@@ -3,7 +3,7 @@
 --
 -- A partition whose lanes are on (lua/lanes-3.lua) does not append due jobs to
 -- its ready stream: it keeps them in its lane sorted set, and fetch moves them to the stream
--- in score order as workers ask (lua/fetch-8.lua).  The ready stream then holds what workers
+-- in score order as workers ask (lua/fetch-9.lua).  The ready stream then holds what workers
 -- hold, so a job entering the lane is never behind a backlog already in the stream.
 --
 -- The order is start-time fair queueing.  A flow is a priority level and a tenant ('h', 'n' or

@@ -190,7 +190,7 @@ GRANTS: dict[str, tuple[Grant, ...]] = {
         # then whether the jobs it holds still have their envelopes
         Grant(("cancels",), ("+exists", "+zrange"), read_only=True),
         Grant(("jobs",), ("+hexists",), read_only=True),
-        # jobs that keep their result: stored with the ack (lua/complete-4.lua); job.progress
+        # jobs that keep their result: stored with the ack (lua/complete-5.lua); job.progress
         # (lua/progress-2.lua)
         Grant(("result", "progress"), ("+set",)),
         # a workflow child's end, written with its ack or dead letter (lua/includes/outbox.lua;

@@ -88,7 +88,7 @@ PARTITION_KINDS: tuple[str, ...] = (
 #: found by SCAN (:func:`queue_tags_pattern`).
 IDEM_KIND = "idem"
 #: A partition's kept results, ``{<partition tag>}:result:<job id>``: one per job that keeps
-#: its result (``keep_result``), expiring after its retention (lua/complete-4.lua); the key's
+#: its result (``keep_result``), expiring after its retention (lua/complete-5.lua); the key's
 #: name is also the sharded pub/sub channel a waiting producer hears the job end on.
 RESULT_KIND = "result"
 #: A running job's last reported progress, ``{<partition tag>}:progress:<job id>``

@@ -1,7 +1,7 @@
 """Loads lua/: one file per operation, ``<operation>-<number of KEYS>.lua``, as one Redis Functions
 library.
 
-``--@include name.lua`` lines pull in shared helpers from lua/includes/ (recursively, a cycle is
+``--@include <file>`` lines pull in shared helpers from lua/includes/ (recursively, a cycle is
 an error).  Every operation becomes one function of the library ``shardq_<version>``, named
 ``shardq_<version>_<operation>``; the version is a hash of the whole library, so two releases'
 libraries can be loaded side by side during a rolling upgrade.
@@ -30,6 +30,11 @@ list (an ``ARGV[n..]`` line) its ``Max ARGV: <count>`` line; :func:`shardq.store
 to build a longer call, so a caller that does not chunk fails before sending, and the callers
 chunk by the same numbers.
 
+Then it refuses arguments that fail the checks its header declares (``ARGV[3] max entries to
+read  number 1..1000``: E_BAD_ARGUMENT, -11), so a script states each bound once, in its header,
+and its body starts with valid arguments: :mod:`shardq.store.contracts` reads the header (its
+grammar and the replies every function may give are in lua/README.md) and writes these checks.
+
 A script's header may declare ``Flags: <flag> ...`` for ``redis.register_function``:
 ``no-writes`` for read-only ones; ``allow-oom`` for those that free memory or keep a full Redis
 draining (ack, fetch, promote, ...): the others (enqueue, ...) are refused as a whole when Redis
@@ -37,7 +42,8 @@ is at maxmemory, before they write anything.
 
 Bounds a script shares with the Python side (how many children a batch may have, how long a
 result may be) are declared once, in Python, and reach every function as a Lua local of the
-library (:data:`SHARED_LIMITS`): a script names ``MAX_CHILDREN``, never the number.
+library (:data:`SHARED_LIMITS`): a script and its header name ``MAX_CHILDREN``, never the
+number.
 """
 
 from __future__ import annotations
@@ -50,19 +56,15 @@ from pathlib import Path
 
 from shardq import config, jobs, names, workflows
 from shardq.errors import ConfigError
+from shardq.store import contracts
 
 _FILE_RE = re.compile(r"^(?P<name>[a-z][a-z-]*)-(?P<keys>\d+)\.lua$")
 _INCLUDE_RE = re.compile(r"^--@include\s+(?P<file>[\w.-]+)\s*$", re.MULTILINE)
-_ARGV_RE = re.compile(r"^ARGV\[(?P<index>\d+)(?P<more>\.\.)?\]", re.MULTILINE)
-_MAX_ARGV_RE = re.compile(r"^Max ARGV:\s*(?P<cap>\d+)\b", re.MULTILINE)
-_KEYS_RE = re.compile(r"^KEYS\[(?P<index>\d+)(?P<more>\.\.)?\]", re.MULTILINE)
-_MAX_KEYS_RE = re.compile(r"^Max KEYS:\s*(?P<cap>\d+)\b", re.MULTILINE)
-_FLAGS_RE = re.compile(r"^Flags:\s*(?P<flags>[a-z -]+?)\s*(\(.*\))?$", re.MULTILINE)
 # How the library is assembled (part of its version: the same scripts assembled another way
 # are another library).  2: helpers defined once at the library's top; 3: each function
-# refuses a KEYS count other than its own and ARGV over its cap first.
-LAYOUT = "layout 3"
-_KNOWN_FLAGS = {"no-writes", "allow-oom", "allow-stale", "no-cluster", "allow-cross-slot-keys"}
+# refuses a KEYS count other than its own and ARGV over its cap first; 4: then the ARGV checks
+# of its header.
+LAYOUT = "layout 4"
 
 #: Bounds the scripts check, each the Python constant the callers check against: locals of the
 #: same names at the library's top (so a script and its caller cannot disagree).
@@ -96,6 +98,8 @@ class LuaScript:
     max_keys: int = 0
     """The most KEYS a call may carry: ``num_keys`` (the file name's) unless the script takes
     a variable list of keys after its fixed ones (``KEYS[n..]``, then its ``Max KEYS:``)."""
+    contract: contracts.Contract | None = None
+    """What its header declares, the ARGV checks the function makes first among it."""
 
     def __post_init__(self) -> None:
         if self.max_keys < self.num_keys:
@@ -152,56 +156,6 @@ def expand_includes(
     return _INCLUDE_RE.sub(replace, source)
 
 
-def _flags(source: str, name: str) -> tuple[str, ...]:
-    header = source.split("]]", 1)[0]
-    match = _FLAGS_RE.search(header)
-    if match is None and re.search(r"^Flags:", header, re.MULTILINE):
-        # (a flag lost to a wrapped line would be a function refused at maxmemory)
-        raise ConfigError(f"{name}: its 'Flags:' line must be one line: flags, then (why)")
-    flags = tuple(match.group("flags").split()) if match else ()
-    unknown = set(flags) - _KNOWN_FLAGS
-    if unknown:
-        raise ConfigError(f"{name}: unknown function flags {sorted(unknown)}")
-    return flags
-
-
-def _max_argv(source: str, name: str) -> int:
-    """The ARGV cap of a script: its header's highest ``ARGV[n]``, or its ``Max ARGV:`` line
-    when it takes a variable list (``ARGV[n..]``), which it then must have."""
-    header = source.split("]]", 1)[0]
-    lines = list(_ARGV_RE.finditer(header))
-    fixed = max((int(m.group("index")) for m in lines), default=0)
-    cap = _MAX_ARGV_RE.search(header)
-    if any(m.group("more") for m in lines):
-        if cap is None:
-            raise ConfigError(f"{name}: takes ARGV[n..] but its header has no 'Max ARGV: <count>'")
-        if int(cap.group("cap")) < fixed:
-            raise ConfigError(f"{name}: Max ARGV {cap.group('cap')} is below its ARGV[{fixed}]")
-        return int(cap.group("cap"))
-    if cap is not None and int(cap.group("cap")) != fixed:
-        raise ConfigError(f"{name}: Max ARGV {cap.group('cap')} but its header lists {fixed}")
-    return fixed
-
-
-def _max_keys(source: str, name: str, num_keys: int) -> int:
-    """The KEYS cap of a script: its file name's count, or its ``Max KEYS:`` line when its
-    header lists a variable list of keys after the fixed ones (``KEYS[n..]``, n = count + 1)."""
-    header = source.split("]]", 1)[0]
-    more = [m for m in _KEYS_RE.finditer(header) if m.group("more")]
-    cap = _MAX_KEYS_RE.search(header)
-    if not more:
-        if cap is not None:
-            raise ConfigError(f"{name}: 'Max KEYS' without a KEYS[n..] line")
-        return num_keys
-    if int(more[0].group("index")) != num_keys + 1 or cap is None:
-        raise ConfigError(
-            f"{name}: a variable list of keys is KEYS[{num_keys + 1}..] with a 'Max KEYS: <count>'"
-        )
-    if int(cap.group("cap")) <= num_keys:
-        raise ConfigError(f"{name}: Max KEYS {cap.group('cap')} is not above {num_keys}")
-    return int(cap.group("cap"))
-
-
 def _included(source: str, includes: Path, out: dict[str, str]) -> None:
     """Add every include ``source`` names to ``out``, recursively, each after the ones it
     includes (``expand_includes`` has checked for cycles and missing files)."""
@@ -215,7 +169,8 @@ def _included(source: str, includes: Path, out: dict[str, str]) -> None:
 
 def build(directory: Path) -> Library:
     """The library of every script in ``directory``."""
-    bodies: dict[str, tuple[int, str, str, tuple[str, ...], int, int]] = {}
+    # name -> (KEYS count, expanded source, body, contract, its checks as Lua)
+    read: dict[str, tuple[int, str, str, contracts.Contract, str]] = {}
     helpers: dict[str, str] = {}
     for path in sorted(directory.glob("*.lua")):
         match = _FILE_RE.match(path.name)
@@ -225,16 +180,10 @@ def build(directory: Path) -> Library:
         raw = path.read_text()
         source = expand_includes(raw, directory / "includes")
         _included(raw, directory / "includes", helpers)
-        body = _INCLUDE_RE.sub("", raw)
         num_keys = int(match.group("keys"))
-        bodies[name] = (
-            num_keys,
-            source,
-            body,
-            _flags(source, path.name),
-            _max_argv(raw, path.name),
-            _max_keys(raw, path.name, num_keys),
-        )
+        contract = contracts.parse(raw, path.name, num_keys, SHARED_LIMITS)
+        body = _INCLUDE_RE.sub("", raw)
+        read[name] = (num_keys, source, body, contract, contracts.check_code(contract))
     limits = "".join(f"local {name} = {value}\n" for name, value in SHARED_LIMITS.items())
     digest = hashlib.sha1(
         "\0".join(
@@ -242,23 +191,27 @@ def build(directory: Path) -> Library:
                 LAYOUT,
                 limits,
                 *(
-                    f"{n}\0{k}\0{s}\0{' '.join(f)}\0{c}" + (f"\0{mk}" if mk != k else "")
-                    for n, (k, s, _, f, c, mk) in bodies.items()
+                    f"{n}\0{k}\0{s}\0{' '.join(c.flags)}\0{c.max_argv}\0{c.max_keys}\0{checks}"
+                    for n, (k, s, _, c, checks) in read.items()
                 ),
             ]
         ).encode()
     ).hexdigest()[:12]
     lib = f"shardq_{digest}"
-    # ARGV: the calling function's, for the helpers (checks.lua's arg_number); each function
-    # sets it before anything else.
+    # ARGV: the calling function's, for the helpers (lua/includes/*.lua); each function sets
+    # it before its body runs.
     parts = [f"#!lua name={lib}\nlocal ARGV\n{limits}"]
     parts += [f"\n-- includes/{name}\n{text}" for name, text in helpers.items()]
     scripts: dict[str, LuaScript] = {}
-    for name, (num_keys, source, body, flags, cap, max_keys) in bodies.items():
+    for name, (num_keys, source, body, contract, checks) in read.items():
         function = f"{lib}_{name.replace('-', '_')}"
-        scripts[name] = LuaScript(name, num_keys, source, flags, function, cap, max_keys)
-        flag_list = ", ".join(f"'{f}'" for f in flags)
-        # First of all, before the body (and its first write) runs: E_TOO_MANY_ARGUMENTS.
+        cap, max_keys = contract.max_argv, contract.max_keys
+        scripts[name] = LuaScript(
+            name, num_keys, source, contract.flags, function, cap, max_keys, contract
+        )
+        flag_list = ", ".join(f"'{f}'" for f in contract.flags)
+        # First of all, before the body (and its first write) runs: E_TOO_MANY_ARGUMENTS,
+        # then the header's ARGV checks (E_BAD_ARGUMENT).
         keys_guard = (
             f"if #KEYS ~= {num_keys} then return {{-15, 'KEYS', #KEYS, {num_keys}}} end\n"
             if max_keys == num_keys
@@ -269,7 +222,7 @@ def build(directory: Path) -> Library:
         parts.append(
             f"\n-- {name}-{num_keys}.lua\n"
             f"redis.register_function{{function_name='{function}', flags={{{flag_list}}}, "
-            f"callback=function(KEYS, args)\n{guard}ARGV = args\n{body}\nend}}\n"
+            f"callback=function(KEYS, args)\n{guard}{checks}ARGV = args\n{body}\nend}}\n"
         )
     return Library(lib, "".join(parts), scripts)
 

@@ -93,6 +93,7 @@ STORE_LEAVES = {
     "shardq.store.faults",
     "shardq.store.op",
     "shardq.store.loader",
+    "shardq.store.contracts",
     "shardq.store.envelope",
 }
 

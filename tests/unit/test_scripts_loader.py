@@ -206,3 +206,123 @@ def test_a_flags_line_must_be_one_line(tmp_path: Path) -> None:
     )
     with pytest.raises(ConfigError, match="one line"):
         loader.build(tmp_path)
+
+
+# The header as the contract: its ARGV checks (lua/README.md) -----------------------------------
+
+UNIVERSAL = re.compile(
+    r"^\s*\{-10, key, found, expected\}|^\s*\{-11, argv index, value, lo, hi\}"
+    r"|^\s*\{-15, 'KEYS' or 'ARGV'|^Every check comes before the first write",
+    re.MULTILINE,
+)
+
+
+@pytest.mark.parametrize("path", lua_files(), ids=lambda p: p.name)
+def test_a_header_lists_its_own_replies_only(path: Path) -> None:
+    """The replies every function may give are stated once (lua/README.md); each negative code
+    the script's body returns is that, or listed in its header."""
+    head = header(path)
+    assert not UNIVERSAL.search(head), f"{path.name} restates what lua/README.md says"
+    body = path.read_text().split("]]", 1)[1]
+    listed = {int(c) for c in re.findall(r"\{-(\d+)\b|(?<![\w-])-(\d+) E_", head) for c in c if c}
+    returned = {int(c) for c in re.findall(r"\{-(\d+),", body)}
+    assert returned - listed <= {10, 11, 15}, f"{path.name}: {sorted(returned - listed)} unlisted"
+    readme = (REPO_LUA / "README.md").read_text()
+    for code in ("{-10, key, found, expected}", "{-11, argv index", "{-15, 'KEYS' or 'ARGV'"):
+        assert code in readme
+
+
+@pytest.mark.parametrize("path", lua_files(), ids=lambda p: p.name)
+def test_a_script_does_not_check_again_what_its_header_checks(path: Path) -> None:
+    lua = loader.script(re.sub(r"-\d+\.lua$", "", path.name))
+    assert lua.contract is not None
+    body = path.read_text().split("]]", 1)[1]
+    for check in lua.contract.checks:
+        assert not re.search(rf"arg_number\({check.index},", body), (path.name, check.index)
+        assert not re.search(rf"tonumber\(ARGV\[{check.index}\]\)", body), (path.name, check.index)
+        refused = rf"ARGV\[{check.index}\] ~= '[^']*' and ARGV\[{check.index}\] ~= '"
+        assert not re.search(refused, body), (path.name, check.index)
+
+
+def _script(tmp_path: Path, argv_lines: str, max_argv: str = "") -> loader.Library:
+    (tmp_path / "includes").mkdir(exist_ok=True)
+    (tmp_path / "x-0.lua").write_text(
+        f"--[[ x\n{argv_lines}\n{max_argv}\nReturns 1\n]]\nreturn 1\n"
+    )
+    return loader.build(tmp_path)
+
+
+def test_the_loader_reads_each_kind_of_check(tmp_path: Path) -> None:
+    lib = _script(
+        tmp_path,
+        "ARGV[1] a count  number 1..1e3 as n\n"
+        "ARGV[2] a whole one, wrapped onto     int -1..MAX_ADD\n"
+        "        a second line\n"
+        "ARGV[3] no check\n"
+        "ARGV[4] on or off  flag\nARGV[5] who  name\nARGV[6] a mode  one of in|at|''\n"
+        "ARGV[7] text  bytes 1..MAX_NAME_BYTES\n"
+        "ARGV[8..] per thing  groups of 3, at least 1\n"
+        "ARGV[i]   its id  name\nARGV[i+1] no check\nARGV[i+2] when  number 0..1e15",
+        "Max ARGV: 13",
+    )
+    contract = lib.scripts["x"].contract
+    assert contract is not None and contract.max_argv == 13
+    got = [(c.index, c.kind, c.lo, c.hi, c.choices, c.local) for c in contract.checks]
+    assert got == [
+        (1, "number", "1", "1e3", (), "n"),
+        (2, "int", "-1", "MAX_ADD", (), ""),
+        (4, "flag", "", "", (), ""),
+        (5, "name", "", "", (), ""),
+        (6, "one of", "", "", ("in", "at", ""), ""),
+        (7, "bytes", "1", "MAX_NAME_BYTES", (), ""),
+    ]
+    assert contract.checks[1].hi_value == loader.SHARED_LIMITS["MAX_ADD"]
+    assert contract.arg_list is not None
+    assert (contract.arg_list.start, contract.arg_list.size, contract.arg_list.at_least_one) == (
+        8,
+        3,
+        True,
+    )
+    assert [(m.index, m.kind) for m in contract.arg_list.members] == [(0, "name"), (2, "number")]
+    # Before the body: each check, the list's count, each group's values.
+    code = lib.code.split("callback=function(KEYS, args)\n", 1)[1].split("ARGV = args", 1)[0]
+    # (the number named n stays a local of the body; the others' end with their block)
+    assert "local n = tonumber(args[1]) if n == nil or n ~= n or n < 1 or n > 1e3 then" in code
+    assert "do local v = args[2]" in code and "(#args - 7) % 3 ~= 0" in code
+    assert "if #args < 10 then return {-11, #args, 'argument count', 10, 13} end" in code
+    assert "for i = 8, #args, 3 do" in code and "args[i + 2]" in code
+
+
+@pytest.mark.parametrize(
+    ("lines", "error"),
+    [
+        ("ARGV[1] a  number 1..NOPE", "neither a number"),
+        ("ARGV[1] a  number 5..1", "bounds nothing"),
+        ("ARGV[1] a  numeral 1..2", None),  # prose, not a check: no error, no check
+        ("ARGV[1] a  number 1-2", "unknown ARGV check"),
+        ("ARGV[1] a  bytes 1..2 as n", "not bytes"),
+        ("ARGV[1] a  number 1..2 as end", "Lua leaves free"),
+        ("ARGV[1] a  number 1..2 as n\nARGV[2] b  int 1..2 as n", "two arguments as n"),
+        ("ARGV[1..] a  groups of 2\nARGV[i] a  number 1..2 as n\nMax ARGV: 4", "no local"),
+        ("ARGV[1] a  one of in", "choices"),
+        ("ARGV[1] a  one of in|a b", "choices"),
+        ("ARGV[1..] a  groups of 2, at least 2\nMax ARGV: 4", "unknown list check"),
+        ("ARGV[1..] a  at least 2\nMax ARGV: 4", "at least 1"),
+        ("ARGV[1..] a  groups of 3\nMax ARGV: 4", "whole groups"),
+        ("ARGV[1..] a  in pairs\nMax ARGV: 4", None),
+        ("ARGV[1..] a  each thing\nMax ARGV: 4", "unknown ARGV check"),
+        ("ARGV[i] a  name", "follow an ARGV"),
+        ("ARGV[1..] a  groups of 2\nARGV[i+2] a  name\nMax ARGV: 4", "not a new place"),
+        ("ARGV[1..] a  groups of 2\nARGV[i] a\nARGV[i] b\nMax ARGV: 4", "not a new place"),
+        ("ARGV[2..] a  at least 1\nARGV[1] b  flag\nMax ARGV: 4", "after the ARGV"),
+    ],
+)
+def test_the_loader_refuses_a_check_it_cannot_hold_to(
+    tmp_path: Path, lines: str, error: str | None
+) -> None:
+    if error is None:
+        contract = _script(tmp_path, lines).scripts["x"].contract
+        assert contract is not None and not contract.checks and contract.arg_list is None
+        return
+    with pytest.raises(ConfigError, match=error):
+        _script(tmp_path, lines)
