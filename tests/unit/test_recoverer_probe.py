@@ -49,7 +49,8 @@ def test_the_recoverer_reclaims_only_where_a_delivery_is_idle_enough() -> None:
         stats=None,
     )  # fmt: skip
     fetcher = SimpleNamespace(assigned=set(pks))
-    rec = Recoverer(ctx, executor=None, fetcher=fetcher)  # type: ignore[arg-type]
+    executor = SimpleNamespace(settler=SimpleNamespace(partitions_with_acks=lambda: []))
+    rec = Recoverer(ctx, executor=executor, fetcher=fetcher)  # type: ignore[arg-type]
     rec.calls = probes  # type: ignore[assignment]
     assert asyncio.run(rec.round()) == "done"
     assert probes.reclaimed == [1, 2]  # a failed probe counts: the script reports its error
