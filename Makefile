@@ -54,8 +54,8 @@ test-tools: redis-server
 	  $(SUDO) apt-get update && $(SUDO) apt-get install -y chromium; }
 
 lint: install
-	$(VENV)/bin/ruff check shardq tests bench loadtest docs/_tools
-	$(VENV)/bin/ruff format --check shardq tests bench loadtest docs/_tools
+	$(VENV)/bin/ruff check shardq tests bench loadtest examples docs/_tools
+	$(VENV)/bin/ruff format --check shardq tests bench loadtest examples docs/_tools
 	$(VENV)/bin/mypy shardq
 
 # The documentation site (mkdocs.yml): `make docs` serves it on http://127.0.0.1:8000 and
