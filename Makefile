@@ -66,7 +66,7 @@ docs: install
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs serve --dev-addr 127.0.0.1:8000
 
 docs-check: install
-	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet --site-dir $(DOCS_SITE)
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir $(DOCS_SITE)
 
 # The test session starts its own cluster and standalone node on its own ports and stops them
 # at the end.  SHARDQ_TEST_TIME_FACTOR=3 stretches every wait's deadline on a slow machine;

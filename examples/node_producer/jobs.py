@@ -1,4 +1,4 @@
-"""The Python side: `shardq worker run -q emails --handlers jobs:handlers` runs what the
+"""The Python side: `shardq worker run -q signups --handlers jobs:handlers` runs what the
 TypeScript producer enqueues (the same wire: docs/wire.md)."""
 
 from shardq import Job

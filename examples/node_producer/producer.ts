@@ -7,8 +7,8 @@ async function main(): Promise<void> {
   const url = process.argv[2] ?? process.env.SHARDQ_REDIS_URL ?? 'redis://127.0.0.1:7000';
   const client = await Client.fromUrl(url); // cluster or standalone: detected
   try {
-    await client.createQueue('emails', { partitions: 16 }); // safe to repeat
-    const { jobId } = await client.enqueue('emails', 'email.send', { to: 'a@example.com' }, {
+    await client.createQueue('signups', { partitions: 16 }); // safe to repeat
+    const { jobId } = await client.enqueue('signups', 'email.send', { to: 'a@example.com' }, {
       delayMs: 2_000,
       idempotencyKey: 'welcome:a@example.com', // a repeat returns this job, writes nothing
       maxAttempts: 5,
@@ -16,7 +16,7 @@ async function main(): Promise<void> {
     });
     console.log(jobId);
     const many = await client.enqueueMany(
-      'emails',
+      'signups',
       ['b', 'c', 'd'].map((name) => ({
         type: 'email.send',
         payload: { to: `${name}@example.com` },

@@ -16,10 +16,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from click.testing import CliRunner
+from support import doccode
 from support.helpers import scaled
 from support.procs import Proc
 
 from shardq import Client
+from shardq.cli import main as cli
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
@@ -158,11 +161,11 @@ def test_typescript_producer_feeds_a_python_worker(
     (tmp_path / "node_modules" / "@types" / "node").symlink_to(types)
     env = example_env(cluster_url)
     run([str(client_dir / "node_modules" / ".bin" / "tsc"), "-p", "tsconfig.json"], tmp_path, env)
-    procs = fleet(start, "emails", here, env)
+    procs = fleet(start, "signups", here, env)
     job_ids = run(["node", "dist/producer.js", cluster_url], tmp_path, env).split()
     assert len(job_ids) == 4, job_ids
     with Client.from_url(cluster_url) as client:
-        results = {client.result("emails", j, timeout=scaled(30)) for j in job_ids}
+        results = {client.result("signups", j, timeout=scaled(30)) for j in job_ids}
     assert results == {f"sent to {n}@example.com" for n in "abcd"}
     for proc in procs:
         stopped_cleanly(proc)
@@ -175,3 +178,51 @@ def test_testing_example_passes_against_the_cluster(cluster_url: str) -> None:
     argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "."]
     out = run(argv, here, example_env(cluster_url), timeout=120)
     assert "5 passed" in out, out
+
+
+def quickstart_block(page: Path) -> list[str]:
+    """The shell block of ``page`` that starts the quickstart's fleet: its command lines."""
+    for block in doccode.blocks(doccode.expand(page.read_text())):
+        lines = doccode.command_lines(block.code)
+        if block.lang in doccode.SHELL and any("shardq worker run" in x for x in lines):
+            return lines
+    raise AssertionError(f"{page.name} has no block that runs `shardq worker run`")
+
+
+def run_quickstart_as_written(page: Path, url: str, start: Callable[..., Proc]) -> None:
+    """The page's quickstart commands, each as written, in examples/quickstart: `shardq`
+    commands that run until stopped in processes of their own, the rest to their end; then
+    the producer's output and the worker's log say the job ran."""
+    here = EXAMPLES / "quickstart"
+    env = example_env(url)
+    fleet: list[Proc] = []
+    out = ""
+    for line in quickstart_block(page):
+        command = doccode.shardq_command(line)
+        if command is not None and command.argv[:2] in (["dispatcher", "run"], ["worker", "run"]):
+            fleet.append(start([SHARDQ, *command.argv], here, {**env, **command.env}))
+        elif command is not None:
+            run([SHARDQ, *command.argv], here, {**env, **command.env})
+        else:
+            assert line == "python producer.py", f"{page.name}: unexpected line {line!r}"
+            out = run([sys.executable, "producer.py"], here, env)
+    assert len(fleet) == 2 and "result: sent" in out, (page.name, out)
+    logs = [stopped_cleanly(proc) for proc in fleet]
+    assert "reminding user 42 (attempt 1)" in logs[1], logs[1]
+
+
+def test_getting_started_runs_as_written(cluster_url: str, start: Callable[..., Proc]) -> None:
+    run_quickstart_as_written(doccode.DOCS / "getting-started.md", cluster_url, start)
+    # The page's other blocks of short `shardq` commands run too (not `dev`: the cluster is
+    # the session's).
+    for block in doccode.blocks(doccode.expand((doccode.DOCS / "getting-started.md").read_text())):
+        commands = doccode.shardq_commands(block.code)
+        if block.lang not in doccode.SHELL or not commands:
+            continue
+        if len(commands) != len(doccode.command_lines(block.code)):
+            continue  # a block with other commands (pip, python): not for this runner
+        if any(c.argv[0] == "dev" or c.argv[1:2] == ["run"] for c in commands):
+            continue
+        for command in commands:
+            result = CliRunner().invoke(cli, command.argv, env={"SHARDQ_REDIS_URL": cluster_url})
+            assert result.exit_code == 0, f"{command.line}\n{result.output}"
