@@ -21,7 +21,7 @@ DEFAULT_URL = "redis://127.0.0.1:7000"
 MAX_TIME_MS = 253_402_300_799_999
 #: The default lateness budget of dispatchers and workers (seconds): see
 #: DispatcherSettings.lateness_budget; chosen from the cost/lateness curve in
-#: docs/capacity.md §1.3c.
+#: docs/benchmarks.md, "The lateness budget".
 LATENESS_BUDGET = 0.010
 #: Past this a budget stops buying anything (calls are full long before) and starts to look
 #: like an outage: a second.
@@ -312,9 +312,10 @@ class ProducerSettings:
     lateness budget (10 ms by default), since jobs due further apart go in separate calls
     anyway, and a longer run would only keep one partition busier for longer."""
     # Why 16: a call costs about a fixed part plus a part per job, so its fixed part charged
-    # to each of 16 jobs is already small (docs/capacity.md §1.3e: most of the saving at 16),
-    # while a burst of slow jobs still starts on several partitions, hence several workers
-    # (a partition's jobs go first to the worker it is assigned to).
+    # to each of 16 jobs is already small (most of the saving at 16:
+    # bench/reference/2026-12-06/sticky-sweep-5d7cabd.txt), while a burst of slow jobs still
+    # starts on several partitions, hence several workers (a partition's jobs go first to the
+    # worker it is assigned to).
 
     def __post_init__(self) -> None:
         # Bounds match what the scripts accept (times travel as ms), so a setting that passes

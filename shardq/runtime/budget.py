@@ -1,11 +1,12 @@
 """The lateness budget: how long a promote or a fetch may wait so that its call carries more jobs.
 
 A call's Redis cost is mostly fixed: a promote of one job and one of a hundred differ by a few
-microseconds per job (docs/capacity.md §1.2), and at the rates most queues see each partition
-has a job due every few milliseconds at best, so calls made the moment a job is due carry
-about one job each.  ``lateness_budget`` (seconds, DispatcherSettings and WorkerSettings, one
-value for both: ``--lateness-budget 20ms`` or SHARDQ_LATENESS_BUDGET) is how much lateness the
-user grants the processes to spend on fewer, fuller calls; Redis and network time come on top.
+microseconds per job (docs/benchmarks.md, "Cost per stage"), and at the rates most queues see
+each partition has a job due every few milliseconds at best, so calls made the moment a job is
+due carry about one job each.  ``lateness_budget`` (seconds, DispatcherSettings and
+WorkerSettings, one value for both: ``--lateness-budget 20ms`` or SHARDQ_LATENESS_BUDGET) is how
+much lateness the user grants the processes to spend on fewer, fuller calls; Redis and network
+time come on top.
 
 The worker goes first.  The worker a partition is assigned to reads it when its head job is
 due plus the worker's share, half of the budget (:func:`worker_share`), and that read promotes
