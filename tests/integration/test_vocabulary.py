@@ -1,7 +1,7 @@
 """One vocabulary for a job's states (issue 23 item 7): the words are defined once
 (shardq.names.JOB_STATES), and the library, the CLI, the console, the inspector's listings and
-the docs (docs/concepts.md) say the same word for the same job.  The old word ``active`` is taken as an input
-for ``running`` (one release), and never said.
+the docs (docs/concepts.md) say the same word for the same job.  The old word ``active`` is
+taken as an input for ``running`` (one release), and never said.
 
 The first tests read the source and the docs (no Redis); the rest seed one real queue with a
 job in every state (tests/support/web_seed.py: no dispatcher or worker runs, so the states stay
