@@ -226,3 +226,9 @@ def test_getting_started_runs_as_written(cluster_url: str, start: Callable[..., 
         for command in commands:
             result = CliRunner().invoke(cli, command.argv, env={"SHARDQ_REDIS_URL": cluster_url})
             assert result.exit_code == 0, f"{command.line}\n{result.output}"
+
+
+def test_readme_runs_as_written(cluster_url: str, start: Callable[..., Proc]) -> None:
+    """README.md's example: its commands, in examples/quickstart, whose files are its Python
+    blocks (tests/unit/test_docs_names.py checks they are the same)."""
+    run_quickstart_as_written(doccode.ROOT / "README.md", cluster_url, start)
