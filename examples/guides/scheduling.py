@@ -59,6 +59,24 @@ def main() -> None:
     # --8<-- [end:many]
     assert len(results) == 1000
 
+    # --8<-- [start:tasks]
+    from shardq import Backoff, Tasks
+
+    tasks = Tasks(default_queue="emails")
+
+    @tasks.task("welcome", max_attempts=8, backoff=Backoff("exponential"), keep_result=3600)
+    async def welcome(job):
+        return {"sent_to": job.payload["to"]}
+
+    job_id = welcome.enqueue(client, {"to": "a@example.com"})  # queue and options: declared
+    welcome.enqueue(client, {"to": "b@example.com"}, delay=60, max_attempts=2)  # a call's win
+    client.enqueue_many("emails", [welcome.request({"to": a}) for a in addresses[:10]])
+    # A worker runs every declared task: Worker(redis, "emails", handlers=tasks), or
+    # `shardq worker run -q emails --handlers myapp.jobs:tasks`.
+    # --8<-- [end:tasks]
+    info = client.get("emails", job_id)
+    assert info is not None and info.max_attempts == 8 and info.keep_result == 3600
+
     # --8<-- [start:durable]
     from shardq.errors import NotDurableError
 
