@@ -30,7 +30,7 @@ CORE_TESTS ?= tests/unit/test_store.py tests/unit/test_scripts_loader.py tests/u
   tests/integration/test_supervisor_redis.py tests/integration/test_keys.py \
   tests/fleet/test_crash.py
 
-.PHONY: install redis-server test-tools lint test test-unit test-all test-valkey test-stress test-lowest demo bench bench-cluster-up bench-cluster-down loadtest clean
+.PHONY: install redis-server test-tools lint docs docs-check test test-unit test-all test-valkey test-stress test-lowest demo bench bench-cluster-up bench-cluster-down loadtest clean
 
 install: $(VENV)/.installed
 
@@ -56,14 +56,24 @@ test-tools: redis-server
 	  $(SUDO) apt-get update && $(SUDO) apt-get install -y chromium; }
 
 lint: install
-	$(VENV)/bin/ruff check shardq tests bench loadtest wire
-	$(VENV)/bin/ruff format --check shardq tests bench loadtest wire
+	$(VENV)/bin/ruff check shardq tests bench loadtest wire examples docs/_tools
+	$(VENV)/bin/ruff format --check shardq tests bench loadtest wire examples docs/_tools
 	$(VENV)/bin/mypy shardq wire $(BENCH_TYPED)
+
+# The documentation site (mkdocs.yml): `make docs` serves it on http://127.0.0.1:8000 and
+# rebuilds it on every change; `make docs-check` builds it with --strict (every page, link,
+# anchor and included example file checked; a few seconds), as part of `make test`.
+DOCS_SITE ?= build/site
+docs: install
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs serve --dev-addr 127.0.0.1:8000
+
+docs-check: install
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir $(DOCS_SITE)
 
 # The test session starts its own cluster and standalone node on its own ports and stops them
 # at the end.  SHARDQ_TEST_TIME_FACTOR=3 stretches every wait's deadline on a slow machine;
 # SHARDQ_TEST_SEED=<n> repeats a run's random choices (the seed is printed in the header).
-test: install test-tools lint
+test: install test-tools lint docs-check
 	$(PY) -m pytest $(PYTEST_PARALLEL) $(TEST_ARGS)
 
 # The tests that need no Redis (tests/unit): seconds, and no redis-server needed.

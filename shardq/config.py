@@ -21,7 +21,7 @@ DEFAULT_URL = "redis://127.0.0.1:7000"
 MAX_TIME_MS = 253_402_300_799_999
 #: The default lateness budget of dispatchers and workers (seconds): see
 #: DispatcherSettings.lateness_budget; chosen from the cost/lateness curve in
-#: docs/capacity.md §1.3c.
+#: docs/benchmarks.md, "The lateness budget".
 LATENESS_BUDGET = 0.010
 #: Past this a budget stops buying anything (calls are full long before) and starts to look
 #: like an outage: a second.
@@ -116,15 +116,27 @@ class RedisSettings:
     """How to reach Redis.  ``cluster=None`` asks the server whether it runs in cluster mode."""
 
     url: str = DEFAULT_URL
+    """The seed node, ``redis://host:port`` (``rediss://`` for TLS); a cluster is found from it."""
     username: str | None = None
+    """The Redis ACL user (one per role: ``shardq acl print`` shows them)."""
     password: str | None = field(default=None, repr=False)
+    """The user's password: never shown in repr, logs or errors."""
     cluster: bool | None = None
+    """True: a Redis Cluster; False: a standalone server; None: ask the server."""
     ssl: bool = False
+    """TLS, with the certificate and its host name verified (``rediss://`` sets it)."""
     ssl_ca_certs: str | None = None
+    """The CA file that signed the server's certificate (default: the system's store)."""
     socket_timeout: float = 5.0
+    """Seconds a call waits for its reply."""
     socket_connect_timeout: float = 5.0
+    """Seconds a connection attempt waits."""
     max_connections: int = 64
+    """Connections per Redis node and client.  A burst that wants more waits up to 10 s for
+    a free one, except on redis-py's asyncio cluster client, which fails a call past the cap
+    at once (MaxConnectionsError; shardq's own calls retry it)."""
     client_name: str | None = None
+    """The name the connections give themselves (CLIENT SETNAME), as CLIENT LIST shows it."""
 
     def __post_init__(self) -> None:
         for name in ("username", "password"):
@@ -274,6 +286,8 @@ class ProducerSettings:
     """Limits the producer enforces before anything is written."""
 
     max_payload_bytes: int = 64 * 1024
+    """The largest job an enqueue accepts, in bytes: its type, payload and options as stored
+    (JSON)."""
     past_tolerance: float = 300.0
     """A run time this many seconds before the Redis clock runs now; older is an error."""
     max_horizon: float = 366 * 24 * 3600.0
@@ -301,9 +315,10 @@ class ProducerSettings:
     lateness budget (10 ms by default), since jobs due further apart go in separate calls
     anyway, and a longer run would only keep one partition busier for longer."""
     # Why 16: a call costs about a fixed part plus a part per job, so its fixed part charged
-    # to each of 16 jobs is already small (docs/capacity.md §1.3e: most of the saving at 16),
-    # while a burst of slow jobs still starts on several partitions, hence several workers
-    # (a partition's jobs go first to the worker it is assigned to).
+    # to each of 16 jobs is already small (most of the saving at 16:
+    # bench/reference/2026-12-06/sticky-sweep-5d7cabd.txt), while a burst of slow jobs still
+    # starts on several partitions, hence several workers (a partition's jobs go first to the
+    # worker it is assigned to).
 
     def __post_init__(self) -> None:
         for name, (lo, hi) in PRODUCER_BOUNDS.items():
@@ -353,10 +368,11 @@ class DispatcherSettings:
     this much more lateness at any rate (0: promote each partition the moment it is due)."""
     lateness_budget: float = LATENESS_BUDGET
     """How late a job may start, on top of Redis and network time, so that calls carry more
-    jobs (less Redis and process CPU per job): the dispatcher promotes up to half of it late,
-    the worker reads up to the rest after a ready hint (shardq/runtime/budget.py).  Set the
-    same on dispatchers and workers (SHARDQ_LATENESS_BUDGET sets both); 0: every wait sized
-    for punctuality."""
+    jobs (less Redis and process CPU per job): the worker assigned a partition reads it up to
+    half of it after its head job is due, and that read promotes the due jobs; the dispatcher
+    promotes what no worker read within the whole budget (partitions with lanes on: within
+    half of it) (shardq/runtime/budget.py).  Set the same on dispatchers and workers
+    (SHARDQ_LATENESS_BUDGET sets both); 0: every wait sized for punctuality."""
     lease_time: float = 10.0
     """A partition whose owner stops renewing is free after this long (the backstop: peers take
     a dead or paused owner's partitions as soon as its membership expires)."""
@@ -446,10 +462,11 @@ class WorkerSettings:
     instead of P / idle_poll."""
     lateness_budget: float = LATENESS_BUDGET
     """How late a job may start, on top of Redis and network time, so that calls carry more
-    jobs (less Redis and process CPU per job): the dispatcher promotes up to half of it late,
-    the worker reads up to the rest after a ready hint (shardq/runtime/budget.py).  Set the
-    same on dispatchers and workers (SHARDQ_LATENESS_BUDGET sets both); 0: every wait sized
-    for punctuality."""
+    jobs (less Redis and process CPU per job): the worker assigned a partition reads it up to
+    half of it after its head job is due, and that read promotes the due jobs; the dispatcher
+    promotes what no worker read within the whole budget (partitions with lanes on: within
+    half of it) (shardq/runtime/budget.py).  Set the same on dispatchers and workers
+    (SHARDQ_LATENESS_BUDGET sets both); 0: every wait sized for punctuality."""
     sweep_interval: float = 5.0
     """The fleet reads each partition at least this often even when it is not assigned to the
     reader (its worker is overloaded or just died)."""

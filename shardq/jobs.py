@@ -642,8 +642,12 @@ def debounced(request: JobRequest, debounce: timedelta | float | None) -> JobReq
 
 @dataclass(frozen=True, slots=True)
 class EnqueueResult:
-    """What enqueue did: the job id, whether it was new (False: the idempotency key or job id
-    was already used, nothing written), its due time on the Redis clock, and its partition."""
+    """What enqueue did: the job id, whether it was created (False: the idempotency key was
+    already used, nothing written), its due time on the Redis clock, and its partition.
+
+    A job id sent again with the same job is a resend: ``created`` is True, the job is stored
+    once and ``due_ms`` is None; with another job under that id, enqueue raises
+    DuplicateJobError."""
 
     job_id: str
     created: bool

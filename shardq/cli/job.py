@@ -191,8 +191,9 @@ def enqueue(
 ) -> None:
     """Enqueue one job of JOB_TYPE; print its id, due time and whether it was new.
 
-    A job that was not new (its --idempotency-key or --job-id was used before) is reported
-    as deduplicated: nothing was written."""
+    A job whose --idempotency-key was used before is reported as deduplicated: nothing was
+    written.  A --job-id already stored with this same job is a resend (reported as created,
+    stored once); with another job it is refused."""
     if delay is not None and run_at is not None:
         raise click.UsageError("give --delay or --at, not both")
     if deadline is not None and deadline_in is not None:

@@ -23,6 +23,7 @@ import dataclasses
 import inspect
 import itertools
 import re
+import textwrap
 import types
 import typing
 from collections.abc import Callable
@@ -224,7 +225,10 @@ def field_docs(cls: type) -> dict[str, str]:
     """Attribute docstrings of a dataclass (the string literal right after each field)."""
     source_file = inspect.getsourcefile(cls)
     assert source_file is not None, cls
-    body = _class_bodies(source_file)[cls.__qualname__]
+    body = _class_bodies(source_file).get(cls.__qualname__)
+    if body is None:  # a class not at a module's top (a test's): its own source, parsed alone
+        tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
+        body = next(n.body for n in tree.body if isinstance(n, ast.ClassDef))
     docs: dict[str, str] = {}
     for node, after in itertools.pairwise(body):
         if (

@@ -36,7 +36,11 @@ def queue() -> None:
 @queue.command("create")
 @queue_option()
 @click.option(
-    "--partitions", type=PARTITIONS, default=64, show_default=True, help="Partition count (fixed)."
+    "--partitions",
+    type=PARTITIONS,
+    default=64,
+    show_default=True,
+    help="Partition count (change it later with `shardq queue resize`).",
 )
 @click.option(
     "--ack-retention",

@@ -1,28 +1,38 @@
 """The lateness budget: how long a promote or a fetch may wait so that its call carries more jobs.
 
 A call's Redis cost is mostly fixed: a promote of one job and one of a hundred differ by a few
-microseconds per job (docs/capacity.md §1.2), and at the rates most queues see each partition
-has a job due every few milliseconds at best, so calls made the moment a job is due carry
-about one job each.  ``lateness_budget`` (seconds, DispatcherSettings and WorkerSettings, one
-value for both: ``--lateness-budget 20ms`` or SHARDQ_LATENESS_BUDGET) is how much lateness the
-user grants the processes to spend on fewer, fuller calls; Redis and network time come on top.
+microseconds per job (docs/benchmarks.md, "Cost per stage"), and at the rates most queues see
+each partition has a job due every few milliseconds at best, so calls made the moment a job is
+due carry about one job each.  ``lateness_budget`` (seconds, DispatcherSettings and
+WorkerSettings, one value for both: ``--lateness-budget 20ms`` or SHARDQ_LATENESS_BUDGET) is how
+much lateness the user grants the processes to spend on fewer, fuller calls; Redis and network
+time come on top.
 
-Half of it goes to the dispatcher: a partition whose head job is due at ``h`` may be promoted
-as late as ``h + slack``, and a primary's loop sleeps until the earliest such deadline of its
-partitions, then promotes *every* partition with a job due, so one round takes what all of
-them collected in the window (one pipelined batch on the primary's connection).  The slack is
-the dispatcher's share, or less when the partition's due rate fills a call sooner
-(:data:`ENOUGH_PER_CALL` jobs): at high rates calls fill up and wait less.  The other half
-goes to the worker: a ready hint schedules a read that much later instead of at once, and a
-read that runs takes every hinted partition of that primary due within the window, so one
-fetch round takes what several promotes made ready.  A budget of 0 keeps every wait sized for
-punctuality (promote when due, read on each hint).
+The worker goes first.  The worker a partition is assigned to reads it when its head job is
+due plus the worker's share, half of the budget (:func:`worker_share`), and that read promotes
+the partition's due jobs itself in the same call (lua/fetch-9.lua); a ready hint likewise
+schedules a read a share later instead of at once, and a read round that runs takes every
+hinted partition of its primary due within the share, so one call carries what came due in
+the window.  Acks of finished jobs ride with the next read of their partition.  So in steady
+state a job costs one call (shardq/worker/fetcher.py).
+
+The dispatcher backs the workers up: it promotes a partition only once its head job is the
+whole budget late, and waits longer still while its calls find that a worker took the jobs
+(up to a second more; shardq/dispatcher/promoter.py), so it moves what no worker read in
+time: backlogs, partitions of busy or dead workers.  Partitions with lanes on are the
+exception (their jobs go through the lane, which reads do not fill): the dispatcher promotes
+them at its share, half of the budget (:func:`dispatcher_share`), or sooner when the
+partition's due rate fills a call (:data:`ENOUGH_PER_CALL` jobs) first.  Whenever one of a
+primary's partitions reaches its deadline, the dispatcher promotes *every* partition of that
+primary with a job due, so one round takes what all of them collected.  A budget of 0 keeps
+every wait sized for punctuality (read and promote when due, read on each hint).
 """
 
 from __future__ import annotations
 
-#: The dispatcher's part of the budget (the worker has the rest): measured, see
-#: docs/design/lateness-budget.md.
+#: The split of the budget: the worker's read waits up to the rest after a head is due; the
+#: dispatcher promotes partitions with lanes on within this part (others after the whole
+#: budget).  Measured: docs/design/lateness-budget.md.
 DISPATCHER_SHARE = 0.5
 #: A call carrying this many jobs pays under ~1.5 us of fixed cost per job (a promote call's
 #: fixed part is ~40 us, its per-job part ~5-9 us): waiting to fill it further buys little, so a
@@ -33,12 +43,14 @@ RATE_WEIGHT = 0.3
 
 
 def dispatcher_share(budget: float) -> float:
-    """How late the dispatcher may promote a due job, of a lateness budget."""
+    """How late the dispatcher promotes a due job of a partition with lanes on, of a lateness
+    budget (a partition without lanes: after the whole budget, shardq/dispatcher/promoter.py)."""
     return budget * DISPATCHER_SHARE
 
 
 def worker_share(budget: float) -> float:
-    """How long after a ready hint the worker may read, of a lateness budget."""
+    """How long after a ready hint, or after its head job is due, the worker may read a
+    partition, of a lateness budget."""
     return budget - dispatcher_share(budget)
 
 

@@ -4,7 +4,7 @@ time, go to one partition together.
 Why: a job's calls (its promote, the read that delivers it, its ack) are per partition, and
 cost about as much for one job as for a few dozen.  Jobs spread one by one over P partitions
 reach each partition a few at a time: at 2,000 jobs/s over 64 partitions every call carries
-about one job, and a job costs 3-5x what a full call charges it (docs/capacity.md §1.3).  So,
+about one job, and a job costs 3-5x what a full call charges it (docs/capacity.md §1.1).  So,
 as Kafka's sticky partitioner does for its batches (KIP-480), a process sends the jobs that
 come due within one ``ProducerSettings.sticky_window`` (10 ms, about the lateness budget) to
 one partition, ``sticky_jobs`` (16) at most, then starts a run on another partition chosen at

@@ -446,7 +446,8 @@ class Fetcher:
         # a partition known to bring few (its last read was thin) is read for what it brings,
         # or for what its due set holds due by now when its last reply counted more: a sticky
         # run (shardq/store/sticky.py) of 16 jobs is read in one call, not in reads of 4, 8
-        # and the rest (0.34 fetch calls a job at 2,000 jobs/s; docs/capacity.md §1.3e).
+        # and the rest (0.34 fetch calls a job at 2,000 jobs/s;
+        # bench/reference/2026-12-06/due-soon-ab-292b44b.txt).
         counts: list[int] = []
         if due:
             self._rotate = (self._rotate + 1) % len(due)

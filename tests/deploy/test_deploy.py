@@ -67,6 +67,11 @@ DASHBOARD = ROOT / "deploy" / "grafana" / "dashboards" / "shardq.json"
 REDIS_CONF = ROOT / "deploy" / "redis" / "redis-cluster.conf"
 CLUSTER_INIT = ROOT / "deploy" / "redis" / "cluster-init.sh"
 DEPLOY_DOC = ROOT / "docs" / "deploy.md"
+# The pages that tell how to deploy: their commands, metric names and paths are checked too.
+DEPLOY_DOCS = [
+    DEPLOY_DOC,
+    *(ROOT / "docs" / "guides" / f"{n}.md" for n in ("kubernetes", "web-console", "security")),
+]
 BIN = Path(sys.executable).parent
 
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
@@ -314,13 +319,13 @@ def invocations() -> list[tuple[str, list[str]]]:
         for argv in argvs:
             found.append((where, [expand(t, env, where) for t in argv]))
     # docs/deploy.md
-    found += [(f"docs/deploy.md: {' '.join(a)}", a) for a in doc_commands()]
+    found += [(f"docs: {' '.join(a)}", a) for a in doc_commands()]
     return found
 
 
 def doc_commands() -> list[list[str]]:
-    """`shardq ...` lines of the shell code blocks in docs/deploy.md."""
-    text = DEPLOY_DOC.read_text()
+    """`shardq ...` lines of the shell code blocks in docs/deploy.md and the deploy guides."""
+    text = "\n".join(doc.read_text() for doc in DEPLOY_DOCS)
     commands = []
     for block in re.findall(r"```(?:sh|bash|console|shell)\n(.*?)```", text, re.S):
         joined = block.replace("\\\n", " ")
@@ -1172,7 +1177,7 @@ def test_docker_build_context_builds_the_wheel_with_lua(tmp_path: Path) -> None:
 def test_every_shardq_command_exists_with_its_options() -> None:
     found = invocations()
     wheres = " ".join(w for w, _ in found)
-    for expected in ("Dockerfile", "compose worker", "overlays/prod", "docs/deploy.md"):
+    for expected in ("Dockerfile", "compose worker", "overlays/prod", "docs: "):
         assert expected in wheres, f"no shardq command found in {expected}"
     problems = []
     for where, argv in found:
@@ -1759,9 +1764,10 @@ def used_metric_names() -> dict[str, str]:
     scaled = one("overlays/prod", "ScaledObject", "shardq-worker")
     for name in re.findall(r"\bshardq_\w+", scaled["spec"]["triggers"][0]["metadata"]["query"]):
         used[name] = "KEDA query"
-    for name in re.findall(r"\bshardq_[a-z_]+\b", DEPLOY_DOC.read_text()):
-        if not name.endswith("_"):
-            used[name] = "docs/deploy.md"
+    for doc in DEPLOY_DOCS:
+        for name in re.findall(r"\bshardq_[a-z_]+\b", doc.read_text()):
+            if not name.endswith("_"):
+                used[name] = str(doc.relative_to(ROOT))
     return used
 
 
@@ -1819,7 +1825,7 @@ def test_dashboard_json() -> None:
 
 
 def test_deploy_doc() -> None:
-    text = DEPLOY_DOC.read_text()
+    text = "\n".join(doc.read_text() for doc in DEPLOY_DOCS)
     assert "## Run it with Docker" in (ROOT / "README.md").read_text()
     later = {"docs/capacity.md", "loadtest/locustfile.py"}  # announced, written by others
     for path in set(re.findall(r"`((?:k8s|deploy|docs|tests)/[\w./-]+|Dockerfile)`", text)):

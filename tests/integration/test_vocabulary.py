@@ -1,9 +1,9 @@
 """One vocabulary for a job's states (issue 23 item 7): the words are defined once
 (shardq.names.JOB_STATES), and the library, the CLI, the console, the inspector's listings and
-the README say the same word for the same job.  The old word ``active`` is taken as an input
-for ``running`` (one release), and never said.
+the docs (docs/concepts.md) say the same word for the same job.  The old word ``active`` is
+taken as an input for ``running`` (one release), and never said.
 
-The first tests read the source and the README (no Redis); the rest seed one real queue with a
+The first tests read the source and the docs (no Redis); the rest seed one real queue with a
 job in every state (tests/support/web_seed.py: no dispatcher or worker runs, so the states stay
 put) and ask every entry point about each of those jobs.
 """
@@ -63,8 +63,8 @@ def test_no_other_module_spells_out_the_list_of_states() -> None:
     assert not found, f"a list of job states outside shardq/names.py: {found}"
 
 
-def test_the_readme_table_is_the_one_list_with_its_meanings() -> None:
-    text = (ROOT / "README.md").read_text()
+def test_the_concepts_table_is_the_one_list_with_its_meanings() -> None:
+    text = (ROOT / "docs" / "concepts.md").read_text()
     rows = dict(re.findall(r"^\s*\| `([a-z]+)` \| (.+?) \|$", text, re.M))
     table = {w: rows[w] for w in rows if w in names.JOB_STATES or w in names.JOB_STATE_ALIASES}
     assert table == names.JOB_STATE_MEANINGS

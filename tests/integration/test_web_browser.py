@@ -3,7 +3,7 @@ browser, through ``executable_path``: nothing is downloaded).  .ci/run installs 
 
 The console runs under uvicorn in a thread, on 127.0.0.1 and a free port of the session's
 block, against the test cluster with jobs in every state.  Screenshots of the main pages go to
-results/screenshots/ (docs/img/ holds copies for the README).
+results/screenshots/ (docs/img/ holds copies for docs/guides/web-console.md).
 """
 
 from __future__ import annotations

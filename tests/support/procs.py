@@ -25,14 +25,16 @@ HELPER = Path(__file__).with_name("proc_helper.py")
 class Proc:
     """A process this test started; killed (by its own pid) if the test leaves it running."""
 
-    def __init__(self, argv: list[str], env: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self, argv: list[str], env: Mapping[str, str] | None = None, cwd: Path | None = None
+    ) -> None:
         self.logfile = tempfile.NamedTemporaryFile(  # noqa: SIM115 - the process writes it
             prefix="shardq-proc-", suffix=".log", delete=False
         )
         full_env = dict(os.environ)
         full_env.update(env or {})
         self.popen = subprocess.Popen(
-            argv, stdout=self.logfile, stderr=subprocess.STDOUT, env=full_env
+            argv, stdout=self.logfile, stderr=subprocess.STDOUT, env=full_env, cwd=cwd
         )
         self.logfile.close()
         self.pid = self.popen.pid

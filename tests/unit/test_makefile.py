@@ -36,3 +36,10 @@ def test_the_demo_and_the_bench_install_only_redis(target: str) -> None:
 def test_the_suite_installs_its_tools(target: str) -> None:
     recipes = _recipes(target)
     assert [tool for tool in TEST_ONLY if tool not in recipes] == []
+
+
+def test_the_suite_builds_the_docs_site_strictly() -> None:
+    """`make test` builds the docs site with --strict: a broken link, anchor, page or included
+    example file fails it (mkdocs.yml)."""
+    recipes = _recipes("test")
+    assert "mkdocs build --strict" in recipes

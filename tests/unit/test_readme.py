@@ -1,27 +1,33 @@
-"""README's Python examples still work on this tree: the public API cannot break silently.
+"""The Python examples of README.md and of every docs page still work on this tree: the public
+API cannot break silently.
 
-Every ```python block of README.md is parsed.  Each ``from shardq... import ...`` and ``import
-shardq...`` in it is run, and each imported name must exist.  Each call whose callee the test
-can resolve without Redis is bound against the callee's signature (``inspect.signature().bind``
-with placeholders): a name imported from shardq (``JobRequest(...)``), an attribute path from
-one (``limits.for_type(...)``, ``Client.from_url(...)``), or a method of a variable the README
-binds to a known facade (``client.enqueue(...)``, ``ins.list_jobs(...)``,
-``client.schedules.add(...)``), so a renamed method, a removed parameter or a keyword that no
-longer exists fails here.  Attributes the README reads from a known result (``info.state``,
-``r.created``, ``page.cursor``) must exist too.  Nothing is sent to Redis.
+Every ```python block of README.md and of docs/**/*.md is parsed (a page's blocks with the files
+of examples/ it includes put in their place, as the site shows them).  Each ``from shardq...
+import ...`` and ``import shardq...`` in it is run, and each imported name must exist.  Each
+call whose callee the test can resolve without Redis is bound against the callee's signature
+(``inspect.signature().bind`` with placeholders): a name imported from shardq
+(``JobRequest(...)``), an attribute path from one (``limits.for_type(...)``,
+``Client.from_url(...)``), or a method of a variable the page binds to a known facade
+(``client.enqueue(...)``, ``ins.list_jobs(...)``, ``client.schedules.add(...)``), so a renamed
+method, a removed parameter or a keyword that no longer exists fails here.  Attributes read from
+a known result (``info.state``, ``r.created``, ``page.cursor``) must exist too.  Nothing is sent
+to Redis (the included examples run against a cluster in tests/examples/).
 """
 
 from __future__ import annotations
 
 import ast
+import contextlib
 import importlib.util
 import inspect
 import re
+import typing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
+from support import doccode
 
 
 def _repo_root() -> Path:
@@ -33,6 +39,7 @@ def _repo_root() -> Path:
 
 
 README = _repo_root() / "README.md"
+PAGES = doccode.pages()  # README.md first, then every page of docs/
 _BLOCK = re.compile(r"^[ \t]*```python[ \t]*\n(?P<code>.*?)^[ \t]*```", re.MULTILINE | re.DOTALL)
 
 
@@ -78,21 +85,32 @@ def _parse(block: str) -> ast.Module:
     return ast.parse(block)
 
 
-def _blocks() -> list[tuple[int, str, ast.Module]]:
-    return [(i, b, _parse(b)) for i, b in enumerate(python_blocks(README.read_text()))]
+def page_text(page: Path) -> str:
+    """The page as the site shows it: its includes put in their place."""
+    return doccode.expand(page.read_text())
+
+
+def _blocks(page: Path = README) -> list[tuple[int, str, ast.Module]]:
+    return [(i, b, _parse(b)) for i, b in enumerate(python_blocks(page_text(page)))]
+
+
+def page_blocks() -> list[tuple[Path, int]]:
+    return [(p, i) for p in PAGES for i in range(len(python_blocks(page_text(p))))]
 
 
 def _instances() -> dict[str, type]:
     """README variables and the class each stands for (an instance of it)."""
     from shardq import Client, EnqueueResult, Inspector, JobInfo
-    from shardq.client import Schedules
+    from shardq.client import Batches, Schedules
     from shardq.errors import BulkEnqueueError
     from shardq.inspector import Page
 
     return {
         "client": Client,  # also AsyncClient in the asyncio block: the same surface
         "client.schedules": Schedules,
+        "client.batches": Batches,
         "ins": Inspector,
+        "inspector": Inspector,
         "info": JobInfo,
         "r": EnqueueResult,
         "page": Page,
@@ -170,18 +188,144 @@ def bind_call(call: ast.Call, fn: Any) -> None:
     kwargs = {k.arg: _Placeholder() for k in call.keywords if k.arg is not None}
     if isinstance(fn, _Unbound):
         fn, args = fn.fn, [_Placeholder(), *args]
-    signature = inspect.signature(fn)
+    try:
+        signature = inspect.signature(fn)
+    except ValueError:
+        return  # a builtin's (an exception class without an __init__ of its own)
     try:
         signature.bind(*args, **kwargs)
     except TypeError as exc:
         raise AssertionError(f"{ast.unparse(call)}: does not fit {signature}: {exc}") from None
 
 
+def _return_class(fn: Any) -> type | None:
+    """The class of what calling ``fn`` returns, when its annotations say (``X | None``: X)."""
+    if inspect.isclass(fn):
+        return fn
+    target = fn.fn if isinstance(fn, _Unbound) else fn
+    try:
+        hints = typing.get_type_hints(getattr(target, "__func__", target))
+    except Exception:
+        return None
+    returned = hints.get("return")
+    if returned is typing.Self:
+        owner = getattr(target, "__self__", None)
+        return owner if inspect.isclass(owner) else None
+    for candidate in typing.get_args(returned) or (returned,):
+        plain = typing.get_origin(candidate) is None  # list[X] is not X
+        if inspect.isclass(candidate) and candidate is not type(None) and plain:
+            return candidate
+    return None
+
+
+class _Checker(ast.NodeVisitor):
+    """One block in source order: each variable has the class of its last assignment where
+    the code says it (``info = client.get(...)``: JobInfo; ``except X as exc``: X; ``with
+    Client(...) as client``: Client), else the page-wide guess of ``_instances`` until it is
+    assigned something else."""
+
+    def __init__(self, names: dict[str, Any], instances: dict[str, type]) -> None:
+        self.names = names
+        self.types = dict(instances)
+        self.problems: list[str] = []
+
+    def _class_of(self, node: ast.expr | None) -> type | None:
+        if isinstance(node, ast.Await):
+            node = node.value
+        if isinstance(node, ast.Name):
+            return self.types.get(node.id)
+        if isinstance(node, ast.Call):
+            path = _path(node.func)
+            try:
+                fn = None if path is None else _callee(path, self.names, self.types)
+            except AssertionError:
+                return None
+            return None if fn is None else _return_class(fn)
+        return None
+
+    def _annotation_class(self, node: ast.expr) -> type | None:
+        path = _path(node)
+        try:
+            obj = None if path is None else _callee(path, self.names, {})
+        except AssertionError:
+            return None
+        return obj if inspect.isclass(obj) else None
+
+    def _bind(self, target: ast.expr, cls: type | None) -> None:
+        if isinstance(target, ast.Name):
+            if cls is None:
+                self.types.pop(target.id, None)
+            else:
+                self.types[target.id] = cls
+
+    def visit_Assign(self, node: ast.Assign) -> None:
+        self.visit(node.value)
+        cls = self._class_of(node.value)
+        for target in node.targets:
+            self._bind(target, cls)
+
+    def visit_AnnAssign(self, node: ast.AnnAssign) -> None:
+        if node.value is not None:
+            self.visit(node.value)
+        self._bind(node.target, self._annotation_class(node.annotation))
+
+    def visit_NamedExpr(self, node: ast.NamedExpr) -> None:
+        self.visit(node.value)
+        self._bind(node.target, self._class_of(node.value))
+
+    def visit_For(self, node: ast.For) -> None:
+        self.visit(node.iter)
+        for name in ast.walk(node.target):
+            self._bind(name, None)  # a loop variable: its class is not known here
+        for stmt in [*node.body, *node.orelse]:
+            self.visit(stmt)
+
+    visit_AsyncFor = visit_For  # type: ignore[assignment]
+
+    def visit_With(self, node: ast.With | ast.AsyncWith) -> None:
+        for item in node.items:
+            self.visit(item.context_expr)
+            if item.optional_vars is not None:
+                self._bind(item.optional_vars, self._class_of(item.context_expr))
+        for stmt in node.body:
+            self.visit(stmt)
+
+    visit_AsyncWith = visit_With  # type: ignore[assignment]
+
+    def visit_ExceptHandler(self, node: ast.ExceptHandler) -> None:
+        if node.name is not None:
+            cls = None if node.type is None else self._annotation_class(node.type)
+            if cls is None:
+                self.types.pop(node.name, None)
+            else:
+                self.types[node.name] = cls
+        for stmt in node.body:
+            self.visit(stmt)
+
+    def visit_Call(self, node: ast.Call) -> None:
+        try:
+            path = _path(node.func)
+            fn = None if path is None else _callee(path, self.names, self.types)
+            if fn is not None:
+                bind_call(node, fn)
+        except AssertionError as exc:
+            self.problems.append(str(exc))
+        self.generic_visit(node)
+
+    def visit_Attribute(self, node: ast.Attribute) -> None:
+        if isinstance(node.ctx, ast.Load):
+            base = _path(node.value)
+            cls = self.types.get(base) if base is not None else None
+            if cls is not None and not _has_attribute(cls, node.attr):
+                self.problems.append(f"{ast.unparse(node)}: {cls.__name__} has no {node.attr!r}")
+        self.generic_visit(node)
+
+
 def check_block(
     tree: ast.Module, instances: dict[str, type], before: dict[str, Any] | None = None
 ) -> list[str]:
     """Problems with one block: imports that fail, calls that do not bind, attributes gone.
-    ``before``: the names earlier blocks imported (the README reads as one session)."""
+    ``before``: the names earlier blocks of the page imported (a page reads as one session)."""
     problems = []
     names: dict[str, Any] = dict(before or {})
     for imp in shardq_imports(tree):
@@ -190,58 +334,54 @@ def check_block(
         except ImportError as exc:
             problems.append(f"{imp.line}: {type(exc).__name__}: {exc}")
     names.pop("__builtins__", None)
-    for node in ast.walk(tree):
-        try:
-            if isinstance(node, ast.Call):
-                path = _path(node.func)
-                fn = None if path is None else _callee(path, names, instances)
-                if fn is not None:
-                    bind_call(node, fn)
-            elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load):
-                base = _path(node.value)
-                if base in instances and base != "client" and base != "client.schedules":
-                    cls = instances[base]
-                    if not _has_attribute(cls, node.attr):
-                        problems.append(f"{ast.unparse(node)}: {cls.__name__} has no {node.attr!r}")
-        except AssertionError as exc:
-            problems.append(str(exc))
-    return problems
+    checker = _Checker(names, instances)
+    checker.visit(tree)
+    return problems + checker.problems
 
 
 # -- README ---------------------------------------------------------------------------------
 
 
-def test_readme_has_python_examples_with_shardq_imports() -> None:
-    """The extraction finds what the README shows (else everything below passes vacuously)."""
-    blocks = _blocks()
-    assert len(blocks) >= 15
-    imports = [imp for _, _, tree in blocks for imp in shardq_imports(tree)]
+def test_the_docs_have_python_examples_with_shardq_imports() -> None:
+    """The extraction finds what the pages show, includes put in place (else everything below
+    passes vacuously)."""
+    blocks = page_blocks()
+    assert len(blocks) >= 40
+    assert {"getting-started.md", "scheduling.md", "results.md"} <= {p.name for p, _ in blocks}
+    imports = [
+        imp for page in PAGES for _, _, tree in _blocks(page) for imp in shardq_imports(tree)
+    ]
     assert {"Client", "AsyncClient", "Inspector", "BulkEnqueueError", "limits"} <= {
         imp.name for imp in imports
     }
 
 
-@pytest.mark.parametrize("index", range(len(python_blocks(README.read_text()))))
-def test_readme_block_imports_and_calls_work(index: int) -> None:
-    blocks = _blocks()
+@pytest.mark.parametrize(
+    ("page", "index"), page_blocks(), ids=lambda v: v.name if isinstance(v, Path) else str(v)
+)
+def test_block_imports_and_calls_work(page: Path, index: int) -> None:
+    blocks = _blocks(page)
     before: dict[str, Any] = {}
     for _, _, earlier in blocks[:index]:
         for imp in shardq_imports(earlier):
-            run_import(imp, before)  # a failing one fails its own block's test
+            with contextlib.suppress(ImportError):  # a failing one fails its own block's test
+                run_import(imp, before)
     before.pop("__builtins__", None)
     _, block, tree = blocks[index]
     problems = check_block(tree, _instances(), before)
-    assert not problems, f"README.md python block {index}:\n{block}\n" + "\n".join(
+    where = page.relative_to(_repo_root())
+    assert not problems, f"{where} python block {index}:\n{block}\n" + "\n".join(
         f"  {p}" for p in problems
     )
 
 
-def test_every_shardq_name_readme_imports_is_public() -> None:
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
+def test_every_shardq_name_a_page_imports_is_public(page: Path) -> None:
     """``from shardq import X``: X is one of the names the package exports (``__all__``), or a
     submodule (``limits``)."""
     import shardq
 
-    for _, _, tree in _blocks():
+    for _, _, tree in _blocks(page):
         for imp in shardq_imports(tree):
             if imp.module == "shardq" and imp.name is not None:
                 exported = imp.name in shardq.__all__
@@ -265,6 +405,12 @@ def test_every_shardq_name_readme_imports_is_public() -> None:
         ("from shardq import limits\nlimits.nope('t')\n", "limits has no attribute 'nope'"),
         ("from shardq import JobRequest\nJobRequest('t', colour=1)\n", "does not fit"),
         ("print(info.no_such_field)\n", "JobInfo has no 'no_such_field'"),
+        ("b = client.batches.get('q', 'b')\nprint(b.state, b.nope)\n", "BatchInfo has no 'nope'"),
+        ("from shardq.errors import JobFailedError\ntry:\n    pass\n"
+         "except JobFailedError as exc:\n    print(exc.error, exc.nope)\n",
+         "JobFailedError has no 'nope'"),
+        ("from shardq import Client\nwith Client.from_url('x') as c:\n    c.enqueue(colour=1)\n",
+         "does not fit"),
     ],
 )  # fmt: skip
 def test_the_checker_finds_what_no_longer_works(source: str, expected: str) -> None:
