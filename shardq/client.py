@@ -18,12 +18,13 @@ import asyncio
 import builtins
 from collections.abc import Iterable
 from datetime import datetime, timedelta
-from typing import Any, Literal, TypeVar
+from typing import Any, TypeVar, Unpack
 
 from shardq.config import ProducerSettings, RedisSettings
 from shardq.connection import AsyncRedis, SyncRedis, connect, connect_async
 from shardq.errors import ShardqError
 from shardq.jobs import Backoff, EnqueueResult, JobInfo, JobRequest, JobResult, debounced
+from shardq.jobs.options import JobOptions, takes_job_options
 from shardq.limits import Limit
 from shardq.names import Priority
 from shardq.plans import Plan, drive, drive_async, twin_of
@@ -42,6 +43,7 @@ from shardq.schedules import (
 )
 from shardq.store import keys, producer
 from shardq.store.channels import AsyncChannel, SyncChannel
+from shardq.store.meta import QueueCache
 from shardq.store.retry import AsyncRunner, SyncRunner
 from shardq.store.transport import AsyncTransport, SyncTransport
 from shardq.workflows import DEFAULT_RETENTION, BatchCancel, BatchInfo, Child, Policy
@@ -76,7 +78,7 @@ class Client:
         self.settings = settings or ProducerSettings()
         #: What this client knows of its queues (partition count, layout, lanes), read once and
         #: kept; the plans it runs read and fill it (:meth:`forget` drops a queue's).
-        self.cache = producer.QueueCache()
+        self.cache = QueueCache()
         #: Sends calls to the primaries (:class:`~shardq.store.transport.SyncTransport`).
         self.transport = SyncTransport(self.redis)
         self._runner = SyncRunner(self.transport, self.settings.retry_timeout)
@@ -162,7 +164,8 @@ class Client:
 
     def require_lanes(self, queue: str) -> None:
         """LanesOffError unless the queue has lanes on (seen on within the last
-        ``producer.LANES_RECHECK`` seconds, so lanes turned off reach every producer soon)."""
+        ``shardq.store.meta.LANES_RECHECK`` seconds, so lanes turned off reach every producer
+        soon)."""
         self.run(plans.require_lanes(self.cache, queue), f"reading lanes of {queue!r}")
 
     def check_redis(self, require_appendonly: bool = False) -> list[redis_config.Finding]:
@@ -229,55 +232,26 @@ class Client:
 
     # jobs ---------------------------------------------------------------------------------
 
+    @takes_job_options
     def enqueue(
         self,
         queue: str,
         job_type: str,
         payload: Any = None,
         *,
-        run_at: datetime | float | None = None,
-        delay: timedelta | float | None = None,
-        job_id: str | None = None,
-        idempotency_key: str | None = None,
-        max_attempts: int | None = None,
-        backoff: Backoff | None = None,
-        headers: dict[str, str] | None = None,
         durable: bool = False,
-        limit_key: str | None = None,
-        priority: Priority | None = None,
-        tenant: str | None = None,
-        keep_result: timedelta | float | None = None,
-        timeout: timedelta | float | None = None,
-        deadline: datetime | timedelta | float | None = None,
-        unique_until: Literal["done"] | None = None,
         debounce: timedelta | float | None = None,
+        **options: Unpack[JobOptions],
     ) -> str:
         """Enqueue one job to run now, at ``run_at`` or after ``delay`` seconds; return its id.
 
-        With ``idempotency_key``, a repeat returns the first job's id and writes nothing.
         With ``durable=True`` it returns only once ``durable_replicas`` replicas hold the job
-        (WAIT on the connection that wrote), else raises NotDurableError.  With ``limit_key``
-        the job is under that key's rate limit (:meth:`set_limit`), as well as its type's.
-        ``priority`` ('high', 'default', 'low') and ``tenant`` order delivery in a queue with
-        lanes on (:meth:`set_lanes`); LanesOffError on a queue without.  With ``keep_result``
-        (seconds or a timedelta, 1 s to 30 days) the handler's return value is kept that long
-        after the job completes, for :meth:`result`.  ``timeout`` (seconds) bounds one attempt
-        (then it fails with HandlerTimeoutError and is retried), instead of the worker's
-        ``handler_timeout``.  ``deadline``: a job that would start after it is dead-lettered
-        (DeadlineExceededError), never run: a timezone-aware datetime or epoch seconds, or a
-        timedelta, how late after its due time (a retry's included) it may still start.
-        ``unique_until="done"`` (with ``idempotency_key``): the key returns the first job only
-        while that job is waiting, running or retrying; once it completed, was cancelled or
-        died, an enqueue with the key creates a new job (bounded by ``unique_retention``).
+        (WAIT on the connection that wrote), else raises NotDurableError.
         ``debounce=<seconds>`` (with ``idempotency_key``, instead of ``delay``/``run_at``): the
         job runs that long after the last enqueue of a burst: a repeat while the job still waits
         replaces its payload and moves its due time, keeping its id (``created`` False).
         """
-        request = JobRequest(
-            job_type, payload, run_at, delay, job_id, idempotency_key, max_attempts, backoff,
-            headers, limit_key, priority, tenant, keep_result, timeout, deadline, unique_until,
-        )  # fmt: skip
-        request = debounced(request, debounce)
+        request = debounced(JobRequest(job_type, payload, **options), debounce)
         return self.enqueue_detailed(queue, request, durable=durable).job_id
 
     def enqueue_detailed(
@@ -391,7 +365,7 @@ class AsyncClient:
             redis = RedisSettings.from_url(redis)
         self.settings = settings or ProducerSettings()
         #: As :attr:`Client.cache`.
-        self.cache = producer.QueueCache()
+        self.cache = QueueCache()
         self._pending: RedisSettings | None = None
         self._connecting = asyncio.Lock()
         if isinstance(redis, RedisSettings):
@@ -529,34 +503,18 @@ class AsyncClient:
 
     # jobs ---------------------------------------------------------------------------------
 
+    @takes_job_options
     async def enqueue(
         self,
         queue: str,
         job_type: str,
         payload: Any = None,
         *,
-        run_at: datetime | float | None = None,
-        delay: timedelta | float | None = None,
-        job_id: str | None = None,
-        idempotency_key: str | None = None,
-        max_attempts: int | None = None,
-        backoff: Backoff | None = None,
-        headers: dict[str, str] | None = None,
         durable: bool = False,
-        limit_key: str | None = None,
-        priority: Priority | None = None,
-        tenant: str | None = None,
-        keep_result: timedelta | float | None = None,
-        timeout: timedelta | float | None = None,
-        deadline: datetime | timedelta | float | None = None,
-        unique_until: Literal["done"] | None = None,
         debounce: timedelta | float | None = None,
+        **options: Unpack[JobOptions],
     ) -> str:
-        request = JobRequest(
-            job_type, payload, run_at, delay, job_id, idempotency_key, max_attempts, backoff,
-            headers, limit_key, priority, tenant, keep_result, timeout, deadline, unique_until,
-        )  # fmt: skip
-        request = debounced(request, debounce)
+        request = debounced(JobRequest(job_type, payload, **options), debounce)
         return (await self.enqueue_detailed(queue, request, durable=durable)).job_id
 
     async def enqueue_detailed(

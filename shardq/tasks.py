@@ -20,13 +20,15 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
-from typing import Any, Protocol
+from datetime import timedelta
+from typing import Any, Protocol, Unpack
 
 from shardq import names
 from shardq.config import ProducerSettings
 from shardq.errors import InvalidJobError
-from shardq.jobs import Backoff, EnqueueResult, JobRequest, encode_body
+from shardq.jobs.body import request_body
+from shardq.jobs.models import EnqueueResult, JobRequest
+from shardq.jobs.options import Backoff, JobOptions, takes_job_options, task_options
 from shardq.names import Priority
 
 
@@ -83,64 +85,58 @@ class Task:
                 f"{self.timeout!r:.40}"
             )
         # The defaults are checked as an enqueue would check them, now (import time).
-        encode_body(
-            self.name,
-            None,
-            max_attempts=self.max_attempts,
-            backoff=self.backoff,
-            idempotency_key=None,
-            headers=None,
-            settings=ProducerSettings(),
-            limit_key=self.limit_key,
-            priority=self.priority,
-            keep_result=self.keep_result,
-        )
+        request_body(JobRequest(self.name, None, **self.defaults()), ProducerSettings())
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.fn(*args, **kwargs)
 
-    def request(self, payload: Any = None, **options: Any) -> JobRequest:
+    def defaults(self) -> JobOptions:
+        """The options this task declares (those it sets)."""
+        declared = {name: getattr(self, name) for name in _DECLARED}
+        return {k: v for k, v in declared.items() if v is not None}  # type: ignore[return-value]
+
+    @takes_job_options
+    def request(self, payload: Any = None, **options: Unpack[JobOptions]) -> JobRequest:
         """A :class:`~shardq.jobs.JobRequest` of this task with its declared defaults; any
-        JobRequest option given here wins (``delay``, ``run_at``, ``idempotency_key``, ...)."""
+        option given here wins (``delay``, ``run_at``, ``idempotency_key``, ...)."""
         unknown = set(options) - _REQUEST_OPTIONS
         if unknown:
             raise InvalidJobError(
                 f"task {self.name!r}: unknown enqueue option(s) {sorted(unknown)}; known: "
                 f"{sorted(_REQUEST_OPTIONS)}"
             )
-        declared = {k: getattr(self, k) for k in _DECLARED if getattr(self, k) is not None}
-        return JobRequest(self.name, payload, **{**declared, **options})
+        merged: JobOptions = {**self.defaults(), **options}
+        return JobRequest(self.name, payload, **merged)
 
+    @takes_job_options
     def enqueue(
         self,
         client: Client,
         payload: Any = None,
         *,
         durable: bool = False,
-        run_at: datetime | float | None = None,
-        delay: timedelta | float | None = None,
-        **options: Any,
+        **options: Unpack[JobOptions],
     ) -> str:
         """Enqueue one job of this task into its queue with ``client``; returns its id."""
-        request = self.request(payload, run_at=run_at, delay=delay, **options)
+        request = self.request(payload, **options)
         return client.enqueue_detailed(self.queue, request, durable=durable).job_id
 
+    @takes_job_options
     async def enqueue_async(
         self,
         client: AsyncClient,
         payload: Any = None,
         *,
         durable: bool = False,
-        run_at: datetime | float | None = None,
-        delay: timedelta | float | None = None,
-        **options: Any,
+        **options: Unpack[JobOptions],
     ) -> str:
         """:meth:`enqueue` with an :class:`~shardq.client.AsyncClient`."""
-        request = self.request(payload, run_at=run_at, delay=delay, **options)
+        request = self.request(payload, **options)
         return (await client.enqueue_detailed(self.queue, request, durable=durable)).job_id
 
 
-_DECLARED = ("max_attempts", "backoff", "keep_result", "priority", "limit_key")
+# The options a task declares defaults for (shardq.jobs.options: ``task=True``).
+_DECLARED = task_options()
 _REQUEST_OPTIONS = {f.name for f in dataclasses.fields(JobRequest)} - {"job_type", "payload"}
 
 

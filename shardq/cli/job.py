@@ -9,6 +9,7 @@ ProducerSettings.  ``job list|find|run-now`` go through :class:`shardq.inspector
 from __future__ import annotations
 
 import dataclasses
+import typing
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -36,7 +37,8 @@ from shardq.cli.options import (
 )
 from shardq.config import MAX_LIMIT, ProducerSettings, WorkerSettings
 from shardq.jobs import DEFAULT_BACKOFF, Backoff, EnqueueResult, JobInfo, JobRequest, JobResult
-from shardq.names import JOB_STATES
+from shardq.jobs.options import OPTIONS, BackoffKind
+from shardq.names import JOB_STATES, Priority
 
 if TYPE_CHECKING:
     from shardq.inspector import JobSummary
@@ -67,100 +69,52 @@ def enqueue_row(result: EnqueueResult, idempotency_key: str | None) -> dict[str,
     return row
 
 
+# Each job option's flags and their help are declared with the option (shardq.jobs.options);
+# here is how the command line reads them (tests/unit/test_job_options.py: every declared flag
+# is an option of this command, with its declared help).
+FLAG_HELP: dict[str, str] = {
+    flag: text for o in OPTIONS for flag, text in zip(o.flags, o.help, strict=True)
+}
+
+
 @click.command()
 @queue_option()
 @click.argument("job_type", type=JOB_TYPE)
 @click.option("--payload", default="null", show_default=True, help="JSON payload.")
+@click.option("--delay", "--in", "delay", type=DURATION, default=None, help=FLAG_HELP["--delay"])
+@click.option("--at", "run_at", type=UTC_TIME, default=None, help=FLAG_HELP["--at"])
+@click.option("--job-id", type=JOB_ID, default=None, help=FLAG_HELP["--job-id"])
 @click.option(
-    "--delay",
-    "--in",
-    "delay",
-    type=DURATION,
-    default=None,
-    help="Run after this long (Redis clock): 90, 90s, 5m, 2h, 1d.",
+    "--idempotency-key", type=IDEMPOTENCY_KEY, default=None, help=FLAG_HELP["--idempotency-key"]
 )
-@click.option("--at", "run_at", type=UTC_TIME, default=None, help="Run at, e.g. 2030-01-01T09:00Z.")
-@click.option("--job-id", type=JOB_ID, default=None, help="Your own job id (default: random).")
-@click.option(
-    "--idempotency-key",
-    type=IDEMPOTENCY_KEY,
-    default=None,
-    help="A repeat with the same key returns the first job and writes nothing.",
-)
-@click.option(
-    "--max-attempts",
-    type=MAX_ATTEMPTS,
-    default=None,
-    help="Attempts before the job goes dead [default: the worker's --default-max-attempts].",
-)
+@click.option("--max-attempts", type=MAX_ATTEMPTS, default=None, help=FLAG_HELP["--max-attempts"])
 @click.option(
     "--backoff",
-    type=click.Choice(["fixed", "exponential", "jitter"]),
+    type=click.Choice(typing.get_args(BackoffKind)),
     default=None,
-    help="Delay between retries [default: jitter, base 1 s, cap 3600 s].",
+    help=FLAG_HELP["--backoff"],
 )
-@click.option("--backoff-base", type=DURATION, default=None, help="Backoff base delay.")
-@click.option("--backoff-cap", type=DURATION, default=None, help="Longest backoff delay.")
-@click.option(
-    "--header",
-    "headers",
-    type=HEADER,
-    multiple=True,
-    help="A job header name=value (repeat), e.g. traceparent=00-....",
-)
+@click.option("--backoff-base", type=DURATION, default=None, help=FLAG_HELP["--backoff-base"])
+@click.option("--backoff-cap", type=DURATION, default=None, help=FLAG_HELP["--backoff-cap"])
+@click.option("--header", "headers", type=HEADER, multiple=True, help=FLAG_HELP["--header"])
 @click.option(
     "--durable",
     is_flag=True,
     help="Return only once --durable-replicas replicas hold the job (WAIT).",
 )
-@click.option(
-    "--limit-key",
-    default=None,
-    help="Put the job under this key's rate limit (shardq limit set --key), e.g. an API host.",
-)
+@click.option("--limit-key", default=None, help=FLAG_HELP["--limit-key"])
 @click.option(
     "--priority",
-    type=click.Choice(["high", "default", "low"]),
+    type=click.Choice(typing.get_args(Priority)),
     default=None,
-    help="Delivery priority (a queue with lanes on: shardq queue lanes).",
+    help=FLAG_HELP["--priority"],
 )
-@click.option(
-    "--tenant",
-    default=None,
-    help="Tenant (group) the job belongs to: due jobs are shared between tenants (lanes on).",
-)
-@click.option(
-    "--keep-result",
-    type=DURATION,
-    default=None,
-    help="Keep the handler's return value this long after the job completes (1s..30d), "
-    "for `shardq job result`.",
-)
-@click.option(
-    "--unique-until-done",
-    is_flag=True,
-    help="With --idempotency-key: the key returns the first job only until that job is done "
-    "(completed, cancelled or dead); then a new one is created.",
-)
-@click.option(
-    "--timeout",
-    type=DURATION,
-    default=None,
-    help="Longest one attempt may run (then it fails and is retried); default: the worker's "
-    "handler_timeout.",
-)
-@click.option(
-    "--deadline",
-    type=UTC_TIME,
-    default=None,
-    help="Do not start after this time (e.g. 2030-01-01T09:00Z): dead-lettered instead.",
-)
-@click.option(
-    "--deadline-in",
-    type=DURATION,
-    default=None,
-    help="Do not start later than this after its due time (a retry's too): dead-lettered instead.",
-)
+@click.option("--tenant", default=None, help=FLAG_HELP["--tenant"])
+@click.option("--keep-result", type=DURATION, default=None, help=FLAG_HELP["--keep-result"])
+@click.option("--unique-until-done", is_flag=True, help=FLAG_HELP["--unique-until-done"])
+@click.option("--timeout", type=DURATION, default=None, help=FLAG_HELP["--timeout"])
+@click.option("--deadline", type=UTC_TIME, default=None, help=FLAG_HELP["--deadline"])
+@click.option("--deadline-in", type=DURATION, default=None, help=FLAG_HELP["--deadline-in"])
 @JSON_OPTION
 @settings_options(ProducerSettings, "SHARDQ_PRODUCER_")
 @redis_options
@@ -168,70 +122,25 @@ def enqueue(
     queue_name: str,
     job_type: str,
     payload: str,
-    delay: float | None,
-    run_at: datetime | None,
-    job_id: str | None,
-    idempotency_key: str | None,
-    max_attempts: int | None,
-    backoff: str | None,
-    backoff_base: float | None,
-    backoff_cap: float | None,
-    headers: tuple[tuple[str, str], ...],
     durable: bool,
-    limit_key: str | None,
-    priority: str | None,
-    tenant: str | None,
-    keep_result: float | None,
-    unique_until_done: bool,
-    timeout: float | None,
-    deadline: datetime | None,
-    deadline_in: float | None,
     as_json: bool,
-    **limits: Any,
+    **given: Any,
 ) -> None:
     """Enqueue one job of JOB_TYPE; print its id, due time and whether it was new.
 
     A job whose --idempotency-key was used before is reported as deduplicated: nothing was
     written.  A --job-id already stored with this same job is a resend (reported as created,
     stored once); with another job it is refused."""
-    if delay is not None and run_at is not None:
-        raise click.UsageError("give --delay or --at, not both")
-    if deadline is not None and deadline_in is not None:
-        raise click.UsageError("give --deadline or --deadline-in, not both")
-    if backoff is None and (backoff_base is not None or backoff_cap is not None):
-        backoff = "jitter"
-    policy = None
-    if backoff is not None:
-        policy = Backoff(
-            backoff,  # type: ignore[arg-type]  # click.Choice guarantees the literal
-            DEFAULT_BACKOFF.base if backoff_base is None else backoff_base,
-            DEFAULT_BACKOFF.cap if backoff_cap is None else backoff_cap,
-        )
-    request = JobRequest(
-        job_type,
-        parse_payload(payload),
-        run_at=run_at,
-        delay=delay,
-        job_id=job_id,
-        idempotency_key=idempotency_key,
-        max_attempts=max_attempts,
-        backoff=policy,
-        headers=dict(headers) if headers else None,
-        limit_key=limit_key,
-        priority=priority,  # type: ignore[arg-type]  # click.Choice guarantees the literal
-        tenant=tenant,
-        keep_result=keep_result,
-        timeout=timeout,
-        deadline=deadline if deadline is not None else _window(deadline_in),
-        unique_until="done" if unique_until_done else None,
-    )
-    with _producer(limits) as client:
+    options = job_options(given)  # what is left: the producer limits
+    request = JobRequest(job_type, parse_payload(payload), **options)
+    with _producer(given) as client:
         result = client.enqueue_detailed(queue_name, request, durable=durable)
         if not result.created and result.due_ms is None:
             # a deduplicated enqueue does not say when the existing job is due: look it up
             existing = client.get(queue_name, result.job_id)
             if existing is not None:
                 result = dataclasses.replace(result, due_ms=existing.due_ms)
+    idempotency_key = options.get("idempotency_key")
     if as_json:
         fmt.echo_json(enqueue_row(result, idempotency_key))
         return
@@ -245,8 +154,38 @@ def enqueue(
     click.echo(f"{result.job_id}  {state}  due {due}  partition {partition}")
 
 
-def _window(seconds: float | None) -> timedelta | None:
-    return None if seconds is None else timedelta(seconds=seconds)
+def job_options(given: dict[str, Any]) -> dict[str, Any]:
+    """The job options ``enqueue``'s flags give, taken out of ``given`` (a flag whose
+    parameter is its option's name is read as is; the others are read here)."""
+    delay, run_at = given.pop("delay"), given.pop("run_at")
+    if delay is not None and run_at is not None:
+        raise click.UsageError("give --delay or --at, not both")
+    deadline, deadline_in = given.pop("deadline"), given.pop("deadline_in")
+    if deadline is not None and deadline_in is not None:
+        raise click.UsageError("give --deadline or --deadline-in, not both")
+    kind, base, cap = given.pop("backoff"), given.pop("backoff_base"), given.pop("backoff_cap")
+    if kind is None and (base is not None or cap is not None):
+        kind = "jitter"
+    policy = None
+    if kind is not None:
+        policy = Backoff(
+            kind,
+            DEFAULT_BACKOFF.base if base is None else base,
+            DEFAULT_BACKOFF.cap if cap is None else cap,
+        )
+    headers = given.pop("headers")
+    options: dict[str, Any] = {
+        "delay": delay,
+        "run_at": run_at,
+        "backoff": policy,
+        "headers": dict(headers) if headers else None,
+        "unique_until": "done" if given.pop("unique_until_done") else None,
+        "deadline": deadline if deadline_in is None else timedelta(seconds=deadline_in),
+    }
+    for o in OPTIONS:
+        if o.flags and o.name not in options:
+            options[o.name] = given.pop(o.name)
+    return options
 
 
 # jobs -------------------------------------------------------------------------------------

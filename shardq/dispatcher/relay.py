@@ -49,8 +49,9 @@ from shardq.plans import drive_async
 from shardq.plans import workflows as plans
 from shardq.runtime.waits import wait_event_until
 from shardq.store import workflows as ops
+from shardq.store.clock import REDIS_CLOCK
+from shardq.store.meta import QueueCache
 from shardq.store.op import Batch, Waiting
-from shardq.store.producer import REDIS_CLOCK, QueueCache
 from shardq.store.retry import AsyncRunner
 
 log = logging.getLogger("shardq.dispatcher")

@@ -18,8 +18,8 @@ from shardq.plans import Plan, each, ok, one
 from shardq.plans import producer as producer_plans
 from shardq.store import fleet, inspect, keys
 from shardq.store.inspect import DeadLetter, PartitionSnapshot
+from shardq.store.meta import QueueCache
 from shardq.store.op import Call
-from shardq.store.producer import QueueCache
 
 # Most entries one dlq script call handles: keeps each call short.
 DLQ_BATCH = 100

@@ -53,9 +53,9 @@ from shardq.plans import producer as producer_plans
 from shardq.plans import workflows as workflow_plans
 from shardq.store import envelope, fleet, inspect, keys, numbers, producer, queues
 from shardq.store import progress as progress_ops
+from shardq.store.meta import QueueCache
 from shardq.store.numbers import MAX_TIME_MS, Checked, shown
 from shardq.store.op import Call
-from shardq.store.producer import QueueCache
 from shardq.workflows import BatchCancel, BatchInfo
 
 # The states a listing pages (every job state), and those a queue can be emptied of: the one

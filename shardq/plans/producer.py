@@ -3,7 +3,7 @@ cancel, reschedule, get.
 
 Each is a plan (:mod:`shardq.plans`) over the store's calls; :class:`shardq.Client` and
 :class:`shardq.AsyncClient` only drive them.  What a producer remembers about a queue (its
-meta, when lanes were last seen on) is a :class:`~shardq.store.producer.QueueCache` the plans
+meta, when lanes were last seen on) is a :class:`~shardq.store.meta.QueueCache` the plans
 read and fill: a plan that needs the partition count yields a meta read only when it is not
 cached.
 """
@@ -34,9 +34,9 @@ from shardq.limits import Limit
 from shardq.names import Priority, check_limit_name, check_queue_name
 from shardq.plans import Plan, each, one
 from shardq.store import inspect, keys, producer, queues, results
-from shardq.store.meta import QueueMeta
+from shardq.store.meta import QueueCache, QueueMeta
 from shardq.store.op import Call, Pause, Rounds, Waiting
-from shardq.store.producer import BulkCall, Outcome, PreparedEnqueue, QueueCache
+from shardq.store.producer import BulkCall, Outcome, PreparedEnqueue
 
 # queues ----------------------------------------------------------------------------------------
 
@@ -255,7 +255,7 @@ def lanes(cache: QueueCache, queue: str) -> Plan[bool]:
 
 def require_lanes(cache: QueueCache, queue: str) -> Plan[None]:
     """LanesOffError unless the queue has lanes on (seen on within the last
-    ``producer.LANES_RECHECK`` seconds, so lanes turned off reach every producer soon)."""
+    ``shardq.store.meta.LANES_RECHECK`` seconds, so lanes turned off reach every producer soon)."""
     if cache.lanes_trusted(queue):
         return
     on = yield from lanes(cache, queue)

@@ -32,9 +32,8 @@ from shardq.plans import Plan, each, ok, one
 from shardq.plans import producer as producer_plans
 from shardq.store import fleet, inspect, keys, queues
 from shardq.store import resize as ops
-from shardq.store.meta import QueueMeta
+from shardq.store.meta import QueueCache, QueueMeta
 from shardq.store.op import Call, Waiting
-from shardq.store.producer import QueueCache
 
 #: Old partitions worked on in one round of calls (each call bounded by ops.BATCH records).
 PARTITIONS_PER_ROUND = 64

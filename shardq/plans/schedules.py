@@ -16,6 +16,7 @@ import dataclasses
 from datetime import UTC, datetime
 
 from shardq.errors import InvalidPeriodicScheduleError, ScheduleNotFoundError
+from shardq.jobs.body import decode_body, stored_options
 from shardq.names import check_schedule_name as check_name
 from shardq.plans import Plan, one
 from shardq.plans import producer as producer_plans
@@ -26,10 +27,10 @@ from shardq.schedules import (
     Definition,
     ScheduleInfo,
 )
-from shardq.store import envelope, keys, numbers
+from shardq.store import keys, numbers
 from shardq.store import schedules as ops
+from shardq.store.meta import QueueCache
 from shardq.store.numbers import Checked
-from shardq.store.producer import QueueCache
 
 # What users see ------------------------------------------------------------------------------
 
@@ -61,7 +62,7 @@ def info(queue: str, partition: int, row: ops.StoredSchedule) -> ScheduleInfo:
     last_fire, last_tick, fires, misfires, paused = _state(row.state, bad)
     try:
         d = Definition.from_json(row.name, row.definition)
-        body = envelope.decode_body(d.body)
+        body = decode_body(d.body)
     except (InvalidPeriodicScheduleError, ValueError) as exc:
         bad["definition"] = f"{numbers.shown(row.definition)} ({exc})"
         return ScheduleInfo(
@@ -72,7 +73,7 @@ def info(queue: str, partition: int, row: ops.StoredSchedule) -> ScheduleInfo:
             last_fire_ms=last_fire, last_tick_ms=last_tick, fires=fires, misfires=misfires,
             malformed=bad,
         )  # fmt: skip
-    options = envelope.stored_options(body, bad)
+    options = stored_options(body, bad)
     backoff = None
     if options.backoff is not None:
         b = options.backoff

@@ -43,8 +43,9 @@ from shardq.plans import Plan, ok, one
 from shardq.plans import producer as producer_plans
 from shardq.store import keys, producer
 from shardq.store import workflows as ops
+from shardq.store.clock import REDIS_CLOCK
+from shardq.store.meta import QueueCache
 from shardq.store.op import Call, Waiting
-from shardq.store.producer import QueueCache
 from shardq.workflows import (
     CALLBACKS,
     MAX_ADD,
@@ -272,7 +273,7 @@ def _sealed(
 
 
 def _now_ms() -> int:
-    return producer.REDIS_CLOCK.now_ms()
+    return REDIS_CLOCK.now_ms()
 
 
 def _enqueue_children(

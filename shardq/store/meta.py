@@ -1,7 +1,10 @@
-"""A queue's settings as stored at creation (``{sq:<queue>}:meta``)."""
+"""A queue's settings as stored at creation (``{sq:<queue>}:meta``), and what a producer caches
+of them (:class:`QueueCache`)."""
 
 from __future__ import annotations
 
+import math
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -114,3 +117,57 @@ def parse_draining(raw: Any, generation: int, name: str = DRAINING_FIELD) -> tup
 async def read_meta(client: Any, queue: str) -> QueueMeta:
     """The queue's settings (asyncio client); UnknownQueueError when it was never created."""
     return parse_meta(queue, await client.hgetall(keys.queue_meta_key(queue)))
+
+
+# How long a producer trusts "lanes on" once read: turning lanes off reaches it this soon.
+LANES_RECHECK = 10.0
+
+
+@dataclass(slots=True)
+class QueueFacts:
+    """What a producer caches about one queue: its meta, and when lanes were last read as on
+    (monotonic)."""
+
+    meta: QueueMeta
+    lanes_seen: float = -math.inf
+
+    @property
+    def compact(self) -> bool:
+        return self.meta.compact
+
+
+class QueueCache:
+    """The sync and asyncio clients' cache of :class:`QueueFacts`, one per queue."""
+
+    def __init__(self) -> None:
+        self._facts: dict[str, QueueFacts] = {}
+
+    def get(self, queue: str) -> QueueFacts | None:
+        return self._facts.get(queue)
+
+    def store(self, queue: str, raw: dict[Any, Any]) -> QueueMeta:
+        """Cache the queue's meta from HGETALL of it (a few fields every role may read);
+        UnknownQueueError when the queue does not exist."""
+        return self.keep(parse_meta(queue, raw))
+
+    def keep(self, meta: QueueMeta) -> QueueMeta:
+        """Cache a queue's meta just read."""
+        self._facts[meta.queue] = QueueFacts(meta)
+        return meta
+
+    def forget(self, queue: str) -> None:
+        self._facts.pop(queue, None)
+
+    def compact(self, queue: str) -> bool:
+        facts = self._facts.get(queue)
+        return facts is not None and facts.compact
+
+    def lanes_trusted(self, queue: str) -> bool:
+        """Lanes were read as on less than LANES_RECHECK seconds ago."""
+        facts = self._facts.get(queue)
+        return facts is not None and time.monotonic() - facts.lanes_seen < LANES_RECHECK
+
+    def saw_lanes(self, queue: str, on: bool) -> None:
+        facts = self._facts.get(queue)
+        if facts is not None:
+            facts.lanes_seen = time.monotonic() if on else -math.inf

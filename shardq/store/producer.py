@@ -7,16 +7,12 @@ type.  The sync and asyncio clients run the same ops, so both have the same sema
 
 from __future__ import annotations
 
-import binascii
 import dataclasses
-import math
-import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
-from shardq import jobs as jobmod
 from shardq import names
 from shardq.config import ProducerSettings
 from shardq.connection import as_text
@@ -27,14 +23,17 @@ from shardq.errors import (
     MalformedRecordError,
     ShardqError,
 )
-from shardq.jobs import EnqueueResult, JobInfo, JobRequest
+from shardq.jobs.body import request_body, stored_options
+from shardq.jobs.due import Schedule, make_schedule
+from shardq.jobs.models import EnqueueResult, JobInfo, JobRequest, JobState
+from shardq.jobs.options import check_unique_until
 from shardq.store import envelope as envelope_codec
-from shardq.store import keys, sticky
+from shardq.store import keys, routing
 from shardq.store import progress as progress_codec
+from shardq.store.clock import REDIS_CLOCK
 from shardq.store.codes import Code, check, error_for, is_code
-from shardq.store.envelope import stored_options
 from shardq.store.meta import DEFAULT_DEAD_CAP as DEFAULT_DEAD_CAP
-from shardq.store.meta import MAX_DEAD_CAP, QueueMeta, parse_meta
+from shardq.store.meta import MAX_DEAD_CAP
 from shardq.store.numbers import Checked
 from shardq.store.op import Op, op
 
@@ -42,149 +41,6 @@ T = TypeVar("T")
 
 # Most jobs per enqueue-batch call: keeps one call well under a millisecond of Redis time.
 BATCH_JOBS = 100
-
-
-# A 'tin' job's due time is its id's when that is within this of Redis now + delay (the same
-# constant as TIMED_SLACK_MS in lua/includes/compact.lua).
-TIMED_SLACK_MS = 250
-
-
-class RedisClock:
-    """This process's estimate of the Redis clock in ms: the local clock plus the offset the
-    last enqueue reply showed (its ``now``).  A timed job id carries it plus the delay, and the
-    enqueue script accepts that as the due time within 250 ms of its own ``now + delay``
-    (lua/includes/compact.lua); beyond that the job is stored at ``now + delay``, in the plain
-    layout.  Off by the reply's half round trip: well inside that."""
-
-    __slots__ = ("offset_ms",)
-
-    def __init__(self) -> None:
-        self.offset_ms = 0.0
-
-    def now_ms(self) -> int:
-        return int(time.time() * 1000.0 + self.offset_ms)
-
-    def saw(self, redis_now_ms: int) -> None:
-        self.offset_ms = redis_now_ms - time.time() * 1000.0
-
-
-REDIS_CLOCK = RedisClock()
-
-
-# How long a producer trusts "lanes on" once read: turning lanes off reaches it this soon.
-LANES_RECHECK = 10.0
-
-
-@dataclass(slots=True)
-class QueueFacts:
-    """What a producer caches about one queue: its meta, and when lanes were last read as on
-    (monotonic)."""
-
-    meta: QueueMeta
-    lanes_seen: float = -math.inf
-
-    @property
-    def compact(self) -> bool:
-        return self.meta.compact
-
-
-class QueueCache:
-    """The sync and asyncio clients' cache of :class:`QueueFacts`, one per queue."""
-
-    def __init__(self) -> None:
-        self._facts: dict[str, QueueFacts] = {}
-
-    def get(self, queue: str) -> QueueFacts | None:
-        return self._facts.get(queue)
-
-    def store(self, queue: str, raw: dict[Any, Any]) -> QueueMeta:
-        """Cache the queue's meta from HGETALL of it (a few fields every role may read);
-        UnknownQueueError when the queue does not exist."""
-        return self.keep(parse_meta(queue, raw))
-
-    def keep(self, meta: QueueMeta) -> QueueMeta:
-        """Cache a queue's meta just read."""
-        self._facts[meta.queue] = QueueFacts(meta)
-        return meta
-
-    def forget(self, queue: str) -> None:
-        self._facts.pop(queue, None)
-
-    def compact(self, queue: str) -> bool:
-        facts = self._facts.get(queue)
-        return facts is not None and facts.compact
-
-    def lanes_trusted(self, queue: str) -> bool:
-        """Lanes were read as on less than LANES_RECHECK seconds ago."""
-        facts = self._facts.get(queue)
-        return facts is not None and time.monotonic() - facts.lanes_seen < LANES_RECHECK
-
-    def saw_lanes(self, queue: str, on: bool) -> None:
-        facts = self._facts.get(queue)
-        if facts is not None:
-            facts.lanes_seen = time.monotonic() if on else -math.inf
-
-
-def timed_due(schedule: jobmod.Schedule, body: bytes, compact: bool) -> int | None:
-    """The due ms a new job's timed id should carry, or None for a plain id: only in a queue of
-    layout 3 (``compact``), for a body the compact layout stores cheaper
-    (:func:`shardq.jobs.compact_pays`), and for a job that waits (a delay, or a time not
-    already past)."""
-    if not compact or not jobmod.compact_pays(len(body)):
-        return None
-    if schedule.mode == "in":
-        return REDIS_CLOCK.now_ms() + schedule.ms if schedule.ms > 0 else None
-    return schedule.ms if schedule.ms > REDIS_CLOCK.now_ms() else None
-
-
-def timed_mode(schedule: jobmod.Schedule) -> jobmod.Schedule:
-    """The schedule as sent with a timed id just generated: 'tin'/'tat', so the script may store
-    the job compactly (an id passed by the caller, or resent with its id filled in, goes as
-    'in'/'at' and waits in the plain layout)."""
-    return jobmod.Schedule("tin" if schedule.mode == "in" else "tat", schedule.ms)
-
-
-def check_ids(job_id: str | None, idempotency_key: str | None) -> None:
-    """InvalidJobError for a bad job id or idempotency key (before anything uses them)."""
-    if idempotency_key is not None:
-        names.check_idempotency_key(idempotency_key)
-    if job_id is not None:
-        names.check_job_id(job_id)
-
-
-def route(
-    partitions: int,
-    job_id: str | None,
-    idempotency_key: str | None,
-    due_ms: int | None = None,
-) -> tuple[str, int]:
-    """Pick the job id and partition (a generated id is timed when ``due_ms`` is given); the
-    id and key are valid (:func:`check_ids`).
-
-    A job's partition is a hash of its id, so cancel/get/reschedule find it from the id alone.
-    With an idempotency key the partition is a hash of the key, so duplicates meet in one
-    script; the generated id is drawn until it hashes to that same partition (P tries on
-    average, a few microseconds).
-    """
-    if idempotency_key is not None:
-        partition = keys.partition_for(idempotency_key, partitions)
-        if job_id is not None:
-            if keys.partition_for(job_id, partitions) != partition:
-                raise InvalidJobError(
-                    "job_id and idempotency_key map to different partitions: pass only one "
-                    "(a custom job_id is itself deduplicated)"
-                )
-            return job_id, partition
-        base = jobmod.new_job_id() if due_ms is None else jobmod.new_timed_job_id(due_ms)
-        n = 0
-        while True:
-            candidate = f"{base}{n:x}" if n else base
-            if keys.partition_for(candidate, partitions) == partition:
-                return candidate, partition
-            n += 1
-    if job_id is None:
-        job_id = jobmod.new_job_id() if due_ms is None else jobmod.new_timed_job_id(due_ms)
-    return job_id, keys.partition_for(job_id, partitions)
 
 
 @dataclass(slots=True)  # not frozen: one is built per job of enqueue_many, and frozen costs
@@ -199,7 +55,7 @@ class PreparedEnqueue:
     partition: int
     pk: keys.PartitionKeys
     body: bytes
-    schedule: jobmod.Schedule
+    schedule: Schedule
     settings: ProducerSettings
 
     @property
@@ -280,50 +136,20 @@ def prepare_enqueue(
     layout = _layout(queue, partitions)
     if not isinstance(req, JobRequest):
         raise InvalidJobError(f"enqueue_many takes shardq.JobRequest items, got {req!r}")
-    schedule = jobmod.make_schedule(req.run_at, req.delay, settings)
+    schedule = make_schedule(req.run_at, req.delay, settings)
     # The key and id first: a bad one is reported as such, not as the body it would be part of.
-    check_ids(req.job_id, req.idempotency_key)
+    routing.check_ids(req.job_id, req.idempotency_key)
     if req.unique_until is not None:
-        if req.unique_until not in ("done", "debounce"):
-            raise InvalidJobError(
-                f"unique_until must be 'done' or None (or debounce=<seconds>), got "
-                f"{req.unique_until!r:.40}"
-            )
+        check_unique_until(req.unique_until)
         if req.idempotency_key is None:
             raise InvalidJobError(
                 f"unique_until={req.unique_until!r} works on the idempotency key: pass "
                 "idempotency_key too"
             )
-    body = jobmod.encode_body(
-        req.job_type,
-        req.payload,
-        max_attempts=req.max_attempts,
-        backoff=req.backoff,
-        idempotency_key=req.idempotency_key,
-        headers=req.headers,
-        settings=settings,
-        limit_key=req.limit_key,
-        priority=req.priority,
-        tenant=req.tenant,
-        keep_result=req.keep_result,
-        timeout=req.timeout,
-        deadline=req.deadline,
-        workflow=req.workflow,
+    body = request_body(req, settings)
+    job_id, partition, schedule = routing.place(
+        queue, layout.partitions, req.job_id, req.idempotency_key, schedule, body, settings, compact
     )
-    due = timed_due(schedule, body, compact) if req.job_id is None else None
-    if (
-        req.job_id is None
-        and req.idempotency_key is None
-        and settings.sticky_jobs > 1
-        and sticky.supports(layout.partitions)
-    ):
-        job_id, partition = sticky.RUNS.place_job(
-            queue, layout.partitions, schedule, due, settings, REDIS_CLOCK.now_ms()
-        )
-    else:
-        job_id, partition = route(layout.partitions, req.job_id, req.idempotency_key, due)
-    if due is not None:
-        schedule = timed_mode(schedule)
     pk = layout.pk(partition)
     return PreparedEnqueue(req, job_id, partition, pk, body, schedule, settings)
 
@@ -362,12 +188,7 @@ def prepare_many(
     once per call rather than once per job."""
     layout = _layout(queue, partitions)
     pks = layout.active()
-    count = layout.partitions
-    new_id = jobmod.new_job_id
-    crc32 = binascii.crc32
-    steered = settings.sticky_jobs > 1 and sticky.supports(count)
-    place = sticky.RUNS.place_job
-    now = REDIS_CLOCK.now_ms()
+    new_jobs = routing.NewJobs(queue, layout.partitions, settings, compact)
     out: list[PreparedEnqueue] = []
     append = out.append
     for req in requests:
@@ -379,30 +200,9 @@ def prepare_many(
         ):
             append(prepare_enqueue(queue, layout, req, settings, compact))
             continue
-        schedule = jobmod.make_schedule(req.run_at, req.delay, settings)
-        body = jobmod.encode_body(
-            req.job_type,
-            req.payload,
-            max_attempts=req.max_attempts,
-            backoff=req.backoff,
-            idempotency_key=None,
-            headers=req.headers,
-            settings=settings,
-            limit_key=req.limit_key,
-            priority=req.priority,
-            tenant=req.tenant,
-            keep_result=req.keep_result,
-            timeout=req.timeout,
-            deadline=req.deadline,
-        )
-        due = timed_due(schedule, body, compact) if compact else None
-        if steered:  # prepare_enqueue's choice
-            job_id, partition = place(queue, count, schedule, due, settings, now)
-        else:
-            job_id = new_id() if due is None else jobmod.new_timed_job_id(due)
-            partition = crc32(job_id.encode()) % count  # keys.partition_for, inlined
-        if due is not None:
-            schedule = timed_mode(schedule)
+        schedule = make_schedule(req.run_at, req.delay, settings)
+        body = request_body(req, settings)
+        job_id, partition, schedule = new_jobs.place(schedule, body)
         append(PreparedEnqueue(req, job_id, partition, pks[partition], body, schedule, settings))
     return out
 
@@ -524,9 +324,9 @@ def reschedule(
     if run_at is None and delay is None:
         if not level:
             raise InvalidScheduleError("reschedule needs run_at, delay or priority")
-        schedule = jobmod.Schedule("keep", 0)
+        schedule = Schedule("keep", 0)
     else:
-        schedule = jobmod.make_schedule(run_at, delay, settings)
+        schedule = make_schedule(run_at, delay, settings)
     return op(
         "reschedule",
         [pk.due, pk.jobs, pk.ctl, pk.moving],
@@ -583,7 +383,7 @@ def job_info(
     # The same rules as the inspector's listings (lua/list-due, list-retrying): in the due
     # set with a last error is retrying, without one scheduled.
     if due is not None:
-        state: jobmod.JobState = "scheduled" if error is None else "retrying"
+        state: JobState = "scheduled" if error is None else "retrying"
     elif env.state == envelope_codec.RUNNING:
         state = "running"
     elif env.state == envelope_codec.DEAD:

@@ -17,10 +17,11 @@ import orjson
 
 from shardq.connection import as_text
 from shardq.errors import InvalidWorkflowError
-from shardq.jobs import Backoff, JobRequest
+from shardq.jobs.body import decode_backoff
+from shardq.jobs.models import JobRequest
+from shardq.jobs.options import Backoff
 from shardq.store import keys
 from shardq.store.codes import check
-from shardq.store.envelope import decode_backoff
 from shardq.store.op import Command, Op, cmd, op
 from shardq.workflows import CALLBACKS, BatchInfo
 
@@ -88,37 +89,58 @@ class Pending(NamedTuple):
 # -- specs of jobs the record holds (callbacks, a chain's steps) ---------------------------------
 
 
+#: How a workflow's stored spec (a callback or a chain step, enqueued later by whoever does the
+#: fire) keeps each job option (shardq.jobs.options): under its key, in this order, or None:
+#: refused, the workflow chooses it.
+SPEC_KEYS: dict[str, str | None] = {
+    "job_id": None,
+    "idempotency_key": None,
+    "run_at": None,
+    "unique_until": None,
+    "workflow": None,
+    "max_attempts": "m",
+    "backoff": "b",
+    "headers": "h",
+    "limit_key": "l",
+    "priority": "pri",
+    "tenant": "tn",
+    "keep_result": "r",
+    "timeout": "o",
+    "delay": "dl",
+    "deadline": "wd",
+}
+# Kept as seconds (a timedelta's total_seconds).
+_SECONDS = ("keep_result", "timeout", "delay", "deadline")
+
+
 def spec_of(req: JobRequest, what: str) -> bytes:
     """A callback's or step's request as the record stores it (JSON).  Its id, idempotency key
     and due time are the workflow's to choose: a request that sets them is refused."""
     if not isinstance(req, JobRequest):
         raise InvalidWorkflowError(f"{what} must be a shardq.JobRequest, got {req!r:.80}")
-    for name in ("job_id", "idempotency_key", "run_at", "unique_until", "workflow"):
-        if getattr(req, name) is not None:
+    for name, key in SPEC_KEYS.items():
+        if key is None and getattr(req, name) is not None:
             raise InvalidWorkflowError(
                 f"{what} sets {name}: a workflow chooses its jobs' ids and start times (pass "
                 "delay= for a later start)"
             )
     spec: dict[str, Any] = {"t": req.job_type, "p": req.payload}
-    if req.max_attempts is not None:
-        spec["m"] = req.max_attempts
-    if req.backoff is not None:
-        if not isinstance(req.backoff, Backoff):
-            raise InvalidWorkflowError(f"{what}: backoff must be a shardq.Backoff")
-        spec["b"] = req.backoff.encode()
-    for name, key in (("headers", "h"), ("limit_key", "l"), ("priority", "pri"), ("tenant", "tn")):
-        if getattr(req, name) is not None:
-            spec[key] = getattr(req, name)
-    for name, key in (("keep_result", "r"), ("timeout", "o"), ("delay", "dl"), ("deadline", "wd")):
+    for name, key in SPEC_KEYS.items():
         value = getattr(req, name)
-        if value is None:
+        if key is None or value is None:
             continue
-        if name == "deadline" and not isinstance(value, timedelta):
+        if name == "backoff":
+            if not isinstance(value, Backoff):
+                raise InvalidWorkflowError(f"{what}: backoff must be a shardq.Backoff")
+            value = value.encode()
+        elif name == "deadline" and not isinstance(value, timedelta):
             raise InvalidWorkflowError(
                 f"{what}: a workflow job's deadline must be relative (a timedelta: how late "
                 "after its start it may still run), since its start is not known in advance"
             )
-        spec[key] = value.total_seconds() if isinstance(value, timedelta) else value
+        elif name in _SECONDS and isinstance(value, timedelta):
+            value = value.total_seconds()
+        spec[key] = value
     try:
         return orjson.dumps(spec)
     except (TypeError, orjson.JSONEncodeError) as exc:
@@ -133,23 +155,20 @@ def request_of(
     resend can mend it, so whoever does its fire gives it up (plans.workflows.GIVE_UP)."""
     try:
         s = orjson.loads(spec)
-        delay, window = s.get("dl"), s.get("wd")
+        options: dict[str, Any] = {
+            name: s.get(key) for name, key in SPEC_KEYS.items() if key is not None
+        }
+        if options["backoff"] is not None:
+            options["backoff"] = decode_backoff(options["backoff"])
+        if options["deadline"] is not None:
+            options["deadline"] = timedelta(seconds=options["deadline"])
         return JobRequest(
             s["t"],
             s.get("p"),
-            delay=delay,
             job_id=job_id,
             idempotency_key=job_id if idempotent else None,
-            max_attempts=s.get("m"),
-            backoff=decode_backoff(s["b"]) if s.get("b") is not None else None,
-            headers=s.get("h"),
-            limit_key=s.get("l"),
-            priority=s.get("pri"),
-            tenant=s.get("tn"),
-            keep_result=s.get("r"),
-            timeout=s.get("o"),
-            deadline=timedelta(seconds=window) if window is not None else None,
             workflow=workflow,
+            **options,
         )
     except (ValueError, TypeError, KeyError, AttributeError, OverflowError) as exc:
         raise InvalidWorkflowError(

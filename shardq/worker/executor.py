@@ -32,11 +32,11 @@ from shardq.errors import (
     UnknownJobTypeError,
 )
 from shardq.jobs import Job
+from shardq.jobs.body import decode_body, stored_options
 from shardq.logs import log_event
 from shardq.metrics import registry as metrics
 from shardq.store import results
 from shardq.store.delivery import BAD_ATTEMPT, Delivered
-from shardq.store.envelope import decode_body, stored_options
 from shardq.worker.context import Handler, WorkerContext
 from shardq.worker.inflight import Delivery
 from shardq.worker.limiter import Limiter

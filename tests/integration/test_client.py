@@ -36,7 +36,7 @@ from shardq.errors import (
     UnknownQueueError,
 )
 from shardq.jobs import Backoff, Job, timed_id_due
-from shardq.store import keys, producer
+from shardq.store import keys, producer, routing
 
 
 def redis_now_ms(client: Client) -> int:
@@ -127,7 +127,7 @@ def test_round_trip_enqueue_get_reschedule_cancel(client: Client, queue: str) ->
     assert (info.attempt, info.max_attempts, info.last_error) == (0, 3, None)
     assert info.partition == pk.partition
     # A delay counts from the producer's estimate of the Redis clock, within TIMED_SLACK_MS.
-    slack = producer.TIMED_SLACK_MS
+    slack = routing.TIMED_SLACK_MS
     assert before + 60_000 - slack <= info.due_ms <= after + 60_000 + slack
     # raw: a timed id waits compactly (layout 3): one due-set member '<id> <body>' scored by
     # the due time its id carries, no jobs-hash entry; nothing in ready
@@ -434,7 +434,6 @@ def test_a_burst_larger_than_the_pool_waits_for_connections(url: str, queue: str
 
     from shardq.aio import AsyncClient
     from shardq.config import ProducerSettings, RedisSettings
-    from shardq.store import producer
 
     settings = RedisSettings.from_url(url, max_connections=4, client_name=queue)
     with Client(settings) as sync:

@@ -14,12 +14,13 @@ import pytest
 from click.testing import CliRunner
 from support.helpers import Runner, Runs, queue_settled, stored_envelope, text, wait_for
 
-from shardq import Inspector, JobRequest, jobs
+from shardq import Inspector, JobRequest
 from shardq.cli import main as cli
 from shardq.client import Client
 from shardq.errors import BulkEnqueueError, DuplicateJobError, JobNotScheduledError
-from shardq.jobs import timed_id_due
+from shardq.jobs import ids, timed_id_due
 from shardq.store import fleet, keys, producer
+from shardq.store.clock import REDIS_CLOCK
 
 
 def _members(client: Client, pk: keys.PartitionKeys) -> list[tuple[bytes, float]]:
@@ -198,7 +199,7 @@ def test_a_producer_clock_far_off_stores_plain_jobs_at_the_redis_time(
     pk = keys.partition_keys(queue, 0, 1)
     close = client.enqueue_detailed(queue, JobRequest("t", 1, delay=60))
     assert close.due_ms == timed_id_due(close.job_id)
-    monkeypatch.setattr(producer.REDIS_CLOCK, "offset_ms", producer.REDIS_CLOCK.offset_ms + 5000)
+    monkeypatch.setattr(REDIS_CLOCK, "offset_ms", REDIS_CLOCK.offset_ms + 5000)
     before_ms = _redis_ms(client)
     far = client.enqueue_detailed(queue, JobRequest("t", 2, delay=60))
     after_ms = _redis_ms(client)
@@ -231,7 +232,7 @@ def test_a_body_that_would_cost_more_compact_waits_plain(client: Client, queue: 
     """The member string is 18 bytes longer than the plain envelope: where that crosses one of
     jemalloc's allocation classes (a 1,000-byte payload: 1,280 bytes against 1,024) the saved
     hash entry does not pay for it, and the producer picks the plain layout."""
-    assert [jobs._allocation(n) for n in (8, 9, 100, 129, 161, 257, 1019, 1037)] == [
+    assert [ids._allocation(n) for n in (8, 9, 100, 129, 161, 257, 1019, 1037)] == [
         8, 16, 112, 160, 192, 320, 1024, 1280,
     ]  # fmt: skip
     client.create_queue(queue, 1)

@@ -29,7 +29,7 @@ from shardq.cli import main as cli
 from shardq.client import Client
 from shardq.errors import InvalidJobError, JobNotScheduledError, LanesOffError
 from shardq.jobs import Job
-from shardq.store import delivery, inspect, keys, producer
+from shardq.store import delivery, inspect, keys, meta
 
 
 def _lanes_queue(client: Client, queue: str, partitions: int = 1) -> None:
@@ -95,7 +95,7 @@ def test_a_producer_learns_that_lanes_were_turned_off(
         client.enqueue(queue, "t", 3, priority="high")
     with Client(url) as operator:
         operator.set_lanes(queue, True)
-    monkeypatch.setattr(producer, "LANES_RECHECK", 0.05)
+    monkeypatch.setattr(meta, "LANES_RECHECK", 0.05)
     client.enqueue(queue, "t", 4, tenant="a")
     with Client(url) as operator:
         operator.set_lanes(queue, False)

@@ -15,8 +15,8 @@ from hypothesis import strategies as st
 from shardq.config import ProducerSettings
 from shardq.errors import InvalidJobError, InvalidScheduleError, ShardqError
 from shardq.jobs import JOB_TYPE_RE, Backoff, encode_body, make_schedule
-from shardq.store import keys, producer
-from shardq.store.envelope import decode_backoff, decode_body
+from shardq.jobs.body import decode_backoff, decode_body
+from shardq.store import keys, producer, routing
 
 SETTINGS = ProducerSettings()
 queue_names = st.from_regex(keys.QUEUE_NAME_RE, fullmatch=True).filter(lambda q: "\n" not in q)
@@ -55,7 +55,7 @@ def test_every_key_of_a_partition_is_in_its_own_slot_range(queue: str, data: Any
 def test_an_idempotency_key_routes_its_generated_id_to_its_own_partition(
     partitions: int, key: str
 ) -> None:
-    job_id, partition = producer.route(partitions, None, key)
+    job_id, partition = routing.route(partitions, None, key)
     assert partition == keys.partition_for(key, partitions)
     # cancel/get/reschedule find the job from its id alone: the id must land there too.
     assert keys.partition_for(job_id, partitions) == partition
@@ -63,7 +63,7 @@ def test_an_idempotency_key_routes_its_generated_id_to_its_own_partition(
 
 @given(partitions=partition_counts, job_id=job_ids)
 def test_a_job_id_routes_by_its_own_hash(partitions: int, job_id: str) -> None:
-    assert producer.route(partitions, job_id, None) == (
+    assert routing.route(partitions, job_id, None) == (
         job_id,
         keys.partition_for(job_id, partitions),
     )
@@ -197,7 +197,8 @@ def test_any_stored_option_reads_as_a_value_or_as_malformed(options: dict[str, A
     """A body written by hand or by a buggy release (a list where the backoff's kind letter
     goes, an object where a number goes) is read by every reader (Client.get, `job list`,
     the console) as options or as a malformed part, never as a TypeError that fails the page."""
-    from shardq.store.envelope import read, stored_options
+    from shardq.jobs.body import stored_options
+    from shardq.store.envelope import read
 
     raw = b"S0|" + orjson.dumps(["t", 1, options])
     envelope = read(raw)

@@ -5,7 +5,8 @@ the two producers share is declared once, in Python:
   their own; errors.ts writes the others by hand);
 - ``src/constants.generated.ts``: the scripts' return codes with their errors and message
   templates (shardq/store/codes.py), the name rules (shardq/names.py), a job's caps
-  (shardq/jobs.py, shardq/config.py), the producer settings' defaults and bounds
+  (shardq/jobs/, shardq/config.py), the stored body's option letters (shardq/jobs/options.py,
+  shardq/jobs/body.py), the producer settings' defaults and bounds
   (shardq/config.py), the key names (shardq/store/keys.py), a queue's meta
   (shardq/store/meta.py) and the producer's own numbers (shardq/store/producer.py,
   shardq/plans/producer.py, shardq/store/sticky.py);
@@ -41,8 +42,10 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from shardq import config, errors, jobs, names  # noqa: E402
+from shardq.jobs import body as job_body  # noqa: E402
+from shardq.jobs import options as job_options  # noqa: E402
 from shardq.plans import producer as producer_plans  # noqa: E402
-from shardq.store import codes, keys, meta, sticky  # noqa: E402
+from shardq.store import codes, keys, meta, routing, sticky  # noqa: E402
 from shardq.store import producer as producer_store  # noqa: E402
 from shardq.store.loader import library  # noqa: E402
 
@@ -266,7 +269,7 @@ def names_section() -> list[str]:
 
 def caps_section() -> list[str]:
     return [
-        "// -- a job's caps (shardq/jobs.py, shardq/config.py; times in seconds, as there) --",
+        "// -- a job's caps (shardq/jobs/, shardq/config.py; times in seconds, as there) --",
         "",
         *const(
             "MAX_ATTEMPTS_LIMIT", jobs.MAX_ATTEMPTS_LIMIT, "The most max_attempts a job may have."
@@ -284,6 +287,25 @@ def caps_section() -> list[str]:
         *const("MAX_RUN_AT", jobs.MAX_RUN_AT, "Latest run_at (epoch seconds)."),
         *const("BACKOFF_KINDS", typing.get_args(jobs.BackoffKind), None, " as const"),
         "export type BackoffKind = (typeof BACKOFF_KINDS)[number];",
+        "",
+    ]
+
+
+def options_section() -> list[str]:
+    """Each key of a stored body's options object, as the codec reads it back."""
+    declared = {letter for o in job_options.OPTIONS for letter in o.letters}
+    if declared != set(job_body.READERS):
+        raise SystemExit("shardq/jobs/body.py does not read exactly the declared letters")
+    return [
+        "// -- a stored body's options (shardq/jobs/options.py, shardq/jobs/body.py) --",
+        "",
+        *doc(
+            "The key of each option in a stored body's options object, by what the Python "
+            "codec reads it into (StoredOptions' field)."
+        ),
+        "export const BODY_KEY = {",
+        *(f"  {camel(r.field)}: {literal(letter)}," for letter, r in job_body.READERS.items()),
+        "} as const;",
         "",
     ]
 
@@ -458,12 +480,12 @@ def producer_section() -> list[str]:
         *const("BATCH_JOBS", producer_store.BATCH_JOBS, "Most jobs per enqueue-batch call."),
         *const(
             "TIMED_SLACK_MS",
-            producer_store.TIMED_SLACK_MS,
+            routing.TIMED_SLACK_MS,
             "A 'tin' job's due time is its id's when within this of Redis now + delay.",
         ),
         *const(
             "LANES_RECHECK_MS",
-            producer_store.LANES_RECHECK * 1000,
+            meta.LANES_RECHECK * 1000,
             "How long a producer trusts 'lanes on' once read.",
         ),
         *const(
@@ -490,11 +512,12 @@ def producer_section() -> list[str]:
 
 def constants_module() -> str:
     out = header(
-        "shardq/store/codes.py, shardq/names.py, shardq/jobs.py, shardq/config.py, "
+        "shardq/store/codes.py, shardq/names.py, shardq/jobs/, shardq/config.py, "
         "shardq/store/keys.py, shardq/store/meta.py and the producer's modules"
     )
     out.append("")
-    for section in (codes_section, names_section, caps_section, settings_section, keys_section):
+    sections = (codes_section, names_section, caps_section, options_section, settings_section)
+    for section in (*sections, keys_section):
         out += section()
     out += producer_section()
     return "\n".join(out).rstrip("\n") + "\n"

@@ -1,5 +1,5 @@
 // Jobs as the producer writes them: validation, the JSON body stored in Redis, the schedule
-// (port of shardq/jobs.py encode_body, make_schedule, Backoff, debounced and their helpers).
+// (port of shardq/jobs/: body.py's writers, due.make_schedule, options.Backoff, models.debounced).
 // Times are in ms in this API; each is converted as a Python caller's seconds would be
 // (ms / 1000, then Python's round(seconds * 1000)), so the argv and body match Python's.
 import { InvalidJobError, InvalidScheduleError, PayloadNotSerializableError, PayloadTooLargeError, repr, reprCut, shown } from './errors';
@@ -8,6 +8,7 @@ import { checkJobType, checkLimitKey, checkPriority, checkTenant } from './names
 import { ProducerSettings, pyRound } from './settings';
 import {
   BACKOFF_KINDS,
+  BODY_KEY,
   BackoffKind,
   MAX_ATTEMPTS_LIMIT,
   MAX_BACKOFF,
@@ -146,13 +147,13 @@ export function attemptTimeoutMs(ms: unknown): number {
   return Math.max(1, pyRound(seconds(s, 'timeout', 0.001, MAX_JOB_TIMEOUT, hint, s) * 1000));
 }
 
-/** An absolute deadline as {d: epoch ms}, a relative one (startWithinMs) as {w: ms}. */
+/** An absolute deadline as {d: epoch ms}, a relative one (startWithinMs) as {w: ms} (BODY_KEY). */
 export function deadlineOption(deadline: Date | number | null | undefined, startWithinMs: number | null | undefined): Record<string, number> {
   if (given(startWithinMs)) {
     const hint = 'how late after its due time the job may still start';
     // timedelta(milliseconds=x).total_seconds(): microseconds rounded half to even
     const s = isNum(startWithinMs) ? pyRound(startWithinMs * 1000) / 1e6 : startWithinMs;
-    return { w: pyRound(seconds(s, 'deadline', 0, MAX_BACKOFF, hint, s) * 1000) };
+    return { [BODY_KEY.startWithin]: pyRound(seconds(s, 'deadline', 0, MAX_BACKOFF, hint, s) * 1000) };
   }
   let epoch: unknown = deadline;
   if (deadline instanceof Date) epoch = deadline.getTime() / 1000;
@@ -162,7 +163,7 @@ export function deadlineOption(deadline: Date | number | null | undefined, start
       `deadline must be a datetime, epoch seconds 0..${Math.trunc(MAX_RUN_AT)}, or a timedelta (how late after its due time the job may still start), got ${shown(epoch)}`,
     );
   }
-  return { d: pyRound(epoch * 1000) };
+  return { [BODY_KEY.deadlineMs]: pyRound(epoch * 1000) };
 }
 
 /** The body prefix that carries a job's priority and tenant ('' for neither). */
@@ -186,10 +187,10 @@ function checkHeaders(headers: unknown): Record<string, string> {
   return headers as Record<string, string>;
 }
 
-/** Validate a job and build its stored body text (encode_body).  Throws before anything is
- *  written.  `[type, payload]` or `[type, payload, {options}]` with only the options set, in
- *  the order m, b, k, h, l, r, o, d|w; a priority or tenant adds the `@<level><tenant>@`
- *  prefix. */
+/** Validate a job and build its stored body text (shardq.jobs.body).  Throws before anything
+ *  is written.  `[type, payload]` or `[type, payload, {options}]` with only the options set,
+ *  each under its BODY_KEY, in the order m, b, k, h, l, r, o, d|w (the Python codec's); a
+ *  priority or tenant adds the `@<level><tenant>@` prefix. */
 export function encodeBody(req: JobRequest, settings: ProducerSettings): string {
   let prefix = '';
   if (given(req.priority) || given(req.tenant)) prefix = flowPrefix(req.priority, req.tenant);
@@ -200,23 +201,23 @@ export function encodeBody(req: JobRequest, settings: ProducerSettings): string 
     if (typeof m !== 'number' || !Number.isInteger(m) || !(1 <= m && m <= MAX_ATTEMPTS_LIMIT)) {
       throw new InvalidJobError(`max_attempts must be an integer 1..${MAX_ATTEMPTS_LIMIT}, got ${repr(m)}`);
     }
-    body.m = m;
+    body[BODY_KEY.maxAttempts] = m;
   }
-  if (given(req.backoff)) body.b = encodeBackoff(checkBackoff(req.backoff));
-  if (given(req.idempotencyKey)) body.k = req.idempotencyKey;
+  if (given(req.backoff)) body[BODY_KEY.backoff] = encodeBackoff(checkBackoff(req.backoff));
+  if (given(req.idempotencyKey)) body[BODY_KEY.idempotencyKey] = req.idempotencyKey;
   if (given(req.headers)) {
     const headers = checkHeaders(req.headers);
-    if (Object.keys(headers).length > 0) body.h = headers;
+    if (Object.keys(headers).length > 0) body[BODY_KEY.headers] = headers;
   }
   if (given(req.limitKey)) {
     try {
-      body.l = checkLimitKey(req.limitKey);
+      body[BODY_KEY.limitKey] = checkLimitKey(req.limitKey);
     } catch (exc) {
       throw new InvalidJobError((exc as Error).message);
     }
   }
-  if (given(req.keepResultMs)) body.r = resultRetentionMs(req.keepResultMs);
-  if (given(req.timeoutMs)) body.o = attemptTimeoutMs(req.timeoutMs);
+  if (given(req.keepResultMs)) body[BODY_KEY.keepResult] = resultRetentionMs(req.keepResultMs);
+  if (given(req.timeoutMs)) body[BODY_KEY.timeout] = attemptTimeoutMs(req.timeoutMs);
   if (given(req.deadline) || given(req.startWithinMs)) Object.assign(body, deadlineOption(req.deadline, req.startWithinMs));
   const payload = req.payload === undefined ? null : req.payload;
   let data: string;
@@ -258,7 +259,7 @@ export function debounced(req: JobRequest): JobRequest {
   return { ...req, debounceMs: null, delayMs: req.debounceMs, uniqueUntil: 'debounce' };
 }
 
-// -- the compact layout's cost model (shardq.jobs._allocation, _sds, compact_pays) ------------
+// -- the compact layout's cost model (shardq.jobs.ids._allocation, _sds, compact_pays) --------
 
 /** The bytes jemalloc hands out for `size`. */
 export function allocation(size: number): number {

@@ -1,4 +1,4 @@
-// Job ids (port of the id helpers of shardq/jobs.py).
+// Job ids (port of shardq/jobs/ids.py).
 import { randomBytes } from 'node:crypto';
 
 const POOL: string[] = [];

@@ -1,5 +1,5 @@
 // A queue's settings as stored at creation ({sq:<queue>}:meta): port of shardq/store/meta.py,
-// and the producer's cache of them (QueueCache of shardq/store/producer.py).
+// and the producer's cache of them (QueueCache, in the same module).
 import {
   COMING_FIELD,
   COMPACT_LAYOUT,
