@@ -178,31 +178,13 @@ def test_installed_wheel_loads_every_script(installed: Installed, tmp_path: Path
     assert version.strip().endswith("0.1.0")
 
 
-def quick_start_block() -> str:
-    """The README's quick start, its first Python block."""
+def example_blocks() -> tuple[str, str]:
+    """The README's complete example: its two Python blocks, the handlers (`jobs.py`) and the
+    producer (`producer.py`)."""
     readme = (ROOT / "README.md").read_text()
-    section = readme[readme.index("## Quick start") :]
-    return section.split("```python\n", 1)[1].split("```", 1)[0]
-
-
-# After the block: what it left, for the test to check.
-QUICK_START_CHECK = """
-import json
-print(json.dumps({"gone": client.get(QUEUE, job_id) is None, "again": client.enqueue(
-    QUEUE, "send", {"to": "b@example.com"}, idempotency_key="order-42:mail")}))
-"""
-
-
-HANDLERS = """
-import json, os
-from pathlib import Path
-from shardq import Job
-
-async def send(job: Job) -> None:
-    Path(os.environ["QUICK_START_OUT"], job.id).write_text(json.dumps(job.payload))
-
-handlers = {"send": send}
-"""
+    section = readme[readme.index("## A complete example") :]
+    blocks = [b.split("```", 1)[0] for b in section.split("```python\n")[1:3]]
+    return blocks[0], blocks[1]
 
 
 @pytest.fixture
@@ -216,26 +198,18 @@ def queue_name(cluster_url: str) -> Iterator[str]:
 def test_the_installed_wheel_runs_the_quick_start(
     installed: Installed, cluster_url: str, queue_name: str, tmp_path: Path, procs: list[Proc]
 ) -> None:
-    """README's quick start with only the installed wheel, run outside the checkout: its
-    Python block as written (on the session's cluster), then its commands: a dev server from
-    the installed `shardq dev`, a dispatcher and a worker running a handler module of the
-    user's, `shardq enqueue` and `shardq job get`."""
-    out = tmp_path / "ran"
-    out.mkdir()
+    """README's complete example with only the installed wheel, outside the checkout: a dev
+    server from the installed `shardq dev`, then the example's handlers and producer as written
+    and its commands (`queue create`, `dispatcher run`, `worker run --handlers jobs:handlers`,
+    `python producer.py`) on the session's cluster: the producer prints the handler's result."""
     app = tmp_path / "app"
-    (app / "myapp").mkdir(parents=True)
-    (app / "myapp" / "__init__.py").write_text("")
-    (app / "myapp" / "jobs.py").write_text(HANDLERS)
-    env = {**os.environ, "PYTHONPATH": str(app), "QUICK_START_OUT": str(out)}
+    app.mkdir()
+    handlers, producer = example_blocks()
+    assert "handlers = {" in handlers and '"reminders"' in producer
+    (app / "jobs.py").write_text(handlers)
+    (app / "producer.py").write_text(producer.replace('"reminders"', repr(queue_name)))
+    env = {**os.environ, "PYTHONPATH": str(app), "SHARDQ_REDIS_URL": cluster_url}
     env.pop("SHARDQ_QUEUE", None)
-
-    block = quick_start_block()
-    assert 'Client.from_url("redis://127.0.0.1:7000")' in block and '"emails"' in block
-    script = block.replace("redis://127.0.0.1:7000", cluster_url).replace('"emails"', "QUEUE")
-    script = f"QUEUE = {queue_name!r}\n{script}{QUICK_START_CHECK}"
-    produced = json.loads(_run([str(installed.python), "-c", script], tmp_path, env))
-    assert produced["gone"] is True  # the block cancelled it
-    assert isinstance(produced["again"], str)  # the idempotency key's job, from the block
 
     shardq = str(installed.shardq)
     # the dev tools ship: a standalone server from the installed `shardq dev`
@@ -248,32 +222,17 @@ def test_the_installed_wheel_runs_the_quick_start(
     finally:
         _run([shardq, "dev", "standalone", "down", "--port", str(port)], tmp_path, env)
 
+    # the example's commands, as written (the queue renamed), in the folder of jobs.py
     url = ["--url", cluster_url]
-    _run([shardq, "queue", "create", "--queue", queue_name, "--partitions", "64", *url], tmp_path)
-    dispatcher = Proc([shardq, "dispatcher", "run", "--queue", queue_name, *url], env)
-    worker_argv = ["worker", "run", "--queue", queue_name, "--handlers", "myapp.jobs:handlers"]
-    worker = Proc([shardq, *worker_argv, "--concurrency", "64", *url], env)
+    q = ["-q", queue_name]
+    _run([shardq, "queue", "create", *q, "--partitions", "16", *url], app, env)
+    dispatcher = Proc([shardq, "dispatcher", "run", *q, *url], env, cwd=app)
+    worker = Proc([shardq, "worker", "run", *q, "--handlers", "jobs:handlers", *url], env, cwd=app)
     procs.extend([dispatcher, worker])
-    later = _run(
-        [shardq, "enqueue", "-q", queue_name, "send", "--payload", '{"to": "a@example.com"}',
-         "--in", "5m", *url],
-        tmp_path,
-        env,
-    )  # fmt: skip
-    later_id = later.split()[0]
-    now = _run(
-        [shardq, "enqueue", "-q", queue_name, "send", "--payload", '{"to": "b@example.com"}',
-         *url],
-        tmp_path,
-        env,
-    )  # fmt: skip
-    now_id = now.split()[0]
-    ran = out / now_id
-    wait_for(ran.exists, 30, lambda: f"the job did not run:\n{worker.log()}\n{dispatcher.log()}")
-    assert json.loads(ran.read_text()) == {"to": "b@example.com"}
-    got = json.loads(
-        _run([shardq, "job", "get", "-q", queue_name, later_id, "--json", *url], tmp_path, env)
+    printed = _run([str(installed.python), "producer.py"], app, env)
+    assert printed.splitlines()[-1] == "result: sent", printed
+    wait_for(
+        lambda: "reminding user 42 (attempt 1)" in worker.log(), 10, lambda: worker.log()[-2000:]
     )
-    assert (got["id"], got["state"], got["type"]) == (later_id, "scheduled", "send")
     for proc in (worker, dispatcher):
         assert proc.stop(scaled(30)) == 0, proc.log()

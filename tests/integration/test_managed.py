@@ -132,7 +132,7 @@ def test_the_fleet_runs_with_the_shipped_roles_where_admin_commands_are_taken_aw
             assert all(producer.get(queue, j) is not None for j in waiting)
         assert all(n == 1 for n in runs.count().values()), runs.count()
     out = runner.invoke(cli, ["queue", "info", "-q", queue, "--url", managed["viewer"]])
-    assert out.exit_code == 0 and "8" in out.output, out.output
+    assert out.exit_code == 0 and "g1.7" in out.output, out.output
 
 
 def test_the_console_serves_as_the_viewer(managed: dict[str, str]) -> None:
