@@ -14,7 +14,7 @@ from typing import Any, TextIO
 import click
 
 from bench.calibration import calibrate, calibration_line
-from shardq.cli.options import redis_options, redis_settings
+from shardq.cli.connection import redis_options, redis_settings
 from shardq.dev.demo import E2EConfig, format_summary, run_e2e
 
 

@@ -40,8 +40,9 @@ from shardq.schedules import (
     ScheduleInfo,
     make_definition,
 )
-from shardq.store import keys, producer
+from shardq.store import producer
 from shardq.store.channels import AsyncChannel, SyncChannel
+from shardq.store.layout import Layout
 from shardq.store.retry import AsyncRunner, SyncRunner
 from shardq.store.transport import AsyncTransport, SyncTransport
 from shardq.workflows import DEFAULT_RETENTION, BatchCancel, BatchInfo, Child, Policy
@@ -177,7 +178,7 @@ class Client:
         """Drop what is cached about ``queue`` (it was deleted or re-created)."""
         self.cache.forget(queue)
 
-    def layout(self, queue: str) -> keys.Layout:
+    def layout(self, queue: str) -> Layout:
         """Where the queue's partitions live now (read, not cached: a resize may be running):
         the active generation, and the one a resize empties."""
         self.forget(queue)
@@ -495,7 +496,7 @@ class AsyncClient:
     def forget(self, queue: str) -> None:
         self.cache.forget(queue)
 
-    async def layout(self, queue: str) -> keys.Layout:
+    async def layout(self, queue: str) -> Layout:
         self.forget(queue)
         return await self.run(plans.layout(self.cache, queue), f"reading queue {queue!r}")
 

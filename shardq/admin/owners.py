@@ -15,7 +15,7 @@ from typing import Any
 from shardq.client import Client
 from shardq.dispatcher.leases import fair_share
 from shardq.plans import admin as plans
-from shardq.plans import inspect as inspect_plans
+from shardq.plans import queue_admin
 from shardq.plans.admin import OwnerRow, Spread
 
 __all__ = [
@@ -79,9 +79,9 @@ def queue_stats(client: Client, queue: str, window: float = 1.0) -> dict[str, An
         return client.transport.node_name(key)
 
     what = f"reading the stats of {queue!r}"
-    first = client.run(inspect_plans.snapshots(client.cache, queue, node_of), what)
+    first = client.run(queue_admin.snapshots(client.cache, queue, node_of), what)
     time.sleep(window)
-    snaps = client.run(inspect_plans.snapshots(client.cache, queue, node_of), what)
+    snaps = client.run(queue_admin.snapshots(client.cache, queue, node_of), what)
     return plans.stats_report(queue, first, snaps, window)
 
 
@@ -98,7 +98,7 @@ def partition_rates(
     def take() -> dict[str, Any]:
         return {
             q: client.run(
-                inspect_plans.snapshots(client.cache, q, node_of), f"reading the stats of {q!r}"
+                queue_admin.snapshots(client.cache, q, node_of), f"reading the stats of {q!r}"
             )
             for q in queues
         }

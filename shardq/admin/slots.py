@@ -43,6 +43,7 @@ from shardq.client import Client
 from shardq.connection import as_text, is_cluster
 from shardq.errors import ShardqError
 from shardq.store import faults, functions, inspect, keys
+from shardq.store.layout import Layout
 from shardq.store.transport import SyncTransport
 
 #: Estimated pause per waiting job while MIGRATE runs (upper end of docs/capacity.md §3.2).
@@ -289,7 +290,7 @@ def _migrating_to(conn: Any, slot: int) -> str | None:
     return None
 
 
-def move_argument(layout: keys.Layout, partition: int) -> int | None:
+def move_argument(layout: Layout, partition: int) -> int | None:
     """What ``shardq rebalance --move-partition`` takes for the partition of fleet id
     ``partition``: its number in the active generation (None for a draining one's)."""
     generation, number = divmod(partition, keys.MAX_PARTITIONS)
@@ -497,7 +498,7 @@ def _sizes(conn: Any, names: list[str]) -> list[int]:
 
 
 def _slot_map(
-    cluster: Any, primaries: dict[str, Any], layout: keys.Layout, wanted: dict[int, int]
+    cluster: Any, primaries: dict[str, Any], layout: Layout, wanted: dict[int, int]
 ) -> dict[int, str]:
     """The primary serving each wanted slot (slot -> the queue's partition in it), from each
     primary's own CLUSTER NODES line; SlotMoveError if one is mid-move (saying the command

@@ -4,20 +4,21 @@ One module per group of commands, each defining its commands and nothing else; t
 names them all in ``COMMANDS`` (no command registers itself by being imported), and the root
 imports a command's module only when that command runs or a help lists it: ``shardq job get``
 loads cli/job.py, not the worker or the console.  So that ``shardq --help`` stays light too,
-a command module imports at its top only what its options need (click, cli/options.py, the
-IO-free models) and the facades, redis-py and the rest inside the commands that use them
-(tests/unit/test_startup.py):
+a command module imports at its top only what its options need (click, the shared CLI
+modules, the IO-free models) and the facades, redis-py and the rest inside the commands that
+use them (tests/unit/test_import_cost.py):
 
 - ``process``: ``dispatcher run``, ``worker run``, ``health``
 - ``queue``: every ``queue ...`` command; ``job``: every ``job ...`` command and ``enqueue``
-- ``schedule``, ``batch``, ``limit``; ``ops``: ``owners``, ``rebalance``, ``stats``, ``dlq ...``;
-  ``balancer``: ``balancer run|status``
+- ``schedule``, ``batch``, ``limit``, ``dlq``, ``rebalance``; ``queue_views``: ``owners``,
+  ``stats``; ``balancer``: ``balancer run|status``
 - ``security``: ``acl ...``, ``functions ...``; ``web``
 - ``dev``: ``dev ...``, ``demo`` (these import shardq.dev inside the commands, so no other
   command loads it)
 
-What they share is in ``options`` (connection options, --queue, parameter types, settings
-options) and ``errors`` (an expected failure as one line, exit 1).
+What they share is in ``connection`` (the connection options), ``params`` (parameter types),
+``settings`` (the options generated from the settings dataclasses), ``options`` (--queue,
+--json, ...) and ``errors`` (an expected failure as one line, exit 1).
 """
 
 from __future__ import annotations
@@ -25,13 +26,13 @@ from __future__ import annotations
 import click
 
 from shardq import __version__
-from shardq.cli.errors import ShardqGroup
-from shardq.cli.options import (
-    LOG_LEVELS,
+from shardq.cli.connection import (
     redis_options,
     restart_without_password_in_argv,
     warn_password_was_in_argv,
 )
+from shardq.cli.errors import ShardqGroup
+from shardq.cli.params import LOG_LEVELS
 from shardq.logs import LOG_FORMATS, LogFormat, setup_logging
 
 __all__ = ["COMMANDS", "entry", "main"]
@@ -47,11 +48,11 @@ COMMANDS = {
     "schedule": "shardq.cli.schedule:schedule",
     "batch": "shardq.cli.batch:batch",
     "limit": "shardq.cli.limit:limit",
-    "owners": "shardq.cli.ops:owners",
-    "rebalance": "shardq.cli.ops:rebalance",
+    "owners": "shardq.cli.queue_views:owners",
+    "rebalance": "shardq.cli.rebalance:rebalance",
     "balancer": "shardq.cli.balancer:balancer_group",
-    "stats": "shardq.cli.ops:stats",
-    "dlq": "shardq.cli.ops:dlq",
+    "stats": "shardq.cli.queue_views:stats",
+    "dlq": "shardq.cli.dlq:dlq",
     "acl": "shardq.cli.security:acl_group",
     "functions": "shardq.cli.security:functions_group",
     "web": "shardq.cli.web:web",

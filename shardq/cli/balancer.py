@@ -10,15 +10,9 @@ from typing import Any
 import click
 
 from shardq import format as fmt
-from shardq.cli.options import (
-    JSON_OPTION,
-    QUEUE_NAME,
-    balance_by_option,
-    move_budget_options,
-    open_client,
-    redis_options,
-    redis_settings,
-)
+from shardq.cli.connection import open_client, redis_options, redis_settings
+from shardq.cli.options import JSON_OPTION, balance_by_option, move_budget_options
+from shardq.cli.params import QUEUE_NAME
 from shardq.names import By
 
 

@@ -14,7 +14,9 @@ from typing import Any
 import click
 
 from shardq import format as fmt
-from shardq.cli.options import JSON_OPTION, Pattern, open_client, queue_option, redis_options
+from shardq.cli.connection import open_client, redis_options
+from shardq.cli.options import JSON_OPTION, queue_option
+from shardq.cli.params import Pattern
 from shardq.config import MAX_LIMIT
 from shardq.workflows import BATCH_ID_RULE, BATCH_STATE_MEANINGS, BatchCancel, BatchInfo
 from shardq.workflows import STORED_ID_RE as BATCH_ID_RE

@@ -16,24 +16,19 @@ import click
 import orjson
 
 from shardq import format as fmt
-from shardq.cli.options import (
+from shardq.cli.connection import open_client, redis_options, redis_settings
+from shardq.cli.options import JSON_OPTION, parse_payload, queue_option
+from shardq.cli.params import (
     DURATION,
     HEADER,
     IDEMPOTENCY_KEY,
     JOB_ID,
     JOB_TYPE,
-    JSON_OPTION,
     MAX_ATTEMPTS,
     UTC_TIME,
     JobStates,
-    build_settings,
-    open_client,
-    parse_payload,
-    queue_option,
-    redis_options,
-    redis_settings,
-    settings_options,
 )
+from shardq.cli.settings import build_settings, settings_options
 from shardq.config import MAX_LIMIT, ProducerSettings, WorkerSettings
 from shardq.jobs import DEFAULT_BACKOFF, Backoff, EnqueueResult, JobInfo, JobRequest, JobResult
 from shardq.names import JOB_STATES

@@ -11,16 +11,11 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 from shardq import format as fmt
+from shardq.cli.connection import open_client, redis_options, redis_settings
 from shardq.cli.errors import to_click
-from shardq.cli.options import (
-    QUEUE_CHOICE,
-    build_settings,
-    open_client,
-    queue_option,
-    redis_options,
-    redis_settings,
-    settings_options,
-)
+from shardq.cli.options import queue_option
+from shardq.cli.params import QUEUE_CHOICE
+from shardq.cli.settings import build_settings, settings_options
 from shardq.config import DispatcherSettings, WorkerSettings
 from shardq.errors import ShardqError
 from shardq.store import keys, numbers

@@ -11,16 +11,9 @@ from typing import Any
 import click
 
 from shardq import format as fmt
-from shardq.cli.options import (
-    JOB_TYPE,
-    JSON_OPTION,
-    PARTITIONS,
-    UTC_TIME,
-    JobStates,
-    open_client,
-    queue_option,
-    redis_options,
-)
+from shardq.cli.connection import open_client, redis_options
+from shardq.cli.options import JSON_OPTION, queue_option
+from shardq.cli.params import JOB_TYPE, PARTITIONS, UTC_TIME, JobStates
 from shardq.errors import ShardqError
 from shardq.names import EMPTY_STATES, NOT_STARTED_STATES
 from shardq.store.keys import MAX_PARTITIONS, SEARCHED_PARTITIONS

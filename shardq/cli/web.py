@@ -6,7 +6,7 @@ import os
 
 import click
 
-from shardq.cli.options import redis_options, redis_settings
+from shardq.cli.connection import redis_options, redis_settings
 from shardq.config import RedisSettings, redact_url
 
 

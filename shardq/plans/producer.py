@@ -34,6 +34,7 @@ from shardq.limits import Limit
 from shardq.names import Priority, check_limit_name, check_queue_name
 from shardq.plans import Plan, each, one
 from shardq.store import inspect, keys, producer, queues, results
+from shardq.store.layout import Layout
 from shardq.store.meta import QueueMeta
 from shardq.store.op import Call, Pause, Rounds, Waiting
 from shardq.store.producer import BulkCall, Outcome, PreparedEnqueue, QueueCache
@@ -63,7 +64,7 @@ def partitions(cache: QueueCache, queue: str) -> Plan[int]:
     return (yield from meta(cache, queue)).partitions
 
 
-def layout(cache: QueueCache, queue: str) -> Plan[keys.Layout]:
+def layout(cache: QueueCache, queue: str) -> Plan[Layout]:
     """Where the queue's partitions live (cached with the meta)."""
     return (yield from meta(cache, queue)).key_layout
 
@@ -469,7 +470,7 @@ def routed_meta(
     raise unknown_redirect(read, asked, moved)
 
 
-def _stored_before(layout: keys.Layout, prepared: PreparedEnqueue) -> Plan[EnqueueResult | None]:
+def _stored_before(layout: Layout, prepared: PreparedEnqueue) -> Plan[EnqueueResult | None]:
     """While a resize runs, what the generation it empties already holds under this job's
     idempotency key or given id (that partition is sealed: nothing new lands there, so asking
     it first and then enqueueing into the new generation cannot race a writer); None when

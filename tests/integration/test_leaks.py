@@ -27,7 +27,7 @@ from support.helpers import Runs, scaled, wait_for
 from support.procs import Proc
 
 from shardq.cli import main as cli
-from shardq.cli.options import scrub_argv
+from shardq.cli.connection import scrub_argv
 from shardq.client import Client
 from shardq.config import RedisSettings, redact_url, split_credentials
 from shardq.connection import connect_async
