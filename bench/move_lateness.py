@@ -80,7 +80,7 @@ async def _run(args: argparse.Namespace, queue: str, client: Client) -> dict[str
     await asyncio.sleep(1.5)  # leases taken, consumer groups made
 
     primaries = await asyncio.to_thread(slots.primary_addresses, client)
-    source = (await asyncio.to_thread(slots.plan_move, client, queue, 0, primaries[0])).source
+    source = (await asyncio.to_thread(slots.prepare_move, client, queue, 0, primaries[0])).source
     target = next(p for p in primaries if p != source)
     on_source = [
         p
@@ -95,7 +95,7 @@ async def _run(args: argparse.Namespace, queue: str, client: Client) -> dict[str
 
     async def do_move() -> None:
         await asyncio.sleep(args.move_at)
-        plan = await asyncio.to_thread(slots.plan_move, client, queue, 0, target)
+        plan = await asyncio.to_thread(slots.prepare_move, client, queue, 0, target)
         move["start_ms"] = time.time() * 1000
         result = await asyncio.to_thread(slots.move, client, plan)
         move["end_ms"] = time.time() * 1000

@@ -42,7 +42,7 @@ from shardq.config import ProducerSettings
 from shardq.errors import ShardqError
 from shardq.jobs import Backoff, JobRequest
 from shardq.store import functions, keys, producer
-from shardq.store import inspect as store_inspect
+from shardq.store import inspection as store_inspection
 from shardq.store import queues as store_queues
 from shardq.store.layout import Layout
 from shardq.store.op import Command, Op
@@ -166,9 +166,9 @@ def create_queue_calls(queue: str, partitions: int, lanes: bool = False) -> list
     out = [sent(producer.queue_create(queue, partitions))]
     out += [sent(store_queues.group_create(pk)) for pk in pks]
     out.append(sent(store_queues.register(queue)))
-    out += [sent(store_inspect.control_init(pk)) for pk in pks]
+    out += [sent(store_inspection.control_init(pk)) for pk in pks]
     if lanes:
-        out += [sent(store_inspect.lanes(pk, True)) for pk in pks]
+        out += [sent(store_inspection.lanes(pk, True)) for pk in pks]
         out.append(sent(store_queues.set_meta_field(queue, "lanes", "1")))
     return out
 

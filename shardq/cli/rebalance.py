@@ -223,7 +223,7 @@ def rebalance(
             )
             return
         if even:
-            plan = admin.even_plan(client, queue_name)
+            plan = admin.excess_leases(client, queue_name)
             if not plan:
                 click.echo("nothing above fair share: nothing to do")
                 return
@@ -291,7 +291,7 @@ def _rebalance_nodes(
             f"queue {queue_name!r} has partitions 0-{layout.partitions - 1}; {move_partition} "
             "is not one of them"
         )
-    plan = slots.plan_move(
+    plan = slots.prepare_move(
         client, queue_name, keys.fleet_id(layout.generation, move_partition), to_node
     )
     name = fmt.partition(plan.partition)
@@ -360,7 +360,7 @@ def _placement(
         )
         + "; bytes moved: every key of a moved slot"
     )
-    return placement.plan(m.units(balance_by), m.primaries, tolerance), counted
+    return placement.place(m.units(balance_by), m.primaries, tolerance), counted
 
 
 def _placement_json(

@@ -16,8 +16,8 @@ from typing import Any
 from shardq import metrics
 from shardq.plans import Plan, each, ok, one
 from shardq.plans.listing import current_layout
-from shardq.store import fleet, inspect, keys
-from shardq.store.inspect import DeadLetter, PartitionSnapshot
+from shardq.store import fleet, inspection, keys
+from shardq.store.inspection import DeadLetter, PartitionSnapshot
 from shardq.store.layout import Layout
 from shardq.store.op import Call
 from shardq.store.producer import QueueCache
@@ -116,7 +116,9 @@ def spread(
     )
 
 
-def even_plan(cache: QueueCache, queue: str, fair_share: FairShare) -> Plan[list[tuple[int, str]]]:
+def excess_leases(
+    cache: QueueCache, queue: str, fair_share: FairShare
+) -> Plan[list[tuple[int, str]]]:
     """(partition, owner) leases to revoke so no dispatcher holds more than its fair share."""
     rows = yield from owners(cache, queue)
     s = yield from spread(cache, queue, fair_share, rows)
@@ -245,7 +247,7 @@ def dead_letters(
             "keys.fleet_id(generation, p))"
         )
     wanted = [partition] if partition is not None else list(pks)
-    pages = yield from each([inspect.dead_newest(pks[p], limit) for p in wanted])
+    pages = yield from each([inspection.dead_newest(pks[p], limit) for p in wanted])
     out = [d for page in pages for d in page]
     out.sort(key=lambda d: d.at_ms or 0, reverse=True)
     return out[:limit]
@@ -256,7 +258,7 @@ def _dead_ids(pk: keys.PartitionKeys, job_ids: set[str] | None) -> Plan[list[str
     ids: list[str] = []
     start = "-"
     while True:
-        batch = yield from one(inspect.dead_after(pk, start, DEAD_PAGE))
+        batch = yield from one(inspection.dead_after(pk, start, DEAD_PAGE))
         if not batch:
             return ids
         ids += [d.entry_id for d in batch if job_ids is None or d.job_id in job_ids]
@@ -288,7 +290,7 @@ def replay(cache: QueueCache, queue: str, job_ids: list[str] | None) -> Plan[tup
     for pk, wanted in _by_partition(layout, job_ids).items():
         ids = yield from _dead_ids(pk, wanted)
         for start in range(0, len(ids), DLQ_BATCH):
-            done, left = yield from one(inspect.dlq_replay(pk, ids[start : start + DLQ_BATCH]))
+            done, left = yield from one(inspection.dlq_replay(pk, ids[start : start + DLQ_BATCH]))
             moved += done
             skipped += left
     return moved, skipped
@@ -301,10 +303,10 @@ def purge(cache: QueueCache, queue: str, job_ids: list[str] | None) -> Plan[int]
     for pk, wanted in _by_partition(layout, job_ids).items():
         ids = yield from _dead_ids(pk, wanted)
         for start in range(0, len(ids), DLQ_BATCH):
-            deleted += yield from one(inspect.dlq_purge(pk, ids[start : start + DLQ_BATCH]))
+            deleted += yield from one(inspection.dlq_purge(pk, ids[start : start + DLQ_BATCH]))
     return deleted
 
 
 def dead_count(cache: QueueCache, queue: str) -> Plan[int]:
     pks = (yield from current_layout(cache, queue)).every()
-    return sum((yield from each([inspect.dead_length(pk) for pk in pks])))
+    return sum((yield from each([inspection.dead_length(pk) for pk in pks])))

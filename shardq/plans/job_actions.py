@@ -15,7 +15,7 @@ from shardq.errors import JobNotFoundError
 from shardq.plans import Plan, ok
 from shardq.plans import producer as producer_plans
 from shardq.plans.listing import check_listing, current_layout, list_page, time_ms
-from shardq.store import inspect, producer
+from shardq.store import inspection, producer
 from shardq.store.layout import Layout
 from shardq.store.op import Call
 from shardq.store.producer import QueueCache
@@ -31,7 +31,7 @@ def run_now(cache: QueueCache, queue: str, job_id: str) -> Plan[str]:
 
 
 def _run_now(cache: QueueCache, queue: str, job_id: str) -> Plan[str]:
-    (result,) = yield from producer_plans.at_home(cache, queue, [job_id], inspect.run_now)
+    (result,) = yield from producer_plans.at_home(cache, queue, [job_id], inspection.run_now)
     if isinstance(result, JobNotFoundError):
         raise JobNotFoundError(f"job {job_id!r} is not in queue {queue!r} (finished or never was)")
     if isinstance(result, BaseException):
@@ -118,7 +118,7 @@ def retry_dead(
             if j.state == "dead" and j.entry_id:
                 by_partition.setdefault(j.partition, []).append(j.entry_id)
         calls: list[Call[Any]] = [
-            inspect.dlq_replay(pks[p], ids) for p, ids in by_partition.items()
+            inspection.dlq_replay(pks[p], ids) for p, ids in by_partition.items()
         ]
         done += int(sum(replayed for replayed, _ in ok((yield calls))))
         if progress is not None:
@@ -141,7 +141,7 @@ def _empty(cache: QueueCache, queue: str, state: str, progress: Progress) -> Pla
     if state == "scheduled":
         left = list(pks.values())
         while left:
-            counts = ok((yield [inspect.empty_due(pk, 1000) for pk in left]))
+            counts = ok((yield [inspection.empty_due(pk, 1000) for pk in left]))
             done += sum(counts)
             left = [pk for pk, count in zip(left, counts, strict=True) if count == 1000]
             if progress is not None:
@@ -158,7 +158,7 @@ def _empty(cache: QueueCache, queue: str, state: str, progress: Progress) -> Pla
             for j in page.jobs:
                 if j.entry_id:
                     by_partition.setdefault(j.partition, []).append(j.entry_id)
-            ok((yield [inspect.dlq_purge(pks[p], ids) for p, ids in by_partition.items()]))
+            ok((yield [inspection.dlq_purge(pks[p], ids) for p, ids in by_partition.items()]))
             done += sum(1 for j in page.jobs if j.state == "dead")
             if progress is not None:
                 progress(done)

@@ -42,7 +42,7 @@ from shardq.errors import InvalidCursorError, InvalidScheduleError
 from shardq.jobs import JobInfo
 from shardq.plans import Plan, cursors, ok, one
 from shardq.plans import producer as producer_plans
-from shardq.store import envelope, inspect, keys, numbers, producer, queues
+from shardq.store import envelope, inspection, keys, numbers, producer, queues
 from shardq.store import progress as progress_ops
 from shardq.store.layout import Layout
 from shardq.store.numbers import MAX_TIME_MS, Checked, shown
@@ -114,7 +114,7 @@ def _summary(
     options = envelope.stored_options(body, bad)
     due = extra.pop("due_ms", None)
     if due is not None and not 0 <= due <= MAX_TIME_MS:
-        # (a due-set score of +-inf, listed at the cursors' bound: see inspect.SCORE_BOUND)
+        # (a due-set score of +-inf, listed at the cursors' bound: see inspection.SCORE_BOUND)
         bad["due_ms"] = shown(due)
         due = None
     return JobSummary(
@@ -154,7 +154,7 @@ def _list_due(
     end_ms: int,
 ) -> Plan[Page]:
     score, member = cursors.decode(cursor, "scheduled") if cursor else (start_ms, "")
-    pages = ok((yield [inspect.list_due(pk, score, member, end_ms, limit) for pk in pks]))
+    pages = ok((yield [inspection.list_due(pk, score, member, end_ms, limit) for pk in pks]))
     # Each partition's rows are tagged in a list built now: a generator here would read the
     # partition when the merge consumes it, after the loop, and tag every job with the last one.
     merged = heapq.merge(
@@ -178,7 +178,7 @@ def _list_due(
     return Page(jobs, next_cursor)
 
 
-LANE_PREFIX = f"{inspect.LANE_ENTRY_MS}-"
+LANE_PREFIX = f"{inspection.LANE_ENTRY_MS}-"
 
 
 def _list_stream(
@@ -198,9 +198,9 @@ def _list_stream(
         return after_id if p <= after_p else cursors.prev_entry_id(after_id)
 
     builders: dict[str, Callable[[keys.PartitionKeys, str, int], Call[Any]]] = {
-        "ready": inspect.list_ready,
-        "running": inspect.list_running,
-        "dead": inspect.list_dead,
+        "ready": inspection.list_ready,
+        "running": inspection.list_running,
+        "dead": inspection.list_dead,
     }
     build = builders[state]
     pages = ok((yield [build(pk, after(i), limit) for i, pk in enumerate(pks)]))
@@ -291,7 +291,7 @@ def _list_retrying(
         raise InvalidCursorError("that retrying cursor does not fit this queue")
     jobs: list[JobSummary] = []
     for _ in range(RETRY_STEPS):
-        (result,) = ok((yield [inspect.list_retrying(pks[p], scan, max(1, limit - len(jobs)))]))
+        (result,) = ok((yield [inspection.list_retrying(pks[p], scan, max(1, limit - len(jobs)))]))
         _, scan, rows = result
         for job_id, due, error, raw, bad in rows:
             jobs.append(

@@ -33,7 +33,7 @@ from shardq.jobs import EnqueueResult, JobInfo, JobRequest, JobResult
 from shardq.limits import Limit
 from shardq.names import Priority, check_limit_name, check_queue_name
 from shardq.plans import Plan, each, one
-from shardq.store import inspect, keys, producer, queues, results
+from shardq.store import inspection, keys, producer, queues, results
 from shardq.store.layout import Layout
 from shardq.store.meta import QueueMeta
 from shardq.store.op import Call, Pause, Rounds, Waiting
@@ -213,7 +213,7 @@ def _create_queue(
 def control(pks: list[keys.PartitionKeys]) -> Plan[int]:
     """Start using each partition's control hash (lua/control-init-2.lua); returns how many
     partitions started now."""
-    return sum((yield from each([inspect.control_init(pk) for pk in pks])))
+    return sum((yield from each([inspection.control_init(pk) for pk in pks])))
 
 
 def upgrade(cache: QueueCache, queue: str) -> Plan[int]:
@@ -241,7 +241,7 @@ def set_lanes(cache: QueueCache, queue: str, on: bool) -> Plan[int]:
     pks = (yield from layout(cache, queue)).every()
     if not on:
         yield from one(queues.set_meta_field(queue, "lanes", "0"))
-    changed = sum((yield from each([inspect.lanes(pk, on) for pk in pks])))
+    changed = sum((yield from each([inspection.lanes(pk, on) for pk in pks])))
     if on:
         yield from one(queues.set_meta_field(queue, "lanes", "1"))
     cache.saw_lanes(queue, on)

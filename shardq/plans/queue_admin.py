@@ -11,7 +11,7 @@ from typing import Any
 from shardq.errors import QueueInUseError
 from shardq.plans import Plan, ok, one
 from shardq.plans.listing import current_layout
-from shardq.store import fleet, inspect, keys, queues
+from shardq.store import fleet, inspection, keys, queues
 from shardq.store.numbers import Checked
 from shardq.store.op import Call
 from shardq.store.producer import QueueCache
@@ -61,7 +61,7 @@ class Member:
 def pause(cache: QueueCache, queue: str, paused: bool) -> Plan[int]:
     """Pause or resume every partition; returns how many changed state."""
     pks = (yield from current_layout(cache, queue)).every()
-    return sum(ok((yield [inspect.pause(pk, paused) for pk in pks])))
+    return sum(ok((yield [inspection.pause(pk, paused) for pk in pks])))
 
 
 def partitions(cache: QueueCache, queue: str, node_of: NodeOf) -> Plan[list[PartitionInfo]]:
@@ -69,7 +69,7 @@ def partitions(cache: QueueCache, queue: str, node_of: NodeOf) -> Plan[list[Part
     the primary serving a key), paused."""
     pks = (yield from current_layout(cache, queue)).every()
     n = len(pks)
-    calls: list[Call[Any]] = [inspect.partition_stats(pk, node_of(pk.due)) for pk in pks]
+    calls: list[Call[Any]] = [inspection.partition_stats(pk, node_of(pk.due)) for pk in pks]
     calls += [fleet.lease_info(pk) for pk in pks]
     results = ok((yield calls))
     snaps, leases = results[:n], results[n:]
@@ -96,10 +96,10 @@ def partitions(cache: QueueCache, queue: str, node_of: NodeOf) -> Plan[list[Part
 
 def snapshots(
     cache: QueueCache, queue: str, node_of: NodeOf
-) -> Plan[list[inspect.PartitionSnapshot]]:
+) -> Plan[list[inspection.PartitionSnapshot]]:
     """A snapshot of every partition (the partition-stats script), in partition order."""
     pks = (yield from current_layout(cache, queue)).every()
-    return ok((yield [inspect.partition_stats(pk, node_of(pk.due)) for pk in pks]))
+    return ok((yield [inspection.partition_stats(pk, node_of(pk.due)) for pk in pks]))
 
 
 _ROLES = (
@@ -118,7 +118,7 @@ def members(cache: QueueCache, queue: str) -> Plan[list[Member]]:
         reads += [fleet.member_scores(members_key(queue)), fleet.member_set(drain_key(queue))]
     now_ms, *registries = ok((yield reads))
     leases = ok((yield [fleet.lease_info(pk) for pk in pks]))
-    inflight = ok((yield [inspect.inflight(pk) for pk in pks]))
+    inflight = ok((yield [inspection.inflight(pk) for pk in pks]))
     held: dict[str, list[int]] = {}
     for pk, lease in zip(pks, leases, strict=True):
         if lease.owner:

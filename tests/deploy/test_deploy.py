@@ -1685,14 +1685,14 @@ def test_every_role_runs_with_its_acl_user(local_cluster: LocalCluster) -> None:
         )
         with Client(admin_settings) as c:
             primaries = slots.primary_addresses(c)
-            source = slots.plan_move(c, "acl", 0, primaries[0]).source
+            source = slots.prepare_move(c, "acl", 0, primaries[0]).source
         target = next(a for a in primaries if a != source)
         moved = admin(
             "rebalance", "--queue", "acl", "--move-partition", "0", "--to", target, "--yes"
         )
         assert f"now lives on {target}" in moved, moved
         with Client(admin_settings) as c:
-            assert slots.plan_move(c, "acl", 0, target).source == target
+            assert slots.prepare_move(c, "acl", 0, target).source == target
             c.enqueue_many("acl", [JobRequest("demo", {"i": i}) for i in range(20)])
         wait_until_completed = time.monotonic() + 20 * TIME_FACTOR
         while time.monotonic() < wait_until_completed:

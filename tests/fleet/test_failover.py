@@ -146,9 +146,9 @@ def test_bulk_producer_rides_out_a_partition_move(fresh: FreshCluster, queue: st
         for t in threads:
             t.start()
         time.sleep(random.uniform(0.5, 2.0))
-        source = slot_moves.plan_move(mover, queue, 0, slot_moves.primary_addresses(mover)[0])
+        source = slot_moves.prepare_move(mover, queue, 0, slot_moves.primary_addresses(mover)[0])
         target = next(a for a in slot_moves.primary_addresses(mover) if a != source.source)
-        result = slot_moves.move(mover, slot_moves.plan_move(mover, queue, 0, target))
+        result = slot_moves.move(mover, slot_moves.prepare_move(mover, queue, 0, target))
         assert result.keys_moved > 0
         calls_at_move = ledger.calls
         wait_for(lambda: ledger.calls > calls_at_move + 50, 30, "producers stalled")

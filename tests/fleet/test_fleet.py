@@ -343,7 +343,7 @@ def test_even_revokes_above_fair_share(
             6 * LEASE,
             "fleet did not balance by itself",
         )
-        assert admin.even_plan(cluster_client, queue) == []
+        assert admin.excess_leases(cluster_client, queue) == []
         assert admin.spread(cluster_client, queue).even
     finally:
         stop_all(procs)

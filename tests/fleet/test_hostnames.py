@@ -145,10 +145,10 @@ def test_the_fleet_rides_out_a_killed_primary_and_a_moved_partition_on_named_nod
         failed_over_at = time.monotonic()
         restart_node(named.base, victim_port, root=named.root)  # back as a replica
         # then a partition of another primary moves, under the same load
-        source = slot_moves.plan_move(mover, queue, 1, slot_moves.primary_addresses(mover)[0])
+        source = slot_moves.prepare_move(mover, queue, 1, slot_moves.primary_addresses(mover)[0])
         target = next(a for a in slot_moves.primary_addresses(mover) if a != source.source)
         assert target.startswith(f"{NAME}:"), target
-        assert slot_moves.move(mover, slot_moves.plan_move(mover, queue, 1, target)).keys_moved
+        assert slot_moves.move(mover, slot_moves.prepare_move(mover, queue, 1, target)).keys_moved
         calls = ledger.calls
         wait_for(lambda: ledger.calls > calls + 50, 30, "producers stalled")
         stop.set()

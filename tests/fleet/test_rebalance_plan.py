@@ -42,10 +42,10 @@ def placement_url(test_ports: TestPorts, tmp_path_factory: pytest.TempPathFactor
 
 
 def node_of(client: Client, queue: str, p: int, partitions: int = PARTITIONS) -> str:
-    """The primary serving partition ``p``, as the primaries themselves say (slots.plan_move):
+    """The primary serving partition ``p``, as the primaries themselves say (slots.prepare_move):
     not the client's slot map, which comes from whichever node answered CLUSTER SLOTS and
     lags a finished move by gossip (under load it reported 3/2/1 after an even 2/2/2)."""
-    return slots.plan_move(client, queue, p, slots.primary_addresses(client)[0]).source
+    return slots.prepare_move(client, queue, p, slots.primary_addresses(client)[0]).source
 
 
 def produce(client: Client, queue: str, ids: list[str], stop: threading.Event) -> None:
@@ -99,7 +99,7 @@ def test_plan_and_apply_spread_a_queue_piled_on_one_primary_under_load(
     # Pile every partition on the first primary with the existing move.
     pile = primaries[0]
     for p in range(PARTITIONS):
-        plan = slots.plan_move(client, queue, p, pile)
+        plan = slots.prepare_move(client, queue, p, pile)
         if plan.needed:
             slots.move(client, plan)
     assert {node_of(client, queue, p) for p in range(PARTITIONS)} == {pile}
@@ -261,7 +261,7 @@ def test_apply_stops_at_the_first_error_saying_what_was_done_and_what_is_left(
     client.create_queue(queue, partitions)
     pile = slots.primary_addresses(client)[0]
     for p in range(partitions):
-        plan = slots.plan_move(client, queue, p, pile)
+        plan = slots.prepare_move(client, queue, p, pile)
         if plan.needed:
             slots.move(client, plan)
     # One by one: even bytes per partition, so the bytes plan spreads partitions 2/2/2.

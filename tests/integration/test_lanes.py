@@ -29,7 +29,7 @@ from shardq.cli import main as cli
 from shardq.client import Client
 from shardq.errors import InvalidJobError, JobNotScheduledError, LanesOffError
 from shardq.jobs import Job
-from shardq.store import delivery, inspect, keys, producer
+from shardq.store import delivery, inspection, keys, producer
 
 
 def _lanes_queue(client: Client, queue: str, partitions: int = 1) -> None:
@@ -124,7 +124,7 @@ def test_levels_share_deliveries_6_3_1_and_a_high_job_jumps_the_backlog(
     assert [i for i in first if i[0] == "n"] == [f"n{i:04d}" for i in range(n_first, n_first + 30)]
     # Lane jobs count as ready (undelivered) in the partition's stats.
     pk = keys.partition_keys(queue, 0, 1)
-    snap = client.transport.run(inspect.partition_stats(pk, "n"))
+    snap = client.transport.run(inspection.partition_stats(pk, "n"))
     assert snap.ready == 901 - 112 and snap.lanes
     # Nothing of the ready stream is undelivered: the lane feeds it on demand.
     assert client.redis.xlen(pk.ready) == 112

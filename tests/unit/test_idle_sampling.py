@@ -13,7 +13,7 @@ from shardq import metrics
 from shardq.config import DispatcherSettings
 from shardq.dispatcher.sampler import STILL_MAX_SKIP, Sampler
 from shardq.store import keys
-from shardq.store.inspect import PartitionSnapshot
+from shardq.store.inspection import PartitionSnapshot
 from shardq.store.layout import Layout
 
 NODE = "127.0.0.1:1"
