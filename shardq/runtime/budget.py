@@ -7,22 +7,24 @@ about one job each.  ``lateness_budget`` (seconds, DispatcherSettings and Worker
 value for both: ``--lateness-budget 20ms`` or SHARDQ_LATENESS_BUDGET) is how much lateness the
 user grants the processes to spend on fewer, fuller calls; Redis and network time come on top.
 
-Half of it goes to the dispatcher: a partition whose head job is due at ``h`` may be promoted
-as late as ``h + slack``, and a primary's loop sleeps until the earliest such deadline of its
-partitions, then promotes *every* partition with a job due, so one round takes what all of
-them collected in the window (one pipelined batch on the primary's connection).  The slack is
-the dispatcher's share, or less when the partition's due rate fills a call sooner
-(:data:`ENOUGH_PER_CALL` jobs): at high rates calls fill up and wait less.  The other half
-goes to the worker: a ready hint schedules a read that much later instead of at once, and a
-read that runs takes every hinted partition of that primary due within the window, so one
-fetch round takes what several promotes made ready.  A budget of 0 keeps every wait sized for
-punctuality (promote when due, read on each hint).
+Workers go first.  Half of it, the worker's share, goes to reads: a ready hint schedules a read
+that much later instead of at once, an assigned partition is read that long after its head job
+is due, and a read promotes its partition's due jobs itself (lua/fetch-9.lua), taking every
+hinted partition of its primary due within the window, so one fetch round takes what several
+enqueues made due.  The dispatcher's promote is the backstop for what no worker read
+(shardq/dispatcher/promoter.py): it promotes a partition once its head is a whole budget late,
+later while its calls find the jobs already taken (up to ``MAX_YIELD``, 1 s), and then every
+partition of the primary due within its share, so one round takes what all of them collected.
+Partitions with lanes on (their jobs go through the lane, which reads do not fill) are promoted at
+the dispatcher's share, the other half, or sooner when the partition's due rate fills a call
+(:data:`ENOUGH_PER_CALL` jobs: at high rates calls fill up and wait less).  A budget of 0 keeps
+every wait sized for punctuality (promote when due, read on each hint).
 """
 
 from __future__ import annotations
 
-#: The dispatcher's part of the budget (the worker has the rest): measured, see
-#: docs/design/lateness-budget.md.
+#: The dispatcher's share of the budget (lanes-on partitions; the worker has the rest):
+#: measured, see docs/design/lateness-budget.md.
 DISPATCHER_SHARE = 0.5
 #: A call carrying this many jobs pays under ~1.5 us of fixed cost per job (a promote call's
 #: fixed part is ~40 us, its per-job part ~5-9 us): waiting to fill it further buys little, so a
