@@ -6,7 +6,7 @@ one-partition queue with N waiting jobs, moves its slot to another primary with 
 IMPORTING / MIGRATING / MIGRATE ... KEYS / SETSLOT NODE sequence, and reports the MIGRATE call's
 duration, the longest PING round trip another client saw on the source meanwhile, and the bytes
 moved (the sum of DUMP sizes).  The move is shardq's own (``shardq.admin.slots``, what ``shardq
-rebalance --move-partition`` runs).  The empty slot is then handed back the same way.
+rebalance move-partition`` runs).  The empty slot is then handed back the same way.
 """
 
 from __future__ import annotations

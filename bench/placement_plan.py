@@ -1,4 +1,4 @@
-"""How long `shardq rebalance --nodes --plan` takes to plan, by slot count (no Redis).
+"""How long `shardq rebalance plan` takes to plan, by slot count (no Redis).
 
     python -m bench.placement_plan [--slots 1024,4096,16384] [--primaries 30] [--rounds 3]
 

@@ -1,5 +1,5 @@
 """The placement autopilot: measure every primary's load, plan, and move slots within a budget;
-once (``shardq rebalance --nodes --plan/--apply``) or for as long as it runs (``shardq balancer
+once (``shardq rebalance plan`` / ``apply``) or for as long as it runs (``shardq balancer
 run``).
 
 **What is balanced.**  Every slot that holds a partition of the balanced queues (every queue,

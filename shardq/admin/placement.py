@@ -1,5 +1,5 @@
 """Placing slots so that the load evens out over Redis primaries: the slot moves
-``rebalance --nodes --plan`` prints.
+``shardq rebalance plan`` prints.
 
 Pure arithmetic, no Redis: the input is what :func:`shardq.admin.slots.slot_usage` (and the
 queue's rates) measured: each slot holding a queue's partition, the primary serving it, its

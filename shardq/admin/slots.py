@@ -1,9 +1,9 @@
 """Moving a partition's slot to another Redis primary: the node half of rebalancing shards.
 
 Dispatcher leases spread the *work* of draining partitions; where a partition's *data* lives is
-the slot its hash tag maps to. When one primary carries more than its share (``shardq stats``
-shows the node rates, ``shardq rebalance --nodes`` suggests a move), moving one partition's slot
-to a cooler primary moves its load with it.
+the slot its hash tag maps to. When one primary carries more than its share (``shardq queue
+stats`` shows the node rates, ``shardq rebalance nodes`` suggests a move), moving one
+partition's slot to a cooler primary moves its load with it.
 
 The move is the standard Redis Cluster sequence (IMPORTING on the target, MIGRATING on the
 source, MIGRATE, SETSLOT NODE everywhere), with one rule of our own: every key of the slot goes
@@ -71,7 +71,7 @@ MANAGED_HINT = (
     "Managed services (ElastiCache, MemoryDB, Memorystore) move slots only through their own "
     "resharding (ElastiCache: modify-replication-group-shard-configuration or the console's "
     "'rebalance slots'; Memorystore: its shard scaling): move the slots the plan above lists "
-    "that way (`shardq rebalance --nodes --plan` prints it, `--json` for a script). shardq's "
+    "that way (`shardq rebalance plan` prints it, `--json` for a script). shardq's "
     "processes follow the new slot map by themselves, nothing to restart"
 )
 
@@ -292,7 +292,7 @@ def _migrating_to(conn: Any, slot: int) -> str | None:
 
 
 def move_argument(layout: Layout, partition: int) -> int | None:
-    """What ``shardq rebalance --move-partition`` takes for the partition of fleet id
+    """What ``shardq rebalance move-partition`` takes for the partition of fleet id
     ``partition``: its number in the active generation (None for a draining one's)."""
     generation, number = divmod(partition, keys.MAX_PARTITIONS)
     return number if generation == layout.generation else None
@@ -519,7 +519,7 @@ def _slot_map(
                     )
                     queue, number = layout.queue, move_argument(layout, wanted[slot])
                     how = (
-                        f"`shardq rebalance --queue {queue} --move-partition {number} --to {to} "
+                        f"`shardq rebalance move-partition --queue {queue} {number} --to {to} "
                         "--yes`"
                         if number is not None
                         else "`shardq balancer run` (a partition a resize is emptying)"

@@ -2,7 +2,8 @@
 and the client they make, and keeping a password given on the command line off the process list.
 
 The connection options belong to the root group (``shardq --url URL stats``); commands that
-talk to Redis accept them after their name too (``shardq stats --url URL``), as kubectl does,
+talk to Redis accept them after their name too (``shardq queue list --url URL``), as kubectl
+does,
 because that is how scripts and manifests write them.  Either way the values land in one place
 in the click context, and :func:`redis_settings` reads them from there.
 """
@@ -78,7 +79,10 @@ _OPTIONS: list[tuple[tuple[str, ...], dict[str, Any]]] = [
             "Env: SHARDQ_REDIS_URL.",
         },
     ),
-    (("--username",), {"envvar": "SHARDQ_REDIS_USERNAME", "help": "Redis ACL user."}),
+    (
+        ("--username",),
+        {"envvar": "SHARDQ_REDIS_USERNAME", "help": "Redis ACL user. Env: SHARDQ_REDIS_USERNAME."},
+    ),
     (
         ("--password",),
         {

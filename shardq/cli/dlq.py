@@ -1,4 +1,6 @@
-"""``shardq dlq list|show|replay|purge``: the dead-letter stream (:mod:`shardq.admin.dlq`).
+"""``shardq dlq list|show|replay|purge``: the dead-letter stream (:mod:`shardq.admin.dlq`),
+the one path for dead jobs: ``queue retry-dead`` and ``queue empty --state dead`` are old
+spellings of ``dlq replay --all`` and ``dlq purge --all``.
 
 Replay and purge print what they would do and act only with ``--yes``.
 """
@@ -13,8 +15,8 @@ import click
 from shardq import format as fmt
 from shardq.cli.connection import open_client, redis_options
 from shardq.cli.job import show_job
-from shardq.cli.options import JSON_OPTION, queue_option
-from shardq.cli.params import JOB_ID
+from shardq.cli.options import JSON_OPTION, queue_option, yes_option
+from shardq.cli.params import JOB_ID, JOB_TYPE
 from shardq.store import keys
 
 if TYPE_CHECKING:
@@ -101,13 +103,23 @@ def _job_ids(job_ids: tuple[str, ...], all_jobs: bool) -> list[str] | None:
 @queue_option()
 @click.argument("job_ids", nargs=-1, type=JOB_ID)
 @click.option("--all", "all_jobs", is_flag=True, help="Every dead job of the queue.")
-@click.option("--yes", is_flag=True, help="Do it (without it, only count).")
+@click.option(
+    "--type", "job_type", type=JOB_TYPE, default=None, help="With --all: only jobs of this type."
+)
+@yes_option("Do it (without it, only count).")
 @redis_options
-def dlq_replay(queue_name: str, job_ids: tuple[str, ...], all_jobs: bool, yes: bool) -> None:
+def dlq_replay(
+    queue_name: str, job_ids: tuple[str, ...], all_jobs: bool, job_type: str | None, yes: bool
+) -> None:
     """Put dead jobs back, due now, with attempts reset; says how many moved."""
     from shardq import admin
 
     wanted = _job_ids(job_ids, all_jobs)
+    if job_type is not None:
+        if wanted is not None:
+            raise click.UsageError("--type goes with --all (named jobs are replayed as named)")
+        _replay_type(queue_name, job_type, yes)
+        return
     with open_client() as client:
         if not yes:
             n = admin.dead_count(client, queue_name) if wanted is None else len(wanted)
@@ -117,11 +129,29 @@ def dlq_replay(queue_name: str, job_ids: tuple[str, ...], all_jobs: bool, yes: b
     click.echo(f"replayed {moved} job(s); skipped {skipped} (malformed or no longer dead)")
 
 
+def _replay_type(queue_name: str, job_type: str, yes: bool) -> None:
+    """``--all --type T``: every dead job of one type, page by page with progress."""
+    from shardq.inspector import Inspector
+
+    if not yes:
+        click.echo(
+            f"would replay every dead job of type {job_type} in {queue_name}; add --yes to do it"
+        )
+        return
+
+    def show(done: int) -> None:
+        click.echo(f"\rreplayed: {done:,}", nl=False, err=True)
+
+    with open_client() as client:
+        n = Inspector(client).retry_dead(queue_name, job_type, progress=show)
+    click.echo(f"replayed {n} dead job(s) of type {job_type}")
+
+
 @dlq.command("purge")
 @queue_option()
 @click.argument("job_ids", nargs=-1, type=JOB_ID)
 @click.option("--all", "all_jobs", is_flag=True, help="Every dead letter of the queue.")
-@click.option("--yes", is_flag=True, help="Do it (without it, only count).")
+@yes_option("Do it (without it, only count).")
 @redis_options
 def dlq_purge(queue_name: str, job_ids: tuple[str, ...], all_jobs: bool, yes: bool) -> None:
     """Delete dead letters and their dead jobs for good."""

@@ -1,5 +1,5 @@
-"""Every ``shardq job`` command and ``shardq enqueue``: enqueue, then get, list, find,
-cancel, reschedule or run a job now.
+"""Every ``shardq job`` command: enqueue, then get, list, find, cancel, reschedule or run a job
+now (and ``shardq enqueue``, the old name of ``job enqueue``, for scripts).
 
 ``enqueue`` and ``job reschedule`` take the same options as the client call they make; the
 producer limits (``--past-tolerance``, ``--max-payload-bytes``, ...) are generated from
@@ -17,7 +17,7 @@ import orjson
 
 from shardq import format as fmt
 from shardq.cli.connection import open_client, redis_options, redis_settings
-from shardq.cli.options import JSON_OPTION, parse_payload, queue_option
+from shardq.cli.options import JSON_OPTION, deprecated_alias, parse_payload, queue_option
 from shardq.cli.params import (
     DURATION,
     HEADER,
@@ -348,7 +348,12 @@ def show_info(info: JobInfo, as_json: bool) -> None:
 
 @click.group()
 def job() -> None:
-    """Inspect, cancel or reschedule a job by id."""
+    """Enqueue a job; inspect, cancel, reschedule or run one by id; list and find jobs."""
+
+
+job.add_command(enqueue)
+#: ``shardq enqueue``: the old name, for scripts.
+enqueue_alias = deprecated_alias(enqueue, "enqueue", "job enqueue")
 
 
 @job.command("get")

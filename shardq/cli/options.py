@@ -1,10 +1,12 @@
-"""The options many ``shardq`` commands share: ``--queue``, ``--json`` and a JSON ``--payload``,
-and the placement autopilot's.  The parameter types are :mod:`shardq.cli.params`, the
-connection options :mod:`shardq.cli.connection`, the options generated from the settings
-dataclasses :mod:`shardq.cli.settings`."""
+"""What many ``shardq`` commands share: ``--queue``, ``--json`` and a JSON ``--payload``,
+``--yes`` (the one rule for commands that delete or move jobs), the placement autopilot's
+options, and the old spellings kept for scripts (:func:`deprecated_alias`).  The parameter
+types are :mod:`shardq.cli.params`, the connection options :mod:`shardq.cli.connection`, the
+options generated from the settings dataclasses :mod:`shardq.cli.settings`."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -29,6 +31,51 @@ def queue_option(
         required=required,
         envvar="SHARDQ_QUEUE",
         help=help,
+    )
+
+
+# --yes ------------------------------------------------------------------------------------------
+# Every command that deletes or moves jobs (or the leases and slots that serve them) takes --yes
+# and, without it, changes nothing.  Those that can say exactly what they would do (how many
+# dead letters, which leases, which slot moves) print it and exit 0: a dry run.  The others
+# (emptying, cancelling or deleting a queue's jobs, a resize, cancelling a batch) refuse with a
+# usage error (exit 2), so a script that leaves --yes out fails instead of doing nothing.
+# A command that names one job by id (job cancel, job run-now, job reschedule) needs none: the
+# id is the confirmation.
+
+
+def yes_option(help: str = "Do it (without it, nothing changes).") -> Callable[[F], F]:
+    return click.option("--yes", is_flag=True, help=help)
+
+
+def require_yes(yes: bool, what: str) -> None:
+    """A usage error unless ``--yes`` was given; ``what`` says what would happen."""
+    if not yes:
+        raise click.UsageError(f"{what}: add --yes to go ahead")
+
+
+# Old spellings ----------------------------------------------------------------------------------
+
+
+def deprecated_alias(command: click.Command, old: str, new: str) -> click.Command:
+    """``shardq OLD``, kept so that scripts written for it go on working: ``command`` under its
+    old name, hidden from the help, saying on stderr (one line) that ``shardq NEW`` is the name
+    now.  Its parameters are the command's own, so the two cannot drift apart."""
+    callback = command.callback
+    assert callback is not None
+
+    @functools.wraps(callback)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        click.echo(f"note: `shardq {old}` is now `shardq {new}`; the old name will go", err=True)
+        return callback(*args, **kwargs)
+
+    return click.Command(
+        old.rpartition(" ")[2],
+        params=list(command.params),
+        callback=run,
+        help=f"Deprecated: the old name of `shardq {new}`.",
+        hidden=True,
+        context_settings=command.context_settings,
     )
 
 

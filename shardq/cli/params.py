@@ -88,10 +88,29 @@ _UNITS = {"": 1.0, "s": 1.0, "ms": 0.001, "m": 60.0, "h": 3600.0, "d": 86400.0}
 _DURATION = re.compile(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*(ms|s|m|h|d)?\s*")
 
 
+def span_text(seconds: float) -> str:
+    """``seconds`` in the largest unit that holds it whole: ``250ms``, ``90s``, ``10m``, ``1d``."""
+    if seconds == 0:
+        return "0s"
+    for unit in ("d", "h", "m", "s"):
+        count = seconds / _UNITS[unit]
+        if count >= 1 and count == int(count):
+            return f"{int(count)}{unit}"
+    return f"{seconds * 1000:g}ms"
+
+
 class Duration(click.ParamType):  # type: ignore[type-arg]
-    """Seconds from now, >= 0: ``90``, ``1.5``, ``250ms``, ``90s``, ``5m``, ``2h``, ``1d``."""
+    """A length of time, ``lo`` to ``hi`` seconds: ``90``, ``1.5``, ``250ms``, ``90s``, ``5m``,
+    ``2h``, ``1d`` (plain numbers are seconds).  Every option that takes a time span takes one."""
 
     name = "duration"
+
+    def __init__(self, lo: float = 0.0, hi: float = MAX_DURATION) -> None:
+        self.lo = lo
+        self.hi = hi
+
+    def to_info_dict(self) -> dict[str, Any]:  # type: ignore[override]  # (+ the bounds)
+        return {**super().to_info_dict(), "min": self.lo, "max": self.hi}
 
     def convert(
         self, value: Any, param: click.Parameter | None, ctx: click.Context | None
@@ -108,6 +127,14 @@ class Duration(click.ParamType):  # type: ignore[type-arg]
                     ctx,
                 )
             seconds = float(match.group(1)) * _UNITS[match.group(2) or ""]
+        bounded = (self.lo, self.hi) != (0.0, MAX_DURATION)
+        if bounded and not self.lo <= seconds <= self.hi:
+            text = str(value) if len(str(value)) <= 24 else str(value)[:24] + "..."
+            self.fail(
+                f"{text!r} is out of range: use {span_text(self.lo)} to {span_text(self.hi)}",
+                param,
+                ctx,
+            )
         if seconds < 0:
             self.fail(f"{value!r} is negative: use 0 to run now", param, ctx)
         if seconds > MAX_DURATION:  # (also inf: 400 digits read as a float)

@@ -1,5 +1,8 @@
-"""The operator's views of a queue: ``shardq owners`` (each partition's lease) and ``shardq
-stats`` (backlog, lag, rates per queue, node and partition, ``--watch`` to follow them)."""
+"""The views of a queue, read-only: ``shardq queue info`` (per partition: counts, lag, owner),
+``queue members`` (live workers and dispatchers), ``queue owners`` (each partition's lease) and
+``queue stats`` (backlog, lag, rates per queue, node and partition, ``--watch`` to follow
+them).  cli/queue.py puts them in the ``queue`` group; ``shardq owners`` and ``shardq stats``
+are their old names, for scripts."""
 
 from __future__ import annotations
 
@@ -11,14 +14,87 @@ import click
 
 from shardq import format as fmt
 from shardq.cli.connection import open_client, redis_options
-from shardq.cli.options import JSON_OPTION, queue_option
+from shardq.cli.options import JSON_OPTION, deprecated_alias, queue_option
+from shardq.cli.params import Duration
+
+
+@click.command("info")
+@queue_option()
+@JSON_OPTION
+@redis_options
+def queue_info(queue_name: str, as_json: bool) -> None:
+    """Per partition: counts per state, oldest due, lag, owner, node, paused; a running
+    resize's progress."""
+    from shardq.admin.resize import Resizer
+    from shardq.inspector import Inspector
+
+    with open_client() as client:
+        infos = Inspector(client).partitions(queue_name)
+        layout = client.layout(queue_name)
+        resize = Resizer(client, queue_name).status() if layout.resizing else None
+    if as_json:
+        fmt.echo_json_lines(fmt.named(dataclasses.asdict(i)) for i in infos)
+        return
+    if resize is not None:
+        click.echo(
+            f"resizing: phase {resize.phase}, {resize.raw.get('from')} -> {resize.raw.get('to')} "
+            f"(generation:partitions), moved {resize.raw.get('moved', '0')} jobs and "
+            f"{resize.raw.get('idempotency_moved', '0')} idempotency records; partitions "
+            f"g<generation>.<p> are the new ones (`shardq queue resize --resume` goes on)"
+        )
+    now = fmt.now_ms()
+    rows = [
+        [
+            fmt.partition(i.partition), i.node, i.scheduled, i.overdue, i.ready,
+            i.running, i.dead,
+            fmt.when(i.oldest_due_ms, now) if i.oldest_due_ms else "-",
+            f"{i.lag_seconds:.3f}", "yes" if i.paused else "", i.owner or "(free)",
+        ]
+        for i in infos
+    ]  # fmt: skip
+    headers = ["part", "node", "scheduled", "overdue", "ready", "running", "dead", "oldest due",
+               "lag s", "paused", "owner"]  # fmt: skip
+    click.echo(fmt.table(headers, rows, right=(0, 2, 3, 4, 5, 6, 8)))
+    fmt.echo_malformed((f"partition {fmt.partition(i.partition)}", i.malformed) for i in infos)
+    on = sum(i.lanes for i in infos)
+    if on:
+        # 'ready' then counts the lane too: due jobs waiting for a worker, by priority/tenant
+        click.echo(f"lanes on in {on} of {len(infos)} partitions (ready includes the lanes)")
+
+
+@click.command("members")
+@queue_option()
+@JSON_OPTION
+@redis_options
+def queue_members(queue_name: str, as_json: bool) -> None:
+    """Live workers and dispatchers: instance, partitions held, jobs in flight, heartbeat."""
+    from shardq.inspector import Inspector
+
+    with open_client() as client:
+        members = Inspector(client).members(queue_name)
+    if as_json:
+        fmt.echo_json_lines(
+            {**dataclasses.asdict(m), "partitions": [fmt.partition(p) for p in m.partitions]}
+            for m in members
+        )
+        return
+    now = fmt.now_ms()
+    rows = [
+        [m.role, m.id, len(m.partitions) if m.role == "dispatcher" else "",
+         m.inflight if m.role == "worker" else "", "yes" if m.draining else "",
+         "(malformed)" if m.malformed else fmt.when(m.heartbeat_expires_ms, now)]
+        for m in members
+    ]  # fmt: skip
+    headers = ["role", "id", "partitions", "in flight", "draining", "heartbeat expires"]
+    click.echo(fmt.table(headers, rows, right=(2, 3)) if rows else "no live members")
+    fmt.echo_malformed((f"{m.role} {m.id}", m.malformed) for m in members)
 
 
 def _fmt(value: float | None, unit: str = "s") -> str:
     return "-" if value is None else f"{value:.1f}{unit}"
 
 
-@click.command()
+@click.command("owners")
 @queue_option()
 @JSON_OPTION
 @redis_options
@@ -114,7 +190,7 @@ def _render_stats(data: dict[str, Any], top: int) -> str:
 _CLEAR = "\x1b[H\x1b[2J"
 
 
-@click.command()
+@click.command("stats")
 @queue_option(required=False, help="One queue (default: every queue). Env: SHARDQ_QUEUE.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per queue per refresh.")
 @click.option(
@@ -122,10 +198,10 @@ _CLEAR = "\x1b[H\x1b[2J"
 )
 @click.option(
     "--window",
-    type=click.FloatRange(0.0, 3600.0),
-    default=1.0,
+    type=Duration(0.0, 3600.0),
+    default="1s",
     show_default=True,
-    help="Seconds over which rates are taken (and between --watch refreshes).",
+    help="How long rates are taken over (and between --watch refreshes): 1s, 500ms, 1m.",
 )
 @click.option(
     "--top", type=click.IntRange(0), default=10, show_default=True, help="Partitions to list."
@@ -158,3 +234,8 @@ def stats(queue_name: str | None, as_json: bool, watch: bool, window: float, top
     except KeyboardInterrupt:
         # Ctrl-C is how --watch ends: a normal exit, not click's "Aborted!" and exit 1
         return
+
+
+#: ``shardq owners`` and ``shardq stats``: the old names, for scripts.
+owners_alias = deprecated_alias(owners, "owners", "queue owners")
+stats_alias = deprecated_alias(stats, "stats", "queue stats")

@@ -53,20 +53,17 @@ def field_docs(cls: type) -> dict[str, str]:
 NO_LIMIT = "none"
 
 
-class _OptionalFloat(click.ParamType):  # type: ignore[type-arg]
-    """Seconds, or ``none`` for no limit (an option left out stays None: "not given")."""
+class _OptionalDuration(Duration):
+    """A duration, or ``none`` for no limit (an option left out stays None: "not given")."""
 
-    name = "seconds|none"
+    name = "duration|none"
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        if value is None or isinstance(value, float | int):
+        if value is None:
             return value
         if str(value).strip().lower() in ("none", "off"):
             return NO_LIMIT
-        try:
-            return float(value)
-        except ValueError:
-            self.fail(f"{value!r} is not a number of seconds or 'none'", param, ctx)
+        return super().convert(value, param, ctx)
 
 
 #: Settings that are a number but not seconds (every other float setting takes a duration:
@@ -84,7 +81,7 @@ def _param_type(annotation: Any, name: str = "") -> Any:
     origin = typing.get_origin(hints)
     args = typing.get_args(hints)
     if origin in (types.UnionType, typing.Union) and type(None) in args:
-        return _OptionalFloat()
+        return _OptionalDuration()
     if hints is bool:
         return click.BOOL
     if hints is int:

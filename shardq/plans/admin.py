@@ -2,8 +2,8 @@
 revocation and drains, the dead-letter stream (list, replay, purge, count), the stats report.
 
 Each is a plan (:mod:`shardq.plans`) over the store's calls; :mod:`shardq.admin` drives them
-through the client's runner, so `shardq owners`, `rebalance`, `stats` and `dlq` ride out a
-failover, and fail with the same typed errors, as ``Client.get`` does.
+through the client's runner, so `shardq queue owners`, `queue stats`, `rebalance` and `dlq`
+ride out a failover, and fail with the same typed errors, as ``Client.get`` does.
 """
 
 from __future__ import annotations

@@ -119,7 +119,7 @@ def test_the_wheel_holds_the_package_and_nothing_else(installed: Installed) -> N
         f"shipped but not in the package: {sorted(names - dist_info - _package_files())}; "
         f"missing: {sorted(_package_files() - names)}"
     )
-    # what the product needs is there: the dev cluster and the demo (shardq dev, shardq demo),
+    # what the product needs is there: the dev cluster and the demo (shardq dev, shardq dev demo),
     # the scripts as shardq/lua, the console's assets
     for needed in (
         "shardq/dev/devcluster.py",
@@ -219,7 +219,7 @@ def test_the_installed_wheel_runs_the_quick_start(
     """README's quick start with only the installed wheel, run outside the checkout: its
     Python block as written (on the session's cluster), then its commands: a dev server from
     the installed `shardq dev`, a dispatcher and a worker running a handler module of the
-    user's, `shardq enqueue` and `shardq job get`."""
+    user's, `shardq job enqueue` and `shardq job get`."""
     out = tmp_path / "ran"
     out.mkdir()
     app = tmp_path / "app"
@@ -255,14 +255,14 @@ def test_the_installed_wheel_runs_the_quick_start(
     worker = Proc([shardq, *worker_argv, "--concurrency", "64", *url], env)
     procs.extend([dispatcher, worker])
     later = _run(
-        [shardq, "enqueue", "-q", queue_name, "send", "--payload", '{"to": "a@example.com"}',
+        [shardq, "job", "enqueue", "-q", queue_name, "send", "--payload", '{"to": "a@example.com"}',
          "--in", "5m", *url],
         tmp_path,
         env,
     )  # fmt: skip
     later_id = later.split()[0]
     now = _run(
-        [shardq, "enqueue", "-q", queue_name, "send", "--payload", '{"to": "b@example.com"}',
+        [shardq, "job", "enqueue", "-q", queue_name, "send", "--payload", '{"to": "b@example.com"}',
          *url],
         tmp_path,
         env,

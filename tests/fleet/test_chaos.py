@@ -86,7 +86,7 @@ def produce(
 
 
 def test_slot_migration_under_load(chaos_url: str, queue: str) -> None:
-    """`shardq rebalance --move-partition` (shardq.admin.slots) moves a partition's slot to another
+    """`shardq rebalance move-partition` (shardq.admin.slots) moves a partition's slot to another
     primary while producers, a dispatcher and a worker run: nothing lost, nothing run twice."""
     partitions = 4
     n = 1500
@@ -206,7 +206,7 @@ def test_a_slot_move_is_logged_as_redirects_not_loop_errors(
 def test_rebalance_nodes_suggests_moving_the_hot_partition_and_moves_it(
     chaos_url: str, queue: str
 ) -> None:
-    """`shardq rebalance --nodes` names the hot partition's primary and a cooler one;
+    """`shardq rebalance nodes` names the hot partition's primary and a cooler one;
     `--move-partition` prints its plan and changes nothing without --yes, moves with it."""
     partitions = 6
     client = Client.from_url(chaos_url)
@@ -234,7 +234,7 @@ def test_rebalance_nodes_suggests_moving_the_hot_partition_and_moves_it(
     producer = threading.Thread(target=load)
     producer.start()
     try:
-        shown = runner.invoke(cli, ["rebalance", "--queue", queue, "--nodes", "--url", chaos_url])
+        shown = runner.invoke(cli, ["rebalance", "nodes", "--queue", queue, "--url", chaos_url])
     finally:
         stop.set()
         producer.join(10)
@@ -243,10 +243,10 @@ def test_rebalance_nodes_suggests_moving_the_hot_partition_and_moves_it(
     assert "suggestion: move partition " in shown.output, shown.output
     hot = int(shown.output.split("suggestion: move partition ", 1)[1].split()[0])
     assert hot in pair and f"from {source} to " in shown.output
-    target = shown.output.split(f"--move-partition {hot} --to ", 1)[1].split()[0]
+    target = shown.output.split(f" {hot} --to ", 1)[1].split()[0]
     assert target != source
 
-    args = ["rebalance", "--queue", queue, "--move-partition", str(hot), "--to", target]
+    args = ["rebalance", "move-partition", "--queue", queue, str(hot), "--to", target]
     dry = runner.invoke(cli, [*args, "--url", chaos_url])
     assert dry.exit_code == 0 and "add --yes to do it" in dry.output, dry.output
     assert slots.prepare_move(client, queue, hot, target).source == source  # nothing moved
@@ -323,21 +323,24 @@ def test_slot_moves_refuse_bad_input_with_what_to_do(
     with Client.from_url(chaos_url) as client:
         client.create_queue(queue, 4)
     # (exit 2: options that do not go together, a usage error; 1: what Redis says is wrong)
+    q = ["--queue", queue]
     cases = [
-        (["--move-partition", "0", "--to", "127.0.0.1:1"], chaos_url, 1, "is not a primary"),
+        (["move-partition", *q, "0", "--to", "127.0.0.1:1"], chaos_url, 1, "is not a primary"),
         (
-            ["--move-partition", "7", "--to", f"127.0.0.1:{chaos_port}"],
+            ["move-partition", *q, "7", "--to", f"127.0.0.1:{chaos_port}"],
             chaos_url,
             1,
             "partitions 0-3",
         ),
-        (["--to", f"127.0.0.1:{chaos_port}"], chaos_url, 2, "go together"),
-        (["--nodes", "--even"], chaos_url, 2, "run them separately"),
-        (["--nodes"], standalone_url, 1, "single node"),
+        (["move-partition", *q, "0"], chaos_url, 2, "Missing option '--to'"),
+        (["nodes", *q], standalone_url, 1, "single node"),
+        # the old spelling's flags are checked as they were
+        ([*q, "--to", f"127.0.0.1:{chaos_port}"], chaos_url, 2, "go together"),
+        ([*q, "--nodes", "--even"], chaos_url, 2, "run them separately"),
     ]
-    for extra, url, code, message in cases:
-        out = runner.invoke(cli, ["rebalance", "--queue", queue, *extra, "--url", url])
-        assert out.exit_code == code and message in out.output, (extra, out.output)
+    for args, url, code, message in cases:
+        out = runner.invoke(cli, ["rebalance", *args, "--url", url])
+        assert out.exit_code == code and message in out.output, (args, out.output)
 
 
 # One primary stalled while the others must keep flowing ------------------------------------

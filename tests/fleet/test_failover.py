@@ -290,8 +290,8 @@ def _durable_ok(client: Client, queue: str, job_id: str) -> bool:
 def test_the_inspector_and_the_operator_tools_ride_out_a_killed_primary_like_client_get(
     fresh: FreshCluster, queue: str
 ) -> None:
-    """Inspector.list_jobs, `shardq queue info` and `shardq owners` go through the same retry
-    layer as Client.get: started right after a primary is killed (its replica not promoted
+    """Inspector.list_jobs, `shardq queue info` and `shardq queue owners` go through the same
+    retry layer as Client.get: started right after a primary is killed (its replica not promoted
     yet), each waits the failover out and answers in full within retry_timeout; with a retry
     window shorter than the failover, the library calls give up with the same typed error."""
     from shardq.admin import owners
@@ -330,8 +330,8 @@ def test_the_inspector_and_the_operator_tools_ride_out_a_killed_primary_like_cli
             text=True, timeout=60,
         )),
         timed("owners", lambda: subprocess.run(
-            [*cli, "owners", "-q", queue, "--json"], env=env, capture_output=True, text=True,
-            timeout=60,
+            [*cli, "queue", "owners", "-q", queue, "--json"], env=env, capture_output=True,
+            text=True, timeout=60,
         )),
     ]  # fmt: skip
     os.kill(node_pid(fresh.base, victim, root=fresh.root), signal.SIGKILL)  # type: ignore[arg-type]

@@ -250,7 +250,7 @@ def test_cli_turns_lanes_on_and_enqueues_and_shows_priority_and_tenant(
     runner = CliRunner()
     client.create_queue(queue, 2)
     base = ["--url", url]
-    r = runner.invoke(cli, [*base, "enqueue", "-q", queue, "t", "--priority", "high"])
+    r = runner.invoke(cli, [*base, "job", "enqueue", "-q", queue, "t", "--priority", "high"])
     assert r.exit_code == 1 and "lanes off" in r.output, r.output
     r = runner.invoke(cli, [*base, "queue", "lanes", "-q", queue, "--on"])
     assert r.exit_code == 0 and "2 of 2" in r.output, r.output
@@ -258,6 +258,7 @@ def test_cli_turns_lanes_on_and_enqueues_and_shows_priority_and_tenant(
         cli,
         [
             *base,
+            "job",
             "enqueue",
             "-q",
             queue,
@@ -280,7 +281,7 @@ def test_cli_turns_lanes_on_and_enqueues_and_shows_priority_and_tenant(
     assert r.exit_code == 0 and "lanes on in 2 of 2 partitions" in r.output, r.output
     r = runner.invoke(cli, [*base, "queue", "lanes", "-q", queue])
     assert r.exit_code == 0 and "lanes on" in r.output, r.output
-    r = runner.invoke(cli, [*base, "stats", "-q", queue, "--json"])
+    r = runner.invoke(cli, [*base, "queue", "stats", "-q", queue, "--json"])
     assert r.exit_code == 0, r.output
     summary = json.loads(r.output)["queue"]
     assert summary["lanes_partitions"] == 2 and "lanes" not in summary["counters"], summary

@@ -1,4 +1,4 @@
-"""The placement planner of `shardq rebalance --nodes --plan` (shardq.admin.placement): pure
+"""The placement planner of `shardq rebalance plan` (shardq.admin.placement): pure
 arithmetic, checked against brute force on small cases; the moves themselves run on a real
 cluster in tests/fleet/test_rebalance_plan.py."""
 

@@ -1,4 +1,4 @@
-"""The move suggestion of `shardq rebalance --nodes` (pure arithmetic on queue_stats rows; the
+"""The move suggestion of `shardq rebalance nodes` (pure arithmetic on queue_stats rows; the
 moves themselves run against a real cluster in test_chaos.py)."""
 
 from __future__ import annotations
