@@ -227,7 +227,7 @@ def test_plan_options_refuse_bad_input_with_what_to_do(
         (["plan", *q, "--tolerance", "-1"], placement_url, 2, "--tolerance"),
         (["plan", *q, "--by", "cpu"], placement_url, 2, "--by"),
         (["apply", *q, "--yes", "--max-moves", "0"], placement_url, 2, "--max-moves"),
-        (["apply", *q, "--json"], placement_url, 2, "No such option: --json"),
+        (["apply", *q, "--json"], placement_url, 2, "No such option '--json'"),
         (["plan", *q], standalone_url, 1, "single node: there are no slots to move"),
         # the old spelling's flags are checked as they were
         ([*q, "--nodes", "--plan", "--apply"], placement_url, 2, "pick one"),
