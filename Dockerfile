@@ -1,5 +1,5 @@
 # syntax=docker/dockerfile:1
-# shardq: one image for dispatchers, workers, one-shot commands (queue create, health) and, as
+# shardq: one image for dispatchers, workers, one-shot commands (queue create, redis check) and, as
 # the `loadtest` target, Locust.  Build:  docker build -t shardq:0.1.0 .
 # The tag follows the version in pyproject.toml; tests/deploy/test_deploy.py checks that the compose
 # file, the k8s manifests and the labels below agree on it.
@@ -41,7 +41,7 @@ USER 10001:10001
 EXPOSE 9100
 # Redis reachable (every primary, in cluster mode); URL and password from SHARDQ_REDIS_URL and
 # SHARDQ_REDIS_PASSWORD.  Exit 0/1.
-HEALTHCHECK --interval=15s --timeout=10s --start-period=20s --retries=3 CMD ["shardq", "health"]
+HEALTHCHECK --interval=15s --timeout=10s --start-period=20s --retries=3 CMD ["shardq", "redis", "check"]
 ENTRYPOINT ["shardq"]
 CMD ["--help"]
 

@@ -123,7 +123,7 @@ test-valkey: install test-tools
 	  $(VALKEY_TESTS) $(VALKEY_SKIP)
 
 demo: install redis-server
-	$(SHARDQ) demo --base-port 7200
+	$(SHARDQ) dev demo --base-port 7200
 
 bench-cluster-up: install redis-server
 	$(SHARDQ) dev cluster up --base-port 7300

@@ -187,7 +187,7 @@ def main() -> None:
             if args.case == "pile":
                 on = slots.primary_addresses(client)[0]
                 for p in range(args.partitions):
-                    plan = slots.plan_move(client, queue, p, on)
+                    plan = slots.prepare_move(client, queue, p, on)
                     if plan.needed:
                         slots.move(client, plan)
             for start in range(0, args.waiting, 10_000):

@@ -1,5 +1,5 @@
 """End-to-end benchmark: a fresh queue run end to end by dispatchers and workers in
-subprocesses (the engine of ``shardq demo``, shardq/dev/demo.py), with the machine's
+subprocesses (the engine of ``shardq dev demo``, shardq/dev/demo.py), with the machine's
 calibration (bench/calibration.py) taken before the run.
 
     python -m bench.e2e --url redis://127.0.0.1:7300 [--jobs N --spread S --backlog --json ...]
@@ -14,7 +14,7 @@ from typing import Any, TextIO
 import click
 
 from bench.calibration import calibrate, calibration_line
-from shardq.cli.options import redis_options, redis_settings
+from shardq.cli.connection import redis_options, redis_settings
 from shardq.dev.demo import E2EConfig, format_summary, run_e2e
 
 

@@ -16,7 +16,7 @@ from typing import Any
 import click
 
 from bench.calibration import calibrate
-from shardq.cli.options import redis_options, redis_settings
+from shardq.cli.connection import redis_options, redis_settings
 from shardq.client import Client
 from shardq.config import RedisSettings
 from shardq.connection import is_cluster

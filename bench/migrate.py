@@ -6,7 +6,7 @@ one-partition queue with N waiting jobs, moves its slot to another primary with 
 IMPORTING / MIGRATING / MIGRATE ... KEYS / SETSLOT NODE sequence, and reports the MIGRATE call's
 duration, the longest PING round trip another client saw on the source meanwhile, and the bytes
 moved (the sum of DUMP sizes).  The move is shardq's own (``shardq.admin.slots``, what ``shardq
-rebalance --move-partition`` runs).  The empty slot is then handed back the same way.
+rebalance move-partition`` runs).  The empty slot is then handed back the same way.
 """
 
 from __future__ import annotations
@@ -96,7 +96,7 @@ def migrate_pause(url: str, sizes: list[int]) -> list[dict[str, Any]]:
                 probe = Prober(owner.host, owner.port)
                 probe.start()
                 target_addr = f"{target.host}:{target.port}"
-                took = slots.move(client, slots.plan_move(client, queue, 0, target_addr))
+                took = slots.move(client, slots.prepare_move(client, queue, 0, target_addr))
                 took_s = took.migrate_seconds
                 time.sleep(0.05)
                 worst = probe.stop()
@@ -114,7 +114,9 @@ def migrate_pause(url: str, sizes: list[int]) -> list[dict[str, Any]]:
                 # empty the slot, then hand it back the same way
                 for k in names:
                     dst.delete(k)
-                slots.move(client, slots.plan_move(client, queue, 0, f"{owner.host}:{owner.port}"))
+                slots.move(
+                    client, slots.prepare_move(client, queue, 0, f"{owner.host}:{owner.port}")
+                )
                 deadline = time.monotonic() + 20
                 all_nodes = [src, dst, *others]
                 while not _settled(all_nodes, slot, owner.port) and time.monotonic() < deadline:

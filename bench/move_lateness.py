@@ -7,7 +7,7 @@ On a fresh queue of 8 partitions, partition 0 first gets ``waiting`` jobs due in
 weight MIGRATE has to carry). Then one dispatcher and one worker run in this process while a
 producer enqueues ``rate`` jobs/s over all partitions, each due 0.3 s later, for ``seconds``.
 ``move-at`` seconds in, partition 0's slot moves to another primary with
-``shardq.admin.slots`` (what ``shardq rebalance --move-partition`` runs). The report gives
+``shardq.admin.slots`` (what ``shardq rebalance move-partition`` runs). The report gives
 lateness (handler start minus due time, Redis clock) for jobs due before, around (from 0.3 s
 before the move until 1 s after it) and after the move, split into the moved primary's
 partitions and the rest, plus the MIGRATE time and the lost / ran-twice counts. The queue is
@@ -80,7 +80,7 @@ async def _run(args: argparse.Namespace, queue: str, client: Client) -> dict[str
     await asyncio.sleep(1.5)  # leases taken, consumer groups made
 
     primaries = await asyncio.to_thread(slots.primary_addresses, client)
-    source = (await asyncio.to_thread(slots.plan_move, client, queue, 0, primaries[0])).source
+    source = (await asyncio.to_thread(slots.prepare_move, client, queue, 0, primaries[0])).source
     target = next(p for p in primaries if p != source)
     on_source = [
         p
@@ -95,7 +95,7 @@ async def _run(args: argparse.Namespace, queue: str, client: Client) -> dict[str
 
     async def do_move() -> None:
         await asyncio.sleep(args.move_at)
-        plan = await asyncio.to_thread(slots.plan_move, client, queue, 0, target)
+        plan = await asyncio.to_thread(slots.prepare_move, client, queue, 0, target)
         move["start_ms"] = time.time() * 1000
         result = await asyncio.to_thread(slots.move, client, plan)
         move["end_ms"] = time.time() * 1000

@@ -1,4 +1,4 @@
-"""How long `shardq rebalance --nodes --plan` takes to plan, by slot count (no Redis).
+"""How long `shardq rebalance plan` takes to plan, by slot count (no Redis).
 
     python -m bench.placement_plan [--slots 1024,4096,16384] [--primaries 30] [--rounds 3]
 
@@ -38,7 +38,7 @@ def main() -> None:
         took = []
         for _ in range(args.rounds):
             start = time.perf_counter()
-            plan = placement.plan(slots, nodes, 0.1)
+            plan = placement.place(slots, nodes, 0.1)
             took.append(time.perf_counter() - start)
         print(
             f"{n:>6} slots on 1 of {args.primaries} primaries: plan {min(took):.2f}-"

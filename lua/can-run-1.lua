@@ -5,7 +5,7 @@ Managed services (ElastiCache, MemoryDB, Memorystore) refuse the administrative 
 answer "unknown command" (renamed or removed: the server has no such command), some refuse
 them by ACL.  shardq asks before an operator command that needs them (slot moves: CLUSTER
 SETSLOT, GETKEYSINSLOT, COUNTKEYSINSLOT, MIGRATE), so it refuses at once, before anything
-changed, and `shardq health` lists what is unavailable.  redis.acl_check_cmd answers for the
+changed, and `shardq redis check` lists what is unavailable.  redis.acl_check_cmd answers for the
 caller without running anything; it raises for a command the server does not know.
 
 KEYS[1] route    any     a key of the node asked, of any type: it only routes the call (never

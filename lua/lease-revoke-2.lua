@@ -1,4 +1,4 @@
---[[ lease-revoke: an operator takes a partition away from its owner (`shardq rebalance`).
+--[[ lease-revoke: an operator takes a partition away from its owner (`shardq rebalance even`).
 
 The owner's next promote or renewal is rejected by the fencing check, so it stops draining the
 partition; another dispatcher acquires it with a newer token.  Safe under load: at no instant can

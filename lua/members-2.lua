@@ -4,7 +4,7 @@ Members are kept in a sorted set scored by the time their heartbeat expires (Red
 member that stops heartbeating drops out after the timeout without anyone cleaning up.
 
 KEYS[1] members  zset    member id scored by heartbeat expiry ms
-KEYS[2] drain    set     member ids an operator asked to hold nothing (`shardq rebalance --drain`)
+KEYS[2] drain    set     member ids an operator asked to hold nothing (`shardq rebalance drain`)
 
 ARGV[1] member id                       name
 ARGV[2] membership timeout ms           number 100..3600000 as timeout

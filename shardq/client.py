@@ -28,7 +28,7 @@ from shardq.jobs.options import JobOptions, takes_job_options
 from shardq.limits import Limit
 from shardq.names import Priority
 from shardq.plans import Plan, drive, drive_async, twin_of
-from shardq.plans import producer as plans
+from shardq.plans import producer as producer_plans
 from shardq.plans import schedules as schedule_plans
 from shardq.plans import workflows as workflow_plans
 from shardq.plans.producer import BulkRun as BulkRun
@@ -41,8 +41,9 @@ from shardq.schedules import (
     ScheduleInfo,
     make_definition,
 )
-from shardq.store import keys, producer
+from shardq.store import producer
 from shardq.store.channels import AsyncChannel, SyncChannel
+from shardq.store.layout import Layout
 from shardq.store.meta import QueueCache
 from shardq.store.retry import AsyncRunner, SyncRunner
 from shardq.store.transport import AsyncTransport, SyncTransport
@@ -139,7 +140,7 @@ class Client:
         and MisconfiguredRedisError when a primary's maxmemory-policy evicts keys (unless
         ``allow_evicting_redis``).
         """
-        plan = plans.create_queue(
+        plan = producer_plans.create_queue(
             self.cache, queue, partitions, ack_retention, dead_letter_cap, lanes
         )
         if not allow_evicting_redis:
@@ -156,17 +157,17 @@ class Client:
         they are turned off are still delivered.  Needs the operator's Redis user.
         """
         word = "on" if on else "off"
-        return self.run(plans.set_lanes(self.cache, queue, on), f"lanes {word}")
+        return self.run(producer_plans.set_lanes(self.cache, queue, on), f"lanes {word}")
 
     def lanes(self, queue: str) -> bool:
         """Whether the queue has lanes on (read from Redis, not cached)."""
-        return self.run(plans.lanes(self.cache, queue), f"reading lanes of {queue!r}")
+        return self.run(producer_plans.lanes(self.cache, queue), f"reading lanes of {queue!r}")
 
     def require_lanes(self, queue: str) -> None:
         """LanesOffError unless the queue has lanes on (seen on within the last
         ``shardq.store.meta.LANES_RECHECK`` seconds, so lanes turned off reach every producer
         soon)."""
-        self.run(plans.require_lanes(self.cache, queue), f"reading lanes of {queue!r}")
+        self.run(producer_plans.require_lanes(self.cache, queue), f"reading lanes of {queue!r}")
 
     def check_redis(self, require_appendonly: bool = False) -> list[redis_config.Finding]:
         """Settings of the primaries that would lose jobs silently (an evicting
@@ -180,15 +181,15 @@ class Client:
         """Drop what is cached about ``queue`` (it was deleted or re-created)."""
         self.cache.forget(queue)
 
-    def layout(self, queue: str) -> keys.Layout:
+    def layout(self, queue: str) -> Layout:
         """Where the queue's partitions live now (read, not cached: a resize may be running):
         the active generation, and the one a resize empties."""
         self.forget(queue)
-        return self.run(plans.layout(self.cache, queue), f"reading queue {queue!r}")
+        return self.run(producer_plans.layout(self.cache, queue), f"reading queue {queue!r}")
 
     def partitions(self, queue: str) -> int:
         """The queue's partition count (cached after the first lookup)."""
-        return self.run(plans.partitions(self.cache, queue), f"reading queue {queue!r}")
+        return self.run(producer_plans.partitions(self.cache, queue), f"reading queue {queue!r}")
 
     def upgrade_queue(self, queue: str) -> int:
         """Raise the queue's stored layout to this version's; returns the layout it had.
@@ -203,32 +204,32 @@ class Client:
         Jobs already stored keep their layout; both are read alike.  Producers running now
         pick the new layout up when they next read the queue (a restart, or :meth:`forget`).
         """
-        return self.run(plans.upgrade(self.cache, queue), f"upgrading queue {queue!r}")
+        return self.run(producer_plans.upgrade(self.cache, queue), f"upgrading queue {queue!r}")
 
     def compact(self, queue: str) -> bool:
         """Whether the queue keeps waiting jobs compactly (layout 3: one due-set member per
         job, lua/includes/compact.lua); read with the partition count, cached alike."""
-        return self.run(plans.meta(self.cache, queue), f"reading queue {queue!r}").compact
+        return self.run(producer_plans.meta(self.cache, queue), f"reading queue {queue!r}").compact
 
     def queues(self) -> list[str]:
         """Names of every queue created on this Redis."""
-        return self.run(plans.registered(), "listing queues")
+        return self.run(producer_plans.registered(), "listing queues")
 
     # rate limits ---------------------------------------------------------------------------
 
     def set_limit(self, queue: str, limit: Limit) -> None:
         """Create or replace a rate limit of ``queue`` (see shardq.limits); workers apply it
         within ``limits_refresh`` seconds."""
-        self.run(plans.set_limit(self.cache, queue, limit), "setting a limit")
+        self.run(producer_plans.set_limit(self.cache, queue, limit), "setting a limit")
 
     def limits(self, queue: str) -> list[Limit]:
         """The rate limits of ``queue``, by name."""
-        return self.run(plans.limits(self.cache, queue), f"reading limits of {queue!r}")
+        return self.run(producer_plans.limits(self.cache, queue), f"reading limits of {queue!r}")
 
     def remove_limit(self, queue: str, name: str) -> bool:
         """Remove the limit ``type:<job type>``, ``key:<limit key>`` or ``tenant:<tenant>``;
         False if there was none."""
-        return self.run(plans.remove_limit(self.cache, queue, name), "removing a limit")
+        return self.run(producer_plans.remove_limit(self.cache, queue, name), "removing a limit")
 
     # jobs ---------------------------------------------------------------------------------
 
@@ -258,7 +259,7 @@ class Client:
         self, queue: str, request: JobRequest, *, durable: bool = False
     ) -> EnqueueResult:
         """Enqueue one job and say whether it was new and when it is due."""
-        plan = plans.enqueue(self.cache, queue, request, self.settings, durable)
+        plan = producer_plans.enqueue(self.cache, queue, request, self.settings, durable)
         return self.run(plan, f"enqueue into {queue!r}")
 
     def enqueue_many(
@@ -277,7 +278,9 @@ class Client:
         be stored (or were refused, e.g. a duplicate job id), BulkEnqueueError says exactly
         which were stored and gives the rest back as requests with their ids, safe to resend.
         """
-        plan = plans.enqueue_many(self.cache, queue, requests, self.settings, chunk, durable)
+        plan = producer_plans.enqueue_many(
+            self.cache, queue, requests, self.settings, chunk, durable
+        )
         return self.run(plan, f"enqueue into {queue!r}")
 
     def cancel(self, queue: str, job_id: str, *, running: bool = False) -> bool:
@@ -290,7 +293,7 @@ class Client:
         ends as cancelled (never retried), even if its worker dies meanwhile.  Raises
         JobNotScheduledError when it is dead.
         """
-        plan = plans.cancel(self.cache, queue, job_id, running)
+        plan = producer_plans.cancel(self.cache, queue, job_id, running)
         return self.run(plan, f"cancel of job {job_id}")
 
     def reschedule(
@@ -306,12 +309,14 @@ class Client:
         returns its due time in ms on the Redis clock.  Only a job still scheduled (in the due
         set) can change: JobNotScheduledError once it is due.  A priority other than
         ``'default'`` needs lanes on (LanesOffError)."""
-        plan = plans.reschedule(self.cache, queue, job_id, run_at, delay, priority, self.settings)
+        plan = producer_plans.reschedule(
+            self.cache, queue, job_id, run_at, delay, priority, self.settings
+        )
         return self.run(plan, f"reschedule of job {job_id}")
 
     def get(self, queue: str, job_id: str) -> JobInfo | None:
         """A snapshot of a job, or None once it completed, was cancelled, or never existed."""
-        return self.run(plans.get(self.cache, queue, job_id), f"reading job {job_id}")
+        return self.run(producer_plans.get(self.cache, queue, job_id), f"reading job {job_id}")
 
     def result(self, queue: str, job_id: str, *, timeout: float | None = None) -> Any:
         """The return value of a job enqueued with ``keep_result``: at once if it completed,
@@ -326,16 +331,16 @@ class Client:
         ``keep_result``, ResultNotFoundError when there is no such job and no result (never
         existed, cancelled, or expired after the retention), ResultTimeoutError when it has
         not ended within ``timeout``."""
-        deadline = plans.result_deadline(timeout)
+        deadline = producer_plans.result_deadline(timeout)
         what = f"reading the result of job {job_id}"
-        read = self.run(plans.read_result(self.cache, queue, job_id), what)
-        done, value, _ = plans.result_wait(read, job_id, queue, deadline)
+        read = self.run(producer_plans.read_result(self.cache, queue, job_id), what)
+        done, value, _ = producer_plans.result_wait(read, job_id, queue, deadline)
         if done:
             return value
         with SyncChannel(self.redis, read.channel) as channel:
             while True:  # subscribed first, then read: an end between the two is not missed
-                read = self.run(plans.read_result(self.cache, queue, job_id), what)
-                done, value, sleep = plans.result_wait(read, job_id, queue, deadline)
+                read = self.run(producer_plans.read_result(self.cache, queue, job_id), what)
+                done, value, sleep = producer_plans.result_wait(read, job_id, queue, deadline)
                 if done:
                     return value
                 channel.wait(sleep)
@@ -343,7 +348,7 @@ class Client:
     def result_info(self, queue: str, job_id: str) -> JobResult | None:
         """A completed job's kept result (value, attempt, when it finished), or None when
         there is none (not ended yet, ended dead, kept none, or expired); never waits."""
-        plan = plans.result_info(self.cache, queue, job_id)
+        plan = producer_plans.result_info(self.cache, queue, job_id)
         return self.run(plan, f"reading the result of job {job_id}")
 
 
@@ -441,7 +446,7 @@ class AsyncClient:
         allow_evicting_redis: bool = False,
         lanes: bool = False,
     ) -> bool:
-        plan = plans.create_queue(
+        plan = producer_plans.create_queue(
             self.cache, queue, partitions, ack_retention, dead_letter_cap, lanes
         )
         if not allow_evicting_redis:
@@ -450,13 +455,15 @@ class AsyncClient:
 
     async def set_lanes(self, queue: str, on: bool) -> int:
         word = "on" if on else "off"
-        return await self.run(plans.set_lanes(self.cache, queue, on), f"lanes {word}")
+        return await self.run(producer_plans.set_lanes(self.cache, queue, on), f"lanes {word}")
 
     async def lanes(self, queue: str) -> bool:
-        return await self.run(plans.lanes(self.cache, queue), f"reading lanes of {queue!r}")
+        return await self.run(
+            producer_plans.lanes(self.cache, queue), f"reading lanes of {queue!r}"
+        )
 
     async def require_lanes(self, queue: str) -> None:
-        plan = plans.require_lanes(self.cache, queue)
+        plan = producer_plans.require_lanes(self.cache, queue)
         await self.run(plan, f"reading lanes of {queue!r}")
 
     async def check_redis(self, require_appendonly: bool = False) -> list[redis_config.Finding]:
@@ -469,36 +476,36 @@ class AsyncClient:
     def forget(self, queue: str) -> None:
         self.cache.forget(queue)
 
-    async def layout(self, queue: str) -> keys.Layout:
+    async def layout(self, queue: str) -> Layout:
         self.forget(queue)
-        return await self.run(plans.layout(self.cache, queue), f"reading queue {queue!r}")
+        return await self.run(producer_plans.layout(self.cache, queue), f"reading queue {queue!r}")
 
     async def partitions(self, queue: str) -> int:
-        plan = plans.partitions(self.cache, queue)
+        plan = producer_plans.partitions(self.cache, queue)
         return await self.run(plan, f"reading queue {queue!r}")
 
     async def upgrade_queue(self, queue: str) -> int:
-        plan = plans.upgrade(self.cache, queue)
+        plan = producer_plans.upgrade(self.cache, queue)
         return await self.run(plan, f"upgrading queue {queue!r}")
 
     async def compact(self, queue: str) -> bool:
-        meta = await self.run(plans.meta(self.cache, queue), f"reading queue {queue!r}")
+        meta = await self.run(producer_plans.meta(self.cache, queue), f"reading queue {queue!r}")
         return meta.compact
 
     async def queues(self) -> list[str]:
-        return await self.run(plans.registered(), "listing queues")
+        return await self.run(producer_plans.registered(), "listing queues")
 
     # rate limits ---------------------------------------------------------------------------
 
     async def set_limit(self, queue: str, limit: Limit) -> None:
-        await self.run(plans.set_limit(self.cache, queue, limit), "setting a limit")
+        await self.run(producer_plans.set_limit(self.cache, queue, limit), "setting a limit")
 
     async def limits(self, queue: str) -> list[Limit]:
-        plan = plans.limits(self.cache, queue)
+        plan = producer_plans.limits(self.cache, queue)
         return await self.run(plan, f"reading limits of {queue!r}")
 
     async def remove_limit(self, queue: str, name: str) -> bool:
-        plan = plans.remove_limit(self.cache, queue, name)
+        plan = producer_plans.remove_limit(self.cache, queue, name)
         return await self.run(plan, "removing a limit")
 
     # jobs ---------------------------------------------------------------------------------
@@ -520,7 +527,7 @@ class AsyncClient:
     async def enqueue_detailed(
         self, queue: str, request: JobRequest, *, durable: bool = False
     ) -> EnqueueResult:
-        plan = plans.enqueue(self.cache, queue, request, self.settings, durable)
+        plan = producer_plans.enqueue(self.cache, queue, request, self.settings, durable)
         return await self.run(plan, f"enqueue into {queue!r}")
 
     async def enqueue_many(
@@ -531,11 +538,13 @@ class AsyncClient:
         chunk: int = 5000,
         durable: bool = False,
     ) -> list[EnqueueResult]:
-        plan = plans.enqueue_many(self.cache, queue, requests, self.settings, chunk, durable)
+        plan = producer_plans.enqueue_many(
+            self.cache, queue, requests, self.settings, chunk, durable
+        )
         return await self.run(plan, f"enqueue into {queue!r}")
 
     async def cancel(self, queue: str, job_id: str, *, running: bool = False) -> bool:
-        plan = plans.cancel(self.cache, queue, job_id, running)
+        plan = producer_plans.cancel(self.cache, queue, job_id, running)
         return await self.run(plan, f"cancel of job {job_id}")
 
     async def reschedule(
@@ -547,30 +556,34 @@ class AsyncClient:
         delay: timedelta | float | None = None,
         priority: Priority | None = None,
     ) -> int:
-        plan = plans.reschedule(self.cache, queue, job_id, run_at, delay, priority, self.settings)
+        plan = producer_plans.reschedule(
+            self.cache, queue, job_id, run_at, delay, priority, self.settings
+        )
         return await self.run(plan, f"reschedule of job {job_id}")
 
     async def result(self, queue: str, job_id: str, *, timeout: float | None = None) -> Any:
-        deadline = plans.result_deadline(timeout)
+        deadline = producer_plans.result_deadline(timeout)
         what = f"reading the result of job {job_id}"
-        read = await self.run(plans.read_result(self.cache, queue, job_id), what)
-        done, value, _ = plans.result_wait(read, job_id, queue, deadline)
+        read = await self.run(producer_plans.read_result(self.cache, queue, job_id), what)
+        done, value, _ = producer_plans.result_wait(read, job_id, queue, deadline)
         if done:
             return value
         async with AsyncChannel(self.redis, read.channel) as channel:
             while True:  # subscribed first, then read: an end between the two is not missed
-                read = await self.run(plans.read_result(self.cache, queue, job_id), what)
-                done, value, sleep = plans.result_wait(read, job_id, queue, deadline)
+                read = await self.run(producer_plans.read_result(self.cache, queue, job_id), what)
+                done, value, sleep = producer_plans.result_wait(read, job_id, queue, deadline)
                 if done:
                     return value
                 await channel.wait(sleep)
 
     async def result_info(self, queue: str, job_id: str) -> JobResult | None:
-        plan = plans.result_info(self.cache, queue, job_id)
+        plan = producer_plans.result_info(self.cache, queue, job_id)
         return await self.run(plan, f"reading the result of job {job_id}")
 
     async def get(self, queue: str, job_id: str) -> JobInfo | None:
-        return await self.run(plans.get(self.cache, queue, job_id), f"reading job {job_id}")
+        return await self.run(
+            producer_plans.get(self.cache, queue, job_id), f"reading job {job_id}"
+        )
 
 
 # Periodic schedules: ``client.schedules`` --------------------------------------------------------

@@ -368,10 +368,11 @@ class DispatcherSettings:
     this much more lateness at any rate (0: promote each partition the moment it is due)."""
     lateness_budget: float = LATENESS_BUDGET
     """How late a job may start, on top of Redis and network time, so that calls carry more
-    jobs (less Redis and process CPU per job): the worker assigned a partition reads it up to
-    half of it after its head job is due, and that read promotes the due jobs; the dispatcher
-    promotes what no worker read within the whole budget (partitions with lanes on: within
-    half of it) (shardq/runtime/budget.py).  Set the same on dispatchers and workers
+    jobs (less Redis and process CPU per job).  Workers go first: the worker reads a partition
+    up to half of it after its head job is due or a ready hint, and that read promotes the due
+    jobs itself; the dispatcher promotes what no worker read within the whole budget (longer
+    while its calls find the jobs already taken, at most 1 s more), and partitions with lanes
+    on at half of it (shardq/runtime/budget.py).  Set the same on dispatchers and workers
     (SHARDQ_LATENESS_BUDGET sets both); 0: every wait sized for punctuality."""
     lease_time: float = 10.0
     """A partition whose owner stops renewing is free after this long (the backstop: peers take
@@ -462,10 +463,11 @@ class WorkerSettings:
     instead of P / idle_poll."""
     lateness_budget: float = LATENESS_BUDGET
     """How late a job may start, on top of Redis and network time, so that calls carry more
-    jobs (less Redis and process CPU per job): the worker assigned a partition reads it up to
-    half of it after its head job is due, and that read promotes the due jobs; the dispatcher
-    promotes what no worker read within the whole budget (partitions with lanes on: within
-    half of it) (shardq/runtime/budget.py).  Set the same on dispatchers and workers
+    jobs (less Redis and process CPU per job).  Workers go first: the worker reads a partition
+    up to half of it after its head job is due or a ready hint, and that read promotes the due
+    jobs itself; the dispatcher promotes what no worker read within the whole budget (longer
+    while its calls find the jobs already taken, at most 1 s more), and partitions with lanes
+    on at half of it (shardq/runtime/budget.py).  Set the same on dispatchers and workers
     (SHARDQ_LATENESS_BUDGET sets both); 0: every wait sized for punctuality."""
     sweep_interval: float = 5.0
     """The fleet reads each partition at least this often even when it is not assigned to the

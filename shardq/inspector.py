@@ -1,13 +1,14 @@
 """Look inside queues and act on them: :class:`Inspector` (sync) and :class:`AsyncInspector`
 (asyncio), side by side.
 
-Both are thin: a method builds the operation's plan (:mod:`shardq.plans.inspect`, where every
-decision is written once, its arguments checked as it is built) and drives it through its
-client's runner (:mod:`shardq.store.retry`), so a listing rides out a failover, and raises the
-same typed :mod:`shardq.errors` exception, as ``Client.get`` does.  Documentation is written
-once, on :class:`Inspector`; :class:`AsyncInspector` takes it (:func:`shardq.plans.twin_of`),
-and tests/unit/test_parity.py keeps the two surfaces identical.  What each page costs is in
-:mod:`shardq.plans.inspect`.
+Both are thin: a method builds the operation's plan (:mod:`shardq.plans.listing`,
+:mod:`~shardq.plans.job_actions`, :mod:`~shardq.plans.queue_admin`, and for batches
+:mod:`~shardq.plans.workflows`, where every decision is written once, its arguments checked as
+it is built) and drives it through its client's runner (:mod:`shardq.store.retry`), so a
+listing rides out a failover, and raises the same typed :mod:`shardq.errors` exception, as
+``Client.get`` does.  Documentation is written once, on :class:`Inspector`;
+:class:`AsyncInspector` takes it (:func:`shardq.plans.twin_of`), and tests/unit/test_parity.py
+keeps the two surfaces identical.  What each page costs is in :mod:`shardq.plans.listing`.
 """
 
 from __future__ import annotations
@@ -18,13 +19,15 @@ from typing import TYPE_CHECKING
 from shardq.config import MAX_LIMIT as MAX_LIMIT
 from shardq.errors import InvalidCursorError, QueueInUseError
 from shardq.jobs import JobInfo, JobResult
-from shardq.plans import inspect as plans
+from shardq.plans import job_actions, listing, queue_admin, twin_of
 from shardq.plans import producer as producer_plans
-from shardq.plans import twin_of
-from shardq.plans.inspect import EMPTY_STATES as EMPTY_STATES
-from shardq.plans.inspect import LIST_STATES as LIST_STATES
-from shardq.plans.inspect import JobSummary as JobSummary
-from shardq.plans.inspect import Member, Page, PartitionInfo, Progress
+from shardq.plans import workflows as workflow_plans
+from shardq.plans.job_actions import Progress
+from shardq.plans.listing import EMPTY_STATES as EMPTY_STATES
+from shardq.plans.listing import LIST_STATES as LIST_STATES
+from shardq.plans.listing import JobSummary as JobSummary
+from shardq.plans.listing import Page
+from shardq.plans.queue_admin import Member, PartitionInfo
 from shardq.workflows import BatchCancel, BatchInfo
 
 if TYPE_CHECKING:
@@ -47,7 +50,7 @@ __all__ = [
 
 class Inspector:
     """Look inside queues and act on them (sync).  ``Inspector(client)``; see
-    :mod:`shardq.plans.inspect` for what each page costs."""
+    :mod:`shardq.plans.listing` for what each page costs."""
 
     def __init__(self, client: Client) -> None:
         self.client = client
@@ -74,7 +77,7 @@ class Inspector:
         included, each row's ``state`` saying which; the old word ``active`` is still taken for
         ``running``, for one release); pass the page's ``cursor`` back for the next.
         ``start``/``end`` bound scheduled jobs' due time."""
-        plan = plans.list_jobs(
+        plan = listing.list_jobs(
             self.client.cache, queue, state, job_type=job_type, limit=limit, cursor=cursor,
             start=start, end=end,
         )  # fmt: skip
@@ -92,39 +95,39 @@ class Inspector:
 
     def find(self, queue: str, idempotency_key: str) -> JobInfo | None:
         """The job enqueued with ``idempotency_key`` while the key is retained, else None."""
-        plan = plans.find(self.client.cache, queue, idempotency_key)
+        plan = listing.find(self.client.cache, queue, idempotency_key)
         return self.client.run(plan, f"finding idempotency key {idempotency_key!r}")
 
     def partitions(self, queue: str) -> list[PartitionInfo]:
         """Every partition now: counts per state, oldest due, lag, owner, node, paused."""
-        plan = plans.partitions(self.client.cache, queue, self._node_of)
+        plan = queue_admin.partitions(self.client.cache, queue, self._node_of)
         return self.client.run(plan, f"reading the partitions of {queue!r}")
 
     def members(self, queue: str) -> list[Member]:
         """Live dispatchers and workers: partitions held, deliveries in flight, heartbeat."""
-        plan = plans.members(self.client.cache, queue)
+        plan = queue_admin.members(self.client.cache, queue)
         return self.client.run(plan, f"reading the members of {queue!r}")
 
     def pause(self, queue: str) -> int:
         """Pause every partition: nothing is promoted or delivered until :meth:`resume`; jobs
         keep their due times.  Returns how many partitions changed state."""
-        plan = plans.pause(self.client.cache, queue, True)
+        plan = queue_admin.pause(self.client.cache, queue, True)
         return self.client.run(plan, f"pausing {queue!r}")
 
     def resume(self, queue: str) -> int:
         """Resume every partition and wake its dispatcher and workers at once."""
-        plan = plans.pause(self.client.cache, queue, False)
+        plan = queue_admin.pause(self.client.cache, queue, False)
         return self.client.run(plan, f"resuming {queue!r}")
 
     def run_now(self, queue: str, job_id: str) -> str:
         """Make a scheduled or dead job due now; returns what it was (``scheduled``, ``dead``,
         or ``ready`` when already promoted).  JobRunningError when a worker holds it."""
-        plan = plans.run_now(self.client.cache, queue, job_id)
+        plan = job_actions.run_now(self.client.cache, queue, job_id)
         return self.client.run(plan, f"run-now of job {job_id}")
 
     def retry_dead(self, queue: str, job_type: str | None = None, progress: Progress = None) -> int:
         """Replay every dead job (of ``job_type``), attempts reset; returns how many."""
-        plan = plans.retry_dead(self.client.cache, queue, job_type, progress)
+        plan = job_actions.retry_dead(self.client.cache, queue, job_type, progress)
         return self.client.run(plan, f"replaying dead jobs of {queue!r}")
 
     def cancel(
@@ -138,32 +141,34 @@ class Inspector:
         progress: Progress = None,
     ) -> int:
         """Cancel every not-started job in ``state`` matching the filter; returns how many."""
-        plan = plans.cancel(self.client.cache, queue, state, job_type, start, end, progress)
+        plan = job_actions.cancel(self.client.cache, queue, state, job_type, start, end, progress)
         return self.client.run(plan, f"cancelling {state} jobs of {queue!r}")
 
     def empty(self, queue: str, state: str, progress: Progress = None) -> int:
         """Delete every job in ``state`` (scheduled, ready, retrying, dead), in bounded batches;
         returns how many."""
-        plan = plans.empty(self.client.cache, queue, state, progress)
+        plan = job_actions.empty(self.client.cache, queue, state, progress)
         return self.client.run(plan, f"emptying {state} jobs of {queue!r}")
 
     def batch(self, queue: str, batch_id: str) -> BatchInfo | None:
         """A batch or chain by id (a nested one too: ``<id>~<index>``) with its counts, state,
         callbacks and what is left to fire; None when unknown or expired after its retention."""
-        plan = plans.batch(self.client.cache, queue, batch_id)
+        plan = workflow_plans.get_batch(self.client.cache, queue, batch_id)
         return self.client.run(plan, f"reading batch {batch_id!r}")
 
     def batches(self, queue: str, limit: int = 50) -> list[BatchInfo]:
         """The newest ``limit`` batches and chains of the queue, newest first (read only: a
         listed id whose record expired is skipped)."""
-        plan = plans.batches(self.client.cache, queue, limit)
+        plan = workflow_plans.list_batches(self.client.cache, queue, limit)
         return self.client.run(plan, f"listing the batches of {queue!r}")
 
     def cancel_batch(self, queue: str, batch_id: str) -> BatchCancel:
         """Cancel a batch or chain: no callback fires any more, its waiting children are
         cancelled (running ones end as they will).  Safe to repeat; BatchNotFoundError for an
         unknown id."""
-        plan = plans.cancel_batch(self.client.cache, queue, batch_id, self.client.settings)
+        plan = workflow_plans.cancel_batch(
+            self.client.cache, queue, batch_id, settings=self.client.settings
+        )
         return self.client.run(plan, f"cancelling batch {batch_id!r}")
 
     def delete_queue(self, queue: str, *, force: bool = False) -> int:
@@ -171,7 +176,7 @@ class Inspector:
         idempotency keys, registry entry.  Refused while workers or dispatchers are live (stop
         them first) unless ``force``.  Returns how many keys were deleted; a deletion cut short
         can be run again to finish it."""
-        plan = plans.delete_queue(self.client.cache, queue, force, self._routes)
+        plan = queue_admin.delete_queue(self.client.cache, queue, force, self._routes)
         return self.client.run(plan, f"deleting queue {queue!r}")
 
 
@@ -200,7 +205,7 @@ class AsyncInspector:
         start: datetime | float | None = None,
         end: datetime | float | None = None,
     ) -> Page:
-        plan = plans.list_jobs(
+        plan = listing.list_jobs(
             self.client.cache, queue, state, job_type=job_type, limit=limit, cursor=cursor,
             start=start, end=end,
         )  # fmt: skip
@@ -215,33 +220,33 @@ class AsyncInspector:
         return await self.client.run(plan, f"reading the result of job {job_id}")
 
     async def find(self, queue: str, idempotency_key: str) -> JobInfo | None:
-        plan = plans.find(self.client.cache, queue, idempotency_key)
+        plan = listing.find(self.client.cache, queue, idempotency_key)
         return await self.client.run(plan, f"finding idempotency key {idempotency_key!r}")
 
     async def partitions(self, queue: str) -> list[PartitionInfo]:
-        plan = plans.partitions(self.client.cache, queue, self._node_of)
+        plan = queue_admin.partitions(self.client.cache, queue, self._node_of)
         return await self.client.run(plan, f"reading the partitions of {queue!r}")
 
     async def members(self, queue: str) -> list[Member]:
-        plan = plans.members(self.client.cache, queue)
+        plan = queue_admin.members(self.client.cache, queue)
         return await self.client.run(plan, f"reading the members of {queue!r}")
 
     async def pause(self, queue: str) -> int:
-        plan = plans.pause(self.client.cache, queue, True)
+        plan = queue_admin.pause(self.client.cache, queue, True)
         return await self.client.run(plan, f"pausing {queue!r}")
 
     async def resume(self, queue: str) -> int:
-        plan = plans.pause(self.client.cache, queue, False)
+        plan = queue_admin.pause(self.client.cache, queue, False)
         return await self.client.run(plan, f"resuming {queue!r}")
 
     async def run_now(self, queue: str, job_id: str) -> str:
-        plan = plans.run_now(self.client.cache, queue, job_id)
+        plan = job_actions.run_now(self.client.cache, queue, job_id)
         return await self.client.run(plan, f"run-now of job {job_id}")
 
     async def retry_dead(
         self, queue: str, job_type: str | None = None, progress: Progress = None
     ) -> int:
-        plan = plans.retry_dead(self.client.cache, queue, job_type, progress)
+        plan = job_actions.retry_dead(self.client.cache, queue, job_type, progress)
         return await self.client.run(plan, f"replaying dead jobs of {queue!r}")
 
     async def cancel(
@@ -254,25 +259,27 @@ class AsyncInspector:
         end: datetime | float | None = None,
         progress: Progress = None,
     ) -> int:
-        plan = plans.cancel(self.client.cache, queue, state, job_type, start, end, progress)
+        plan = job_actions.cancel(self.client.cache, queue, state, job_type, start, end, progress)
         return await self.client.run(plan, f"cancelling {state} jobs of {queue!r}")
 
     async def empty(self, queue: str, state: str, progress: Progress = None) -> int:
-        plan = plans.empty(self.client.cache, queue, state, progress)
+        plan = job_actions.empty(self.client.cache, queue, state, progress)
         return await self.client.run(plan, f"emptying {state} jobs of {queue!r}")
 
     async def batch(self, queue: str, batch_id: str) -> BatchInfo | None:
-        plan = plans.batch(self.client.cache, queue, batch_id)
+        plan = workflow_plans.get_batch(self.client.cache, queue, batch_id)
         return await self.client.run(plan, f"reading batch {batch_id!r}")
 
     async def batches(self, queue: str, limit: int = 50) -> list[BatchInfo]:
-        plan = plans.batches(self.client.cache, queue, limit)
+        plan = workflow_plans.list_batches(self.client.cache, queue, limit)
         return await self.client.run(plan, f"listing the batches of {queue!r}")
 
     async def cancel_batch(self, queue: str, batch_id: str) -> BatchCancel:
-        plan = plans.cancel_batch(self.client.cache, queue, batch_id, self.client.settings)
+        plan = workflow_plans.cancel_batch(
+            self.client.cache, queue, batch_id, settings=self.client.settings
+        )
         return await self.client.run(plan, f"cancelling batch {batch_id!r}")
 
     async def delete_queue(self, queue: str, *, force: bool = False) -> int:
-        plan = plans.delete_queue(self.client.cache, queue, force, self._routes)
+        plan = queue_admin.delete_queue(self.client.cache, queue, force, self._routes)
         return await self.client.run(plan, f"deleting queue {queue!r}")

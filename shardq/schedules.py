@@ -1,8 +1,9 @@
 """Periodic jobs: named schedules (cron or fixed interval) fired once per tick by the fleet.
 
-This module is the model: a schedule's definition, its ticks and the misfire plan.  The
-operations on stored schedules are plans in :mod:`shardq.plans.schedules`, driven by
-``client.schedules`` (:class:`shardq.client.Schedules` and :class:`shardq.client.AsyncSchedules`).
+This module is the model: a schedule's definition, its ticks and what one fire does (misfires
+included: :func:`firing`).  The operations on stored schedules are plans in
+:mod:`shardq.plans.schedules`, driven by ``client.schedules`` (:class:`shardq.client.Schedules`
+and :class:`shardq.client.AsyncSchedules`).
 
 Design
 ------
@@ -321,13 +322,13 @@ class Definition:
 
 
 @dataclass(frozen=True, slots=True)
-class FirePlan:
+class Firing:
     ticks: list[int]
     misfires: int
     next_ms: int  # -1: none left
 
 
-def plan(d: Definition, expected_ms: int, now_ms: int) -> FirePlan:
+def firing(d: Definition, expected_ms: int, now_ms: int) -> Firing:
     """What one fire does for a schedule whose stored next tick ``expected_ms`` is due at
     ``now_ms`` (Redis clock): the ticks to enqueue, misfires to count, and the next tick."""
     keep = d.catch_up_limit if d.misfire == "catch_up" else 1
@@ -335,7 +336,7 @@ def plan(d: Definition, expected_ms: int, now_ms: int) -> FirePlan:
     if d.misfire == "skip" and latest and now_ms - latest[-1] > d.grace_ms:
         latest = []
     nxt = d.next_after(now_ms)
-    return FirePlan(latest, max(count - len(latest), 0), -1 if nxt is None else nxt)
+    return Firing(latest, max(count - len(latest), 0), -1 if nxt is None else nxt)
 
 
 def make_definition(

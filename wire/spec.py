@@ -42,8 +42,9 @@ from shardq.config import ProducerSettings
 from shardq.errors import ShardqError
 from shardq.jobs import Backoff, JobRequest
 from shardq.store import functions, keys, producer
-from shardq.store import inspect as store_inspect
+from shardq.store import inspection as store_inspection
 from shardq.store import queues as store_queues
+from shardq.store.layout import Layout
 from shardq.store.op import Command, Op
 
 WIRE = "wire/1"
@@ -165,9 +166,9 @@ def create_queue_calls(queue: str, partitions: int, lanes: bool = False) -> list
     out = [sent(producer.queue_create(queue, partitions))]
     out += [sent(store_queues.group_create(pk)) for pk in pks]
     out.append(sent(store_queues.register(queue)))
-    out += [sent(store_inspect.control_init(pk)) for pk in pks]
+    out += [sent(store_inspection.control_init(pk)) for pk in pks]
     if lanes:
-        out += [sent(store_inspect.lanes(pk, True)) for pk in pks]
+        out += [sent(store_inspection.lanes(pk, True)) for pk in pks]
         out.append(sent(store_queues.set_meta_field(queue, "lanes", "1")))
     return out
 
@@ -191,7 +192,7 @@ def by_id_calls(
 ) -> list[dict[str, Any]]:
     job_id = step["job_id"]
     names.check_job_id(job_id)  # refused before sending, as the clients do
-    pk = keys.Layout(queue, partitions).route(job_id)
+    pk = Layout(queue, partitions).route(job_id)
     if op_name == "get":
         return [sent(producer.get(pk, job_id))]
     if op_name == "cancel":
@@ -421,7 +422,7 @@ def _same_partition_id(key: str, partitions: int, stem: str) -> str:
 
 
 def _pk(queue: str, partitions: int, routing_key: str) -> keys.PartitionKeys:
-    return keys.Layout(queue, partitions).route(routing_key)
+    return Layout(queue, partitions).route(routing_key)
 
 
 def _created(queue: str, partitions: int, lanes: bool = False) -> dict[str, Any]:

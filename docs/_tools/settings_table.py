@@ -19,7 +19,7 @@ from unittest import mock
 import click
 
 from shardq.cli import main as cli
-from shardq.cli.options import NOT_SECONDS, field_docs
+from shardq.cli.settings import NOT_SECONDS, field_docs
 from shardq.config import DispatcherSettings, ProducerSettings, RedisSettings, WorkerSettings
 
 PAGE = Path(__file__).resolve().parents[1] / "reference" / "settings.md"
@@ -67,7 +67,8 @@ def _walk(cmd: click.Command, path: str) -> typing.Iterator[tuple[str, click.Com
             names = cmd.list_commands(ctx)
             subs = [(name, cmd.get_command(ctx, name)) for name in names]
         for name, sub in subs:
-            if sub is not None:
+            # an old spelling kept for users' scripts (a hidden command) is not documented
+            if sub is not None and not (sub.hidden and not isinstance(sub, click.Group)):
                 yield from _walk(sub, f"{path} {name}")
 
 

@@ -5,6 +5,6 @@ shardq limit set -q newsletters --type send --rate 100/s          # 10/min, 5/2s
 shardq limit set -q newsletters --key api.partner.com --rate 10/s --concurrency 5
 shardq limit set -q newsletters --tenant '*' --concurrency 10
 shardq limit list -q newsletters                                   # --json
-shardq enqueue -q newsletters send --payload '{"to": "a@example.com"}' --limit-key api.partner.com
+shardq job enqueue -q newsletters send --payload '{"to": "a@example.com"}' --limit-key api.partner.com
 shardq limit remove -q newsletters --type send
 # --8<-- [end:cli]

@@ -1,7 +1,7 @@
 # The commands of docs/guides/retries.md (tests/examples runs them against a cluster).
 shardq queue create -q accounts --partitions 16
 # --8<-- [start:enqueue]
-shardq enqueue -q accounts sync --payload '{"account": 7}' --max-attempts 8 \
+shardq job enqueue -q accounts sync --payload '{"account": 7}' --max-attempts 8 \
   --backoff exponential --backoff-base 2s --backoff-cap 10m
 # --8<-- [end:enqueue]
 # --8<-- [start:dead]

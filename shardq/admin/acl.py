@@ -198,7 +198,7 @@ GRANTS: dict[str, tuple[Grant, ...]] = {
         Grant(("outbox",), ("+hset", "+hlen")),
     ),
 }
-# The operator runs the tools (queue create, job, dlq, owners, rebalance, stats): everything
+# The operator runs the tools (queue create, job, dlq, queue stats, rebalance): everything
 # the three roles do, plus creating queues and reading and clearing dead letters.
 GRANTS["operator"] = (
     *GRANTS["producer"],

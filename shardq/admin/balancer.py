@@ -1,5 +1,5 @@
 """The placement autopilot: measure every primary's load, plan, and move slots within a budget;
-once (``shardq rebalance --nodes --plan/--apply``) or for as long as it runs (``shardq balancer
+once (``shardq rebalance plan`` / ``apply``) or for as long as it runs (``shardq balancer
 run``).
 
 **What is balanced.**  Every slot that holds a partition of the balanced queues (every queue,
@@ -11,7 +11,7 @@ of the total bytes, in percent (both shares count equally; a figure that is zero
 as the rate of an idle cluster, counts for nothing), so neither the busiest primary nor the
 fullest one is left far from the mean; ``--by rate`` and ``--by bytes`` balance one figure.
 
-**How a plan is carried out** (:func:`carry_out`): the moves in plan order, each the safe slot
+**How a placement is carried out** (:func:`carry_out`): its moves in order, each the safe slot
 move of :mod:`shardq.admin.slots` (0 lost under load), at most :attr:`Budget.concurrency` at
 once and never two on one primary (MIGRATE pauses both of its primaries), started no faster
 than :attr:`Budget.bytes_per_second` on average (MIGRATE carries a slot's keys in one call, so
@@ -166,20 +166,20 @@ def measure(client: Client, queues: Sequence[str] = (), window: float = 1.0) -> 
 
 def finish_move(client: Client, stuck: slots.SlotMidMoveError, timeout_ms: int = 60_000) -> None:
     """Finish a slot move that stopped half-way, to the target it was going to."""
-    step = slots.plan_move(client, stuck.queue, stuck.partition, stuck.target)
+    step = slots.prepare_move(client, stuck.queue, stuck.partition, stuck.target)
     slots.move(client, step, timeout_ms)
 
 
-# Carrying a plan out ---------------------------------------------------------------------
+# Carrying a placement out ----------------------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)
 class Budget:
-    """How much moving a plan may do at once."""
+    """How much carrying out a placement may do at once."""
 
     concurrency: int = 1  # moves at once (never two on one primary)
     bytes_per_second: float | None = None  # average bytes/s of moves started; None: no limit
-    max_moves: int = 10  # moves per plan carried out (the rest wait for the next plan)
+    max_moves: int = 10  # moves per placement carried out (the rest wait for the next)
     migrate_timeout_ms: int = 60_000
 
     def __post_init__(self) -> None:
@@ -199,13 +199,13 @@ class Moved:
     move: placement.Move
     keys_moved: int
     migrate_seconds: float  # the pause both primaries saw
-    started: float  # seconds after the plan started being carried out
+    started: float  # seconds after the placement started being carried out
     seconds: float  # the whole move, planning its step included
 
 
 @dataclass(frozen=True, slots=True)
 class Outcome:
-    """What carrying out a plan did."""
+    """What carrying out a placement did."""
 
     done: tuple[Moved, ...]
     left: tuple[placement.Move, ...]  # not started (budget, error, or no longer leader)
@@ -224,7 +224,7 @@ def _one_move(connect: Callable[[], Client], m: placement.Move, timeout_ms: int)
     started = time.monotonic()
     queue, partition = m.partitions[0]
     with connect() as client:
-        step = slots.plan_move(client, queue, partition, m.target)
+        step = slots.prepare_move(client, queue, partition, m.target)
         if not step.needed:  # already there: nothing to do
             return Moved(m, 0, 0.0, 0.0, time.monotonic() - started)
         if step.source != m.source and not step.in_progress:
@@ -244,7 +244,7 @@ def carry_out(
     on_moved: Callable[[Moved], None] | None = None,
     move_one: Callable[[placement.Move], Moved] | None = None,
 ) -> Outcome:
-    """Make ``moves`` (a plan's, in its order) within ``budget``; see the module docstring.
+    """Make ``moves`` (a placement's, in its order) within ``budget``; see the module docstring.
 
     ``connect`` makes a client for each move (each runs in a thread of its own, with its own
     connections).  ``keep_going`` is asked before each move starts; False stops it (the
@@ -333,7 +333,7 @@ class BalancerSettings:
 
     queues: tuple[str, ...] = ()  # () : every queue
     by: By = "load"
-    tolerance: float = 0.10  # plan to within this fraction of the mean
+    tolerance: float = 0.10  # place to within this fraction of the mean
     trigger: float = 0.25  # act only past this deviation...
     sustain: int = 3  # ...in this many measurements in a row
     interval: float = 30.0  # seconds from one measurement to the next
@@ -388,7 +388,7 @@ class Round:
     token: str = ""
     deviation: float | None = None  # before any move (None: not measured)
     acted: bool = False
-    plan: placement.Placement | None = None
+    placement: placement.Placement | None = None
     outcome: Outcome | None = None
     finished_stuck_move: int | None = None  # the slot of a half-done move it finished
     error: str = ""
@@ -479,7 +479,7 @@ class Balancer:
         if not self.hysteresis.observe(deviation):
             return self._report(Round(True, self.token, deviation))
         self.hysteresis.reset()
-        p = placement.plan(m.units(s.by), m.primaries, s.tolerance)
+        p = placement.place(m.units(s.by), m.primaries, s.tolerance)
         if not p.moves:
             return self._report(Round(True, self.token, deviation, True, p))
         log_event(

@@ -8,9 +8,9 @@ script call (:data:`DLQ_BATCH`).
 from __future__ import annotations
 
 from shardq.client import Client
-from shardq.plans import admin as plans
+from shardq.plans import admin as admin_plans
 from shardq.plans.admin import DLQ_BATCH
-from shardq.store.inspect import DeadLetter
+from shardq.store.inspection import DeadLetter
 
 __all__ = ["DLQ_BATCH", "DeadLetter", "dead_count", "dead_letters", "purge", "replay"]
 
@@ -20,21 +20,21 @@ def dead_letters(
 ) -> list[DeadLetter]:
     """Newest dead letters first, at most ``limit`` per partition read (of every partition,
     or of ``partition``, a fleet id: ``keys.fleet_id``)."""
-    plan = plans.dead_letters(client.cache, queue, limit, partition)
+    plan = admin_plans.dead_letters(client.cache, queue, limit, partition)
     return client.run(plan, f"reading the dead letters of {queue!r}")
 
 
 def replay(client: Client, queue: str, job_ids: list[str] | None = None) -> tuple[int, int]:
     """Move dead jobs back to the due set (due now, attempts reset).  Returns (moved, skipped)."""
-    plan = plans.replay(client.cache, queue, job_ids)
+    plan = admin_plans.replay(client.cache, queue, job_ids)
     return client.run(plan, f"replaying dead jobs of {queue!r}")
 
 
 def purge(client: Client, queue: str, job_ids: list[str] | None = None) -> int:
     """Delete dead letters (all, or those of the given jobs) and their dead jobs."""
-    return client.run(plans.purge(client.cache, queue, job_ids), f"purging {queue!r}")
+    return client.run(admin_plans.purge(client.cache, queue, job_ids), f"purging {queue!r}")
 
 
 def dead_count(client: Client, queue: str) -> int:
     """How many dead letters the queue holds (XLEN of every partition's dead stream)."""
-    return client.run(plans.dead_count(client.cache, queue), f"counting dead of {queue!r}")
+    return client.run(admin_plans.dead_count(client.cache, queue), f"counting dead of {queue!r}")

@@ -14,15 +14,15 @@ from typing import Any
 
 from shardq.client import Client
 from shardq.dispatcher.leases import fair_share
-from shardq.plans import admin as plans
-from shardq.plans import inspect as inspect_plans
+from shardq.plans import admin as admin_plans
+from shardq.plans import queue_admin
 from shardq.plans.admin import OwnerRow, Spread
 
 __all__ = [
     "OwnerRow",
     "Spread",
     "cancel_drain",
-    "even_plan",
+    "excess_leases",
     "live_dispatchers",
     "owners",
     "queue_stats",
@@ -34,39 +34,40 @@ __all__ = [
 
 def owners(client: Client, queue: str) -> list[OwnerRow]:
     """Lease owner, token, lease age and next due time of every partition."""
-    return client.run(plans.owners(client.cache, queue), f"reading the owners of {queue!r}")
+    return client.run(admin_plans.owners(client.cache, queue), f"reading the owners of {queue!r}")
 
 
 def live_dispatchers(client: Client, queue: str) -> tuple[list[str], list[str]]:
     """Dispatchers whose heartbeat has not expired, and those asked to drain."""
-    plan = plans.live_dispatchers(queue)
+    plan = admin_plans.live_dispatchers(queue)
     return client.run(plan, f"reading the dispatchers of {queue!r}")
 
 
 def spread(client: Client, queue: str, rows: list[OwnerRow] | None = None) -> Spread:
     """How the queue's partitions are spread over its live dispatchers."""
-    plan = plans.spread(client.cache, queue, fair_share, rows)
+    plan = admin_plans.spread(client.cache, queue, fair_share, rows)
     return client.run(plan, f"reading the spread of {queue!r}")
 
 
-def even_plan(client: Client, queue: str) -> list[tuple[int, str]]:
+def excess_leases(client: Client, queue: str) -> list[tuple[int, str]]:
     """(partition, owner) leases to revoke so no dispatcher holds more than its fair share."""
-    plan = plans.even_plan(client.cache, queue, fair_share)
+    plan = admin_plans.excess_leases(client.cache, queue, fair_share)
     return client.run(plan, f"reading the spread of {queue!r}")
 
 
-def revoke(client: Client, queue: str, plan: list[tuple[int, str]]) -> int:
-    """Revoke the planned leases (the owner is fenced off; a peer takes over).  Returns count."""
-    return client.run(plans.revoke(client.cache, queue, plan), "revoking leases")
+def revoke(client: Client, queue: str, leases: list[tuple[int, str]]) -> int:
+    """Revoke these leases, (partition, owner) each (the owner is fenced off; a peer takes
+    over).  Returns how many."""
+    return client.run(admin_plans.revoke(client.cache, queue, leases), "revoking leases")
 
 
 def request_drain(client: Client, queue: str, dispatcher: str) -> None:
     """Ask a live dispatcher to hand back every partition (it stays up, holding none)."""
-    client.run(plans.request_drain(queue, dispatcher), f"draining {dispatcher}")
+    client.run(admin_plans.request_drain(queue, dispatcher), f"draining {dispatcher}")
 
 
 def cancel_drain(client: Client, queue: str, dispatcher: str) -> None:
-    client.run(plans.cancel_drain(queue, dispatcher), f"cancelling the drain of {dispatcher}")
+    client.run(admin_plans.cancel_drain(queue, dispatcher), f"cancelling the drain of {dispatcher}")
 
 
 def queue_stats(client: Client, queue: str, window: float = 1.0) -> dict[str, Any]:
@@ -79,10 +80,10 @@ def queue_stats(client: Client, queue: str, window: float = 1.0) -> dict[str, An
         return client.transport.node_name(key)
 
     what = f"reading the stats of {queue!r}"
-    first = client.run(inspect_plans.snapshots(client.cache, queue, node_of), what)
+    first = client.run(queue_admin.snapshots(client.cache, queue, node_of), what)
     time.sleep(window)
-    snaps = client.run(inspect_plans.snapshots(client.cache, queue, node_of), what)
-    return plans.stats_report(queue, first, snaps, window)
+    snaps = client.run(queue_admin.snapshots(client.cache, queue, node_of), what)
+    return admin_plans.stats_report(queue, first, snaps, window)
 
 
 def partition_rates(
@@ -98,7 +99,7 @@ def partition_rates(
     def take() -> dict[str, Any]:
         return {
             q: client.run(
-                inspect_plans.snapshots(client.cache, q, node_of), f"reading the stats of {q!r}"
+                queue_admin.snapshots(client.cache, q, node_of), f"reading the stats of {q!r}"
             )
             for q in queues
         }
@@ -108,6 +109,6 @@ def partition_rates(
     last = take()
     out: dict[str, dict[int, float]] = {}
     for q in queues:
-        report = plans.stats_report(q, first[q], last[q], window)
+        report = admin_plans.stats_report(q, first[q], last[q], window)
         out[q] = {int(r["partition"]): float(r["rate_per_s"]) for r in report["partitions"]}
     return out

@@ -1,4 +1,5 @@
-"""Planning slot moves that even the load over Redis primaries: ``rebalance --nodes --plan``.
+"""Placing slots so that the load evens out over Redis primaries: the slot moves
+``shardq rebalance plan`` prints.
 
 Pure arithmetic, no Redis: the input is what :func:`shardq.admin.slots.slot_usage` (and the
 queue's rates) measured: each slot holding a queue's partition, the primary serving it, its
@@ -64,7 +65,7 @@ class Move:
 
 @dataclass(frozen=True, slots=True)
 class Placement:
-    """A plan: the moves in order, and the load per primary before and after them."""
+    """A placement: the slot moves in order, and the load per primary before and after them."""
 
     moves: tuple[Move, ...]
     tolerance: float  # a fraction of the mean (0.1: within 10 %)
@@ -124,7 +125,7 @@ def loads_of(
     return out
 
 
-def plan(
+def place(
     units: Sequence[Unit],
     primaries: Iterable[str],
     tolerance: float,

@@ -21,7 +21,7 @@ from shardq.admin.lease import LeaderLease
 from shardq.client import Client
 from shardq.errors import FencedError
 from shardq.logs import log_event
-from shardq.plans import resize as plans
+from shardq.plans import resize as resize_plans
 from shardq.plans.resize import ResizeError, State
 from shardq.runtime.identity import member_id
 from shardq.runtime.process import LAYOUT_CHECK
@@ -110,7 +110,9 @@ class Resizer:
     # driving -------------------------------------------------------------------------------
 
     def status(self) -> State:
-        return self.client.run(plans.state(self.queue), f"reading the resize of {self.queue!r}")
+        return self.client.run(
+            resize_plans.state(self.queue), f"reading the resize of {self.queue!r}"
+        )
 
     def run(self, partitions: int | None = None) -> State:
         """Resize to ``partitions`` (None: resume the running resize) and return the final
@@ -119,7 +121,7 @@ class Resizer:
         self._take_lease()
         try:
             if partitions is not None:
-                plan = plans.begin(self.client.cache, self.queue, partitions)
+                plan = resize_plans.begin(self.client.cache, self.queue, partitions)
                 was = self.client.run(plan, f"starting the resize of {self.queue!r}")
             else:
                 was = self.status()
@@ -127,7 +129,7 @@ class Resizer:
                     raise ResizeError(f"queue {self.queue!r} has no resize to resume")
                 if was.phase == "preparing":
                     to = was.generation("to")[1]
-                    plan = plans.begin(self.client.cache, self.queue, to)
+                    plan = resize_plans.begin(self.client.cache, self.queue, to)
                     was = self.client.run(plan, f"resuming the resize of {self.queue!r}")
             if was.phase == "preparing":
                 was = self._switch(was)
@@ -144,7 +146,7 @@ class Resizer:
         generation, which stays the queue's."""
         self._take_lease()
         try:
-            plan = plans.abort(self.client.cache, self.queue)
+            plan = resize_plans.abort(self.client.cache, self.queue)
             was = self.client.run(plan, f"aborting the resize of {self.queue!r}")
             log_event(log, "resize.aborting", logging.WARNING, queue=self.queue)
             if was.phase == "preparing":
@@ -167,7 +169,7 @@ class Resizer:
         waiting: list[int] | None = None  # all
         while not self.stop.is_set():
             self._keep_lease()
-            plan = plans.unserved(self.queue, was, waiting)
+            plan = resize_plans.unserved(self.queue, was, waiting)
             waiting = self.client.run(plan, "reading the new partitions' leases")
             if not waiting or time.monotonic() >= deadline:
                 if waiting:
@@ -181,7 +183,8 @@ class Resizer:
             return was
         self._keep_lease()
         return self.client.run(
-            plans.switch(self.client.cache, self.queue, was), "switching to the new partitions"
+            resize_plans.switch(self.client.cache, self.queue, was),
+            "switching to the new partitions",
         )
 
     def _retire(self, was: State) -> State:
@@ -194,7 +197,7 @@ class Resizer:
             self.stop.wait(wait)
         self._keep_lease()
         return self.client.run(
-            plans.retire(self.client.cache, self.queue, was), "deleting the old partitions"
+            resize_plans.retire(self.client.cache, self.queue, was), "deleting the old partitions"
         )
 
     def _move(self, was: State) -> State:
@@ -210,7 +213,7 @@ class Resizer:
             # Each round asks the slot map again: after a failover a primary may have none,
             # and its puts then wait for none (per node: the others' still wait for theirs).
             replicas = min(1, self.client.transport.most_replicas())
-            plan = plans.move_round(self.queue, was, batch=self.batch, replicas=replicas)
+            plan = resize_plans.move_round(self.queue, was, batch=self.batch, replicas=replicas)
             done = drive(plan, "moving jobs")
             progress.rounds += 1
             progress.moved += done.moved
@@ -219,9 +222,10 @@ class Resizer:
                 self._report(progress)
                 continue
             progress.idempotency_moved += drive(
-                plans.move_idempotency(self.queue, was, routes()), "moving idempotency records"
+                resize_plans.move_idempotency(self.queue, was, routes()),
+                "moving idempotency records",
             )
-            lefts = drive(plans.left(self.queue, was), "reading the old partitions")
+            lefts = drive(resize_plans.left(self.queue, was), "reading the old partitions")
             progress.waiting = sum(lf.waiting for lf in lefts)
             progress.running = sum(lf.jobs for lf in lefts)
             self._report(progress)
@@ -229,10 +233,10 @@ class Resizer:
                 # Results kept by jobs that completed in the old generation, the last ones
                 # included (nothing runs there now): after the commit no read looks there.
                 progress.results_moved += drive(
-                    plans.move_idempotency(self.queue, was, routes(), keys.RESULT_KIND),
+                    resize_plans.move_idempotency(self.queue, was, routes(), keys.RESULT_KIND),
                     "moving kept results",
                 )
-                was = drive(plans.commit(self.client.cache, self.queue, was), "committing")
+                was = drive(resize_plans.commit(self.client.cache, self.queue, was), "committing")
                 final = self._retire(was)
                 log_event(
                     log, "resize.done", logging.INFO, queue=self.queue, phase=final.phase,

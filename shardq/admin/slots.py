@@ -1,9 +1,9 @@
 """Moving a partition's slot to another Redis primary: the node half of rebalancing shards.
 
 Dispatcher leases spread the *work* of draining partitions; where a partition's *data* lives is
-the slot its hash tag maps to. When one primary carries more than its share (``shardq stats``
-shows the node rates, ``shardq rebalance --nodes`` suggests a move), moving one partition's slot
-to a cooler primary moves its load with it.
+the slot its hash tag maps to. When one primary carries more than its share (``shardq queue
+stats`` shows the node rates, ``shardq rebalance nodes`` suggests a move), moving one
+partition's slot to a cooler primary moves its load with it.
 
 The move is the standard Redis Cluster sequence (IMPORTING on the target, MIGRATING on the
 source, MIGRATE, SETSLOT NODE everywhere), with one rule of our own: every key of the slot goes
@@ -26,7 +26,7 @@ wrong node) or pointless.  So they run here, on the node they name, once, and
 :func:`_admin` turns their failures into typed errors (:class:`SlotMoveError`, or
 RedisUnavailableError for a node that does not answer), one line in the CLI.  The few data
 reads a plan needs (the partition's backlog counts) are store calls too, sent to the source
-node itself (:func:`shardq.store.inspect.backlog_counts`): mid-move a key already on the target
+node itself (:func:`shardq.store.inspection.backlog_counts`): mid-move a key already on the target
 answers ASK there, and is counted as moved.
 """
 
@@ -42,7 +42,8 @@ from redis.cluster import PRIMARY, ClusterNode
 from shardq.client import Client
 from shardq.connection import as_text, is_cluster
 from shardq.errors import ShardqError
-from shardq.store import faults, functions, inspect, keys
+from shardq.store import faults, functions, inspection, keys
+from shardq.store.layout import Layout
 from shardq.store.transport import SyncTransport
 
 #: Estimated pause per waiting job while MIGRATE runs (upper end of docs/capacity.md §3.2).
@@ -70,7 +71,7 @@ MANAGED_HINT = (
     "Managed services (ElastiCache, MemoryDB, Memorystore) move slots only through their own "
     "resharding (ElastiCache: modify-replication-group-shard-configuration or the console's "
     "'rebalance slots'; Memorystore: its shard scaling): move the slots the plan above lists "
-    "that way (`shardq rebalance --nodes --plan` prints it, `--json` for a script). shardq's "
+    "that way (`shardq rebalance plan` prints it, `--json` for a script). shardq's "
     "processes follow the new slot map by themselves, nothing to restart"
 )
 
@@ -124,8 +125,9 @@ class SlotMidMoveError(SlotMoveError):
 
 
 @dataclass(frozen=True, slots=True)
-class MovePlan:
-    """What moving one partition's slot would do; from :func:`plan_move`."""
+class SlotMove:
+    """What moving one partition's slot would do (asked, not done): from :func:`prepare_move`;
+    :func:`move` does it."""
 
     queue: str
     partition: int
@@ -148,7 +150,7 @@ class MovePlan:
 
 @dataclass(frozen=True, slots=True)
 class MoveResult:
-    plan: MovePlan
+    move: SlotMove
     keys_moved: int
     migrate_seconds: float  # wall time of the MIGRATE call(s): the pause both primaries saw
 
@@ -289,14 +291,14 @@ def _migrating_to(conn: Any, slot: int) -> str | None:
     return None
 
 
-def move_argument(layout: keys.Layout, partition: int) -> int | None:
-    """What ``shardq rebalance --move-partition`` takes for the partition of fleet id
+def move_argument(layout: Layout, partition: int) -> int | None:
+    """What ``shardq rebalance move-partition`` takes for the partition of fleet id
     ``partition``: its number in the active generation (None for a draining one's)."""
     generation, number = divmod(partition, keys.MAX_PARTITIONS)
     return number if generation == layout.generation else None
 
 
-def plan_move(client: Client, queue: str, partition: int, target: str) -> MovePlan:
+def prepare_move(client: Client, queue: str, partition: int, target: str) -> SlotMove:
     """Describe moving ``partition`` (a fleet id: :func:`keys.fleet_id`) of ``queue`` to the
     primary ``target``; changes nothing."""
     cluster = _cluster(client)
@@ -319,10 +321,10 @@ def plan_move(client: Client, queue: str, partition: int, target: str) -> MovePl
     other = sum(1 for name in names if not name.startswith(ours))
     # On the source itself (a plain client of it): mid-move, a key already on the target
     # answers ASK here, and only what is still to move is counted.
-    counts = SyncTransport(src).run_many(inspect.backlog_counts(pk))
+    counts = SyncTransport(src).run_many(inspection.backlog_counts(pk))
     waiting = sum(n for n in counts if not isinstance(n, BaseException))
     dst_id = _node_id(cluster.get_redis_connection(primaries[target_addr]))
-    return MovePlan(
+    return SlotMove(
         queue=queue,
         partition=partition,
         slot=slot,
@@ -335,29 +337,29 @@ def plan_move(client: Client, queue: str, partition: int, target: str) -> MovePl
     )
 
 
-def move(client: Client, plan: MovePlan, migrate_timeout_ms: int = 60_000) -> MoveResult:
-    """Carry out ``plan``: the slot and all its keys end on ``plan.target``.
+def move(client: Client, step: SlotMove, migrate_timeout_ms: int = 60_000) -> MoveResult:
+    """Carry out ``step``: the slot and all its keys end on ``step.target``.
 
     Safe under load: producers, dispatchers and workers keep running; a call that arrives while
     the keys are moving gets ASK (or, for a moment, TRYAGAIN) and redis-py follows or retries.
     Raises SlotMoveError when Redis refuses a step; running the same move again resumes it.
     """
     cluster = _cluster(client)
-    if not plan.needed:
-        return MoveResult(plan, 0, 0.0)
-    require_slot_moves(client, plan.queue)
+    if not step.needed:
+        return MoveResult(step, 0, 0.0)
+    require_slot_moves(client, step.queue)
     primaries = _primaries(cluster)
-    for addr in (plan.source, plan.target):
+    for addr in (step.source, step.target):
         if addr not in primaries:
             raise SlotMoveError(f"{addr} is no longer a primary; plan the move again")
-    if _source_of(cluster, primaries, plan.slot) != plan.source:
+    if _source_of(cluster, primaries, step.slot) != step.source:
         raise SlotMoveError(
-            f"slot {plan.slot} is no longer served by {plan.source}; plan the move again"
+            f"slot {step.slot} is no longer served by {step.source}; plan the move again"
         )
-    src = cluster.get_redis_connection(primaries[plan.source])
-    dst = cluster.get_redis_connection(primaries[plan.target])
+    src = cluster.get_redis_connection(primaries[step.source])
+    dst = cluster.get_redis_connection(primaries[step.target])
     src_id, dst_id = _node_id(src), _node_id(dst)
-    host, port = plan.target.rsplit(":", 1)
+    host, port = step.target.rsplit(":", 1)
     # The source opens its own connection to the target: it must log in as we do.
     conn_kwargs = cluster.nodes_manager.connection_kwargs
     username, password = conn_kwargs.get("username"), conn_kwargs.get("password")
@@ -367,16 +369,16 @@ def move(client: Client, plan: MovePlan, migrate_timeout_ms: int = 60_000) -> Mo
     moved = 0
     seconds = 0.0
     try:
-        _admin(dst, "CLUSTER SETSLOT", plan.slot, "IMPORTING", src_id)
-        _admin(src, "CLUSTER SETSLOT", plan.slot, "MIGRATING", dst_id)
+        _admin(dst, "CLUSTER SETSLOT", step.slot, "IMPORTING", src_id)
+        _admin(src, "CLUSTER SETSLOT", step.slot, "MIGRATING", dst_id)
         while True:
             # All the slot's keys in one call (see the module docstring); the loop only catches
             # a key created between the count and the MIGRATE, which the MIGRATING state makes
             # rare (a script whose keys are all missing is sent to the target).
-            count = int(_admin(src, "CLUSTER COUNTKEYSINSLOT", plan.slot))
+            count = int(_admin(src, "CLUSTER COUNTKEYSINSLOT", step.slot))
             if count == 0:
                 break
-            names = _admin(src, "CLUSTER GETKEYSINSLOT", plan.slot, count + 16)
+            names = _admin(src, "CLUSTER GETKEYSINSLOT", step.slot, count + 16)
             started = time.perf_counter()
             _admin(
                 src, "MIGRATE", host, int(port), "", 0, migrate_timeout_ms, *auth, "KEYS", *names
@@ -385,18 +387,18 @@ def move(client: Client, plan: MovePlan, migrate_timeout_ms: int = 60_000) -> Mo
             moved += len(names)
         # The target first, so the slot is never owned by no one; then the source (which stops
         # redirecting with ASK and answers MOVED); then every other primary.
-        others = [n for a, n in primaries.items() if a not in (plan.source, plan.target)]
+        others = [n for a, n in primaries.items() if a not in (step.source, step.target)]
         for conn in (dst, src, *(cluster.get_redis_connection(n) for n in others)):
-            _admin(conn, "CLUSTER SETSLOT", plan.slot, "NODE", dst_id)
+            _admin(conn, "CLUSTER SETSLOT", step.slot, "NODE", dst_id)
     except Exception as exc:  # (_admin's typed errors too: this message says what to do)
         raise SlotMoveError(
-            f"moving slot {plan.slot} from {plan.source} to {plan.target} stopped: {exc}. "
+            f"moving slot {step.slot} from {step.source} to {step.target} stopped: {exc}. "
             "The slot may be left MIGRATING/IMPORTING with its keys on either side; run the "
             "same move again to finish it"
         ) from exc
     finally:
         cluster.nodes_manager.initialize()
-    return MoveResult(plan, moved, seconds)
+    return MoveResult(step, moved, seconds)
 
 
 @dataclass(frozen=True, slots=True)
@@ -459,7 +461,7 @@ def suggest(stats: dict[str, Any], loads: list[NodeLoad]) -> Suggestion | None:
     return best
 
 
-# Placement: the input of shardq.admin.placement.plan, measured -----------------------------
+# Placement: the input of shardq.admin.placement.place, measured -----------------------------
 
 #: MEMORY USAGE calls per pipeline: one round trip per this many keys.
 _MEMORY_BATCH = 1000
@@ -481,7 +483,7 @@ def _sizes(conn: Any, names: list[str]) -> list[int]:
     out: list[int] = []
     for i in range(0, len(names), _MEMORY_BATCH):
         for r in SyncTransport(conn).run_many(
-            [inspect.memory_usage(k) for k in names[i : i + _MEMORY_BATCH]]
+            [inspection.memory_usage(k) for k in names[i : i + _MEMORY_BATCH]]
         ):
             if isinstance(r, BaseException):
                 if faults.is_transient(r):
@@ -497,7 +499,7 @@ def _sizes(conn: Any, names: list[str]) -> list[int]:
 
 
 def _slot_map(
-    cluster: Any, primaries: dict[str, Any], layout: keys.Layout, wanted: dict[int, int]
+    cluster: Any, primaries: dict[str, Any], layout: Layout, wanted: dict[int, int]
 ) -> dict[int, str]:
     """The primary serving each wanted slot (slot -> the queue's partition in it), from each
     primary's own CLUSTER NODES line; SlotMoveError if one is mid-move (saying the command
@@ -517,7 +519,7 @@ def _slot_map(
                     )
                     queue, number = layout.queue, move_argument(layout, wanted[slot])
                     how = (
-                        f"`shardq rebalance --queue {queue} --move-partition {number} --to {to} "
+                        f"`shardq rebalance move-partition --queue {queue} {number} --to {to} "
                         "--yes`"
                         if number is not None
                         else "`shardq balancer run` (a partition a resize is emptying)"
@@ -595,7 +597,7 @@ def execute(
     :func:`move`, yielding each result; stops with SlotMoveError at the first that fails, or
     whose slot is no longer where the plan found it (the plan is stale: plan again)."""
     for queue, partition, source, target in moves:
-        step = plan_move(client, queue, partition, target)
+        step = prepare_move(client, queue, partition, target)
         if step.source != source and not step.in_progress:
             raise SlotMoveError(
                 f"partition {keys.label_of_fleet_id(partition)} of {queue} is on {step.source}, "

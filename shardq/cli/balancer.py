@@ -10,15 +10,9 @@ from typing import Any
 import click
 
 from shardq import format as fmt
-from shardq.cli.options import (
-    JSON_OPTION,
-    QUEUE_NAME,
-    balance_by_option,
-    move_budget_options,
-    open_client,
-    redis_options,
-    redis_settings,
-)
+from shardq.cli.connection import open_client, redis_options, redis_settings
+from shardq.cli.options import JSON_OPTION, balance_by_option, move_budget_options
+from shardq.cli.params import QUEUE_NAME, Duration
 from shardq.names import By
 
 
@@ -60,32 +54,33 @@ def balancer_group() -> None:
 )
 @click.option(
     "--interval",
-    type=click.FloatRange(0.1, 86400.0),
-    default=30.0,
+    type=Duration(0.1, 86400.0),
+    default="30s",
     show_default=True,
-    help="Seconds from one measurement to the next.",
+    help="How long from one measurement to the next.",
 )
 @click.option(
     "--window",
-    type=click.FloatRange(0.05, 1200.0),
-    default=5.0,
+    type=Duration(0.05, 1200.0),
+    default="5s",
     show_default=True,
-    help="Seconds the job rates are measured over.",
+    help="How long the job rates are measured over.",
 )
 @click.option(
     "--lease",
     "lease_s",
-    type=click.FloatRange(1.0, 3600.0),
-    default=30.0,
+    type=Duration(1.0, 3600.0),
+    default="30s",
     show_default=True,
-    help="Seconds of the leader lease (one balancer leads; the others stand by).",
+    help="How long the leader lease lasts (one balancer leads; the others stand by).",
 )
 @move_budget_options
 @click.option(
     "--migrate-timeout",
-    default=60.0,
+    type=Duration(0.001, 86400.0),
+    default="60s",
     show_default=True,
-    help="Seconds MIGRATE may take for one slot's keys.",
+    help="How long MIGRATE may take for one slot's keys.",
 )
 @click.option(
     "--rounds",
@@ -113,9 +108,9 @@ def run(
 
     Any number may run: one holds the leader lease (fenced: a leader paused past its lease
     starts no further move) and the others take over within a third of --lease when it goes.
-    The leader measures every --interval seconds and plans only when a primary has been more
+    The leader measures every --interval and plans only when a primary has been more
     than --trigger percent off the mean in --sustain measurements in a row, then moves slots
-    (the safe move of `shardq rebalance --move-partition`, 0 lost under load) until every
+    (the safe move of `shardq rebalance move-partition`, 0 lost under load) until every
     primary is within --tolerance, within the budget (--max-moves, --concurrency,
     --bytes-per-second). Logs one JSON line per decision and move.
     """

@@ -14,7 +14,9 @@ from typing import Any
 import click
 
 from shardq import format as fmt
-from shardq.cli.options import JSON_OPTION, Pattern, open_client, queue_option, redis_options
+from shardq.cli.connection import open_client, redis_options
+from shardq.cli.options import JSON_OPTION, queue_option, require_yes, yes_option
+from shardq.cli.params import Pattern
 from shardq.config import MAX_LIMIT
 from shardq.workflows import BATCH_ID_RULE, BATCH_STATE_MEANINGS, BatchCancel, BatchInfo
 from shardq.workflows import STORED_ID_RE as BATCH_ID_RE
@@ -184,12 +186,14 @@ def batch_list(queue_name: str, limit: int, as_json: bool) -> None:
 @queue_option()
 @BATCH_ID
 @JSON_OPTION
+@yes_option("Really cancel it and its waiting children.")
 @redis_options
-def batch_cancel(queue_name: str, batch_id: str, as_json: bool) -> None:
+def batch_cancel(queue_name: str, batch_id: str, as_json: bool, yes: bool) -> None:
     """Cancel a batch or chain: no callback fires any more, its waiting children are cancelled,
-    running ones end as they will (safe to repeat)."""
+    running ones end as they will (safe to repeat; needs --yes)."""
     from shardq.inspector import Inspector
 
+    require_yes(yes, f"cancelling batch {batch_id} cancels its waiting children")
     with open_client() as client:
         out = Inspector(client).cancel_batch(queue_name, batch_id)
     if as_json:

@@ -1,6 +1,9 @@
-"""The commands for development: ``shardq dev`` (start, stop and inspect local Redis servers)
-and ``shardq demo``, over shardq.dev.  The benchmarks are repository tools (``python -m
-bench.e2e``, ``bench.enqueue``, ``bench.fleet``: bench/README.md), not commands of the product.
+"""The commands for development, ``shardq dev``: start, stop and inspect local Redis servers,
+and run the demo (``dev demo``), over shardq.dev.  The group is hidden from ``shardq --help``:
+an operator's (the production image's) command line does not advertise it; ``make demo``,
+the tests and docs/ use it.  ``shardq demo`` is the demo's old name, for scripts.  The
+benchmarks are repository tools (``python -m bench.e2e``, ``bench.enqueue``, ``bench.fleet``:
+bench/README.md), not commands of the product.
 
 Every command imports shardq.dev inside its body, never at the top of this module: the rest
 of the CLI (and so every worker and dispatcher process) never loads the dev tools.
@@ -17,8 +20,10 @@ from typing import Any
 import click
 
 from shardq.cli.errors import ShardqGroup
+from shardq.cli.options import deprecated_alias
+from shardq.cli.params import Duration
 
-__all__ = ["demo", "dev"]
+__all__ = ["demo", "demo_alias", "dev"]
 
 
 def _server_bin(fn: Any) -> Any:
@@ -43,9 +48,9 @@ def _echo_stopped(pids: list[int], what: str) -> None:
         click.echo(f"{what}: nothing was running")
 
 
-@click.group(cls=ShardqGroup)
+@click.group(cls=ShardqGroup, hidden=True)
 def dev() -> None:
-    """Local Redis servers for development, tests, the demo and benchmarks."""
+    """For development: local Redis servers (for tests, the demo and benchmarks), the demo."""
 
 
 @dev.group()
@@ -56,7 +61,13 @@ def cluster() -> None:
 @cluster.command("up")
 @click.option("--base-port", type=int, default=7000, show_default=True, help="First port.")
 @click.option("--appendonly", is_flag=True, help="Enable AOF persistence on every node.")
-@click.option("--timeout", type=float, default=60.0, show_default=True, help="Seconds.")
+@click.option(
+    "--timeout",
+    type=Duration(0.0, 3600.0),
+    default="60s",
+    show_default=True,
+    help="How long to wait for the cluster to form.",
+)
 @_server_bin
 def cluster_up(base_port: int, appendonly: bool, timeout: float, server_bin: str | None) -> None:
     """Start the cluster (or keep the healthy one) and print its URL."""
@@ -100,7 +111,13 @@ def standalone() -> None:
 @standalone.command("up")
 @click.option("--port", type=int, default=6390, show_default=True)
 @click.option("--appendonly", is_flag=True, help="Enable AOF persistence.")
-@click.option("--timeout", type=float, default=30.0, show_default=True, help="Seconds.")
+@click.option(
+    "--timeout",
+    type=Duration(0.0, 3600.0),
+    default="30s",
+    show_default=True,
+    help="How long to wait for the node to answer.",
+)
 @_server_bin
 def standalone_up(port: int, appendonly: bool, timeout: float, server_bin: str | None) -> None:
     """Start the node (or keep the running one) and print its URL."""
@@ -134,11 +151,17 @@ def standalone_status(port: int) -> None:
 # the demo ---------------------------------------------------------------------------------------
 
 
-@click.command()
+@dev.command("demo")
 @click.option("--base-port", default=7200, show_default=True, help="Ports of the demo cluster.")
-@click.option("--jobs", default=100_000, show_default=True)
-@click.option("--spread", default=10.0, show_default=True)
-@click.option("--workers", default=2, show_default=True)
+@click.option("--jobs", default=100_000, show_default=True, help="Jobs to schedule.")
+@click.option(
+    "--spread",
+    type=Duration(0.0, 86400.0),
+    default="10s",
+    show_default=True,
+    help="How far apart the first and the last job are due.",
+)
+@click.option("--workers", default=2, show_default=True, help="Worker processes to run.")
 @click.option("--keep", is_flag=True, help="Leave the demo cluster running afterwards.")
 @_server_bin
 def demo(
@@ -166,3 +189,7 @@ def demo(
     finally:
         if not keep:
             cluster_down(base_port)
+
+
+#: ``shardq demo``: the old name, for scripts.
+demo_alias = deprecated_alias(demo, "demo", "dev demo")

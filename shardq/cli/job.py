@@ -1,5 +1,5 @@
-"""Every ``shardq job`` command and ``shardq enqueue``: enqueue, then get, list, find,
-cancel, reschedule or run a job now.
+"""Every ``shardq job`` command: enqueue, then get, list, find, cancel, reschedule or run a job
+now (and ``shardq enqueue``, the old name of ``job enqueue``, for scripts).
 
 ``enqueue`` and ``job reschedule`` take the same options as the client call they make; the
 producer limits (``--past-tolerance``, ``--max-payload-bytes``, ...) are generated from
@@ -17,24 +17,19 @@ import click
 import orjson
 
 from shardq import format as fmt
-from shardq.cli.options import (
+from shardq.cli.connection import open_client, redis_options, redis_settings
+from shardq.cli.options import JSON_OPTION, deprecated_alias, parse_payload, queue_option
+from shardq.cli.params import (
     DURATION,
     HEADER,
     IDEMPOTENCY_KEY,
     JOB_ID,
     JOB_TYPE,
-    JSON_OPTION,
     MAX_ATTEMPTS,
     UTC_TIME,
     JobStates,
-    build_settings,
-    open_client,
-    parse_payload,
-    queue_option,
-    redis_options,
-    redis_settings,
-    settings_options,
 )
+from shardq.cli.settings import build_settings, settings_options
 from shardq.config import MAX_LIMIT, ProducerSettings, WorkerSettings
 from shardq.jobs import DEFAULT_BACKOFF, Backoff, EnqueueResult, JobInfo, JobRequest, JobResult
 from shardq.jobs.options import OPTIONS, BackoffKind
@@ -293,7 +288,12 @@ def show_info(info: JobInfo, as_json: bool) -> None:
 
 @click.group()
 def job() -> None:
-    """Inspect, cancel or reschedule a job by id."""
+    """Enqueue a job; inspect, cancel, reschedule or run one by id; list and find jobs."""
+
+
+job.add_command(enqueue)
+#: ``shardq enqueue``: the old name, for scripts.
+enqueue_alias = deprecated_alias(enqueue, "enqueue", "job enqueue")
 
 
 @job.command("get")

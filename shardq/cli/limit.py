@@ -11,7 +11,8 @@ import click
 
 from shardq import format as fmt
 from shardq import limits as limitmod
-from shardq.cli.options import JSON_OPTION, open_client, queue_option, redis_options
+from shardq.cli.connection import open_client, redis_options
+from shardq.cli.options import JSON_OPTION, queue_option
 from shardq.errors import InvalidLimitError
 
 _TARGET = (

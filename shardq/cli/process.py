@@ -1,5 +1,6 @@
 """The long-running processes and their probe: ``shardq dispatcher run``, ``shardq worker
-run`` (until SIGTERM/SIGINT, with a metrics/health endpoint) and ``shardq health``."""
+run`` (until SIGTERM/SIGINT, with a metrics/health endpoint) and ``shardq redis check``
+(``shardq health`` is its old name, for scripts and manifests)."""
 
 from __future__ import annotations
 
@@ -11,16 +12,11 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 from shardq import format as fmt
+from shardq.cli.connection import open_client, redis_options, redis_settings
 from shardq.cli.errors import to_click
-from shardq.cli.options import (
-    QUEUE_CHOICE,
-    build_settings,
-    open_client,
-    queue_option,
-    redis_options,
-    redis_settings,
-    settings_options,
-)
+from shardq.cli.options import deprecated_alias, queue_option
+from shardq.cli.params import QUEUE_CHOICE
+from shardq.cli.settings import build_settings, settings_options
 from shardq.config import DispatcherSettings, WorkerSettings
 from shardq.errors import ShardqError
 from shardq.store import keys, numbers
@@ -31,19 +27,24 @@ if TYPE_CHECKING:
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-@click.command()
+@click.group("redis")
+def redis_group() -> None:
+    """The Redis shardq runs on: is it fit to hold jobs?"""
+
+
+@redis_group.command("check")
 @queue_option(required=False, help="Also check that this queue exists. Env: SHARDQ_QUEUE.")
 @click.option(
     "--require-appendonly",
     is_flag=True,
     envvar="SHARDQ_REQUIRE_APPENDONLY",
-    help="Also fail when a primary has appendonly off.",
+    help="Also fail when a primary has appendonly off. Env: SHARDQ_REQUIRE_APPENDONLY.",
 )
 @click.option(
     "--allow-evicting-redis",
     is_flag=True,
     envvar="SHARDQ_ALLOW_EVICTING_REDIS",
-    help="Report an evicting maxmemory-policy without failing.",
+    help="Report an evicting maxmemory-policy without failing. Env: SHARDQ_ALLOW_EVICTING_REDIS.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @redis_options
@@ -98,12 +99,16 @@ def health(
     click.echo("ok" + (f": queue {queue_name} reachable" if queue_name else ""))
 
 
+#: ``shardq health``: the old name, for scripts, health checks and manifests.
+health_alias = deprecated_alias(health, "health", "redis check")
+
+
 def _unavailable_features(client: Any, queue_name: str | None) -> dict[str, str]:
     """Features this Redis (a managed service, a single node) does not let this user have:
     feature -> why.  Health is not failed by them: the fleet runs without them."""
     from shardq.admin import slots
 
-    feature = "slot moves (rebalance --nodes --apply, --move-partition, balancer run)"
+    feature = "slot moves (rebalance apply, rebalance move-partition, balancer run)"
     try:
         missing = slots.slot_moves_unavailable(client, queue_name)
     except slots.SlotMoveError as exc:  # a single node: no slots
@@ -185,21 +190,23 @@ def _serving_options(fn: F) -> F:
         default="127.0.0.1",
         show_default=True,
         envvar="SHARDQ_METRICS_ADDR",
-        help="Address the metrics/health endpoint binds (0.0.0.0 in a container).",
+        help="Address the metrics/health endpoint binds (0.0.0.0 in a container). "
+        "Env: SHARDQ_METRICS_ADDR.",
     )(fn)
     fn = click.option(
         "--metrics-port",
         type=int,
         default=None,
         envvar="SHARDQ_METRICS_PORT",
-        help="Serve /metrics, /healthz and /readyz on this port.",
+        help="Serve /metrics, /healthz and /readyz on this port. Env: SHARDQ_METRICS_PORT.",
     )(fn)
     fn = click.option(
         "--instance",
         default=None,
         envvar="SHARDQ_INSTANCE",
         help="Where this process runs (the pod name); a process restarted with the same "
-        "instance takes over its predecessor's work at once. Default: host:pid.",
+        "instance takes over its predecessor's work at once. Default: host:pid. "
+        "Env: SHARDQ_INSTANCE.",
     )(fn)
     fn = click.option("--partitions", default=None, help="Only these partitions, e.g. 0-15,32.")(fn)
     return fn
@@ -273,7 +280,7 @@ def worker() -> None:
     required=True,
     envvar="SHARDQ_HANDLERS",
     help="module:attribute holding a dict {job type: handler}, a shardq.Tasks (declared "
-    "tasks, with their timeouts) or a callable(worker).",
+    "tasks, with their timeouts) or a callable(worker). Env: SHARDQ_HANDLERS.",
 )
 @click.option(
     "--queue",
@@ -293,7 +300,7 @@ def worker() -> None:
     default=False,
     envvar="SHARDQ_WORKER_STRICT",
     help="Several queues: serve them in the order given (a queue reads only while none before "
-    "it has jobs waiting) instead of by weight.",
+    "it has jobs waiting) instead of by weight. Env: SHARDQ_WORKER_STRICT.",
 )
 @_serving_options
 @settings_options(WorkerSettings, "SHARDQ_WORKER_")

@@ -1,26 +1,21 @@
-"""Every ``shardq queue`` command: create, list, lanes, upgrade (over the client) and info,
-members, pause, resume, cancel, retry-dead, empty, delete (over
-:class:`shardq.inspector.Inspector`)."""
+"""Every ``shardq queue`` command: create, list, lanes, upgrade, resize (over the client and
+the resize driver) and pause, resume, cancel, empty, delete (over
+:class:`shardq.inspector.Inspector`); the read-only views (info, members, owners, stats) are
+:mod:`shardq.cli.queue_views`'s.  ``queue retry-dead`` is the old name of ``shardq dlq replay
+--all``, for scripts."""
 
 from __future__ import annotations
 
-import dataclasses
 from datetime import datetime
 from typing import Any
 
 import click
 
 from shardq import format as fmt
-from shardq.cli.options import (
-    JOB_TYPE,
-    JSON_OPTION,
-    PARTITIONS,
-    UTC_TIME,
-    JobStates,
-    open_client,
-    queue_option,
-    redis_options,
-)
+from shardq.cli import queue_views
+from shardq.cli.connection import open_client, redis_options
+from shardq.cli.options import JSON_OPTION, queue_option, require_yes, yes_option
+from shardq.cli.params import JOB_TYPE, PARTITIONS, UTC_TIME, Duration, JobStates
 from shardq.errors import ShardqError
 from shardq.names import EMPTY_STATES, NOT_STARTED_STATES
 from shardq.store.keys import MAX_PARTITIONS, SEARCHED_PARTITIONS
@@ -30,7 +25,12 @@ from shardq.store.keys import MAX_PARTITIONS, SEARCHED_PARTITIONS
 
 @click.group()
 def queue() -> None:
-    """Create and list queues."""
+    """Create, list, resize, pause and empty queues; their partitions, members and stats."""
+
+
+for _view in (queue_views.queue_info, queue_views.queue_members, queue_views.owners,
+              queue_views.stats):  # fmt: skip
+    queue.add_command(_view)
 
 
 @queue.command("create")
@@ -44,10 +44,10 @@ def queue() -> None:
 )
 @click.option(
     "--ack-retention",
-    type=click.FloatRange(0, 7 * 86400),
-    default=0.0,
+    type=Duration(0.0, 7 * 86400.0),
+    default="0s",
     show_default=True,
-    help="Seconds to keep acknowledged ready entries before trimming.",
+    help="How long to keep acknowledged ready entries before trimming (e.g. 1h).",
 )
 @click.option(
     "--dead-letter-cap",
@@ -60,7 +60,8 @@ def queue() -> None:
     "--allow-evicting-redis",
     is_flag=True,
     envvar="SHARDQ_ALLOW_EVICTING_REDIS",
-    help="Create it even if a primary's maxmemory-policy evicts keys (jobs would vanish).",
+    help="Create it even if a primary's maxmemory-policy evicts keys (jobs would vanish). "
+    "Env: SHARDQ_ALLOW_EVICTING_REDIS.",
 )
 @click.option(
     "--lanes",
@@ -138,11 +139,12 @@ def queue_lanes(queue_name: str, on: bool | None) -> None:
 )
 @click.option(
     "--lease-time",
-    type=click.FloatRange(1, 600),
-    default=15.0,
+    type=Duration(1.0, 600.0),
+    default="15s",
     show_default=True,
-    help="Seconds a killed driver's lease keeps others from resuming.",
+    help="How long a killed driver's lease keeps others from resuming.",
 )
+@yes_option("Really move the jobs (without it, nothing changes).")
 @redis_options
 def queue_resize(
     queue_name: str,
@@ -151,16 +153,22 @@ def queue_resize(
     abort: bool,
     batch: int,
     lease_time: float,
+    yes: bool,
 ) -> None:
     """Change the partition count of a live queue, with producers, dispatchers and workers
-    running: every waiting job, schedule, idempotency record and dead letter moves to the new
-    partitions in bounded batches, ready and running jobs finish where they are, and the
-    fleet takes up the new layout by itself.  Safe to interrupt: run it again with --resume
-    (its state is in Redis), or --abort before it commits.  Needs the admin's rights."""
+        running: every waiting job, schedule, idempotency record and dead letter moves to the new
+        partitions in bounded batches, ready and running jobs finish where they are, and the
+        fleet takes up the new layout by itself.  Safe to interrupt: run it again with --resume
+        (its state is in Redis), or --abort before it commits (that moves the jobs back).  Needs
+    the admin's rights, and --yes."""
     from shardq.admin.resize import Progress, Resizer
 
     if sum((partitions is not None, resume, abort)) != 1:
         raise click.UsageError("pass exactly one of --partitions N, --resume, --abort")
+    if abort:
+        require_yes(yes, f"aborting moves the jobs of {queue_name} the resize moved back")
+    else:
+        require_yes(yes, f"a resize moves every waiting job of {queue_name} to new partitions")
 
     def report(p: Progress) -> None:
         click.echo(
@@ -228,79 +236,7 @@ def queue_list(as_json: bool) -> None:
     )
 
 
-# inspect and operate (the inspector) ------------------------------------------------------
-
-
-@queue.command("info")
-@queue_option()
-@JSON_OPTION
-@redis_options
-def queue_info(queue_name: str, as_json: bool) -> None:
-    """Per partition: counts per state, oldest due, lag, owner, node, paused; a running
-    resize's progress."""
-    from shardq.admin.resize import Resizer
-    from shardq.inspector import Inspector
-
-    with open_client() as client:
-        infos = Inspector(client).partitions(queue_name)
-        layout = client.layout(queue_name)
-        resize = Resizer(client, queue_name).status() if layout.resizing else None
-    if as_json:
-        fmt.echo_json_lines(fmt.named(dataclasses.asdict(i)) for i in infos)
-        return
-    if resize is not None:
-        click.echo(
-            f"resizing: phase {resize.phase}, {resize.raw.get('from')} -> {resize.raw.get('to')} "
-            f"(generation:partitions), moved {resize.raw.get('moved', '0')} jobs and "
-            f"{resize.raw.get('idempotency_moved', '0')} idempotency records; partitions "
-            f"g<generation>.<p> are the new ones (`shardq queue resize --resume` goes on)"
-        )
-    now = fmt.now_ms()
-    rows = [
-        [
-            fmt.partition(i.partition), i.node, i.scheduled, i.overdue, i.ready,
-            i.running, i.dead,
-            fmt.when(i.oldest_due_ms, now) if i.oldest_due_ms else "-",
-            f"{i.lag_seconds:.3f}", "yes" if i.paused else "", i.owner or "(free)",
-        ]
-        for i in infos
-    ]  # fmt: skip
-    headers = ["part", "node", "scheduled", "overdue", "ready", "running", "dead", "oldest due",
-               "lag s", "paused", "owner"]  # fmt: skip
-    click.echo(fmt.table(headers, rows, right=(0, 2, 3, 4, 5, 6, 8)))
-    fmt.echo_malformed((f"partition {fmt.partition(i.partition)}", i.malformed) for i in infos)
-    on = sum(i.lanes for i in infos)
-    if on:
-        # 'ready' then counts the lane too: due jobs waiting for a worker, by priority/tenant
-        click.echo(f"lanes on in {on} of {len(infos)} partitions (ready includes the lanes)")
-
-
-@queue.command("members")
-@queue_option()
-@JSON_OPTION
-@redis_options
-def queue_members(queue_name: str, as_json: bool) -> None:
-    """Live workers and dispatchers: instance, partitions held, jobs in flight, heartbeat."""
-    from shardq.inspector import Inspector
-
-    with open_client() as client:
-        members = Inspector(client).members(queue_name)
-    if as_json:
-        fmt.echo_json_lines(
-            {**dataclasses.asdict(m), "partitions": [fmt.partition(p) for p in m.partitions]}
-            for m in members
-        )
-        return
-    now = fmt.now_ms()
-    rows = [
-        [m.role, m.id, len(m.partitions) if m.role == "dispatcher" else "",
-         m.inflight if m.role == "worker" else "", "yes" if m.draining else "",
-         "(malformed)" if m.malformed else fmt.when(m.heartbeat_expires_ms, now)]
-        for m in members
-    ]  # fmt: skip
-    headers = ["role", "id", "partitions", "in flight", "draining", "heartbeat expires"]
-    click.echo(fmt.table(headers, rows, right=(2, 3)) if rows else "no live members")
-    fmt.echo_malformed((f"{m.role} {m.id}", m.malformed) for m in members)
+# operate (the inspector) ------------------------------------------------------------------
 
 
 @queue.command("pause")
@@ -334,11 +270,6 @@ def _progress(label: str) -> Any:
     return show
 
 
-def _confirm(yes: bool, what: str) -> None:
-    if not yes:
-        raise click.UsageError(f"{what} cannot be undone: add --yes to go ahead")
-
-
 @queue.command("cancel")
 @queue_option()
 @click.option(
@@ -351,7 +282,7 @@ def _confirm(yes: bool, what: str) -> None:
 @click.option("--type", "job_type", type=JOB_TYPE, default=None, help="Only jobs of this type.")
 @click.option("--from", "start", type=UTC_TIME, default=None, help="Scheduled: due at or after.")
 @click.option("--to", "end", type=UTC_TIME, default=None, help="Scheduled: due at or before.")
-@click.option("--yes", is_flag=True, help="Really cancel them.")
+@yes_option("Really cancel them.")
 @redis_options
 def queue_cancel(
     queue_name: str,
@@ -368,7 +299,7 @@ def queue_cancel(
 
     if running:
         state = "running"
-    _confirm(yes, "cancelling jobs")
+    require_yes(yes, "cancelling jobs cannot be undone")
     with open_client() as client:
         n = Inspector(client).cancel(
             queue_name, state, job_type=job_type, start=start, end=end,
@@ -377,14 +308,20 @@ def queue_cancel(
     click.echo(f"\ncancelled {n} jobs", err=True)
 
 
-@queue.command("retry-dead")
+@queue.command("retry-dead", hidden=True)
 @queue_option()
 @click.option("--type", "job_type", type=JOB_TYPE, default=None, help="Only jobs of this type.")
+@yes_option("Really replay them.")
 @redis_options
-def queue_retry_dead(queue_name: str, job_type: str | None) -> None:
-    """Run every dead job (of a type) again, attempts reset."""
+def queue_retry_dead(queue_name: str, job_type: str | None, yes: bool) -> None:
+    """Deprecated: the old name of `shardq dlq replay --all` (--type too)."""
     from shardq.inspector import Inspector
 
+    click.echo(
+        "note: `shardq queue retry-dead` is now `shardq dlq replay --all`; the old name will go",
+        err=True,
+    )
+    require_yes(yes, f"replaying every dead job of {queue_name}")
     with open_client() as client:
         n = Inspector(client).retry_dead(queue_name, job_type, progress=_progress("replayed"))
     click.echo(f"\nreplayed {n} dead jobs", err=True)
@@ -396,15 +333,21 @@ def queue_retry_dead(queue_name: str, job_type: str | None) -> None:
     "--state",
     type=JobStates(EMPTY_STATES),
     required=True,
-    help="scheduled takes the whole due set (retrying jobs too).",
+    help="scheduled takes the whole due set (retrying jobs too); dead: `shardq dlq purge --all`.",
 )
-@click.option("--yes", is_flag=True, help="Really delete them.")
+@yes_option("Really delete them.")
 @redis_options
 def queue_empty(queue_name: str, state: str, yes: bool) -> None:
     """Delete every job in one state, in bounded batches with progress."""
     from shardq.inspector import Inspector
 
-    _confirm(yes, f"deleting every {state} job")
+    if state == "dead":  # one path per action: the dead letters are the dlq group's
+        click.echo(
+            "note: `shardq queue empty --state dead` is now `shardq dlq purge --all`; "
+            "the old spelling will go",
+            err=True,
+        )
+    require_yes(yes, f"deleting every {state} job cannot be undone")
     with open_client() as client:
         n = Inspector(client).empty(queue_name, state, progress=_progress("deleted"))
     click.echo(f"\ndeleted {n} {state} jobs", err=True)
@@ -412,14 +355,14 @@ def queue_empty(queue_name: str, state: str, yes: bool) -> None:
 
 @queue.command("delete")
 @queue_option()
-@click.option("--yes", is_flag=True, help="Really delete the queue and its jobs.")
+@yes_option("Really delete the queue and its jobs.")
 @click.option("--force", is_flag=True, help="Even with live workers or dispatchers.")
 @redis_options
 def queue_delete(queue_name: str, yes: bool, force: bool) -> None:
     """Delete a queue and every job in it (stop its workers and dispatchers first)."""
     from shardq.inspector import Inspector
 
-    _confirm(yes, f"deleting queue {queue_name}")
+    require_yes(yes, f"deleting queue {queue_name} cannot be undone")
     with open_client() as client:
         n = Inspector(client).delete_queue(queue_name, force=force)
     click.echo(f"deleted {queue_name} ({n} keys)")

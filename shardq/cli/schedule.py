@@ -12,18 +12,9 @@ from typing import Any
 import click
 
 from shardq import format as fmt
-from shardq.cli.options import (
-    DURATION,
-    HEADER,
-    JOB_TYPE,
-    JSON_OPTION,
-    MAX_ATTEMPTS,
-    UTC_TIME,
-    open_client,
-    parse_payload,
-    queue_option,
-    redis_options,
-)
+from shardq.cli.connection import open_client, redis_options
+from shardq.cli.options import JSON_OPTION, parse_payload, queue_option
+from shardq.cli.params import DURATION, HEADER, JOB_TYPE, MAX_ATTEMPTS, UTC_TIME
 from shardq.errors import ScheduleNotFoundError
 from shardq.jobs import DEFAULT_BACKOFF, Backoff
 from shardq.schedules import (

@@ -6,7 +6,8 @@ from __future__ import annotations
 import click
 
 from shardq import format as fmt
-from shardq.cli.options import QUEUE_NAME, redis_options, redis_settings
+from shardq.cli.connection import redis_options, redis_settings
+from shardq.cli.params import QUEUE_NAME
 from shardq.names import ROLES
 
 

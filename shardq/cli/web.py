@@ -6,7 +6,8 @@ import os
 
 import click
 
-from shardq.cli.options import redis_options, redis_settings
+from shardq.cli.connection import redis_options, redis_settings
+from shardq.cli.params import Duration
 from shardq.config import RedisSettings, redact_url
 
 
@@ -90,10 +91,10 @@ def _check_redis(settings: RedisSettings) -> None:
 @click.option(
     "--poll",
     "poll_seconds",
-    default=3.0,
+    default="3s",
     show_default=True,
-    type=click.FloatRange(0.5, 300),
-    help="Seconds between the pages' live refreshes.",
+    type=Duration(0.5, 300.0),
+    help="How long between the pages' live refreshes (3s, 500ms).",
 )
 @redis_options
 def web(

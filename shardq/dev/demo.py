@@ -1,4 +1,4 @@
-"""The engine of ``shardq demo``, and of the end-to-end benchmark (``python -m bench.e2e``).
+"""The engine of ``shardq dev demo``, and of the end-to-end benchmark (``python -m bench.e2e``).
 
 A fresh queue runs end to end with dispatchers and workers in subprocesses.  Workers record
 which job ids they ran and each job's lateness (handler start minus due time, both on the Redis

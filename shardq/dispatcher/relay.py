@@ -46,7 +46,7 @@ from shardq.dispatcher.context import DispatcherContext
 from shardq.dispatcher.leases import Leases
 from shardq.metrics import registry as metrics
 from shardq.plans import drive_async
-from shardq.plans import workflows as plans
+from shardq.plans import workflows as workflow_plans
 from shardq.runtime.waits import wait_event_until
 from shardq.store import workflows as ops
 from shardq.store.clock import REDIS_CLOCK
@@ -102,7 +102,7 @@ CONCURRENCY = 16
 #: How long one partition's round may retry through faults before it is left for the next.
 WINDOW = 10.0
 ERROR_BACKOFF = 1.0
-#: Seconds between the sweep's rounds (each reads two pages of ids: see plans.workflows.sweep).
+#: Seconds between the sweep's rounds (each reads two pages of ids: see plans/workflows.py, sweep).
 SWEEP_EVERY = 10.0
 
 
@@ -212,7 +212,7 @@ class Relay:
             return False
         try:
             done = await drive_async(
-                plans.sweep(
+                workflow_plans.sweep(
                     self.cache,
                     self.queue,
                     self.producer,
@@ -282,7 +282,7 @@ class Relay:
         while True:
             try:
                 done = await drive_async(
-                    plans.relay_partition(
+                    workflow_plans.relay_partition(
                         self.cache, self.queue, pk, self.producer, self.replicas(), cursor
                     ),
                     self.batches(f"relaying the outbox of partition {pk.label}"),

@@ -28,7 +28,7 @@ from shardq import metrics
 from shardq.dispatcher.context import DispatcherContext
 from shardq.dispatcher.leases import Leases
 from shardq.logs import log_event
-from shardq.store import inspect, keys
+from shardq.store import inspection, keys
 
 log = logging.getLogger("shardq.dispatcher")
 
@@ -41,7 +41,7 @@ STILL_MAX_SKIP = 5
 
 
 def still(
-    snap: inspect.PartitionSnapshot, before: inspect.PartitionSnapshot | None, horizon_ms: int
+    snap: inspection.PartitionSnapshot, before: inspection.PartitionSnapshot | None, horizon_ms: int
 ) -> bool:
     """Whether ``snap`` can stand for the partition for a while: the same as ``before`` (the
     read time aside) and nothing in it ages within ``horizon_ms`` (no job ready, pending or
@@ -82,7 +82,7 @@ class Sampler:
         self.hot = metrics.HotShardWatch(ctx.queue, ctx.settings.hot_multiple)
         self._warned: set[tuple[int, str]] = set()
         #: The last snapshot of each partition sampled, and the one before it.
-        self.last: dict[int, inspect.PartitionSnapshot] = {}
+        self.last: dict[int, inspection.PartitionSnapshot] = {}
         self.skip: dict[int, int] = {}  # rounds left to skip, per partition
         #: Partitions touched since their snapshot was asked for (a reply must not make them
         #: still: it may predate what touched them).
@@ -123,7 +123,7 @@ class Sampler:
             self._forget(p)
         due = self._due(wanted)
         ops = [
-            inspect.partition_stats(self.pks[p], self.transport.node_name(self.pks[p].due))
+            inspection.partition_stats(self.pks[p], self.transport.node_name(self.pks[p].due))
             for p in due
         ]
         results = await self.transport.run_many(ops)
@@ -160,7 +160,7 @@ class Sampler:
             table.pop(partition, None)
         self.touched.discard(partition)
 
-    def _malformed(self, snaps: list[inspect.PartitionSnapshot]) -> None:
+    def _malformed(self, snaps: list[inspection.PartitionSnapshot]) -> None:
         """Count unreadable counters and figures every round; say which once per distinct
         set (a hand-written ``inf`` stays until someone fixes it)."""
         bad = {(s.partition, name): raw for s in snaps for name, raw in s.malformed.items()}

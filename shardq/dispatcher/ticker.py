@@ -4,7 +4,7 @@ One supervised loop per Redis primary (:class:`~shardq.runtime.pernode.PerPrimar
 promoter), so a stalled primary delays only its own partitions' ticks.  Each pass reads, for
 every held partition of its primary whose wake time has come, the schedules whose next tick is
 at or before the Redis clock (lua/schedule-read-3.lua, one batched read), computes each one's
-ticks, misfires and next tick in Python (:func:`shardq.schedules.plan`: calendar arithmetic
+ticks, misfires and next tick in Python (:func:`shardq.schedules.firing`: calendar arithmetic
 from the Redis time the read returned), and sends them to the fenced fire script
 (lua/schedule-fire-7.lua) with the partition's lease token.  It then sleeps until the earliest
 next tick of its partitions (each partition's next read at most ``max_sleep`` ahead while it
@@ -29,7 +29,7 @@ from shardq.metrics import registry as metrics
 from shardq.runtime.duetimes import DueTimes
 from shardq.runtime.pernode import IDLE_PASS, PerPrimary
 from shardq.runtime.waits import wait_event
-from shardq.schedules import Definition, plan
+from shardq.schedules import Definition, firing
 from shardq.store import schedules as ops
 
 log = logging.getLogger("shardq.dispatcher")
@@ -168,7 +168,7 @@ class Ticker:
                 found.append((p, got))
         # Tick arithmetic off the event loop: after a long outage a cron schedule may count
         # thousands of missed ticks, and leases must keep being renewed meanwhile.
-        calls = await asyncio.to_thread(self._plan, found) if found else []
+        calls = await asyncio.to_thread(self._fire_calls, found) if found else []
         if calls:
             fire_ops = [ops.fire(self.pks[p], tokens[p], chunk) for p, _, chunk in calls]
             results = await self.transport.run_many(fire_ops)
@@ -216,7 +216,7 @@ class Ticker:
         else:
             self._sleep_until(p, result.head_ms, result.now_ms, at)
 
-    def _plan(
+    def _fire_calls(
         self, found: list[tuple[int, ops.ReadResult]]
     ) -> list[tuple[int, ops.ReadResult, list[ops.Fire]]]:
         calls = []
@@ -233,7 +233,7 @@ class Ticker:
         sha = ops.definition_sha(row.definition)
         try:
             d = Definition.from_json(row.name, row.definition)
-            fp = plan(d, expected, now_ms)
+            fired = firing(d, expected, now_ms)
         except (InvalidPeriodicScheduleError, ValueError, OverflowError) as exc:
             # Unreadable (written by hand or by a newer shardq): stop it rather than read it
             # again on every pass; `shardq schedule add` with the same name repairs it.
@@ -242,7 +242,7 @@ class Ticker:
             )
             return ops.Fire(row.name, expected, sha, -1, 0, b"", ())
         body = d.body.encode()
-        return ops.Fire(row.name, expected, sha, fp.next_ms, fp.misfires, body, fp.ticks)
+        return ops.Fire(row.name, expected, sha, fired.next_ms, fired.misfires, body, fired.ticks)
 
 
 def _chunks(fires: list[ops.Fire]) -> list[list[ops.Fire]]:

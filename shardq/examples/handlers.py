@@ -6,7 +6,7 @@ worker as ``shardq worker run --handlers yourapp.jobs:handlers``, in an image bu
 shardq's with your package installed (docs/deploy.md, "Your handlers").  It lives in the shardq
 package only so the stock image has it; nothing in shardq imports it.
 
-Try it against a running deployment: ``shardq enqueue -q demo demo --payload '{"n": 1}'``.
+Try it against a running deployment: ``shardq job enqueue -q demo demo --payload '{"n": 1}'``.
 """
 
 from __future__ import annotations

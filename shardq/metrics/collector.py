@@ -30,7 +30,7 @@ from prometheus_client.registry import Collector
 from shardq.config import ProducerSettings
 from shardq.logs import log_event
 from shardq.store import keys
-from shardq.store.inspect import PartitionSnapshot, partition_stats
+from shardq.store.inspection import PartitionSnapshot, partition_stats
 from shardq.store.transport import SyncTransport
 
 log = logging.getLogger("shardq.metrics")

@@ -2,8 +2,8 @@
 revocation and drains, the dead-letter stream (list, replay, purge, count), the stats report.
 
 Each is a plan (:mod:`shardq.plans`) over the store's calls; :mod:`shardq.admin` drives them
-through the client's runner, so `shardq owners`, `rebalance`, `stats` and `dlq` ride out a
-failover, and fail with the same typed errors, as ``Client.get`` does.
+through the client's runner, so `shardq queue owners`, `queue stats`, `rebalance` and `dlq`
+ride out a failover, and fail with the same typed errors, as ``Client.get`` does.
 """
 
 from __future__ import annotations
@@ -15,9 +15,10 @@ from typing import Any
 
 from shardq import metrics
 from shardq.plans import Plan, each, ok, one
-from shardq.plans import producer as producer_plans
-from shardq.store import fleet, inspect, keys
-from shardq.store.inspect import DeadLetter, PartitionSnapshot
+from shardq.plans.listing import current_layout
+from shardq.store import fleet, inspection, keys
+from shardq.store.inspection import DeadLetter, PartitionSnapshot
+from shardq.store.layout import Layout
 from shardq.store.meta import QueueCache
 from shardq.store.op import Call
 
@@ -46,7 +47,7 @@ class OwnerRow:
 
 def owners(cache: QueueCache, queue: str) -> Plan[list[OwnerRow]]:
     """Lease owner, token, lease age and next due time of every partition."""
-    pks = (yield from _layout(cache, queue)).every()
+    pks = (yield from current_layout(cache, queue)).every()
     rows = []
     for pk, info in zip(pks, (yield from each([fleet.lease_info(pk) for pk in pks])), strict=True):
         now = info.now_ms
@@ -115,7 +116,9 @@ def spread(
     )
 
 
-def even_plan(cache: QueueCache, queue: str, fair_share: FairShare) -> Plan[list[tuple[int, str]]]:
+def excess_leases(
+    cache: QueueCache, queue: str, fair_share: FairShare
+) -> Plan[list[tuple[int, str]]]:
     """(partition, owner) leases to revoke so no dispatcher holds more than its fair share."""
     rows = yield from owners(cache, queue)
     s = yield from spread(cache, queue, fair_share, rows)
@@ -131,7 +134,7 @@ def even_plan(cache: QueueCache, queue: str, fair_share: FairShare) -> Plan[list
 def revoke(cache: QueueCache, queue: str, leases: list[tuple[int, str]]) -> Plan[int]:
     """Revoke the given (partition, owner) leases (the owner is fenced off; a peer takes
     over) and drop them from the advisory owners hash.  Returns how many were revoked."""
-    pks = (yield from _layout(cache, queue)).fleet()
+    pks = (yield from current_layout(cache, queue)).fleet()
     calls: list[Call[Any]] = [fleet.lease_revoke(pks[p], owner) for p, owner in leases]
     results = ok((yield calls))
     done = [p for (p, _), revoked in zip(leases, results, strict=True) if revoked is True]
@@ -237,14 +240,14 @@ def dead_letters(
 ) -> Plan[list[DeadLetter]]:
     """Newest dead letters first, at most ``limit`` per partition read (of every partition, or
     of ``partition``, a fleet id)."""
-    pks = (yield from _layout(cache, queue)).fleet()
+    pks = (yield from current_layout(cache, queue)).fleet()
     if partition is not None and partition not in pks:
         raise ValueError(
             f"queue {queue!r} has no partition {keys.label_of_fleet_id(partition)} (a fleet id: "
             "keys.fleet_id(generation, p))"
         )
     wanted = [partition] if partition is not None else list(pks)
-    pages = yield from each([inspect.dead_newest(pks[p], limit) for p in wanted])
+    pages = yield from each([inspection.dead_newest(pks[p], limit) for p in wanted])
     out = [d for page in pages for d in page]
     out.sort(key=lambda d: d.at_ms or 0, reverse=True)
     return out[:limit]
@@ -255,7 +258,7 @@ def _dead_ids(pk: keys.PartitionKeys, job_ids: set[str] | None) -> Plan[list[str
     ids: list[str] = []
     start = "-"
     while True:
-        batch = yield from one(inspect.dead_after(pk, start, DEAD_PAGE))
+        batch = yield from one(inspection.dead_after(pk, start, DEAD_PAGE))
         if not batch:
             return ids
         ids += [d.entry_id for d in batch if job_ids is None or d.job_id in job_ids]
@@ -264,7 +267,7 @@ def _dead_ids(pk: keys.PartitionKeys, job_ids: set[str] | None) -> Plan[list[str
 
 
 def _by_partition(
-    layout: keys.Layout, job_ids: list[str] | None
+    layout: Layout, job_ids: list[str] | None
 ) -> dict[keys.PartitionKeys, set[str] | None]:
     """The partitions to read and the jobs wanted in each (None: all): every live one, or
     each job's homes (while a resize runs, a dead letter is in either generation)."""
@@ -279,20 +282,15 @@ def _by_partition(
     return grouped
 
 
-def _layout(cache: QueueCache, queue: str) -> Plan[keys.Layout]:
-    """The queue's layout read now (an operator's tool: a resize may have begun)."""
-    return (yield from producer_plans.read_meta(cache, queue)).key_layout
-
-
 def replay(cache: QueueCache, queue: str, job_ids: list[str] | None) -> Plan[tuple[int, int]]:
     """Move dead jobs back to the due set (due now, attempts reset): all, or the given jobs'.
     Returns (moved, skipped)."""
-    layout = yield from _layout(cache, queue)
+    layout = yield from current_layout(cache, queue)
     moved = skipped = 0
     for pk, wanted in _by_partition(layout, job_ids).items():
         ids = yield from _dead_ids(pk, wanted)
         for start in range(0, len(ids), DLQ_BATCH):
-            done, left = yield from one(inspect.dlq_replay(pk, ids[start : start + DLQ_BATCH]))
+            done, left = yield from one(inspection.dlq_replay(pk, ids[start : start + DLQ_BATCH]))
             moved += done
             skipped += left
     return moved, skipped
@@ -300,15 +298,15 @@ def replay(cache: QueueCache, queue: str, job_ids: list[str] | None) -> Plan[tup
 
 def purge(cache: QueueCache, queue: str, job_ids: list[str] | None) -> Plan[int]:
     """Delete dead letters (all, or those of the given jobs) and their dead jobs."""
-    layout = yield from _layout(cache, queue)
+    layout = yield from current_layout(cache, queue)
     deleted = 0
     for pk, wanted in _by_partition(layout, job_ids).items():
         ids = yield from _dead_ids(pk, wanted)
         for start in range(0, len(ids), DLQ_BATCH):
-            deleted += yield from one(inspect.dlq_purge(pk, ids[start : start + DLQ_BATCH]))
+            deleted += yield from one(inspection.dlq_purge(pk, ids[start : start + DLQ_BATCH]))
     return deleted
 
 
 def dead_count(cache: QueueCache, queue: str) -> Plan[int]:
-    pks = (yield from _layout(cache, queue)).every()
-    return sum((yield from each([inspect.dead_length(pk) for pk in pks])))
+    pks = (yield from current_layout(cache, queue)).every()
+    return sum((yield from each([inspection.dead_length(pk) for pk in pks])))

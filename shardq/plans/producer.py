@@ -33,7 +33,8 @@ from shardq.jobs import EnqueueResult, JobInfo, JobRequest, JobResult
 from shardq.limits import Limit
 from shardq.names import Priority, check_limit_name, check_queue_name
 from shardq.plans import Plan, each, one
-from shardq.store import inspect, keys, producer, queues, results
+from shardq.store import inspection, keys, producer, queues, results
+from shardq.store.layout import Layout
 from shardq.store.meta import QueueCache, QueueMeta
 from shardq.store.op import Call, Pause, Rounds, Waiting
 from shardq.store.producer import BulkCall, Outcome, PreparedEnqueue
@@ -63,7 +64,7 @@ def partitions(cache: QueueCache, queue: str) -> Plan[int]:
     return (yield from meta(cache, queue)).partitions
 
 
-def layout(cache: QueueCache, queue: str) -> Plan[keys.Layout]:
+def layout(cache: QueueCache, queue: str) -> Plan[Layout]:
     """Where the queue's partitions live (cached with the meta)."""
     return (yield from meta(cache, queue)).key_layout
 
@@ -212,7 +213,7 @@ def _create_queue(
 def control(pks: list[keys.PartitionKeys]) -> Plan[int]:
     """Start using each partition's control hash (lua/control-init-2.lua); returns how many
     partitions started now."""
-    return sum((yield from each([inspect.control_init(pk) for pk in pks])))
+    return sum((yield from each([inspection.control_init(pk) for pk in pks])))
 
 
 def upgrade(cache: QueueCache, queue: str) -> Plan[int]:
@@ -240,7 +241,7 @@ def set_lanes(cache: QueueCache, queue: str, on: bool) -> Plan[int]:
     pks = (yield from layout(cache, queue)).every()
     if not on:
         yield from one(queues.set_meta_field(queue, "lanes", "0"))
-    changed = sum((yield from each([inspect.lanes(pk, on) for pk in pks])))
+    changed = sum((yield from each([inspection.lanes(pk, on) for pk in pks])))
     if on:
         yield from one(queues.set_meta_field(queue, "lanes", "1"))
     cache.saw_lanes(queue, on)
@@ -469,7 +470,7 @@ def routed_meta(
     raise unknown_redirect(read, asked, moved)
 
 
-def _stored_before(layout: keys.Layout, prepared: PreparedEnqueue) -> Plan[EnqueueResult | None]:
+def _stored_before(layout: Layout, prepared: PreparedEnqueue) -> Plan[EnqueueResult | None]:
     """While a resize runs, what the generation it empties already holds under this job's
     idempotency key or given id (that partition is sealed: nothing new lands there, so asking
     it first and then enqueueing into the new generation cannot race a writer); None when

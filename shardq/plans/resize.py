@@ -30,7 +30,7 @@ from typing import Any
 from shardq.errors import InvalidJobError, QueueConfigConflictError, ShardqError
 from shardq.plans import Plan, each, ok, one
 from shardq.plans import producer as producer_plans
-from shardq.store import fleet, inspect, keys, queues
+from shardq.store import fleet, inspection, keys, queues
 from shardq.store import resize as ops
 from shardq.store.meta import QueueCache, QueueMeta
 from shardq.store.op import Call, Waiting
@@ -150,10 +150,10 @@ def _prepare(
     yield from producer_plans.control(new_pks)
     lanes = yield from one(queues.meta_field(queue, "lanes"))
     if lanes == "1":
-        yield from each([inspect.lanes(pk, True) for pk in new_pks])
-    snaps = yield from each([inspect.partition_stats(pk, "") for pk in old_pks])
+        yield from each([inspection.lanes(pk, True) for pk in new_pks])
+    snaps = yield from each([inspection.partition_stats(pk, "") for pk in old_pks])
     if snaps and all(s.paused for s in snaps):
-        yield from each([inspect.pause(pk, True) for pk in new_pks])
+        yield from each([inspection.pause(pk, True) for pk in new_pks])
     queues.groups_made((yield [queues.group_create(pk) for pk in new_pks]))
     # An abort moves jobs back into partitions a crash may have left sealed: open them first.
     yield from each([ops.seal(pk, None) for pk in new_pks])

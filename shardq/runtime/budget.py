@@ -8,31 +8,24 @@ WorkerSettings, one value for both: ``--lateness-budget 20ms`` or SHARDQ_LATENES
 much lateness the user grants the processes to spend on fewer, fuller calls; Redis and network
 time come on top.
 
-The worker goes first.  The worker a partition is assigned to reads it when its head job is
-due plus the worker's share, half of the budget (:func:`worker_share`), and that read promotes
-the partition's due jobs itself in the same call (lua/fetch-9.lua); a ready hint likewise
-schedules a read a share later instead of at once, and a read round that runs takes every
-hinted partition of its primary due within the share, so one call carries what came due in
-the window.  Acks of finished jobs ride with the next read of their partition.  So in steady
-state a job costs one call (shardq/worker/fetcher.py).
-
-The dispatcher backs the workers up: it promotes a partition only once its head job is the
-whole budget late, and waits longer still while its calls find that a worker took the jobs
-(up to a second more; shardq/dispatcher/promoter.py), so it moves what no worker read in
-time: backlogs, partitions of busy or dead workers.  Partitions with lanes on are the
-exception (their jobs go through the lane, which reads do not fill): the dispatcher promotes
-them at its share, half of the budget (:func:`dispatcher_share`), or sooner when the
-partition's due rate fills a call (:data:`ENOUGH_PER_CALL` jobs) first.  Whenever one of a
-primary's partitions reaches its deadline, the dispatcher promotes *every* partition of that
-primary with a job due, so one round takes what all of them collected.  A budget of 0 keeps
-every wait sized for punctuality (read and promote when due, read on each hint).
+Workers go first.  Half of it, the worker's share, goes to reads: a ready hint schedules a read
+that much later instead of at once, an assigned partition is read that long after its head job
+is due, and a read promotes its partition's due jobs itself (lua/fetch-9.lua), taking every
+hinted partition of its primary due within the window, so one fetch round takes what several
+enqueues made due.  The dispatcher's promote is the backstop for what no worker read
+(shardq/dispatcher/promoter.py): it promotes a partition once its head is a whole budget late,
+later while its calls find the jobs already taken (up to ``MAX_YIELD``, 1 s), and then every
+partition of the primary due within its share, so one round takes what all of them collected.
+Partitions with lanes on (their jobs go through the lane, which reads do not fill) are promoted at
+the dispatcher's share, the other half, or sooner when the partition's due rate fills a call
+(:data:`ENOUGH_PER_CALL` jobs: at high rates calls fill up and wait less).  A budget of 0 keeps
+every wait sized for punctuality (promote when due, read on each hint).
 """
 
 from __future__ import annotations
 
-#: The split of the budget: the worker's read waits up to the rest after a head is due; the
-#: dispatcher promotes partitions with lanes on within this part (others after the whole
-#: budget).  Measured: docs/design/lateness-budget.md.
+#: The dispatcher's share of the budget (lanes-on partitions; the worker has the rest):
+#: measured, see docs/design/lateness-budget.md.
 DISPATCHER_SHARE = 0.5
 #: A call carrying this many jobs pays under ~1.5 us of fixed cost per job (a promote call's
 #: fixed part is ~40 us, its per-job part ~5-9 us): waiting to fill it further buys little, so a

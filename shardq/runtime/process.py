@@ -41,6 +41,7 @@ from shardq.runtime.membership import Membership
 from shardq.runtime.startup import queue_meta
 from shardq.runtime.supervisor import Supervisor
 from shardq.store import keys
+from shardq.store.layout import Layout
 from shardq.store.meta import QueueMeta, read_meta
 from shardq.store.transport import AsyncTransport
 
@@ -48,7 +49,7 @@ from shardq.store.transport import AsyncTransport
 LAYOUT_CHECK = 1.0
 
 
-def _describe(layout: keys.Layout) -> str:
+def _describe(layout: Layout) -> str:
     text = f"{layout.partitions} partitions"
     if layout.generation:
         text += f" of generation {layout.generation}"

@@ -13,7 +13,7 @@
 Workers and dispatchers check at start (refusing to start on an evicting policy unless told
 ``allow_evicting_redis``) and then every ``redis_check_interval`` seconds, exporting
 ``shardq_redis_misconfigured{node,check}`` and logging ``redis.misconfigured`` when a finding
-appears or clears.  ``shardq health`` and ``shardq queue create`` check too.  INFO is all
+appears or clears.  ``shardq redis check`` and ``shardq queue create`` check too.  INFO is all
 it needs (every role may run it; CONFIG GET is an admin command).
 """
 

@@ -7,7 +7,7 @@
 - :mod:`~shardq.store.op`: a script call as data (:class:`~shardq.store.op.Op`);
 - :mod:`~shardq.store.transport`: running ops (alone, per node, per primary, with WAIT);
 - one module of ops per role: :mod:`~shardq.store.producer`, :mod:`~shardq.store.delivery`,
-  :mod:`~shardq.store.fleet`, :mod:`~shardq.store.inspect`.
+  :mod:`~shardq.store.fleet`, :mod:`~shardq.store.inspection`.
 
 Nothing outside this package names a script or parses a reply (tests/unit/test_store.py checks it).
 """

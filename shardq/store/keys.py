@@ -1,38 +1,40 @@
-"""Every Redis key name shardq uses, and the hash-tag rule that places partitions on slots.
+"""Every Redis key name shardq uses.
 
 Nothing else in the package builds a key string: scripts receive all their keys from here in
-KEYS, so a script never reaches a key that a reshard could move away from it.
-
-Each partition's keys share one hash tag.  A plain ``{sq:q:0..P-1}`` would let CRC16 scatter P
-tags unevenly over the 16,384 slots, giving one primary of a fresh cluster noticeably more
-partitions than another.  Instead partition ``p`` of ``P`` gets the tag ``sq:<queue>:<p>.<s>``
-with the smallest suffix ``s`` whose slot falls inside the p-th of P equal slot ranges, near
-its middle.  The rule
-is deterministic, so every process derives the same tags without a lookup, and "which node holds
-partition p" is simply "which node holds slot range p".
-
-Past :data:`SEARCHED_PARTITIONS` partitions the search would cost too much (at 16,384 the range
-is one slot: ~16,384 CRC16s per partition, minutes for a queue), so the tag there is
-``sq:<queue>:<p>:<four letters of @A-O>`` whose slot is exactly the middle of the range: CRC16
-is linear, so the four letters (four free bits each) are solved for, not searched
-(:func:`_exact_suffix`).  Queues up to 1,024 partitions keep the tags they were created with.
+KEYS, so a script never reaches a key that a reshard could move away from it.  Each partition's
+keys share one hash tag, the rule of :mod:`shardq.store.partitioning` (slots, tags, routing,
+fleet ids and labels), whose names this module re-exports: callers reach keys and the tags
+they stand on through one import.  Where a queue's partitions live now (its generations
+during a resize) is :mod:`shardq.store.layout`.
 """
 
 from __future__ import annotations
 
-import binascii
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Protocol
 
 from shardq import names
+from shardq.store import partitioning
 
-SLOTS = 16384
-#: One partition per slot at most: a queue's partitions never share a slot.
-MAX_PARTITIONS = SLOTS
-#: Up to this many partitions, tags are found by search (the rule every queue created before
-#: 16,384 partitions were allowed has); beyond, by solving for the slot (module docstring).
-SEARCHED_PARTITIONS = 1024
+# The partitioning names every caller reaches through this module (see the docstring).
+MAX_PARTITIONS = partitioning.MAX_PARTITIONS
+SCHEDULE_JOB_PREFIX = partitioning.SCHEDULE_JOB_PREFIX
+SEARCHED_PARTITIONS = partitioning.SEARCHED_PARTITIONS
+SLOTS = partitioning.SLOTS
+fleet_id = partitioning.fleet_id
+generation_prefix = partitioning.generation_prefix
+label_of_fleet_id = partitioning.label_of_fleet_id
+partition_for = partitioning.partition_for
+partition_label = partitioning.partition_label
+partition_of_key = partitioning.partition_of_key
+partition_tag = partitioning.partition_tag
+schedule_job_id = partitioning.schedule_job_id
+slot_of = partitioning.slot_of
+slot_range = partitioning.slot_range
+slot_route = partitioning.slot_route
+tag_of_queue = partitioning.tag_of_queue
+
 # Bump when the key layout changes; stored with the queue so old data is never misread.
 LAYOUT_VERSION = 4
 # From this layout on, a waiting job with a timed id is one due-set member '<id> <body>'
@@ -117,84 +119,6 @@ LIMIT_KINDS: tuple[str, ...] = ("limit", "running")
 #: nothing).  Batches spread over the primaries by their ids, not with any partition, so a
 #: resize never moves them (:class:`BatchKeys`).
 BATCH_KINDS: tuple[str, ...] = ("batch", "seen")
-
-
-def slot_of(key: str | bytes) -> int:
-    """Redis Cluster slot of a key (CRC16/XMODEM of the hash tag, as the server computes it)."""
-    data = key.encode() if isinstance(key, str) else key
-    start = data.find(b"{")
-    if start != -1:
-        end = data.find(b"}", start + 1)
-        if end > start + 1:
-            data = data[start + 1 : end]
-    return binascii.crc_hqx(data, 0) % SLOTS
-
-
-def slot_range(partition: int, partitions: int) -> tuple[int, int]:
-    """The half-open slot range [lo, hi) that partition ``partition`` of ``partitions`` lives in."""
-    return partition * SLOTS // partitions, (partition + 1) * SLOTS // partitions
-
-
-def generation_prefix(queue: str, generation: int = 0) -> str:
-    """What every partition tag of one generation of ``queue`` starts with: ``sq:<queue>:`` for
-    the partitions a queue was created with (generation 0), ``sq:<queue>:g<g>.`` for those a
-    resize made (:class:`Layout`).  A later generation's count may equal an earlier one's (8 ->
-    16 -> 8), so the number keeps their keys apart; both shapes stay under ``{sq:<queue>:``, so
-    the ACL patterns and SCAN patterns below cover every generation."""
-    return f"sq:{queue}:" if generation == 0 else f"sq:{queue}:g{generation}."
-
-
-@lru_cache(maxsize=65536)
-def partition_tag(queue: str, partition: int, partitions: int, generation: int = 0) -> str:
-    """The hash tag of one partition: its slot lies near the middle of its own slot range.
-
-    Anywhere in the range is not enough: a range that straddles two primaries' slot ranges
-    would go to either at random, and a fresh 3-primary cluster could get 22/20/22 of 64
-    partitions.  Within an eighth of the range width (at least 8 slots) of its centre, a
-    partition lands on the primary that holds its centre unless a primary's boundary passes
-    that close to it: on a fresh 3-primary cluster the counts then differ by at most one for
-    every P up to 512.  The search costs about 4 * P CRC16s per partition.  Past
-    :data:`SEARCHED_PARTITIONS` the tag is solved for the middle slot (module docstring).
-    """
-    lo, hi = slot_range(partition, partitions)
-    head = generation_prefix(queue, generation) + str(partition)
-    if partitions > SEARCHED_PARTITIONS:
-        solved = head + ":"
-        return solved + _exact_suffix(solved.encode(), (lo + hi) // 2)
-    # Compare doubled values so the centre (lo + hi) / 2 stays an integer.
-    centre2, reach2 = lo + hi, 2 * max((hi - lo) // 8, 8)
-    prefix = (head + ".").encode()
-    suffix = 0
-    while True:
-        slot = binascii.crc_hqx(prefix + str(suffix).encode(), 0) % SLOTS
-        if lo <= slot < hi and abs(2 * slot + 1 - centre2) <= reach2:
-            return f"{head}.{suffix}"
-        suffix += 1
-
-
-# Four suffix letters '@'..'O' (0x40 | nibble): the tag's bytes are the prefix's, then 0x40 in
-# each, XOR 16 free bits.  With CRC16/XMODEM's zero init, crc(a ^ b) == crc(a) ^ crc(b) for
-# messages of one length, and leading zero bytes leave the CRC at 0, so
-#     slot(prefix + letters) == (crc(prefix + "@@@@") ^ crc(nibble bytes)) % SLOTS
-# and a table from the 14 low bits of crc(nibble bytes) to the smallest nibbles giving them
-# names the suffix for any slot in one lookup (every slot is reachable: test_keys checks).
-_LETTER_BASE = b"@@@@"
-
-
-@lru_cache(maxsize=1)
-def _syndromes() -> dict[int, int]:
-    table: dict[int, int] = {}
-    for n in range(1 << 16):
-        nibbles = bytes((n >> (4 * i)) & 0xF for i in range(4))
-        table.setdefault(binascii.crc_hqx(nibbles, 0) % SLOTS, n)
-    return table
-
-
-def _exact_suffix(prefix: bytes, slot: int) -> str:
-    """Four letters that put ``prefix`` + them on ``slot`` exactly."""
-    base = binascii.crc_hqx(prefix + _LETTER_BASE, 0) % SLOTS
-    n = _syndromes()[base ^ slot]
-    return "".join(chr(0x40 | ((n >> (4 * i)) & 0xF)) for i in range(4))
 
 
 def _queue_key(queue: str, kind: str) -> str:
@@ -488,7 +412,7 @@ class PartitionKeys:
 def partition_keys(
     queue: str, partition: int, partitions: int, generation: int = 0
 ) -> PartitionKeys:
-    """Keys of one partition; see the module docstring for the tag rule."""
+    """Keys of one partition (its tag: :func:`~shardq.store.partitioning.partition_tag`)."""
     tag = partition_tag(queue, partition, partitions, generation)
     return PartitionKeys(queue, partition, tag, generation)
 
@@ -496,103 +420,6 @@ def partition_keys(
 def all_partition_keys(queue: str, partitions: int, generation: int = 0) -> list[PartitionKeys]:
     """Keys of every partition of one generation of a queue, in partition order."""
     return [partition_keys(queue, p, partitions, generation) for p in range(partitions)]
-
-
-def fleet_id(generation: int, partition: int) -> int:
-    """A partition's number in the fleet (leases, the owners hash, the workers' split, metrics):
-    ``generation * MAX_PARTITIONS + partition``, so the partitions of generation 0 keep their
-    numbers and two generations live during a resize never share one."""
-    return generation * MAX_PARTITIONS + partition
-
-
-def partition_label(generation: int, partition: int) -> str:
-    """A partition's one user-facing name: ``5`` for partition 5 of generation 0, ``g1.5`` for
-    partition 5 of generation 1.  The CLI (text and --json), the console, metric labels and
-    logs all name a partition by it (``shardq.format.partition``); the library's values (and a
-    trace's ``shardq.partition`` attribute) carry the fleet id (:func:`fleet_id`)."""
-    return str(partition) if generation == 0 else f"g{generation}.{partition}"
-
-
-def label_of_fleet_id(partition_id: int) -> str:
-    """:func:`partition_label` of a fleet id."""
-    return partition_label(*divmod(partition_id, MAX_PARTITIONS))
-
-
-@dataclass(frozen=True, slots=True)
-class Layout:
-    """Where a queue's partitions live: the generation new jobs go to (``partitions`` of
-    generation ``generation``) and, while a resize runs, the one it empties (``draining``:
-    ``(generation, partitions)``).  A queue never resized is generation 0 alone.
-
-    Routing (:meth:`route`) always picks the active generation; a job already stored is in the
-    draining generation or the active one (:meth:`homes`: old first, since a resize only moves
-    jobs old -> new); the fleet serves both (:meth:`fleet`), and ``coming``, the generation a
-    resize has made and not yet switched to: the fleet takes it up before producers route to
-    it, so no job waits in a partition nobody serves."""
-
-    queue: str
-    partitions: int
-    generation: int = 0
-    draining: tuple[int, int] | None = None
-    coming: tuple[int, int] | None = None
-
-    def pk(self, partition: int) -> PartitionKeys:
-        """Partition ``partition`` of the active generation."""
-        return partition_keys(self.queue, partition, self.partitions, self.generation)
-
-    def active(self) -> list[PartitionKeys]:
-        return all_partition_keys(self.queue, self.partitions, self.generation)
-
-    def old(self) -> list[PartitionKeys]:
-        """The draining generation's partitions (none when no resize runs)."""
-        if self.draining is None:
-            return []
-        generation, partitions = self.draining
-        return all_partition_keys(self.queue, partitions, generation)
-
-    def every(self) -> list[PartitionKeys]:
-        """Every live partition: the draining generation's, then the active one's."""
-        return self.old() + self.active()
-
-    def route(self, routing_key: str) -> PartitionKeys:
-        """Where a new job with this id (or idempotency key) goes."""
-        return self.pk(partition_for(routing_key, self.partitions))
-
-    def homes(self, routing_key: str) -> list[PartitionKeys]:
-        """Where a stored job with this id may be, in the order to ask: its draining
-        generation's partition first (a resize moves jobs only from there to the active one, so
-        a job not found there is found in the second by a call made after the first)."""
-        here = self.route(routing_key)
-        if self.draining is None:
-            return [here]
-        generation, partitions = self.draining
-        p = partition_for(routing_key, partitions)
-        return [partition_keys(self.queue, p, partitions, generation), here]
-
-    def is_home(self, pk: PartitionKeys, job_id: str) -> bool:
-        """Whether a job with this id is stored in ``pk`` when it is there at all: ``pk`` is
-        the id's partition in its generation (one of this layout's).  Every job of a batch or
-        chain is routed by its id."""
-        sizes = {self.generation: self.partitions}
-        for other in (self.draining, self.coming):
-            if other is not None:
-                sizes[other[0]] = other[1]
-        n = sizes.get(pk.generation)
-        return n is not None and pk.queue == self.queue and partition_for(job_id, n) == pk.partition
-
-    def fleet(self) -> dict[int, PartitionKeys]:
-        """Every partition the fleet serves by :func:`fleet_id`: the draining generation's,
-        the active one's, the coming one's."""
-        served = {pk.fleet_id: pk for pk in self.every()}
-        if self.coming is not None:
-            generation, partitions = self.coming
-            for pk in all_partition_keys(self.queue, partitions, generation):
-                served.setdefault(pk.fleet_id, pk)
-        return served
-
-    @property
-    def resizing(self) -> bool:
-        return self.draining is not None
 
 
 # Patterns: the keys of a queue (or of every queue: queue "*") as glob patterns, for ACL key
@@ -648,102 +475,3 @@ def key_patterns(queue: str) -> list[str]:
 def channel_pattern(queue: str) -> str:
     """The queue's sharded pub/sub channels (its partitions' hints, ``{<tag>}:hint:...``)."""
     return "{sq:" + queue + ":*"
-
-
-def _tag(key: str) -> str | None:
-    start = key.find("{")
-    end = key.find("}", start + 1) if start == 0 else -1
-    return key[1:end] if end > 1 else None
-
-
-def _generation_in_tag(rest: str) -> tuple[int, str] | None:
-    """The generation of a partition tag's part after ``sq:<queue>:`` and what follows it
-    (``g<g>.`` first for a resize's generation, :func:`generation_prefix`)."""
-    if not rest.startswith("g"):
-        return 0, rest
-    generation, dot, tail = rest[1:].partition(".")
-    if dot and generation.isascii() and generation.isdigit() and not generation.startswith("0"):
-        return int(generation), tail
-    return None
-
-
-def _partition_in_tag(rest: str) -> int | None:
-    """The fleet id (:func:`fleet_id`) of a partition tag's part after ``sq:<queue>:``
-    (``[g<g>.]<p>.<digits>``, or ``[g<g>.]<p>:<four letters @..O>`` past SEARCHED_PARTITIONS),
-    else None."""
-    found = _generation_in_tag(rest)
-    if found is None:
-        return None
-    generation, rest = found
-    partition, sep, suffix = rest.partition(":") if ":" in rest else rest.partition(".")
-    if not (sep and partition.isdigit() and partition.isascii()):
-        return None
-    if sep == ":":
-        ok = len(suffix) == 4 and all("@" <= c <= "O" for c in suffix)
-    else:
-        ok = suffix.isdigit() and suffix.isascii()
-    return fleet_id(generation, int(partition)) if ok else None
-
-
-def tag_of_queue(queue: str, key: str) -> bool:
-    """Whether ``key``'s hash tag is one of ``queue``'s partitions' (``sq:<queue>:<p>.<s>``,
-    ``sq:<queue>:<p>:<letters>``), limits' (``sq:<queue>:limit:<name>``) or batches'
-    (``sq:<queue>:batch:<id>``): the keys a queue
-    deletion finds by SCAN and removes (whatever follows the tag), and only those."""
-    tag = _tag(key)
-    prefix = "sq:" + queue + ":"
-    if tag is None or not tag.startswith(prefix):
-        return False
-    rest = tag[len(prefix) :]
-    for prefix in ("limit:", "batch:"):
-        if rest.startswith(prefix):
-            return len(rest) > len(prefix)
-    return _partition_in_tag(rest) is not None
-
-
-def partition_of_key(key: str) -> tuple[str, int] | None:
-    """``(queue, fleet id)`` of a key of some queue's partition (any tag shape), else None
-    (a queue's own keys, a limit's, anything not shardq's).  Queue names hold no ':'."""
-    tag = _tag(key)
-    if tag is None or not tag.startswith("sq:"):
-        return None
-    queue, sep, rest = tag[3:].partition(":")
-    if not sep or not names.QUEUE_NAME_RE.fullmatch(queue):
-        return None
-    partition = _partition_in_tag(rest)
-    return None if partition is None else (queue, partition)
-
-
-@lru_cache(maxsize=SLOTS)
-def slot_route(slot: int) -> str:
-    """A key name of ``slot``, for sending a keyless command (SCAN) to the node serving that
-    slot through the same routing as every call (a call goes where its route key's slot is)."""
-    n = 0
-    while binascii.crc_hqx(f"sq-route:{n}".encode(), 0) % SLOTS != slot:
-        n += 1
-    return "{" + f"sq-route:{n}" + "}"
-
-
-# Periodic schedules (shardq.schedules): a name, and the id of the job one tick enqueues.
-SCHEDULE_JOB_PREFIX = "sq-sched:"
-
-
-def schedule_job_id(name: str, tick_ms: int) -> str:
-    """The job id of schedule ``name``'s tick at ``tick_ms``: ``sq-sched:<name>@<tick ms>``.
-
-    At most 9 + 100 + 1 + 16 characters, within a job id's 128.  The fire script builds the
-    same string (lua/schedule-fire-7.lua)."""
-    return f"{SCHEDULE_JOB_PREFIX}{name}@{tick_ms}"
-
-
-def partition_for(routing_key: str, partitions: int) -> int:
-    """The partition a job id or idempotency key belongs to (stable across processes).
-
-    A tick job's id (``sq-sched:<name>@<tick ms>``, :func:`schedule_job_id`) routes by the
-    schedule's name, so it lives in its schedule's partition and get/cancel find it from the id;
-    every other key routes by its own CRC32, as it always has."""
-    if routing_key.startswith(SCHEDULE_JOB_PREFIX):
-        name, at, tick = routing_key[len(SCHEDULE_JOB_PREFIX) :].rpartition("@")
-        if at and tick.isascii() and tick.isdigit() and names.SCHEDULE_NAME_RE.fullmatch(name):
-            routing_key = name
-    return binascii.crc32(routing_key.encode()) % partitions

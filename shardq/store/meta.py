@@ -11,6 +11,7 @@ from typing import Any
 from shardq.connection import as_text
 from shardq.errors import MalformedRecordError, UnknownQueueError
 from shardq.store import keys, numbers
+from shardq.store.layout import Layout
 
 DEFAULT_DEAD_CAP = 100_000
 
@@ -47,10 +48,10 @@ class QueueMeta:
         return self.layout >= keys.COMPACT_LAYOUT
 
     @property
-    def key_layout(self) -> keys.Layout:
+    def key_layout(self) -> Layout:
         """Where the queue's partitions live (the active generation, the draining one, the
         coming one)."""
-        return keys.Layout(self.queue, self.partitions, self.generation, self.draining, self.coming)
+        return Layout(self.queue, self.partitions, self.generation, self.draining, self.coming)
 
 
 def unknown_queue(queue: str) -> UnknownQueueError:

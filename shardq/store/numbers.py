@@ -5,10 +5,10 @@ Anything in Redis may have been written by hand or by a buggy release: a counter
 score ``+inf``, an attempt ``nan``, ``1e400``, ``0x1f``, `` 12``, ``1_000``, ``١٢`` or bytes
 that are not UTF-8.  Python's ``int()`` and ``float()`` take several of those (``int(" 12")``,
 ``int("1_000")``, ``int("١٢")``, ``float("nan")``) and raise OverflowError on others
-(``int(float("inf"))``), which escaped as tracebacks from ``shardq stats`` and ``job get``.  So
-no parser calls them on a value from Redis: it calls :func:`integer`, :func:`real` or
-:func:`time_ms`, which accept only a finite integer (ASCII digits, an optional ``-``) or a finite
-float, within the field's range, and raise :class:`BadNumber` (a ValueError that carries the
+(``int(float("inf"))``), which escaped as tracebacks from ``shardq queue stats`` and ``job
+get``.  So no parser calls them on a value from Redis: it calls :func:`integer`, :func:`real`
+or :func:`time_ms`, which accept only a finite integer (ASCII digits, an optional ``-``) or a
+finite float, within the field's range, and raise :class:`BadNumber` (a ValueError that carries the
 field's name and raw value) for anything else.  :class:`Checked` collects the bad fields of one
 record, so a reader can show them (``malformed``) instead of failing.
 """

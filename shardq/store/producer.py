@@ -32,6 +32,7 @@ from shardq.store import keys, routing
 from shardq.store import progress as progress_codec
 from shardq.store.clock import REDIS_CLOCK
 from shardq.store.codes import Code, check, error_for, is_code
+from shardq.store.layout import Layout
 from shardq.store.meta import DEFAULT_DEAD_CAP as DEFAULT_DEAD_CAP
 from shardq.store.meta import MAX_DEAD_CAP
 from shardq.store.numbers import Checked
@@ -114,17 +115,17 @@ class PreparedEnqueue:
         return dataclasses.replace(req, job_id=self.job_id)
 
 
-def _layout(queue: str, partitions: int | keys.Layout) -> keys.Layout:
+def _layout(queue: str, partitions: int | Layout) -> Layout:
     """The layout jobs go to: given, or generation 0 of ``partitions`` (a queue never
     resized)."""
-    if isinstance(partitions, keys.Layout):
+    if isinstance(partitions, Layout):
         return partitions
-    return keys.Layout(queue, partitions)
+    return Layout(queue, partitions)
 
 
 def prepare_enqueue(
     queue: str,
-    partitions: int | keys.Layout,
+    partitions: int | Layout,
     req: JobRequest,
     settings: ProducerSettings,
     compact: bool = False,
@@ -176,7 +177,7 @@ def lanes_off(queue: str) -> LanesOffError:
 
 def prepare_many(
     queue: str,
-    partitions: int | keys.Layout,
+    partitions: int | Layout,
     requests: Iterable[JobRequest],
     settings: ProducerSettings,
     compact: bool = False,
@@ -295,7 +296,7 @@ def _parse_cancel(reply: Any) -> bool:
 def cancel(pk: keys.PartitionKeys, job_id: str, running: bool = False) -> Op[bool]:
     """Cancel a job that has not started (with ``running``, one that is running too: its worker
     is told to stop it): True if cancelled, False if there is no such job (in the partition
-    ``pk``, its home: :meth:`shardq.store.keys.Layout.homes`)."""
+    ``pk``, its home: :meth:`shardq.store.layout.Layout.homes`)."""
     # Not resent after an ambiguous fault: a resend would answer "not found" for the job the
     # first call cancelled.
     return op(

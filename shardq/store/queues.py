@@ -1,7 +1,7 @@
 """Plain commands on a queue's own keys: its meta, the queue registry, its limits table, the
 consumer groups, idempotency-key lookups, member registries, and deletion.
 
-The scripted operations live beside this one (producer, delivery, fleet, inspect, limits,
+The scripted operations live beside this one (producer, delivery, fleet, inspection, limits,
 schedules); these are the few reads and writes that need no script, as
 :class:`~shardq.store.op.Command` values, so they travel the same transport and the same retry
 layer as every script call.  Replies are raw (RESP2, no redis-py response callbacks): a hash is

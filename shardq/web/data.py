@@ -37,7 +37,7 @@ RATE_WINDOW_S = 30.0
 
 
 def _load(p: PartitionInfo) -> int:
-    """A partition's load as `shardq stats` counts it: jobs enqueued + promoted."""
+    """A partition's load as `shardq queue stats` counts it: jobs enqueued + promoted."""
     return p.counters.get("enqueued", 0) + p.counters.get("promoted", 0)
 
 

@@ -292,10 +292,10 @@ class Fetcher:
                 state.progress()
                 self._drain_overflow()
                 while len(flight) < PIPELINE:
-                    planned = self._plan(node, flight)
-                    if planned is None:
+                    sent = self._send_round(node, flight)
+                    if sent is None:
                         break
-                    flight.append(planned)
+                    flight.append(sent)
                 if not flight:
                     # Nothing to read or ack: sleep until a partition is due, a hint, or room.
                     mine = self.nodes.mine(node)
@@ -326,9 +326,9 @@ class Fetcher:
                 late = head.late
                 admitted = await self._finish(flight.popleft())
                 if admitted and len(flight) < PIPELINE:
-                    planned = self._plan(node, flight)  # in flight while the jobs run
-                    if planned is not None:
-                        flight.append(planned)
+                    sent = self._send_round(node, flight)  # in flight while the jobs run
+                    if sent is not None:
+                        flight.append(sent)
                         # Let its task run up to its send before the handlers below take the
                         # loop (a task only starts when the loop gets control).
                         await asyncio.sleep(0)
@@ -376,7 +376,7 @@ class Fetcher:
                 inflight.queued -= 1
                 self.executor.run(self.overflow.popleft())
 
-    def _plan(self, node: str, flight: Sequence[_Round]) -> _Round | None:
+    def _send_round(self, node: str, flight: Sequence[_Round]) -> _Round | None:
         """Send the next round of ``node`` (acks of finished jobs, fetches of due partitions
         sharing the free room), or None when there is nothing to send.  ``flight``: rounds
         of this loop not yet taken."""
@@ -415,7 +415,7 @@ class Fetcher:
                 and (p in known or p in heads)
                 and p not in reading
             ]
-        # Freed room wakes every loop, but a loop that just took a reply plans its next round
+        # Freed room wakes every loop, but a loop that just took a reply sends its next round
         # at once, before a woken one runs: without a share kept back, a busy primary takes
         # every freed slot and an idle primary's new jobs wait for idle_poll (seen as 1-2 s
         # lateness on one primary while the others drained a backlog).  So a loop leaves

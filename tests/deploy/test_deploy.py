@@ -1093,7 +1093,7 @@ def test_dockerfile_image() -> None:
     runtime = stage("runtime")
     assert re.fullmatch(r"python:3\.11-slim(-\w+)?", runtime.base), runtime.base
     assert runtime.entrypoint == ["shardq"]
-    assert runtime.healthcheck == [["health"]]
+    assert runtime.healthcheck == [["redis", "check"]]
     assert runtime.user is not None
     assert runtime.user.split(":")[0].isdigit() and runtime.user.split(":")[0] != "0"
     assert runtime.expose == [9100]
@@ -1486,8 +1486,8 @@ def test_cluster_init_forms_a_cluster_and_is_idempotent(local_cluster: LocalClus
     assert created.returncode == 0 and "created" in created.stdout, created.stderr
     again = run([shardq, "queue", "create", "-q", "demo", "--partitions", "64", "--url", url])
     assert again.returncode == 0 and "exists" in again.stdout, again.stderr
-    assert run([shardq, "health", "--queue", "demo", "--url", url]).returncode == 0
-    assert run([shardq, "health", "--queue", "absent", "--url", url]).returncode == 1
+    assert run([shardq, "redis", "check", "--queue", "demo", "--url", url]).returncode == 0
+    assert run([shardq, "redis", "check", "--queue", "absent", "--url", url]).returncode == 1
 
 
 def acl_rules(text: str) -> list[str]:
@@ -1580,7 +1580,7 @@ def test_every_role_runs_with_its_acl_user(local_cluster: LocalCluster) -> None:
     assert "loaded" in run([shardq, "functions", "status"], env=env("operator")).stdout
     # with lanes on, so the roles also run the lane paths (enqueue, promote, fetch)
     operator("queue", "create", "-q", "acl", "--partitions", "8", "--lanes")
-    assert run([shardq, "health", "--queue", "acl"], env=env("worker")).returncode == 0
+    assert run([shardq, "redis", "check", "--queue", "acl"], env=env("worker")).returncode == 0
 
     producer = RedisSettings.from_url(
         url, username="shardq-producer", password="pw-shardq-producer"
@@ -1633,7 +1633,9 @@ def test_every_role_runs_with_its_acl_user(local_cluster: LocalCluster) -> None:
         while time.monotonic() < deadline:
             for name, proc in procs.items():
                 assert proc.poll() is None, f"{name} exited early:\n{proc.communicate()[0]}"
-            stats = json.loads(operator("stats", "--queue", "acl", "--json").splitlines()[0])
+            stats = json.loads(
+                operator("queue", "stats", "--queue", "acl", "--json").splitlines()[0]
+            )
             counters = stats["queue"]["counters"]
             with contextlib.suppress(OSError):
                 page = scrape(dispatcher_port) | scrape(worker_port)
@@ -1664,8 +1666,8 @@ def test_every_role_runs_with_its_acl_user(local_cluster: LocalCluster) -> None:
         assert beat.fires >= 1, beat
         assert "acl-beat" in operator("schedule", "list", "--queue", "acl", "--json")
 
-        operator("owners", "--queue", "acl")
-        operator("rebalance", "--queue", "acl")
+        operator("queue", "owners", "--queue", "acl")
+        operator("rebalance", "leases", "--queue", "acl")
         # The inspector's reads and controls, as the operator.
         for state in ("scheduled", "ready", "running", "retrying", "dead"):
             operator("job", "list", "--queue", "acl", "--state", state, "--json")
@@ -1684,24 +1686,24 @@ def test_every_role_runs_with_its_acl_user(local_cluster: LocalCluster) -> None:
             assert result.returncode == 0, f"shardq {' '.join(args)}:\n{result.stderr}"
             return result.stdout
 
-        assert "partitions" in admin("rebalance", "--queue", "acl", "--nodes")
+        assert "partitions" in admin("rebalance", "nodes", "--queue", "acl")
         admin_settings = RedisSettings.from_url(
             url, username="shardq-admin", password="pw-shardq-admin"
         )
         with Client(admin_settings) as c:
             primaries = slots.primary_addresses(c)
-            source = slots.plan_move(c, "acl", 0, primaries[0]).source
+            source = slots.prepare_move(c, "acl", 0, primaries[0]).source
         target = next(a for a in primaries if a != source)
-        moved = admin(
-            "rebalance", "--queue", "acl", "--move-partition", "0", "--to", target, "--yes"
-        )
+        moved = admin("rebalance", "move-partition", "--queue", "acl", "0", "--to", target, "--yes")
         assert f"now lives on {target}" in moved, moved
         with Client(admin_settings) as c:
-            assert slots.plan_move(c, "acl", 0, target).source == target
+            assert slots.prepare_move(c, "acl", 0, target).source == target
             c.enqueue_many("acl", [JobRequest("demo", {"i": i}) for i in range(20)])
         wait_until_completed = time.monotonic() + 20 * TIME_FACTOR
         while time.monotonic() < wait_until_completed:
-            stats = json.loads(operator("stats", "--queue", "acl", "--json").splitlines()[0])
+            stats = json.loads(
+                operator("queue", "stats", "--queue", "acl", "--json").splitlines()[0]
+            )
             if stats["queue"]["counters"].get("completed", 0) >= counters["completed"] + 20:
                 break
             time.sleep(0.5)

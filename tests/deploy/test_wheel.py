@@ -119,7 +119,7 @@ def test_the_wheel_holds_the_package_and_nothing_else(installed: Installed) -> N
         f"shipped but not in the package: {sorted(names - dist_info - _package_files())}; "
         f"missing: {sorted(_package_files() - names)}"
     )
-    # what the product needs is there: the dev cluster and the demo (shardq dev, shardq demo),
+    # what the product needs is there: the dev cluster and the demo (shardq dev, shardq dev demo),
     # the scripts as shardq/lua, the console's assets
     for needed in (
         "shardq/dev/devcluster.py",

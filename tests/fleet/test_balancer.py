@@ -47,7 +47,7 @@ def balancer_cluster(
 
 def node_of(client: Client, queue: str, p: int) -> str:
     """The primary serving partition ``p``, as the primaries say (see test_rebalance_plan)."""
-    return slots.plan_move(client, queue, p, slots.primary_addresses(client)[0]).source
+    return slots.prepare_move(client, queue, p, slots.primary_addresses(client)[0]).source
 
 
 def placement_of(client: Client, queue: str) -> Counter[str]:
@@ -67,7 +67,7 @@ def placement_while_moving(client: Client, queue: str) -> Counter[str]:
 def pile(client: Client, queue: str, on: str) -> None:
     steps = []
     for p in range(PARTITIONS):
-        plan = slots.plan_move(client, queue, p, on)
+        plan = slots.prepare_move(client, queue, p, on)
         steps.append((p, plan.source, plan.needed))
         if plan.needed:
             slots.move(client, plan)
@@ -107,7 +107,7 @@ def even_out(client: Client, queue: str) -> None:
         if counts[most] - counts[least] <= 1:
             return
         p = next(p for p, n in where.items() if n == most)
-        slots.move(client, slots.plan_move(client, queue, p, least))
+        slots.move(client, slots.prepare_move(client, queue, p, least))
 
 
 def fill(client: Client, queue: str) -> list[str]:
@@ -306,7 +306,7 @@ def test_a_move_left_half_way_is_finished_by_the_next_leader_first(
     try:
         r = b.one_round()
         assert r.leader and r.finished_stuck_move == slot and r.deviation is None
-        assert slots.plan_move(client, queue, 1, target).source == target
+        assert slots.prepare_move(client, queue, 1, target).source == target
         assert all(client.get(queue, j) is not None for j in ids)
         assert b.one_round().deviation is not None  # the next round measures
     finally:

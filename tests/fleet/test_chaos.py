@@ -86,7 +86,7 @@ def produce(
 
 
 def test_slot_migration_under_load(chaos_url: str, queue: str) -> None:
-    """`shardq rebalance --move-partition` (shardq.admin.slots) moves a partition's slot to another
+    """`shardq rebalance move-partition` (shardq.admin.slots) moves a partition's slot to another
     primary while producers, a dispatcher and a worker run: nothing lost, nothing run twice."""
     partitions = 4
     n = 1500
@@ -108,7 +108,7 @@ def test_slot_migration_under_load(chaos_url: str, queue: str) -> None:
         producer.start()
         try:
             time.sleep(2.0)
-            plan = slots.plan_move(mover, queue, 0, target_addr)
+            plan = slots.prepare_move(mover, queue, 0, target_addr)
             assert plan.needed and not plan.in_progress and plan.keys_in_slot > 0
             result = slots.move(mover, plan)
             assert result.keys_moved > 0  # (counts can differ: an emptied zset is deleted)
@@ -122,7 +122,7 @@ def test_slot_migration_under_load(chaos_url: str, queue: str) -> None:
     assert max(counts.values()) == 1, "a job ran twice across the migration"
     assert source.execute_command("CLUSTER COUNTKEYSINSLOT", slot) == 0
     assert target.execute_command("CLUSTER COUNTKEYSINSLOT", slot) > 0
-    assert slots.plan_move(mover, queue, 0, target_addr).needed is False
+    assert slots.prepare_move(mover, queue, 0, target_addr).needed is False
     client.close()
     mover.close()
 
@@ -167,9 +167,9 @@ def test_a_slot_move_is_logged_as_redirects_not_loop_errors(
         )
     ]  # fmt: skip
     time.sleep(2.0)
-    plan = slots.plan_move(client, queue, 0, slots.primary_addresses(client)[0])
+    plan = slots.prepare_move(client, queue, 0, slots.primary_addresses(client)[0])
     target = next(a for a in slots.primary_addresses(client) if a != plan.source)
-    assert slots.move(client, slots.plan_move(client, queue, 0, target)).keys_moved > 0
+    assert slots.move(client, slots.prepare_move(client, queue, 0, target)).keys_moved > 0
     wanted = set(ids)
     wait_for(lambda: wanted <= {r[0] for r in read_runlog(runlog)}, 60, "jobs did not run")
     time.sleep(1.0)
@@ -206,7 +206,7 @@ def test_a_slot_move_is_logged_as_redirects_not_loop_errors(
 def test_rebalance_nodes_suggests_moving_the_hot_partition_and_moves_it(
     chaos_url: str, queue: str
 ) -> None:
-    """`shardq rebalance --nodes` names the hot partition's primary and a cooler one;
+    """`shardq rebalance nodes` names the hot partition's primary and a cooler one;
     `--move-partition` prints its plan and changes nothing without --yes, moves with it."""
     partitions = 6
     client = Client.from_url(chaos_url)
@@ -234,7 +234,7 @@ def test_rebalance_nodes_suggests_moving_the_hot_partition_and_moves_it(
     producer = threading.Thread(target=load)
     producer.start()
     try:
-        shown = runner.invoke(cli, ["rebalance", "--queue", queue, "--nodes", "--url", chaos_url])
+        shown = runner.invoke(cli, ["rebalance", "nodes", "--queue", queue, "--url", chaos_url])
     finally:
         stop.set()
         producer.join(10)
@@ -243,16 +243,16 @@ def test_rebalance_nodes_suggests_moving_the_hot_partition_and_moves_it(
     assert "suggestion: move partition " in shown.output, shown.output
     hot = int(shown.output.split("suggestion: move partition ", 1)[1].split()[0])
     assert hot in pair and f"from {source} to " in shown.output
-    target = shown.output.split(f"--move-partition {hot} --to ", 1)[1].split()[0]
+    target = shown.output.split(f" {hot} --to ", 1)[1].split()[0]
     assert target != source
 
-    args = ["rebalance", "--queue", queue, "--move-partition", str(hot), "--to", target]
+    args = ["rebalance", "move-partition", "--queue", queue, str(hot), "--to", target]
     dry = runner.invoke(cli, [*args, "--url", chaos_url])
     assert dry.exit_code == 0 and "add --yes to do it" in dry.output, dry.output
-    assert slots.plan_move(client, queue, hot, target).source == source  # nothing moved
+    assert slots.prepare_move(client, queue, hot, target).source == source  # nothing moved
     done = runner.invoke(cli, [*args, "--yes", "--url", chaos_url])
     assert done.exit_code == 0 and f"now lives on {target}" in done.output, done.output
-    assert slots.plan_move(client, queue, hot, target).source == target
+    assert slots.prepare_move(client, queue, hot, target).source == target
     assert client.get(queue, job_id_in(hot, partitions, "hot0-0")) is not None  # data came along
     client.close()
 
@@ -283,12 +283,12 @@ def test_a_move_that_stopped_half_way_is_finished_by_running_it_again(
     src.execute_command("MIGRATE", "127.0.0.1", dst_port, pk.jobs, 0, 5000)  # one key, then "crash"
 
     target = f"127.0.0.1:{dst_port}"
-    plan = slots.plan_move(client, queue, 0, target)
+    plan = slots.prepare_move(client, queue, 0, target)
     assert plan.in_progress and plan.needed, plan
     result = slots.move(client, plan)
     assert result.keys_moved > 0
     assert src.execute_command("CLUSTER COUNTKEYSINSLOT", slot) == 0
-    assert slots.plan_move(client, queue, 0, target).source == target
+    assert slots.prepare_move(client, queue, 0, target).source == target
     assert all(client.get(queue, job_id) is not None for job_id in ids)
     client.close()
 
@@ -308,9 +308,9 @@ def test_wake_up_hints_follow_a_moved_slot(chaos_url: str, queue: str) -> None:
     with Runner(chaos_url, queue, {"t": runs.add}, **slow_fallback):  # type: ignore[arg-type]
         before = client.enqueue(queue, "t", 0, job_id=job_id_in(0, partitions, "a"), delay=0.2)
         wait_for(lambda: before in runs.count(), 3, "hints did not work before the move")
-        source = slots.plan_move(client, queue, 0, slots.primary_addresses(client)[0]).source
+        source = slots.prepare_move(client, queue, 0, slots.primary_addresses(client)[0]).source
         target = next(a for a in slots.primary_addresses(client) if a != source)
-        slots.move(client, slots.plan_move(client, queue, 0, target))
+        slots.move(client, slots.prepare_move(client, queue, 0, target))
         after = client.enqueue(queue, "t", 1, job_id=job_id_in(0, partitions, "b"), delay=0.2)
         wait_for(lambda: after in runs.count(), 3, "no hint after the move: the job waited")
     client.close()
@@ -323,21 +323,24 @@ def test_slot_moves_refuse_bad_input_with_what_to_do(
     with Client.from_url(chaos_url) as client:
         client.create_queue(queue, 4)
     # (exit 2: options that do not go together, a usage error; 1: what Redis says is wrong)
+    q = ["--queue", queue]
     cases = [
-        (["--move-partition", "0", "--to", "127.0.0.1:1"], chaos_url, 1, "is not a primary"),
+        (["move-partition", *q, "0", "--to", "127.0.0.1:1"], chaos_url, 1, "is not a primary"),
         (
-            ["--move-partition", "7", "--to", f"127.0.0.1:{chaos_port}"],
+            ["move-partition", *q, "7", "--to", f"127.0.0.1:{chaos_port}"],
             chaos_url,
             1,
             "partitions 0-3",
         ),
-        (["--to", f"127.0.0.1:{chaos_port}"], chaos_url, 2, "go together"),
-        (["--nodes", "--even"], chaos_url, 2, "run them separately"),
-        (["--nodes"], standalone_url, 1, "single node"),
+        (["move-partition", *q, "0"], chaos_url, 2, "Missing option '--to'"),
+        (["nodes", *q], standalone_url, 1, "single node"),
+        # the old spelling's flags are checked as they were
+        ([*q, "--to", f"127.0.0.1:{chaos_port}"], chaos_url, 2, "go together"),
+        ([*q, "--nodes", "--even"], chaos_url, 2, "run them separately"),
     ]
-    for extra, url, code, message in cases:
-        out = runner.invoke(cli, ["rebalance", "--queue", queue, *extra, "--url", url])
-        assert out.exit_code == code and message in out.output, (extra, out.output)
+    for args, url, code, message in cases:
+        out = runner.invoke(cli, ["rebalance", *args, "--url", url])
+        assert out.exit_code == code and message in out.output, (args, out.output)
 
 
 # One primary stalled while the others must keep flowing ------------------------------------

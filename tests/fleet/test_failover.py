@@ -146,9 +146,9 @@ def test_bulk_producer_rides_out_a_partition_move(fresh: FreshCluster, queue: st
         for t in threads:
             t.start()
         time.sleep(random.uniform(0.5, 2.0))
-        source = slot_moves.plan_move(mover, queue, 0, slot_moves.primary_addresses(mover)[0])
+        source = slot_moves.prepare_move(mover, queue, 0, slot_moves.primary_addresses(mover)[0])
         target = next(a for a in slot_moves.primary_addresses(mover) if a != source.source)
-        result = slot_moves.move(mover, slot_moves.plan_move(mover, queue, 0, target))
+        result = slot_moves.move(mover, slot_moves.prepare_move(mover, queue, 0, target))
         assert result.keys_moved > 0
         calls_at_move = ledger.calls
         wait_for(lambda: ledger.calls > calls_at_move + 50, 30, "producers stalled")
@@ -290,8 +290,8 @@ def _durable_ok(client: Client, queue: str, job_id: str) -> bool:
 def test_the_inspector_and_the_operator_tools_ride_out_a_killed_primary_like_client_get(
     fresh: FreshCluster, queue: str
 ) -> None:
-    """Inspector.list_jobs, `shardq queue info` and `shardq owners` go through the same retry
-    layer as Client.get: started right after a primary is killed (its replica not promoted
+    """Inspector.list_jobs, `shardq queue info` and `shardq queue owners` go through the same
+    retry layer as Client.get: started right after a primary is killed (its replica not promoted
     yet), each waits the failover out and answers in full within retry_timeout; with a retry
     window shorter than the failover, the library calls give up with the same typed error."""
     from shardq.admin import owners
@@ -330,8 +330,8 @@ def test_the_inspector_and_the_operator_tools_ride_out_a_killed_primary_like_cli
             text=True, timeout=60,
         )),
         timed("owners", lambda: subprocess.run(
-            [*cli, "owners", "-q", queue, "--json"], env=env, capture_output=True, text=True,
-            timeout=60,
+            [*cli, "queue", "owners", "-q", queue, "--json"], env=env, capture_output=True,
+            text=True, timeout=60,
         )),
     ]  # fmt: skip
     os.kill(node_pid(fresh.base, victim, root=fresh.root), signal.SIGKILL)  # type: ignore[arg-type]

@@ -240,7 +240,7 @@ def test_paused_dispatcher_is_fenced_and_promotes_nothing(
 def test_owners_and_rebalance_cli_under_load(
     cluster_client: Client, cluster_url: str, queue: str
 ) -> None:
-    """`shardq owners`, `rebalance --drain` and `--even` move partitions under load: 0 lost."""
+    """`shardq queue owners`, `rebalance drain` and `even` move partitions under load: 0 lost."""
     partitions = 16
     n = 6_000
     cluster_client.create_queue(queue, partitions, ack_retention=3600)
@@ -268,14 +268,14 @@ def test_owners_and_rebalance_cli_under_load(
                     queue, [JobRequest("t", i, run_at=now + 0.5 + 6 * i / n) for i in range(n)]
                 )
             }
-            out = runner.invoke(cli, ["owners", "--queue", queue, "--url", cluster_url])
+            out = runner.invoke(cli, ["queue", "owners", "--queue", queue, "--url", cluster_url])
             assert out.exit_code == 0, out.output
             assert out.output.count("dispatcher:") == partitions
             target = lease_owners(cluster_client.redis, queue, partitions)[0]
             assert target is not None
             # Without --yes nothing changes.
             dry = runner.invoke(
-                cli, ["rebalance", "--queue", queue, "--url", cluster_url, "--drain", target]
+                cli, ["rebalance", "drain", "--queue", queue, "--url", cluster_url, target]
             )
             assert dry.exit_code == 0 and "add --yes" in dry.output
             assert target in lease_owners(cluster_client.redis, queue, partitions)
@@ -283,22 +283,22 @@ def test_owners_and_rebalance_cli_under_load(
                 cli,
                 [
                     "rebalance",
+                    "drain",
                     "--queue",
                     queue,
                     "--url",
                     cluster_url,
-                    "--drain",
                     target,
                     "--yes",
                     "--timeout",
-                    "20",
+                    "20s",
                 ],
             )
             assert done.exit_code == 0, done.output
             assert target not in lease_owners(cluster_client.redis, queue, partitions)
             undo = runner.invoke(
                 cli,
-                ["rebalance", "--queue", queue, "--url", cluster_url, "--undrain", target, "--yes"],
+                ["rebalance", "undrain", "--queue", queue, "--url", cluster_url, target, "--yes"],
             )
             assert undo.exit_code == 0, undo.output
             wait_for(
@@ -307,7 +307,7 @@ def test_owners_and_rebalance_cli_under_load(
                 "undrained dispatcher did not get its share back",
             )
             even = runner.invoke(
-                cli, ["rebalance", "--queue", queue, "--url", cluster_url, "--even", "--yes"]
+                cli, ["rebalance", "even", "--queue", queue, "--url", cluster_url, "--yes"]
             )
             assert even.exit_code == 0, even.output
             wait_for(lambda: len(runs.count()) >= n, 60, "not every job ran")
@@ -343,7 +343,7 @@ def test_even_revokes_above_fair_share(
             6 * LEASE,
             "fleet did not balance by itself",
         )
-        assert admin.even_plan(cluster_client, queue) == []
+        assert admin.excess_leases(cluster_client, queue) == []
         assert admin.spread(cluster_client, queue).even
     finally:
         stop_all(procs)

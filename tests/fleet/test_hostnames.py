@@ -6,7 +6,7 @@ URL by that name.
 The fleet serves it, rides out a killed primary and a moved partition under producer load
 (counted as the failover tests count), and every surface names each primary once, by the
 name the cluster announces: the client's slot map, the per-primary loops, the metrics' node
-label, `shardq stats` and the console.
+label, `shardq queue stats` and the console.
 """
 
 from __future__ import annotations
@@ -97,7 +97,7 @@ def test_every_primary_is_named_once_by_its_announced_name(named: FreshCluster, 
             assert role is not None
             assert set(role.transport.primaries()) == primaries, role.transport.primaries()
         wait_for(lambda: _metric_nodes(queue) == primaries, 30, lambda: _metric_nodes(queue))
-    out = CliRunner().invoke(cli, ["stats", "-q", queue, "--json", "--url", named.url])
+    out = CliRunner().invoke(cli, ["queue", "stats", "-q", queue, "--json", "--url", named.url])
     assert out.exit_code == 0, out.output
     assert {n["node"] for n in json.loads(out.stdout)["nodes"]} == primaries
     # the console's Redis nodes: each primary once, by name, never by its IP
@@ -145,10 +145,10 @@ def test_the_fleet_rides_out_a_killed_primary_and_a_moved_partition_on_named_nod
         failed_over_at = time.monotonic()
         restart_node(named.base, victim_port, root=named.root)  # back as a replica
         # then a partition of another primary moves, under the same load
-        source = slot_moves.plan_move(mover, queue, 1, slot_moves.primary_addresses(mover)[0])
+        source = slot_moves.prepare_move(mover, queue, 1, slot_moves.primary_addresses(mover)[0])
         target = next(a for a in slot_moves.primary_addresses(mover) if a != source.source)
         assert target.startswith(f"{NAME}:"), target
-        assert slot_moves.move(mover, slot_moves.plan_move(mover, queue, 1, target)).keys_moved
+        assert slot_moves.move(mover, slot_moves.prepare_move(mover, queue, 1, target)).keys_moved
         calls = ledger.calls
         wait_for(lambda: ledger.calls > calls + 50, 30, "producers stalled")
         stop.set()

@@ -81,9 +81,9 @@ def test_node_producer_rides_out_a_killed_primary_and_a_moved_partition(
             restart_node(fresh.base, victim, root=fresh.root)  # back as a replica
             time.sleep(random.uniform(0.5, 1.5))
             addresses = slot_moves.primary_addresses(client)
-            source = slot_moves.plan_move(client, queue, 1, addresses[0]).source
+            source = slot_moves.prepare_move(client, queue, 1, addresses[0]).source
             target = next(a for a in addresses if a != source)
-            moved = slot_moves.move(client, slot_moves.plan_move(client, queue, 1, target))
+            moved = slot_moves.move(client, slot_moves.prepare_move(client, queue, 1, target))
             assert moved.keys_moved > 0
             moved_at = time.monotonic()
             calls = ledger.calls

@@ -1,4 +1,4 @@
-"""`shardq rebalance --nodes --plan/--apply` on a cluster of the tests' own (the session block's
+"""`shardq rebalance plan` and `apply` on a cluster of the tests' own (the session block's
 chaos ports, as in test_chaos.py: the shared cluster never has a slot moved): every partition
 of a queue put on one primary, then planned and spread back under a producer, a dispatcher and
 a worker, counting every job."""
@@ -42,10 +42,10 @@ def placement_url(test_ports: TestPorts, tmp_path_factory: pytest.TempPathFactor
 
 
 def node_of(client: Client, queue: str, p: int, partitions: int = PARTITIONS) -> str:
-    """The primary serving partition ``p``, as the primaries themselves say (slots.plan_move):
+    """The primary serving partition ``p``, as the primaries themselves say (slots.prepare_move):
     not the client's slot map, which comes from whichever node answered CLUSTER SLOTS and
     lags a finished move by gossip (under load it reported 3/2/1 after an even 2/2/2)."""
-    return slots.plan_move(client, queue, p, slots.primary_addresses(client)[0]).source
+    return slots.prepare_move(client, queue, p, slots.primary_addresses(client)[0]).source
 
 
 def produce(client: Client, queue: str, ids: list[str], stop: threading.Event) -> None:
@@ -69,18 +69,7 @@ def produce(client: Client, queue: str, ids: list[str], stop: threading.Event) -
 def plan_json(runner: CliRunner, url: str, queue: str) -> dict[str, Any]:
     out = runner.invoke(
         cli,
-        [
-            "rebalance",
-            "--queue",
-            queue,
-            "--nodes",
-            "--plan",
-            "--by",
-            "bytes",
-            "--json",
-            "--url",
-            url,
-        ],
+        ["rebalance", "plan", "--queue", queue, "--by", "bytes", "--json", "--url", url],
     )
     assert out.exit_code == 0, out.output
     lines = out.stdout.splitlines()
@@ -99,7 +88,7 @@ def test_plan_and_apply_spread_a_queue_piled_on_one_primary_under_load(
     # Pile every partition on the first primary with the existing move.
     pile = primaries[0]
     for p in range(PARTITIONS):
-        plan = slots.plan_move(client, queue, p, pile)
+        plan = slots.prepare_move(client, queue, p, pile)
         if plan.needed:
             slots.move(client, plan)
     assert {node_of(client, queue, p) for p in range(PARTITIONS)} == {pile}
@@ -123,45 +112,46 @@ def test_plan_and_apply_spread_a_queue_piled_on_one_primary_under_load(
         and f"{PARTITIONS} partitions" in before["counted"]
     )
     assert len(before["moves"]) == 8 and {m["from"] for m in before["moves"]} == {pile}
-    assert {node_of(client, queue, p) for p in range(PARTITIONS)} == {pile}, "--plan moved"
+    assert {node_of(client, queue, p) for p in range(PARTITIONS)} == {pile}, "plan moved"
 
     runs = Runs()
     ids: list[str] = []
     stop = threading.Event()
-    mover = ["rebalance", "--queue", queue, "--nodes", "--url", url, "--by", "bytes"]
+    q = ["--queue", queue, "--url", url]
+    plan, apply = ["rebalance", "plan", *q], ["rebalance", "apply", *q, "--by", "bytes"]
     with Runner(url, queue, {"t": runs.add}):
         producer = threading.Thread(target=produce, args=(client, queue, ids, stop))
         producer.start()
         try:
             time.sleep(1.0)
-            shown = runner.invoke(cli, [*mover, "--plan"])
+            shown = runner.invoke(cli, [*plan, "--by", "bytes"])
             assert shown.exit_code == 0, shown.output
             assert "load counted: bytes" in shown.stdout and "plan: 8 move(s)" in shown.stdout
             assert "busiest/mean 3.0" in shown.stdout, shown.stdout
-            by_load = runner.invoke(cli, [*mover[:-2], "--plan"])  # --by load, the default
+            by_load = runner.invoke(cli, plan)  # --by load, the default
             assert by_load.exit_code == 0, by_load.output
             assert "load counted: % of the total: each slot's share of the jobs/s" in (
                 by_load.stdout
             )
-            load_json = runner.invoke(cli, [*mover[:-2], "--plan", "--json"])
+            load_json = runner.invoke(cli, [*plan, "--json"])
             assert load_json.exit_code == 0, load_json.output
             assert sum(json.loads(load_json.stdout)["before"].values()) == pytest.approx(100)
-            by_rate = runner.invoke(cli, [*mover[:-2], "--by", "rate", "--plan"])
+            by_rate = runner.invoke(cli, [*plan, "--by", "rate"])
             assert by_rate.exit_code == 0, by_rate.output
             assert "load counted: jobs/s (enqueued + promoted over 1 s)" in by_rate.stdout
-            rate_json = runner.invoke(cli, [*mover[:-2], "--by", "rate", "--plan", "--json"])
+            rate_json = runner.invoke(cli, [*plan, "--by", "rate", "--json"])
             assert rate_json.exit_code == 0, rate_json.output
             # The producer's ~190 jobs/s, enqueued then promoted: jobs/s, not millions.
             assert 0 < sum(json.loads(rate_json.stdout)["before"].values()) < 2000
-            dry = runner.invoke(cli, [*mover, "--apply"])
+            dry = runner.invoke(cli, apply)
             assert dry.exit_code == 0 and "add --yes" in dry.output, dry.output
             # A budget of 3 moves, then the rest: the second plan is what the first left.
-            first = runner.invoke(cli, [*mover, "--apply", "--yes", "--max-moves", "3"])
+            first = runner.invoke(cli, [*apply, "--yes", "--max-moves", "3"])
             assert first.exit_code == 0, first.output
             assert "done: 3 move(s)" in first.output and "5 left" in first.output, first.output
             middle = plan_json(runner, url, queue)
             assert len(middle["moves"]) == 5, middle
-            rest = runner.invoke(cli, [*mover, "--apply", "--yes"])
+            rest = runner.invoke(cli, [*apply, "--yes"])
             assert rest.exit_code == 0 and "done: 5 move(s)" in rest.output, rest.output
             producer.join(60)
             wait_for(lambda: len(runs.count()) >= LIVE, 60, "jobs lost across the moves")
@@ -191,8 +181,8 @@ def test_plan_and_apply_spread_a_queue_piled_on_one_primary_under_load(
 def test_a_half_done_move_is_named_with_the_command_that_finishes_it(
     placement_url: str, queue: str
 ) -> None:
-    """--plan refuses a slot left MIGRATING (a move that stopped half-way) and prints the
-    command that finishes it; after it, --plan plans; a stale move is refused by execute."""
+    """`rebalance plan` refuses a slot left MIGRATING (a move that stopped half-way) and prints
+    the command that finishes it; after it, it plans; a stale move is refused by execute."""
     url = placement_url
     partitions = 4
     client = Client.from_url(url)
@@ -205,15 +195,15 @@ def test_a_half_done_move_is_named_with_the_command_that_finishes_it(
     slot, source, target = moving.slot, moving.source, moving.target
 
     runner = CliRunner()
-    base = ["rebalance", "--queue", queue, "--nodes", "--url", url, "--by", "bytes"]
-    refused = runner.invoke(cli, [*base, "--plan"])
+    plan = ["rebalance", "plan", "--queue", queue, "--url", url, "--by", "bytes"]
+    refused = runner.invoke(cli, plan)
     assert refused.exit_code == 1, refused.output
-    finish = f"shardq rebalance --queue {queue} --move-partition 1 --to {target} --yes"
+    finish = f"shardq rebalance move-partition --queue {queue} 1 --to {target} --yes"
     assert f"slot {slot} (partition 1) is mid-move from {source} to {target}" in refused.output
     assert finish in refused.output, refused.output
     done = runner.invoke(cli, [*finish.split()[1:], "--url", url])
     assert done.exit_code == 0 and f"now lives on {target}" in done.output, done.output
-    planned = runner.invoke(cli, [*base, "--plan"])
+    planned = runner.invoke(cli, plan)
     assert planned.exit_code == 0 and "busiest/mean" in planned.output, planned.output
     assert all(client.get(queue, j) is not None for j in ids)
 
@@ -232,17 +222,24 @@ def test_plan_options_refuse_bad_input_with_what_to_do(
     with Client.from_url(standalone_url) as client:
         client.create_queue(queue, 4)
     runner = CliRunner()
-    base = ["rebalance", "--queue", queue, "--nodes"]
+    q = ["--queue", queue]
     for args, url, code, message in [
-        (["--plan", "--apply"], placement_url, 2, "pick one"),
-        (["--plan", "--move-partition", "0", "--to", "x:1"], placement_url, 2, "pick one"),
-        (["--apply", "--json"], placement_url, 2, "--json goes with --nodes --plan"),
-        (["--plan", "--tolerance", "-1"], placement_url, 2, "--tolerance"),
-        (["--plan", "--by", "cpu"], placement_url, 2, "--by"),
-        (["--apply", "--yes", "--max-moves", "0"], placement_url, 2, "--max-moves"),
-        (["--plan"], standalone_url, 1, "single node: there are no slots to move"),
+        (["plan", *q, "--tolerance", "-1"], placement_url, 2, "--tolerance"),
+        (["plan", *q, "--by", "cpu"], placement_url, 2, "--by"),
+        (["apply", *q, "--yes", "--max-moves", "0"], placement_url, 2, "--max-moves"),
+        (["apply", *q, "--json"], placement_url, 2, "No such option '--json'"),
+        (["plan", *q], standalone_url, 1, "single node: there are no slots to move"),
+        # the old spelling's flags are checked as they were
+        ([*q, "--nodes", "--plan", "--apply"], placement_url, 2, "pick one"),
+        (
+            [*q, "--nodes", "--plan", "--move-partition", "0", "--to", "x:1"],
+            placement_url,
+            2,
+            "pick one",
+        ),
+        ([*q, "--nodes", "--apply", "--json"], placement_url, 2, "--json goes with"),
     ]:
-        out = runner.invoke(cli, [*base, *args, "--url", url])
+        out = runner.invoke(cli, ["rebalance", *args, "--url", url])
         assert out.exit_code == code and message in out.output, (args, out.output)
 
 
@@ -252,16 +249,16 @@ def test_apply_stops_at_the_first_error_saying_what_was_done_and_what_is_left(
     """A real refusal mid-plan: a user with the admin's rules but RESTORE-ASKING, which the
     target runs for the source's MIGRATE (the check before a move asks about MIGRATE and
     SETSLOT themselves, which this user has; a move missing those is refused before it starts:
-    tests/integration/test_managed.py); --apply stops at the first move with one line (done 0,
-    left N), the half-done slot is named by the next --plan with its command, and after that
-    the plan runs to the end."""
+    tests/integration/test_managed.py); `rebalance apply` stops at the first move with one line
+    (done 0, left N), the half-done slot is named by the next `rebalance plan` with its command,
+    and after that the plan runs to the end."""
     url = placement_url
     partitions = 6
     client = Client.from_url(url)
     client.create_queue(queue, partitions)
     pile = slots.primary_addresses(client)[0]
     for p in range(partitions):
-        plan = slots.plan_move(client, queue, p, pile)
+        plan = slots.prepare_move(client, queue, p, pile)
         if plan.needed:
             slots.move(client, plan)
     # One by one: even bytes per partition, so the bytes plan spreads partitions 2/2/2.
@@ -272,17 +269,20 @@ def test_apply_stops_at_the_first_error_saying_what_was_done_and_what_is_left(
     for node in nodes:
         node.execute_command("ACL", "SETUSER", name, *rules, "on", f">pw-{name}")
     runner = CliRunner()
-    base = ["rebalance", "--queue", queue, "--nodes", "--by", "bytes"]
+    q = ["--queue", queue, "--by", "bytes"]
     try:
-        planned = json.loads(runner.invoke(cli, [*base, "--plan", "--json", "--url", url]).stdout)
+        planned = json.loads(
+            runner.invoke(cli, ["rebalance", "plan", *q, "--json", "--url", url]).stdout
+        )
         total = len(planned["moves"])
         assert total >= 3, planned
         first = planned["moves"][0]
         out = runner.invoke(
             cli,
             [
-                *base,
-                "--apply",
+                "rebalance",
+                "apply",
+                *q,
                 "--yes",
                 "--url",
                 url,
@@ -305,12 +305,12 @@ def test_apply_stops_at_the_first_error_saying_what_was_done_and_what_is_left(
     finally:
         for node in nodes:
             node.execute_command("ACL", "DELUSER", name)
-    refused = runner.invoke(cli, [*base, "--plan", "--url", url])
+    refused = runner.invoke(cli, ["rebalance", "plan", *q, "--url", url])
     assert refused.exit_code == 1 and "is mid-move" in refused.output, refused.output
     finish = refused.output.split("finish it with `", 1)[1].split("`", 1)[0]
     done = runner.invoke(cli, [*finish.split()[1:], "--url", url])
     assert done.exit_code == 0, done.output
-    rest = runner.invoke(cli, [*base, "--apply", "--yes", "--url", url])
+    rest = runner.invoke(cli, ["rebalance", "apply", *q, "--yes", "--url", url])
     assert rest.exit_code == 0 and f"done: {total - 1} move(s)" in rest.output, rest.output
     # The plan ran to the end: the partitions are spread evenly.
     per_node = Counter(node_of(client, queue, p, partitions) for p in range(partitions))

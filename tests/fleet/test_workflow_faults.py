@@ -356,9 +356,9 @@ def move_slots(client: Client, queue: str, created: list[str]) -> list[str]:
     moved = []
     partition = random.randrange(PARTITIONS)
     addresses = slot_moves.primary_addresses(client)
-    source = slot_moves.plan_move(client, queue, partition, addresses[0]).source
+    source = slot_moves.prepare_move(client, queue, partition, addresses[0]).source
     target = random.choice([a for a in addresses if a != source])
-    result = slot_moves.move(client, slot_moves.plan_move(client, queue, partition, target))
+    result = slot_moves.move(client, slot_moves.prepare_move(client, queue, partition, target))
     assert result.keys_moved > 0
     moved.append(f"partition {partition} -> {target}")
     if created:
@@ -368,7 +368,7 @@ def move_slots(client: Client, queue: str, created: list[str]) -> list[str]:
         manager.initialize()
         node = manager.get_node_from_slot(slot)
         source = f"{node.host}:{node.port}"
-        plan = slot_moves.plan_move(client, queue, partition, target)
+        plan = slot_moves.prepare_move(client, queue, partition, target)
         target = random.choice([a for a in addresses if a != source])
         batch_plan = replace(plan, slot=slot, source=source, target=target, in_progress=False)
         slot_moves.move(client, batch_plan)

@@ -236,7 +236,7 @@ def test_only_the_operator_sets_flags_and_the_stats_hash_holds_none(
     from redis.exceptions import NoPermissionError
 
     from shardq.errors import NotPermittedError
-    from shardq.store import inspect, keys
+    from shardq.store import inspection, keys
 
     client = cluster_client
     client.create_queue(queue, 1)
@@ -248,17 +248,17 @@ def test_only_the_operator_sets_flags_and_the_stats_hash_holds_none(
         with pytest.raises(NoPermissionError):
             r.hset(pk.ctl, "paused", "1")
         with pytest.raises(NotPermittedError, match="shardq-operator"):
-            SyncTransport(r).run(inspect.pause(pk, True))
+            SyncTransport(r).run(inspection.pause(pk, True))
         with pytest.raises(NotPermittedError):
             Client(r).set_lanes(queue, True)
     client.enqueue(queue, "t", {"n": 1})
     assert _deliverable(client, pk) == (0, 1)  # not paused; no lane: straight to the stream
-    assert role_clients["operator"].transport.run(inspect.pause(pk, True))
+    assert role_clients["operator"].transport.run(inspection.pause(pk, True))
     client.enqueue(queue, "t", {"n": 2})
     assert _deliverable(client, pk) == (0, 0)
-    snap = client.transport.run(inspect.partition_stats(pk, "n"))
+    snap = client.transport.run(inspection.partition_stats(pk, "n"))
     assert snap.paused and not snap.lanes and snap.counters.get("lanes") is None
-    assert role_clients["admin"].transport.run(inspect.pause(pk, False))
+    assert role_clients["admin"].transport.run(inspection.pause(pk, False))
     assert _deliverable(client, pk) == (0, 1)
 
 
@@ -423,7 +423,7 @@ def test_a_queue_from_before_the_control_hash_keeps_its_flags_until_upgraded(
     from click.testing import CliRunner
 
     from shardq.cli import main as cli
-    from shardq.store import inspect, keys
+    from shardq.store import inspection, keys
 
     client, op_r = cluster_client, role_clients["operator"].redis
     partitions = 2
@@ -431,13 +431,13 @@ def test_a_queue_from_before_the_control_hash_keeps_its_flags_until_upgraded(
     _make_legacy(client, queue, partitions)
     pk0, pk1 = keys.all_partition_keys(queue, partitions)
     client.redis.hset(pk0.stats, "paused", "1")  # as an older shardq's pause wrote it
-    assert SyncTransport(op_r).run(inspect.lanes(pk1, True))  # written where its readers look
+    assert SyncTransport(op_r).run(inspection.lanes(pk1, True))  # written where its readers look
     assert client.redis.hget(pk1.stats, "lanes") == b"1" and not client.redis.exists(pk1.ctl)
     job0 = client.enqueue(queue, "t", 0, job_id=_id_in(0, partitions))
     job1 = client.enqueue(queue, "t", 1, job_id=_id_in(1, partitions))
     assert client.redis.zcard(pk1.lane) == 1  # lanes on: the due job waits in the lane
     assert _deliverable(client, pk0) == (0, 0)  # paused
-    assert client.transport.run(inspect.partition_stats(pk0, "n")).paused
+    assert client.transport.run(inspection.partition_stats(pk0, "n")).paused
 
     url = cluster_url
     out = CliRunner().invoke(cli, ["queue", "upgrade", "-q", queue, "--url", url])
@@ -451,7 +451,7 @@ def test_a_queue_from_before_the_control_hash_keeps_its_flags_until_upgraded(
     assert _deliverable(client, pk0) == (0, 0)
     fetched = client.transport.run(delivery_fetch(pk1))
     assert [j.raw_id.decode() for j in fetched.jobs] == [job1]  # from the lane, not paused
-    assert SyncTransport(op_r).run(inspect.pause(pk0, False))
+    assert SyncTransport(op_r).run(inspection.pause(pk0, False))
     assert _deliverable(client, pk0) == (0, 1)
     assert client.get(queue, job0) is not None
     again = CliRunner().invoke(cli, ["queue", "upgrade", "-q", queue, "--url", url])

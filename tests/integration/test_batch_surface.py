@@ -171,17 +171,22 @@ def test_batch_list_newest_first_table_and_json(made: dict[str, str], url: str, 
 
 def test_batch_cancel_text_json_and_again(made: dict[str, str], url: str, queue: str) -> None:
     u = ["--url", url]
-    said = ok("batch", "cancel", "-q", queue, "nightly-1", *u).strip()
+    refused = assert_one_line_error(run("batch", "cancel", "-q", queue, "nightly-1", *u), 2)
+    assert "cancels its waiting children: add --yes" in refused  # and nothing changed:
+    assert json.loads(ok("batch", "get", "-q", queue, "nightly-1", "--json", *u))["state"] == (
+        "running"
+    )
+    said = ok("batch", "cancel", "-q", queue, "nightly-1", "--yes", *u).strip()
     assert said == (
         f"batch nightly-1 in {queue}: cancelled (was running), 5 waiting children cancelled, "
         "0 running (they end as they will)"
     )
-    again = ok("batch", "cancel", "-q", queue, "nightly-1", *u).strip()
+    again = ok("batch", "cancel", "-q", queue, "nightly-1", "--yes", *u).strip()
     assert "had already been cancelled (state kept)" in again and "0 waiting children" in again
     data = json.loads(ok("batch", "get", "-q", queue, "nightly-1", "--json", *u))
     assert (data["state"], data["cancelled"], data["pending"]) == ("cancelled", 5, 0)
     assert data["ttl_ms"] is not None and data["fires_pending"] == []
-    out = json.loads(ok("batch", "cancel", "-q", queue, made["chain"], "--json", *u))
+    out = json.loads(ok("batch", "cancel", "-q", queue, made["chain"], "--json", "--yes", *u))
     # (a chain's cancel cancels its waiting step and counts the step never enqueued)
     assert out == {
         "batch_id": made["chain"],
@@ -191,7 +196,7 @@ def test_batch_cancel_text_json_and_again(made: dict[str, str], url: str, queue:
     }
     chain = json.loads(ok("batch", "get", "-q", queue, made["chain"], "--json", *u))
     assert (chain["state"], chain["cancelled"], chain["pending"]) == ("cancelled", 2, 0)
-    done = json.loads(ok("batch", "cancel", "-q", queue, made["empty"], "--json", *u))
+    done = json.loads(ok("batch", "cancel", "-q", queue, made["empty"], "--json", "--yes", *u))
     assert done["was"] == "succeeded" and done["cancelled_children"] == 0
     assert json.loads(ok("batch", "get", "-q", queue, made["empty"], "--json", *u))["state"] == (
         "succeeded"
@@ -203,14 +208,18 @@ def test_unknown_and_invalid_ids_and_queues(made: dict[str, str], url: str, queu
     line = assert_one_line_error(run("batch", "get", "-q", queue, "no-such-batch", *u))
     assert "batch 'no-such-batch' not found in " + queue in line and "shardq batch list" in line
     assert_one_line_error(run("batch", "get", "-q", queue, "no-such-batch", "--json", *u))
-    line = assert_one_line_error(run("batch", "cancel", "-q", queue, "no-such-batch", *u))
+    line = assert_one_line_error(run("batch", "cancel", "-q", queue, "no-such-batch", "--yes", *u))
     assert "no batch 'no-such-batch'" in line and "BatchNotFoundError" not in line
     for bad in ("has space", "x" * 65, "a~b", "a~1~2~3~4", "a|1"):
         result = run("batch", "get", "-q", queue, bad, *u)
         assert_one_line_error(result, 2)
         assert "1-64 characters" in result.stderr, result.stderr
     other = queue + "-none"
-    for args in (["get", "-q", other, "x"], ["list", "-q", other], ["cancel", "-q", other, "x"]):
+    for args in (
+        ["get", "-q", other, "x"],
+        ["list", "-q", other],
+        ["cancel", "-q", other, "x", "--yes"],
+    ):
         line = assert_one_line_error(run("batch", *args, *u))
         assert f"shardq queue create --queue {other}" in line, line
 

@@ -21,7 +21,7 @@ from shardq.client import Client
 from shardq.config import ProducerSettings
 from shardq.errors import JobRunningError
 from shardq.jobs import Job
-from shardq.store import delivery, inspect, keys, producer
+from shardq.store import delivery, inspection, keys, producer
 from shardq.store.transport import SyncTransport
 
 PARTITIONS = 2
@@ -136,7 +136,7 @@ def test_a_read_goes_past_cancelled_entries_within_its_bound(
         assert client.cancel(queue, job_id)
     voided = int(r.hget(pk.stats, "voided"))
     assert voided == 149
-    assert run(inspect.partition_stats(pk, "")).ready == 1
+    assert run(inspection.partition_stats(pk, "")).ready == 1
     reads = 0
     while True:
         batch = run(delivery.fetch(pk, "c1", 1))
@@ -147,7 +147,7 @@ def test_a_read_goes_past_cancelled_entries_within_its_bound(
         left = int(r.hget(pk.stats, "voided"))
         assert 1 <= voided - left <= 100
         voided = left
-        assert run(inspect.partition_stats(pk, "")).ready == 1
+        assert run(inspection.partition_stats(pk, "")).ready == 1
     assert [j.raw_id.decode() for j in batch.jobs] == [ids[-1]] and not batch.more
     assert 2 <= reads <= 149
     assert int(r.hget(pk.stats, "voided") or 0) == 0
@@ -156,4 +156,4 @@ def test_a_read_goes_past_cancelled_entries_within_its_bound(
     # Dropped entries are acknowledged, not deleted: the group's lag stays known.
     [group] = r.xinfo_groups(pk.ready)
     assert group["lag"] == 0 and group["pending"] == 1
-    assert run(inspect.partition_stats(pk, "")).ready == 0
+    assert run(inspection.partition_stats(pk, "")).ready == 0

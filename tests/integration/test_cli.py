@@ -45,6 +45,101 @@ def test_unknown_queue_is_exit_1_with_the_cli_command(cluster_url: str, queue: s
     assert "client." not in line and "UnknownQueueError" not in line
 
 
+# the grammar: old spellings, --yes ---------------------------------------------------------------
+
+
+def _commands_in_help(text: str) -> set[str]:
+    """The command names a group's --help lists."""
+    listed = text.split("Commands:", 1)[1].splitlines()
+    return {line.split()[0] for line in listed if line.startswith("  ") and line.strip()}
+
+
+def test_old_spellings_run_their_new_command_and_say_so(
+    cluster_client: Client, cluster_url: str, queue: str
+) -> None:
+    """Scripts written for the flat commands go on working: each old spelling runs its new
+    command (the same output on stdout) after one line on stderr naming the new one, and the
+    help lists only the new ones."""
+    cluster_client.create_queue(queue, 2)
+    u = ["-q", queue, "--url", cluster_url]
+    for old, new in (
+        (["owners", *u, "--json"], ["queue", "owners", *u, "--json"]),
+        (["health", *u, "--json"], ["redis", "check", *u, "--json"]),
+        (["rebalance", *u], ["rebalance", "leases", *u]),
+        (["rebalance", *u, "--even"], ["rebalance", "even", *u]),
+        (["rebalance", *u, "--drain", "nobody"], ["rebalance", "drain", *u, "nobody"]),
+    ):
+        was, now = run(*old), run(*new)
+        assert (was.exit_code, was.stdout) == (now.exit_code, now.stdout), (old, was.output)
+        notes = was.stderr.splitlines()
+        assert notes[0].startswith("note: `shardq ") and "is now `shardq " in notes[0], notes
+        assert now.stderr.splitlines()[:1] == notes[1:2], (now.stderr, notes)  # nothing else
+    made = run("enqueue", *u, "t", "--json")
+    assert made.exit_code == 0 and json.loads(made.stdout)["created"] is True
+    assert "`shardq enqueue` is now `shardq job enqueue`" in made.stderr
+    said = run("stats", *u, "--json", "--window", "0")
+    assert said.exit_code == 0 and json.loads(said.stdout)["queue"]["queue"] == queue
+    assert "`shardq stats` is now `shardq queue stats`" in said.stderr
+    shown = _commands_in_help(ok("--help"))
+    assert {"job", "queue", "rebalance", "redis"} <= shown
+    assert not shown & {"enqueue", "stats", "owners", "health", "demo", "dev"}, shown
+    assert "retry-dead" not in _commands_in_help(ok("queue", "--help"))
+    # `queue retry-dead` is `dlq replay --all`: a script that left --yes out fails, loudly
+    assert_one_line_error(run("queue", "retry-dead", *u), 2)
+    replayed = run("queue", "retry-dead", *u, "--yes")
+    assert replayed.exit_code == 0 and "replayed 0 dead jobs" in replayed.stderr
+    assert "is now `shardq dlq replay --all`" in replayed.stderr
+    emptied = run("queue", "empty", *u, "--state", "dead", "--yes")
+    assert emptied.exit_code == 0 and "is now `shardq dlq purge --all`" in emptied.stderr
+
+
+def test_a_resize_moves_jobs_only_with_yes(
+    cluster_client: Client, cluster_url: str, queue: str
+) -> None:
+    cluster_client.create_queue(queue, 2)
+    job_id = cluster_client.enqueue(queue, "t", None, delay=600)
+    u = ["-q", queue, "--url", cluster_url]
+    line = assert_one_line_error(run("queue", "resize", *u, "--partitions", "3"), 2)
+    assert "moves every waiting job" in line and "add --yes" in line
+    assert cluster_client.layout(queue).partitions == 2  # nothing started
+    assert "resize done" in ok("queue", "resize", *u, "--partitions", "3", "--yes")
+    assert cluster_client.layout(queue).partitions == 3
+    assert cluster_client.get(queue, job_id) is not None
+
+
+def test_dlq_replay_of_one_type(cluster_client: Client, cluster_url: str, queue: str) -> None:
+    """`dlq replay --all --type T` (what `queue retry-dead --type T` did): only that type's
+    dead jobs, and only with --yes."""
+    cluster_client.create_queue(queue, 2)
+    dead = {t: cluster_client.enqueue(queue, t, None) for t in ("a", "b")}
+    with Runner(cluster_url, queue, dict.fromkeys(dead, _fail)):
+        wait_for(
+            lambda: all(_state(cluster_client, queue, j) == "dead" for j in dead.values()),
+            scaled(20),
+            "the jobs did not go dead",
+        )
+    u = ["-q", queue, "--url", cluster_url]
+    assert "would replay every dead job of type a" in ok(
+        "dlq", "replay", *u, "--all", "--type", "a"
+    )
+    assert _state(cluster_client, queue, dead["a"]) == "dead"
+    assert "replayed 1 dead job(s) of type a" in ok(
+        "dlq", "replay", *u, "--all", "--type", "a", "--yes"
+    )
+    assert _state(cluster_client, queue, dead["a"]) != "dead"
+    assert _state(cluster_client, queue, dead["b"]) == "dead"
+    assert_one_line_error(run("dlq", "replay", *u, dead["b"], "--type", "b", "--yes"), 2)
+
+
+def _fail(job: Any) -> None:
+    raise PermanentError("no")
+
+
+def _state(client: Client, queue: str, job_id: str) -> str | None:
+    info = client.get(queue, job_id)
+    return None if info is None else info.state
+
+
 # producer commands -----------------------------------------------------------------------------
 
 
@@ -64,7 +159,7 @@ def test_queue_create_list_and_json(cluster_url: str, queue: str) -> None:
 def test_queue_from_the_environment(cluster_url: str, queue: str) -> None:
     env = {"SHARDQ_QUEUE": queue, "SHARDQ_REDIS_URL": cluster_url}
     assert run("queue", "create", "--partitions", "2", env=env).exit_code == 0
-    result = run("enqueue", "t", "--json", env=env)
+    result = run("job", "enqueue", "t", "--json", env=env)
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["created"] is True
 
@@ -73,7 +168,7 @@ def test_enqueue_reports_dedup_and_takes_every_client_option(
     cluster_client: Client, cluster_url: str, queue: str
 ) -> None:
     cluster_client.create_queue(queue, 4)
-    args = ["enqueue", "-q", queue, "mail.send", "--url", cluster_url, "--json"]
+    args = ["job", "enqueue", "-q", queue, "mail.send", "--url", cluster_url, "--json"]
     opts = [
         "--payload",
         '{"to": "a@example.com"}',
@@ -134,7 +229,18 @@ def test_enqueue_durable_flag(cluster_client: Client, cluster_url: str, queue: s
         waits = _waits(primary)
         row = json.loads(
             ok(
-                *("enqueue", "-q", queue, "t", "--job-id", job_id, "--json", "--url", cluster_url),
+                *(
+                    "job",
+                    "enqueue",
+                    "-q",
+                    queue,
+                    "t",
+                    "--job-id",
+                    job_id,
+                    "--json",
+                    "--url",
+                    cluster_url,
+                ),
                 *("--durable", "--durable-timeout", "2"),
             )
         )
@@ -163,7 +269,7 @@ def test_enqueue_durable_that_cannot_be_confirmed_says_so(
         client.create_queue(queue, 2)
         line = assert_one_line_error(
             run(
-                *("enqueue", "-q", queue, "t", "--job-id", "j-1", "--url", url),
+                *("job", "enqueue", "-q", queue, "t", "--job-id", "j-1", "--url", url),
                 *("--durable", "--durable-timeout", "0.3", "--durable-replicas", str(asked)),
             )
         )
@@ -179,7 +285,7 @@ def test_enqueue_past_time_says_the_flag(
     cluster_client.create_queue(queue, 2)
     past = "2001-01-01T00:00:00Z"
     line = assert_one_line_error(
-        run("enqueue", "-q", queue, "t", "--at", past, "--url", cluster_url)
+        run("job", "enqueue", "-q", queue, "t", "--at", past, "--url", cluster_url)
     )
     assert "--past-tolerance" in line and "past_tolerance" not in line and "delay=" not in line
 
@@ -264,10 +370,10 @@ def test_stats_owners_health_functions(
     cluster_client.create_queue(queue, 4)
     cluster_client.enqueue(queue, "t", None, delay=60)
     q = ["-q", queue, "--url", cluster_url]
-    data = json_lines(ok("stats", *q, "--json", "--window", "0.1"))
+    data = json_lines(ok("queue", "stats", *q, "--json", "--window", "0.1"))
     assert len(data) == 1 and data[0]["queue"]["due"] == 1
-    assert "hottest partitions" in ok("stats", *q, "--window", "0.1")
-    rows = json_lines(ok("owners", *q, "--json"))
+    assert "hottest partitions" in ok("queue", "stats", *q, "--window", "0.1")
+    rows = json_lines(ok("queue", "owners", *q, "--json"))
     assert [r["partition"] for r in rows] == ["0", "1", "2", "3"]  # names (g1.0 once resized)
     assert set(rows[0]) == {
         "partition",
@@ -279,9 +385,9 @@ def test_stats_owners_health_functions(
         "malformed",  # lease fields that are not numbers in range (none here)
     }
     assert rows[0]["malformed"] == {}
-    table = ok("owners", *q).splitlines()
+    table = ok("queue", "owners", *q).splitlines()
     assert table[0].split()[:2] == ["partition", "token"] and len(table) == 5
-    health = json.loads(ok("health", *q, "--json"))
+    health = json.loads(ok("redis", "check", *q, "--json"))
     assert health["ok"] is True and health["queue"] == queue
     status = json.loads(ok("functions", "status", "--json", "--url", cluster_url))
     assert status["nodes"] and all(status["nodes"].values())
@@ -292,7 +398,18 @@ def test_stats_watch_plain_output_and_ctrl_c_exits_0(
 ) -> None:
     cluster_client.create_queue(queue, 2)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "shardq.cli", "stats", "-q", queue, "--watch", "--window", "0.1"],
+        [
+            sys.executable,
+            "-m",
+            "shardq.cli",
+            "queue",
+            "stats",
+            "-q",
+            queue,
+            "--watch",
+            "--window",
+            "0.1",
+        ],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -378,7 +495,7 @@ def test_inspector_commands(cluster_client: Client, cluster_url: str, queue: str
     assert_one_line_error(run("queue", "cancel", *u, "--type", "b"), 2)  # no --yes
     cancelled = run("queue", "cancel", *u, "--type", "b", "--yes")
     assert cancelled.exit_code == 0 and "cancelled 15 jobs" in cancelled.output
-    assert "replayed 0 dead jobs" in run("queue", "retry-dead", *u).output
+    assert "replayed 0 job(s)" in ok("dlq", "replay", *u, "--all", "--yes")
     assert_one_line_error(run("queue", "empty", *u, "--state", "scheduled"), 2)
     emptied = run("queue", "empty", *u, "--state", "scheduled", "--yes")
     assert (

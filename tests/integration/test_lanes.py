@@ -29,7 +29,7 @@ from shardq.cli import main as cli
 from shardq.client import Client
 from shardq.errors import InvalidJobError, JobNotScheduledError, LanesOffError
 from shardq.jobs import Job
-from shardq.store import delivery, inspect, keys, meta
+from shardq.store import delivery, inspection, keys, meta
 
 
 def _lanes_queue(client: Client, queue: str, partitions: int = 1) -> None:
@@ -124,7 +124,7 @@ def test_levels_share_deliveries_6_3_1_and_a_high_job_jumps_the_backlog(
     assert [i for i in first if i[0] == "n"] == [f"n{i:04d}" for i in range(n_first, n_first + 30)]
     # Lane jobs count as ready (undelivered) in the partition's stats.
     pk = keys.partition_keys(queue, 0, 1)
-    snap = client.transport.run(inspect.partition_stats(pk, "n"))
+    snap = client.transport.run(inspection.partition_stats(pk, "n"))
     assert snap.ready == 901 - 112 and snap.lanes
     # Nothing of the ready stream is undelivered: the lane feeds it on demand.
     assert client.redis.xlen(pk.ready) == 112
@@ -250,7 +250,7 @@ def test_cli_turns_lanes_on_and_enqueues_and_shows_priority_and_tenant(
     runner = CliRunner()
     client.create_queue(queue, 2)
     base = ["--url", url]
-    r = runner.invoke(cli, [*base, "enqueue", "-q", queue, "t", "--priority", "high"])
+    r = runner.invoke(cli, [*base, "job", "enqueue", "-q", queue, "t", "--priority", "high"])
     assert r.exit_code == 1 and "lanes off" in r.output, r.output
     r = runner.invoke(cli, [*base, "queue", "lanes", "-q", queue, "--on"])
     assert r.exit_code == 0 and "2 of 2" in r.output, r.output
@@ -258,6 +258,7 @@ def test_cli_turns_lanes_on_and_enqueues_and_shows_priority_and_tenant(
         cli,
         [
             *base,
+            "job",
             "enqueue",
             "-q",
             queue,
@@ -280,7 +281,7 @@ def test_cli_turns_lanes_on_and_enqueues_and_shows_priority_and_tenant(
     assert r.exit_code == 0 and "lanes on in 2 of 2 partitions" in r.output, r.output
     r = runner.invoke(cli, [*base, "queue", "lanes", "-q", queue])
     assert r.exit_code == 0 and "lanes on" in r.output, r.output
-    r = runner.invoke(cli, [*base, "stats", "-q", queue, "--json"])
+    r = runner.invoke(cli, [*base, "queue", "stats", "-q", queue, "--json"])
     assert r.exit_code == 0, r.output
     summary = json.loads(r.output)["queue"]
     assert summary["lanes_partitions"] == 2 and "lanes" not in summary["counters"], summary

@@ -27,7 +27,7 @@ from support.helpers import Runs, scaled, wait_for
 from support.procs import Proc
 
 from shardq.cli import main as cli
-from shardq.cli.options import scrub_argv
+from shardq.cli.connection import scrub_argv
 from shardq.client import Client
 from shardq.config import RedisSettings, redact_url, split_credentials
 from shardq.connection import connect_async
@@ -74,21 +74,21 @@ def test_cli_output_and_errors_never_show_the_password(user: User, queue: str) -
     unreachable = f"redis://{user.name}:{user.secret}@127.0.0.1:1"
     # (each command with its exit code: 0 done, 1 one error line, 2 a usage error)
     runs = [
-        (0, ("health", "--url", user.url)),
-        (1, ("health", "--url", user.wrong_url)),
-        (1, ("health", "--queue", queue, "--url", user.url)),  # no such queue yet
-        (1, ("health", "--url", unreachable)),
-        (2, ("health", "--url", f"redis://{user.name}:{user.secret}@127.0.0.1:notaport")),
-        (2, ("health", "--url", f"http://{user.name}:{user.secret}@127.0.0.1:1")),
+        (0, ("redis", "check", "--url", user.url)),
+        (1, ("redis", "check", "--url", user.wrong_url)),
+        (1, ("redis", "check", "--queue", queue, "--url", user.url)),  # no such queue yet
+        (1, ("redis", "check", "--url", unreachable)),
+        (2, ("redis", "check", "--url", f"redis://{user.name}:{user.secret}@127.0.0.1:notaport")),
+        (2, ("redis", "check", "--url", f"http://{user.name}:{user.secret}@127.0.0.1:1")),
         (0, ("queue", "list", "--url", user.url)),
         (1, ("queue", "list", "--url", user.wrong_url)),
         (0, ("queue", "create", "--queue", queue, "--partitions", "2", "--url", user.url)),
-        (0, ("stats", "--queue", queue, "--url", user.url)),
+        (0, ("queue", "stats", "--queue", queue, "--url", user.url)),
         (1, ("job", "get", "--queue", queue, "nope", "--url", user.url)),
-        (0, ("health", "--url", f"redis://{user.hostport}", "--password", user.secret)),
+        (0, ("redis", "check", "--url", f"redis://{user.hostport}", "--password", user.secret)),
         # no user name: the default user, which has no password, so any password will do
-        (0, ("health", "--url", f"redis://{user.hostport}", "--password", user.wrong)),
-        (2, ("enqueue", "--queue", queue, "t", "--payload", "{bad", "--url", user.url)),
+        (0, ("redis", "check", "--url", f"redis://{user.hostport}", "--password", user.wrong)),
+        (2, ("job", "enqueue", "--queue", queue, "t", "--payload", "{bad", "--url", user.url)),
     ]
     for code, args in runs:
         done = _cli(*args)
@@ -96,20 +96,20 @@ def test_cli_output_and_errors_never_show_the_password(user: User, queue: str) -
         assert "Traceback" not in done.stderr, done.stderr
         assert done.returncode == code, (args[:2], done.returncode, done.stderr)
     # A password on the command line is warned about, and the call still works.
-    assert "visible to every user" in _cli("health", "--url", user.url).stderr
+    assert "visible to every user" in _cli("redis", "check", "--url", user.url).stderr
 
 
 def test_password_from_the_environment_or_a_file_gives_no_warning(
     user: User, tmp_path: Path
 ) -> None:
     url = f"redis://{user.name}@{user.hostport}"
-    done = _cli("health", "--url", url, env={"SHARDQ_REDIS_PASSWORD": user.secret})
+    done = _cli("redis", "check", "--url", url, env={"SHARDQ_REDIS_PASSWORD": user.secret})
     assert done.returncode == 0 and "visible" not in done.stderr, done.stderr
     secret_file = tmp_path / "password"
     secret_file.write_text(user.secret + "\n")
-    done = _cli("health", "--url", url, "--password-file", str(secret_file))
+    done = _cli("redis", "check", "--url", url, "--password-file", str(secret_file))
     assert done.returncode == 0 and "visible" not in done.stderr, done.stderr
-    done = _cli("health", "--url", url, "--password-file", str(tmp_path / "missing"))
+    done = _cli("redis", "check", "--url", url, "--password-file", str(tmp_path / "missing"))
     assert done.returncode == 2 and "cannot read" in done.stderr, done.stderr
 
 
@@ -288,7 +288,7 @@ def test_no_url_shape_shows_its_password_in_settings_errors_or_argv(case: UrlCas
     is a valid Redis URL, the password reaches the settings exactly as written."""
     url, password, segments, _ = case
     _assert_hidden(segments, redact_url(url), "redact_url")
-    cleaned, found = scrub_argv(["health", "--url", url])
+    cleaned, found = scrub_argv(["redis", "check", "--url", url])
     _, found_eq = scrub_argv([f"--url={url}"])
     assert found == found_eq
     query = "password=" in url
@@ -356,7 +356,11 @@ def test_cli_never_shows_a_url_password_of_any_shape(standalone_url: str, data: 
     try:
         admin.create_queue(queue, 1)
         with _acl_user_of(admin, case):
-            for args in (["health"], ["queue", "info", "-q", queue], ["enqueue", "-q", queue, "t"]):
+            for args in (
+                ["redis", "check"],
+                ["queue", "info", "-q", queue],
+                ["job", "enqueue", "-q", queue, "t"],
+            ):
                 for how in ("argv", "env"):
                     if how == "argv":
                         done = runner.invoke(cli, [*args, "--url", case.url])

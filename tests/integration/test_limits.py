@@ -175,7 +175,7 @@ def test_cli_limit_set_list_remove_and_enqueue_with_a_limit_key(
     assert "key:api.example.com" in listed.output and "1 per 6000 ms" in listed.output
     as_json = cli_run("limit", "list", "-q", queue, "--json")
     assert '"rate":10' in as_json.output.replace(" ", "")
-    made = cli_run("enqueue", "-q", queue, "t", "--limit-key", "api.example.com", "--json")
+    made = cli_run("job", "enqueue", "-q", queue, "t", "--limit-key", "api.example.com", "--json")
     assert made.exit_code == 0, made.output
     job_id = json.loads(made.output)["job_id"]
     shown = cli_run("job", "get", "-q", queue, job_id)

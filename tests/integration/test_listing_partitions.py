@@ -165,22 +165,22 @@ def test_a_resized_queues_partition_has_one_name_everywhere(
     with caplog.at_level("INFO", logger="shardq.dispatcher"), Runner(cluster_url, queue, {}):
         assert Resizer(client, queue).run(4).phase == "done"
         job_id = job_id_in(3, 4, "named")
-        made = json.loads(ok("enqueue", *u, "t", "--job-id", job_id, "--delay", "600",
+        made = json.loads(ok("job", "enqueue", *u, "t", "--job-id", job_id, "--delay", "600",
                              "--json"))  # fmt: skip
         assert made["partition"] == "g1.3", made
-        assert "partition g1.3" in ok("enqueue", *u, "t", "--delay", "600",
+        assert "partition g1.3" in ok("job", "enqueue", *u, "t", "--delay", "600",
                                       "--job-id", job_id)  # fmt: skip
         assert json.loads(ok("job", "get", *u, job_id, "--json"))["partition"] == "g1.3"
         assert re.search(r"^partition:\s+g1\.3$", ok("job", "get", *u, job_id), re.M)
         rows = [json.loads(x) for x in ok("job", "list", *u, "--json").splitlines()]
         assert [r["partition"] for r in rows if "id" in r] == ["g1.3"], rows
         assert re.search(rf"^{job_id}\s+g1\.3\s", ok("job", "list", *u), re.M)
-        for command in (["queue", "info"], ["owners"]):
+        for command in (["queue", "info"], ["queue", "owners"]):
             rows = [json.loads(x) for x in ok(*command, *u, "--json").splitlines()]
             assert {r["partition"] for r in rows} == names, (command, rows)
             text = ok(*command, *u)
             assert all(re.search(rf"^\s*{re.escape(n)}\s", text, re.M) for n in names), text
-        stats = json.loads(ok("stats", *u, "--json", "--window", "0.1"))
+        stats = json.loads(ok("queue", "stats", *u, "--json", "--window", "0.1"))
         assert {r["partition"] for r in stats["partitions"]} == names
         # An option naming a partition takes its number in the active generation: 3 is g1.3.
         assert ok("dlq", "list", *u, "--partition", "3", "--json") == ""

@@ -357,10 +357,10 @@ def test_cli_commands_answer_despite_bad_records(
             0,
             ["(malformed)", "malformed: dispatcher dispatcher:ghost#1: heartbeat_expires_ms = inf"],
         ),
-        (["owners", *base], 0, ["malformed: partition 0: token = '²'"]),
-        (["rebalance", *base], 0, ["2 partitions", "ghost: holds 1 but is not live"]),
+        (["queue", "owners", *base], 0, ["malformed: partition 0: token = '²'"]),
+        (["rebalance", "leases", *base], 0, ["2 partitions", "ghost: holds 1 but is not live"]),
         (
-            ["stats", *base, "--window", "0"],
+            ["queue", "stats", *base, "--window", "0"],
             0,
             ["malformed: partition 0: counter dead = '1e400', counter enqueued = 'inf'"],
         ),
@@ -371,7 +371,7 @@ def test_cli_commands_answer_despite_bad_records(
     args = ["queue", "list", "--url", cluster_url]
     listing = runner.invoke(cli, args).output
     assert re.search(r"^gone-queue +\? \(damaged\)$", listing, re.M), listing
-    args = ["stats", *base, "--json", "--window", "0"]
+    args = ["queue", "stats", *base, "--json", "--window", "0"]
     stats = orjson.loads(_answers(args, runner.invoke(cli, args), 0, []))
     assert stats["queue"]["malformed_partitions"] == 1, stats
     assert stats["partitions"][0]["malformed"] == {
@@ -398,10 +398,9 @@ REDIS_COMMANDS: list[list[str]] = [
     ["queue", "pause", "-q", "{q}"],
     ["queue", "resume", "-q", "{q}"],
     ["queue", "cancel", "-q", "{q}", "--state", "scheduled", "--yes"],
-    ["queue", "retry-dead", "-q", "{q}"],
-    ["queue", "empty", "-q", "{q}", "--state", "dead", "--yes"],
+    ["queue", "empty", "-q", "{q}", "--state", "ready", "--yes"],
     ["queue", "delete", "-q", "{q}", "--yes"],
-    ["enqueue", "-q", "{q}", "t"],
+    ["job", "enqueue", "-q", "{q}", "t"],
     ["job", "get", "-q", "{q}", "{id}"],
     ["job", "cancel", "-q", "{q}", "{id}"],
     ["job", "reschedule", "-q", "{q}", "{id}", "--delay", "5"],
@@ -415,20 +414,24 @@ REDIS_COMMANDS: list[list[str]] = [
     ["schedule", "resume", "-q", "{q}", "{name}"],
     ["schedule", "remove", "-q", "{q}", "{name}"],
     ["schedule", "next", "-q", "{q}", "{name}"],
-    ["owners", "-q", "{q}"],
-    ["rebalance", "-q", "{q}"],
-    ["stats", "-q", "{q}", "--window", "0"],
+    ["queue", "owners", "-q", "{q}"],
+    ["rebalance", "leases", "-q", "{q}"],
+    ["rebalance", "even", "-q", "{q}"],
+    ["queue", "stats", "-q", "{q}", "--window", "0"],
     ["dlq", "list", "-q", "{q}"],
     ["dlq", "show", "-q", "{q}", "{id}"],
     ["dlq", "replay", "-q", "{q}", "--yes", "{id}"],
     ["dlq", "purge", "-q", "{q}", "--yes", "{id}"],
+    ["dlq", "replay", "-q", "{q}", "--all", "--yes"],
+    ["dlq", "replay", "-q", "{q}", "--all", "--type", "t", "--yes"],
+    ["dlq", "purge", "-q", "{q}", "--all", "--yes"],
     ["limit", "set", "-q", "{q}", "--type", "t", "--rate", "10/s"],
     ["limit", "list", "-q", "{q}"],
     ["limit", "remove", "-q", "{q}", "--type", "t"],
     ["functions", "status"],
     ["functions", "load"],
-    ["health"],
-    ["health", "-q", "{q}"],
+    ["redis", "check"],
+    ["redis", "check", "-q", "{q}"],
 ]
 NOT_UTF8 = os.fsdecode(b"\xff\xfe")  # what a shell hands over for bytes that are not UTF-8
 
@@ -499,20 +502,20 @@ def test_every_cli_command_fails_in_one_line_on_a_bad_id_or_name(
     parts = "use partition numbers 0-16383 and ranges of them"
     for args, code, words in (
         (["limit", "remove", "-q", queue, "--type", NOT_UTF8], 1, "is not valid text: give type:"),
-        (["health", "--username", NOT_UTF8], 2, f"'--username': {not_text}"),
-        (["health", "--password", NOT_UTF8], 2, f"'--password': {not_text}"),
+        (["redis", "check", "--username", NOT_UTF8], 2, f"'--username': {not_text}"),
+        (["redis", "check", "--password", NOT_UTF8], 2, f"'--password': {not_text}"),
         (
             ["job", "find", "-q", queue, "--idempotency-key", NOT_UTF8],
             1,
             f"--idempotency-key {lone}",
         ),
         (
-            ["enqueue", "-q", queue, "t", "--idempotency-key", NOT_UTF8],
+            ["job", "enqueue", "-q", queue, "t", "--idempotency-key", NOT_UTF8],
             1,
             f"--idempotency-key {lone}",
         ),
         (
-            ["enqueue", "-q", queue, "t", "--delay", "9" * 400],
+            ["job", "enqueue", "-q", queue, "t", "--delay", "9" * 400],
             2,
             "is too long: at most 316224000 s",
         ),

@@ -126,7 +126,17 @@ def test_the_fleet_runs_with_the_shipped_roles_where_admin_commands_are_taken_aw
             waiting = [producer.enqueue(queue, "t", i, delay=600) for i in range(30)]
             out = runner.invoke(
                 cli,
-                ["queue", "resize", "-q", queue, "--partitions", "8", "--url", managed["admin"]],
+                [
+                    "queue",
+                    "resize",
+                    "-q",
+                    queue,
+                    "--partitions",
+                    "8",
+                    "--yes",
+                    "--url",
+                    managed["admin"],
+                ],
             )
             assert out.exit_code == 0, out.output
             assert all(producer.get(queue, j) is not None for j in waiting)
@@ -180,8 +190,8 @@ def test_slot_moves_refuse_at_once_with_the_plan_and_the_provider_named(
         node = c.redis.get_node_from_key(keys.partition_keys(queue, 5, 6).due)
         target = f"{node.host}:{node.port}"
     for args in (
-        ["rebalance", "-q", queue, "--nodes", "--apply", "--yes", "--by", "bytes"],
-        ["rebalance", "-q", queue, "--move-partition", "0", "--to", target, "--yes"],
+        ["rebalance", "apply", "-q", queue, "--yes", "--by", "bytes"],
+        ["rebalance", "move-partition", "-q", queue, "0", "--to", target, "--yes"],
         ["balancer", "run", "-q", queue, "--rounds", "1"],
     ):
         out = runner.invoke(cli, [*args, "--url", admin])
@@ -192,14 +202,12 @@ def test_slot_moves_refuse_at_once_with_the_plan_and_the_provider_named(
         assert "ElastiCache" in out.output and "Traceback" not in out.output
     assert _slot_map(managed["root"]) == before  # nothing moved, nothing left MIGRATING
     # the plan itself still prints
-    plan = runner.invoke(
-        cli, ["rebalance", "-q", queue, "--nodes", "--plan", "--by", "bytes", "--url", admin]
-    )
+    plan = runner.invoke(cli, ["rebalance", "plan", "-q", queue, "--by", "bytes", "--url", admin])
     assert plan.exit_code == 0 and "move" in plan.output, plan.output
 
 
 def test_health_says_which_features_are_unavailable(managed: dict[str, str]) -> None:
-    out = CliRunner().invoke(cli, ["health", "--url", managed["operator"], "--json"])
+    out = CliRunner().invoke(cli, ["redis", "check", "--url", managed["operator"], "--json"])
     assert out.exit_code == 0, out.output
     import json
 
@@ -213,7 +221,7 @@ def test_health_says_which_features_are_unavailable(managed: dict[str, str]) -> 
 def test_health_finds_nothing_unavailable_on_a_full_cluster(cluster_url: str) -> None:
     import json
 
-    out = CliRunner().invoke(cli, ["health", "--url", cluster_url, "--json"])
+    out = CliRunner().invoke(cli, ["redis", "check", "--url", cluster_url, "--json"])
     assert out.exit_code == 0, out.output
     report = json.loads(out.stdout)
     assert report["unavailable"] == [] and report["server"], report

@@ -1,4 +1,4 @@
-"""Metrics, stream trimming, `shardq stats` and the dead-letter commands, against real Redis."""
+"""Metrics, stream trimming, `shardq queue stats` and the dead-letter commands, on real Redis."""
 
 from __future__ import annotations
 
@@ -426,7 +426,7 @@ def test_stats_cli(cluster_client: Client, cluster_url: str, queue: str) -> None
     cluster_client.enqueue_many(queue, [JobRequest("t", i, delay=0) for i in range(7)])
     runner = CliRunner()
     out = runner.invoke(
-        cli, ["stats", "--queue", queue, "--url", cluster_url, "--json", "--window", "0.2"]
+        cli, ["queue", "stats", "--queue", queue, "--url", cluster_url, "--json", "--window", "0.2"]
     )
     assert out.exit_code == 0, out.output
     data = json.loads(out.output)
@@ -434,7 +434,9 @@ def test_stats_cli(cluster_client: Client, cluster_url: str, queue: str) -> None
     assert data["queue"]["ready"] == 7
     assert len(data["partitions"]) == 4
     assert sum(n["due"] for n in data["nodes"]) == 40
-    text = runner.invoke(cli, ["stats", "--queue", queue, "--url", cluster_url, "--window", "0.1"])
+    text = runner.invoke(
+        cli, ["queue", "stats", "--queue", queue, "--url", cluster_url, "--window", "0.1"]
+    )
     assert text.exit_code == 0 and f"queue {queue}" in text.output and "hottest" in text.output
 
 

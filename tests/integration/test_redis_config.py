@@ -2,7 +2,7 @@
 
 * An evicting maxmemory-policy on one primary of the cluster: queue create, workers and
   dispatchers refuse to start with a message that says what to set (an explicit override
-  exists), `shardq health` fails, and the gauge shows which node; a policy changed while they
+  exists), `shardq redis check` fails, and the gauge shows which node; a policy changed while they
   run is found by the periodic check and logged, and so is its repair.
 * appendonly off with require_appendonly: refused.
 * noeviction with memory full (a test's own small server): enqueue raises RedisFullError,
@@ -89,9 +89,9 @@ def test_an_evicting_primary_is_refused_everywhere(
     assert not cluster_client.redis.exists(keys.queue_meta_key(queue))  # nothing written
 
     runner = CliRunner()
-    out = runner.invoke(cli, ["health", "--url", cluster_url])
+    out = runner.invoke(cli, ["redis", "check", "--url", cluster_url])
     assert out.exit_code == 1 and "allkeys-lru" in out.output, out.output
-    out = runner.invoke(cli, ["health", "--url", cluster_url, "--allow-evicting-redis"])
+    out = runner.invoke(cli, ["redis", "check", "--url", cluster_url, "--allow-evicting-redis"])
     assert out.exit_code == 0, out.output
     out = runner.invoke(cli, ["queue", "create", "-q", queue, "--url", cluster_url])
     assert out.exit_code == 1 and "maxmemory-policy" in out.output, out.output
@@ -148,7 +148,7 @@ def test_appendonly_off_is_refused_when_required(
         with pytest.raises(MisconfiguredRedisError) as caught:
             _start(role, cluster_url, queue, require_appendonly=True)
         assert "appendonly yes" in str(caught.value)
-    out = CliRunner().invoke(cli, ["health", "--url", cluster_url, "--require-appendonly"])
+    out = CliRunner().invoke(cli, ["redis", "check", "--url", cluster_url, "--require-appendonly"])
     assert out.exit_code == 1 and "appendonly" in out.output
 
 

@@ -342,7 +342,7 @@ def test_kill_9_of_the_resizing_process_at_random_points_then_resume_loses_nothi
     for to in sizes:
         argv = cli_command(
             "queue", "resize", "--queue", queue, "--partitions", str(to), "--batch", "20",
-            "--lease-time", "2", "--url", cluster_url,
+            "--lease-time", "2", "--yes", "--url", cluster_url,
         )  # fmt: skip
         proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         # (the CLI takes ~0.5 s to start: some kills land before it began, most during)

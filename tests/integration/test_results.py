@@ -222,7 +222,7 @@ def test_cli_enqueue_keep_result_job_result_and_job_get(
     from support.cli import assert_one_line_error, ok, run
 
     client.create_queue(queue, partitions=2)
-    out = ok("enqueue", "-q", queue, "double", "--payload", "21", "--keep-result", "1m",
+    out = ok("job", "enqueue", "-q", queue, "double", "--payload", "21", "--keep-result", "1m",
              "--json", "--url", url)  # fmt: skip
     job_id = json.loads(out)["job_id"]
     info = json.loads(ok("job", "get", "-q", queue, job_id, "--json", "--url", url))

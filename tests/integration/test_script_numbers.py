@@ -25,7 +25,7 @@ from shardq.config import ProducerSettings
 from shardq.errors import ShardqError
 from shardq.jobs import JobRequest
 from shardq.schedules import make_definition
-from shardq.store import delivery, fleet, inspect, keys, producer
+from shardq.store import delivery, fleet, inspection, keys, producer
 from shardq.store import limits as store_limits
 from shardq.store import schedules as sched
 from shardq.store.transport import SyncTransport
@@ -328,7 +328,7 @@ def test_a_due_score_written_by_hand_reads_as_whole_ms_everywhere(
     assert not isinstance(got, BaseException), got
     info = _run(r, queue, fleet.lease_info(pk))
     assert info.next_due_ms is not None and _ms(info.next_due_ms)
-    snap = _run(r, queue, inspect.partition_stats(pk, "n"))
+    snap = _run(r, queue, inspection.partition_stats(pk, "n"))
     assert snap.oldest_due_ms is not None and _ms(snap.oldest_due_ms)
     kept = _run(
         r,

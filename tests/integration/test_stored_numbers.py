@@ -180,7 +180,7 @@ def _counter_ok(raw: Any) -> bool:
 @settings(max_examples=25)
 @given(value=stored_text, name=st.sampled_from(["enqueued", "promoted", "completed", "dead"]))
 def test_stats_counters(stored: Stored, value: Any, name: str) -> None:
-    """A counter of inf crashed `shardq stats` and `queue info`; now it is left out, shown as
+    """A counter of inf crashed `shardq queue stats` and `queue info`; now it is left out, shown as
     malformed, and left out of the metrics (not exported as 0: that would read as a reset)."""
     s = stored
     s.r.hset(s.pk.stats, name, value)
@@ -190,12 +190,12 @@ def test_stats_counters(stored: Stored, value: Any, name: str) -> None:
         assert bad == (not _counter_ok(value)), (value, info.malformed)
         if not bad:
             assert info.counters.get(name, 0) == int(value)
-        done = s.q("stats", "--json", "--window", "0")
+        done = s.q("queue", "stats", "--json", "--window", "0")
         row = orjson.loads(done.output.splitlines()[0])["partitions"][0]
         assert ("counter " + name in row["malformed"]) == bad
         assert ("malformed: partition 0: counter " + name in s.q("queue", "info").output) == bad
         s.q("queue", "info", "--json")
-        s.q("stats", "--window", "0")
+        s.q("queue", "stats", "--window", "0")
         snaps = metrics.snapshot_sync(s.r, keys.all_partition_keys(s.queue, s.partitions))
         metrics.PARTITIONS.update(s.queue, snaps, {0, 1})
         exported = generate_latest(REGISTRY).decode()
@@ -233,7 +233,7 @@ def test_due_scores(stored: Stored, score: float) -> None:
         s.q("job", "list", "--state", "scheduled")
         s.q("job", "list", "--state", "scheduled", "--json")
         s.q("queue", "info")
-        s.q("stats", "--json", "--window", "0")
+        s.q("queue", "stats", "--json", "--window", "0")
     finally:
         s.client.cancel(s.queue, job_id)
 
@@ -338,10 +338,10 @@ def test_lease_and_fence_values(stored: Stored, token: Any, granted: Any) -> Non
         assert infos[1].owner == "somebody"
         if _decimal(token) is None or _decimal(token) < 0:  # type: ignore[operator]
             assert "token" in infos[1].malformed
-        s.q("owners")
-        s.q("owners", "--json")
+        s.q("queue", "owners")
+        s.q("queue", "owners", "--json")
         s.q("queue", "info")
-        s.q("rebalance")
+        s.q("rebalance", "leases")
     finally:
         s.r.delete(pk.lease)
         s.r.hdel(pk.fence, "granted")
@@ -362,8 +362,8 @@ def test_owners_hash(stored: Stored, fields: dict[Any, Any]) -> None:
         skipped: list[str] = []
         owners = parse_owners(s.r.hgetall(key), s.partitions, skipped)
         assert all(0 <= p < s.partitions for p in owners)
-        s.q("owners")
-        s.q("rebalance")
+        s.q("queue", "owners")
+        s.q("rebalance", "leases")
         s.q("queue", "info")
     finally:
         s.r.delete(key)
@@ -385,7 +385,7 @@ def test_members_registry_scores(stored: Stored, score: float, role: str) -> Non
             assert [m.malformed for m in members if m.id == f"{role}:ghost#1"] != [{}]
         s.q("queue", "members")
         s.q("queue", "members", "--json")
-        s.q("rebalance")
+        s.q("rebalance", "leases")
     finally:
         s.r.delete(key)
 
@@ -485,8 +485,8 @@ def test_queue_meta(cluster_url: str, field: str, value: Any) -> None:
         if isinstance(got, ShardqError):
             assert field in str(got) or "does not exist" in str(got), got
         runner = CliRunner()
-        for args in (["queue", "info"], ["stats", "--window", "0"], ["job", "get", "x"],
-                     ["enqueue", "t"], ["dlq", "list"], ["owners"]):  # fmt: skip
+        for args in (["queue", "info"], ["queue", "stats", "--window", "0"], ["job", "get", "x"],
+                     ["job", "enqueue", "t"], ["dlq", "list"], ["queue", "owners"]):  # fmt: skip
             done = runner.invoke(cli, [*args, "-q", queue, "--url", cluster_url])
             assert "Traceback" not in done.output and (
                 done.exception is None or isinstance(done.exception, SystemExit)

@@ -25,7 +25,7 @@ from shardq import jobs, names
 from shardq.cli import main as cli
 from shardq.client import Client
 from shardq.inspector import EMPTY_STATES, LIST_STATES, AsyncInspector, Inspector, JobSummary
-from shardq.plans import inspect as inspect_plans
+from shardq.plans import listing as listing_plans
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -80,7 +80,7 @@ def test_an_old_word_maps_in_one_place_and_unknown_words_are_refused() -> None:
     with pytest.raises(ValueError, match="state must be one of scheduled, ready, retrying, dead"):
         names.job_state("active", names.EMPTY_STATES)  # running jobs cannot be emptied
     with pytest.raises(ValueError):
-        inspect_plans.list_jobs(
+        listing_plans.list_jobs(
             None,  # type: ignore[arg-type]  # refused before the cache is used
             "q",
             "waiting",

@@ -576,15 +576,15 @@ def test_the_read_only_console_runs_as_the_viewer_user(
 
         # Redis refuses the viewer every write: the writing functions (FCALL is not granted;
         # FCALL_RO refuses a function without no-writes) and the plain write commands.
-        from shardq.store import inspect, keys, producer
+        from shardq.store import inspection, keys, producer
 
         pk = keys.partition_keys(queue, 0, 8)
         viewer = Client(settings_)
         try:
             for op in (
-                inspect.pause(pk, True),
-                inspect.empty_due(pk, 10),
-                inspect.run_now(pk, seeded.dead),
+                inspection.pause(pk, True),
+                inspection.empty_due(pk, 10),
+                inspection.run_now(pk, seeded.dead),
                 producer.cancel(
                     keys.partition_keys(queue, keys.partition_for(seeded.scheduled[0], 8), 8),
                     seeded.scheduled[0],

@@ -16,7 +16,7 @@ from shardq.client import Client
 from shardq.config import ProducerSettings
 from shardq.jobs import JobRequest
 from shardq.schedules import make_definition
-from shardq.store import delivery, fleet, inspect, keys, producer, results
+from shardq.store import delivery, fleet, inspection, keys, producer, results
 from shardq.store import functions as store_functions
 from shardq.store import limits as store_limits
 from shardq.store import progress as store_progress
@@ -178,23 +178,23 @@ OPS: dict[str, Callable[[State], Op[Any]]] = {
     "members": lambda s: fleet.members(
         keys.dispatchers_key(s.queue), keys.drain_key(s.queue), "d2", 5_000
     ),
-    "partition-stats": lambda s: inspect.partition_stats(s.pk, s.node),
-    "dlq-replay": lambda s: inspect.dlq_replay(s.pk, [s.dead_entry]),
-    "dlq-purge": lambda s: inspect.dlq_purge(s.pk, [s.dead_entry]),
-    "list-due": lambda s: inspect.list_due(s.pk, 0, "", 10**15, 10),
-    "list-ready": lambda s: inspect.list_ready(s.pk, "", 10),
-    "list-running": lambda s: inspect.list_running(s.pk, "", 10),
-    "list-dead": lambda s: inspect.list_dead(s.pk, "", 10),
-    "list-retrying": lambda s: inspect.list_retrying(s.pk, "0", 10),
-    "inflight": lambda s: inspect.inflight(s.pk),
+    "partition-stats": lambda s: inspection.partition_stats(s.pk, s.node),
+    "dlq-replay": lambda s: inspection.dlq_replay(s.pk, [s.dead_entry]),
+    "dlq-purge": lambda s: inspection.dlq_purge(s.pk, [s.dead_entry]),
+    "list-due": lambda s: inspection.list_due(s.pk, 0, "", 10**15, 10),
+    "list-ready": lambda s: inspection.list_ready(s.pk, "", 10),
+    "list-running": lambda s: inspection.list_running(s.pk, "", 10),
+    "list-dead": lambda s: inspection.list_dead(s.pk, "", 10),
+    "list-retrying": lambda s: inspection.list_retrying(s.pk, "0", 10),
+    "inflight": lambda s: inspection.inflight(s.pk),
     "can-run": lambda s: store_functions.can_run(
         keys.queue_meta_key(s.queue), ["CLUSTER SETSLOT 0 STABLE", "MIGRATE h 1 k 0 1"]
     ),
-    "pause": lambda s: inspect.pause(s.pk, True),
-    "lanes": lambda s: inspect.lanes(s.pk, True),
-    "control-init": lambda s: inspect.control_init(s.pk),
-    "run-now": lambda s: inspect.run_now(s.pk, s.scheduled),
-    "empty-due": lambda s: inspect.empty_due(s.pk, 10),
+    "pause": lambda s: inspection.pause(s.pk, True),
+    "lanes": lambda s: inspection.lanes(s.pk, True),
+    "control-init": lambda s: inspection.control_init(s.pk),
+    "run-now": lambda s: inspection.run_now(s.pk, s.scheduled),
+    "empty-due": lambda s: inspection.empty_due(s.pk, 10),
     "schedule-put": lambda s: sched.put(
         s.pk, "put", "chk", make_definition("chk", "t", every=5).to_json(), 10**13
     ),

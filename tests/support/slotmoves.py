@@ -25,7 +25,7 @@ def half_move(client: Client, queue: str, partition: int, partitions: int) -> Ha
     pk = keys.partition_keys(queue, partition, partitions)
     slot = keys.slot_of(pk.due)
     primaries = slots.primary_addresses(client)
-    source = slots.plan_move(client, queue, partition, primaries[0]).source
+    source = slots.prepare_move(client, queue, partition, primaries[0]).source
     target = next(a for a in primaries if a != source)
     src = redis.Redis(host="127.0.0.1", port=int(source.rsplit(":", 1)[1]))
     dst = redis.Redis(host="127.0.0.1", port=int(target.rsplit(":", 1)[1]))

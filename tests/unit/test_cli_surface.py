@@ -118,7 +118,7 @@ import shardq.web.app
 web = sorted(m for m in sys.modules if m == "shardq.cli" or m.startswith("shardq.cli."))
 from shardq.cli import main
 for args in (["--help"], ["worker", "run", "--help"], ["dev", "cluster", "--help"],
-             ["demo", "--help"], ["queue", "info", "--help"]):
+             ["dev", "demo", "--help"], ["queue", "info", "--help"]):
     assert CliRunner().invoke(main, args).exit_code == 0, args
 loaded = sorted(m for m in sys.modules if m.startswith(("shardq.dev.", "shardq.examples")))
 print(web, loaded)
@@ -127,6 +127,87 @@ print(web, loaded)
         [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True
     )
     assert out.stdout.split() == ["[]", "[]"], out.stdout + out.stderr
+
+
+# The grammar (issue 53 item 6) ---------------------------------------------------------------
+
+
+def commands() -> dict[str, click.Command]:
+    """Every command of the tree by its path, hidden ones (the old spellings) too."""
+    from shardq.cli import main
+
+    out: dict[str, click.Command] = {}
+
+    def walk(cmd: click.Command, ctx: click.Context) -> None:
+        out[ctx.command_path] = cmd
+        if isinstance(cmd, click.Group):
+            for name in cmd.list_commands(ctx):
+                sub = cmd.get_command(ctx, name)
+                assert sub is not None
+                walk(sub, click.Context(sub, info_name=name, parent=ctx))
+
+    walk(main, click.Context(main, info_name="shardq"))
+    return out
+
+
+def test_every_option_shows_its_environment_variables() -> None:
+    for path, cmd in commands().items():
+        for p in cmd.params:
+            if not isinstance(p, click.Option) or not p.envvar or p.hidden:
+                continue
+            wanted = [p.envvar] if isinstance(p.envvar, str) else list(p.envvar)
+            missing = [e for e in wanted if e not in (p.help or "")]
+            assert not missing, f"{path} {p.opts[0]} reads {missing} but its help does not say so"
+
+
+# Numbers that are not a span of time: a percentage, a rate, a multiple.
+NOT_TIME = {"tolerance", "trigger", "bytes_per_second", "hot_multiple"}
+
+
+def test_every_time_option_takes_a_duration() -> None:
+    """``90``, ``1.5``, ``250ms``, ``5m``: no option takes plain seconds only."""
+    from shardq.cli.params import Duration
+
+    seen = 0
+    for path, cmd in commands().items():
+        for p in cmd.params:
+            if isinstance(p.type, Duration):
+                seen += 1
+            elif isinstance(p.type, click.types.FloatParamType):
+                assert p.name in NOT_TIME, f"{path} {p.name}: a float; a time takes Duration"
+    assert seen > 40
+
+
+# What deletes or moves jobs (or the leases and slots that serve them) takes --yes.
+NEEDS_YES = {
+    *(f"shardq queue {v}" for v in ("cancel", "empty", "delete", "resize", "retry-dead")),
+    *(f"shardq dlq {v}" for v in ("replay", "purge")),
+    "shardq batch cancel",
+    "shardq schedule remove",
+    *(f"shardq rebalance {v}" for v in ("even", "drain", "undrain", "apply", "move-partition")),
+}
+
+
+def test_what_deletes_or_moves_jobs_takes_yes() -> None:
+    tree = commands()
+    for path in NEEDS_YES:
+        assert "yes" in {p.name for p in tree[path].params}, path
+
+
+def test_old_spellings_are_hidden_aliases_of_their_commands() -> None:
+    """``shardq enqueue`` and the other old names: hidden, and the very parameters of the
+    command they stand for (they cannot drift apart)."""
+    from shardq.cli import ALIASES
+
+    tree = commands()
+    new = {"enqueue": "job enqueue", "health": "redis check", "owners": "queue owners",
+           "stats": "queue stats", "demo": "dev demo"}  # fmt: skip
+    assert set(ALIASES) == set(new)
+    for old, path in new.items():
+        alias, command = tree[f"shardq {old}"], tree[f"shardq {path}"]
+        assert alias.hidden and not command.hidden
+        assert alias.params == command.params
+    assert tree["shardq dev"].hidden and tree["shardq queue retry-dead"].hidden
 
 
 if __name__ == "__main__":

@@ -22,7 +22,7 @@ REFUSED = "redis://127.0.0.1:1"  # nothing listens on port 1
 
 def test_connection_refused_is_one_line_exit_1_in_a_real_process() -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "shardq.cli", "stats", "--url", REFUSED],
+        [sys.executable, "-m", "shardq.cli", "queue", "stats", "--url", REFUSED],
         capture_output=True,
         text=True,
         timeout=scaled(60),
@@ -37,11 +37,11 @@ def test_connection_refused_is_one_line_exit_1_in_a_real_process() -> None:
 @pytest.mark.parametrize(
     "args",
     [
-        ["stats"],
+        ["queue", "stats"],
         ["queue", "list"],
         ["job", "get", "-q", "q", "x"],
-        ["enqueue", "-q", "q", "t"],
-        ["owners", "-q", "q"],
+        ["job", "enqueue", "-q", "q", "t"],
+        ["queue", "owners", "-q", "q"],
         ["dlq", "list", "-q", "q"],
         ["functions", "status"],
     ],
@@ -58,14 +58,14 @@ def test_connection_refused_for_every_command(args: list[str]) -> None:
         (["--log-level", "bogus", "queue", "list"], "--log-level"),
         (["queue", "create", "-q", "bad:name"], "1-64 characters"),
         (["queue", "create", "-q", "ok", "--partitions", "20000"], "1<=x<=16384"),
-        (["enqueue", "-q", "q", "bad type!"], "1-128 characters"),
-        (["enqueue", "-q", "q", "t", "--at", "2030-01-01T00:00:00"], "no time zone"),
-        (["enqueue", "-q", "q", "t", "--delay", "-5"], "not negative"),
-        (["enqueue", "-q", "q", "t", "--max-attempts", "0"], "--max-attempts"),
-        (["enqueue", "-q", "q", "t", "--backoff", "random"], "--backoff"),
-        (["enqueue", "-q", "q", "t", "--header", "novalue"], "name=value"),
-        (["enqueue", "-q", "q", "t", "--payload", "{bad"], "not JSON"),
-        (["enqueue", "t"], "--queue"),
+        (["job", "enqueue", "-q", "q", "bad type!"], "1-128 characters"),
+        (["job", "enqueue", "-q", "q", "t", "--at", "2030-01-01T00:00:00"], "no time zone"),
+        (["job", "enqueue", "-q", "q", "t", "--delay", "-5"], "not negative"),
+        (["job", "enqueue", "-q", "q", "t", "--max-attempts", "0"], "--max-attempts"),
+        (["job", "enqueue", "-q", "q", "t", "--backoff", "random"], "--backoff"),
+        (["job", "enqueue", "-q", "q", "t", "--header", "novalue"], "name=value"),
+        (["job", "enqueue", "-q", "q", "t", "--payload", "{bad"], "not JSON"),
+        (["job", "enqueue", "t"], "--queue"),
         (["worker", "run", "-q", "q", "--handlers", "x:y", "--concurrency", "many"], "many"),
     ],
 )
@@ -89,7 +89,7 @@ def test_library_messages_speak_flags_not_python() -> None:
 
 def test_version_and_help() -> None:
     assert ok("--version").strip() == f"shardq, version {__version__}"
-    assert "--url" in ok("--help") and "--url" in ok("stats", "--help")
+    assert "--url" in ok("--help") and "--url" in ok("queue", "stats", "--help")
 
 
 def test_time_helpers() -> None:

@@ -78,9 +78,16 @@ def resolve(words: list[str]) -> tuple[list[str], click.Command, list[str]]:
         name = rest.pop(0)
         sub = _sub(cmd, name)
         assert sub is not None, f"`shardq {' '.join(path)}` has no command {name!r}"
+        # an old spelling kept for users' scripts (a hidden alias): the docs write the new one
+        assert not _old_spelling(sub), f"`shardq {' '.join([*path, name])}` is an old spelling"
         path.append(name)
         cmd = sub
     return path, cmd, rest
+
+
+def _old_spelling(cmd: click.Command) -> bool:
+    """A hidden command (not a hidden group, like `dev`): an old name kept for users' scripts."""
+    return cmd.hidden and not isinstance(cmd, click.Group)
 
 
 def _sub(group: click.Group, name: str) -> click.Command | None:
@@ -105,8 +112,12 @@ def check_command_line(
     path, cmd, rest = resolve(argv)
     for token in rest:
         if token.startswith("-") and token != "-" and not re.fullmatch(r"-\d.*", token):
-            assert _option(cmd, token) is not None or _option(cli, token) is not None, (
+            param = _option(cmd, token) or _option(cli, token)
+            assert param is not None, (
                 f"`shardq {' '.join(path)}` has no option {token.split('=', 1)[0]}"
+            )
+            assert not getattr(param, "hidden", False), (
+                f"`shardq {' '.join(path)} {token}` is an old spelling"
             )
     with monkeypatch.context() as patched:
         for name, value in env.items():
@@ -178,6 +189,8 @@ def check_inline_command(span: str) -> None:
         if not all(subs):
             missing = [a for a, sub in zip(alternatives, subs, strict=True) if sub is None]
             raise AssertionError(f"`shardq {' '.join(path)}` has no command {missing[0]!r}")
+        old = [a for a, sub in zip(alternatives, subs, strict=True) if sub and _old_spelling(sub)]
+        assert not old, f"`shardq {' '.join([*path, old[0]])}` is an old spelling"
         path.append(words[i])
         nxt = subs[0]
         assert nxt is not None
@@ -272,7 +285,7 @@ def test_every_inline_python_name_exists(page: str, name: str) -> None:
 @pytest.mark.parametrize(
     ("line", "expected"),
     [
-        ("shardq enqueue -q q t --no-such-option 1", "has no option --no-such-option"),
+        ("shardq job enqueue -q q t --no-such-option 1", "has no option --no-such-option"),
         ("shardq jobs get -q q x", "has no command 'jobs'"),
         ("shardq job get x", "Missing option"),
         ("shardq queue create -q q --partitions many", "is not a valid integer"),

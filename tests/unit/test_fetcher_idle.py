@@ -89,7 +89,7 @@ def test_a_hint_naming_an_entry_already_read_is_no_news() -> None:
 
 
 def planner(partitions: list[int], budget: float = 0.0) -> Any:
-    """A fetcher's round planning with its collaborators reduced to bookkeeping: the rounds'
+    """A fetcher's rounds with its collaborators reduced to bookkeeping: the rounds'
     calls are built (real ops) but sent nowhere."""
     import asyncio
 
@@ -145,8 +145,8 @@ def test_a_partition_whose_thin_read_is_in_flight_is_not_read_again_beside_it() 
     r.last_read = {0: 1, 1: 0, 3: 20}
 
     async def plan_two() -> tuple[Any, Any]:
-        first = Fetcher._plan(r, "n", [])
-        second = Fetcher._plan(r, "n", [first])
+        first = Fetcher._send_round(r, "n", [])
+        second = Fetcher._send_round(r, "n", [first])
         return first, second
 
     first, second = r.loop.run_until_complete(plan_two())
@@ -156,7 +156,7 @@ def test_a_partition_whose_thin_read_is_in_flight_is_not_read_again_beside_it() 
     assert sorted(second.due) == [2, 3]
 
     async def after_reply() -> Any:
-        return Fetcher._plan(r, "n", [])  # the first round was taken: nothing in flight
+        return Fetcher._send_round(r, "n", [])  # the first round was taken: nothing in flight
 
     assert sorted(r.loop.run_until_complete(after_reply()).due) == [0, 1, 2, 3]
     r.loop.close()
@@ -173,8 +173,8 @@ def test_a_partition_whose_reply_counted_its_next_run_is_read_for_all_of_it_once
     r.expect = {0: 16, 1: 0}
 
     async def plan_two() -> tuple[Any, Any]:
-        first = Fetcher._plan(r, "n", [])
-        second = Fetcher._plan(r, "n", [first])
+        first = Fetcher._send_round(r, "n", [])
+        second = Fetcher._send_round(r, "n", [first])
         return first, second
 
     first, second = r.loop.run_until_complete(plan_two())
@@ -204,7 +204,7 @@ def test_acks_ride_with_the_read_of_their_partition_and_the_others_wait_the_ling
         r.settler.succeeded(d)
 
     async def plan() -> Any:
-        return Fetcher._plan(r, "n", [])
+        return Fetcher._send_round(r, "n", [])
 
     first = r.loop.run_until_complete(plan())
     assert first.due == [0]
@@ -236,7 +236,7 @@ def test_with_no_budget_acks_go_with_the_next_round_whatever_it_reads() -> None:
     r.settler.succeeded(d)
 
     async def plan() -> Any:
-        return Fetcher._plan(r, "n", [])
+        return Fetcher._send_round(r, "n", [])
 
     first = r.loop.run_until_complete(plan())
     assert first.due == [0] and [p for p, _ in first.acked] == [1]
@@ -258,7 +258,7 @@ def test_past_half_the_concurrency_of_acks_waiting_they_all_go_at_once() -> None
     r.poll_at = dict.fromkeys([0, 1, 5], time.monotonic() + 60.0)  # nothing due to be read
 
     async def plan() -> Any:
-        return Fetcher._plan(r, "n", [])
+        return Fetcher._send_round(r, "n", [])
 
     first = Delivery(5, b"1-5", b"job5", None)
     r.inflight.add(first)
@@ -328,7 +328,7 @@ def test_a_round_takes_the_partitions_whose_heads_are_due_by_then() -> None:
     r.poll_at = {0: now - 0.001, 1: now + 0.005, 2: now + 0.5}  # 1's head due 5 ms ago
 
     async def plan() -> Any:
-        return Fetcher._plan(r, "n", [])
+        return Fetcher._send_round(r, "n", [])
 
     first = r.loop.run_until_complete(plan())
     assert sorted(first.due) == [0, 1]

@@ -10,7 +10,7 @@ import random
 import pytest
 
 from shardq import metrics
-from shardq.store.inspect import PartitionSnapshot
+from shardq.store.inspection import PartitionSnapshot
 
 P = 64
 SPAN = 60.0

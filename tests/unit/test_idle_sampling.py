@@ -13,7 +13,8 @@ from shardq import metrics
 from shardq.config import DispatcherSettings
 from shardq.dispatcher.sampler import STILL_MAX_SKIP, Sampler
 from shardq.store import keys
-from shardq.store.inspect import PartitionSnapshot
+from shardq.store.inspection import PartitionSnapshot
+from shardq.store.layout import Layout
 
 NODE = "127.0.0.1:1"
 PARTITIONS = 4
@@ -50,7 +51,7 @@ class Stats:
 
 
 def sampler() -> tuple[Sampler, Stats, dict[int, int]]:
-    pks = dict(keys.Layout("q", PARTITIONS).fleet())
+    pks = dict(Layout("q", PARTITIONS).fleet())
     stats = Stats(pks)
     promoted: dict[int, int] = {}
     callbacks: list[Callable[[int], None]] = []

@@ -17,7 +17,7 @@ from support.helpers import idem_key_in, job_id_in
 
 from shardq import JobRequest
 from shardq.config import ProducerSettings
-from shardq.store import keys, producer
+from shardq.store import keys, partitioning, producer
 from shardq.store.op import Op
 
 PARTITION_COUNTS = [*range(1, 65), 256]
@@ -121,7 +121,7 @@ def test_partition_tags_are_deterministic_and_cheap(monkeypatch: pytest.MonkeyPa
         crcs += 1
         return real_crc(data, value)
 
-    monkeypatch.setattr(keys, "binascii", types.SimpleNamespace(crc_hqx=counting_crc))
+    monkeypatch.setattr(partitioning, "binascii", types.SimpleNamespace(crc_hqx=counting_crc))
     for partitions in (64, 1024):
         keys.partition_tag.cache_clear()
         crcs = 0
@@ -172,7 +172,7 @@ def test_solved_tags_sit_on_the_middle_of_their_range(partitions: int) -> None:
 
 def test_solved_tags_are_cheap(monkeypatch: pytest.MonkeyPatch) -> None:
     """One CRC16 per partition once the table is built (65,536 CRC16s, once per process)."""
-    keys._syndromes()
+    partitioning._syndromes()
     crcs = 0
     real_crc = binascii.crc_hqx
 
@@ -181,7 +181,7 @@ def test_solved_tags_are_cheap(monkeypatch: pytest.MonkeyPatch) -> None:
         crcs += 1
         return real_crc(data, value)
 
-    monkeypatch.setattr(keys, "binascii", types.SimpleNamespace(crc_hqx=counting_crc))
+    monkeypatch.setattr(partitioning, "binascii", types.SimpleNamespace(crc_hqx=counting_crc))
     keys.partition_tag.cache_clear()
     [keys.partition_tag("cheap", p, keys.MAX_PARTITIONS) for p in range(keys.MAX_PARTITIONS)]
     assert crcs == keys.MAX_PARTITIONS

@@ -88,6 +88,8 @@ ROOT_LAYER = FACADES
 # Within store/: these import no store module but each other (never transport or ops).
 STORE_LEAVES = {
     "shardq.store.keys",
+    "shardq.store.partitioning",
+    "shardq.store.layout",
     "shardq.store.numbers",
     "shardq.store.codes",
     "shardq.store.faults",

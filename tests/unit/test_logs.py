@@ -115,7 +115,15 @@ def test_the_cli_writes_its_warning_in_the_chosen_format(fmt: str) -> None:
     env = {**os.environ, "SHARDQ_LOG_FORMAT": fmt}
     env.pop("SHARDQ_REDIS_PASSWORD", None)
     done = subprocess.run(
-        [sys.executable, "-m", "shardq.cli", "health", "--url", "redis://u:s3cret-pw@127.0.0.1:1"],
+        [
+            sys.executable,
+            "-m",
+            "shardq.cli",
+            "redis",
+            "check",
+            "--url",
+            "redis://u:s3cret-pw@127.0.0.1:1",
+        ],
         capture_output=True,
         text=True,
         timeout=60,

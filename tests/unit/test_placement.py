@@ -1,4 +1,4 @@
-"""The placement planner of `shardq rebalance --nodes --plan` (shardq.admin.placement): pure
+"""The placement planner of `shardq rebalance plan` (shardq.admin.placement): pure
 arithmetic, checked against brute force on small cases; the moves themselves run on a real
 cluster in tests/fleet/test_rebalance_plan.py."""
 
@@ -50,7 +50,7 @@ def apply(units: list[Unit], p: placement.Placement) -> dict[str, float]:
 
 def test_all_partitions_on_one_primary_spread_evenly_moving_the_smallest() -> None:
     units = units_on("a:1", [10.0] * 12, [100 + i for i in range(12)])
-    p = placement.plan(units, NODES, 0.1)
+    p = placement.place(units, NODES, 0.1)
     assert p.ratio_before == pytest.approx(3.0)
     assert p.within_tolerance and p.ratio_after == pytest.approx(1.0)
     assert len(p.moves) == 8 and all(m.source == "a:1" for m in p.moves)
@@ -63,7 +63,7 @@ def test_all_partitions_on_one_primary_spread_evenly_moving_the_smallest() -> No
 
 def test_a_new_empty_primary_is_filled_up_to_the_band() -> None:
     units = [Unit(i, NODES[i % 3], 10.0, 50, (("q", i),)) for i in range(24)]
-    p = placement.plan(units, [*NODES, "d:4"], 0.1)
+    p = placement.place(units, [*NODES, "d:4"], 0.1)
     assert p.least_before == 0.0
     assert p.within_tolerance
     assert {m.target for m in p.moves} == {"d:4"} and len(p.moves) == 6
@@ -72,12 +72,12 @@ def test_a_new_empty_primary_is_filled_up_to_the_band() -> None:
 
 def test_already_balanced_moves_nothing() -> None:
     units = [Unit(i, NODES[i % 3], 10.0 + (i % 2), 50, (("q", i),)) for i in range(12)]
-    p = placement.plan(units, NODES, 0.1)
+    p = placement.place(units, NODES, 0.1)
     assert p.moves == () and p.within_tolerance and p.reason == ""
 
 
 def test_no_load_moves_nothing() -> None:
-    p = placement.plan(units_on("a:1", [0.0] * 4), NODES, 0.1)
+    p = placement.place(units_on("a:1", [0.0] * 4), NODES, 0.1)
     assert p.moves == () and p.within_tolerance
 
 
@@ -87,7 +87,7 @@ def test_a_lone_hot_partition_is_named_and_the_rest_is_done() -> None:
         Unit(1, "a:1", 1.0, 10, (("q", 1),)),
         Unit(2, "b:2", 1.0, 10, (("q", 2),)),
     ]
-    p = placement.plan(units, NODES, 0.1)
+    p = placement.place(units, NODES, 0.1)
     assert not p.within_tolerance
     assert "slot 0 (partition q/0) alone carries more than the mean" in p.reason
     assert [u.slot for u in p.heavy] == [0]
@@ -98,7 +98,7 @@ def test_a_lone_hot_partition_is_named_and_the_rest_is_done() -> None:
 
 def test_slots_too_coarse_for_the_tolerance_is_proven_and_said() -> None:
     # 4 equal slots over 3 primaries: some primary has 2 (1.5 x the mean) whatever we do
-    p = placement.plan(units_on("a:1", [10.0] * 4), NODES, 0.1)
+    p = placement.place(units_on("a:1", [10.0] * 4), NODES, 0.1)
     assert not p.within_tolerance and not p.optimal
     assert "exhaustive search" in p.reason
     assert p.ratio_after == pytest.approx(1.5)  # still the best there is: 2/1/1
@@ -106,7 +106,7 @@ def test_slots_too_coarse_for_the_tolerance_is_proven_and_said() -> None:
 
 def test_load_that_cannot_move_counts_in_the_mean() -> None:
     units = units_on("b:2", [10.0] * 6)
-    p = placement.plan(units, NODES, 0.1, base={"a:1": 60.0})
+    p = placement.place(units, NODES, 0.1, base={"a:1": 60.0})
     assert p.mean == pytest.approx(40.0)
     assert all(m.target != "a:1" for m in p.moves)
 
@@ -125,13 +125,13 @@ def test_bad_input_is_refused(
     units: list[Unit], nodes: list[str], tolerance: float, message: str
 ) -> None:
     with pytest.raises(ValueError, match=message):
-        placement.plan(units, nodes, tolerance)
+        placement.place(units, nodes, tolerance)
 
 
 def test_deterministic_and_independent_of_input_order() -> None:
     units = [Unit(i * 7, NODES[i % 2], float(1 + i % 5), 10 + i, (("q", i),)) for i in range(40)]
-    first = placement.plan(units, NODES, 0.05)
-    assert placement.plan(list(reversed(units)), list(reversed(NODES)), 0.05) == first
+    first = placement.place(units, NODES, 0.05)
+    assert placement.place(list(reversed(units)), list(reversed(NODES)), 0.05) == first
 
 
 @st.composite
@@ -158,7 +158,7 @@ def test_never_worse_every_move_real_and_the_result_is_what_the_moves_give(
     case: tuple[list[Unit], list[str], float],
 ) -> None:
     units, nodes, tolerance = case
-    p = placement.plan(units, nodes, tolerance)
+    p = placement.place(units, nodes, tolerance)
     assert placement.deviation(p.after) <= placement.deviation(p.before) + 1e-9
     slots = {u.slot for u in units}
     assert all(m.slot in slots and m.target in nodes and m.source != m.target for m in p.moves)
@@ -176,7 +176,7 @@ def test_within_tolerance_when_feasible_and_fewest_bytes_against_brute_force(
     case: tuple[list[Unit], list[str], float],
 ) -> None:
     units, nodes, tolerance = case
-    p = placement.plan(units, nodes, tolerance)
+    p = placement.place(units, nodes, tolerance)
     best = brute_force(units, nodes, tolerance)
     if best is None:
         assert not p.within_tolerance

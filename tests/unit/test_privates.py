@@ -84,7 +84,7 @@ def test_no_module_reaches_into_another_modules_privates(path: Path) -> None:
 def test_the_finder_finds_them() -> None:
     """The finder, on the forms the code base used before the seam was public."""
     source = """
-from shardq.plans import producer as plans
+from shardq.plans import producer as producer_plans
 
 class Inspector:
     def __init__(self, client):
@@ -92,21 +92,21 @@ class Inspector:
         self._mine = 1
 
     def get(self, queue, job_id):
-        plan = plans.get(self.client._queues, queue, job_id)
+        plan = producer_plans.get(self.client._queues, queue, job_id)
         return self.client._drive(plan, "reading")
 
     def copy(self, other):
         other._mine = self._mine  # another instance of this module's class: fine
 
 def grant(client, op):
-    plans._enqueue(client._queues, "q")
+    producer_plans._enqueue(client._queues, "q")
     row = row._replace(x=1)  # namedtuple API: fine
     return client._run(op, what="x")
 """
     assert [f.split(": ", 1)[1] for f in reaches(source)] == [
         "self.client._queues",
         "self.client._drive",
-        "plans._enqueue",
+        "producer_plans._enqueue",
         "client._queues",
         "client._run",
     ]

@@ -14,7 +14,8 @@ from shardq.config import DispatcherSettings
 from shardq.dispatcher.promoter import Promoter
 from shardq.errors import FencedError
 from shardq.runtime.supervisor import Supervisor
-from shardq.store import fleet, keys
+from shardq.store import fleet
+from shardq.store.layout import Layout
 
 NODE = "127.0.0.1:1"
 
@@ -69,7 +70,7 @@ def promoter(partitions: int = 2) -> tuple[Promoter, CannedTransport, HeldLeases
         supervisor=Supervisor("dispatcher", "q"),
         transport=transport,
         queue="q",
-        pks=keys.Layout("q", partitions).fleet(),
+        pks=Layout("q", partitions).fleet(),
         settings=DispatcherSettings(),
     )
     return Promoter(ctx, leases=leases), transport, leases  # type: ignore[arg-type]

@@ -12,6 +12,7 @@ from typing import Any
 from shardq.config import WorkerSettings
 from shardq.store import keys
 from shardq.store.delivery import Batch
+from shardq.store.layout import Layout
 from shardq.worker.recoverer import Recoverer
 
 PARTITIONS = 4
@@ -40,7 +41,7 @@ class Probes:
 
 
 def test_the_recoverer_reclaims_only_where_a_delivery_is_idle_enough() -> None:
-    pks = dict(keys.Layout("q", PARTITIONS).fleet())
+    pks = dict(Layout("q", PARTITIONS).fleet())
     pending: dict[int, Any] = {0: False, 1: True, 2: ConnectionError("down"), 3: False}
     probes = Probes(pending, pks)
     ctx = SimpleNamespace(

@@ -11,7 +11,7 @@ import itertools
 from datetime import datetime
 from zoneinfo import ZoneInfo
 
-from shardq.schedules import Definition, make_definition, plan
+from shardq.schedules import Definition, firing, make_definition
 from shardq.store import keys
 
 BERLIN = ZoneInfo("Europe/Berlin")
@@ -74,12 +74,12 @@ def test_autumn_repeat_runs_frequent_ticks_in_both_passes() -> None:
     assert len(set(ticks)) == 5 and ticks == sorted(ticks)
 
 
-def test_fire_plan_across_the_autumn_repeat_fires_each_tick_once() -> None:
+def test_firing_across_the_autumn_repeat_fires_each_tick_once() -> None:
     """A dispatcher down over the whole repeated hour catches up each real tick exactly once."""
     d = cron("*/30 * * * *", misfire="catch_up", catch_up_limit=10)
     first = _ms(2026, 10, 25, 2, 0)
     now = _ms(2026, 10, 25, 3, 10)
-    p = plan(d, first, now)
+    p = firing(d, first, now)
     assert [_local(t) for t in p.ticks] == [
         "2026-10-25T02:00:00+02:00",
         "2026-10-25T02:30:00+02:00",
@@ -105,13 +105,13 @@ def test_misfire_policies() -> None:
     def with_policy(policy: str, **kw: int) -> Definition:
         return make_definition("s", "t", every=1, misfire=policy, **kw)  # type: ignore[arg-type]
 
-    run_once = plan(with_policy("run_once"), 1000, now)
+    run_once = firing(with_policy("run_once"), 1000, now)
     assert (run_once.ticks, run_once.misfires, run_once.next_ms) == ([10_000], 9, 11_000)
-    catch_up = plan(with_policy("catch_up", catch_up_limit=4), 1000, now)
+    catch_up = firing(with_policy("catch_up", catch_up_limit=4), 1000, now)
     assert (catch_up.ticks, catch_up.misfires) == ([7000, 8000, 9000, 10_000], 6)
-    skip = plan(make_definition("s", "t", every=1, misfire="skip", misfire_grace=0.2), 1000, now)
+    skip = firing(make_definition("s", "t", every=1, misfire="skip", misfire_grace=0.2), 1000, now)
     assert (skip.ticks, skip.misfires, skip.next_ms) == ([], 10, 11_000)
-    on_time = plan(make_definition("s", "t", every=1, misfire="skip"), 10_000, now)
+    on_time = firing(make_definition("s", "t", every=1, misfire="skip"), 10_000, now)
     assert (on_time.ticks, on_time.misfires) == ([10_000], 0)
 
 
@@ -119,7 +119,7 @@ def test_start_and_end_bound_the_ticks() -> None:
     d = make_definition("s", "t", every=1, start=10.0, end=12.5)
     assert d.upcoming(0, 10) == [10_000, 11_000, 12_000]
     assert d.next_after(12_000) is None
-    assert plan(d, 12_000, 20_000).next_ms == -1
+    assert firing(d, 12_000, 20_000).next_ms == -1
 
 
 def test_tick_job_ids_route_to_the_schedules_partition() -> None:
@@ -135,10 +135,10 @@ def test_tick_job_ids_route_to_the_schedules_partition() -> None:
 
 
 def test_tick_time_is_the_redis_clock_not_the_callers() -> None:
-    """Ticks come from calendar arithmetic on the Redis time a read returned: the plan for a
+    """Ticks come from calendar arithmetic on the Redis time a read returned: the firing for a
     given Redis time is the same whatever this machine's clock says."""
     d = make_definition("s", "t", cron="0 * * * *")
     now = _ms(2026, 6, 1, 12, 30, tz=ZoneInfo("UTC"))
     first = _ms(2026, 6, 1, 12, 0, tz=ZoneInfo("UTC"))
-    assert plan(d, first, now).ticks == [first]
-    assert plan(d, first, now).next_ms == first + 3600_000
+    assert firing(d, first, now).ticks == [first]
+    assert firing(d, first, now).next_ms == first + 3600_000

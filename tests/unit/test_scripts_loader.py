@@ -140,7 +140,7 @@ def test_loader_wants_a_cap_for_every_variable_argument_list(tmp_path: Path) -> 
 def test_the_callers_split_what_they_send_by_the_caps() -> None:
     """One number per script, shared by the script's cap and the code that fills its ARGV."""
     from shardq import admin
-    from shardq.plans import inspect as inspector
+    from shardq.plans import job_actions
     from shardq.store import delivery, fleet, producer
     from shardq.store import limits as store_limits
     from shardq.store import schedules as sched
@@ -156,8 +156,8 @@ def test_the_callers_split_what_they_send_by_the_caps() -> None:
     assert cap["limit-release"] == limiter.MAX_TAKE
     assert cap["schedule-fire"] == 2 + 7 * sched.FIRE_GROUPS + sched.FIRE_TICKS
     assert cap["enqueue-batch"] >= 4 + 4 * producer.BATCH_JOBS
-    assert cap["dlq-purge"] >= max(inspector.BATCH, admin.DLQ_BATCH)
-    assert cap["dlq-replay"] >= 1 + max(inspector.BATCH, admin.DLQ_BATCH)
+    assert cap["dlq-purge"] >= max(job_actions.BATCH, admin.DLQ_BATCH)
+    assert cap["dlq-replay"] >= 1 + max(job_actions.BATCH, admin.DLQ_BATCH)
     # The ops take what a caller can hold and stay within the caps.
     pk = keys.partition_keys("caps", 0, 1)
     fleet.lease_acquire(pk, "d", 1000, [f"gone-{i}" for i in range(5000)])

@@ -1,4 +1,4 @@
-"""The move suggestion of `shardq rebalance --nodes` (pure arithmetic on queue_stats rows; the
+"""The move suggestion of `shardq rebalance nodes` (pure arithmetic on queue_stats rows; the
 moves themselves run against a real cluster in test_chaos.py)."""
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ def test_stats_rates_are_counted_over_the_window() -> None:
     """queue_stats adds both snapshots after the window: the rate is over the window, not
     over the microseconds between the two additions (it read millions of jobs/s)."""
     from shardq.plans.admin import stats_report
-    from shardq.store.inspect import PartitionSnapshot
+    from shardq.store.inspection import PartitionSnapshot
 
     def snap(p: int, enqueued: int) -> PartitionSnapshot:
         return PartitionSnapshot(

@@ -132,7 +132,7 @@ ALLOWED: dict[tuple[str, str], str] = {
 # pub/sub subscribers of runtime/hints.py (``client.pubsub()``: a subscriber connection per
 # primary, on a name the finder does not take for a client), and reads of Redis's own settings
 # (INFO, CONFIG GET: runtime/redis_config.py, run through the runner's ``plain``).
-# The dev commands' code (shardq/dev/, loaded only by `shardq dev` and `shardq demo`): the dev
+# The dev commands' code (shardq/dev/, loaded only by `shardq dev`): the dev
 # cluster configures and inspects its own servers, the demo reads raw state to measure its run.
 DEV_TOOLS = "dev/"
 SLOT_COMMANDS = ("CLUSTER ", "MIGRATE")

@@ -9,7 +9,8 @@ from types import SimpleNamespace
 from typing import Any
 
 from shardq.dispatcher.trimmer import MAX_SKIP, Trimmer
-from shardq.store import fleet, keys
+from shardq.store import fleet
+from shardq.store.layout import Layout
 
 
 class Transport:
@@ -29,7 +30,7 @@ class Transport:
 
 
 def trimmer(activity: dict[int, int]) -> tuple[Trimmer, Transport]:
-    pks = dict(keys.Layout("q", 2).fleet())
+    pks = dict(Layout("q", 2).fleet())
     transport = Transport(pks)
     ctx = SimpleNamespace(
         transport=transport,

@@ -1,9 +1,9 @@
 // Producer operations as data: each function validates its input fully (throwing a typed
 // error before anything is sent) and returns the call to make (function, KEYS, ARGV, and the
 // parser of its reply).  Port of shardq/store/producer.py and routing.py (and the plain
-// commands of shardq/store/queues.py and shardq/store/inspect.py a producer sends).  Nothing
-// here talks to Redis: a conformance runner compares these calls with the vectors' before
-// sending them.
+// commands of shardq/store/queues.py and shardq/store/inspection.py a producer sends).
+// Nothing here talks to Redis: a conformance runner compares these calls with the vectors'
+// before sending them.
 import { Backoff, JobRequest, Schedule, checkBackoff, compactPays, debounced, encodeBody, makeSchedule } from './body';
 import { check, errorFor, isCode } from './codes';
 import {
