@@ -54,9 +54,12 @@ def test_a_stuck_loop_makes_healthz_503_naming_it(
     with Runner(cluster_url, queue, {"t": lambda job: None}, dispatcher=False) as runner:
         sup = runner.workers[0].supervisor
         sup.stall_after = 0.5  # bound: 0.5 s + 3 x reclaim_interval (0.5 s) = 2 s
+        worker = runner.workers[0]
+        # Healthy before the worker has read its layout and built its loops: wait for both.
+        wait_for(lambda: worker.recoverer is not None, 15, "the worker built no recoverer")
         wait_for(lambda: worker_status(port, "/healthz", queue)[0] == 200, 15, "not healthy")
         hang["on"] = True
-        recoverer = runner.workers[0].recoverer
+        recoverer = worker.recoverer
         assert recoverer is not None
         recoverer.trigger()
         wait_for(lambda: worker_status(port, "/healthz", queue)[0] == 503, 15, "never stuck")
