@@ -16,8 +16,9 @@ queue of 64 partitions, a fresh queue per round, the kill at a random moment (``
   again at once with the same instance; figure: seconds from the restart until the first job
   due after it runs (bound: 2 s).
 
-Every run prints a calibration line first (this interpreter's CPU loop, the node's
-``redis-benchmark`` SET rate): the machine is shared, so figures are compared within one run.
+Every run prints a calibration line first (the server's name and version, this interpreter's CPU
+loop, the node's ``redis-benchmark`` PING rate, the load average): the machine is shared, so
+figures are compared within one run.
 """
 
 from __future__ import annotations
@@ -115,8 +116,11 @@ HANDLERS = str(ROOT / "bench" / "handlers")
 
 
 def read_runs(path: str) -> list[dict[str, Any]]:
-    """Lines ``<job id> <attempt> <start epoch s> <lateness ms> <pid>``."""
-    out = []
+    """Lines ``<job id> <attempt> <start epoch s> <lateness ms> <pid>``; none before the first
+    job's handler created the file (a slow start on a loaded machine)."""
+    out: list[dict[str, Any]] = []
+    if not os.path.exists(path):
+        return out
     with open(path) as f:
         for line in f:
             parts = line.split()
@@ -204,7 +208,8 @@ def worker_kill(url: str, client: Client, rng: random.Random) -> dict[str, Any]:
     finally:
         for p in procs:
             p.stop()
-        os.unlink(runlog)
+        if os.path.exists(runlog):
+            os.unlink(runlog)
 
 
 def dispatcher_signal(url: str, client: Client, rng: random.Random, how: int) -> dict[str, Any]:
@@ -259,7 +264,8 @@ def dispatcher_signal(url: str, client: Client, rng: random.Random, how: int) ->
     finally:
         for p in [*ds, w]:
             p.stop()
-        os.unlink(runlog)
+        if os.path.exists(runlog):
+            os.unlink(runlog)
 
 
 def dispatcher_restart(url: str, client: Client, rng: random.Random) -> dict[str, Any]:
@@ -288,7 +294,8 @@ def dispatcher_restart(url: str, client: Client, rng: random.Random) -> dict[str
     finally:
         for p in [first, w, *([second] if second else [])]:
             p.stop()
-        os.unlink(runlog)
+        if os.path.exists(runlog):
+            os.unlink(runlog)
 
 
 def main(argv: list[str] | None = None) -> None:
