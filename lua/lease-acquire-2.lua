@@ -8,16 +8,17 @@ KEYS[2] fence    hash    token (only grows), released ('1' when the last owner l
                          granted (ms of the last grant); never expires
 
 ARGV[1] owner (dispatcher id)                                       name
-ARGV[2] lease time ms: the caller's configured lease time, and the  number 100..3600000 as ttl
-        most a lease it honours may have left
+ARGV[2] lease ttl ms: how long the grant lives unrenewed (the     number 100..86400000 as ttl
+        fleet's lease ttl), and the most a lease it honours may have left
 ARGV[3..] owners whose unexpired lease may be taken over: dispatchers whose membership expired
-          (dead or paused) and earlier incarnations of this dispatcher (restarted in place).
+          (dead or paused), that have been absent from the fleet a whole membership timeout,
+          earlier incarnations of this dispatcher (restarted in place), or live ones that have
+          not claimed the partition for a whole lease time (shardq/dispatcher/leases.py).
           Safe, because every write of the displaced owner checks its now stale token.  A lease
           without expiry, or with more than ARGV[2] left, is taken over whoever holds it: the
-          fleet runs one lease time, so only a raw SET, or a call with a longer lease time than
-          this caller's (both open to any dispatcher-role user), makes one.  The bound is the
-          caller's own setting, never a stored value: a forged lease blocks a partition only
-          until a dispatcher that wants it asks.
+          fleet runs one lease ttl, so only a raw SET, or a call with a longer ttl than this
+          caller's (both open to any dispatcher-role user), makes one.  The bound is the
+          caller's own setting, never a stored value.
 Max ARGV: 1026  = 2 + at most 1024 owners (shardq.store.fleet.MAX_DISPLACE)
 
 Returns
@@ -25,7 +26,7 @@ Returns
                              or was displaced instead of being released (it died or was paused,
                              or its lease would not have expired)
   {1, token, 0, 0}           already ours: extended
-  {0, token, owner, ttl ms}  held by another owner (its lease expires within its lease time)
+  {0, token, owner, ttl ms}  held by another owner (its lease expires within its lease ttl)
 
 Flags: allow-oom  (runs when Redis is at maxmemory: it frees memory or keeps a full Redis draining)
 ]]
@@ -46,9 +47,9 @@ if v then
     if owner == ARGV[i] then displace = true end
   end
   if not displace then
-    -- Leases always expire: this script grants one for its owner's lease time, and promote
-    -- and renew extend it by that, the fleet's one lease time.  One without an expiry (PTTL
-    -- -1), or with more than this caller's lease time left, was written some other way (a
+    -- Leases always expire: this script grants one for its owner's lease ttl, and promote
+    -- and renew extend it by that, the fleet's one lease ttl.  One without an expiry (PTTL
+    -- -1), or with more than this caller's lease ttl left, was written some other way (a
     -- hand, a bug, a dispatcher-role user holding a partition for an hour) and could block the
     -- partition for that long (its owner may never have been a member, so nobody would name
     -- it here): take it over, as from a gone owner.  Safe as every displacement is: the

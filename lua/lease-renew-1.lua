@@ -3,7 +3,7 @@
 KEYS[1] lease    string  '<token>:<owner>' with expiry
 
 ARGV[1] fencing token
-ARGV[2] lease time ms                   number 100..3600000 as ttl
+ARGV[2] lease time ms                   number 100..86400000 as ttl
 
 Returns
   1                   renewed

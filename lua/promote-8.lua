@@ -19,9 +19,8 @@ ARGV[2] max jobs to move in this call (K)                 number 1..1000 as k
 ARGV[3] ready-hint channel (sharded pub/sub) to wake workers when jobs moved; the message
         is the id of the last entry added to the ready stream ('1' when they went to the
         lane), so a worker that has read past it knows the hint is no news
-ARGV[4] lease time ms: a successful promote also extends  number 100..3600000 as lease_ms
-        the caller's lease, so a busy or regularly woken partition needs no separate renewal
-        call
+ARGV[4] lease ttl ms: a successful promote also extends   number 100..86400000 as lease_ms
+        the caller's lease, so a busy partition needs no separate renewal call
 
 Returns
   {moved, next due ms or -1, now ms, lanes, oldest moved due ms or -1}

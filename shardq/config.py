@@ -26,6 +26,9 @@ LATENESS_BUDGET = 0.010
 #: Past this a budget stops buying anything (calls are full long before) and starts to look
 #: like an outage: a second.
 MAX_LATENESS_BUDGET = 1.0
+#: A partition lease's life in Redis without a renewal (DispatcherSettings.lease_ttl): liveness
+#: is the dispatcher's membership, so this only clears leases of a fleet that went away.
+LEASE_TTL = 86_400.0
 #: The most WorkerSettings.max_result_bytes may be: the complete script refuses a longer
 #: result record, and readers refuse a longer stored one (lua/complete-5.lua, result-6).
 MAX_RESULT_BYTES = 16 * 1024 * 1024
@@ -353,15 +356,13 @@ class DispatcherSettings:
     batch: int = 100
     """K: most jobs one promote call moves (about 3-5 us of Redis time per job)."""
     max_sleep: float = 1.0
-    """Longest sleep with no due job in sight; wake-up hints usually come first.  Each wake-up
-    also renews the partition's lease."""
+    """Longest sleep with no due job in sight; wake-up hints usually come first."""
     max_idle_sleep: float = 30.0
     """Longest sleep of a partition found idle again and again (no job due before it): its
     sleep doubles from max_sleep up to this (at least max_sleep).  Hints wake it at once, and
     every partition gets one after each (re)subscription, so this only bounds how late a job
     whose hint was lost can be; it keeps an idle fleet's promote calls at about P / this
-    instead of P / max_sleep.  A partition not promoted for a third of lease_time has its
-    lease renewed by the lease loop (a renew call costs Redis a third of a promote)."""
+    instead of P / max_sleep."""
     coalesce: float = 0.002
     """Extra wait after the earliest due time before a primary's promote round, so partitions
     coming due within this window go in one round: fewer, fuller calls at high rates, at most
@@ -375,8 +376,11 @@ class DispatcherSettings:
     on at half of it (shardq/runtime/budget.py).  Set the same on dispatchers and workers
     (SHARDQ_LATENESS_BUDGET sets both); 0: every wait sized for punctuality."""
     lease_time: float = 10.0
-    """A partition whose owner stops renewing is free after this long (the backstop: peers take
-    a dead or paused owner's partitions as soon as its membership expires)."""
+    """How long a lease that names a live dispatcher which does not serve the partition (a
+    lease written by hand, or a dispatcher that lost track of it) blocks that partition before a
+    peer takes it over.  A lease lasts as long as its dispatcher is a live member of the fleet:
+    peers take a dead or paused owner's partitions as soon as its membership expires
+    (membership_timeout), so an idle partition's lease costs no call (``lease_ttl``)."""
     renew_interval: float = 1.0
     """How often the lease loop runs: heartbeat, renew, balance to the fair share."""
     membership_timeout: float = 2.5
@@ -399,6 +403,14 @@ class DispatcherSettings:
     lost when it restarts)."""
     redis_check_interval: float = 60.0
     """How often each primary's maxmemory-policy and appendonly are checked again."""
+
+    @property
+    def lease_ttl(self) -> float:
+        """How long a lease key lives in Redis unrenewed: a day, the backstop for a queue
+        whose whole fleet went away (every live dispatcher renews its leases long before).
+        Liveness is the dispatcher's membership heartbeat, not this: so an idle partition
+        costs its owner a renewal every ``lease_ttl`` / 3, not every ``lease_time`` / 3."""
+        return max(LEASE_TTL, self.lease_time)
 
     @property
     def tick(self) -> float:

@@ -1,8 +1,12 @@
 """Leases: which partitions this dispatcher drains, with fencing tokens.
 
 One round per ``renew_interval``: compute this dispatcher's fair share (floor or ceiling of
-P / N, by sorted position among live, non-draining members), renew leases no promote extended
-lately, hand back what is above the share, take partitions up to it.  The heartbeat into the
+P / N, by sorted position among live, non-draining members), hand back what is above the
+share, take partitions up to it.  A lease lasts as long as its owner is a live member: liveness
+is the process's heartbeat, one call per ``renew_interval`` whatever P is, so an idle partition
+costs nothing.  A lease key lives ``lease_ttl`` (a day) in Redis; a promote extends it, and this
+loop renews the few no promote extended for a third of that, so only a fleet that went away
+leaves leases that expire.  The heartbeat into the
 fleet is a loop of its own (:meth:`Leases.beat`), so a round held up never makes this
 dispatcher look dead to its peers; and the lease calls go out per primary
 (:class:`~shardq.runtime.pernode.PerPrimaryCalls`): a lease won on one primary is used at once
@@ -10,9 +14,13 @@ whatever another primary is doing, and a stuck primary holds the round up for at
 ``renew_interval``.
 
 A partition is taken when it is free, when its lease expired, or at once when its owner is gone
-from the fleet (dead or paused a whole membership timeout) or is this process's predecessor
+from the fleet (dead or paused a whole membership timeout, seen going or found absent: see
+:meth:`~shardq.runtime.membership.Membership.absent`) or is this process's predecessor
 (restarted in place): the lease-acquire script displaces such an owner with a newer fencing
-token, so the old owner's every later write is rejected.  Tokens are forgotten *before* a lease
+token, so the old owner's every later write is rejected.  A live owner that does not claim a
+partition it holds the lease of (the owners hash does not name it: a lease written by hand, a
+dispatcher that lost track of it) is displaced once that has lasted ``lease_time``; a real
+owner names itself there within a round of winning the lease.  Tokens are forgotten *before* a lease
 is released, so no promote is ever sent with a token this process has already given back.
 """
 
@@ -80,6 +88,12 @@ class Leases:
         self.owner = ctx.owner
         self.tokens: dict[int, str] = {}
         self.renewed: dict[int, float] = {}
+        # Partitions whose lease names a live member the owners hash does not name for them:
+        # (that holder, since when), displaced after lease_time (see the module docstring).
+        # The last time each was seen so, too: the watch must be unbroken.
+        self._unclaimed: dict[int, tuple[str, float, float]] = {}
+        # The membership view the held leases were last checked under (see round).
+        self._checked_view = 0.0
         self.target = 0
         self.rounds = 0
         self._warned_owners: frozenset[str] = frozenset()
@@ -160,7 +174,13 @@ class Leases:
         else:
             wanted = list(self.pks)
             self.target = fair_share(total, self.working_members(owners), self.owner)
-        await self._renew()
+        # A fresh view follows a gap in this process's own heartbeats (frozen, cut off):
+        # peers may have displaced it meanwhile, and an idle partition sends no write that
+        # would be fenced, so every held lease is checked now, once.
+        fresh = m.view_since != self._checked_view and not stale
+        if fresh:
+            self._checked_view = m.view_since
+        await self._renew(everything=fresh)
         if stale:
             self._report_held()
             return
@@ -228,19 +248,18 @@ class Leases:
             and (member == self.owner or member in holders or m.age(member) < IDLE_MEMBER_GRACE)
         ]
 
-    async def _renew(self) -> None:
-        """Renew leases no promote extended lately: a third of the lease time ago.  A busy
-        partition is renewed by its promotes and costs no extra call; an idle one, promoted
-        only every max_idle_sleep (30 s), is renewed here, one batch per primary: a renewal
-        costs Redis a third of an idle promote (9 against 30 us, pipelined), and the lease
-        time, which bounds how soon a partition of an owner that died unseen is taken over,
-        stays what it was."""
+    async def _renew(self, everything: bool = False) -> None:
+        """Renew leases no promote extended for a third of the lease ttl (a day), one batch
+        per primary, or ``everything`` held (a renewal of a lease a peer took is fenced).  A
+        busy partition is renewed by its promotes; an idle one here, every eight hours: its
+        owner's liveness is the membership heartbeat, not the lease key's expiry, so this is
+        only the key's life in Redis."""
         now = time.monotonic()
-        due = max(self.settings.renew_interval, self.settings.lease_time / 3)
+        due = 0.0 if everything else max(self.settings.renew_interval, self.settings.lease_ttl / 3)
         stale = [p for p in self.tokens if now - self.renewed.get(p, 0.0) >= due]
         if not stale:
             return
-        ttl = round(self.settings.lease_time * 1000)
+        ttl = round(self.settings.lease_ttl * 1000)
         sent = [self.tokens[p] for p in stale]
         ops = [fleet.lease_renew(self.pks[p], t, ttl) for p, t in zip(stale, sent, strict=True)]
 
@@ -278,7 +297,7 @@ class Leases:
     async def _take(self, wanted: list[int], owners: dict[int, str]) -> None:
         self._owners_dirty = True  # peers race for the same partitions: read the hash again
         live = set(self.membership.live)
-        displace = self.membership.displaceable
+        displace = self.membership.displaceable | self.membership.absent(set(owners.values()))
         free = [
             p
             for p in wanted
@@ -291,37 +310,48 @@ class Leases:
         while free and len(self.tokens) < self.target:
             room = self.target - len(self.tokens)
             batch, free = free[: room + 2], free[room + 2 :]
-            if not await self._acquire(batch, [o for o in displace if o in owners.values()]):
+            named = [o for o in displace if o in owners.values()]
+            if not await self._acquire(batch, named, owners):
                 break  # grants still on the way: count them before asking for more
 
-    async def _acquire(self, candidates: list[int], displace: list[str]) -> bool:
+    async def _acquire(
+        self, candidates: list[int], displace: list[str], owners: dict[int, str]
+    ) -> bool:
         """Try to take ``candidates``; each primary's grants are used as they come.  False when
         some grants were still on the way after the round's wait (they count when they land)."""
-        ttl = round(self.settings.lease_time * 1000)
+        ttl = round(self.settings.lease_ttl * 1000)
         ops = [fleet.lease_acquire(self.pks[p], self.owner, ttl, displace) for p in candidates]
 
         async def granted(indexes: list[int], results: list[Any]) -> None:
-            await self._granted([candidates[i] for i in indexes], results, displace, ttl)
+            chosen = [candidates[i] for i in indexes]
+            await self._granted(chosen, results, displace, ttl, owners)
 
         report = await self.calls.run(ops, granted, self.wait)
         return report.late == 0
 
     async def _granted(
-        self, candidates: list[int], results: list[Any], displace: list[str], ttl: int
+        self,
+        candidates: list[int],
+        results: list[Any],
+        displace: list[str],
+        ttl: int,
+        owners: dict[int, str],
     ) -> None:
         """Use the grants of one primary's acquire calls."""
         # The owners hash is written after the leases are granted, so a dispatcher killed in
         # between holds leases the hash does not name: ``displace`` (filtered by the hash) then
-        # missed it.  The refusal names the holder: take it over now if it may be displaced,
-        # rather than waiting a whole lease time for the lease to expire.
-        displaceable = self.membership.displaceable
-        again = [
-            (i, grant.owner)
+        # missed it.  The refusal names the holder: take it over now if it may be displaced.
+        refused = {
+            i: grant.owner
             for i, grant in enumerate(results)
-            if isinstance(grant, fleet.Grant)
-            and not grant.won
-            and grant.owner in displaceable
-            and grant.owner not in displace
+            if isinstance(grant, fleet.Grant) and not grant.won and grant.owner is not None
+        }
+        displaceable = self.membership.displaceable | self.membership.absent(refused.values())
+        again = [
+            (i, holder)
+            for i, holder in refused.items()
+            if holder not in displace
+            and (holder in displaceable or self._unclaimed_too_long(candidates[i], holder, owners))
         ]
         if again:
             retry = [
@@ -344,6 +374,7 @@ class Leases:
                 continue
             self.tokens[p] = grant.token
             self.renewed[p] = now
+            self._unclaimed.pop(p, None)
             won[p] = grant.token
             name = keys.label_of_fleet_id(p)
             if grant.takeover:
@@ -354,6 +385,24 @@ class Leases:
         if won:
             self._owners_dirty = True
             await fleet.write_owners(self.transport.client, self.queue, self.owner, won)
+
+    def _unclaimed_too_long(self, partition: int, holder: str, owners: dict[int, str]) -> bool:
+        """Whether the live ``holder`` of ``partition``'s lease has left it unclaimed (the
+        owners hash names someone else, or no one) for ``lease_time``: a real owner writes
+        its entry in the round it wins the lease and puts it back every round after, so this
+        is a lease written by hand or one its dispatcher lost track of, and it is taken over
+        (safe: the holder's writes check its token)."""
+        if owners.get(partition) == holder:
+            self._unclaimed.pop(partition, None)
+            return False
+        now = time.monotonic()
+        seen = self._unclaimed.get(partition)
+        unbroken = 3 * self.settings.renew_interval  # asked every round while below the share
+        if seen is None or seen[0] != holder or now - seen[2] > unbroken:
+            self._unclaimed[partition] = (holder, now, now)
+            return False
+        self._unclaimed[partition] = (holder, seen[1], now)
+        return now - seen[1] >= self.settings.lease_time
 
     async def _fix_owner_entries(self, owners: dict[int, str]) -> None:
         """Keep the advisory owners hash true for this dispatcher's own entries."""

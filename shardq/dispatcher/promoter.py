@@ -220,7 +220,7 @@ class Promoter:
 
     async def _promote(self, node: str, partitions: list[int]) -> None:
         s = self.settings
-        lease_ms = round(s.lease_time * 1000)
+        lease_ms = round(s.lease_ttl * 1000)
         tokens = self.leases.tokens
         held = []
         for p in partitions:

@@ -9,10 +9,11 @@ derives the same split of partitions, and the members an operator asked to drain
 process and expired by the next: they stopped heartbeating for a whole timeout (dead or paused),
 and fencing makes it safe to take their work at once.  After a gap in this process's own
 heartbeats (it was cut off from the queue's node) the view starts afresh, so a member coming
-back from its own outage does not mistake everyone else for dead; work of members that died
-unseen is taken when their leases expire.  Members of this process's own instance with
-another incarnation are its predecessors (a restart in place): gone from the start (see
-:mod:`shardq.runtime.identity`).
+back from its own outage does not mistake everyone else for dead.  A member that died unseen
+(before this process started, or during its outage) is :meth:`Membership.absent` once this
+process has watched the fleet a whole timeout without seeing it.  Members of this process's
+own instance with another incarnation are its predecessors (a restart in place): gone from
+the start (see :mod:`shardq.runtime.identity`).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Iterable
 
 from shardq.logs import log_event
 from shardq.runtime.identity import predecessors
@@ -28,7 +30,7 @@ from shardq.store.transport import AsyncTransport
 
 log = logging.getLogger("shardq.membership")
 
-# How long a gone member is remembered: its leases have long expired by then.
+# How long a gone member is remembered (after that it is absent: Membership.absent).
 GONE_TTL = 600.0
 
 
@@ -53,6 +55,9 @@ class Membership:
         self.draining: list[str] = []
         self._gone: dict[str, float] = {}
         self.first_seen: dict[str, float] = {}
+        # When each member was last seen live, and since when this view is unbroken (absent).
+        self.last_seen: dict[str, float] = {}
+        self.view_since = 0.0
         self.predecessors: set[str] = set()
         self.now_ms = 0
         self.last_success: float | None = None
@@ -92,6 +97,7 @@ class Membership:
         live = set(members.live)
         if fresh:
             self._gone.clear()
+            self.view_since = now
         else:
             # Live at the last beat, expired now: dead or paused for a whole timeout.
             for member in self._previous - live:
@@ -110,6 +116,9 @@ class Membership:
         self._previous = live
         for member in live:
             self.first_seen.setdefault(member, now)
+            self.last_seen[member] = now
+        for member in [m for m, at in self.last_seen.items() if now - at > GONE_TTL]:
+            del self.last_seen[member]
         for member in [m for m in self.first_seen if m not in live]:
             del self.first_seen[member]
         twins = set(predecessors(self.me, members.live))
@@ -160,6 +169,24 @@ class Membership:
     def displaceable(self) -> set[str]:
         """Members whose work may be taken over now: gone, or this process's predecessors."""
         return (set(self._gone) | self.predecessors) - {self.me}
+
+    def absent(self, names: Iterable[str]) -> set[str]:
+        """Of ``names``, those not live and not seen live by this process for a whole timeout
+        of an unbroken view: dead or paused, whether or not this process saw them go (one that
+        died before it started, a name no member ever had).  A whole timeout, not one beat: a
+        failover of the fleet's node may lose the latest heartbeats, and a live member beats
+        again within its renew interval."""
+        now = time.monotonic()
+        if self.last_success is None or now - self.last_success > self.timeout:
+            return set()  # no current view: it says nothing about who is live now
+        live = set(self.live)
+        return {
+            name
+            for name in names
+            if name != self.me
+            and name not in live
+            and now - max(self.view_since, self.last_seen.get(name, 0.0)) >= self.timeout
+        }
 
     async def leave(self) -> None:
         """Leave the fleet at once (clean shutdown)."""

@@ -19,6 +19,7 @@ from support.helpers import (
     pending_total,
     queue_settled,
     ready_job_ids,
+    scaled,
     settled,
     text,
     total,
@@ -281,46 +282,52 @@ def test_promote_with_a_stale_fencing_token_is_rejected(cluster_client: Client, 
 def test_paused_dispatcher_whose_leases_were_taken_moves_nothing(
     cluster_url: str, cluster_client: Client, queue: str
 ) -> None:
-    """A dispatcher frozen past its lease time (a GC pause, SIGSTOP) wakes up fenced."""
+    """A dispatcher frozen past its membership timeout (a GC pause, SIGSTOP) wakes up fenced:
+    a peer displaced it while it was gone from the fleet, and every write it then tries with
+    its old tokens is refused inside the scripts."""
     client, r = cluster_client, cluster_client.redis
     partitions = 4
     client.create_queue(queue, partitions)
     pks = keys.all_partition_keys(queue, partitions)
+    members_key, drain = keys.dispatchers_key(queue), keys.drain_key(queue)
+    timeout_ms = int(FAST_DISPATCHER.membership_timeout * 1000)
+    stop = threading.Event()
+
+    def intruder_beats() -> None:  # a live member of the fleet, as a dispatcher is
+        while not stop.wait(FAST_DISPATCHER.renew_interval / 2):
+            SyncTransport(r).run(fleet.members(members_key, drain, "intruder", timeout_ms))
+
     with Runner(cluster_url, queue, workers=0) as runner:
         d, loop = runner.dispatcher, runner.loop
         assert d is not None and loop is not None
         held = dict(d.tokens)
         frozen = threading.Event()
-        loop.call_soon_threadsafe(lambda: (frozen.set(), time.sleep(4.0)))  # freeze its loop
+        freeze = scaled(3 * FAST_DISPATCHER.membership_timeout)
+        loop.call_soon_threadsafe(lambda: (frozen.set(), time.sleep(freeze)))  # freeze its loop
         wait_for(frozen.is_set, 5, "dispatcher loop did not freeze")
         ids = [client.enqueue(queue, "t", delay=1.0) for _ in range(20)]
-        # Its leases expire while it is frozen, and another owner takes every partition.
-        wait_for(lambda: not any(r.exists(pk.lease) for pk in pks), 5, "leases did not expire")
-        # The intruder holds them as a live dispatcher does: the fleet's lease time, renewed
-        # (a longer lease would be taken back as a forged one: lua/lease-acquire-2.lua).
-        lease_ms = int(FAST_DISPATCHER.lease_time * 1000)
-        tokens = {}
-        for pk in pks:
-            grant = SyncTransport(r).run(fleet.lease_acquire(pk, "intruder", lease_ms))
-            assert grant.won and int(grant.token) > int(held[pk.partition])
-            tokens[pk.partition] = grant.token
-        stop = threading.Event()
-
-        def renew() -> None:
-            while not stop.wait(FAST_DISPATCHER.renew_interval / 2):
-                for pk in pks:
-                    SyncTransport(r).run(fleet.lease_renew(pk, tokens[pk.partition], lease_ms))
-
-        renewer = threading.Thread(target=renew, daemon=True)
-        renewer.start()
+        beats = threading.Thread(target=intruder_beats, daemon=True)
+        beats.start()
         try:
+            # Its membership expires while it is frozen; the intruder displaces it.
+            live = lambda: fleet.members(members_key, drain, "intruder", timeout_ms)  # noqa: E731
+            wait_for(
+                lambda: d.owner not in SyncTransport(r).run(live()).live,
+                freeze,
+                "the frozen dispatcher's membership did not expire",
+            )
+            ttl_ms = int(FAST_DISPATCHER.lease_ttl * 1000)
+            for pk in pks:
+                grant = SyncTransport(r).run(fleet.lease_acquire(pk, "intruder", ttl_ms, [d.owner]))
+                assert grant.won and grant.takeover, grant
+                assert int(grant.token) > int(held[pk.partition])
             wait_for(lambda: d.stats.leases_lost == partitions, 10, "stale leases were kept")
             wait_for(lambda: not d.tokens, 10, "fenced partitions were kept")
             assert d.stats.promoted == 0
             runner.check()
         finally:
             stop.set()
-            renewer.join(10)
+            beats.join(10)
     assert total(r, queue, partitions, "due") == len(ids)  # all overdue, none moved
     assert total(r, queue, partitions, "ready") == 0
     for pk in pks:

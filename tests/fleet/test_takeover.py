@@ -17,12 +17,14 @@ import time
 
 import pytest
 from support.helpers import (
+    FAST_DISPATCHER,
     Runner,
     Runs,
     job_id_in,
     one_by_one,
     queue_settled,
     ready_job_ids,
+    scaled,
     text,
     wait_for,
 )
@@ -270,8 +272,9 @@ def test_a_lease_written_by_hand_that_would_never_expire_is_taken_over(
 ) -> None:
     """The audit's case: `SET <lease> 1:squatter` (no expiry, an owner that was never a member)
     blocked its partition for ever: 0 of 1 leases taken, the delayed job never ran.  A lease
-    without expiry, or with more than the lease time left, was not written by the fleet's
-    lease-acquire: it is displaceable, so a dispatcher takes the partition and the job runs."""
+    without expiry was not written by the fleet's lease-acquire, and one whose owner has been
+    absent from the fleet a whole membership timeout is not a live dispatcher's: either is
+    displaceable, so a dispatcher takes the partition and the job runs."""
     from shardq.store import fleet, keys
 
     client, r = cluster_client, cluster_client.redis
@@ -286,7 +289,11 @@ def test_a_lease_written_by_hand_that_would_never_expire_is_taken_over(
     with Runner(cluster_url, queue, {"t": runs.add}, wait_leases=False) as runner:
         job = client.enqueue(queue, "t", {"late": True}, delay=0.3)
         wait_for(lambda: job in runs.count(), 30, lambda: f"lease: {r.get(pk.lease)!r}")
-        assert lease_owners(r, queue, partitions) == [runner.dispatcher.owner]
+        wait_for(
+            lambda: lease_owners(r, queue, partitions) == [runner.dispatcher.owner],
+            scaled(10 * FAST_DISPATCHER.membership_timeout),
+            lambda: f"lease: {r.get(pk.lease)!r}",
+        )
     # A lease expiring within the caller's lease time is a live owner's, whoever it is: left
     # alone.
     r.set(pk.lease, "99:someone", px=1_500)
