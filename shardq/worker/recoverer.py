@@ -193,15 +193,15 @@ class Recoverer:
         if self._follow_ups and min(self._follow_ups) <= now:
             self._follow_ups = [t for t in self._follow_ups if t > now]
             self._full = True
-        if self._full:
-            self._full = False
-            self._again.clear()
-            return list(assigned), "full"
         wanted = set(self._again)
         self._again.clear()
         wanted |= self._watched(now)
         kind = "watch"
-        if now >= self._next_sweep:
+        if self._full:
+            self._full = False
+            wanted.update(assigned)
+            kind = "full"
+        elif now >= self._next_sweep:
             wanted.update(self.sweep.take(assigned))
             self._next_sweep = now + self.settings.reclaim_interval
             kind = "sweep"
