@@ -457,8 +457,10 @@ class WorkerSettings:
     heartbeat_interval: float = 0.75
     """How often running deliveries are claimed again and membership is renewed."""
     reclaim_interval: float = 5.0
-    """How often the worker looks for deliveries to take over on its partitions (and at once
-    when a member leaves the fleet)."""
+    """How often the worker's safety-net sweep looks at a slice of its partitions for
+    deliveries to take over (at most 16 partitions a second, so a whole cycle takes
+    max(this, partitions / 16)); it reclaims at once when a member leaves the fleet, at start,
+    and where it lost a reply once the visibility timeout has passed."""
     max_deliveries: int = 5
     """Deliveries without an ack after which a job is a poison job and goes dead."""
     default_max_attempts: int = 5
@@ -471,8 +473,8 @@ class WorkerSettings:
     """Longest wait between reads of an assigned partition found empty again and again: the
     wait doubles from idle_poll up to this (at least idle_poll).  Ready hints wake it at once
     (and every partition gets one after each resubscription), so this only bounds how late a
-    job whose hint was lost can start; it keeps an idle fleet's fetch calls at about P / this
-    instead of P / idle_poll."""
+    job whose hint was lost can start.  A worker's idle reads and sweeps together go at most 8
+    a second: with more idle partitions than that covers, each waits up to partitions / 8."""
     lateness_budget: float = LATENESS_BUDGET
     """How late a job may start, on top of Redis and network time, so that calls carry more
     jobs (less Redis and process CPU per job).  Workers go first: the worker reads a partition

@@ -6,10 +6,16 @@ partition that is due to be read, sharing the worker's free room among them.  A 
 failing primary holds up only its own loop.
 
 Which partitions are read eagerly: worker i of N (sorted live ids) is assigned the partitions
-with p mod N == i and reads them on every ready hint and at least every ``idle_poll``.  Every
-other partition it sweeps every ``sweep_interval`` x (N - 1), so the fleet looks at each
-partition about once per ``sweep_interval`` whatever N is; a sweep that finds a full batch
-keeps reading, so a backlog bigger than its assigned worker's capacity is shared out.
+with p mod N == i and reads them on every ready hint, and without one after ``idle_poll``
+doubling to ``max_idle_poll``.  Every other partition it sweeps every ``sweep_interval`` x
+(N - 1), so the fleet looks at each partition about once per ``sweep_interval`` whatever N is;
+a sweep that finds a full batch keeps reading, so a backlog bigger than its assigned worker's
+capacity is shared out.  Those idle reads and sweeps are a safety net (a lost hint, an
+overloaded peer): together they go at most ``FALLBACK_READS_PER_S`` a second per worker
+(shardq/worker/readtimes.py), so with more idle partitions than that covers in their interval
+each waits longer (``partitions / FALLBACK_READS_PER_S`` s at most), and an idle worker's reads
+do not grow with P.  A round looks only at the partitions due (their read times are filed per
+primary in heaps), not at every partition.
 
 Every read promotes first (lua/fetch-9.lua): the partition's due jobs move to its ready
 stream and are read in the same call, and the reply says when the partition's next job is
@@ -57,6 +63,7 @@ from shardq.store.delivery import Batch
 from shardq.worker.context import WorkerContext
 from shardq.worker.executor import Executor
 from shardq.worker.inflight import Delivery
+from shardq.worker.readtimes import ReadTimes
 from shardq.worker.settler import Settler, Taken
 
 log = logging.getLogger("shardq.worker")
@@ -143,8 +150,21 @@ class Fetcher:
         self.settler = settler
         self.executor = executor
         self.stats = ctx.stats
-        self.poll_at: dict[int, float] = dict.fromkeys(self.partitions, 0.0)
+        #: When each partition is read next, filed per primary (shardq/worker/readtimes.py):
+        #: a round and an idle pass cost what the partitions with something to do cost, and
+        #: the idle (fallback) reads stay under a fixed rate.  ``poll_at`` is its table of
+        #: times, to read; every change goes through it.
+        self.times = ReadTimes(
+            self.partitions,
+            loops.node_of,
+            lambda: loops.generation,
+            lambda: max(1, len(loops.nodes)),
+        )
+        self.poll_at = self.times.poll_at
         self.assigned: set[int] = set(self.partitions)
+        #: The same, sorted (the recoverer's and the janitor's sweeps go through it in order).
+        self.assigned_sorted: list[int] = sorted(self.assigned)
+        self._members: tuple[str, ...] | None = None
         self.fleet_size = 1
         self.hints: dict[int, int] = {}
         #: Assigned partitions found empty that many reads in a row: their wait doubles.  A
@@ -192,14 +212,19 @@ class Fetcher:
         pinned to partitions reads all of them)."""
         if self.pinned:
             return
-        members = sorted(set(live) | {self.consumer})
+        members = tuple(sorted(set(live) | {self.consumer}))
+        if members == self._members:
+            return  # every heartbeat: nothing to do while the fleet stays as it is
+        self._members = members
         index, n = members.index(self.consumer), len(members)
         assigned = {p for p in self.partitions if p % n == index}
+        now = time.monotonic()
         for p in assigned - self.assigned:
-            self.poll_at[p] = 0.0  # newly ours (a peer left): read it now
+            self.times.set(p, 0.0, now)  # newly ours (a peer left): read it now
             self.idle_streak[p] = 0  # the peer may have been reading it busily
             self.nodes.wake(p)
         self.assigned, self.fleet_size = assigned, n
+        self.assigned_sorted = sorted(assigned)
 
     def idle_interval(self, partition: int) -> float:
         """How long until an assigned partition just found empty is read again without a
@@ -235,13 +260,16 @@ class Fetcher:
         # the partition keeps its wait.
         self.hints[partition] = self.hints.get(partition, 0) + 1
         self.known_work.add(partition)
+        now = time.monotonic()
         if not self.share:
-            self.poll_at[partition] = 0.0
+            self.times.set(partition, 0.0, now)
             self.nodes.wake(partition)
             return
-        at = time.monotonic() + self.share
-        if self.poll_at.get(partition, 0.0) > at:  # else it is read by then anyway
-            self.poll_at[partition] = at
+        at = now + self.share
+        # A partition waiting only for its fallback (idle) read counts as never read: a hint
+        # files it for the share now, whatever the fallback's time.
+        if self.times.at(partition) > at:  # else it is read by then anyway
+            self.times.set(partition, at, now)
             self.nodes.wake(partition)  # its loop may sleep past it: let it look again
 
     def due_hint(self, partition: int, message: bytes | None) -> None:
@@ -257,10 +285,10 @@ class Fetcher:
         now = time.monotonic()
         at = now if due_ms is None else self._monotonic(due_ms, now)
         at += self.share
-        if self.poll_at.get(partition, 0.0) > at:
+        if self.times.at(partition) > at:
             if due_ms is not None:
                 self.idle_streak[partition] = 0
-            self.poll_at[partition] = at
+            self.times.set(partition, at, now)
             self.heads.add(partition)
             self.nodes.wake(partition)
 
@@ -298,12 +326,13 @@ class Fetcher:
                     flight.append(sent)
                 if not flight:
                     # Nothing to read or ack: sleep until a partition is due, a hint, or room.
-                    mine = self.nodes.mine(node)
                     now = time.monotonic()
                     room = self.inflight.room()
                     # The longest sleep ends on the process's grid (see idle_interval).
                     cap = self.supervisor.on_tick(now + longest)
-                    wake_at = min((self.poll_at.get(p, 0.0) for p in mine), default=cap)
+                    wake_at = self.times.next_at(node, now)
+                    if wake_at is None:
+                        wake_at = cap
                     timeout = s.idle_poll if room <= 0 else max(0.0, min(wake_at, cap) - now)
                     acks_at = self.settler.acks_due_at(self.nodes.node_of, node)
                     if acks_at is not None:  # acks waiting for a read go alone by then
@@ -382,10 +411,9 @@ class Fetcher:
         of this loop not yet taken."""
         s = self.settings
         in_flight = len(flight)
-        mine = self.nodes.mine(node)
         now = time.monotonic()
         free = self.inflight.room()
-        poll_at = self.poll_at
+        times = self.times
         # A partition whose read is in flight is not read again by the round sent beside it
         # when its last read brought fewer than THIN_FETCH jobs: that read takes the job or two
         # it holds, its reply sets when to read it next, and a second read sent beside it finds
@@ -403,17 +431,18 @@ class Fetcher:
                 thin = (c > e) if e is not None else (last_read.get(p, THIN_FETCH) < THIN_FETCH)
                 if thin:
                     reading.add(p)
-        due = [p for p in mine if poll_at.get(p, 0.0) <= now and p not in reading]
+        # The partitions due now (times: without a look at the others).
+        due = [p for p in times.due(node, now) if p not in reading]
         if due and self.share:
             # A round goes out: it also takes the hinted partitions due within the share, and
-            # those whose head is due by now (their read was set a share after it).
+            # those whose head is due by now (their read was set a share after it): both sets
+            # hold partitions with work only.
             horizon, known, heads = now + self.share, self.known_work, self.heads
+            node_of = self.nodes.node_of
             due += [
                 p
-                for p in mine
-                if now < poll_at.get(p, 0.0) <= horizon
-                and (p in known or p in heads)
-                and p not in reading
+                for p in (*known, *(heads - known))
+                if now < times.at(p) <= horizon and p not in reading and node_of(p) == node
             ]
         # Freed room wakes every loop, but a loop that just took a reply sends its next round
         # at once, before a woken one runs: without a share kept back, a busy primary takes
@@ -520,10 +549,13 @@ class Fetcher:
         """Take a round's reply: settle its acks, admit its jobs (not run yet)."""
         try:
             results = await r.task
-        except BaseException:
+        except BaseException as exc:
             self.settler.acked(r.acked, [RuntimeError("round cancelled")] * len(r.ack_ops))
             self._settle_folded(r, None)
             self.inflight.release(r.reserve)
+            if not isinstance(exc, asyncio.CancelledError):
+                for p in r.due:  # its reads may have delivered jobs nobody here knows of
+                    self.inflight.left_pending(p)
             raise
         n_acks = len(r.ack_ops)
         self.settler.acked(r.acked, results[:n_acks])
@@ -548,8 +580,14 @@ class Fetcher:
                     log_redirect(log, result, partition=keys.label_of_fleet_id(p), call="fetch")
                 else:
                     failures.append(result)
+                if not isinstance(result, ResponseError):
+                    # Its reply was lost (a refusal or a redirect is a reply: nothing was
+                    # read): the read may have delivered jobs this worker does not know it
+                    # holds, which nobody touches; the recoverer looks once they are idle past
+                    # the visibility timeout (its sweep would, much later at a large P).
+                    self.inflight.left_pending(p)
                 await self._failed(p, result)
-                self.poll_at[p] = now + ERROR_BACKOFF
+                self.times.set(p, now + ERROR_BACKOFF, now)
                 continue
             assert isinstance(result, Batch)
             n = len(result.jobs)
@@ -575,21 +613,26 @@ class Fetcher:
             self.redis_offset = result.now_ms / 1000.0 - now
             self.heads.discard(p)
             if full:
-                self.poll_at[p] = now
+                self.times.set(p, now, now)
             elif hinted:  # a hint came while it was read: read again within the share
-                self.poll_at[p] = now + self.share
+                self.times.set(p, now + self.share, now)
             else:
                 # On the process's grid: the idle reads of its partitions, and its periodic
                 # loops, wake it together (shardq/runtime/waits.py).
-                self.poll_at[p] = self.supervisor.on_tick(now + self.idle_interval(p))
+                idle_at = self.supervisor.on_tick(now + self.idle_interval(p))
                 head = result.next_due_ms
+                at = math.inf
                 if head is not None and head != delivery.NONE_WAITS and p in self.assigned:
                     # Its next job's due time: read (and promote) it then, within the share.
                     at = self._monotonic(head, now) + self.share
-                    if at < self.poll_at[p]:
-                        self.idle_streak[p] = 0
-                        self.poll_at[p] = at
-                        self.heads.add(p)
+                if at < idle_at:
+                    self.idle_streak[p] = 0
+                    self.times.set(p, at, now)
+                    self.heads.add(p)
+                else:
+                    # Nothing known to do: the idle read, within the process's fallback
+                    # rate (shardq/worker/readtimes.py), in case a hint is lost.
+                    self.times.set_fallback(p, idle_at)
             if more:
                 self.known_work.add(p)
             else:

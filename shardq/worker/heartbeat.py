@@ -2,7 +2,9 @@
 
 Two loops, every ``heartbeat_interval`` each.  ``membership`` heartbeats into the queue's
 worker set (recomputing which partitions it reads eagerly) and, when a member has gone from the
-fleet since the last beat, asks the recoverer to take that member's deliveries over at once.
+fleet since the last beat (or is missing after a gap in this worker's own beats), asks the
+recoverer to take that member's deliveries over at once: membership is the fleet's liveness,
+one call per worker, and the recoverer acts on its events instead of probing every partition.
 ``heartbeat`` resets the idle time of every delivery the worker holds (so none is reclaimed
 while it runs, however long the handler takes) and stops handlers past their timeout.  They are
 apart so that touches waiting on a stalled primary never delay the membership heartbeat: a
@@ -55,6 +57,7 @@ class Heartbeat:
         self.on_members = on_members
         self.on_gone = on_gone
         self._gone_seen: set[str] = set()
+        self._live_seen: set[str] = set()
         self._m_inflight = metrics.WORKER_INFLIGHT.labels(ctx.queue)
         self.calls = PerPrimaryCalls(ctx.transport, "heartbeat")
         # How long a round waits for a primary's touches before going on without it: half
@@ -69,11 +72,17 @@ class Heartbeat:
         if self.membership is None:
             return
         await self.membership.beat()
+        live = set(self.membership.live)
         self.on_members(self.membership.live)
         gone = self.membership.displaceable
-        if gone - self._gone_seen:
+        # Missing since this worker's last beat that succeeded: gone, or (after a gap in this
+        # worker's own beats, when the membership's view starts afresh and names nobody gone)
+        # expired unseen meanwhile.  Either way its deliveries are the recoverer's now: that
+        # event, not a periodic probe of every partition, is what brings them back.
+        if gone - self._gone_seen or self._live_seen - live:
             self.on_gone()
         self._gone_seen = gone
+        self._live_seen = live
 
     async def beat(self) -> None:
         """Stop overdue handlers and touch every delivery held (the ``heartbeat`` loop)."""

@@ -91,6 +91,9 @@ class InFlight:
     starved: bool = False  # a reader found no room and waits for some
     #: The pool it shares with other queues' tables (a worker of several queues), or None.
     pool: SharedPool | None = None
+    #: Told the partition of a delivery this worker may hold in Redis but no longer claims
+    #: (:meth:`left_pending`): the recoverer's watch.
+    on_left_pending: Callable[[int], None] | None = None
 
     def add(self, d: Delivery) -> None:
         table = self.by_partition.get(d.partition)
@@ -109,6 +112,14 @@ class InFlight:
                 self.finished -= 1
             self._freed()
         return d
+
+    def left_pending(self, partition: int) -> None:
+        """A delivery of ``partition`` may be pending for this worker in Redis while nobody
+        here claims it (a settle given up, a read or reclaim whose reply was lost): its
+        heartbeat does not touch it, so it is idle past the visibility timeout after that long,
+        and the recoverer looks at that partition then (nothing else would before its sweep)."""
+        if self.on_left_pending is not None:
+            self.on_left_pending(partition)
 
     def mark_finished(self, d: Delivery) -> None:
         if not d.finished:

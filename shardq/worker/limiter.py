@@ -282,6 +282,7 @@ class Limiter:
         """Neither run nor deferred: leave them pending; reclaim asks the limit again."""
         for d in ds:
             self.inflight.remove(d.partition, d.entry_id)
+            self.inflight.left_pending(d.partition)
         self.stats.abandoned += len(ds)
         log_event(
             log,

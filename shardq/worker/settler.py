@@ -386,6 +386,7 @@ class Settler:
     def _abandon(self, d: Delivery, err: BaseException) -> None:
         """The outcome could not be written: leave the delivery pending for reclaim."""
         self.inflight.remove(d.partition, d.entry_id)
+        self.inflight.left_pending(d.partition)
         self.stats.abandoned += 1
         self._count(d.job.type, "abandoned")
         log_event(

@@ -14,7 +14,9 @@ too) is taken over within the bounds it always was.
 from __future__ import annotations
 
 import time
+from collections import Counter
 from dataclasses import replace
+from typing import Any
 
 from support.helpers import FAST_WORKER, Runner, Runs, pending_total, scaled, wait_for
 
@@ -129,3 +131,65 @@ def _id_in(partition: int, partitions: int) -> str:
         if keys.partition_for(job_id, partitions) == partition:
             return job_id
         i += 1
+
+
+def _count_calls(transport: Any, counts: Counter[str]) -> None:
+    """Count the calls ``transport`` sends from now on, by name (a script's or a command's)."""
+    run, run_on, run_many = transport.run, transport.run_on, transport.run_many
+
+    async def counted_run(op: Any) -> Any:
+        counts[op.name] += 1
+        return await run(op)
+
+    async def counted_run_on(node: str, ops: Any) -> Any:
+        counts.update(op.name for op in ops)
+        return await run_on(node, ops)
+
+    async def counted_run_many(ops: Any) -> Any:
+        counts.update(op.name for op in ops)
+        return await run_many(ops)
+
+    transport.run, transport.run_on, transport.run_many = (
+        counted_run,
+        counted_run_on,
+        counted_run_many,
+    )
+
+
+def test_an_idle_workers_calls_do_not_grow_with_its_partitions(
+    cluster_url: str, cluster_client: Client, queue: str
+) -> None:
+    """An idle worker alone (no dispatcher, no jobs) over 8 and over 512 partitions: its calls
+    over the same window differ by a small factor, not by 64 (its reclaim probes and idle
+    reads used to be per partition per interval: P / reclaim_interval and P / max_idle_poll
+    a second).  The settings make each interval short, so the window holds many of them."""
+    worker = replace(
+        FAST_WORKER, reclaim_interval=0.5, idle_poll=0.25, max_idle_poll=1.0, sweep_interval=1.0
+    )
+    window = scaled(6.0)
+    counts: dict[int, Counter[str]] = {}
+    for partitions in (8, 512):
+        name = f"{queue}-{partitions}"
+        cluster_client.create_queue(name, partitions)
+        with Runner(cluster_url, name, {}, dispatcher=False, worker_settings=worker) as runner:
+            w = runner.workers[0]
+            # Start-up reads every partition (and the recoverer probes every one) once: an
+            # event, not idle cost.  Then the window, idle.
+            rec = w.recoverer
+            assert rec is not None
+            wait_for(lambda rec=rec: rec.rounds >= 1, 20, "no reclaim round")
+            time.sleep(scaled(3.0))
+            seen: Counter[str] = Counter()
+            assert runner.loop is not None
+            runner.loop.call_soon_threadsafe(_count_calls, w.transport, seen)
+            time.sleep(window)
+            runner.check()
+            # the janitor's round is once a minute: in a window or not, by chance
+            counts[partitions] = Counter({k: v for k, v in seen.items() if k != "prune-consumers"})
+    small, large = counts[8], counts[512]
+    assert small["fetch"] > 0 and small["xpending"] > 0, small  # the safety nets do run
+    # 64 times the partitions: at most 3 times the calls (a burst of idle reads may fall in
+    # the window at 512), where it used to be ~60 times.
+    assert sum(large.values()) <= 3 * sum(small.values()) + 50, (small, large)
+    for name in ("fetch", "xpending"):
+        assert large[name] <= 3 * small[name] + 50, (name, small, large)

@@ -10,15 +10,35 @@ from typing import Any
 
 from shardq.config import WorkerSettings
 from shardq.worker.fetcher import THIN_FETCH, Fetcher
+from shardq.worker.readtimes import ReadTimes
+
+
+def read_times(partitions: list[int], at: float = 0.0) -> ReadTimes:
+    """Read times of partitions on one primary ("n"), all at ``at``."""
+    import time
+
+    times = ReadTimes(partitions, lambda p: "n", lambda: 0, lambda: 1)
+    now = time.monotonic()
+    for p in partitions:
+        times.set(p, at, now)
+    return times
+
+
+def set_at(r: Any, partition: int, at: float) -> None:
+    import time
+
+    r.times.set(partition, at, time.monotonic())
 
 
 def reader(**settings: Any) -> Any:
+    times = read_times([0])
     r = SimpleNamespace(
         settings=WorkerSettings(**settings),
         assigned={0},
         idle_streak={},
         fleet_size=3,
-        poll_at={},
+        times=times,
+        poll_at=times.poll_at,
         hints={},
         known_work=set(),
         read_upto={},
@@ -60,7 +80,7 @@ def test_under_a_budget_a_hint_schedules_the_read_within_the_share_never_later()
     woken: list[int] = []
     r = reader(lateness_budget=0.02)
     r.nodes = SimpleNamespace(wake=woken.append)
-    r.poll_at[0] = time.monotonic() + 5.0  # found empty: next read in 5 s
+    set_at(r, 0, time.monotonic() + 5.0)  # next read in 5 s
     before = time.monotonic()
     Fetcher.hint(r, 0)
     assert before + 0.01 <= r.poll_at[0] <= time.monotonic() + 0.01  # the share: 10 ms
@@ -68,7 +88,7 @@ def test_under_a_budget_a_hint_schedules_the_read_within_the_share_never_later()
     at = r.poll_at[0]
     Fetcher.hint(r, 0)  # a second hint moves nothing and wakes nobody
     assert r.poll_at[0] == at and woken == [0]
-    r.poll_at[0] = 0.0  # due already: a hint leaves it due
+    set_at(r, 0, 0.0)  # due already: a hint leaves it due
     Fetcher.hint(r, 0)
     assert r.poll_at[0] == 0.0
 
@@ -78,7 +98,7 @@ def test_a_hint_naming_an_entry_already_read_is_no_news() -> None:
     r = reader(lateness_budget=0.0)
     r.nodes = SimpleNamespace(wake=woken.append)
     r.read_upto[0] = (1700000000000, 5)
-    r.poll_at[0] = 99.0
+    set_at(r, 0, 99.0)
     Fetcher.hint(r, 0, b"1700000000000-5")  # read already
     Fetcher.hint(r, 0, b"1699999999999-9")
     assert woken == [] and r.poll_at[0] == 99.0 and 0 not in r.known_work
@@ -108,7 +128,8 @@ def planner(partitions: list[int], budget: float = 0.0) -> Any:
 
     r = reader(lateness_budget=budget)
     r.assigned = set(partitions)
-    r.poll_at = dict.fromkeys(partitions, 0.0)
+    r.times = read_times(partitions)
+    r.poll_at = r.times.poll_at
     r.last_read = {}
     r.expect = {}
     r.horizon_ms = round(r.share * 1000)
@@ -195,7 +216,8 @@ def test_acks_ride_with_the_read_of_their_partition_and_the_others_wait_the_ling
 
     r = planner([0, 1], budget=0.01)
     r.last_read = {0: 1, 1: 1}
-    r.poll_at[1] = r.poll_at[5] = time.monotonic() + 60.0  # only partition 0 is due to be read
+    set_at(r, 1, time.monotonic() + 60.0)  # only partition 0 is due to be read
+    set_at(r, 5, time.monotonic() + 60.0)
     # 5: a partition of this primary's not read now
     finished = {p: Delivery(p, f"1-{p}".encode(), f"job{p}".encode(), None) for p in (0, 1, 5)}
     r.nodes.mine = lambda node: [0, 1, 5]
@@ -215,7 +237,7 @@ def test_acks_ride_with_the_read_of_their_partition_and_the_others_wait_the_ling
     assert sorted(r.settler.acks) == [1, 5]
     at = r.settler.acks_due_at(lambda p: "n", "n")
     assert at is not None and at - time.monotonic() <= ACK_LINGER
-    r.poll_at[0] = time.monotonic() + 60.0
+    set_at(r, 0, time.monotonic() + 60.0)
     assert r.loop.run_until_complete(plan()) is None  # nothing to read, the acks not due yet
     for p in (1, 5):
         r.settler.ack_since[p] -= ACK_LINGER  # the linger has passed
@@ -230,7 +252,8 @@ def test_with_no_budget_acks_go_with_the_next_round_whatever_it_reads() -> None:
 
     r = planner([0, 1])
     r.nodes.mine = lambda node: [0, 1]
-    r.poll_at[1] = float("inf")
+    set_at(r, 1, float("inf"))
+    set_at(r, 5, float("inf"))
     d = Delivery(1, b"1-1", b"job1", None)
     r.inflight.add(d)
     r.settler.succeeded(d)
@@ -255,7 +278,8 @@ def test_past_half_the_concurrency_of_acks_waiting_they_all_go_at_once() -> None
     r.settler.inflight = r.inflight
     r.settler.ack_bound = 2
     r.nodes.mine = lambda node: [0, 1, 5]
-    r.poll_at = dict.fromkeys([0, 1, 5], time.monotonic() + 60.0)  # nothing due to be read
+    for p in (0, 1, 5):
+        set_at(r, p, time.monotonic() + 60.0)  # nothing due to be read
 
     async def plan() -> Any:
         return Fetcher._send_round(r, "n", [])
@@ -304,7 +328,7 @@ def test_a_due_hint_reads_an_assigned_partition_when_its_new_head_is_due() -> No
     r.nodes = SimpleNamespace(wake=woken.append)
     now = time.monotonic()
     r.redis_offset = 1_000.0 - now  # the Redis clock reads 1,000 s now
-    r.poll_at[0] = now + 5.0
+    set_at(r, 0, now + 5.0)
     Fetcher.due_hint(r, 0, b"1000200")  # due in 200 ms
     assert now + 0.21 - 1e-9 <= r.poll_at[0] <= time.monotonic() + 0.21 and 0 in r.heads
     Fetcher.due_hint(r, 0, b"1003000")  # later than the read already set: nothing
@@ -312,7 +336,7 @@ def test_a_due_hint_reads_an_assigned_partition_when_its_new_head_is_due() -> No
     Fetcher.due_hint(r, 0, b"o")  # a workflow child's end: the relay's, not the reader's
     Fetcher.due_hint(r, 1, b"1000000")  # not assigned: its worker reads it
     assert woken == [0] and 1 not in r.poll_at
-    r.poll_at[0] = now + 5.0
+    set_at(r, 0, now + 5.0)
     Fetcher.due_hint(r, 0, None)  # resubscribed: a hint may be lost, read within the share
     assert r.poll_at[0] <= time.monotonic() + 0.01
 
@@ -325,7 +349,8 @@ def test_a_round_takes_the_partitions_whose_heads_are_due_by_then() -> None:
     r = planner([0, 1, 2], budget=0.02)
     r.heads = {1, 2}
     now = time.monotonic()
-    r.poll_at = {0: now - 0.001, 1: now + 0.005, 2: now + 0.5}  # 1's head due 5 ms ago
+    for p, at in {0: now - 0.001, 1: now + 0.005, 2: now + 0.5, 5: now + 60}.items():
+        set_at(r, p, at)  # 1's head due 5 ms ago
 
     async def plan() -> Any:
         return Fetcher._send_round(r, "n", [])

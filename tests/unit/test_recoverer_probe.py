@@ -49,7 +49,7 @@ def test_the_recoverer_reclaims_only_where_a_delivery_is_idle_enough() -> None:
         settings=WorkerSettings(), membership=None, inflight=SimpleNamespace(room=lambda: 64),
         stats=None,
     )  # fmt: skip
-    fetcher = SimpleNamespace(assigned=set(pks))
+    fetcher = SimpleNamespace(assigned=set(pks), assigned_sorted=sorted(pks))
     executor = SimpleNamespace(settler=SimpleNamespace(partitions_with_acks=lambda: []))
     rec = Recoverer(ctx, executor=executor, fetcher=fetcher)  # type: ignore[arg-type]
     rec.calls = probes  # type: ignore[assignment]
