@@ -57,7 +57,7 @@ def monitored(redis: Any, needle: str) -> Iterator[list[str]]:
 
 
 def script_calls(commands: list[str], script: str) -> list[str]:
-    """The calls of the Lua function named ``script`` (as in lua/<script>-N.lua) in
+    """The calls of the Lua function named ``script`` (its file in lua/ without the key count) in
     ``commands``: FCALL names carry the library's prefix, ``shardq_<hash>_<script>``."""
     name = "_" + script.replace("-", "_") + " "
     return [c for c in commands if c.upper().startswith("FCALL") and name in c + " "]
