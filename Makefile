@@ -15,7 +15,7 @@ TEST_ARGS ?= -m "not slow"
 TEST_WORKERS ?= 3
 PYTEST_PARALLEL := $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadscope)
 # The repository tools that left the package (wire/, the benchmark engine) stay strictly typed.
-BENCH_TYPED := bench/calibration.py bench/e2e.py bench/enqueue.py bench/fleet.py
+BENCH_TYPED := bench/calibration.py bench/e2e.py bench/enqueue.py bench/fleet.py bench/partitions.py
 BENCH_URL := redis://127.0.0.1:7300
 BENCH_STANDALONE_URL := redis://127.0.0.1:7310
 LOADTEST_ARGS ?= --shardq-duration 45

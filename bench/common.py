@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.calibration import (  # noqa: F401 - re-exported for the benches
+from bench.calibration import (  # re-exported for the benches (__all__)
     calibrate,
     calibration_line,
     cpu_loop_rate,
@@ -31,6 +31,9 @@ __all__ = [
     "Fleet",
     "NodeSample",
     "Sampler",
+    "calibrate",
+    "calibration_line",
+    "cpu_loop_rate",
     "cpu_seconds",
     "delete_queue",
     "enqueue_due_at",
@@ -39,6 +42,7 @@ __all__ = [
     "peak_rss_mb",
     "primaries",
     "queue_counters",
+    "redis_benchmark",
     "rss_mb",
     "wait_until",
 ]
@@ -52,7 +56,7 @@ def primaries(client: Client) -> dict[str, Any]:
             n.name: redis.get_redis_connection(n)  # type: ignore[union-attr]
             for n in redis.get_primaries()  # type: ignore[union-attr]
         }
-    kw = redis.connection_pool.connection_kwargs
+    kw = redis.connection_pool.connection_kwargs  # type: ignore[union-attr]
     return {f"{kw.get('host')}:{kw.get('port')}": redis}
 
 

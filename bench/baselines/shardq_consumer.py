@@ -111,7 +111,7 @@ async def consume(args: argparse.Namespace) -> None:
     worker.register("job", handle)
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, lambda: (dispatcher.stop(), worker.stop()))
+        loop.add_signal_handler(sig, lambda: (dispatcher.stop(), worker.stop()))  # type: ignore[func-returns-value]
     tasks = [asyncio.create_task(dispatcher.run()), asyncio.create_task(worker.run())]
     ready()
     try:

@@ -88,7 +88,7 @@ class Subscriber:
             return
         if self.claim and not self.r.hdel(payload_key, job_id):
             return  # another subscriber claimed it first
-        due_ms = int(raw.split(b"|", 1)[0])
+        due_ms = int(raw.split(b"|", 1)[0])  # type: ignore[arg-type]
         self.log.record(job_id, time.time() * 1000 - due_ms)  # the handler
         if not self.claim:
             self.r.hdel(payload_key, job_id)

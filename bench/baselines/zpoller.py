@@ -73,8 +73,8 @@ class Poller:
             rows = self.r.zrangebyscore(self.due_key, "-inf", now, withscores=True)
         if not rows:
             return []
-        payloads = self.r.hmget(self.payload_key, [m for m, _ in rows])
-        return [(m.decode(), int(s), p) for (m, s), p in zip(rows, payloads, strict=True)]
+        payloads = self.r.hmget(self.payload_key, [m for m, _ in rows])  # type: ignore[str-unpack]
+        return [(m.decode(), int(s), p) for (m, s), p in zip(rows, payloads, strict=True)]  # type: ignore
 
     def process(self, batch: list[tuple[str, int, bytes | None]]) -> None:
         for job_id, due_ms, _payload in batch:
