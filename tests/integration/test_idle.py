@@ -16,9 +16,9 @@ from __future__ import annotations
 import time
 from collections import Counter
 from dataclasses import replace
-from typing import Any
 
 from support.helpers import FAST_WORKER, Runner, Runs, pending_total, scaled, wait_for
+from support.monitor import by_name, monitored
 
 from shardq import DispatcherSettings, ProducerSettings
 from shardq.client import Client
@@ -133,29 +133,6 @@ def _id_in(partition: int, partitions: int) -> str:
         i += 1
 
 
-def _count_calls(transport: Any, counts: Counter[str]) -> None:
-    """Count the calls ``transport`` sends from now on, by name (a script's or a command's)."""
-    run, run_on, run_many = transport.run, transport.run_on, transport.run_many
-
-    async def counted_run(op: Any) -> Any:
-        counts[op.name] += 1
-        return await run(op)
-
-    async def counted_run_on(node: str, ops: Any) -> Any:
-        counts.update(op.name for op in ops)
-        return await run_on(node, ops)
-
-    async def counted_run_many(ops: Any) -> Any:
-        counts.update(op.name for op in ops)
-        return await run_many(ops)
-
-    transport.run, transport.run_on, transport.run_many = (
-        counted_run,
-        counted_run_on,
-        counted_run_many,
-    )
-
-
 def test_an_idle_workers_calls_do_not_grow_with_its_partitions(
     cluster_url: str, cluster_client: Client, queue: str
 ) -> None:
@@ -179,11 +156,10 @@ def test_an_idle_workers_calls_do_not_grow_with_its_partitions(
             assert rec is not None
             wait_for(lambda rec=rec: rec.rounds >= 1, 20, "no reclaim round")
             time.sleep(scaled(3.0))
-            seen: Counter[str] = Counter()
-            assert runner.loop is not None
-            runner.loop.call_soon_threadsafe(_count_calls, w.transport, seen)
-            time.sleep(window)
+            with monitored(cluster_client.redis, name) as commands:
+                time.sleep(window)
             runner.check()
+            seen = by_name(commands)
             # the janitor's round is once a minute: in a window or not, by chance
             counts[partitions] = Counter({k: v for k, v in seen.items() if k != "prune-consumers"})
     small, large = counts[8], counts[512]

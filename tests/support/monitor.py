@@ -8,6 +8,7 @@ Redis are not shown by MONITOR: a script call counts once, as the FCALL that sta
 from __future__ import annotations
 
 import threading
+from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -61,3 +62,19 @@ def script_calls(commands: list[str], script: str) -> list[str]:
     ``commands``: FCALL names carry the library's prefix, ``shardq_<hash>_<script>``."""
     name = "_" + script.replace("-", "_") + " "
     return [c for c in commands if c.upper().startswith("FCALL") and name in c + " "]
+
+
+def by_name(commands: list[str]) -> Counter[str]:
+    """``commands`` counted by name: a command's (``xpending``), or a Lua function's file name
+    without the key count (``fetch``, ``prune-consumers``) for an FCALL."""
+    counts: Counter[str] = Counter()
+    for command in commands:
+        words = command.split()
+        if not words:
+            continue
+        name = words[0].lower()
+        if name in ("fcall", "fcall_ro") and len(words) > 1:
+            # shardq_<library hash>_<function>
+            name = words[1].split("_", 2)[-1].replace("_", "-")
+        counts[name] += 1
+    return counts
