@@ -5,6 +5,7 @@ run stays in one slot (the rules alone, without Redis, are in tests/unit/test_ke
 from __future__ import annotations
 
 import random
+import time
 import uuid
 from collections import Counter
 from dataclasses import replace
@@ -162,10 +163,14 @@ def test_dispatcher_and_worker_calls_stay_in_one_slot(
         assert client.get(queue, later) is not None
         assert client.cancel(queue, later)
         handlers = {"ok": lambda job: done.append(job.id), "slow": slow, "fail": fail}
-        # max_sleep above the renewal interval: idle partitions get explicit lease renewals
         slow_wakeups = replace(FAST_DISPATCHER, max_sleep=1.0)
-        with Runner(cluster_url, queue, handlers, dispatcher_settings=slow_wakeups):
+        with Runner(cluster_url, queue, handlers, dispatcher_settings=slow_wakeups) as runner:
             wait_for(lambda: len(done) == len(ids) + 50, 15, lambda: f"{len(done)} done")
+            # Lease renewals: a dispatcher checks every lease it holds after a gap in its own
+            # heartbeats longer than the membership timeout (its loop frozen here).
+            assert runner.loop is not None
+            gap = 1.5 * slow_wakeups.membership_timeout
+            runner.loop.call_soon_threadsafe(time.sleep, gap)
             # Wait for the background calls too (reclaim rounds, lease renewals, trims).
             running = RUNTIME_SCRIPTS - AT_SHUTDOWN
             wait_for(
