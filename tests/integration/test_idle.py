@@ -14,14 +14,26 @@ too) is taken over within the bounds it always was.
 from __future__ import annotations
 
 import time
+from collections import Counter
+from collections.abc import Sequence
 from dataclasses import replace
+from typing import Any
 
-from support.helpers import FAST_WORKER, Runner, Runs, pending_total, scaled, wait_for
+import pytest
+from support.helpers import (
+    FAST_DISPATCHER,
+    FAST_WORKER,
+    Runner,
+    Runs,
+    pending_total,
+    scaled,
+    wait_for,
+)
 
 from shardq import DispatcherSettings, ProducerSettings
 from shardq.client import Client
 from shardq.store import delivery, keys, producer
-from shardq.store.transport import SyncTransport
+from shardq.store.transport import AsyncTransport, SyncTransport
 
 # Hints only: no fallback promote or read comes within a test's length.
 NEVER = 600.0
@@ -129,3 +141,68 @@ def _id_in(partition: int, partitions: int) -> str:
         if keys.partition_for(job_id, partitions) == partition:
             return job_id
         i += 1
+
+
+def _count_calls(monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
+    """Every call the in-process roles send through an AsyncTransport, by name."""
+    counts: Counter[str] = Counter()
+    run_on, send, run = AsyncTransport.run_on, AsyncTransport.send, AsyncTransport.run
+
+    async def counted_run_on(self: AsyncTransport, node: str, ops: Sequence[Any]) -> Any:
+        counts.update(op.name for op in ops)
+        return await run_on(self, node, ops)
+
+    async def counted_send(self: AsyncTransport, ops: Sequence[Any]) -> Any:
+        counts.update(op.name for op in ops)
+        return await send(self, ops)
+
+    async def counted_run(self: AsyncTransport, op: Any) -> Any:
+        counts[op.name] += 1
+        return await run(self, op)
+
+    monkeypatch.setattr(AsyncTransport, "run_on", counted_run_on)
+    monkeypatch.setattr(AsyncTransport, "send", counted_send)
+    monkeypatch.setattr(AsyncTransport, "run", counted_run)
+    return counts
+
+
+# The calls a dispatcher makes per partition that this test bounds (lease renewals and the
+# heartbeat are the lease loop's, bounded on their own).
+PER_PARTITION = ("promote", "trim", "partition-stats", "schedule-read", "hscan")
+
+
+def test_an_idle_dispatchers_calls_do_not_grow_with_the_partitions_it_holds(
+    cluster_url: str, cluster_client: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 54, 1: an idle dispatcher's promotes, trims, snapshots, schedule reads and outbox
+    reads come at a bounded rate whatever the partitions it holds: its calls over the same
+    window at 512 partitions are within a small factor of those at 16 (before: 32x, each
+    partition looked at every max_idle_sleep, 31 trim rounds, 6 metrics rounds...).  Short
+    intervals make the difference show within seconds."""
+    settings = replace(
+        FAST_DISPATCHER, max_idle_sleep=1.0, metrics_interval=0.25, trim_interval=0.25
+    )
+    counts = _count_calls(monkeypatch)
+    window = scaled(8)
+    idle: dict[int, Counter[str]] = {}
+    for partitions in (16, 512):
+        queue = f"t-idle-{partitions}-{time.monotonic_ns() % 10**9}"
+        cluster_client.create_queue(queue, partitions)
+        with Runner(cluster_url, queue, workers=0, dispatcher_settings=settings) as runner:
+            d = runner.dispatcher
+            assert d is not None and d.promoter is not None
+            # Start-up looks at every partition (won leases, the wake-up after subscribing):
+            # wait for them to be over, then count an idle window.
+            wait_for(
+                lambda d=d: sum(d.supervisor.state(n).rounds for n in ("sample", "trim")) > 8,
+                scaled(20),
+                "no sampling and trimming rounds",
+            )
+            time.sleep(scaled(3))
+            before = Counter(counts)
+            time.sleep(window)
+            after = Counter(counts)
+            runner.check()
+        idle[partitions] = Counter({k: after[k] - before[k] for k in PER_PARTITION})
+    small, large = sum(idle[16].values()), sum(idle[512].values())
+    assert large <= 3 * small + 20 * window, idle  # (before: about 32x)
