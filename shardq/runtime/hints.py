@@ -129,7 +129,10 @@ async def _ssubscribe_all(pubsub: Any, names: list[str]) -> None:
         chunk = names[start : start + SUBSCRIBE_BATCH]
         packed = conn.pack_commands([("SSUBSCRIBE", name) for name in chunk])
         await conn.send_packed_command(packed, check_health=False)
-        added = pubsub._normalize_keys(dict.fromkeys(chunk))
+        # Keyed as redis-py keys them (its _normalize_keys: encoded, decoded as the client's
+        # responses are), so its reconnect and its message handling find them.
+        enc = pubsub.encoder
+        added = {enc.decode(enc.encode(name)): None for name in chunk}
         pubsub.shard_channels.update(added)
         pubsub.pending_unsubscribe_shard_channels.difference_update(added)
 
