@@ -358,11 +358,12 @@ class DispatcherSettings:
     max_sleep: float = 1.0
     """Longest sleep with no due job in sight; wake-up hints usually come first."""
     max_idle_sleep: float = 30.0
-    """Longest sleep of a partition found idle again and again (no job due before it): its
-    sleep doubles from max_sleep up to this (at least max_sleep).  Hints wake it at once, and
-    every partition gets one after each (re)subscription, so this only bounds how late a job
-    whose hint was lost can be; it keeps an idle fleet's promote calls at about P / this
-    instead of P / max_sleep."""
+    """Sleep of a partition found idle again and again (no job due before it): its sleep
+    doubles from max_sleep while below this; from then on it is looked at only by the
+    dispatcher's safety net, every max(this, partitions held / 2 s), so an idle dispatcher
+    sends about 2 such promotes a second whatever the partitions it holds.  Hints wake it at
+    once, and every partition gets one after each (re)subscription, so this only bounds how
+    late a job whose hint was lost can be (at most 1.5x that period)."""
     coalesce: float = 0.002
     """Extra wait after the earliest due time before a primary's promote round, so partitions
     coming due within this window go in one round: fewer, fuller calls at high rates, at most

@@ -147,13 +147,11 @@ class Dispatcher(RoleProcess[DispatcherSettings]):
         ticker = Ticker(ctx, leases=leases)
         relay = Relay(ctx, leases=leases)
         # Activity a trim follows: jobs promoted here, and enqueue hints (workers' reads promote
-        # too, and their acks leave entries to trim that this process never promoted).
-        trimmer = Trimmer(
-            ctx,
-            leases=leases,
-            activity=lambda p: promoter.by_partition.get(p, 0) + promoter.hints.get(p, 0),
-        )
-        sampler = Sampler(ctx, leases=leases, activity=lambda p: promoter.by_partition.get(p, 0))
+        # too, and their acks leave entries to trim that this process never promoted); the
+        # sampler follows promotes and every hint.  Both are told (touch), neither looks.
+        trimmer = Trimmer(ctx, leases=leases)
+        sampler = Sampler(ctx, leases=leases)
+        promoter.on_moved += [trimmer.touch, sampler.touch]
         self.leases, self.promoter, self.ticker, self.relay = leases, promoter, ticker, relay
 
         def hint(p: int, message: bytes | None) -> None:
@@ -163,6 +161,8 @@ class Dispatcher(RoleProcess[DispatcherSettings]):
                 return
             if message is None:  # resubscribed: any hint may have been missed
                 relay.wake(p)
+            else:
+                trimmer.touch(p)  # an enqueue there: its acks are coming
             promoter.hint(p, resubscribed=message is None)
             ticker.wake(p)
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 import logging
 import math
 import time
+from collections.abc import Callable
 
 from shardq.dispatcher.context import DispatcherContext
 from shardq.dispatcher.leases import Leases
@@ -33,6 +34,7 @@ from shardq.errors import FencedError
 from shardq.metrics import registry as metrics
 from shardq.runtime.budget import DueRates, dispatcher_share
 from shardq.runtime.duetimes import DueTimes
+from shardq.runtime.pacing import SafetyNet
 from shardq.runtime.pernode import IDLE_PASS, LONG_IDLE, PerPrimary
 from shardq.runtime.supervisor import log_redirect
 from shardq.runtime.waits import wait_event
@@ -49,6 +51,13 @@ MAX_YIELD = 1.0
 #: A promote that moves jobs later than the budget plus this (seconds) finds that no worker
 #: read them: the dispatcher stops yielding the partition.
 LATE_MARGIN = 0.02
+#: Most promotes a second one dispatcher sends to partitions with no signal (no hint, no known
+#: due time, no work lately): the safety net for a lost hint (shardq/runtime/pacing.py).  An
+#: idle partition is looked at every max(max_idle_sleep, held / this) seconds (at most 1.5x
+#: that after its last look), so an idle dispatcher's promotes stay at about this many a second
+#: however many partitions it holds: 2.1/s at 64 partitions (their max_idle_sleep, as before),
+#: 2/s at 16,384 (each looked at every ~2.3 h instead of every 30 s).
+IDLE_PROMOTE_RATE = 2.0
 
 
 class Promoter:
@@ -71,6 +80,9 @@ class Promoter:
         self.calls = 0
         self.errors = 0
         self.by_partition: dict[int, int] = {}
+        #: Called with each partition a promote moved jobs in (the trimmer and the sampler
+        #: act on that activity, not on a look at every partition each round).
+        self.on_moved: list[Callable[[int], None]] = []
         #: The longest one pass of a loop sleeps (its partitions' own deadlines wake it sooner).
         self.longest_sleep = max(ctx.settings.max_sleep, IDLE_PASS)
         self.nodes = PerPrimary(
@@ -85,6 +97,12 @@ class Promoter:
         #: when won), and when its head job is due (a round takes every partition due by then).
         self.next_wake = DueTimes(self.nodes.node_of)
         self.due_at: dict[int, float] = {}
+        #: When a partition with no signal is looked at again (the lost-hint safety net).
+        self.net = SafetyNet(
+            IDLE_PROMOTE_RATE,
+            max(ctx.settings.max_idle_sleep, ctx.settings.max_sleep),
+            lambda: max(len(leases.tokens), leases.target),
+        )
         #: Each partition's due rate: its slack under the budget shrinks when calls fill sooner.
         self.rates = DueRates()
         self.share = dispatcher_share(ctx.settings.lateness_budget)
@@ -282,6 +300,9 @@ class Promoter:
             self.promoted += moved
             self._m_promoted.inc(moved)
             self.by_partition[p] = self.by_partition.get(p, 0) + moved
+            if moved:
+                for callback in self.on_moved:
+                    callback(p)
             self.rates.observe(p, moved, now)
             if moved >= s.batch:
                 self.idle_streak[p] = 0
@@ -296,7 +317,7 @@ class Promoter:
                 if result.next_due_ms is None
                 else max(0.0, (result.next_due_ms - result.now_ms) / 1000.0)
             )
-            fallback = self._fallback(p, moved, wait)
+            fallback = self._fallback(p, moved, wait, now)
             if wait <= fallback:
                 self._due_in(p, wait, now)
             else:
@@ -309,14 +330,19 @@ class Promoter:
             # The whole primary failed: let the supervisor log it and back off this loop.
             raise failures[0]
 
-    def _fallback(self, partition: int, moved: int, wait: float) -> float:
-        """How long a partition may sleep without a hint: max_sleep, doubling (up to
-        max_idle_sleep) each time in a row it is found with nothing moved and nothing due
-        within max_sleep; any promoted job or hint starts it over."""
+    def _fallback(self, partition: int, moved: int, wait: float, now: float) -> float:
+        """How long a partition may sleep without a hint: max_sleep, doubling each time in a
+        row it is found with nothing moved and nothing due within max_sleep, until the doubled
+        sleep reaches max_idle_sleep; from then on it is looked at only by the safety net
+        (:attr:`net`: at most IDLE_PROMOTE_RATE such looks a second for the process).  Any
+        promoted job or hint starts it over."""
         s = self.settings
         if moved or wait <= s.max_sleep:
             self.idle_streak[partition] = 0
             return s.max_sleep
         streak = self.idle_streak.get(partition, LONG_IDLE)
         self.idle_streak[partition] = streak + 1
-        return min(max(s.max_idle_sleep, s.max_sleep), s.max_sleep * 2.0 ** min(streak, LONG_IDLE))
+        doubled = s.max_sleep * 2.0 ** min(streak, LONG_IDLE)
+        if doubled < s.max_idle_sleep:
+            return doubled
+        return self.net.next_look(partition, now) - now

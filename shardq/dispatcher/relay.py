@@ -10,11 +10,13 @@ A dispatcher killed at any point leaves the entries for the next holder of the p
 resent reports change nothing: no end is lost or counted twice.
 
 Woken at once by the outbox hint (message ``o`` on the partition's due-hint channel, published
-with the entry) and by a won lease; every held partition is also read every
-:data:`RECHECK` seconds, which bounds a lost hint, and a round that left entries (a fault) is
-tried again after :data:`ERROR_BACKOFF`.  A queue without workflows pays that read only: one
-HSCAN of an empty hash per partition per RECHECK, pipelined per node, and only the partitions
-it finds entries in are relayed (one at a time, each its own round trips).
+with the entry) and by a won lease; every held partition's outbox is also read by a safety net
+for a lost hint (shardq/runtime/pacing.py), every max(:data:`RECHECK`, held /
+:data:`RECHECK_RATE`) seconds (at most 1.5x that after its last relay), and a round that left
+entries (a fault) is tried again after :data:`ERROR_BACKOFF`.  A queue without workflows pays
+that read only: one HSCAN of an empty hash per partition per period, at most about RECHECK_RATE
+a second for the process whatever the partitions it holds, pipelined per node, and only the
+partitions it finds entries in are relayed (one at a time, each its own round trips).
 
 Where the batch's primary has a replica, an entry is deleted only once its batch's count was
 confirmed by one (WAIT on the connection that wrote it), and callbacks are enqueued durably on
@@ -47,6 +49,8 @@ from shardq.dispatcher.leases import Leases
 from shardq.metrics import registry as metrics
 from shardq.plans import drive_async
 from shardq.plans import workflows as workflow_plans
+from shardq.runtime.duetimes import DueTimes
+from shardq.runtime.pacing import SafetyNet
 from shardq.runtime.waits import wait_event_until
 from shardq.store import workflows as ops
 from shardq.store.clock import REDIS_CLOCK
@@ -95,8 +99,14 @@ OPEN = Gauge(
 )
 
 LOOP = "relay"
-#: Seconds between reads of every held partition's outbox (a lost hint waits this long).
+#: Seconds between reads of a held partition's outbox with no hint (a lost hint waits this
+#: long), at least; and between looks at the slot map for replicas.
 RECHECK = 30.0
+#: Most such reads a second for the process: a partition's period grows with held / this.
+RECHECK_RATE = 2.0
+#: Most outboxes one safety-net pass reads.
+CHECK_LIMIT = 1024
+ONE_HEAP = ""
 #: Partitions relayed at once.
 CONCURRENCY = 16
 #: How long one partition's round may retry through faults before it is left for the next.
@@ -120,6 +130,9 @@ class Relay:
         self.cache.keep(ctx.meta)
         self.producer = ProducerSettings()
         self.wanted: set[int] = set()
+        #: When each partition's outbox is next read without a hint (the safety net).
+        self.next_check = DueTimes(lambda p: ONE_HEAP)
+        self.net = SafetyNet(RECHECK_RATE, RECHECK, lambda: max(len(leases.tokens), leases.target))
         self.event = asyncio.Event()
         self.relayed = 0
         self.dropped = 0
@@ -172,16 +185,26 @@ class Relay:
     async def _loop(self) -> None:
         stop = self.supervisor.stop_event(LOOP)
         state = self.supervisor.state(LOOP)
-        next_sweep = time.monotonic() + RECHECK
+        next_refresh = time.monotonic() + RECHECK
         # At once, and whenever partition 0 is won (wake): its holder exports the
         # open-batches gauge from its first round.
         next_batches = time.monotonic()
+        checks = self.next_check
         while not stop.is_set():
             state.progress()
             now = time.monotonic()
-            if now >= next_sweep:
-                self.wanted.update(await self._with_entries(list(self.leases.tokens)))
-                next_sweep = self.supervisor.on_tick(now + RECHECK)  # on the process's grid
+            held = self.leases.tokens
+            check = []
+            for p in checks.take(ONE_HEAP, now, CHECK_LIMIT):
+                if p in held:
+                    check.append(p)
+                    checks.set(p, self.net.next_look(p, now))
+                else:
+                    checks.discard(p)  # released or lost since it was set
+            if check:
+                self.wanted.update(await self._with_entries(check))
+            if now >= next_refresh:
+                next_refresh = self.supervisor.on_tick(now + RECHECK)  # on the process's grid
                 # The replicas a report waits for come from the slot map, which nothing else
                 # refreshes while no call fails: a replica that joined (or the old primary
                 # back as one after a failover) is seen within RECHECK.
@@ -196,11 +219,19 @@ class Relay:
             self.wanted.clear()
             if todo:
                 await self.round(todo)
+                now = time.monotonic()
+                for p in todo:  # relayed now: the safety net starts over from here
+                    if p not in self.wanted:
+                        checks.set(p, self.net.next_look(p, now))
                 state.ok()
                 continue
             self.event.clear()
             state.ok()
-            await wait_event_until(self.event, min(next_sweep, next_batches))
+            earliest = checks.earliest(ONE_HEAP)
+            wake_at = min(next_refresh, next_batches)
+            if earliest is not None:
+                wake_at = min(wake_at, self.supervisor.on_tick(earliest))
+            await wait_event_until(self.event, wake_at)
 
     async def sweep(self) -> bool:
         """One round of the batches' sweep, by the holder of the queue's first partition only

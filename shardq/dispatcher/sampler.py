@@ -9,25 +9,36 @@ keep their last figures until the next success or until the lease is lost or rel
 
 A *still* partition is read less often: one whose snapshot is the same as the one before it
 (counters, dead letters, flags: nothing happened in between) and holds nothing whose figures
-age by themselves (no job ready, pending, overdue or due within :data:`STILL_MAX_SKIP` + 1
-intervals).  It skips :data:`STILL_MAX_SKIP` rounds before its next snapshot; anything the
-dispatcher sees happen there (a hint on its due channel, a promote that moved jobs, a lease
-won) ends the skipping, and a snapshot that differs from the one before starts it over.  What
-this process does not see (a job enqueued straight into the ready stream and run at once, an
-operator's pause or dead-letter purge) shows up at the next snapshot: the figures of a still
-partition are at most ``(STILL_MAX_SKIP + 1) * metrics_interval`` old (30 s by default),
-against ``metrics_interval`` for any other.
+age by themselves (no job ready, pending, overdue or due within the horizon).  It is left to a
+safety net (shardq/runtime/pacing.py): read again after max((STILL_MAX_SKIP + 1) intervals,
+held / :data:`IDLE_SAMPLE_RATE` seconds), at most 1.5x that, so the snapshots of still
+partitions cost a process at most about IDLE_SAMPLE_RATE calls a second whatever the
+partitions it holds.  Anything the dispatcher sees happen there (a hint on its due channel, a
+promote that moved jobs, a lease won: :meth:`Sampler.touch`) ends the skipping, and a
+snapshot that differs from the one before starts it over.  What this process does not see (a
+job enqueued straight into the ready stream and run at once, an operator's pause or
+dead-letter purge) shows up at the next snapshot: the figures of a still partition are at most
+``1.5 * max((STILL_MAX_SKIP + 1) * metrics_interval, held / IDLE_SAMPLE_RATE)`` old (45 s at
+the defaults up to 120 partitions a process, 384 s at 1,024, 1.7 h at 16,384), against
+``metrics_interval`` for any other.  A still partition holds no job due within that horizon,
+so no gauge of its ages by itself meanwhile: only such unseen changes wait for it.
+
+Which partitions a round reads comes from a heap of their next rounds: a round costs the
+process the partitions it reads (and, for the first partition's holder, the hot-shard window
+over every partition's latest snapshot), not a look at every partition.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+import time
 
 from shardq import metrics
 from shardq.dispatcher.context import DispatcherContext
 from shardq.dispatcher.leases import Leases
 from shardq.logs import log_event
+from shardq.runtime.duetimes import DueTimes
+from shardq.runtime.pacing import SafetyNet
 from shardq.store import inspection, keys
 
 log = logging.getLogger("shardq.dispatcher")
@@ -38,6 +49,11 @@ log = logging.getLogger("shardq.dispatcher")
 # every interval cost an idle queue P / metrics_interval partition-stats calls per second
 # (12.8/s at P = 64), the largest share of its Redis CPU after the idle promotes.
 STILL_MAX_SKIP = 5
+#: Most snapshots a second of still partitions (see the module docstring).
+IDLE_SAMPLE_RATE = 4.0
+#: Most partitions one round reads (the rest are due at the next round).
+ROUND_LIMIT = 4096
+ONE_HEAP = ""
 
 
 def still(
@@ -64,91 +80,90 @@ def still(
 
 
 class Sampler:
-    def __init__(
-        self,
-        ctx: DispatcherContext,
-        *,
-        leases: Leases,
-        activity: Callable[[int], int] = lambda p: 0,
-    ) -> None:
-        """It samples the partitions ``leases`` holds (all of them while it holds 0);
-        ``activity(p)``: jobs promoted so far in a partition (the promoter's count), a change
-        of which ends a still partition's skipping."""
+    def __init__(self, ctx: DispatcherContext, *, leases: Leases) -> None:
+        """It samples the partitions ``leases`` holds (every partition while it holds the
+        queue's first); each won at once, then as its snapshots and :meth:`touch` say."""
         self.transport = ctx.transport
         self.queue = ctx.queue
         self.pks = ctx.pks
+        self.first = min(ctx.pks)
         self.leases = leases
-        self.activity = activity
+        self.interval = ctx.settings.metrics_interval
         self.hot = metrics.HotShardWatch(ctx.queue, ctx.settings.hot_multiple)
         self._warned: set[tuple[int, str]] = set()
-        #: The last snapshot of each partition sampled, and the one before it.
+        #: The last snapshot of each partition sampled.
         self.last: dict[int, inspection.PartitionSnapshot] = {}
-        self.skip: dict[int, int] = {}  # rounds left to skip, per partition
+        #: Rounds are counted, and each partition's next round kept in a heap.
+        self.rounds = 0
+        self.next_round = DueTimes(lambda p: ONE_HEAP)
+        self.sample_all = False
         #: Partitions touched since their snapshot was asked for (a reply must not make them
         #: still: it may predate what touched them).
         self.touched: set[int] = set()
-        self.seen: dict[int, int] = {}  # activity(p) at its last snapshot
-        self.horizon_ms = round((STILL_MAX_SKIP + 1) * ctx.settings.metrics_interval * 1000)
+        self.horizon_ms = round((STILL_MAX_SKIP + 1) * self.interval * 1000)
+        self.net = SafetyNet(
+            IDLE_SAMPLE_RATE, (STILL_MAX_SKIP + 1) * self.interval, lambda: len(self.next_round)
+        )
         leases.when_acquired(self.touch)
 
     def touch(self, partition: int) -> None:
-        """Something happened in ``partition`` (a hint, a lease won): snapshot it next round."""
-        self.skip.pop(partition, None)
-        self.touched.add(partition)
+        """Something happened in ``partition`` (a hint, jobs promoted, a lease won): snapshot
+        it next round."""
+        if partition in self.pks:
+            self.touched.add(partition)
+            self.next_round.set(partition, self.rounds)
 
-    def _due(self, wanted: list[int]) -> list[int]:
-        """The partitions of ``wanted`` to snapshot this round (the others skip it)."""
+    def _due(self) -> list[int]:
+        """The partitions to snapshot this round: those whose round came, still wanted."""
+        owned = self.leases.tokens
+        sample_all = self.first in owned
+        if sample_all and not self.sample_all:
+            # The first partition's holder samples them all (the backlog of unheld ones too).
+            for p in self.pks:
+                if p not in self.next_round:
+                    self.next_round.set(p, self.rounds)
+        self.sample_all = sample_all
         due = []
-        for p in wanted:
-            promoted = self.activity(p)
-            if promoted != self.seen.get(p, promoted):
-                self.touch(p)  # jobs promoted since its last snapshot was asked for
-            left = self.skip.get(p, 0)
-            if left > 0 and p in self.last:
-                self.skip[p] = left - 1
-            else:
+        for p in self.next_round.take(ONE_HEAP, self.rounds, ROUND_LIMIT):
+            if sample_all or p in owned:
                 due.append(p)
-                self.seen[p] = promoted
                 self.touched.discard(p)
+            else:
+                self._forget(p)
+        self.rounds += 1
+        for p in due:  # read again next round unless its snapshot says otherwise
+            self.next_round.set(p, self.rounds)
         return due
 
     async def round(self) -> None:
-        owned = set(self.leases.tokens)
-        # The holder of the first partition samples them all (the backlog of unheld ones too).
-        first = min(self.pks)
-        sample_all = first in owned
-        wanted = list(self.pks) if sample_all else sorted(owned)
-        keep = set(wanted)
-        for p in [p for p in self.last if p not in keep]:
-            self._forget(p)
-        due = self._due(wanted)
+        due = self._due()
         ops = [
             inspection.partition_stats(self.pks[p], self.transport.node_name(self.pks[p].due))
             for p in due
         ]
-        results = await self.transport.run_many(ops)
+        results = await self.transport.run_many(ops) if ops else []
         fresh = [r for r in results if not isinstance(r, BaseException)]
         self._malformed(fresh)
+        now = time.monotonic()
         for p, r in zip(due, results, strict=True):
             if isinstance(r, BaseException):
-                self.skip.pop(p, None)  # its last figures stand; tried again next round
-                continue
+                continue  # its last figures stand; tried again next round
             # Two snapshots alike in a row, nothing ageing, nothing touched it since it was
-            # asked for: skip the most rounds at once (what ends the skipping early is an event,
-            # not a guess at how soon one comes).
-            quiet = p not in self.touched and still(r, self.last.get(p), self.horizon_ms)
-            self.skip[p] = STILL_MAX_SKIP if quiet else 0
+            # asked for: left to the safety net (what ends the skipping early is an event, not
+            # a guess at how soon one comes).
+            if p not in self.touched and still(r, self.last.get(p), self.horizon_ms):
+                ahead = self.net.rounds_ahead(p, now, self.interval)
+                self.next_round.set(p, self.rounds - 1 + ahead)
             self.last[p] = r
-        # Every wanted partition's latest snapshot, fresh or standing in for a still one: the
-        # hot-shard window computes rates from them (a partition left out would read as new).
-        snaps = [self.last[p] for p in wanted if p in self.last]
         # A lease lost while the snapshots were on the way was dropped from the export then;
         # this round must not bring it back.
-        owned &= set(self.leases.tokens)
-        metrics.PARTITIONS.update(self.queue, snaps, owned)
-        if sample_all:
-            metrics.PARTITIONS.hot_from[self.queue] = first
-            self.hot.observe(snaps)
+        metrics.PARTITIONS.put(self.queue, fresh, self.leases.tokens)
+        if self.sample_all:
+            metrics.PARTITIONS.hot_from[self.queue] = self.first
+            # Every partition's latest snapshot, fresh or standing in for a still one: the
+            # hot-shard window computes rates from them (a partition left out would read as
+            # new).
+            self.hot.observe(list(self.last.values()))
         else:
             metrics.PARTITIONS.hot.pop(self.queue, None)
         failed = [r for r in results if isinstance(r, BaseException)]
@@ -156,8 +171,8 @@ class Sampler:
             raise failed[0]
 
     def _forget(self, partition: int) -> None:
-        for table in (self.last, self.skip, self.seen):
-            table.pop(partition, None)
+        self.last.pop(partition, None)
+        self.next_round.discard(partition)
         self.touched.discard(partition)
 
     def _malformed(self, snaps: list[inspection.PartitionSnapshot]) -> None:

@@ -27,6 +27,7 @@ from shardq.dispatcher.leases import Leases
 from shardq.errors import FencedError, InvalidPeriodicScheduleError
 from shardq.metrics import registry as metrics
 from shardq.runtime.duetimes import DueTimes
+from shardq.runtime.pacing import SafetyNet
 from shardq.runtime.pernode import IDLE_PASS, PerPrimary
 from shardq.runtime.waits import wait_event
 from shardq.schedules import Definition, firing
@@ -52,10 +53,14 @@ ERROR_BACKOFF = 0.25
 LOOP = "schedules"  # the loops are ``schedules:<primary>`` and ``schedules-topology``
 
 
-# Seconds between looks at a partition that had no schedule (see Ticker._sleep_until): a new
-# schedule wakes its partition through the due hint schedule-put publishes, and every
-# partition gets a hint after each resubscription, so this only bounds a lost hint.
+# Seconds between looks at a partition that had no schedule (see Ticker._sleep_until), at
+# least: a new schedule wakes its partition through the due hint schedule-put publishes, and
+# every partition gets a hint after each resubscription, so this only bounds a lost hint.
 EMPTY_RECHECK = 60.0
+# Most such looks a second for the process (shardq/runtime/pacing.py): a partition without
+# schedules is read every max(EMPTY_RECHECK, held / this) seconds (at most 1.5x that after its
+# last read), so an idle dispatcher's schedule reads do not grow with the partitions it holds.
+EMPTY_RECHECK_RATE = 1.0
 # Most partitions one round reads (the rest go in the next round, at once).
 ROUND_LIMIT = 1024
 
@@ -88,6 +93,11 @@ class Ticker:
         )
         #: When each held partition's schedules are next read (held ones only).
         self.next_wake = DueTimes(self.nodes.node_of)
+        self.net = SafetyNet(
+            EMPTY_RECHECK_RATE,
+            max(ctx.settings.max_sleep, EMPTY_RECHECK),
+            lambda: max(len(leases.tokens), leases.target),
+        )
         leases.when_acquired(self.wake)
 
     def wake(self, partition: int) -> None:
@@ -139,9 +149,9 @@ class Ticker:
         if head_ms is None:
             # No schedule in this partition (most partitions, most queues): a new one wakes it
             # through the due hint its put publishes; the slow recheck only covers a lost hint,
-            # so an idle dispatcher's Redis calls do not grow by P per max_sleep.  On the
-            # process's grid: it wakes the process with the periodic loops.
-            self.next_wake.set(p, self.supervisor.on_tick(at + max(s.max_sleep, EMPTY_RECHECK)))
+            # at a bounded rate for the process (self.net).  On the process's grid: it wakes
+            # the process with the periodic loops.
+            self.next_wake.set(p, self.supervisor.on_tick(self.net.next_look(p, at)))
         else:
             self.next_wake.set(p, at + min(max(0.0, (head_ms - now_ms) / 1000.0), s.max_sleep))
 

@@ -8,13 +8,15 @@ promote: only the partition's owner trims.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+import time
 
 from shardq.dispatcher.context import DispatcherContext
 from shardq.dispatcher.leases import Leases
 from shardq.errors import FencedError
 from shardq.logs import log_event
 from shardq.metrics import registry as metrics
+from shardq.runtime.duetimes import DueTimes
+from shardq.runtime.pacing import SafetyNet
 from shardq.store import fleet, keys
 
 log = logging.getLogger("shardq.dispatcher")
@@ -24,57 +26,97 @@ log = logging.getLogger("shardq.dispatcher")
 # stream nodes (100 entries each) go at once, so even the maximum is a short call.  A
 # partition trimmed to the limit is trimmed again at once.
 TRIM_LIMIT = 100_000
-# A partition whose trim found nothing to remove, and that promoted nothing since, skips 1, 2,
-# 4, 8, 16, then 30 rounds before the next try: an idle queue costs one trim call per
-# partition per ~30 s, not per trim_interval (it was ~8 s: 6-7 calls a second at P = 64, each
-# the price of a promote).  A partition that promoted jobs since its last trim is trimmed at
-# the next round whatever its backoff (its acks are coming).  What this process does not see
-# (jobs enqueued straight into the ready stream and acked, dead letters of those) waits for
-# the backed-off trim: their acknowledged entries, and dead letters past the cap, stay up to
-# ~31 trim intervals (31 s) longer before they go, memory only: nothing pending or
-# undelivered is ever trimmed, and a trim that removes something starts the backoff over.
-# A partition that promoted nothing since this process started, and whose stream owes no job a
-# run, skips the most at once after its first trim found nothing (an idle fleet's start-up
-# trimmed each partition six times in its first minute).  A stream found owing a job a run
+# A partition whose trim found nothing to remove, and that had no activity since, skips 1, 2,
+# 4, 8, 16 rounds before the next try, then is left to the safety net: trimmed again after
+# max(MAX_SKIP + 1 rounds, held / IDLE_TRIM_RATE seconds) (at most 1.5x that), so an idle
+# dispatcher's trims stay at about IDLE_TRIM_RATE a second whatever the partitions it holds
+# (one per partition per ~31 s at P = 64, as before; at P = 1024 one per ~512 s instead of
+# one per ~31 s).  Activity (jobs promoted here, an enqueue hint: Trimmer.touch) trims the
+# partition at the next round whatever its backoff (its acks are coming).  What this process
+# does not see (jobs enqueued straight into the ready stream and acked, dead letters of those)
+# waits for the backed-off trim: their acknowledged entries, and dead letters past the cap,
+# stay up to that long before they go, memory only: nothing pending or undelivered is ever
+# trimmed, and a trim that removes something starts the backoff over.  A partition that had no
+# activity since this process started, and whose stream owes no job a run, is left to the
+# safety net at once after its first trim found nothing.  A stream found owing a job a run
 # (pending or undelivered, which this process may never have seen: a worker's read promotes
 # too, an enqueue for now goes straight to the stream) when it owed none at its trim before
 # starts over from one round: that job's settling leaves an entry to trim.
+#
+# Which partitions a round trims comes from a heap of their next rounds (DueTimes): a round
+# costs the process the partitions it trims, not every partition held.
 MAX_SKIP = 30
+#: Most trims a second of partitions with no activity (see above).
+IDLE_TRIM_RATE = 2.0
+#: Most partitions one round trims (the rest are due at the next round).
+ROUND_LIMIT = 2048
+ONE_HEAP = ""
 
 
 class Trimmer:
-    def __init__(
-        self,
-        ctx: DispatcherContext,
-        *,
-        leases: Leases,
-        activity: Callable[[int], int] = lambda p: 0,
-    ) -> None:
+    def __init__(self, ctx: DispatcherContext, *, leases: Leases) -> None:
+        """It trims the partitions ``leases`` holds: each won at once, then as its trims and
+        :meth:`touch` (activity) say."""
         self.transport = ctx.transport
-        self.activity = activity  # grows with activity in a partition (promotes, enqueue hints)
-        self.seen: dict[int, int] = {}
         self.meta = ctx.meta
         self.pks = ctx.pks
         self.leases = leases
-        self.skip: dict[int, int] = {}  # rounds left to skip, per partition
+        self.interval = ctx.settings.trim_interval
+        #: Rounds are counted, and each partition's next round kept in a heap.
+        self.rounds = 0
+        self.next_round = DueTimes(lambda p: ONE_HEAP)
         self.backoff: dict[int, int] = {}  # rounds it will skip after its next idle trim
         self.owed: set[int] = set()  # partitions whose last trim found a job owed a run
+        self.net = SafetyNet(
+            IDLE_TRIM_RATE,
+            (MAX_SKIP + 1) * self.interval,
+            lambda: max(len(leases.tokens), leases.target),
+        )
+        leases.when_acquired(self.acquired)
+
+    def acquired(self, partition: int) -> None:
+        """A lease was won: trim it at the next round (its backoff stays as it was)."""
+        self.next_round.set(partition, self.rounds)
+
+    def touch(self, partition: int) -> None:
+        """Activity in ``partition`` (jobs promoted here, an enqueue hint): trim it at the next
+        round, and start its backoff over."""
+        if partition in self.leases.tokens:
+            self.backoff[partition] = 0
+            self.next_round.set(partition, self.rounds)
+
+    def _forget(self, partition: int) -> None:
+        self.next_round.discard(partition)
+        self.backoff.pop(partition, None)
+        self.owed.discard(partition)
 
     async def round(self) -> None:
+        tokens = self.leases.tokens
         held: dict[int, str] = {}
-        for p, token in self.leases.tokens.items():
-            promoted = self.activity(p)
-            if promoted != self.seen.get(p, 0):
-                self.seen[p] = promoted
-                self.skip[p] = self.backoff[p] = 0
-            if self.skip.get(p, 0) > 0:
-                self.skip[p] -= 1
+        for p in self.next_round.take(ONE_HEAP, self.rounds, ROUND_LIMIT):
+            token = tokens.get(p)
+            if token is None:
+                self._forget(p)  # released or lost since it was set
             else:
                 held[p] = token
+        self.rounds += 1
+        for p in held:  # (a failed call leaves it due at the next round)
+            self.next_round.set(p, self.rounds)
         for _ in range(10):
             held = await self._trim(held)
             if not held:
                 return
+
+    def _idle(self, p: int) -> None:
+        """The trim found nothing to remove: skip the backoff's rounds, or leave it to the
+        safety net once the backoff reaches MAX_SKIP."""
+        skip = self.backoff.get(p, MAX_SKIP)
+        self.backoff[p] = min(MAX_SKIP, max(1, 2 * skip))
+        if skip < MAX_SKIP:
+            self.next_round.set(p, self.rounds + skip)
+            return
+        ahead = self.net.rounds_ahead(p, time.monotonic(), self.interval)
+        self.next_round.set(p, self.rounds - 1 + ahead)
 
     async def _trim(self, held: dict[int, str]) -> dict[int, str]:
         """Trim these partitions once; returns those trimmed to the limit (more to go)."""
@@ -114,6 +156,5 @@ class Trimmer:
             else:
                 if news:
                     self.backoff[p] = 0
-                self.skip[p] = self.backoff.get(p, MAX_SKIP)
-                self.backoff[p] = min(MAX_SKIP, max(1, 2 * self.skip[p]))
+                self._idle(p)
         return again

@@ -19,7 +19,7 @@ import logging
 import math
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Container, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -161,6 +161,13 @@ class PartitionCollector(Collector):
         """Export ``snapshots`` of the partitions ``owned`` (fleet ids), and no other."""
         for key in [k for k in self.snapshots if k[0] == queue and k[1] not in owned]:
             del self.snapshots[key]
+        for s in snapshots:
+            if s.partition in owned:
+                self.snapshots[(queue, s.partition)] = s
+
+    def put(self, queue: str, snapshots: list[PartitionSnapshot], owned: Container[int]) -> None:
+        """Export these fresh ``snapshots`` of partitions ``owned`` (fleet ids); the others'
+        last snapshots stand (a partition whose lease goes is dropped then: :meth:`drop`)."""
         for s in snapshots:
             if s.partition in owned:
                 self.snapshots[(queue, s.partition)] = s

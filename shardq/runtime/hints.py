@@ -50,6 +50,14 @@ PASS_WAIT = 2.0
 LISTEN_WAIT = 1.0
 # A node whose subscription failed is subscribed again after this long.
 ERROR_BACKOFF = 0.5
+# Most SSUBSCRIBE commands written to a subscriber connection in one go.  Each takes the
+# channel of one slot (a cluster refuses channels of several slots in one call), and a
+# partition's channel has a slot of its own, so a node serving 5,461 partitions of a queue of
+# 16,384 takes 5,461 commands: sent one call at a time (redis-py's ssubscribe: a write and a
+# drain each, with its bookkeeping) that took tens of seconds at start-up; written as pipelined
+# batches, without waiting for the replies (they come in as subscribe messages the listener
+# skips), it takes a fraction of a second.
+SUBSCRIBE_BATCH = 1024
 
 
 async def _listen_one(
@@ -72,8 +80,7 @@ async def _listen_one(
     by_name = {name.encode(): partition for name, partition in channels.items()}
     pubsub = client.pubsub()
     try:
-        for name in channels:  # one per call: SSUBSCRIBE takes channels of one slot only
-            await pubsub.ssubscribe(name)
+        await _ssubscribe_all(pubsub, list(channels))
         # Hints published while we were not subscribed (start-up, a slot move, a reconnect) are
         # gone: wake every partition once so nobody waits out the fallback interval for them.
         for each in set(channels.values()):
@@ -105,6 +112,29 @@ async def _listen_one(
             # task is all but done (after the close), so that look finds it ended: set
             # before, the look found the task still running and left it until the next pass.
             ended.set()
+
+
+async def _ssubscribe_all(pubsub: Any, names: list[str]) -> None:
+    """SSUBSCRIBE to every channel of ``names`` on ``pubsub``'s connection: one command per
+    channel (SSUBSCRIBE takes channels of one slot only), pipelined (:data:`SUBSCRIBE_BATCH`).
+
+    The first goes through redis-py's ``ssubscribe``, which opens the connection; the others
+    are written on it as packed commands, and recorded in the pubsub's table of shard channels
+    as ``ssubscribe`` records them (redis-py reads their confirmations as messages)."""
+    if not names:
+        return
+    await pubsub.ssubscribe(names[0])
+    conn = pubsub.connection
+    for start in range(1, len(names), SUBSCRIBE_BATCH):
+        chunk = names[start : start + SUBSCRIBE_BATCH]
+        packed = conn.pack_commands([("SSUBSCRIBE", name) for name in chunk])
+        await conn.send_packed_command(packed, check_health=False)
+        # Keyed as redis-py keys them (its _normalize_keys: encoded, decoded as the client's
+        # responses are), so its reconnect and its message handling find them.
+        enc = pubsub.encoder
+        added = {enc.decode(enc.encode(name)): None for name in chunk}
+        pubsub.shard_channels.update(added)
+        pubsub.pending_unsubscribe_shard_channels.difference_update(added)
 
 
 def _layout(cluster: Any, channels: dict[str, int]) -> dict[str, tuple[Any, dict[str, int]]]:

@@ -17,7 +17,15 @@ import time
 from collections import Counter
 from dataclasses import replace
 
-from support.helpers import FAST_WORKER, Runner, Runs, pending_total, scaled, wait_for
+from support.helpers import (
+    FAST_DISPATCHER,
+    FAST_WORKER,
+    Runner,
+    Runs,
+    pending_total,
+    scaled,
+    wait_for,
+)
 from support.monitor import by_name, monitored
 
 from shardq import DispatcherSettings, ProducerSettings
@@ -169,3 +177,44 @@ def test_an_idle_workers_calls_do_not_grow_with_its_partitions(
     assert sum(large.values()) <= 3 * sum(small.values()) + 50, (small, large)
     for name in ("fetch", "xpending"):
         assert large[name] <= 3 * small[name] + 50, (name, small, large)
+
+
+# The calls a dispatcher makes per partition that this test bounds (lease renewals and the
+# heartbeat are the lease loop's, bounded on their own: test_lease_liveness).
+PER_PARTITION = ("promote", "trim", "partition-stats", "schedule-read", "hscan")
+
+
+def test_an_idle_dispatchers_calls_do_not_grow_with_the_partitions_it_holds(
+    cluster_url: str, cluster_client: Client
+) -> None:
+    """Issue 54, 1: an idle dispatcher's promotes, trims, snapshots, schedule reads and outbox
+    reads come at a bounded rate whatever the partitions it holds: its calls over the same
+    window at 512 partitions are within a small factor of those at 16 (before: 32x, each
+    partition looked at every max_idle_sleep, 31 trim rounds, 6 metrics rounds...).  Short
+    intervals make the difference show within seconds."""
+    settings = replace(
+        FAST_DISPATCHER, max_idle_sleep=1.0, metrics_interval=0.25, trim_interval=0.25
+    )
+    window = scaled(8)
+    idle: dict[int, Counter[str]] = {}
+    for partitions in (16, 512):
+        queue = f"t-idle-{partitions}-{time.monotonic_ns() % 10**9}"
+        cluster_client.create_queue(queue, partitions)
+        with Runner(cluster_url, queue, workers=0, dispatcher_settings=settings) as runner:
+            d = runner.dispatcher
+            assert d is not None and d.promoter is not None
+            # Start-up looks at every partition (won leases, the wake-up after subscribing):
+            # wait for them to be over, then count an idle window.
+            wait_for(
+                lambda d=d: sum(d.supervisor.state(n).rounds for n in ("sample", "trim")) > 8,
+                scaled(20),
+                "no sampling and trimming rounds",
+            )
+            time.sleep(scaled(3))
+            with monitored(cluster_client.redis, queue) as commands:
+                time.sleep(window)
+            runner.check()
+        seen = by_name(commands)
+        idle[partitions] = Counter({k: seen[k] for k in PER_PARTITION})
+    small, large = sum(idle[16].values()), sum(idle[512].values())
+    assert large <= 3 * small + 20 * window, idle  # (before: about 32x)
