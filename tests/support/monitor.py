@@ -13,6 +13,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import redis
+
 from support.helpers import primaries
 
 # Sent to each primary when the window closes, so a listener blocked on a quiet node wakes.
@@ -20,7 +22,7 @@ WAKE = "shardq-test-monitor-wake"
 
 
 @contextmanager
-def monitored(redis: Any, needle: str) -> Iterator[list[str]]:
+def monitored(client: Any, needle: str) -> Iterator[list[str]]:
     """Yield a list that fills with every command (its MONITOR text) that any primary received
     while the block ran and that contains ``needle``."""
     seen: list[str] = []
@@ -29,7 +31,11 @@ def monitored(redis: Any, needle: str) -> Iterator[list[str]]:
     threads = []
 
     def listen(node: Any, started: threading.Event) -> None:
-        with node.monitor() as monitor:
+        # A connection of its own with no read timeout: a quiet node sends nothing for as long
+        # as it is quiet, and the window's end wakes it (WAKE).
+        kwargs = {**node.connection_pool.connection_kwargs, "socket_timeout": None}
+        own = redis.Redis(connection_pool=redis.ConnectionPool(**kwargs))
+        with own.monitor() as monitor:
             started.set()
             for entry in monitor.listen():
                 if stop.is_set():
@@ -38,7 +44,7 @@ def monitored(redis: Any, needle: str) -> Iterator[list[str]]:
                 if needle in command:
                     seen.append(command)
 
-    nodes = primaries(redis)
+    nodes = primaries(client)
     for node in nodes:
         started = threading.Event()
         ready.append(started)
