@@ -29,7 +29,7 @@ from __future__ import annotations
 import logging
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from shardq import metrics
@@ -75,6 +75,9 @@ class Leases:
         self.transport = ctx.transport
         self.queue = ctx.queue
         self.pks = ctx.pks
+        # Fleet ids (keys.fleet_id) run past the count while a resize runs.
+        self._bound = max(self.pks) + 1 if self.pks else 0
+        self._holders: tuple[dict[int, str] | None, set[str]] = (None, set())
         self.membership = ctx.membership
         # A role started again on a new layout (a resize): the peers are handing back and
         # taking leases just as this process is; none is idle for holding nothing meanwhile.
@@ -94,6 +97,12 @@ class Leases:
         self._unclaimed: dict[int, tuple[str, float, float]] = {}
         # The membership view the held leases were last checked under (see round).
         self._checked_view = 0.0
+        # Bumped at every change of the held tokens: the owners entries are fixed, and the
+        # renewals looked for, only when it (or the owners read) changed, not every round (at
+        # 16,384 partitions each was a pass over all of them every second).
+        self._changes = 0
+        self._fixed: tuple[int, int] = (-1, -1)
+        self._renew_at = 0.0
         self.target = 0
         self.rounds = 0
         self._warned_owners: frozenset[str] = frozenset()
@@ -130,6 +139,7 @@ class Leases:
             return
         if self.tokens.pop(partition, None) is None:
             return
+        self._changes += 1
         self._owners_dirty = True
         self.renewed.pop(partition, None)
         # Losing a partition to fencing means this process was paused or cut off: say so loudly.
@@ -164,15 +174,15 @@ class Leases:
         stale = time.monotonic() - (m.last_success or 0.0) > m.timeout
         self.rounds += 1
         total = len(self.pks)
-        # Fleet ids (keys.fleet_id) run past the count while a resize runs.
-        owners, skipped = await self._read_owners(max(self.pks) + 1)
+        owners, skipped = await self._read_owners(self._bound)
         if skipped:
             self._malformed_owners(skipped)
+        wanted: Iterable[int]
         if self.pinned is not None:
             wanted = list(self.pinned)
             self.target = len(wanted)
         else:
-            wanted = list(self.pks)
+            wanted = self.pks
             self.target = fair_share(total, self.working_members(owners), self.owner)
         # A fresh view follows a gap in this process's own heartbeats (frozen, cut off):
         # peers may have displaced it meanwhile, and an idle partition sends no write that
@@ -236,10 +246,16 @@ class Leases:
                 action="skipped; fix or HDEL the fields (the hash is advisory)",
             )
 
+    def _holder_names(self, owners: dict[int, str]) -> set[str]:
+        """The owners the hash names, made again only for a new read of it."""
+        if self._holders[0] is not owners:
+            self._holders = (owners, set(owners.values()))
+        return self._holders[1]
+
     def working_members(self, owners: dict[int, str]) -> list[str]:
         """The live, non-draining members the partitions are shared among: those that hold a
         partition, joined lately, or are this process."""
-        holders = set(owners.values())
+        holders = self._holder_names(owners)
         m = self.membership
         return [
             member
@@ -255,7 +271,11 @@ class Leases:
         owner's liveness is the membership heartbeat, not the lease key's expiry, so this is
         only the key's life in Redis."""
         now = time.monotonic()
+        if not everything and now < self._renew_at:
+            return
         due = 0.0 if everything else max(self.settings.renew_interval, self.settings.lease_ttl / 3)
+        # Looked for again a minute on at most (the due time is hours; a promote extends).
+        self._renew_at = now + min(60.0, due)
         stale = [p for p in self.tokens if now - self.renewed.get(p, 0.0) >= due]
         if not stale:
             return
@@ -294,10 +314,10 @@ class Leases:
             transient=isinstance(exc, BaseException) and is_transient(exc),
         )
 
-    async def _take(self, wanted: list[int], owners: dict[int, str]) -> None:
+    async def _take(self, wanted: Iterable[int], owners: dict[int, str]) -> None:
         self._owners_dirty = True  # peers race for the same partitions: read the hash again
         live = set(self.membership.live)
-        displace = self.membership.displaceable | self.membership.absent(set(owners.values()))
+        displace = self.membership.displaceable | self.membership.absent(self._holder_names(owners))
         free = [
             p
             for p in wanted
@@ -310,7 +330,7 @@ class Leases:
         while free and len(self.tokens) < self.target:
             room = self.target - len(self.tokens)
             batch, free = free[: room + 2], free[room + 2 :]
-            named = [o for o in displace if o in owners.values()]
+            named = [o for o in displace if o in self._holder_names(owners)]
             if not await self._acquire(batch, named, owners):
                 break  # grants still on the way: count them before asking for more
 
@@ -373,6 +393,7 @@ class Leases:
                 await self.transport.run(fleet.lease_release(self.pks[p], grant.token))
                 continue
             self.tokens[p] = grant.token
+            self._changes += 1
             self.renewed[p] = now
             self._unclaimed.pop(p, None)
             won[p] = grant.token
@@ -405,7 +426,12 @@ class Leases:
         return now - seen[1] >= self.settings.lease_time
 
     async def _fix_owner_entries(self, owners: dict[int, str]) -> None:
-        """Keep the advisory owners hash true for this dispatcher's own entries."""
+        """Keep the advisory owners hash true for this dispatcher's own entries (when the hash
+        was read again or the held tokens changed since the last fix)."""
+        fixed = (id(owners), self._changes)
+        if fixed == self._fixed and owners is self._owners:
+            return
+        self._fixed = fixed
         wrong = [p for p, o in owners.items() if o == self.owner and p not in self.tokens]
         missing = {p: t for p, t in self.tokens.items() if owners.get(p) != self.owner}
         if wrong or missing:
@@ -418,6 +444,7 @@ class Leases:
         one of them is fenced harmlessly, and none is sent with a released token.  ``wait``
         (shutdown): for every primary's answer, not only the round's share of time."""
         held = {p: self.tokens.pop(p) for p in partitions if p in self.tokens}
+        self._changes += 1
         if held:
             self._owners_dirty = True
         for p in held:

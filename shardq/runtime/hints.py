@@ -40,6 +40,9 @@ log = logging.getLogger("shardq.hints")
 # (sunsubscribe), a failed node its listener, and a refresh of the slot map by any loop wakes
 # the listen loop (AsyncTransport.on_refresh), each at once.
 PASS_WAIT = 2.0
+# The longest the channels' grouping by node is kept without being made again when nothing
+# said it changed (a redirect that patched the slot map in place: see listen).
+LAYOUT_RECHECK = 30.0
 # The shortest one read of a subscription waits for a message before the listener looks at its
 # stop and end events again; it waits on to the process's next grid moment (the supervisor's
 # tick), where the periodic loops wake the process anyway.  Each return is a wake-up: at 0.5 s
@@ -195,15 +198,25 @@ async def listen(
     retry_at: dict[str, float] = {}
     changed = changed or asyncio.Event()  # a listener ended (or channels changed): look at once
     stale_map = False
+    # The grouping is made again only when it may have changed: a listener ended or the
+    # channels changed (changed), a new slot map (a new slots_cache), or LAYOUT_RECHECK passed
+    # (a redirect patches the map in place).  Made every pass, it was the largest piece of an
+    # idle process's Python at 16,384 partitions (a slot and a node for every channel).
+    layout: dict[str, tuple[Any, dict[str, int]]] = {}
+    layout_key: tuple[int, int] | None = None
+    layout_at = 0.0
     try:
         while not stop.is_set():
             state.progress()
+            regroup = changed.is_set() or stale_map
             if stale_map:
                 # A slot moved or a node failed: group channels by the slot map as it is now,
                 # not as this client last saw it (else SSUBSCRIBE meets MOVED).
                 stale_map = False
                 await reread()
-            layout = _layout(cluster, channels)
+            key = (id(cluster.nodes_manager.slots_cache), len(channels))
+            if regroup or key != layout_key or time.monotonic() - layout_at > LAYOUT_RECHECK:
+                layout, layout_key, layout_at = _layout(cluster, channels), key, time.monotonic()
             # Only the nodes whose channels changed (a failover, a slot move) or whose listener
             # ended get a new subscription: the others keep theirs, so a stalled or failing
             # primary never opens a gap in the hints of the healthy ones.
@@ -212,7 +225,10 @@ async def listen(
                 for name, listener in listeners.items()
                 if listener.task.done()
                 or name not in layout
-                or layout[name][1] != listener.channels
+                or (
+                    layout[name][1] is not listener.channels
+                    and layout[name][1] != listener.channels
+                )
             ]
             # Closed together: one stuck node's listener (its server asleep) costs the pass at
             # most PASS_WAIT, once.
