@@ -18,7 +18,7 @@ from shardq.cli.options import JSON_OPTION, queue_option, require_yes, yes_optio
 from shardq.cli.params import JOB_TYPE, PARTITIONS, UTC_TIME, Duration, JobStates
 from shardq.errors import ShardqError
 from shardq.names import EMPTY_STATES, NOT_STARTED_STATES
-from shardq.store.keys import MAX_PARTITIONS, SEARCHED_PARTITIONS
+from shardq.store.keys import MAX_PARTITIONS
 
 # create and list --------------------------------------------------------------------------
 
@@ -93,13 +93,6 @@ def queue_create(
         f"queue {queue_name}: {'created' if created else 'exists'} with {partitions} partitions"
         + (", lanes on" if lanes else "")
     )
-    if created and partitions > SEARCHED_PARTITIONS:
-        click.echo(
-            f"note: past {SEARCHED_PARTITIONS} partitions the idle cost (~2.6 Redis calls/s "
-            "per partition) needs a process per ~2,000 partitions in each fleet, dispatchers "
-            "and workers (docs/capacity.md, section 2)",
-            err=True,
-        )
 
 
 @queue.command("lanes")
