@@ -132,6 +132,8 @@ class Relay:
         self.wanted: set[int] = set()
         # Partitions whose lease was won since the last pass: their outboxes are read first.
         self.won: set[int] = set()
+        # The queue's first partition: its holder sweeps the batches.
+        self.first = min(self.pks) if self.pks else None
         #: When each partition's outbox is next read without a hint (the safety net).
         self.next_check = DueTimes(lambda p: ONE_HEAP)
         self.net = SafetyNet(RECHECK_RATE, RECHECK, lambda: max(len(leases.tokens), leases.target))
@@ -179,7 +181,7 @@ class Relay:
         read per primary: a dispatcher starting on 16,384 partitions wins them all at once),
         and sweep the queue's batches now if it is the queue's first partition (the sweep is
         its holder's)."""
-        if self.pks and partition == min(self.pks):
+        if partition == self.first:
             self.sweep_now = True
         self.won.add(partition)
         self.event.set()
@@ -244,7 +246,7 @@ class Relay:
     async def sweep(self) -> bool:
         """One round of the batches' sweep, by the holder of the queue's first partition only
         (its loss of the lease hands the sweep over with the partition); whether it ran."""
-        if not self.pks or min(self.pks) not in self.leases.tokens:
+        if self.first is None or self.first not in self.leases.tokens:
             if self._exported_open:  # the holder that took partition 0 exports it now
                 OPEN.remove(self.queue)
                 self._exported_open = False
