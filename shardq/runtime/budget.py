@@ -25,7 +25,7 @@ every wait sized for punctuality (promote when due, read on each hint).
 from __future__ import annotations
 
 #: The dispatcher's share of the budget (lanes-on partitions; the worker has the rest):
-#: measured, see docs/design/lateness-budget.md.
+#: measured, see bench/reference/lateness-budget-record.md.
 DISPATCHER_SHARE = 0.5
 #: A call carrying this many jobs pays under ~1.5 us of fixed cost per job (a promote call's
 #: fixed part is ~40 us, its per-job part ~5-9 us): waiting to fill it further buys little, so a
