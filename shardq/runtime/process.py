@@ -117,7 +117,7 @@ async def _nothing() -> None:
 
 @dataclass(frozen=True, slots=True)
 class Stopping:
-    """How a role's components stop (the order is stated in docs/architecture.md)."""
+    """How a role's components stop (the order is stated in docs/architecture-processes.md)."""
 
     #: Loops (names, or prefixes ending in ``:``) stopped first, one group at a time in this
     #: order; every other loop keeps running until :attr:`drain` returns.

@@ -30,7 +30,7 @@ at most, instead of each on its own drifting timer; a loop runs at least as ofte
 Components put their fallback wake-ups on the same grid (:meth:`Supervisor.on_tick`).
 
 Loops stop in the order the coordinator gives to :meth:`Supervisor.stop` (stated in
-docs/architecture.md); the rest stop together after them.
+docs/architecture-processes.md); the rest stop together after them.
 """
 
 from __future__ import annotations

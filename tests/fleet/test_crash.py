@@ -105,7 +105,7 @@ def test_live_worker_with_long_handler_is_not_reclaimed(
     """Handlers running three visibility timeouts are never reclaimed from a live worker.  Nor
     from one that is stopping (SIGTERM): its running handlers get shutdown_grace, and all that
     time its heartbeat keeps their deliveries claimed and its membership keeps it live (the
-    shutdown order of docs/architecture.md)."""
+    shutdown order of docs/architecture-processes.md)."""
     client, r = cluster_client, cluster_client.redis
     partitions = 2
     client.create_queue(queue, partitions)

@@ -47,7 +47,13 @@ NOT_RUN_INLINE = (
 )
 #: Pages for contributors (about the code, or design records kept out of the site): the rules
 #: for user pages on commits and issues do not apply.
-CONTRIBUTOR_PAGES = {"architecture.md", "resize.md"}
+CONTRIBUTOR_PAGES = {
+    "architecture.md",
+    "architecture-modules.md",
+    "architecture-jobs.md",
+    "architecture-processes.md",
+    "resize.md",
+}
 
 
 def page_id(page: Path) -> str:
