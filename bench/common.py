@@ -7,7 +7,7 @@ import secrets
 import signal
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -44,6 +44,7 @@ __all__ = [
     "queue_counters",
     "redis_benchmark",
     "rss_mb",
+    "stop_processes",
     "wait_until",
 ]
 
@@ -263,17 +264,24 @@ class Fleet:
         return all(p.poll() is None for p in self.procs.values())
 
     def stop(self, timeout: float = 30.0) -> None:
-        for p in self.procs.values():
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + timeout
-        for p in self.procs.values():
-            try:
-                p.wait(max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
+        stop_processes(self.procs.values(), timeout)
         self.procs.clear()
+
+
+def stop_processes(procs: Iterable[subprocess.Popen[bytes]], timeout: float = 30.0) -> None:
+    """SIGTERM each of ``procs`` (by its own pid), wait up to ``timeout`` for all, kill what is
+    left."""
+    procs = list(procs)
+    for p in procs:
+        if p.poll() is None:
+            p.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    for p in procs:
+        try:
+            p.wait(max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
 
 
 def partition_nodes(client: Client, queue: str, partitions: int) -> list[str]:

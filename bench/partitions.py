@@ -51,7 +51,6 @@ import json
 import os
 import secrets
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -66,7 +65,7 @@ import redis as redis_lib
 from bench.baselines.scenarios import RunLogs
 from bench.baselines.shardq_consumer import produce_generated
 from bench.calibration import calibrate, calibration_line
-from bench.common import REPO, cpu_seconds, pct
+from bench.common import REPO, cpu_seconds, pct, stop_processes
 from bench.fleet import primary_addresses
 from bench.idle import RedisCpu, _all_nodes, monitor
 from shardq import Client, JobRequest
@@ -131,16 +130,7 @@ class Processes:
         return all(p.poll() is None for p in self.procs.values())
 
     def stop(self, timeout: float = 30.0) -> None:
-        for p in self.procs.values():
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + timeout
-        for p in self.procs.values():
-            try:
-                p.wait(max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
+        stop_processes(self.procs.values(), timeout)
         for f in self._files:
             f.close()
 
